@@ -1,0 +1,259 @@
+"""Types shared by every thunder_ir dialect: tensors and scalar numbers.
+
+A tensor type carries its shape, dtype and device::
+
+    !prims.tensor<8x784xf32, cpu>      # MLIR text
+    "cpu f32[8, 784]"                  # in Python traces, as the reference system prints it
+
+The dtype is an MLIR builtin element type (``f32``, ``bf16``, ``i64``, ``ui8``, ``i1`` for
+bool), so the text reads like MLIR's own ``tensor<8x784xf32>``. A scalar number (a Python
+``int``/``float``/``bool`` that flows through a program) is ``!prims.number<f64>``.
+
+Building a ``TensorType`` costs about 20 µs and equal types are not interned by xDSL, so
+``tensor_type`` caches them by ``(shape, dtype, device)``. Per-type facts that passes read
+on hot paths (the shape as a tuple, the torch dtype) are cached the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntAttr,
+    IntegerType,
+    Signedness,
+    StringAttr,
+)
+from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import irdl_attr_definition
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+# --------------------------------------------------------------------------- dtypes
+
+
+class DTypeInfo(NamedTuple):
+    """One supported dtype: its element type, its torch dtype and its short name."""
+
+    element_type: Attribute
+    torch_dtype: torch.dtype
+    short: str  # as traces print it: "f32", "bf16", "i64", "b8"
+
+
+_DTYPES: tuple[DTypeInfo, ...] = (
+    DTypeInfo(IntegerType(1), torch.bool, "b8"),
+    DTypeInfo(IntegerType(8, Signedness.UNSIGNED), torch.uint8, "ui8"),
+    DTypeInfo(IntegerType(8), torch.int8, "i8"),
+    DTypeInfo(IntegerType(16), torch.int16, "i16"),
+    DTypeInfo(IntegerType(32), torch.int32, "i32"),
+    DTypeInfo(IntegerType(64), torch.int64, "i64"),
+    DTypeInfo(Float16Type(), torch.float16, "f16"),
+    DTypeInfo(BFloat16Type(), torch.bfloat16, "bf16"),
+    DTypeInfo(Float32Type(), torch.float32, "f32"),
+    DTypeInfo(Float64Type(), torch.float64, "f64"),
+)
+DTYPE_BY_TORCH: dict[torch.dtype, DTypeInfo] = {d.torch_dtype: d for d in _DTYPES}
+DTYPE_BY_ELEMENT: dict[Attribute, DTypeInfo] = {d.element_type: d for d in _DTYPES}
+SUPPORTED_DTYPES: tuple[torch.dtype, ...] = tuple(d.torch_dtype for d in _DTYPES)
+FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+INT_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+
+
+def is_float(dtype: torch.dtype) -> bool:
+    """True for the floating-point dtypes."""
+    return dtype in FLOAT_DTYPES
+
+
+def is_int(dtype: torch.dtype) -> bool:
+    """True for the integer dtypes (not bool)."""
+    return dtype in INT_DTYPES
+
+
+def dtype_info(dtype: torch.dtype) -> DTypeInfo:
+    """The `DTypeInfo` of a torch dtype; a clear error for an unsupported one."""
+    try:
+        return DTYPE_BY_TORCH[dtype]
+    except KeyError:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        raise TypeError(f"thunder_ir does not support dtype {dtype}; supported: {names}") from None
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def canonical_device(device: str | torch.device) -> str:
+    """Normalizes a device to ``cpu``, ``meta`` or ``cuda:N``."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return f"cuda:{dev.index if dev.index is not None else torch.cuda.current_device()}"
+    if dev.type in ("cpu", "meta"):
+        return dev.type
+    raise TypeError(f"thunder_ir does not support device {device!r}; use cpu, cuda:N or meta")
+
+
+# --------------------------------------------------------------------------- attributes
+
+
+@irdl_attr_definition
+class TensorType(ParametrizedAttribute, TypeAttribute):
+    """A tensor with static shape, a dtype and a device: ``!prims.tensor<8x784xf32, cpu>``."""
+
+    name = "prims.tensor"
+
+    shape: ArrayAttr[IntAttr]
+    element_type: Attribute
+    device: StringAttr
+
+    def print_parameters(self, printer: Printer) -> None:
+        dims = "".join(f"{d.data}x" for d in self.shape.data)
+        printer.print_string(f"<{dims}")
+        printer.print_attribute(self.element_type)
+        printer.print_string(f", {self.device.data}>")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            dims, element_type = parser.parse_ranked_shape()
+            parser.parse_punctuation(",")
+            device = parser.parse_identifier("device (cpu, meta or cuda:N)")
+            if parser.parse_optional_punctuation(":") is not None:
+                device = f"{device}:{parser.parse_integer(allow_negative=False)}"
+        return (ArrayAttr([IntAttr(d) for d in dims]), element_type, StringAttr(device))
+
+    def verify(self) -> None:
+        if self.element_type not in DTYPE_BY_ELEMENT:
+            raise VerifyException(f"unsupported tensor element type {self.element_type}")
+        if any(d.data < 0 for d in self.shape.data):
+            raise VerifyException(f"negative dimension in tensor shape {self.sizes}")
+        dev = self.device.data
+        if not (dev in ("cpu", "meta") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise VerifyException(f"unsupported device {dev!r}; use cpu, meta or cuda:N")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The shape as a tuple of ints."""
+        return _INFO[self][0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype."""
+        return _INFO[self][1]
+
+    @property
+    def dev(self) -> str:
+        """The device as a string: ``cpu``, ``meta`` or ``cuda:N``."""
+        return self.device.data
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape.data)
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.sizes:
+            n *= d
+        return n
+
+    def nbytes(self) -> int:
+        """Bytes of a contiguous tensor of this type (shape × itemsize)."""
+        return self.numel() * self.dtype.itemsize
+
+    def pretty(self) -> str:
+        """As Python traces print it: ``cpu f32[8, 784]``."""
+        return f"{self.dev} {DTYPE_BY_TORCH[self.dtype].short}[{', '.join(map(str, self.sizes))}]"
+
+
+@irdl_attr_definition
+class NumberType(ParametrizedAttribute, TypeAttribute):
+    """A Python number flowing through a program: ``!prims.number<f64>`` (a float),
+    ``!prims.number<i64>`` (an int) or ``!prims.number<i1>`` (a bool)."""
+
+    name = "prims.number"
+
+    element_type: Attribute
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_attribute(self.element_type)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            return (parser.parse_type(),)
+
+    def verify(self) -> None:
+        if self.element_type not in (IntegerType(1), IntegerType(64), Float64Type()):
+            raise VerifyException("a number is i1 (bool), i64 (int) or f64 (float)")
+
+    @property
+    def python_type(self) -> type:
+        """``bool``, ``int`` or ``float``."""
+        return _NUMBER_PY[self.element_type]
+
+    def pretty(self) -> str:
+        return self.python_type.__name__
+
+
+# Side tables keyed by the (hashable, immutable) attribute: computed once per distinct type.
+class _InfoTable(dict[TensorType, tuple[tuple[int, ...], torch.dtype]]):
+    def __missing__(self, t: TensorType) -> tuple[tuple[int, ...], torch.dtype]:
+        info = (tuple(d.data for d in t.shape.data), DTYPE_BY_ELEMENT[t.element_type].torch_dtype)
+        self[t] = info
+        return info
+
+
+_INFO = _InfoTable()
+_TENSOR_TYPES: dict[tuple[tuple[int, ...], torch.dtype, str], TensorType] = {}
+_NUMBER_PY: dict[Attribute, type] = {
+    IntegerType(1): bool,
+    IntegerType(64): int,
+    Float64Type(): float,
+}
+NUMBER_TYPES: dict[type, NumberType] = {
+    bool: NumberType(IntegerType(1)),
+    int: NumberType(IntegerType(64)),
+    float: NumberType(Float64Type()),
+}
+
+
+def tensor_type(shape: Sequence[int], dtype: torch.dtype, device: str = "cpu") -> TensorType:
+    """The (cached) tensor type of this shape, torch dtype and device."""
+    key = (tuple(shape), dtype, device)
+    t = _TENSOR_TYPES.get(key)
+    if t is None:
+        shape_t = key[0]
+        if any(not isinstance(d, int) or d < 0 for d in shape_t):
+            raise ValueError(f"tensor shape must be non-negative ints, got {shape_t}")
+        t = TensorType(
+            ArrayAttr([IntAttr(d) for d in shape_t]),
+            dtype_info(dtype).element_type,
+            StringAttr(device),
+        )
+        _TENSOR_TYPES[key] = t
+        _INFO[t] = (shape_t, dtype)
+    return t
+
+
+def number_type(py_type: type) -> NumberType:
+    """The number type of a Python scalar type (bool, int or float)."""
+    return NUMBER_TYPES[py_type]
+
+
+def type_of_tensor(t: torch.Tensor) -> TensorType:
+    """The tensor type describing a concrete torch tensor."""
+    return tensor_type(t.shape, t.dtype, canonical_device(t.device))
+
+
+def pretty_type(t: Attribute) -> str:
+    """How a type prints in a Python trace comment."""
+    if isinstance(t, TensorType | NumberType):
+        return t.pretty()
+    return str(t)

@@ -1,0 +1,1 @@
+"""thunder_ir.runtime."""

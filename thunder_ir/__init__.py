@@ -1,0 +1,1 @@
+"""thunder_ir: a deep-learning compiler for PyTorch on typed SSA IR built on xDSL."""
