@@ -1,0 +1,22 @@
+"""The ``ltorch`` dialect: PyTorch-level ops with PyTorch's semantics.
+
+Ops are declared by family in ``ltorch_core`` (elementwise, reductions, shape and
+creation ops) and ``ltorch_nn`` (linear algebra, activations, normalization, attention,
+losses); the shared base is ``ltorch_base``. This module assembles the dialect.
+"""
+
+from __future__ import annotations
+
+from xdsl.ir import Dialect
+
+import thunder_ir.dialects.ltorch_core  # noqa: F401  (registers ops)
+import thunder_ir.dialects.ltorch_nn  # noqa: F401  (registers ops)
+from thunder_ir.dialects.base import ThunderOp, op_table
+from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp
+
+OPS: dict[str, type[ThunderOp]] = op_table(LTORCH)
+"""Short name (``"add"``) -> op class."""
+
+Ltorch = Dialect("ltorch", LTORCH, [])
+
+__all__ = ["LTORCH", "OPS", "Ltorch", "LtorchOp"]

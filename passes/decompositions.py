@@ -1,0 +1,88 @@
+"""The decomposition table: one rule per ltorch op, turning it into prims.
+
+A rule is a function ``rule(d, *operands, **params)`` registered with
+``@decomposes(SomeLtorchOp)``. Operands come grouped as in the op's definition; params are
+the op's params as Python values (absent ones as ``None``). It builds prims through
+``d.prims`` and returns the replacement value (or a list of them, one per result).
+
+Rules compose by calling each other through ``d.ltorch``: ``d.ltorch.sigmoid(x)`` runs the
+sigmoid *rule* inline (no ltorch op is built), as ``torch/_decomp`` composes Python
+functions. So one application yields prims only, and the pass needs a single walk.
+
+Rule modules register on import; `load_rules` imports them all from one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from xdsl.ir import Attribute
+
+from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
+
+Rule = Callable[..., Any]
+DECOMPOSITIONS: dict[type[ThunderOp], Rule] = {}
+
+
+def decomposes(op: type[ThunderOp]) -> Callable[[Rule], Rule]:
+    """Registers ``fn`` as the decomposition of ``op``."""
+
+    def wrap(fn: Rule) -> Rule:
+        if op in DECOMPOSITIONS:
+            raise ValueError(f"{op.name} already has a decomposition")
+        DECOMPOSITIONS[op] = fn
+        return fn
+
+    return wrap
+
+
+class Decomposer:
+    """What a rule builds with: ``d.prims.<op>(...)`` and ``d.ltorch.<op>(...)`` (inline)."""
+
+    def __init__(self, emitter: Emitter) -> None:
+        from thunder_ir.dialects import ltorch, prims
+
+        self.emitter = emitter
+        self.prims: OpNamespace = emitter.ns(prims.OPS)
+        self.ltorch = _InlineRules(self, ltorch.OPS)
+
+
+class _InlineRules:
+    """``d.ltorch.silu(x, ...)``: call the silu rule directly, defaults filled in."""
+
+    def __init__(self, d: Decomposer, ops: dict[str, type[ThunderOp]]) -> None:
+        self._d = d
+        self._ops = ops
+
+    def __getattr__(self, short: str) -> Callable[..., Any]:
+        op = self._ops.get(short)
+        if op is None or op not in DECOMPOSITIONS:
+            raise AttributeError(f"no ltorch decomposition named {short!r}")
+        rule = DECOMPOSITIONS[op]
+        d = self._d
+        defaults = {n: op.DEFAULTS.get(n) for n in op.param_names()}
+
+        def call(*operands: Any, **params: Any) -> Any:
+            return rule(d, *operands, **{**defaults, **params})
+
+        setattr(self, short, call)
+        return call
+
+
+def decompose_op(op: ThunderOp, emitter: Emitter) -> Any:
+    """Runs ``op``'s rule, building the replacement through ``emitter``."""
+    rule = DECOMPOSITIONS[type(op)]
+    return rule(Decomposer(emitter), *op.grouped_operands(), **op.params())
+
+
+def load_rules() -> dict[type[ThunderOp], Rule]:
+    """Imports every rule module (registering its rules) and returns the table."""
+    import thunder_ir.passes.decomp_core  # noqa: F401
+    import thunder_ir.passes.decomp_nn  # noqa: F401
+
+    return DECOMPOSITIONS
+
+
+__all__ = ["DECOMPOSITIONS", "Decomposer", "decompose_op", "decomposes", "load_rules",
+           "Attribute"]

@@ -1,0 +1,39 @@
+"""`Trace`: one snapshot of a program, as the pass that made it left it.
+
+``str(trace)`` prints the program as Python source in the reference system's style
+(``t3 = prims.mul(t1, t2)  # t3: "cpu f32[8, 784]"``); ``trace.mlir()`` prints MLIR text
+that parses back to the same IR; ``trace.ir`` is the xDSL module itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import ModuleOp
+
+
+@dataclass
+class Trace:
+    """A program snapshot: its IR, the pass that produced it and how long that took."""
+
+    ir: ModuleOp
+    pass_name: str = "trace"
+    duration_s: float = 0.0
+
+    def mlir(self) -> str:
+        """MLIR text of the program (parses back with `thunder_ir.dialects.program.parse`)."""
+        return str(self.ir)
+
+    def python(self) -> str:
+        """The program as Python source (what ``str(trace)`` returns)."""
+        from thunder_ir.lowering.python_printer import print_python
+
+        header = (f"# Constructed by {self.pass_name} "
+                  f"(took {self.duration_s * 1000:.0f} milliseconds)")
+        return print_python(self.ir, header=header)
+
+    def __str__(self) -> str:
+        return self.python()
+
+    def __repr__(self) -> str:
+        return self.python()
