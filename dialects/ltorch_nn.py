@@ -1,18 +1,113 @@
-"""ltorch ops, neural-network families: linear algebra, activations, normalization,
-attention, dropout, embedding and losses."""
+"""ltorch ops, neural-network families: linear algebra, activations, softmax,
+normalization, dropout, embedding, attention and losses.
+
+Operands are the tensor arguments in torch's order; params are the other arguments, named
+as torch names them. ``SIGNATURE`` lists torch's positional order across both, and
+``DEFAULTS`` torch's defaults for params. `NNOp.ref` binds operands and params back to
+torch's signature by name, so ops whose params sit between tensor arguments
+(``layer_norm(input, normalized_shape, weight, bias, eps)``) call torch correctly.
+
+Deviations from torch, on purpose:
+
+* ``dropout`` takes two more operands after ``input``, the RNG ``seed`` and ``offset``
+  (int numbers). Its reference draws with ``prims.uniform`` exactly as its decomposition
+  does, so a program gives the same mask whether it runs decomposed or not.
+* ``scaled_dot_product_attention`` accepts only ``dropout_p=0.0``: a nonzero value is a
+  `ShapeError` at build time (write attention as softmax, ``dropout`` and matmul instead).
+* ``embedding`` rejects ``max_norm`` (torch renormalizes the weight in place).
+* torch's ``inplace`` flags (relu, silu, dropout) and ``F.softmax``'s ``_stacklevel`` are
+  not params: the frontend drops them (``inplace=True`` is a write-back, not an op param).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
 import torch
-from xdsl.irdl import operand_def, opt_operand_def, result_def, traits_def
+import torch.nn.functional as F
+from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, StringAttr
+from xdsl.ir import Attribute
+from xdsl.irdl import (
+    AttrSizedOperandSegments,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
 from xdsl.traits import Pure
 
+from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import NumberType, TensorType, canonical_device, is_float
+
+Number = IntegerAttr | FloatAttr
+Bool = IntegerAttr
+IntArray = DenseArrayBase
 
 
-@ltorch_op(torch.nn.functional.linear)
-class LinearOp(LtorchOp):
+class NNOp(LtorchOp):
+    """Base of the nn families: calls ``TORCH_FN`` with arguments bound by ``SIGNATURE``."""
+
+    SIGNATURE: ClassVar[tuple[str, ...]] = ()
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def torch_args(cls, operands: Sequence[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]]:
+        """Torch call arguments: positional up to the last present operand, then keywords.
+
+        Params that are ``None`` after the positional part are left out (torch's default).
+        """
+        names = [n for n, _ in cls.operand_layout()]
+        values = {**params, **dict(zip(names, operands))}
+        sig = cls.SIGNATURE
+        last = max((i for i, n in enumerate(sig) if n in names and values.get(n) is not None),
+                   default=0)
+        args = [values[n] if values.get(n) is not None else cls.DEFAULTS.get(n)
+                for n in sig[:last + 1]]
+        kwargs = {n: values[n] for n in sig[last + 1:] if values.get(n) is not None}
+        return args, kwargs
+
+    @classmethod
+    def ref(cls, *operands: Any, **params: Any) -> Any:
+        args, kwargs = cls.torch_args(operands, params)
+        return cls.TORCH_FN(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+@ltorch_op(torch.matmul)
+class MatmulOp(NNOp):
+    """`%y = ltorch.matmul %a, %b`: ``torch.matmul`` (1-D, 2-D and batched, broadcasting)"""
+
+    name = "ltorch.matmul"
+
+    input = operand_def(TensorType)
+    other = operand_def(TensorType)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other")
+
+
+@ltorch_op(torch.bmm)
+class BmmOp(NNOp):
+    """`%y = ltorch.bmm %a, %b`: batched matmul of (b, n, m) and (b, m, p)"""
+
+    name = "ltorch.bmm"
+
+    input = operand_def(TensorType)
+    mat2 = operand_def(TensorType)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "mat2")
+
+
+@ltorch_op(F.linear)
+class LinearOp(NNOp):
     """`%y = ltorch.linear %x, %w[, %bias]`: ``x @ w.T + bias``"""
 
     name = "ltorch.linear"
@@ -22,3 +117,299 @@ class LinearOp(LtorchOp):
     bias = opt_operand_def(TensorType)
     out = result_def(TensorType)
     traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
+
+
+# --------------------------------------------------------------------------- activations
+
+
+class ActivationOp(NNOp):
+    """``%y = ltorch.<act> %x``: an elementwise activation function."""
+
+    input = operand_def(TensorType)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input",)
+
+
+@ltorch_op(F.relu)
+class ReluOp(ActivationOp):
+    """`%y = ltorch.relu %x`: ``max(x, 0)``"""
+
+    name = "ltorch.relu"
+
+
+@ltorch_op(F.gelu)
+class GeluOp(ActivationOp):
+    """`%y = ltorch.gelu %x {approximate = "tanh"}`: exact (erf) or tanh approximation"""
+
+    name = "ltorch.gelu"
+
+    approximate = opt_prop_def(StringAttr)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "approximate")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"approximate": "none"}
+
+
+@ltorch_op(F.silu)
+class SiluOp(ActivationOp):
+    """`%y = ltorch.silu %x`: ``x * sigmoid(x)``"""
+
+    name = "ltorch.silu"
+
+
+@ltorch_op(torch.sigmoid)
+class SigmoidOp(ActivationOp):
+    """`%y = ltorch.sigmoid %x`: ``1 / (1 + exp(-x))``"""
+
+    name = "ltorch.sigmoid"
+
+
+# --------------------------------------------------------------------------- softmax
+
+
+class SoftmaxFamilyOp(NNOp):
+    """``%y = ltorch.<op> %x {dim, dtype?}``: (log-)softmax along ``dim``, after converting
+    ``x`` to ``dtype`` when given."""
+
+    input = operand_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    dtype = opt_prop_def(Attribute)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "dtype")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"dtype": None}
+
+
+@ltorch_op(torch.softmax)
+class SoftmaxOp(SoftmaxFamilyOp):
+    """`%y = ltorch.softmax %x {dim = -1}`"""
+
+    name = "ltorch.softmax"
+
+
+@ltorch_op(torch.log_softmax)
+class LogSoftmaxOp(SoftmaxFamilyOp):
+    """`%y = ltorch.log_softmax %x {dim = -1}`"""
+
+    name = "ltorch.log_softmax"
+
+
+# --------------------------------------------------------------------------- dropout
+
+
+@ltorch_op(F.dropout)
+class DropoutOp(NNOp):
+    """`%y = ltorch.dropout %x, %seed, %offset {p, training}`: zeroes elements with
+    probability ``p`` and scales the rest by ``1 / (1 - p)`` (RNG: not ``Pure``).
+
+    The mask is ``prims.uniform(seed, offset, shape, 0.0, 1.0, f32) >= p``; `ref` draws it
+    with ``prims.uniform``'s reference, so decomposed and reference runs agree bit for bit.
+    ``training=False`` or ``p=0`` is the identity.
+    """
+
+    name = "ltorch.dropout"
+
+    input = operand_def(TensorType)
+    seed = operand_def(NumberType)
+    offset = operand_def(NumberType)
+    p = opt_prop_def(Number)
+    training = opt_prop_def(Bool)
+    out = result_def(TensorType)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "p", "training")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"p": 0.5, "training": True}
+    MASK_DTYPE: ClassVar[torch.dtype] = torch.float32
+
+    @classmethod
+    def infer(cls, input: Any, seed: Any, offset: Any, *, p: float | None = None,
+              training: bool | None = None) -> Attribute:
+        if not isinstance(input, TensorType) or not is_float(input.dtype):
+            raise ShapeError(f"{cls.name}: input must be a floating-point tensor, got {input}")
+        for n in (seed, offset):
+            if not isinstance(n, NumberType) or n.python_type is not int:
+                raise ShapeError(f"{cls.name}: seed and offset must be int numbers, got {n}")
+        p = 0.5 if p is None else p
+        if not 0.0 <= p <= 1.0:
+            raise ShapeError(f"{cls.name}: dropout probability must be in [0, 1], got {p}")
+        return input
+
+    @classmethod
+    def ref(cls, input: torch.Tensor, seed: int, offset: int, *, p: float | None = None,
+            training: bool | None = None) -> torch.Tensor:
+        from thunder_ir.dialects.prims import DivOp, GeOp, UniformOp, WhereOp
+
+        p = 0.5 if p is None else float(p)
+        if training is False or p == 0.0:
+            return input
+        u = UniformOp.ref(seed, offset, shape=tuple(input.shape), minval=0.0, maxval=1.0,
+                          device=canonical_device(input.device), dtype=cls.MASK_DTYPE)
+        keep = GeOp.ref(u, p)
+        kept = input if p == 1.0 else DivOp.ref(input, 1.0 - p)
+        return WhereOp.ref(keep, kept, 0.0)
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+@ltorch_op(F.layer_norm)
+class LayerNormOp(NNOp):
+    """`%y = ltorch.layer_norm %x[, %weight][, %bias] {normalized_shape, eps}`"""
+
+    name = "ltorch.layer_norm"
+
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    normalized_shape = prop_def(IntArray)
+    eps = opt_prop_def(Number)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "normalized_shape", "weight", "bias",
+                                             "eps")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"eps": 1e-5}
+
+
+@ltorch_op(F.rms_norm)
+class RmsNormOp(NNOp):
+    """`%y = ltorch.rms_norm %x[, %weight] {normalized_shape, eps?}`: ``eps`` absent means
+    ``finfo(compute dtype).eps`` as torch."""
+
+    name = "ltorch.rms_norm"
+
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    normalized_shape = prop_def(IntArray)
+    eps = opt_prop_def(Number)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "normalized_shape", "weight", "eps")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"eps": None}
+
+
+# --------------------------------------------------------------------------- embedding
+
+
+@ltorch_op(F.embedding)
+class EmbeddingOp(NNOp):
+    """`%y = ltorch.embedding %indices, %weight {padding_idx?, ...}`: rows of ``weight``
+
+    ``padding_idx``, ``scale_grad_by_freq`` and ``sparse`` only matter to the backward;
+    ``max_norm`` is rejected (torch renormalizes the weight in place).
+    """
+
+    name = "ltorch.embedding"
+
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    padding_idx = opt_prop_def(IntegerAttr)
+    max_norm = opt_prop_def(Number)
+    norm_type = opt_prop_def(Number)
+    scale_grad_by_freq = opt_prop_def(Bool)
+    sparse = opt_prop_def(Bool)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "padding_idx", "max_norm",
+                                             "norm_type", "scale_grad_by_freq", "sparse")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"padding_idx": None, "max_norm": None,
+                                          "norm_type": 2.0, "scale_grad_by_freq": False,
+                                          "sparse": False}
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        if params.get("max_norm") is not None:
+            raise ShapeError(f"{cls.name}: max_norm renormalizes the weight in place, which "
+                             "thunder_ir does not support; renormalize the weight explicitly")
+        return super().infer(*operand_types, **params)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+@ltorch_op(F.scaled_dot_product_attention)
+class ScaledDotProductAttentionOp(NNOp):
+    """`%y = ltorch.scaled_dot_product_attention %q, %k, %v[, %mask] {is_causal, scale?,
+    enable_gqa}`: ``softmax(q @ k.T * scale + mask) @ v`` (``dropout_p`` must be 0)"""
+
+    name = "ltorch.scaled_dot_product_attention"
+
+    query = operand_def(TensorType)
+    key = operand_def(TensorType)
+    value = operand_def(TensorType)
+    attn_mask = opt_operand_def(TensorType)
+    dropout_p = opt_prop_def(Number)
+    is_causal = opt_prop_def(Bool)
+    scale = opt_prop_def(Number)
+    enable_gqa = opt_prop_def(Bool)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("query", "key", "value", "attn_mask", "dropout_p",
+                                             "is_causal", "scale", "enable_gqa")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"dropout_p": 0.0, "is_causal": False, "scale": None,
+                                          "enable_gqa": False}
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        if params.get("dropout_p") not in (None, 0, 0.0):
+            raise ShapeError(f"{cls.name}: dropout_p={params['dropout_p']} is not supported "
+                             "(attention dropout needs an RNG seed); pass dropout_p=0.0, or "
+                             "write the attention as softmax, F.dropout and matmul")
+        return super().infer(*operand_types, **params)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+@ltorch_op(F.cross_entropy)
+class CrossEntropyOp(NNOp):
+    """`%l = ltorch.cross_entropy %input, %target[, %weight] {ignore_index, reduction,
+    label_smoothing}`: class-index (int) or class-probability (float) targets"""
+
+    name = "ltorch.cross_entropy"
+
+    input = operand_def(TensorType)
+    target = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    size_average = opt_prop_def(Bool)
+    ignore_index = opt_prop_def(IntegerAttr)
+    reduce = opt_prop_def(Bool)
+    reduction = opt_prop_def(StringAttr)
+    label_smoothing = opt_prop_def(Number)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "target", "weight", "size_average",
+                                             "ignore_index", "reduce", "reduction",
+                                             "label_smoothing")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"size_average": None, "ignore_index": -100,
+                                          "reduce": None, "reduction": "mean",
+                                          "label_smoothing": 0.0}
+
+
+@ltorch_op(F.mse_loss)
+class MseLossOp(NNOp):
+    """`%l = ltorch.mse_loss %input, %target[, %weight] {reduction}`: ``(input - target)²``
+    (broadcast), optionally weighted, then reduced"""
+
+    name = "ltorch.mse_loss"
+
+    input = operand_def(TensorType)
+    target = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    size_average = opt_prop_def(Bool)
+    reduce = opt_prop_def(Bool)
+    reduction = opt_prop_def(StringAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "target", "size_average", "reduce",
+                                             "reduction", "weight")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"size_average": None, "reduce": None,
+                                          "reduction": "mean"}
+
+
+def legacy_reduction(reduction: str | None, size_average: bool | None,
+                     reduce: bool | None) -> str:
+    """The reduction a loss uses, honouring torch's deprecated ``size_average``/``reduce``."""
+    if size_average is not None or reduce is not None:
+        from torch.nn import _reduction
+
+        return _reduction.legacy_get_string(size_average, reduce, emit_warning=False)
+    return reduction or "mean"

@@ -90,6 +90,13 @@ def _dims(name: str, dims: Sequence[int], rank: int) -> tuple[int, ...]:
     return out
 
 
+def _same_device(name: str, *types: Any) -> None:
+    """Checks that the tensor types among ``types`` live on one device."""
+    devs = {t.dev for t in types if isinstance(t, TensorType)}
+    if len(devs) > 1:
+        raise _err(name, f"operands live on different devices ({', '.join(sorted(devs))})")
+
+
 def _like(t: TensorType, shape: Sequence[int] | None = None,
           dtype: torch.dtype | None = None) -> TensorType:
     return tensor_type(t.sizes if shape is None else shape, t.dtype if dtype is None else dtype,
@@ -436,11 +443,10 @@ class BinaryOp(ThunderOp):
 
     @classmethod
     def ref(cls, a: Any, b: Any) -> torch.Tensor:
-        dtype = a.dtype if isinstance(a, torch.Tensor) else b.dtype
-        out = cls.TORCH_FN(a, b)
-        if not isinstance(out, torch.Tensor):  # number op number cannot happen; be safe
-            out = torch.tensor(out)
-        return out.to(cls.result_dtype(dtype))
+        # Many torch functions take no number on the left (eq, fmod, logical_and…): a number
+        # becomes a 0-d tensor of the tensor's dtype, which `_number_fits` makes lossless.
+        a, b = _as_tensors(a, b)
+        return cls.TORCH_FN(a, b).to(cls.result_dtype(a.dtype))
 
 
 class AnyBinaryOp(BinaryOp):
@@ -539,11 +545,6 @@ class MaximumOp(AnyBinaryOp):
 
     name = "prims.maximum"
 
-    @classmethod
-    def ref(cls, a: Any, b: Any) -> torch.Tensor:
-        a, b = _as_tensors(a, b)
-        return torch.maximum(a, b)
-
 
 @prim(torch.minimum)
 class MinimumOp(AnyBinaryOp):
@@ -551,22 +552,12 @@ class MinimumOp(AnyBinaryOp):
 
     name = "prims.minimum"
 
-    @classmethod
-    def ref(cls, a: Any, b: Any) -> torch.Tensor:
-        a, b = _as_tensors(a, b)
-        return torch.minimum(a, b)
-
 
 @prim(torch.atan2)
 class Atan2Op(FloatBinaryOp):
     """`%z = prims.atan2 %a, %b`"""
 
     name = "prims.atan2"
-
-    @classmethod
-    def ref(cls, a: Any, b: Any) -> torch.Tensor:
-        a, b = _as_tensors(a, b)
-        return torch.atan2(a, b)
 
 
 def _as_tensors(a: Any, b: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -673,6 +664,7 @@ class WhereOp(ThunderOp):
         if c.dtype != torch.bool:
             raise _err(cls.name, f"condition must be bool, got {c.dtype}")
         tensors = [t for t in (a, b) if isinstance(t, TensorType)]
+        _same_device(cls.name, c, *tensors)
         for t in tensors:
             if t.sizes != c.sizes:
                 raise _err(cls.name, f"shapes {c.sizes} and {t.sizes} differ")
@@ -879,7 +871,7 @@ class PadOp(ThunderOp):
 
     x = operand_def(TensorType)
     padding_value = prop_def(Number)
-    padding_config = prop_def(ArrayAttr)
+    padding_config = prop_def(ArrayAttr | DenseArrayBase)  # () of a 0-d tensor is dense
     out = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -930,6 +922,7 @@ class CatOp(ThunderOp):
         if not tensors:
             raise _err(cls.name, "needs at least one tensor")
         ts = [_tensor(cls.name, t) for t in tensors]
+        _same_device(cls.name, *ts)
         first = ts[0]
         if not 0 <= dim < first.rank:
             raise _err(cls.name, f"dim {dim} is out of range for shape {first.sizes}")
@@ -984,6 +977,8 @@ class ReductionOp(ThunderOp):
     out = result_def(TensorType)
     traits = traits_def(Pure())
     TORCH_FN: ClassVar[Callable[..., Any]]
+    # An extremum (amax, amin) has no value on an empty dim; a sum or product has one.
+    NEEDS_NONEMPTY: ClassVar[bool] = False
 
     @classmethod
     def result_dtype(cls, dtype: torch.dtype) -> torch.dtype:
@@ -993,6 +988,8 @@ class ReductionOp(ThunderOp):
     def infer(cls, x: Any, *, dims: Sequence[int], **_: Any) -> TensorType:
         x = _tensor(cls.name, x)
         ds = _dims(cls.name, dims, x.rank)
+        if cls.NEEDS_NONEMPTY and any(x.sizes[d] == 0 for d in ds):
+            raise _err(cls.name, f"cannot reduce an empty dim of shape {x.sizes} over {ds}")
         return _like(x, shape=[s for i, s in enumerate(x.sizes) if i not in ds],
                      dtype=cls.result_dtype(x.dtype))
 
@@ -1032,6 +1029,7 @@ class AmaxOp(ReductionOp):
     """`%y = prims.amax %x {dims}`"""
 
     name = "prims.amax"
+    NEEDS_NONEMPTY: ClassVar[bool] = True
 
 
 @prim(torch.amin)
@@ -1039,6 +1037,7 @@ class AminOp(ReductionOp):
     """`%y = prims.amin %x {dims}`"""
 
     name = "prims.amin"
+    NEEDS_NONEMPTY: ClassVar[bool] = True
 
 
 @prim()
@@ -1077,6 +1076,8 @@ class ArgReductionOp(ThunderOp):
     def infer(cls, x: Any, *, dim: int) -> TensorType:
         x = _tensor(cls.name, x)
         _dims(cls.name, (dim,), x.rank)
+        if x.dtype == torch.bool:
+            raise _err(cls.name, "expects a numeric tensor, got bool")
         if x.sizes[dim] == 0:
             raise _err(cls.name, f"cannot reduce an empty dim {dim} of shape {x.sizes}")
         return _like(x, shape=[s for i, s in enumerate(x.sizes) if i != dim],
@@ -1118,6 +1119,7 @@ class MatmulOp(ThunderOp):
     @classmethod
     def infer(cls, a: Any, b: Any) -> TensorType:
         a, b = _tensor(cls.name, a), _tensor(cls.name, b)
+        _same_device(cls.name, a, b)
         if a.dtype != b.dtype or not (is_float(a.dtype) or is_int(a.dtype)):
             raise _err(cls.name, f"needs equal numeric dtypes, got {a.dtype} and {b.dtype}")
         if a.rank == 0 or b.rank == 0:
@@ -1155,15 +1157,20 @@ class LinearOp(ThunderOp):
     @classmethod
     def infer(cls, x: Any, w: Any, bias: Any = None) -> TensorType:
         x, w = _tensor(cls.name, x), _tensor(cls.name, w)
+        b = None if bias is None else _tensor(cls.name, bias, "bias")
+        _same_device(cls.name, x, w, b)
         if w.rank not in (1, 2) or x.rank < 1 or x.sizes[-1] != w.sizes[-1]:
             raise _err(cls.name, f"input {x.sizes} and weight {w.sizes} do not fit")
-        if x.dtype != w.dtype or (bias is not None and bias.dtype != x.dtype):
+        if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
             raise _err(cls.name, "input, weight and bias must share a dtype")
+        if not (is_float(x.dtype) or is_int(x.dtype)):
+            raise _err(cls.name, f"needs a numeric dtype, got {x.dtype}")
         out_shape = [*x.sizes[:-1], *w.sizes[:-1]]
-        if bias is not None:
-            b = _tensor(cls.name, bias, "bias")
-            if b.sizes != tuple(w.sizes[:-1]):
-                raise _err(cls.name, f"bias {b.sizes} does not fit weight {w.sizes}")
+        if b is not None and b.sizes != tuple(w.sizes[:-1]):
+            raise _err(cls.name, f"bias {b.sizes} does not fit weight {w.sizes}")
+        if b is not None and w.rank == 1 and x.rank != 1:  # as torch.nn.functional.linear
+            raise _err(cls.name, f"a 1-D weight {w.sizes} with a bias needs a 1-D input, "
+                                 f"got {x.sizes}")
         return _like(x, shape=out_shape)
 
 
@@ -1189,12 +1196,9 @@ class CreationOp(ThunderOp):
 
     @classmethod
     def _check_device(cls, device: str) -> None:
-        from thunder_ir.dialects.types import canonical_device
-
-        try:
-            canonical_device(device) if not device.startswith("cuda:") else None
-        except TypeError as e:
-            raise _err(cls.name, str(e)) from None
+        if not (device in ("cpu", "meta")
+                or (device.startswith("cuda:") and device[5:].isdigit())):
+            raise _err(cls.name, f"device must be cpu, meta or cuda:N, got {device!r}")
 
 
 @prim()
@@ -1222,7 +1226,9 @@ class IotaOp(CreationOp):
     @classmethod
     def ref(cls, *, length: int, start: Any, step: Any, device: str, dtype: torch.dtype
             ) -> torch.Tensor:
-        return torch.arange(length, device=device).to(dtype) * step + start
+        wide = torch.float64 if is_float(dtype) or float in (type(start), type(step)) \
+            else torch.int64
+        return (torch.arange(length, device=device, dtype=wide) * step + start).to(dtype)
 
 
 @prim()
@@ -1317,6 +1323,7 @@ class TakeOp(ThunderOp):
     @classmethod
     def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
         x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
+        _same_device(cls.name, x, idx)
         _dims(cls.name, (dim,), x.rank)
         if idx.rank != 1:
             raise _err(cls.name, f"index must be 1-D, got shape {idx.sizes}")
@@ -1344,6 +1351,7 @@ class GatherOp(ThunderOp):
     @classmethod
     def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
         x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
+        _same_device(cls.name, x, idx)
         _dims(cls.name, (dim,), x.rank)
         if idx.rank != x.rank or any(i > s for k, (i, s) in enumerate(zip(idx.sizes, x.sizes))
                                      if k != dim):
@@ -1372,6 +1380,7 @@ class IndexAddOp(ThunderOp):
     def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
         x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
         src = _tensor(cls.name, source, "source")
+        _same_device(cls.name, x, idx, src)
         _dims(cls.name, (dim,), x.rank)
         expected = list(x.sizes)
         if idx.rank != 1:
@@ -1405,6 +1414,7 @@ class ScatterAddOp(ThunderOp):
     def infer(cls, x: Any, index: Any, src: Any, *, dim: int) -> TensorType:
         x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
         s = _tensor(cls.name, src, "src")
+        _same_device(cls.name, x, idx, s)
         _dims(cls.name, (dim,), x.rank)
         if idx.rank != x.rank or s.rank != x.rank or s.dtype != x.dtype or any(
                 i > t for i, t in zip(idx.sizes, s.sizes)) or any(

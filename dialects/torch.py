@@ -67,6 +67,7 @@ class CallOp(ThunderOp):
     callee = prop_def(StringAttr)
     args = prop_def(ArrayAttr)
     kwargs = opt_prop_def(DictionaryAttr)
+    multi = opt_prop_def(Attribute)  # the callee returns a sequence (even of one)
     outs = var_result_def(TensorType | NumberType)
 
     def call_args(self, values: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -113,9 +114,12 @@ def make_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
         metas = [meta_value(v.type) for v in operands]
         op = CallOp.create(operands=list(operands), result_types=(), properties=props)
         out = op.run(metas)
-        outs = out if isinstance(out, tuple | list) else (out,)
+        multi = isinstance(out, tuple | list)
+        outs = out if multi else (out,)
         dev = next((v.type.dev for v in operands if isinstance(v.type, TensorType)), "cpu")
         result_types = [type_of_meta(o, dev) for o in outs]
+        if multi:
+            props["multi"] = to_attr(True)
     return CallOp.create(operands=list(operands), result_types=list(result_types),
                          properties=props)
 

@@ -1,14 +1,424 @@
 """Decompositions of the neural-network ltorch families (linear algebra, activations,
-normalization, attention, dropout, embedding, losses)."""
+softmax, dropout, normalization, embedding, attention, losses) into prims.
+
+Numerics follow torch's CPU kernels where it matters: softmax subtracts the row maximum,
+and statistics of float16/bfloat16 inputs (softmax, norms, attention, losses) are computed
+in float32 and converted back once at the end. Each rule ends in the ltorch op's exact
+result type, which it reads from the op's own shape rule (`_result`).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects.base import ShapeError
+from thunder_ir.dialects.prims import broadcast_shapes
+from thunder_ir.dialects.types import TensorType, is_float
+from thunder_ir.passes.decomp_core import expand_to, to_dtype
 from thunder_ir.passes.decompositions import Decomposer, decomposes
+
+# --------------------------------------------------------------------------- helpers
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    """The dtype statistics are computed in: float32 for float16/bfloat16."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _t(v: SSAValue) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def _result(op: type[N.NNOp], *operands: Any, **params: Any) -> TensorType:
+    """The result type of ``op`` on these operands (its cached shape rule)."""
+    types = [None if v is None else v.type for v in operands]
+    out = op.infer(*types, **params)
+    assert isinstance(out, TensorType)
+    return out
+
+
+def _num(d: Decomposer, value: bool | int | float) -> SSAValue:
+    return d.prims.constant(value=value)
+
+
+def _dim(dim: int, rank: int) -> int:
+    """Wraps a possibly negative dim (a 0-d tensor has one dim, as in torch)."""
+    r = max(rank, 1)
+    return dim + r if dim < 0 else dim
+
+
+def _unreduce(d: Decomposer, v: SSAValue, shape: Sequence[int], dims: Sequence[int]
+              ) -> SSAValue:
+    """Broadcasts a reduction result back over the reduced ``dims`` of ``shape``."""
+    keep = [i for i in range(len(shape)) if i not in dims]
+    return d.prims.broadcast_in_dim(v, shape=tuple(shape), broadcast_dims=keep)
+
+
+def _sum_all(d: Decomposer, v: SSAValue) -> SSAValue:
+    return d.prims.sum(v, dims=list(range(_t(v).rank)))
+
+
+def _softmax_core(d: Decomposer, x: SSAValue, dim: int, log: bool) -> SSAValue:
+    """Numerically stable (log-)softmax of ``x`` along a non-negative ``dim``."""
+    shape = _t(x).sizes
+    m = _unreduce(d, d.prims.amax(x, dims=[dim]), shape, [dim])
+    s = d.prims.sub(x, m)
+    e = d.prims.exp(s)
+    z = _unreduce(d, d.prims.sum(e, dims=[dim]), shape, [dim])
+    if log:
+        return d.prims.sub(s, d.prims.log(z))
+    return d.prims.div(e, z)
+
+
+def _softmax(d: Decomposer, x: SSAValue, dim: int, log: bool, out_dtype: torch.dtype
+             ) -> SSAValue:
+    """(log-)softmax with float32 statistics for low-precision inputs; any rank."""
+    t = _t(x)
+    if t.rank == 0:
+        y = _softmax(d, d.prims.reshape(x, shape=[1]), 0, log, out_dtype)
+        return d.prims.reshape(y, shape=[])
+    y = _softmax_core(d, to_dtype(d, x, _acc(out_dtype)), _dim(dim, t.rank), log)
+    return to_dtype(d, y, out_dtype)
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+@decomposes(N.MatmulOp)
+def matmul(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
+    return d.prims.matmul(a, b)
+
+
+@decomposes(N.BmmOp)
+def bmm(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
+    return d.prims.matmul(a, b)
 
 
 @decomposes(N.LinearOp)
 def linear(d: Decomposer, x: SSAValue, w: SSAValue, bias: SSAValue | None) -> SSAValue:
     return d.prims.linear(x, w, bias)
+
+
+# --------------------------------------------------------------------------- activations
+
+
+@decomposes(N.ReluOp)
+def relu(d: Decomposer, x: SSAValue) -> SSAValue:
+    # maximum propagates NaN, as torch.relu does.
+    return d.prims.maximum(x, _num(d, 0))
+
+
+@decomposes(N.GeluOp)
+def gelu(d: Decomposer, x: SSAValue, approximate: str | None = None) -> SSAValue:
+    dtype = _t(x).dtype
+    xc = to_dtype(d, x, _acc(dtype))
+    half_x = d.prims.mul(xc, _num(d, 0.5))
+    if approximate == "tanh":
+        cube = d.prims.mul(d.prims.mul(xc, xc), xc)
+        inner = d.prims.add(xc, d.prims.mul(cube, _num(d, 0.044715)))
+        inner = d.prims.mul(inner, _num(d, math.sqrt(2.0 / math.pi)))
+        y = d.prims.mul(half_x, d.prims.add(d.prims.tanh(inner), _num(d, 1.0)))
+    else:
+        erf = d.prims.erf(d.prims.mul(xc, _num(d, 1.0 / math.sqrt(2.0))))
+        y = d.prims.mul(half_x, d.prims.add(erf, _num(d, 1.0)))
+    return to_dtype(d, y, dtype)
+
+
+def _sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
+    """``1 / (1 + exp(-x))`` on a float tensor."""
+    return d.prims.reciprocal(d.prims.add(d.prims.exp(d.prims.neg(x)), _num(d, 1.0)))
+
+
+@decomposes(N.SiluOp)
+def silu(d: Decomposer, x: SSAValue) -> SSAValue:
+    dtype = _t(x).dtype
+    xc = to_dtype(d, x, _acc(dtype))
+    return to_dtype(d, d.prims.mul(xc, _sigmoid(d, xc)), dtype)
+
+
+@decomposes(N.SigmoidOp)
+def sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
+    out_dtype = _result(N.SigmoidOp, x).dtype  # ints promote to the default float dtype
+    return to_dtype(d, _sigmoid(d, to_dtype(d, x, _acc(out_dtype))), out_dtype)
+
+
+# --------------------------------------------------------------------------- softmax
+
+
+@decomposes(N.SoftmaxOp)
+def softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = None
+            ) -> SSAValue:
+    return _softmax(d, x, dim, False, dtype or _t(x).dtype)
+
+
+@decomposes(N.LogSoftmaxOp)
+def log_softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = None
+                ) -> SSAValue:
+    return _softmax(d, x, dim, True, dtype or _t(x).dtype)
+
+
+# --------------------------------------------------------------------------- dropout
+
+
+@decomposes(N.DropoutOp)
+def dropout(d: Decomposer, x: SSAValue, seed: SSAValue, offset: SSAValue,
+            p: float | None = None, training: bool | None = None) -> SSAValue:
+    # Keep in step with DropoutOp.ref: same draw, same comparison, same scaling.
+    p = 0.5 if p is None else float(p)
+    if training is False or p == 0.0:
+        return x
+    t = _t(x)
+    u = d.prims.uniform(seed, offset, shape=t.sizes, minval=0.0, maxval=1.0, device=t.dev,
+                        dtype=N.DropoutOp.MASK_DTYPE)
+    keep = d.prims.ge(u, _num(d, p))
+    kept = x if p == 1.0 else d.prims.div(x, _num(d, 1.0 - p))
+    return d.prims.where(keep, kept, _num(d, 0.0))
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def _norm_dims(name: str, x: TensorType, normalized_shape: Sequence[int]) -> list[int]:
+    k = len(normalized_shape)
+    if k == 0 or tuple(x.sizes[x.rank - k:]) != tuple(normalized_shape):
+        raise ShapeError(f"{name}: normalized_shape {tuple(normalized_shape)} does not end "
+                         f"the input shape {x.sizes}")
+    return list(range(x.rank - k, x.rank))
+
+
+def _affine(d: Decomposer, y: SSAValue, weight: SSAValue | None, bias: SSAValue | None
+            ) -> SSAValue:
+    t = _t(y)
+    if weight is not None:
+        y = d.prims.mul(y, expand_to(d, to_dtype(d, weight, t.dtype), t.sizes))
+    if bias is not None:
+        y = d.prims.add(y, expand_to(d, to_dtype(d, bias, t.dtype), t.sizes))
+    return y
+
+
+@decomposes(N.LayerNormOp)
+def layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None, bias: SSAValue | None,
+               normalized_shape: Sequence[int], eps: float | None = None) -> SSAValue:
+    out = _result(N.LayerNormOp, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
+    t = _t(x)
+    dims = _norm_dims(N.LayerNormOp.name, t, normalized_shape)
+    n = math.prod(normalized_shape)
+    xc = to_dtype(d, x, _acc(out.dtype))
+    mean = d.prims.div(d.prims.sum(xc, dims=dims), _num(d, float(n)))
+    diff = d.prims.sub(xc, _unreduce(d, mean, t.sizes, dims))
+    var = d.prims.div(d.prims.sum(d.prims.mul(diff, diff), dims=dims), _num(d, float(n)))
+    eps = 1e-5 if eps is None else float(eps)
+    rstd = d.prims.rsqrt(d.prims.add(var, _num(d, eps)))
+    y = _affine(d, d.prims.mul(diff, _unreduce(d, rstd, t.sizes, dims)), weight, bias)
+    return to_dtype(d, y, out.dtype)
+
+
+@decomposes(N.RmsNormOp)
+def rms_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
+             normalized_shape: Sequence[int], eps: float | None = None) -> SSAValue:
+    out = _result(N.RmsNormOp, x, weight, normalized_shape=normalized_shape, eps=eps)
+    t = _t(x)
+    dims = _norm_dims(N.RmsNormOp.name, t, normalized_shape)
+    n = math.prod(normalized_shape)
+    eps = torch.finfo(_acc(t.dtype)).eps if eps is None else float(eps)
+    xc = to_dtype(d, x, _acc(out.dtype))
+    ms = d.prims.div(d.prims.sum(d.prims.mul(xc, xc), dims=dims), _num(d, float(n)))
+    r = d.prims.rsqrt(d.prims.add(ms, _num(d, eps)))
+    y = d.prims.mul(xc, _unreduce(d, r, t.sizes, dims))
+    return to_dtype(d, _affine(d, y, weight, None), out.dtype)
+
+
+# --------------------------------------------------------------------------- embedding
+
+
+@decomposes(N.EmbeddingOp)
+def embedding(d: Decomposer, idx: SSAValue, weight: SSAValue, padding_idx: int | None = None,
+              max_norm: float | None = None, norm_type: float | None = None,
+              scale_grad_by_freq: bool | None = None, sparse: bool | None = None) -> SSAValue:
+    if max_norm is not None:
+        raise ShapeError(f"{N.EmbeddingOp.name}: max_norm is not supported")
+    it, wt = _t(idx), _t(weight)
+    flat = idx if it.rank == 1 else d.prims.reshape(idx, shape=[it.numel()])
+    rows = d.prims.take(weight, flat, dim=0)
+    shape = [*it.sizes, *wt.sizes[1:]]
+    return rows if it.rank == 1 else d.prims.reshape(rows, shape=shape)
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _repeat_heads(d: Decomposer, v: SSAValue, rep: int) -> SSAValue:
+    """``repeat_interleave(v, rep, dim=-3)`` with reshape and broadcast."""
+    s = _t(v).sizes
+    lead, h = list(s[:-3]), s[-3]
+    x = d.prims.reshape(v, shape=[*lead, h, 1, s[-2], s[-1]])
+    x = d.prims.broadcast_in_dim(x, shape=(*lead, h, rep, s[-2], s[-1]),
+                                 broadcast_dims=list(range(len(s) + 1)))
+    return d.prims.reshape(x, shape=[*lead, h * rep, s[-2], s[-1]])
+
+
+def _causal_mask(d: Decomposer, length: int, source: int, device: str) -> SSAValue:
+    """``ones(L, S).tril()`` as a bool tensor: query ``i`` sees keys ``j <= i``."""
+    shape = (length, source)
+    row = d.prims.iota(length=length, start=0, step=1, device=device, dtype=torch.int64)
+    col = d.prims.iota(length=source, start=0, step=1, device=device, dtype=torch.int64)
+    row = d.prims.broadcast_in_dim(row, shape=shape, broadcast_dims=[0])
+    col = d.prims.broadcast_in_dim(col, shape=shape, broadcast_dims=[1])
+    return d.prims.ge(row, col)
+
+
+@decomposes(N.ScaledDotProductAttentionOp)
+def scaled_dot_product_attention(
+        d: Decomposer, q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue | None,
+        dropout_p: float | None = None, is_causal: bool | None = None,
+        scale: float | None = None, enable_gqa: bool | None = None) -> SSAValue:
+    if dropout_p:
+        raise ShapeError(f"{N.ScaledDotProductAttentionOp.name}: dropout_p={dropout_p} is not "
+                         "supported; use dropout_p=0.0")
+    out = _result(N.ScaledDotProductAttentionOp, q, k, v, attn_mask, dropout_p=dropout_p,
+                  is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    qt, kt = _t(q), _t(k)
+    cd = _acc(qt.dtype)
+    if enable_gqa and qt.rank >= 3 and qt.sizes[-3] != kt.sizes[-3]:
+        rep = qt.sizes[-3] // kt.sizes[-3]
+        k, v = _repeat_heads(d, k, rep), _repeat_heads(d, v, rep)
+        kt = _t(k)
+    scale = 1.0 / math.sqrt(qt.sizes[-1]) if scale is None else float(scale)
+    qc, kc, vc = (to_dtype(d, x, cd) for x in (q, k, v))
+    perm = [*range(kt.rank - 2), kt.rank - 1, kt.rank - 2]
+    scores = d.prims.matmul(qc, d.prims.transpose(kc, permutation=perm))
+    scores = d.prims.mul(scores, _num(d, scale))
+    length, source = qt.sizes[-2], kt.sizes[-2]
+    masks: list[SSAValue] = []
+    if is_causal:
+        masks.append(_causal_mask(d, length, source, qt.dev))
+    if attn_mask is not None:
+        masks.append(attn_mask)
+    if masks:
+        shape = tuple(broadcast_shapes(N.ScaledDotProductAttentionOp.name, _t(scores).sizes,
+                                       *(_t(m).sizes for m in masks)))
+        scores = expand_to(d, scores, shape)
+        for m in masks:
+            if _t(m).dtype == torch.bool:
+                scores = d.prims.where(expand_to(d, m, shape), scores, _num(d, -math.inf))
+            else:
+                scores = d.prims.add(scores, expand_to(d, to_dtype(d, m, cd), shape))
+    probs = _softmax_core(d, scores, _t(scores).rank - 1, log=False)
+    return to_dtype(d, d.prims.matmul(probs, vc), out.dtype)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def _reduce(d: Decomposer, loss: SSAValue, reduction: str, denom: SSAValue | None
+            ) -> SSAValue:
+    """Applies ``reduction``; ``mean`` divides the sum by ``denom`` (default: numel)."""
+    if reduction == "none":
+        return loss
+    total = _sum_all(d, loss)
+    if reduction == "sum":
+        return total
+    if denom is None:
+        denom = _num(d, float(_t(loss).numel()))
+    return d.prims.div(total, denom)
+
+
+def _channel_weight(d: Decomposer, w: SSAValue, shape: Sequence[int], cdim: int
+                    ) -> SSAValue:
+    """A per-class weight of shape (C,) broadcast along the class dim of ``shape``."""
+    return d.prims.broadcast_in_dim(w, shape=tuple(shape), broadcast_dims=[cdim])
+
+
+@decomposes(N.CrossEntropyOp)
+def cross_entropy(d: Decomposer, x: SSAValue, target: SSAValue, weight: SSAValue | None,
+                  size_average: bool | None = None, ignore_index: int | None = None,
+                  reduce: bool | None = None, reduction: str | None = None,
+                  label_smoothing: float | None = None) -> SSAValue:
+    red = N.legacy_reduction(reduction, size_average, reduce)
+    out = _result(N.CrossEntropyOp, x, target, weight, ignore_index=ignore_index,
+                  reduction=red, label_smoothing=label_smoothing)
+    xt = _t(x)
+    cd = _acc(xt.dtype)
+    cdim = 1 if xt.rank >= 2 else 0
+    classes = xt.sizes[cdim]
+    ls = float(label_smoothing or 0.0)
+    logp = _softmax_core(d, to_dtype(d, x, cd), cdim, log=True)
+    w = None if weight is None else to_dtype(d, weight, cd)
+    if is_float(_t(target).dtype):
+        loss = _ce_probabilities(d, logp, to_dtype(d, target, cd), w, cdim, classes, ls, red)
+    else:
+        ignore = -100 if ignore_index is None else ignore_index
+        loss = _ce_indices(d, logp, target, w, cdim, classes, ls, red, ignore)
+    return to_dtype(d, loss, out.dtype)
+
+
+def _ce_indices(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | None,
+                cdim: int, classes: int, ls: float, red: str, ignore: int) -> SSAValue:
+    """Cross entropy with class-index targets (torch's ``nll_loss`` + label smoothing)."""
+    tt, lt = _t(target), _t(logp)
+    valid = d.prims.ne(target, _num(d, ignore))
+    safe = d.prims.where(valid, target, _num(d, 0))  # ignored entries index class 0
+    idx = d.prims.reshape(safe, shape=[*tt.sizes[:cdim], 1, *tt.sizes[cdim:]])
+    picked = d.prims.squeeze(d.prims.gather(logp, idx, dim=cdim), dims=[cdim])
+    nll = d.prims.neg(picked)
+    denom: SSAValue | None = None
+    if w is not None:
+        wt = d.prims.take(w, d.prims.reshape(safe, shape=[tt.numel()]), dim=0)
+        wt = d.prims.reshape(wt, shape=list(tt.sizes))
+        nll = d.prims.mul(nll, wt)
+        if red == "mean":
+            denom = _sum_all(d, d.prims.where(valid, wt, _num(d, 0.0)))
+    elif red == "mean":
+        denom = _sum_all(d, d.prims.convert_element_type(valid, dtype=lt.dtype))
+    zero = _num(d, 0.0)
+    loss = _reduce(d, d.prims.where(valid, nll, zero), red, denom)
+    if ls == 0.0:
+        return loss
+    terms = logp if w is None else d.prims.mul(logp, _channel_weight(d, w, lt.sizes, cdim))
+    smooth = d.prims.neg(d.prims.sum(terms, dims=[cdim]))
+    smooth = _reduce(d, d.prims.where(valid, smooth, zero), red, denom)
+    return d.prims.add(d.prims.mul(loss, _num(d, 1.0 - ls)),
+                       d.prims.mul(smooth, _num(d, ls / classes)))
+
+
+def _ce_probabilities(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | None,
+                      cdim: int, classes: int, ls: float, red: str) -> SSAValue:
+    """Cross entropy with class-probability targets of the input's shape."""
+    lt = _t(logp)
+    if ls > 0.0:
+        target = d.prims.add(d.prims.mul(target, _num(d, 1.0 - ls)), _num(d, ls / classes))
+    terms = d.prims.mul(logp, target)
+    if w is not None:
+        terms = d.prims.mul(terms, _channel_weight(d, w, lt.sizes, cdim))
+    loss = d.prims.neg(d.prims.sum(terms, dims=[cdim]))
+    return _reduce(d, loss, red, _num(d, float(lt.numel() // max(classes, 1))))
+
+
+@decomposes(N.MseLossOp)
+def mse_loss(d: Decomposer, x: SSAValue, target: SSAValue, weight: SSAValue | None,
+             size_average: bool | None = None, reduce: bool | None = None,
+             reduction: str | None = None) -> SSAValue:
+    red = N.legacy_reduction(reduction, size_average, reduce)
+    out = _result(N.MseLossOp, x, target, weight, reduction=red)
+    cd = _acc(out.dtype)
+    shape = tuple(broadcast_shapes(N.MseLossOp.name, _t(x).sizes, _t(target).sizes))
+    a = expand_to(d, to_dtype(d, x, cd), shape)
+    b = expand_to(d, to_dtype(d, target, cd), shape)
+    diff = d.prims.sub(a, b)
+    sq = d.prims.mul(diff, diff)
+    denom = None
+    if weight is not None:
+        wc = to_dtype(d, weight, cd)
+        sq = d.prims.mul(sq, expand_to(d, wc, shape))
+        denom = _sum_all(d, wc)
+    return to_dtype(d, _reduce(d, sq, red, denom), out.dtype)

@@ -19,6 +19,8 @@ class Trace:
     ir: ModuleOp
     pass_name: str = "trace"
     duration_s: float = 0.0
+    final: bool = False  # the execution trace: prints with `del` after last uses
+    source: str | None = None  # for the execution trace: the exact source that runs
 
     def mlir(self) -> str:
         """MLIR text of the program (parses back with `thunder_ir.dialects.program.parse`)."""
@@ -30,7 +32,9 @@ class Trace:
 
         header = (f"# Constructed by {self.pass_name} "
                   f"(took {self.duration_s * 1000:.0f} milliseconds)")
-        return print_python(self.ir, header=header)
+        if self.source is not None:
+            return f"{header}\n{self.source}"
+        return print_python(self.ir, header=header, free_after_last_use=self.final)
 
     def __str__(self) -> str:
         return self.python()

@@ -1,0 +1,199 @@
+"""Compiles a program into a Python callable by executing its printed source.
+
+The reference system promises that the last trace prints as the Python that actually
+runs. `compile_program` keeps that promise literally: it prints the program with
+`thunder_ir.lowering.python_printer.print_python` (with ``del`` after last uses) and
+``exec``s that very text. The text is registered in `linecache` under a unique file name,
+so tracebacks, ``inspect.getsource`` and debuggers show the generated lines.
+
+The printed source imports its op namespaces from this module::
+
+    from thunder_ir.lowering.codegen import ltorch, prims
+
+Each namespace is a module object whose attribute per op (``prims.mul``) is that op's
+reference implementation, called exactly as printed: operands grouped by definition
+(a list for a variadic operand, ``None`` for an absent optional one), params as keywords.
+Ops are bound once, as attributes, so generated code does no per-op dictionary look-ups
+of its own. Fusion kernels are globals of the generated code, named as the region's
+kernel: executors pass compiled ones in ``kernels``; any other region runs its body with
+the reference interpreter.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import linecache
+import weakref
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+from xdsl.dialects.builtin import ModuleOp
+
+from thunder_ir.dialects import ltorch as ltorch_dialect
+from thunder_ir.dialects import prims as prims_dialect
+from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.fusion import RegionOp
+from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.torch import CallOp
+from thunder_ir.lowering.python_printer import CODEGEN_MODULE, print_python, sanitize
+from thunder_ir.runtime.interpreter import run_block
+
+GENERATED_MODULE = "thunder_ir.generated"
+"""``__name__`` of the globals generated code runs in (its functions' ``__module__``)."""
+
+NAMESPACES: dict[str, ModuleType] = {}
+"""Dialect name (``"prims"``) -> the namespace generated code calls that dialect's ops in."""
+
+_BOUND: dict[tuple[str, str], type[ThunderOp]] = {}
+_COUNTER = itertools.count()
+
+
+# --------------------------------------------------------------------------- op namespaces
+
+
+def op_impl(cls: type[ThunderOp]) -> Callable[..., Any]:
+    """The callable generated code calls for ``cls``: ``cls.ref``, or its torch function.
+
+    When an op keeps the default ``ref`` (which forwards to ``TORCH_FN``), the torch
+    function itself is bound, saving a call level per op.
+    """
+    torch_fn = getattr(cls, "TORCH_FN", None)
+    if torch_fn is not None and cls.ref.__func__ is ThunderOp.ref.__func__:  # type: ignore[attr-defined]
+        return torch_fn
+    return cls.ref
+
+
+def namespace(dialect: str) -> ModuleType:
+    """The namespace of a dialect's ops, created empty on first use."""
+    ns = NAMESPACES.get(dialect)
+    if ns is None:
+        ns = ModuleType(
+            f"{CODEGEN_MODULE}.{dialect}",
+            f"Reference implementations of the {dialect} ops, as generated code calls them.",
+        )
+        NAMESPACES[dialect] = ns
+    return ns
+
+
+def bind_op(cls: type[ThunderOp]) -> None:
+    """Makes ``dialect.short`` call ``cls`` in generated code (idempotent).
+
+    Raises:
+        ValueError: another op class is already bound under the same name.
+    """
+    dialect, short = cls.name.split(".", 1)
+    key = (dialect, short)
+    bound = _BOUND.get(key)
+    if bound is cls:
+        return
+    if bound is not None:
+        raise ValueError(
+            f"codegen: {cls.name} is already bound to {bound.__qualname__}; "
+            f"cannot rebind it to {cls.__qualname__}"
+        )
+    setattr(namespace(dialect), short, op_impl(cls))
+    _BOUND[key] = cls
+
+
+def _bind_table(dialect: str, ops: Mapping[str, type[ThunderOp]]) -> ModuleType:
+    for cls in ops.values():
+        bind_op(cls)
+    return namespace(dialect)
+
+
+prims = _bind_table("prims", prims_dialect.OPS)
+ltorch = _bind_table("ltorch", ltorch_dialect.OPS)
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``from thunder_ir.lowering.codegen import <dialect>`` for dialects bound later."""
+    ns = NAMESPACES.get(name)
+    if ns is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return ns
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def interpreted_kernel(region: RegionOp) -> Callable[..., list[Any]]:
+    """A fusion kernel that runs a snapshot of the region's body with the interpreter."""
+    block = region.body.clone().block
+    name = region.kernel.data
+
+    def kernel(*args: Any) -> list[Any]:
+        return run_block(block, args)
+
+    kernel.__name__ = kernel.__qualname__ = name
+    kernel.__doc__ = f"{name} ({region.executor.data}), run by the reference interpreter."
+    return kernel
+
+
+# --------------------------------------------------------------------------- compile
+
+
+def compile_program(
+    module: ModuleOp,
+    kernels: Mapping[str, Callable[..., Any]] | None = None,
+    *,
+    header: str | None = None,
+) -> tuple[Callable[..., Any], str]:
+    """Prints a program as Python (freeing values after their last use) and executes it.
+
+    Args:
+        module: the program (a module with one ``func.func``).
+        kernels: compiled fusion kernels by kernel name. A kernel takes the region's
+            inputs positionally and returns a sequence of its outputs. Regions without
+            one run their body with the reference interpreter.
+        header: comment lines to print first (as `print_python` takes them).
+
+    Returns:
+        ``(fn, source)``: the function the source defines, and the source itself. ``fn``
+        returns the single output itself, a tuple for several outputs, ``()`` for none.
+
+    Raises:
+        ValueError: two fusion regions share a kernel name and no kernel is given for it.
+    """
+    fn_op = main_function(module)
+    given = dict(kernels or {})
+    made: dict[str, RegionOp] = {}
+    scope: dict[str, Any] = {"__name__": GENERATED_MODULE, "__builtins__": builtins}
+    for op in fn_op.body.block.ops:
+        if isinstance(op, RegionOp):
+            name = op.kernel.data
+            if name in given:
+                scope[name] = given[name]
+            elif name in made:
+                raise ValueError(
+                    f"codegen: two fusion regions are named {name!r}; "
+                    "give each region its own kernel name"
+                )
+            else:
+                made[name] = op
+                scope[name] = interpreted_kernel(op)
+        elif isinstance(op, ThunderOp) and not isinstance(op, CallOp):
+            bind_op(type(op))
+    source = print_python(module, header, free_after_last_use=True)
+    fn_name = sanitize(fn_op.sym_name.data)
+    filename = f"<thunder_ir generated {fn_name} #{next(_COUNTER)}>"
+    code = compile(source, filename, "exec")
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(code, scope)
+    fn = scope[fn_name]
+    weakref.finalize(fn, linecache.cache.pop, filename, None)
+    return fn, source
+
+
+__all__ = [
+    "GENERATED_MODULE",
+    "NAMESPACES",
+    "bind_op",
+    "compile_program",
+    "interpreted_kernel",
+    "ltorch",
+    "namespace",
+    "op_impl",
+    "prims",
+]

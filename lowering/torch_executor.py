@@ -1,0 +1,189 @@
+"""The torch executor: it claims ltorch ops it runs directly and lowers ops to torch calls.
+
+Two passes:
+
+* ``claim-torch`` marks (``claimed = "torch"``) the ltorch ops this executor implements
+  with one torch call, so ``decompose-ltorch`` leaves them whole. Without fusion, one eager
+  kernel (``F.softmax``) beats the five prims it decomposes into, so by default the torch
+  executor claims every ltorch op it has a direct implementation for; ``claims`` narrows it.
+* ``lower-to-torch`` rewrites each remaining ``ltorch``/``prims`` op into a ``torch.call``:
+  the op's torch function when its reference *is* that call (``torch.exp(t0)``,
+  ``torch.nn.functional.linear(x, w, None)``), else the op's reference implementation,
+  published under ``thunder_ir.lowering.torch_ops`` so generated code can import it.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.context import Context
+
+import thunder_ir.lowering
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from thunder_ir.dialects.base import OperandRef, ThunderOp
+from thunder_ir.dialects.torch import CallOp, make_call
+
+# Generated code reaches reference implementations through this module's attributes.
+torch_ops = types.ModuleType(
+    "thunder_ir.lowering.torch_ops", "Reference implementations callable from generated code."
+)
+sys.modules["thunder_ir.lowering.torch_ops"] = torch_ops
+thunder_ir.lowering.torch_ops = torch_ops  # type: ignore[attr-defined]
+
+_CALLEES: dict[type, str] = {}
+
+
+def callee_for(cls: type[ThunderOp]) -> str:
+    """The import path generated code calls for ``cls``."""
+    name = _CALLEES.get(cls)
+    if name is None:
+        from thunder_ir.tracing import torch_name
+
+        fn = getattr(cls, "TORCH_FN", None)
+        direct = fn is not None and cls.ref.__func__ is ThunderOp.ref.__func__  # type: ignore[attr-defined]
+        if direct or _DIRECT.get(cls.name):
+            name = torch_name(fn)
+        else:
+            dialect, short = cls.name.split(".", 1)
+            attr = f"{dialect}_{short}"
+            setattr(torch_ops, attr, cls.ref)
+            name = f"thunder_ir.lowering.torch_ops.{attr}"
+        _CALLEES[cls] = name
+    return name
+
+
+# Prims whose custom `ref` only re-casts to the dtype torch already returns.
+_DIRECT = {
+    n: True
+    for n in (
+        "prims.add",
+        "prims.sub",
+        "prims.mul",
+        "prims.remainder",
+        "prims.fmod",
+        "prims.pow",
+        "prims.eq",
+        "prims.ne",
+        "prims.lt",
+        "prims.le",
+        "prims.gt",
+        "prims.ge",
+        "prims.bitwise_and",
+        "prims.bitwise_or",
+        "prims.bitwise_xor",
+        "prims.logical_and",
+        "prims.logical_or",
+    )
+}
+
+
+def lower_op(op: ThunderOp) -> CallOp:
+    """The ``torch.call`` that computes ``op``."""
+    args: list[Any] = []
+    flat = list(op.operands)
+    i = 0
+    variadic_start = 0
+    for g in op.grouped_operands():
+        if g is None:
+            args.append(None)
+        elif isinstance(g, list):
+            variadic_start = i
+            args.append(tuple(OperandRef(i + k) for k in range(len(g))))
+            i += len(g)
+        else:
+            args.append(OperandRef(i))
+            i += 1
+    # Inside an op's params an OperandRef counts within its variadic operand group (getitem's
+    # tensor indices); inside torch.call it counts among all operands.
+    params = {k: _shift_refs(v, variadic_start) for k, v in op.params().items()}
+    call = make_call(
+        callee_for(type(op)), flat, args, params, result_types=[r.type for r in op.results]
+    )
+    if "loc" in op.attributes:
+        call.attributes["loc"] = op.attributes["loc"]
+    return call
+
+
+def _shift_refs(v: Any, offset: int) -> Any:
+    if isinstance(v, OperandRef):
+        return OperandRef(v + offset)
+    if isinstance(v, tuple):
+        return tuple(_shift_refs(x, offset) for x in v)
+    return v
+
+
+@dataclass
+class TorchExecutor:
+    """The executor that runs everything through eager torch calls."""
+
+    name: str = "torch"
+    claims: Callable[[ThunderOp], bool] | None = None
+
+    def can_claim(self, op: ThunderOp) -> bool:
+        """True for ltorch ops this executor runs with one torch call."""
+        if self.claims is not None:
+            return self.claims(op)
+        return getattr(type(op), "TORCH_FN", None) is not None
+
+
+class _Claim(RewritePattern):
+    def __init__(self, executors: tuple[Any, ...]) -> None:
+        self.executors = executors
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from thunder_ir.dialects.ltorch_base import LtorchOp
+
+        if not isinstance(op, LtorchOp) or "claimed" in op.attributes:
+            return
+        for ex in self.executors:
+            if ex.can_claim(op):
+                op.attributes["claimed"] = StringAttr(ex.name)
+                rewriter.has_done_action = True
+                return
+
+
+@dataclass(frozen=True)
+class ClaimPass(ModulePass):
+    """Executors, in priority order, claim the ltorch ops they run whole."""
+
+    name = "claim"
+    executors: tuple[Any, ...] = field(default_factory=lambda: (TorchExecutor(),))
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(_Claim(self.executors), apply_recursively=False).rewrite_module(op)
+
+
+class _Lower(RewritePattern):
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from thunder_ir.dialects.prims import ConstantOp
+
+        if not isinstance(op, ThunderOp) or isinstance(op, CallOp | ConstantOp):
+            return
+        call = lower_op(op)
+        rewriter.replace(op, [call], list(call.results))
+
+
+@dataclass(frozen=True)
+class LowerToTorchPass(ModulePass):
+    """Every ltorch/prims op becomes the ``torch.call`` that computes it."""
+
+    name = "lower-to-torch"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier([_Lower()], dce_enabled=False),
+            apply_recursively=False,
+        ).rewrite_module(op)

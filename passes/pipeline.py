@@ -1,0 +1,259 @@
+"""`Pipeline`: a tuple of named passes with hooks after each.
+
+Why a pipeline object: every compilation runs passes in order, and after each one the
+same things may happen — record a `thunder_ir.trace.Trace` (the pass's name, how long it
+took, a snapshot of the IR) for ``last_traces``, verify the IR, print it. Those are
+hooks chosen once, when the pipeline is built, not ``if config.x:`` branches in the loop::
+
+    traces = Pipeline(("decompose-ltorch", "canonicalize", "cse", "dce")).run(module)
+
+Switches, each a constructor argument that defaults to an environment variable:
+
+* ``verify`` (``THUNDER_IR_VERIFY=1``): verify the input and the IR after every pass.
+  A failure raises `PassVerificationError` naming the pass, the op, its source location
+  and what is wrong. Tests turn it on; it costs about as much as a pass.
+* ``dump`` (``THUNDER_IR_DUMP=1``): print each pass's result as MLIR to stderr.
+* ``record`` (default on): keep a Trace per pass. Snapshots clone the module (linear in
+  its size); turn it off when nobody will read them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, ErasedSSAValue, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import DiagnosticException, VerifyException
+
+from thunder_ir.passes.registry import make_passes
+from thunder_ir.trace import Trace
+
+VERIFY_ENV = "THUNDER_IR_VERIFY"
+DUMP_ENV = "THUNDER_IR_DUMP"
+
+Hook = Callable[[str, ModuleOp, float], None]
+"""Called after each pass with the pass name, the module and the pass's duration (s)."""
+
+
+class PassVerificationError(VerifyException):
+    """The IR does not verify after a pass. The message names the pass and the op."""
+
+    def __init__(self, message: str, pass_name: str, op: Operation | None) -> None:
+        super().__init__(message)
+        self.pass_name = pass_name
+        self.op = op
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+# --------------------------------------------------------------------------- verification
+
+
+def _describe(op: Operation) -> str:
+    loc = op.attributes.get("loc")
+    where = f" at {loc.data}" if loc is not None and hasattr(loc, "data") else ""
+    return f"{op.name}{where}"
+
+
+def _check_dominance(root: Operation) -> tuple[Operation, str] | None:
+    """Finds an op that uses a value not defined before it (straight-line blocks).
+
+    xDSL's verifier does not check SSA dominance; a pass that inserts ops in the wrong
+    place, or forwards an erased value, is caught here. One walk, one set: O(n).
+    """
+    defined: set[SSAValue] = set()
+
+    def block(b: Block) -> tuple[Operation, str] | None:
+        defined.update(b.args)
+        for op in b.ops:
+            for v in op.operands:
+                if v not in defined:
+                    what = "an erased value" if isinstance(v, ErasedSSAValue) else (
+                        f"%{v.name_hint or '?'} before its definition")
+                    return op, f"uses {what}"
+            for r in op.regions:
+                for inner in r.blocks:
+                    bad = block(inner)
+                    if bad is not None:
+                        return bad
+            defined.update(op.results)
+        return None
+
+    for r in root.regions:
+        for b in r.blocks:
+            bad = block(b)
+            if bad is not None:
+                return bad
+    return None
+
+
+def verify_module(module: ModuleOp, pass_name: str = "input") -> None:
+    """Verifies ``module`` (every op's verifier, then def-before-use of every value).
+
+    Raises:
+        PassVerificationError: naming ``pass_name``, the failing op and the reason.
+    """
+    try:
+        module.verify()
+    except (VerifyException, DiagnosticException, ValueError) as e:  # xDSL raises all three
+        op, reason = _first_invalid_op(module)
+        if op is None:
+            reason = str(e)
+        reason = reason.removeprefix("Operation does not verify: ")
+        what = _describe(op) if op is not None else "the module"
+        raise PassVerificationError(
+            f"IR does not verify after pass {pass_name!r}: {what}: {reason}", pass_name, op
+        ) from e
+    bad = _check_dominance(module)
+    if bad is not None:
+        op, reason = bad
+        raise PassVerificationError(
+            f"IR does not verify after pass {pass_name!r}: {_describe(op)} {reason}",
+            pass_name, op)
+
+
+def _first_invalid_op(module: ModuleOp) -> tuple[Operation | None, str]:
+    """The innermost first op whose own checks fail, and why (only on the error path)."""
+    for op in module.walk(region_first=True):
+        try:
+            op.verify(verify_nested_ops=False)
+        except (VerifyException, DiagnosticException, ValueError) as e:
+            return op, str(e)
+    return None, ""
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+@dataclass
+class TraceRecorder:
+    """The hook that records a `Trace` (a clone of the module) after each pass."""
+
+    traces: list[Trace] = field(default_factory=list)
+
+    def __call__(self, pass_name: str, module: ModuleOp, duration_s: float) -> None:
+        self.traces.append(Trace(ir=module.clone(), pass_name=pass_name,
+                                 duration_s=duration_s))
+
+
+def verify_hook(pass_name: str, module: ModuleOp, duration_s: float) -> None:
+    """The hook that verifies the IR a pass left (see `verify_module`)."""
+    verify_module(module, pass_name)
+
+
+def dump_hook(stream: TextIO | None = None) -> Hook:
+    """A hook printing the IR after each pass (to stderr by default)."""
+
+    def dump(pass_name: str, module: ModuleOp, duration_s: float) -> None:
+        out = stream if stream is not None else sys.stderr
+        out.write(f"// ----- IR after {pass_name} ({duration_s * 1e3:.1f} ms)\n{module}\n")
+        out.flush()
+
+    return dump
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+def _context() -> Context:
+    global _CTX
+    if _CTX is None:
+        from thunder_ir.dialects.program import context
+
+        _CTX = context()
+    return _CTX
+
+
+_CTX: Context | None = None
+
+
+class Pipeline:
+    """A tuple of passes, run in order, with hooks after each.
+
+    Args:
+        passes: pass instances, or specs resolved through the registry: names
+            (``"cse"``), names with options (``"my-pass{n=2}"``) or one comma-separated
+            string.
+        verify: verify the input and the IR after each pass (default: ``THUNDER_IR_VERIFY``).
+        dump: print the IR after each pass to stderr (default: ``THUNDER_IR_DUMP``).
+        record: record a `Trace` after each pass.
+        hooks: more hooks, called after the built-in ones.
+    """
+
+    def __init__(self, passes: str | Iterable[str | ModulePass], *,
+                 verify: bool | None = None, dump: bool | None = None, record: bool = True,
+                 hooks: Sequence[Hook] = ()) -> None:
+        specs = [passes] if isinstance(passes, str) else list(passes)
+        resolved: list[ModulePass] = []
+        for p in specs:
+            resolved.extend(make_passes(p) if isinstance(p, str) else (p,))
+        self.passes: tuple[ModulePass, ...] = tuple(resolved)
+        self.verify = _env_flag(VERIFY_ENV) if verify is None else verify
+        self.dump = _env_flag(DUMP_ENV) if dump is None else dump
+        self.record = record
+        self.extra_hooks = tuple(hooks)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The pass names, in order."""
+        return tuple(p.name for p in self.passes)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({', '.join(self.names)})"
+
+    def run(self, module: ModuleOp, ctx: Context | None = None) -> list[Trace]:
+        """Runs every pass on ``module`` in place; returns one `Trace` per pass.
+
+        Raises:
+            PassVerificationError: with ``verify``, when the input or a pass's result
+                does not verify.
+        """
+        recorder = TraceRecorder()
+        hooks: list[Hook] = []
+        if self.verify:
+            hooks.append(verify_hook)
+        if self.record:
+            hooks.append(recorder)
+        if self.dump:
+            hooks.append(dump_hook())
+        hooks.extend(self.extra_hooks)
+        ctx = ctx if ctx is not None else _context()
+        if self.verify:
+            verify_module(module, "input")
+        clock = time.perf_counter
+        for p in self.passes:
+            start = clock()
+            p.apply(ctx, module)
+            duration = clock() - start
+            for hook in hooks:
+                hook(p.name, module, duration)
+        return recorder.traces
+
+
+def run_passes(module: ModuleOp, passes: str | Iterable[str | ModulePass], **kw: bool
+               ) -> list[Trace]:
+    """Shorthand: ``Pipeline(passes, **kw).run(module)``."""
+    return Pipeline(passes, **kw).run(module)
+
+
+__all__ = [
+    "DUMP_ENV",
+    "VERIFY_ENV",
+    "Hook",
+    "PassVerificationError",
+    "Pipeline",
+    "TraceRecorder",
+    "dump_hook",
+    "run_passes",
+    "verify_hook",
+    "verify_module",
+]

@@ -1,0 +1,340 @@
+"""thunder_ir.jit end to end for inference: models against eager, cache, errors, traces."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from models import GPT2, MLP, Config, LlamaGPT, LLaMAMLP
+from torch import nn
+
+import thunder_ir
+
+
+def _max_dev(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+# --------------------------------------------------------------------------- models
+
+
+def test_llamamlp_matches_eager_and_prints_like_the_seed() -> None:
+    torch.manual_seed(0)
+    m = LLaMAMLP(64, 172)
+    for p in m.parameters():
+        p.requires_grad_(False)
+    tm = thunder_ir.jit(m)
+    assert isinstance(tm, thunder_ir.ThunderModule)
+    assert isinstance(tm, nn.Module)
+    assert str(tm).startswith("ThunderModule(\n  (_model): LLaMAMLP(")
+    x = torch.randn(2, 16, 64)
+    assert _max_dev(tm(x), m(x)) <= 1e-6
+    src = str(thunder_ir.last_traces(tm)[-1])
+    assert "def computation(x, t_fc_1_weight, t_fc_2_weight, t_proj_weight):" in src
+    assert '# x: "cpu f32[2, 16, 64]"' in src
+    assert "del " in src
+
+
+def test_mlp_eval_matches_eager() -> None:
+    torch.manual_seed(0)
+    m = MLP().eval().requires_grad_(False)
+    tm = thunder_ir.jit(m)
+    x = torch.randn(8, 784)
+    assert _max_dev(tm(x), m(x)) <= 1e-5
+
+
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_llama_gpt_matches_eager(tie: bool, use_mask: bool) -> None:
+    torch.manual_seed(0)
+    m = LlamaGPT(Config(tie_embeddings=tie)).eval()
+    tm = thunder_ir.jit(m)
+    idx = torch.randint(0, 96, (2, 16))
+    with torch.no_grad():
+        assert _max_dev(tm(idx, None, use_mask), m(idx, None, use_mask)) <= 1e-5
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_gpt2_matches_eager(flash: bool) -> None:
+    torch.manual_seed(0)
+    m = GPT2(Config(), flash=flash).eval()
+    tm = thunder_ir.jit(m)
+    idx = torch.randint(0, 96, (2, 16))
+    targets = torch.randint(0, 96, (2, 16))
+    with torch.no_grad():
+        logits, loss = tm(idx, targets)
+        e_logits, e_loss = m(idx, targets)
+        assert _max_dev(logits, e_logits) <= 1e-5
+        assert _max_dev(loss, e_loss) <= 1e-5
+        logits, loss = tm(idx)
+        assert loss is None
+        assert logits.shape == (2, 1, 96)
+        assert _max_dev(logits, m(idx)[0]) <= 1e-5
+
+
+def test_module_shares_parameters_and_state() -> None:
+    m = LLaMAMLP(8, 16)
+    tm = thunder_ir.jit(m)
+    assert tm.state_dict().keys() == m.state_dict().keys()
+    assert all(a is b for a, b in zip(tm.parameters(), m.parameters()))
+    assert [n for n, _ in tm.named_modules()] == [n for n, _ in m.named_modules()]
+    assert tm.fc_1 is m.fc_1
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        m.fc_1.weight.mul_(2)  # an update through the original shows in the jitted module
+        assert _max_dev(tm(x), m(x)) <= 1e-6
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def test_cache_hits_misses_and_recompiles() -> None:
+    calls = []
+
+    def f(x: torch.Tensor, n: int) -> torch.Tensor:
+        calls.append(1)
+        return x * n
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(3)
+    jf(x, 2)
+    jf(x, 2)
+    jf(torch.randn(3), 2)
+    assert (thunder_ir.cache_misses(jf), thunder_ir.cache_hits(jf)) == (1, 2)
+    assert len(calls) == 1  # a repeated key never re-traces
+    torch.testing.assert_close(jf(x, 3), x * 3)  # a new non-tensor value recompiles
+    jf(torch.randn(4), 2)  # a new shape recompiles
+    jf(x.double(), 2)  # a new dtype recompiles
+    assert thunder_ir.cache_misses(jf) == 4
+    with torch.no_grad():
+        jf(x, 2)  # grad mode is part of the key
+    assert thunder_ir.cache_misses(jf) == 5
+
+
+def test_module_state_changes_recompile() -> None:
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    tm = thunder_ir.jit(m)
+    x = torch.randn(2, 4)
+    m.eval()
+    with torch.no_grad():
+        out = tm(x)
+        torch.testing.assert_close(out, m(x))
+        tm(x)
+        assert thunder_ir.cache_misses(tm) == 1
+        m.train()  # a training flag is part of the key
+        tm(x)
+        assert thunder_ir.cache_misses(tm) == 2
+        m.eval()
+        m[0].weight = nn.Parameter(torch.randn(4, 4))  # a replaced parameter is noticed
+        torch.testing.assert_close(tm(x), m(x))
+        m.double()  # .to()/.double() changes dtypes in place
+        torch.testing.assert_close(tm(x.double()), m(x.double()))
+
+
+def test_prologue_trace_prints() -> None:
+    jf = thunder_ir.jit(lambda x: x + 1)
+    jf(torch.randn(2))
+    src = thunder_ir.last_prologue_traces(jf)[0]
+    assert src.startswith("def prologue(")
+
+
+# --------------------------------------------------------------------------- calling conventions
+
+
+@dataclasses.dataclass
+class Output:
+    logits: torch.Tensor
+    aux: torch.Tensor | None = None
+
+
+torch.utils._pytree.register_dataclass(Output)
+
+
+def test_nested_inputs_outputs_and_registered_containers() -> None:
+    def f(inputs: dict, scale: float = 2.0, *, bias: torch.Tensor | None = None) -> Output:
+        a, (b, c) = inputs["pair"], inputs["rest"]
+        y = a * scale + b - c
+        if bias is not None:
+            y = y + bias
+        return Output(logits=y, aux=None)
+
+    jf = thunder_ir.jit(f)
+    inp = {"pair": torch.randn(3), "rest": [torch.randn(3), torch.randn(3)]}
+    out = jf(inp, 3.0, bias=torch.ones(3))
+    ref = f(inp, 3.0, bias=torch.ones(3))
+    assert isinstance(out, Output)
+    torch.testing.assert_close(out.logits, ref.logits)
+    assert out.aux is None
+
+    def g(x: torch.Tensor) -> collections.OrderedDict:
+        return collections.OrderedDict(a=x + 1, b=(x, 3))
+
+    out = thunder_ir.jit(g)(torch.zeros(2))
+    assert isinstance(out, collections.OrderedDict)
+    assert out["b"][1] == 3
+
+
+def test_wrong_number_of_arguments_raises_type_error() -> None:
+    tm = thunder_ir.jit(LLaMAMLP(4, 8))
+    with pytest.raises(TypeError, match="forward"):
+        tm()
+    jf = thunder_ir.jit(lambda x, y: x + y)
+    with pytest.raises(TypeError):
+        jf(torch.randn(2))
+
+
+def test_real_model_idioms() -> None:
+    def f(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if torch.jit.is_tracing() or torch.jit.is_scripting():
+            raise AssertionError("not expected")
+        pos = torch.arange(x.shape[-1], device=x.device)
+        big_neg = torch.finfo(x.dtype).min
+        if mask is None:
+            mask = pos[None, :] > pos[:, None]
+        return (x + pos).masked_fill(mask, big_neg).softmax(-1)
+
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(thunder_ir.jit(f)(x), f(x))
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("body", [
+    lambda x: x * 2 if x.sum() > 0 else x,
+    lambda x: x + x.sum().item(),
+    lambda x: x[x > 0],
+    lambda x: torch.tensor(x.tolist()),
+])
+def test_data_dependent_errors_are_clear(body) -> None:
+    jf = thunder_ir.jit(body)
+    with pytest.raises(thunder_ir.DataDependentError) as e:
+        jf(torch.randn(4))
+    msg = str(e.value)
+    assert "test_jit.py:" in msg
+    assert "not known while tracing" in msg
+
+
+def test_failure_while_tracing_leaves_module_untouched() -> None:
+    class Bad(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.count.add_(1)
+            y = self.lin(x)
+            if y.mean() > 0:
+                return y
+            return -y
+
+    m = Bad()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    params_before = [id(p) for p in m.parameters()]
+    with pytest.raises(thunder_ir.DataDependentError):
+        thunder_ir.jit(m)(torch.randn(2, 3))
+    assert [id(p) for p in m.parameters()] == params_before
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, before[k])
+        assert not isinstance(v, thunder_ir.proxy.TensorProxy)
+
+
+# --------------------------------------------------------------------------- in-place
+
+
+def test_inplace_ops_are_functionalized() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y.add_(1)
+        y += 3
+        y[0] = -1.0
+        y.masked_fill_(y > 100, 0.0)
+        z = torch.zeros_like(y)
+        z.copy_(y)
+        return z
+
+    x = torch.randn(4)
+    torch.testing.assert_close(thunder_ir.jit(f)(x), f(x.clone()))
+
+
+def test_writes_to_inputs_and_buffers_are_written_back() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x + 1
+
+    x = torch.ones(3)
+    out = thunder_ir.jit(f)(x)
+    torch.testing.assert_close(x, torch.full((3,), 2.0))
+    torch.testing.assert_close(out, torch.full((3,), 3.0))
+
+    class Counter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("n", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.n += 1
+            return x * self.n
+
+    m = Counter()
+    tm = thunder_ir.jit(m)
+    tm(torch.ones(2))
+    out = tm(torch.ones(2))
+    assert m.n.item() == 2.0
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+
+
+def test_inplace_through_a_view_is_rejected() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1
+        v = y[0]
+        v.add_(1)
+        return y
+
+    with pytest.raises(thunder_ir.ThunderTraceError, match="view"):
+        thunder_ir.jit(f)(torch.randn(3, 2))
+
+
+# --------------------------------------------------------------------------- fallback, traces
+
+
+def test_unknown_torch_function_falls_back_to_torch_call() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, dim=0).repeat_interleave(2) + 1
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(5)
+    torch.testing.assert_close(jf(x), f(x))
+    first = str(thunder_ir.last_traces(jf)[0])
+    assert "torch.cumsum(" in first
+
+
+def test_traces_list_every_pass_and_final_trace_reexecutes() -> None:
+    m = LLaMAMLP(8, 16).eval().requires_grad_(False)
+    tm = thunder_ir.jit(m)
+    x = torch.randn(2, 8)
+    out = tm(x)
+    traces = thunder_ir.last_traces(tm)
+    names = [t.pass_name for t in traces]
+    assert names[0] == "trace" and names[-1] == "del-last-used"
+    assert "decompose-ltorch" in names and "lower-to-torch" in names
+    src = str(traces[-1])
+    assert src.startswith("# Constructed by del-last-used")
+    g: dict = {}
+    exec(compile(src, "<trace>", "exec"), g)
+    again = g["computation"](x, m.fc_1.weight, m.fc_2.weight, m.proj.weight)
+    torch.testing.assert_close(again, out)
+
+
+def test_trace_records_user_source_location() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x)  # the location recorded for this op
+
+    jf = thunder_ir.jit(f)
+    jf(torch.randn(2))
+    mlir = thunder_ir.last_traces(jf)[0].mlir()
+    assert "test_jit.py:" in mlir

@@ -1,0 +1,531 @@
+"""Passes: the registry (by call and by entry point), the pipeline and its hooks, the
+RNG safety of cse/dce, and each canonicalization pattern (checked against the
+interpreter on real inputs)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.traits import Pure
+
+from thunder_ir.dialects import fusion, ltorch, prims
+from thunder_ir.dialects.base import build
+from thunder_ir.dialects.program import Program, main_function
+from thunder_ir.dialects.torch import CallOp, make_call
+from thunder_ir.dialects.types import number_type, tensor_type
+from thunder_ir.passes import registry
+from thunder_ir.passes.canonicalize import CanonicalizePass, exact_conversion
+from thunder_ir.passes.cse_dce import CSEPass, DCEPass
+from thunder_ir.passes.pipeline import (
+    DUMP_ENV,
+    VERIFY_ENV,
+    PassVerificationError,
+    Pipeline,
+    verify_module,
+)
+from thunder_ir.runtime.interpreter import run
+
+F32 = tensor_type((2, 3), torch.float32)
+CTX = Context()
+
+# --------------------------------------------------------------------------- helpers
+
+
+def program(body: Callable[..., Any], arg_types: Sequence[Attribute] = (F32, F32),
+            loc: str | None = "test.py:1") -> ModuleOp:
+    """Builds ``body(P, *args) -> outputs`` into a module (P builds prims)."""
+    p = Program("computation", list(arg_types), [f"a{i}" for i in range(len(arg_types))])
+    if loc is not None:
+        p.emitter.loc = StringAttr(loc)
+    out = body(p.emitter.ns(prims.OPS), *p.args)
+    return p.finish(list(out) if isinstance(out, list | tuple) else [out])
+
+
+def names(module: ModuleOp) -> list[str]:
+    """Op names of the program's body, terminator excluded."""
+    return [op.name for op in main_function(module).body.block.ops][:-1]
+
+
+def apply(pass_: ModulePass, module: ModuleOp) -> ModuleOp:
+    pass_.apply(CTX, module)
+    verify_module(module, pass_.name)
+    return module
+
+
+def uniform(P: Any, seed: int = 1, offset: int = 2) -> SSAValue:
+    return P.uniform(P.constant(value=seed), P.constant(value=offset), shape=(2, 3),
+                     minval=0.0, maxval=1.0, device="cpu", dtype=torch.float32)
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class NegateAllPass(ModulePass):
+    """A user pass: appends nothing, counts its runs."""
+
+    name = "user-noop"
+    runs: list[int] | None = None
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class EntryPointPass(ModulePass):
+    """A pass that an entry point names."""
+
+    name = "ep-pass"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        pass
+
+
+def test_builtin_passes_are_registered() -> None:
+    assert {"decompose-ltorch", "cse", "dce", "canonicalize"} <= set(registry.available_passes())
+    for n in ("decompose-ltorch", "cse", "dce", "canonicalize"):
+        cls = registry.get_pass(n)
+        assert issubclass(cls, ModulePass) and cls.name == n
+
+
+def test_unknown_pass_lists_the_available_ones() -> None:
+    with pytest.raises(registry.UnknownPassError) as e:
+        registry.get_pass("cs")
+    msg = str(e.value)
+    assert "unknown pass 'cs'" in msg and "Did you mean 'cse'" in msg
+    assert "canonicalize, cse, dce, decompose-ltorch" in msg
+
+
+def test_register_pass_by_call() -> None:
+    try:
+        registry.register_pass(NegateAllPass)
+        assert "user-noop" in registry.available_passes()
+        assert registry.get_pass("user-noop") is NegateAllPass
+        with pytest.raises(ValueError, match="already registered"):
+            registry.register_pass(NegateAllPass)
+        assert Pipeline("user-noop,cse").names == ("user-noop", "cse")
+    finally:
+        registry.unregister_pass("user-noop")
+    assert "user-noop" not in registry.available_passes()
+
+
+def test_register_pass_factory_replace_and_names() -> None:
+    with pytest.raises(ValueError, match="needs name="):
+        registry.register_pass(lambda: NegateAllPass)
+    with pytest.raises(ValueError, match="kebab-case"):
+        registry.register_pass(lambda: NegateAllPass, name="Bad_Name")
+    try:
+        registry.register_pass(lambda: NegateAllPass, name="via-factory")
+        assert registry.get_pass("via-factory") is NegateAllPass
+        registry.register_pass(NegateAllPass, name="cse", replace=True)
+        assert registry.get_pass("cse") is NegateAllPass
+    finally:
+        registry.unregister_pass("via-factory")
+        registry.unregister_pass("cse")
+    assert registry.get_pass("cse") is CSEPass  # the built-in comes back
+
+
+def test_entry_point_passes_load_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
+    loads: list[str] = []
+
+    def factory() -> type[ModulePass]:
+        loads.append("ep-pass")
+        return EntryPointPass
+
+    # An importable object for the entry point to name: this module's `factory`.
+    monkeypatch.setattr(f"{__name__}._ep_factory", factory, raising=False)
+    ep = importlib.metadata.EntryPoint(name="ep-pass", value=f"{__name__}:_ep_factory",
+                                       group=registry.ENTRY_POINT_GROUP)
+    clash = importlib.metadata.EntryPoint(name="cse", value=f"{__name__}:_ep_factory",
+                                          group=registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "entry_points",
+                        lambda group: [ep, clash] if group == registry.ENTRY_POINT_GROUP else [])
+    try:
+        with pytest.warns(UserWarning, match="already registered"):
+            assert "ep-pass" in registry.available_passes()
+        assert loads == []  # listed, not loaded
+        assert registry.get_pass("ep-pass") is EntryPointPass
+        assert loads == ["ep-pass"]
+        assert registry.get_pass("cse") is CSEPass  # a plugin cannot shadow a built-in
+        traces = Pipeline("ep-pass").run(program(lambda P, a, b: P.add(a, b)))
+        assert [t.pass_name for t in traces] == ["ep-pass"]
+    finally:
+        registry.unregister_pass("ep-pass")
+
+
+def test_entry_point_with_a_bad_object_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(f"{__name__}._ep_bad", 42, raising=False)
+    ep = importlib.metadata.EntryPoint(name="bad-pass", value=f"{__name__}:_ep_bad",
+                                       group=registry.ENTRY_POINT_GROUP)
+    registry.load_entry_points([ep])
+    try:
+        with pytest.raises(TypeError, match="expected a ModulePass subclass"):
+            registry.get_pass("bad-pass")
+    finally:
+        registry.unregister_pass("bad-pass")
+
+
+def test_pass_specs_with_options() -> None:
+    (p,) = registry.make_passes("cse")
+    assert isinstance(p, CSEPass)
+    assert [type(x) for x in registry.make_passes("cse,dce")] == [CSEPass, DCEPass]
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+def _sample_program() -> ModuleOp:
+    def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
+        x = P.exp(a)
+        y = P.exp(a)  # duplicate
+        P.neg(b)  # dead
+        return P.add(x, y)
+
+    return program(body)
+
+
+def test_pipeline_records_a_trace_per_pass() -> None:
+    module = _sample_program()
+    traces = Pipeline(("cse", "dce"), verify=True).run(module)
+    assert [t.pass_name for t in traces] == ["cse", "dce"]
+    assert all(t.duration_s >= 0 for t in traces)
+    assert all(t.ir is not module for t in traces)
+    # cse merges the exps (and erases the dead neg, which is trivially dead)
+    assert names(traces[0].ir) == ["prims.exp", "prims.add"]
+    assert names(module) == ["prims.exp", "prims.add"]
+    assert "prims.exp" in traces[-1].mlir()
+
+
+def test_pipeline_snapshots_are_independent() -> None:
+    module = _sample_program()
+    traces = Pipeline(("canonicalize",), record=True).run(module)
+    before = str(traces[0].ir)
+    Pipeline("cse").run(module)
+    assert str(traces[0].ir) == before
+
+
+def test_pipeline_hooks_and_record_off() -> None:
+    seen: list[tuple[str, int]] = []
+    traces = Pipeline("cse,dce", record=False,
+                      hooks=[lambda n, m, d: seen.append((n, len(names(m))))]
+                      ).run(_sample_program())
+    assert traces == []
+    assert seen == [("cse", 2), ("dce", 2)]
+
+
+@dataclass(frozen=True)
+class BreakShapesPass(ModulePass):
+    """Rewrites the first prims.add to add tensors of different shapes."""
+
+    name = "break-shapes"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for o in op.walk():
+            if isinstance(o, prims.AddOp):
+                t = tensor_type((3, 2), torch.float32)
+                bad = prims.ReshapeOp.create(operands=[o.rhs], result_types=[t],
+                                             properties={"shape": _ints(3, 2)})
+                o.parent_block().insert_op_before(bad, o)  # type: ignore[union-attr]
+                o.operands = (o.lhs, bad.results[0])
+                return
+
+
+@dataclass(frozen=True)
+class UseErasedPass(ModulePass):
+    """Erases the first exp although it is used (a classic pass bug)."""
+
+    name = "use-erased"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for o in op.walk():
+            if isinstance(o, prims.ExpOp):
+                o.parent_block().erase_op(o, safe_erase=False)  # type: ignore[union-attr]
+                return
+
+
+def _ints(*v: int) -> Attribute:
+    from xdsl.dialects.builtin import DenseArrayBase, i64
+
+    return DenseArrayBase.from_list(i64, list(v))
+
+
+def test_verify_names_the_pass_and_the_op() -> None:
+    with pytest.raises(PassVerificationError) as e:
+        Pipeline([CSEPass(), BreakShapesPass()], verify=True).run(_sample_program())
+    msg = str(e.value)
+    assert "after pass 'break-shapes'" in msg
+    assert "prims.add at test.py:1" in msg and "(2, 3) and (3, 2) differ" in msg
+    assert e.value.pass_name == "break-shapes" and isinstance(e.value.op, prims.AddOp)
+
+
+def test_verify_catches_uses_of_erased_values() -> None:
+    msg = "after pass 'use-erased': prims.add at test.py:1: Erased SSA value"
+    with pytest.raises(PassVerificationError, match=re.escape(msg)):
+        Pipeline([UseErasedPass()], verify=True).run(_sample_program())
+
+
+def test_verify_checks_the_input_and_reads_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _sample_program()
+    BreakShapesPass().apply(CTX, module)
+    monkeypatch.setenv(VERIFY_ENV, "1")
+    with pytest.raises(PassVerificationError, match="after pass 'input'"):
+        Pipeline("cse").run(module)
+    monkeypatch.setenv(VERIFY_ENV, "0")
+    Pipeline("dce").run(module)  # not verified: no error
+
+
+def test_dump_prints_each_pass(monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(DUMP_ENV, "1")
+    Pipeline("cse,dce").run(_sample_program())
+    err = capsys.readouterr().err
+    assert "// ----- IR after cse" in err and "// ----- IR after dce" in err
+    assert '"prims.exp"' in err
+
+
+# --------------------------------------------------------------------------- cse / dce
+
+
+def test_rng_ops_are_not_pure() -> None:
+    assert prims.UniformOp.has_trait(Pure) is False
+    assert CallOp.has_trait(Pure) is False
+    dropout = ltorch.OPS.get("dropout")
+    if dropout is not None:
+        assert dropout.has_trait(Pure) is False
+
+
+def test_cse_keeps_identical_rng_draws_and_merges_pure_ops() -> None:
+    def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
+        return [uniform(P), uniform(P), P.exp(a), P.exp(a)]
+
+    m = apply(CSEPass(), program(body))
+    ops = names(m)
+    assert ops.count("prims.uniform") == 2
+    assert ops.count("prims.exp") == 1
+    assert ops.count("prims.constant") == 2  # the seeds/offsets merged
+
+
+def test_cse_ignores_source_locations() -> None:
+    p = Program("computation", [F32], ["a"])
+    P = p.emitter.ns(prims.OPS)
+    p.emitter.loc = StringAttr("model.py:3")
+    x = P.exp(p.args[0])
+    p.emitter.loc = StringAttr("model.py:7")
+    y = P.exp(p.args[0])
+    m = apply(CSEPass(), p.finish([P.add(x, y)]))
+    exp = next(op for op in m.walk() if isinstance(op, prims.ExpOp))
+    assert names(m) == ["prims.exp", "prims.add"]
+    assert exp.attributes["loc"] == StringAttr("model.py:3")  # the first one stays
+
+
+def test_cse_distinguishes_properties_and_types() -> None:
+    def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
+        return [P.sum(a, dims=(0,)), P.sum(a, dims=(1,)),
+                P.convert_element_type(a, dtype=torch.float16),
+                P.convert_element_type(a, dtype=torch.bfloat16)]
+
+    assert len(names(apply(CSEPass(), program(body)))) == 4
+
+
+def test_dce_keeps_unused_rng_and_torch_calls() -> None:
+    p = Program("computation", [F32, F32], ["a", "b"])
+    P = p.emitter.ns(prims.OPS)
+    a, b = p.args
+    uniform(P)  # unused draw: advances the stream, stays
+    call = make_call("torch.exp", [a], [prims_operand(0)])
+    p.block.add_op(call)  # unused opaque call: may have effects, stays
+    dead = P.neg(P.exp(a))  # dead chain: goes
+    del dead
+    m = apply(DCEPass(), p.finish([P.add(a, b)]))
+    assert names(m) == ["prims.constant", "prims.constant", "prims.uniform", "torch.call",
+                        "prims.add"]
+
+
+def prims_operand(i: int) -> Any:
+    from thunder_ir.dialects.base import OperandRef
+
+    return OperandRef(i)
+
+
+def test_dce_keeps_fusion_regions_holding_rng() -> None:
+    p = Program("computation", [F32], ["a"])
+    a = p.args[0]
+    n = number_type(int)
+
+    def region(with_rng: bool) -> Operation:
+        body = Block(arg_types=[F32, n, n])
+        x, seed, off = body.args
+        if with_rng:
+            u = build(prims.UniformOp, seed, off, shape=(2, 3), minval=0.0, maxval=1.0,
+                      device="cpu", dtype=torch.float32)
+            body.add_op(u)
+            y = build(prims.AddOp, x, u.results[0])
+        else:
+            y = build(prims.ExpOp, x)
+        body.add_op(y)
+        body.add_op(fusion.YieldOp.create(operands=[y.results[0]]))
+        return fusion.RegionOp.create(
+            operands=[a, seed_v, off_v], result_types=[F32], regions=[Region(body)],
+            properties={"executor": StringAttr("torch"), "kernel": StringAttr("k")})
+
+    P = p.emitter.ns(prims.OPS)
+    seed_v, off_v = P.constant(value=1), P.constant(value=2)
+    p.block.add_op(region(True))
+    p.block.add_op(region(False))
+    m = apply(DCEPass(), p.finish([a]))
+    kept = [op for op in main_function(m).body.block.ops if isinstance(op, fusion.RegionOp)]
+    assert len(kept) == 1 and any(isinstance(o, prims.UniformOp) for o in kept[0].walk())
+
+
+def test_dce_erases_dead_chains_in_one_walk() -> None:
+    def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
+        x = a
+        for _ in range(50):
+            x = P.exp(x)
+        return P.add(a, b)
+
+    assert names(apply(DCEPass(), program(body))) == ["prims.add"]
+
+
+# --------------------------------------------------------------------------- canonicalize
+
+
+def canonical(body: Callable[..., Any], arg_types: Sequence[Attribute] = (F32, F32)
+              ) -> tuple[list[str], ModuleOp]:
+    """Canonicalizes, checks result types and values are unchanged, returns op names."""
+    module = program(body, arg_types)
+    before = module.clone()
+    apply(CanonicalizePass(), module)
+    fn_before, fn_after = main_function(before), main_function(module)
+    assert fn_before.function_type == fn_after.function_type
+    torch.manual_seed(0)
+    args = [_sample(t) for t in arg_types]
+    for x, y in zip(run(before, *args), run(module, *args), strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        torch.testing.assert_close(x, y, rtol=0, atol=0, equal_nan=True)
+    return names(module), module
+
+
+def _sample(t: Any) -> torch.Tensor:
+    if t.dtype.is_floating_point:
+        x = torch.randn(t.sizes, dtype=t.dtype)
+        if x.numel():
+            x.view(-1)[0] = -0.0  # signed zeros must survive
+        return x
+    if t.dtype == torch.bool:
+        return torch.randint(0, 2, t.sizes).bool()
+    return torch.randint(-100, 100, t.sizes, dtype=t.dtype)
+
+
+def test_convert_to_same_dtype_folds() -> None:
+    ops, _ = canonical(lambda P, a, b: P.exp(P.convert_element_type(a, dtype=torch.float32)))
+    assert ops == ["prims.exp"]
+
+
+def test_convert_round_trip_folds_only_when_exact() -> None:
+    ops, _ = canonical(lambda P, a, b: P.convert_element_type(
+        P.convert_element_type(a, dtype=torch.float64), dtype=torch.float32))
+    assert ops == []
+    ops, _ = canonical(lambda P, a, b: P.convert_element_type(
+        P.convert_element_type(a, dtype=torch.float16), dtype=torch.float32))
+    assert ops == ["prims.convert_element_type"] * 2  # f32 -> f16 rounds
+    f16 = tensor_type((2, 3), torch.float16)
+    ops, _ = canonical(lambda P, a, b: P.convert_element_type(
+        P.convert_element_type(a, dtype=torch.float32), dtype=torch.float64), (f16, f16))
+    assert ops == ["prims.convert_element_type"]  # f16 -> f32 -> f64 is one exact widening
+    i32 = tensor_type((2, 3), torch.int32)
+    ops, _ = canonical(lambda P, a, b: P.convert_element_type(
+        P.convert_element_type(a, dtype=torch.float64), dtype=torch.int32), (i32, i32))
+    assert ops == []
+
+
+def test_exact_conversion_table() -> None:
+    assert exact_conversion(torch.bool, torch.float16)
+    assert exact_conversion(torch.uint8, torch.bfloat16)
+    assert exact_conversion(torch.int16, torch.float32)
+    assert not exact_conversion(torch.int16, torch.float16)
+    assert not exact_conversion(torch.int64, torch.float64)
+    assert not exact_conversion(torch.float16, torch.bfloat16)
+    assert not exact_conversion(torch.bfloat16, torch.float16)
+    assert not exact_conversion(torch.float32, torch.int64)
+    assert not exact_conversion(torch.int8, torch.uint8)
+    assert not exact_conversion(torch.int32, torch.bool)
+
+
+def test_reshapes_fold() -> None:
+    ops, _ = canonical(lambda P, a, b: P.exp(P.reshape(a, shape=(2, 3))))
+    assert ops == ["prims.exp"]
+    ops, m = canonical(lambda P, a, b: P.reshape(P.reshape(P.reshape(a, shape=(6,)),
+                                                          shape=(3, 2)), shape=(1, 6)))
+    assert ops == ["prims.reshape"]
+    (r,) = [op for op in m.walk() if isinstance(op, prims.ReshapeOp)]
+    assert r.x == main_function(m).args[0] and r.attributes["loc"] == StringAttr("test.py:1")
+    ops, _ = canonical(lambda P, a, b: P.reshape(P.reshape(a, shape=(6,)), shape=(2, 3)))
+    assert ops == []
+
+
+def test_reshape_with_other_users_stays() -> None:
+    ops, _ = canonical(lambda P, a, b: [P.reshape(P.reshape(a, shape=(6,)), shape=(3, 2)),
+                                        P.reshape(a, shape=(6,))])
+    assert ops == ["prims.reshape", "prims.reshape"]
+
+
+def test_identity_broadcast_transpose_squeeze_fold() -> None:
+    ops, _ = canonical(lambda P, a, b: P.add(
+        P.broadcast_in_dim(a, shape=(2, 3), broadcast_dims=(0, 1)),
+        P.transpose(P.squeeze(b, dims=()), permutation=(0, 1))))
+    assert ops == ["prims.add"]
+    # not identities: real broadcast, real transpose, real squeeze
+    t = tensor_type((1, 3), torch.float32)
+    ops, _ = canonical(lambda P, a, b: [
+        P.broadcast_in_dim(a, shape=(2, 3), broadcast_dims=(0, 1)),
+        P.transpose(a, permutation=(1, 0)), P.squeeze(b, dims=(0,))], (t, t))
+    assert ops == ["prims.broadcast_in_dim", "prims.transpose", "prims.squeeze"]
+
+
+def test_arithmetic_identities_fold() -> None:
+    def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
+        one, fone = P.constant(value=1), P.constant(value=1.0)
+        x = P.mul(a, fone)
+        x = P.mul(one, x)
+        x = P.div(x, fone)
+        x = P.sub(x, P.constant(value=0.0))
+        return P.add(x, P.constant(value=-0.0))
+
+    ops, _ = canonical(body)
+    assert ops == []
+
+
+def test_adding_positive_zero_to_floats_stays() -> None:
+    ops, _ = canonical(lambda P, a, b: P.add(a, P.constant(value=0.0)))
+    assert ops == ["prims.constant", "prims.add"]
+    ops, _ = canonical(lambda P, a, b: P.add(P.constant(value=0), a))
+    assert ops == ["prims.constant", "prims.add"]
+    i64 = tensor_type((2, 3), torch.int64)
+    ops, _ = canonical(lambda P, a, b: P.add(P.constant(value=0), a), (i64, i64))
+    assert ops == []
+
+
+def test_non_identity_constants_stay() -> None:
+    ops, _ = canonical(lambda P, a, b: P.mul(P.add(a, P.constant(value=1.0)),
+                                             P.constant(value=2.0)))
+    assert ops == ["prims.constant", "prims.add", "prims.constant", "prims.mul"]
+
+
+def test_canonicalize_never_changes_a_returned_type() -> None:
+    # mul of a 0-d tensor by 1 has the 0-d type: forwarding is fine; the function type
+    # is checked by `canonical` on every test above.
+    t0 = tensor_type((), torch.float32)
+    ops, _ = canonical(lambda P, a, b: P.mul(a, P.constant(value=1.0)), (t0, t0))
+    assert ops == []

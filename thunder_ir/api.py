@@ -1,0 +1,300 @@
+"""``thunder_ir.jit`` and the introspection calls.
+
+``jit(module)`` returns a `ThunderModule` (an ``nn.Module`` sharing the original's
+parameters and buffers); ``jit(fn)`` returns a function. A call computes the cache key with
+the generated prologue and runs the cached program; a miss traces, runs the pass pipeline
+(recording a `Trace` after each pass), generates Python and caches it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from thunder_ir.passes.pipeline import Pipeline
+from thunder_ir.runtime.cache import (
+    Cache,
+    Entry,
+    Prologue,
+    flatten_args,
+    make_prologue,
+    state_version,
+    unflatten_outputs,
+)
+from thunder_ir.trace import Trace
+from thunder_ir.tracing import ThunderTraceError, TracedProgram, trace_program
+
+_seed_gen = itertools.count()
+
+
+def _fresh_seed() -> int:
+    """A seed drawn from torch's default generator, so torch.manual_seed governs dropout."""
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
+
+
+def inference_passes(executors: Sequence[Any]) -> list[Any]:
+    """The inference pipeline: claim, decompose the rest, claim again, lower, clean up."""
+    from thunder_ir.lowering.torch_executor import ClaimPass, LowerToTorchPass
+    from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
+    from thunder_ir.passes.registry import get_pass
+
+    return [ClaimPass(tuple(executors)), DecomposeLtorchPass(), LowerToTorchPass(),
+            get_pass("cse")(), get_pass("dce")()]
+
+
+class _Compiled:
+    """The cache and compile path behind a jitted function or module."""
+
+    def __init__(self, fn: Callable[..., Any], module: torch.nn.Module | None,
+                 executors: Sequence[Any] | None) -> None:
+        self.fn = fn
+        self.module = module
+        self.executors = _resolve_executors(executors)
+        self.cache = Cache()
+        self._prologues: dict[Any, tuple[int, Prologue]] = {}
+        sig_target = module.forward if module is not None else fn
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(sig_target)
+        except (TypeError, ValueError):
+            self.signature = None
+
+    # ---- module state
+
+    def _state(self) -> tuple[list[torch.nn.Module], dict[str, torch.Tensor]]:
+        if self.module is None:
+            return [], {}
+        mods = [m for _, m in self.module.named_modules()]
+        state: dict[str, torch.Tensor] = dict(self.module.named_parameters())
+        state.update(dict(self.module.named_buffers()))
+        return mods, state
+
+    def _prologue(self, spec: Any, n: int) -> Prologue:
+        v = state_version()
+        hit = self._prologues.get(spec)
+        if hit is not None and hit[0] == v:
+            return hit[1]
+        mods, state = self._state()
+        pro = make_prologue(n, mods, list(state.values()))
+        self._prologues[spec] = (v, pro)
+        return pro
+
+    # ---- calls
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves, spec = flatten_args(args, kwargs)
+        pro = self._prologue(spec, len(leaves))
+        key = pro.fn(leaves)
+        cache = self.cache
+        entry = cache.entries.get(key)
+        if entry is None:
+            entry = self._compile(args, kwargs, pro)
+            cache.entries[key] = entry
+            cache.stats.misses += 1
+        else:
+            cache.stats.hits += 1
+        cache.last = entry
+        outs = entry.fn(*entry.gather(leaves))
+        if entry.writebacks:
+            self._write_back(entry, leaves, outs)
+        return unflatten_outputs(entry, outs)
+
+    def _write_back(self, entry: Entry, leaves: list[Any], outs: Any) -> None:
+        outs_t = outs if entry.n_outputs != 1 else (outs,)
+        _, state = self._state()
+        with torch.no_grad():
+            for idx, kind in entry.writebacks:
+                target = leaves[kind[1]] if kind[0] == "arg" else state[kind[1]]
+                target.copy_(outs_t[idx])
+
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue) -> Entry:
+        if self.signature is not None:
+            try:
+                self.signature.bind(*args, **kwargs)
+            except TypeError as e:
+                name = getattr(self.module or self.fn, "__name__", type(self.module).__name__)
+                raise TypeError(f"{name}.forward() {e}" if self.module is not None
+                                else f"{name}() {e}") from None
+        _, state = self._state()
+        t0 = time.perf_counter()
+        traced = trace_program(self.fn, args, kwargs, self.module, state)
+        traces = [Trace(traced.module.clone(), "trace", time.perf_counter() - t0)]
+        module = traced.module
+        traces += Pipeline(inference_passes(self.executors)).run(module)
+        from thunder_ir.lowering.codegen import compile_program
+
+        t = time.perf_counter()
+        fn, source = compile_program(module)
+        traces.append(Trace(module, "del-last-used", time.perf_counter() - t, final=True,
+                            source=source))
+        n_out = len(module.body.block.first_op.function_type.outputs)
+        return Entry(
+            fn=fn,
+            n_outputs=n_out,
+            gather=_make_gather(traced, state),
+            output_leaves=traced.output_leaves,
+            output_spec=traced.output_spec,
+            writebacks=traced.writebacks,
+            traces=traces,
+            prologue_source=pro.source,
+            single_output=(len(traced.output_leaves) == 1 and traced.output_leaves[0] ==
+                           ("out", 0) and _is_leaf_spec(traced.output_spec)),
+        )
+
+
+def _is_leaf_spec(spec: Any) -> bool:
+    from torch.utils import _pytree as pytree
+
+    return isinstance(spec, pytree.TreeSpec) and spec.is_leaf()
+
+
+def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
+                 ) -> Callable[[list[Any]], list[Any]]:
+    """``gather(leaves) -> program arguments`` as generated code (no per-call branching)."""
+    parts: list[str] = []
+    g: dict[str, Any] = {"_seed": _fresh_seed}
+    for i, kind in enumerate(traced.input_kinds):
+        if kind[0] == "arg":
+            parts.append(f"L[{kind[1]}]")
+        elif kind[0] == "param":
+            g[f"s{i}"] = state[kind[1]]
+            parts.append(f"s{i}")
+        elif kind[0] == "const":
+            g[f"c{i}"] = kind[1]
+            parts.append(f"c{i}")
+        else:
+            parts.append("_seed()")
+    src = f"def gather(L):\n  return ({', '.join(parts)}{',' if parts else ''})\n"
+    exec(compile(src, "<thunder_ir gather>", "exec"), g)
+    return g["gather"]
+
+
+def _resolve_executors(executors: Sequence[Any] | None) -> list[Any]:
+    from thunder_ir.lowering.torch_executor import TorchExecutor
+
+    if executors is None:
+        return [TorchExecutor()]
+    out = []
+    for e in executors:
+        if isinstance(e, str):
+            if e != "torch":
+                raise ValueError(f"unknown executor {e!r}; available: torch")
+            out.append(TorchExecutor())
+        else:
+            out.append(e)
+    if not any(getattr(e, "name", None) == "torch" for e in out):
+        out.append(TorchExecutor())
+    return out
+
+
+class ThunderModule(torch.nn.Module):
+    """A jitted module: same forward signature, shares the original's parameters."""
+
+    def __init__(self, model: torch.nn.Module, compiled: _Compiled) -> None:
+        super().__init__()
+        self._model = model
+        self._compiled = compiled
+        self.__signature__ = compiled.signature
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_model"], name)
+
+    # The original's state passes through, with its own names.
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return self._model.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return self._model.load_state_dict(*args, **kwargs)
+
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Iterator[Any]:  # type: ignore[override]
+        return self._model.named_parameters(*args, **kwargs)
+
+    def named_buffers(self, *args: Any, **kwargs: Any) -> Iterator[Any]:  # type: ignore[override]
+        return self._model.named_buffers(*args, **kwargs)
+
+    def named_modules(self, *args: Any, **kwargs: Any) -> Iterator[Any]:  # type: ignore[override]
+        return self._model.named_modules(*args, **kwargs)
+
+
+def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
+        **options: Any) -> Any:
+    """Compiles a module or function with thunder_ir.
+
+    Args:
+        fn: an ``nn.Module`` (returns a `ThunderModule`) or a function.
+        executors: executor objects or names, in priority order (``"torch"`` is always last).
+
+    Returns:
+        A drop-in replacement that traces on the first call with new input metadata and
+        then runs the cached program.
+    """
+    if options:
+        raise TypeError(f"jit() got unsupported options: {', '.join(options)}")
+    if isinstance(fn, torch.nn.Module):
+        compiled = _Compiled(fn.__call__, fn, executors)
+        return ThunderModule(fn, compiled)
+    if not callable(fn):
+        raise TypeError(f"jit() expects a function or an nn.Module, got {type(fn).__name__}")
+    compiled = _Compiled(fn, None, executors)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return compiled(*args, **kwargs)
+
+    wrapper._thunder_compiled = compiled  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _compiled_of(f: Any) -> _Compiled:
+    c = getattr(f, "_compiled", None) if isinstance(f, ThunderModule) else \
+        getattr(f, "_thunder_compiled", None)
+    if c is None:
+        raise TypeError(f"{f!r} is not a function or module returned by thunder_ir.jit")
+    return c
+
+
+def _last(f: Any) -> Entry:
+    c = _compiled_of(f)
+    if c.cache.last is None:
+        raise RuntimeError("no traces yet: call the jitted function first")
+    return c.cache.last
+
+
+def last_traces(f: Any) -> list[Trace]:
+    """Every trace of the last call, from acquisition to the execution trace."""
+    return list(_last(f).traces)
+
+
+def last_backward_traces(f: Any) -> list[Trace]:
+    """The backward traces of the last call (empty when nothing required grad)."""
+    return list(_last(f).backward_traces)
+
+
+def last_prologue_traces(f: Any) -> list[str]:
+    """The guard (cache-key) code of the last call, as Python source."""
+    return [_last(f).prologue_source]
+
+
+def cache_hits(f: Any) -> int:
+    """How many calls ran a cached program."""
+    return _compiled_of(f).cache.stats.hits
+
+
+def cache_misses(f: Any) -> int:
+    """How many calls compiled a new program."""
+    return _compiled_of(f).cache.stats.misses
+
+
+__all__ = ["ThunderModule", "ThunderTraceError", "cache_hits", "cache_misses", "jit",
+           "last_backward_traces", "last_prologue_traces", "last_traces"]

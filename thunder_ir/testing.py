@@ -1,0 +1,260 @@
+"""Public testing helpers for decompositions: run, compare against eager, draw inputs.
+
+``check_decomposition(op, operands, params)`` builds a one-op program, decomposes it with
+the registered rule (or ``rule=`` of your own) and compares three results on the same
+inputs:
+
+* ``eager``: the op's torch reference in the inputs' dtypes;
+* ``ref64``: the same reference with floating-point inputs upcast to float64;
+* ``decomposed``: the decomposed program, run op by op with the prims' references.
+
+The rule (STYLE.md, after PyTorch's ``test_decomp.py``): the decomposition's error
+against ``ref64`` may be no worse than eager's error, plus a small tolerance that fits the
+dtype. Integer and bool results must match eager exactly.
+
+Hypothesis strategies (`shapes`, `broadcast_shapes`, `tensors`, `float_dtypes`) draw
+valid inputs; on failure hypothesis prints its shrunk counterexample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+
+from thunder_ir.dialects.base import Emitter, ThunderOp
+from thunder_ir.dialects.program import Program
+from thunder_ir.dialects.types import is_float, number_type, type_of_tensor
+
+# Absolute tolerance added to eager's error, per result dtype.
+ATOL: dict[torch.dtype, float] = {
+    torch.float64: 1e-10,
+    torch.float32: 1e-5,
+    torch.float16: 1e-2,
+    torch.bfloat16: 5e-2,
+}
+RTOL: dict[torch.dtype, float] = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-5,
+    torch.float16: 2e-3,
+    torch.bfloat16: 1.6e-2,
+}
+
+
+def _flat(groups: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for g in groups:
+        if isinstance(g, list | tuple):
+            out.extend(g)
+        elif g is not None:
+            out.append(g)
+    return out
+
+
+def build_one_op(op: type[ThunderOp], operands: Sequence[Any], params: dict[str, Any]
+                 ) -> tuple[ModuleOp, list[torch.Tensor]]:
+    """A program computing ``op`` on ``operands`` (grouped; tensors become arguments,
+    Python numbers become ``prims.constant``). Returns it with its tensor arguments."""
+    from thunder_ir.dialects.prims import ConstantOp
+
+    tensors = [v for v in _flat(operands) if isinstance(v, torch.Tensor)]
+    prog = Program("computation", [type_of_tensor(t) for t in tensors],
+                   [f"a{i}" for i in range(len(tensors))])
+    args = iter(prog.args)
+    e: Emitter = prog.emitter
+
+    def value(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return next(args)
+        return e.emit(ConstantOp, value=v)
+
+    grouped: list[Any] = []
+    for g in operands:
+        if isinstance(g, list | tuple):
+            grouped.append([value(v) for v in g])
+        elif g is None:
+            grouped.append(None)
+        else:
+            grouped.append(value(g))
+    out = e.emit(op, *grouped, **params)
+    return prog.finish(out if isinstance(out, list) else [out]), tensors
+
+
+def decompose(module: ModuleOp, rule: Callable[..., Any] | None = None,
+              op: type[ThunderOp] | None = None) -> ModuleOp:
+    """Decomposes ``module`` in place (with ``rule`` standing in for ``op``'s, if given)."""
+    from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
+    from thunder_ir.passes.decompositions import DECOMPOSITIONS, load_rules
+
+    load_rules()
+    saved = DECOMPOSITIONS.get(op) if op is not None else None
+    try:
+        if rule is not None and op is not None:
+            DECOMPOSITIONS[op] = rule
+        DecomposeLtorchPass().apply(Context(), module)
+    finally:
+        if rule is not None and op is not None:
+            if saved is None:
+                DECOMPOSITIONS.pop(op, None)
+            else:
+                DECOMPOSITIONS[op] = saved
+    module.verify()
+    return module
+
+
+def _upcast(v: Any) -> Any:
+    if isinstance(v, torch.Tensor) and is_float(v.dtype):
+        return v.to(torch.float64)
+    if isinstance(v, list | tuple):
+        return [_upcast(x) for x in v]
+    return v
+
+
+def _as_list(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, list | tuple) else [out]
+
+
+def compare(name: str, got: Any, eager: Any, ref64: Any | None,
+            atol: float | None = None, rtol: float | None = None) -> None:
+    """Asserts the float64-reference rule for one result (exact for int/bool results)."""
+    if not isinstance(eager, torch.Tensor):
+        assert got == eager, f"{name}: got {got!r}, eager gives {eager!r}"
+        return
+    assert isinstance(got, torch.Tensor), f"{name}: got {type(got).__name__}, expected a tensor"
+    assert got.shape == eager.shape, f"{name}: shape {tuple(got.shape)} != eager {tuple(eager.shape)}"
+    assert got.dtype == eager.dtype, f"{name}: dtype {got.dtype} != eager {eager.dtype}"
+    if not is_float(eager.dtype) or ref64 is None:
+        assert torch.equal(got, eager), f"{name}: values differ from eager:\n{got}\n{eager}"
+        return
+    ref = ref64.to(torch.float64)
+    g, e = got.to(torch.float64), eager.to(torch.float64)
+    a = ATOL[eager.dtype] if atol is None else atol
+    r = RTOL[eager.dtype] if rtol is None else rtol
+    same_nan = torch.isnan(g) == torch.isnan(e)
+    assert bool(same_nan.all()), f"{name}: NaN pattern differs from eager"
+    finite = ~torch.isnan(ref) & ~torch.isnan(g)
+    err_got = torch.where(finite, (g - ref).abs(), 0.0)
+    err_eager = torch.where(finite, (e - ref).abs(), 0.0)
+    inf = torch.isinf(ref) | torch.isinf(g) | torch.isinf(e)
+    bound = err_eager + a + r * ref.abs()
+    ok = torch.where(inf, (g == e) | (g == ref), err_got <= bound)
+    if not bool(ok.all()):
+        worst = int(torch.argmax(torch.where(ok, 0.0, err_got - bound).flatten()))
+        raise AssertionError(
+            f"{name}: decomposition error {err_got.flatten()[worst].item():.3g} exceeds eager's "
+            f"{err_eager.flatten()[worst].item():.3g} + tolerance at flat index {worst} "
+            f"(got {g.flatten()[worst].item()!r}, eager {e.flatten()[worst].item()!r}, "
+            f"float64 {ref.flatten()[worst].item()!r})")
+
+
+def check_decomposition(op: type[ThunderOp], operands: Sequence[Any],
+                        params: dict[str, Any] | None = None, *,
+                        rule: Callable[..., Any] | None = None,
+                        atol: float | None = None, rtol: float | None = None,
+                        reference: Callable[..., Any] | None = None) -> ModuleOp:
+    """Checks a decomposition of ``op`` on these inputs against eager torch.
+
+    Args:
+        op: the op class (an ltorch op, or your own op with a rule).
+        operands: grouped like the op's operand definitions: tensors, Python numbers,
+            ``None`` for an absent optional operand, lists for variadic ones.
+        params: the op's static arguments.
+        rule: a decomposition to test instead of the registered one.
+        atol, rtol: override the per-dtype tolerances.
+        reference: computes the expected result (default: ``op.ref``).
+
+    Returns:
+        The decomposed module, for further inspection.
+    """
+    params = dict(params or {})
+    ref_fn = reference or (lambda *a, **k: op.ref(*a, **k))
+    eager = _as_list(ref_fn(*operands, **params))
+    try:
+        ref64 = _as_list(ref_fn(*[_upcast(g) for g in operands], **params))
+    except RuntimeError:  # e.g. a float64 reference is not implemented
+        ref64 = [None] * len(eager)
+    module, tensors = build_one_op(op, operands, params)
+    decompose(module, rule, op)
+    from thunder_ir.runtime.interpreter import run
+
+    got = run(module, *tensors)
+    assert len(got) == len(eager), f"{op.name}: {len(got)} results, eager gives {len(eager)}"
+    for i, (g, e, r) in enumerate(zip(got, eager, ref64)):
+        compare(f"{op.name} result {i}", g, e, r, atol, rtol)
+    return module
+
+
+# --------------------------------------------------------------------------- strategies
+
+float_dtypes = st.sampled_from([torch.float32, torch.float64, torch.bfloat16])
+"""Floating-point dtypes that CPU torch computes in."""
+
+all_dtypes = st.sampled_from([torch.bool, torch.int64, torch.int32, torch.float32,
+                              torch.float64, torch.bfloat16])
+
+
+@st.composite
+def shapes(draw: st.DrawFn, min_rank: int = 0, max_rank: int = 4, min_side: int = 1,
+           max_side: int = 5) -> tuple[int, ...]:
+    """A tensor shape."""
+    rank = draw(st.integers(min_rank, max_rank))
+    return tuple(draw(st.integers(min_side, max_side)) for _ in range(rank))
+
+
+@st.composite
+def broadcast_shapes(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape that broadcasts with ``shape`` (some dims 1, some leading dims dropped)."""
+    drop = draw(st.integers(0, len(shape)))
+    out = list(shape[drop:])
+    for i in range(len(out)):
+        if draw(st.booleans()):
+            out[i] = 1
+    return tuple(out)
+
+
+@st.composite
+def tensors(draw: st.DrawFn, shape: tuple[int, ...] | st.SearchStrategy[tuple[int, ...]] | None
+            = None, dtype: torch.dtype | st.SearchStrategy[torch.dtype] | None = None,
+            low: float = -3.0, high: float = 3.0) -> torch.Tensor:
+    """A tensor with values in ``[low, high]`` (ints: rounded; bool: random)."""
+    if shape is None:
+        shape = shapes()
+    if isinstance(shape, st.SearchStrategy):
+        shape = draw(shape)
+    if dtype is None:
+        dtype = float_dtypes
+    if isinstance(dtype, st.SearchStrategy):
+        dtype = draw(dtype)
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) < 0.5
+    x = torch.rand(shape, generator=g, dtype=torch.float64) * (high - low) + low
+    if not is_float(dtype):
+        x = x.round()
+    return x.to(dtype)
+
+
+def number_of(value: Any) -> Any:
+    """The number type of a Python scalar (handy when building programs by hand)."""
+    return number_type(type(value))
+
+
+__all__ = [
+    "ATOL",
+    "RTOL",
+    "all_dtypes",
+    "broadcast_shapes",
+    "build_one_op",
+    "check_decomposition",
+    "compare",
+    "decompose",
+    "float_dtypes",
+    "number_of",
+    "shapes",
+    "tensors",
+]

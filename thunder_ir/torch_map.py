@@ -1,0 +1,613 @@
+"""Which torch callables become which ``ltorch`` ops while tracing.
+
+Most entries are declarative: an ltorch op declares ``SIGNATURE`` (torch's positional
+order across operands and params) and ``DEFAULTS``, and `bind` maps any torch call onto it.
+Operators' reflected forms (``__radd__``) swap their operands; in-place forms (``add_``,
+``__iadd__``) compute the functional op and rebind the proxy (`TraceContext.assign`).
+Calls with irregular conventions (``Tensor.view(*shape)``, ``Tensor.to``, ``torch.max``,
+``__getitem__``/``__setitem__``, dropout's RNG) have small handlers of their own.
+
+Importing this module fills `thunder_ir.tracing.HANDLERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from thunder_ir.dialects.base import OperandRef, ThunderOp
+from thunder_ir.dialects.ltorch import OPS
+from thunder_ir.dialects.types import canonical_device
+from thunder_ir.proxy import TensorProxy, is_proxy
+from thunder_ir.tracing import (
+    HANDLERS,
+    DataDependentError,
+    ThunderTraceError,
+    TraceContext,
+    _short,
+    fallback,
+)
+
+T = torch.Tensor
+
+# Extra torch arguments that an op may ignore when they carry these values.
+_IGNORABLE: dict[str, tuple[Any, ...]] = {
+    "out": (None,), "inplace": (False,), "memory_format": (torch.preserve_format,
+                                                           torch.contiguous_format, None),
+    "layout": (torch.strided, None), "pin_memory": (False, None), "requires_grad": (False,),
+    "non_blocking": (False,), "copy": (False,), "generator": (None,),
+    "padding_idx": (None,), "max_norm": (None,), "norm_type": (2.0,),
+    "scale_grad_by_freq": (False,), "sparse": (False,), "size_average": (None,),
+    "reduce": (None,), "names": (None,),
+}
+
+MISSING = object()
+
+
+def signature(op: type[ThunderOp]) -> tuple[str, ...]:
+    """Torch's positional order of ``op``'s arguments."""
+    sig = getattr(op, "SIGNATURE", None)
+    if sig is None:
+        sig = tuple(n for n, _ in op.operand_layout()) + op.param_names()
+    return tuple(sig)
+
+
+def bind(op: type[ThunderOp], args: Sequence[Any], kwargs: dict[str, Any], loc: str
+         ) -> dict[str, Any]:
+    """Binds a torch call's arguments to ``op``'s argument names."""
+    sig = signature(op)
+    if len(args) > len(sig):
+        raise ThunderTraceError(f"{_short(loc)}: {op.name} takes at most {len(sig)} positional "
+                                f"arguments ({', '.join(sig)}), got {len(args)}")
+    bound = dict(zip(sig, args))
+    for k, v in kwargs.items():
+        if k in bound:
+            raise ThunderTraceError(f"{_short(loc)}: {op.name} got argument {k!r} twice")
+        if k not in sig:
+            if k == "_stacklevel":
+                continue
+            if k in _IGNORABLE and any(v is d or v == d for d in _IGNORABLE[k]):
+                continue
+            raise ThunderTraceError(f"{_short(loc)}: {op.name} does not support argument "
+                                    f"{k}={v!r} when traced")
+        bound[k] = v
+    return bound
+
+
+def emit_bound(ctx: TraceContext, op: type[ThunderOp], bound: dict[str, Any],
+               base: TensorProxy | None = None) -> Any:
+    """Builds ``op`` from bound arguments; returns proxies for its results."""
+    groups: list[Any] = []
+    for name, kind in op.operand_layout():
+        v = bound.get(name, MISSING)
+        if kind == "variadic":
+            groups.append([ctx.value_of(x) for x in (v if v is not MISSING else ())])
+        elif v is MISSING or v is None:
+            if kind == "single":
+                raise ThunderTraceError(f"{_short(ctx.loc)}: {op.name} is missing its "
+                                        f"argument {name!r}")
+            groups.append(None)
+        else:
+            groups.append(ctx.value_of(v))
+    defaults = getattr(op, "DEFAULTS", {})
+    params: dict[str, Any] = {}
+    for n in op.param_names():
+        v = bound.get(n, MISSING)
+        if v is MISSING:
+            v = defaults.get(n)
+        if is_proxy(v):
+            raise ThunderTraceError(f"{_short(ctx.loc)}: {op.name} needs {n} as a Python value, "
+                                    "got a traced tensor; " "its value is not known while tracing")
+        if isinstance(v, torch.Size):
+            v = tuple(v)
+        if isinstance(v, torch.device):
+            v = canonical_device(v)
+        params[n] = v
+    out = ctx.emit(op, *groups, **params)
+    return ctx.wrap(out, base)
+
+
+def _root(p: Any) -> TensorProxy | None:
+    if not is_proxy(p):
+        return None
+    return p._base_proxy if p._base_proxy is not None else p
+
+
+def op_handler(short: str, *, swap: bool = False, view: bool = False,
+               varargs: str | None = None) -> Callable[..., Any] | None:
+    """A handler binding a torch call to ltorch op ``short`` (None if the op is absent)."""
+    op = OPS.get(short)
+    if op is None:
+        return None
+
+    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        if swap:
+            args = (args[1], args[0], *args[2:])
+        if varargs is not None and len(args) > 1 and varargs not in kwargs and (
+                not isinstance(args[1], Sequence) or isinstance(args[1], str)):
+            args = (args[0], tuple(args[1:]))
+        bound = bind(op, args, kwargs, ctx.loc)
+        return emit_bound(ctx, op, bound, _root(args[0]) if view else None)
+
+    return handler
+
+
+def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """The in-place form of a functional handler."""
+
+    def handler(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = functional(ctx, self, *args, **kwargs)
+        return ctx.assign(self, out._value, name)
+
+    return handler
+
+
+def _register(fns: Sequence[Any], handler: Callable[..., Any] | None) -> None:
+    if handler is None:
+        return
+    for f in fns:
+        HANDLERS[f] = handler
+
+
+# --------------------------------------------------------------------------- elementwise
+
+_BINARY: dict[str, tuple[list[Any], list[Any], list[Any]]] = {
+    # op: (functional forms, reflected operators, in-place forms)
+    "add": ([torch.add, T.add, T.__add__], [T.__radd__], [T.add_, T.__iadd__]),
+    "sub": ([torch.sub, torch.subtract, T.sub, T.__sub__], [T.__rsub__],
+            [T.sub_, T.__isub__]),
+    "mul": ([torch.mul, torch.multiply, T.mul, T.__mul__], [T.__rmul__], [T.mul_, T.__imul__]),
+    "div": ([torch.div, torch.divide, torch.true_divide, T.div, T.true_divide, T.__truediv__],
+            [T.__rtruediv__], [T.div_, T.__itruediv__]),
+    "floor_divide": ([torch.floor_divide, T.floor_divide, T.__floordiv__], [T.__rfloordiv__],
+                     [T.__ifloordiv__]),
+    "remainder": ([torch.remainder, T.remainder, T.__mod__], [T.__rmod__], [T.__imod__]),
+    "fmod": ([torch.fmod, T.fmod], [], []),
+    "pow": ([torch.pow, T.pow, T.__pow__], [T.__rpow__], [T.pow_, T.__ipow__]),
+    "maximum": ([torch.maximum, T.maximum], [], []),
+    "minimum": ([torch.minimum, T.minimum], [], []),
+    "atan2": ([torch.atan2, T.atan2, torch.arctan2], [], []),
+    "eq": ([torch.eq, T.eq, T.__eq__], [], []),
+    "ne": ([torch.ne, torch.not_equal, T.ne, T.__ne__], [], []),
+    "lt": ([torch.lt, torch.less, T.lt, T.__lt__], [], []),
+    "le": ([torch.le, torch.less_equal, T.le, T.__le__], [], []),
+    "gt": ([torch.gt, torch.greater, T.gt, T.__gt__], [], []),
+    "ge": ([torch.ge, torch.greater_equal, T.ge, T.__ge__], [], []),
+    "bitwise_and": ([torch.bitwise_and, T.bitwise_and, T.__and__], [T.__rand__], [T.__iand__]),
+    "bitwise_or": ([torch.bitwise_or, T.bitwise_or, T.__or__], [T.__ror__], [T.__ior__]),
+    "bitwise_xor": ([torch.bitwise_xor, T.bitwise_xor, T.__xor__], [T.__rxor__], [T.__ixor__]),
+    "logical_and": ([torch.logical_and, T.logical_and], [], []),
+    "logical_or": ([torch.logical_or, T.logical_or], [], []),
+}
+for _name, (_fns, _rfns, _ifns) in _BINARY.items():
+    _h = op_handler(_name)
+    _register(_fns, _h)
+    _register(_rfns, op_handler(_name, swap=True))
+    if _h is not None:
+        _register(_ifns, inplace(_h, _name + "_"))
+
+_UNARY: dict[str, list[Any]] = {
+    "neg": [torch.neg, torch.negative, T.neg, T.__neg__],
+    "abs": [torch.abs, T.abs, T.__abs__],
+    "exp": [torch.exp, T.exp], "exp2": [torch.exp2, T.exp2, torch.special.exp2],
+    "expm1": [torch.expm1, T.expm1, torch.special.expm1],
+    "log": [torch.log, T.log], "log1p": [torch.log1p, T.log1p, torch.special.log1p],
+    "log2": [torch.log2, T.log2],
+    "sin": [torch.sin, T.sin], "cos": [torch.cos, T.cos], "tan": [torch.tan, T.tan],
+    "tanh": [torch.tanh, T.tanh, F.tanh], "asin": [torch.asin, T.asin, torch.arcsin],
+    "acos": [torch.acos, T.acos, torch.arccos], "atan": [torch.atan, T.atan, torch.arctan],
+    "sinh": [torch.sinh, T.sinh], "cosh": [torch.cosh, T.cosh],
+    "sqrt": [torch.sqrt, T.sqrt], "rsqrt": [torch.rsqrt, T.rsqrt],
+    "reciprocal": [torch.reciprocal, T.reciprocal], "sign": [torch.sign, T.sign],
+    "floor": [torch.floor, T.floor], "ceil": [torch.ceil, T.ceil],
+    "round": [torch.round, T.round], "trunc": [torch.trunc, T.trunc, torch.fix],
+    "erf": [torch.erf, T.erf, torch.special.erf], "erfc": [torch.erfc, T.erfc],
+    "isnan": [torch.isnan, T.isnan], "isinf": [torch.isinf, T.isinf],
+    "isfinite": [torch.isfinite, T.isfinite],
+    "logical_not": [torch.logical_not, T.logical_not],
+    "bitwise_not": [torch.bitwise_not, T.bitwise_not, T.__invert__],
+    "relu": [torch.relu, T.relu, F.relu], "gelu": [F.gelu], "silu": [F.silu],
+    "sigmoid": [torch.sigmoid, T.sigmoid, F.sigmoid, torch.special.expit],
+}
+_UNARY_INPLACE: dict[str, list[Any]] = {
+    "neg": [T.neg_], "abs": [T.abs_], "exp": [T.exp_], "log": [T.log_], "sqrt": [T.sqrt_],
+    "rsqrt": [T.rsqrt_], "tanh": [T.tanh_], "sigmoid": [T.sigmoid_], "relu": [T.relu_, F.relu_],
+    "floor": [T.floor_], "ceil": [T.ceil_], "round": [T.round_], "trunc": [T.trunc_],
+    "reciprocal": [T.reciprocal_],
+}
+for _name, _fns in _UNARY.items():
+    _h = op_handler(_name)
+    _register(_fns, _h)
+    if _h is not None and _name in _UNARY_INPLACE:
+        _register(_UNARY_INPLACE[_name], inplace(_h, _name + "_"))
+
+
+def _relu_like(short: str) -> Callable[..., Any] | None:
+    """F.relu(x, inplace=True) and friends: functional op, then in-place rebinding."""
+    h = op_handler(short)
+    if h is None:
+        return None
+
+    def handler(ctx: TraceContext, x: Any, *args: Any, inplace: bool = False, **kw: Any) -> Any:
+        out = h(ctx, x, *args, **kw)
+        return ctx.assign(x, out._value, f"{short}(inplace=True)") if inplace else out
+
+    return handler
+
+
+_register([F.relu], _relu_like("relu"))
+_register([F.silu], _relu_like("silu"))
+
+_register([torch.where], op_handler("where"))
+_where = op_handler("where")
+if _where is not None:
+    def _tensor_where(ctx: TraceContext, self: Any, condition: Any, y: Any) -> Any:
+        return _where(ctx, condition, self, y)
+
+    _register([T.where], _tensor_where)
+
+_h = op_handler("masked_fill")
+_register([torch.masked_fill, T.masked_fill], _h)
+if _h is not None:
+    _register([T.masked_fill_], inplace(_h, "masked_fill_"))
+_h = op_handler("clamp")
+_register([torch.clamp, torch.clip, T.clamp, T.clip], _h)
+if _h is not None:
+    _register([T.clamp_, T.clip_], inplace(_h, "clamp_"))
+
+# --------------------------------------------------------------------------- dtype / device
+
+
+def _to_dtype(ctx: TraceContext, x: Any, dtype: torch.dtype) -> Any:
+    if x.dtype == dtype:
+        return x
+    return emit_bound(ctx, OPS["to_dtype"], {"input": x, "dtype": dtype})
+
+
+def _tensor_to(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+    dtype = kwargs.pop("dtype", None)
+    device = kwargs.pop("device", None)
+    for k in ("non_blocking", "copy", "memory_format"):
+        kwargs.pop(k, None)
+    if kwargs:
+        raise ThunderTraceError(f"{_short(ctx.loc)}: Tensor.to got unsupported {kwargs}")
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif isinstance(a, str | torch.device):
+            device = a
+        elif isinstance(a, torch.Tensor):
+            dtype, device = a.dtype, a.device
+    out = self
+    if device is not None and canonical_device(device) != canonical_device(self.device):
+        out = fallback(ctx, T.to, (out, torch.device(device)), {})
+    if dtype is not None:
+        out = _to_dtype(ctx, out, dtype)
+    return out
+
+
+def _dtype_method(dtype: torch.dtype) -> Callable[..., Any]:
+    def handler(ctx: TraceContext, self: Any, memory_format: Any = None) -> Any:
+        return _to_dtype(ctx, self, dtype)
+
+    return handler
+
+
+if "to_dtype" in OPS:
+    HANDLERS[T.to] = _tensor_to
+    for _m, _dt in ((T.float, torch.float32), (T.half, torch.float16), (T.double, torch.float64),
+                    (T.bfloat16, torch.bfloat16), (T.long, torch.int64), (T.int, torch.int32),
+                    (T.bool, torch.bool), (T.short, torch.int16), (T.char, torch.int8),
+                    (T.byte, torch.uint8)):
+        HANDLERS[_m] = _dtype_method(_dt)
+    HANDLERS[T.type_as] = lambda ctx, self, other: _to_dtype(ctx, self, other.dtype)
+
+    def _type(ctx: TraceContext, self: Any, dtype: Any = None, **kw: Any) -> Any:
+        if dtype is None:
+            raise ThunderTraceError(f"{_short(ctx.loc)}: Tensor.type() without a dtype returns "
+                                    "a string; use .dtype")
+        return _to_dtype(ctx, self, dtype)
+
+    HANDLERS[T.type] = _type
+
+
+def _identity(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+    return self
+
+
+def _alias(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+    root = _root(self)
+    p = TensorProxy(self._value, base=root)
+    if root is not None:
+        root._has_views = True
+    return p
+
+
+HANDLERS[T.contiguous] = _identity
+HANDLERS[T.requires_grad_] = _identity
+HANDLERS[T.detach] = _alias
+HANDLERS[torch.detach] = _alias
+HANDLERS[T.data.__get__] = _alias
+
+# --------------------------------------------------------------------------- reductions
+
+for _name, _fns in {
+    "sum": [torch.sum, T.sum], "mean": [torch.mean, T.mean], "prod": [torch.prod, T.prod],
+    "amax": [torch.amax, T.amax], "amin": [torch.amin, T.amin],
+    "argmax": [torch.argmax, T.argmax], "argmin": [torch.argmin, T.argmin],
+}.items():
+    _register(_fns, op_handler(_name))
+
+_var = op_handler("var")
+if _var is not None:
+    def _var_handler(ctx: TraceContext, x: Any, *args: Any, **kw: Any) -> Any:
+        if "unbiased" in kw:
+            kw["correction"] = 1 if kw.pop("unbiased") else 0
+        if args and isinstance(args[0], bool):  # var(x, unbiased)
+            kw["correction"] = 1 if args[0] else 0
+            args = args[1:]
+        return _var(ctx, x, *args, **kw)
+
+    _register([torch.var, T.var], _var_handler)
+
+
+def _max_like(full: str, with_dim: str, binary: str) -> Callable[..., Any]:
+    def handler(ctx: TraceContext, x: Any, *args: Any, **kw: Any) -> Any:
+        other = args[0] if args else kw.get("other")
+        if isinstance(other, torch.Tensor):
+            return op_handler(binary)(ctx, x, other)  # type: ignore[misc]
+        if not args and "dim" not in kw:
+            return op_handler(full)(ctx, x)  # type: ignore[misc]
+        h = op_handler(with_dim)
+        if h is None:
+            return fallback(ctx, getattr(torch, full), (x, *args), kw)
+        values, indices = h(ctx, x, *args, **kw)
+        return torch.return_types.max((values, indices)) if full == "max" else \
+            torch.return_types.min((values, indices))
+
+    return handler
+
+
+if "max" in OPS:
+    _register([torch.max, T.max], _max_like("max", "max_dim", "maximum"))
+if "min" in OPS:
+    _register([torch.min, T.min], _max_like("min", "min_dim", "minimum"))
+
+# --------------------------------------------------------------------------- shape ops
+
+_register([torch.reshape, T.reshape], op_handler("reshape", view=True, varargs="shape"))
+_register([T.view], op_handler("view" if "view" in OPS else "reshape", view=True,
+                               varargs="shape" if "view" not in OPS else "size"))
+_register([torch.permute, T.permute], op_handler("permute", view=True, varargs="dims"))
+_register([torch.transpose, torch.swapaxes, T.transpose, T.swapaxes],
+          op_handler("transpose", view=True))
+_register([torch.flatten, T.flatten], op_handler("flatten", view=True))
+_register([torch.unsqueeze, T.unsqueeze], op_handler("unsqueeze", view=True))
+_register([torch.squeeze, T.squeeze], op_handler("squeeze", view=True))
+_register([T.expand], op_handler("expand", view=True, varargs="size"))
+_register([torch.split, T.split], op_handler("split", view=True))
+_register([torch.chunk, T.chunk], op_handler("chunk", view=True))
+_register([torch.cat, torch.concat, torch.concatenate], op_handler("cat"))
+_register([torch.stack], op_handler("stack"))
+_register([torch.clone, T.clone], op_handler("clone"))
+_register([torch.triu, T.triu], op_handler("triu"))
+_register([torch.tril, T.tril], op_handler("tril"))
+if "transpose" in OPS:
+    def _t(ctx: TraceContext, x: Any) -> Any:
+        if x.ndim < 2:
+            return x
+        return op_handler("transpose", view=True)(ctx, x, 0, 1)  # type: ignore[misc]
+
+    def _mT(ctx: TraceContext, x: Any) -> Any:
+        return op_handler("transpose", view=True)(ctx, x, -2, -1)  # type: ignore[misc]
+
+    _register([torch.t, T.t], _t)
+    HANDLERS[T.T.__get__] = lambda ctx, x: _t(ctx, x) if x.ndim <= 2 else \
+        op_handler("permute", view=True)(ctx, x, tuple(reversed(range(x.ndim))))  # type: ignore[misc]
+    HANDLERS[T.mT.__get__] = _mT
+if "expand" in OPS:
+    HANDLERS[T.expand_as] = lambda ctx, x, other: op_handler("expand", view=True)(  # type: ignore[misc]
+        ctx, x, tuple(other.shape))
+if "reshape" in OPS:
+    HANDLERS[T.view_as] = lambda ctx, x, other: op_handler("reshape", view=True)(  # type: ignore[misc]
+        ctx, x, tuple(other.shape))
+
+
+def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
+    op = OPS.get("getitem")
+    items = index if isinstance(index, tuple) else (index,)
+    tensors: list[Any] = []
+    enc: list[Any] = []
+    for it in items:
+        if isinstance(it, torch.Tensor):
+            if it.dtype == torch.bool:
+                raise DataDependentError(
+                    f"{_short(ctx.loc)}: indexing with a boolean mask gives a shape that depends "
+                    "on the mask's values, which are not known while tracing. Use "
+                    "torch.where(mask, x, other) or x.masked_fill(~mask, value) instead.")
+            enc.append(OperandRef(len(tensors)))
+            tensors.append(it)
+        elif isinstance(it, list):
+            if not all(type(i) is int for i in it):
+                raise ThunderTraceError(f"{_short(ctx.loc)}: index lists must hold ints; use a "
+                                        "tensor index instead")
+            enc.append(OperandRef(len(tensors)))
+            tensors.append(torch.tensor(it, dtype=torch.int64, device=x.device))
+        else:
+            enc.append(it)
+    if op is None:
+        return fallback(ctx, T.__getitem__, (x, index), {})
+    out = ctx.emit(op, ctx.value_of(x), [ctx.value_of(t) for t in tensors],
+                   index=tuple(enc) if isinstance(index, tuple) else enc[0])
+    return ctx.wrap(out, _root(x) if not tensors else None)
+
+
+HANDLERS[T.__getitem__] = _getitem
+
+
+def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
+    """Functional ``x[index] = value``: a copy of ``x`` with the write applied."""
+    out = x.clone()
+    out[index] = value
+    return out
+
+
+def _setitem(ctx: TraceContext, x: Any, index: Any, value: Any) -> None:
+    if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
+        pass  # a boolean mask write keeps the shape: fine as a functional call
+    out = fallback(ctx, setitem, (x, index, value), {})
+    ctx.assign(x, out._value, "__setitem__")
+
+
+HANDLERS[T.__setitem__] = _setitem
+
+
+def _copy_(ctx: TraceContext, x: Any, src: Any, non_blocking: bool = False) -> Any:
+    v = src
+    if not isinstance(v, torch.Tensor):
+        v = op_handler("full_like")(ctx, x, v)  # type: ignore[misc]
+    if v.dtype != x.dtype:
+        v = _to_dtype(ctx, v, x.dtype)
+    if tuple(v.shape) != tuple(x.shape):
+        v = op_handler("expand")(ctx, v, tuple(x.shape))  # type: ignore[misc]
+    return ctx.assign(x, ctx.value_of(v), "copy_")
+
+
+HANDLERS[T.copy_] = _copy_
+
+
+def _fill_(ctx: TraceContext, x: Any, value: Any) -> Any:
+    out = op_handler("full_like")(ctx, x, value)  # type: ignore[misc]
+    return ctx.assign(x, out._value, "fill_")
+
+
+HANDLERS[T.fill_] = _fill_
+HANDLERS[T.zero_] = lambda ctx, x: _fill_(ctx, x, 0)
+
+# --------------------------------------------------------------------------- creation
+
+
+def _creation(short: str, size_param: str | None) -> Callable[..., Any] | None:
+    op = OPS.get(short)
+    if op is None:
+        return None
+
+    def handler(ctx: TraceContext, *args: Any, **kw: Any) -> Any:
+        if size_param is not None and args and (
+                isinstance(args[0], int) or (len(args) > 1 and isinstance(args[1], int))):
+            args = (tuple(args),) if all(isinstance(a, int) for a in args) else args
+        if size_param is not None and args and isinstance(args[0], torch.Size):
+            args = (tuple(args[0]), *args[1:])
+        bound = bind(op, args, kw, ctx.loc)
+        if bound.get("dtype") is None and short not in ("arange",):
+            bound["dtype"] = torch.get_default_dtype()
+        bound["device"] = canonical_device(bound.get("device") or torch.get_default_device())
+        return emit_bound(ctx, op, bound)
+
+    return handler
+
+
+_register([torch.zeros], _creation("zeros", "size"))
+_register([torch.ones], _creation("ones", "size"))
+_register([torch.empty], _creation("empty", "size"))
+_register([torch.full], _creation("full", "size"))
+_register([torch.arange], _creation("arange", None))
+
+
+def _like(short: str) -> Callable[..., Any] | None:
+    op = OPS.get(short)
+    if op is None:
+        return None
+
+    def handler(ctx: TraceContext, *args: Any, **kw: Any) -> Any:
+        bound = bind(op, args, kw, ctx.loc)
+        if bound.get("device") is not None:
+            bound["device"] = canonical_device(bound["device"])
+        return emit_bound(ctx, op, bound)
+
+    return handler
+
+
+_register([torch.zeros_like], _like("zeros_like"))
+_register([torch.ones_like], _like("ones_like"))
+_register([torch.full_like], _like("full_like"))
+_register([torch.empty_like], _like("zeros_like"))
+
+
+def _new(short: str) -> Callable[..., Any] | None:
+    h = _creation(short, "size")
+    if h is None:
+        return None
+
+    def handler(ctx: TraceContext, self: Any, *args: Any, **kw: Any) -> Any:
+        kw.setdefault("dtype", self.dtype)
+        kw.setdefault("device", self.device)
+        return h(ctx, *args, **kw)
+
+    return handler
+
+
+HANDLERS.update({k: v for k, v in {
+    T.new_zeros: _new("zeros"), T.new_ones: _new("ones"), T.new_empty: _new("empty"),
+    T.new_full: _new("full")}.items() if v is not None})
+
+# --------------------------------------------------------------------------- nn
+
+_register([F.linear], op_handler("linear"))
+_register([torch.matmul, T.matmul, T.__matmul__], op_handler("matmul"))
+_register([T.__rmatmul__], op_handler("matmul", swap=True))
+_register([torch.bmm, T.bmm], op_handler("bmm"))
+_register([torch.softmax, F.softmax, T.softmax, torch.special.softmax],
+          op_handler("softmax"))
+_register([torch.log_softmax, F.log_softmax, T.log_softmax, torch.special.log_softmax],
+          op_handler("log_softmax"))
+_register([F.layer_norm, torch.layer_norm], op_handler("layer_norm"))
+_register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
+_register([F.embedding], op_handler("embedding"))
+_register([F.scaled_dot_product_attention], op_handler("scaled_dot_product_attention"))
+_register([F.cross_entropy], op_handler("cross_entropy"))
+_register([F.mse_loss], op_handler("mse_loss"))
+
+
+def _gelu(ctx: TraceContext, x: Any, approximate: str = "none") -> Any:
+    return op_handler("gelu")(ctx, x, approximate=approximate)  # type: ignore[misc]
+
+
+if "gelu" in OPS:
+    HANDLERS[F.gelu] = _gelu
+
+
+def _dropout(ctx: TraceContext, x: Any, p: float = 0.5, training: bool = True,
+             inplace: bool = False) -> Any:
+    if not training or p == 0.0:
+        return x
+    if not 0.0 <= p <= 1.0:
+        raise ThunderTraceError(f"{_short(ctx.loc)}: dropout probability has to be between 0 "
+                                f"and 1, but got {p}")
+    op = OPS["dropout"]
+    out = ctx.wrap(ctx.emit(op, ctx.value_of(x), ctx.seed(), ctx.next_rng_offset(),
+                            p=float(p), training=True))
+    return ctx.assign(x, out._value, "dropout(inplace=True)") if inplace else out
+
+
+if "dropout" in OPS:
+    HANDLERS[F.dropout] = _dropout
+    HANDLERS[torch.dropout] = lambda ctx, x, p, train: _dropout(ctx, x, p, train)
+
+
+def unmapped_ops() -> list[str]:
+    """ltorch ops that no torch callable maps to (for a coverage test)."""
+    used = {getattr(h, "__closure__", None) for h in HANDLERS.values()}
+    del used
+    mapped: set[str] = set()
+    for h in HANDLERS.values():
+        for cell in getattr(h, "__closure__", None) or ():
+            v = cell.cell_contents
+            if isinstance(v, type) and issubclass(v, ThunderOp):
+                mapped.add(v.name)
+            if isinstance(v, str) and "ltorch." + v in {o.name for o in OPS.values()}:
+                mapped.add("ltorch." + v)
+    return sorted(o.name for o in OPS.values() if o.name not in mapped)
