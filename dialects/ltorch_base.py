@@ -49,6 +49,8 @@ def _freeze(v: Any) -> Any:
         return ("slice", v.start, v.stop, v.step)
     if isinstance(v, OperandRef):
         return ("operand", int(v))
+    if isinstance(v, bool | int | float):  # 1, 1.0 and True are equal keys but not types
+        return (type(v), v)
     return v
 
 

@@ -587,6 +587,13 @@ class ReductionOp(CoreOp):
     traits = traits_def(Pure())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "keepdim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False}
+    # Whether torch takes ``dim=None`` (needed with ``keepdim``); if not, it is left out.
+    DIM_NONE: ClassVar[bool] = True
+
+    @classmethod
+    def ref(cls, input: Any, **params: Any) -> Any:
+        return cls.TORCH_FN(input, **{k: v for k, v in params.items()
+                                      if v is not None or (k == "dim" and cls.DIM_NONE)})
 
 
 @ltorch_op(torch.sum)
@@ -662,6 +669,15 @@ class ProdOp(ReductionOp):
     dtype = opt_prop_def(DType)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "keepdim", "dtype")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False, "dtype": None}
+
+    @classmethod
+    def ref(cls, input: Any, dim: int | None = None, keepdim: bool | None = None,
+            dtype: torch.dtype | None = None) -> Any:
+        if dim is None:  # torch.prod has no dim=None and no keepdim without a dim
+            if keepdim:
+                raise TypeError("prod(): keepdim=True needs a dim")
+            return torch.prod(input, dtype=dtype)
+        return torch.prod(input, dim, bool(keepdim), dtype=dtype)
 
 
 @ltorch_op(torch.argmax)
@@ -757,15 +773,19 @@ class ReshapeOp(ShapeOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "shape")
 
 
-@ltorch_op(torch.reshape)
+def _view(input: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    return torch.reshape(input, tuple(size))
+
+
+@ltorch_op(_view)
 class ViewOp(ShapeOp):
-    """`%y = ltorch.view %input {shape}`: ``Tensor.view``; values as ``reshape`` (no aliasing
-    in the IR)"""
+    """`%y = ltorch.view %input {size}`: ``Tensor.view`` (aten names the shape ``size``);
+    values as ``reshape``, since the IR has no aliasing"""
 
     name = "ltorch.view"
 
-    shape = prop_def(IntArray)
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "shape")
+    size = prop_def(IntArray)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "size")
 
 
 @ltorch_op(torch.permute)

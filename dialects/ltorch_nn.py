@@ -3,9 +3,10 @@ normalization, dropout, embedding, attention and losses.
 
 Operands are the tensor arguments in torch's order; params are the other arguments, named
 as torch names them. ``SIGNATURE`` lists torch's positional order across both, and
-``DEFAULTS`` torch's defaults for params. `NNOp.ref` binds operands and params back to
-torch's signature by name, so ops whose params sit between tensor arguments
-(``layer_norm(input, normalized_shape, weight, bias, eps)``) call torch correctly.
+``DEFAULTS`` torch's defaults for params. Most ops keep the default reference,
+``TORCH_FN(*operands, **params)`` (so the torch executor calls torch directly); ops whose
+params sit between tensor arguments (``layer_norm(input, normalized_shape, weight, bias,
+eps)``) derive from `BoundCallOp`, whose `ref` binds by ``SIGNATURE`` (`NNOp.torch_args`).
 
 Deviations from torch, on purpose:
 
@@ -49,7 +50,7 @@ IntArray = DenseArrayBase
 
 
 class NNOp(LtorchOp):
-    """Base of the nn families: calls ``TORCH_FN`` with arguments bound by ``SIGNATURE``."""
+    """Base of the nn families: ``SIGNATURE`` and ``DEFAULTS`` describe torch's call."""
 
     SIGNATURE: ClassVar[tuple[str, ...]] = ()
     DEFAULTS: ClassVar[dict[str, Any]] = {}
@@ -70,6 +71,12 @@ class NNOp(LtorchOp):
                 for n in sig[:last + 1]]
         kwargs = {n: values[n] for n in sig[last + 1:] if values.get(n) is not None}
         return args, kwargs
+
+
+class BoundCallOp(NNOp):
+    """An op whose tensor arguments are not a prefix of torch's signature (a param sits
+    between them), so `ref` binds through `NNOp.torch_args` instead of the default
+    ``TORCH_FN(*operands, **params)``."""
 
     @classmethod
     def ref(cls, *operands: Any, **params: Any) -> Any:
@@ -251,7 +258,7 @@ class DropoutOp(NNOp):
 
 
 @ltorch_op(F.layer_norm)
-class LayerNormOp(NNOp):
+class LayerNormOp(BoundCallOp):
     """`%y = ltorch.layer_norm %x[, %weight][, %bias] {normalized_shape, eps}`"""
 
     name = "ltorch.layer_norm"
@@ -270,7 +277,7 @@ class LayerNormOp(NNOp):
 
 
 @ltorch_op(F.rms_norm)
-class RmsNormOp(NNOp):
+class RmsNormOp(BoundCallOp):
     """`%y = ltorch.rms_norm %x[, %weight] {normalized_shape, eps?}`: ``eps`` absent means
     ``finfo(compute dtype).eps`` as torch."""
 
@@ -385,7 +392,7 @@ class CrossEntropyOp(NNOp):
 
 
 @ltorch_op(F.mse_loss)
-class MseLossOp(NNOp):
+class MseLossOp(BoundCallOp):
     """`%l = ltorch.mse_loss %input, %target[, %weight] {reduction}`: ``(input - target)²``
     (broadcast), optionally weighted, then reduced"""
 

@@ -90,6 +90,12 @@ def _dims(name: str, dims: Sequence[int], rank: int) -> tuple[int, ...]:
     return out
 
 
+def _check_sizes(name: str, shape: Sequence[int]) -> None:
+    """A result shape given as a static argument must have no negative size."""
+    if any(d < 0 for d in shape):
+        raise _err(name, f"negative size in shape {tuple(shape)}")
+
+
 def _same_device(name: str, *types: Any) -> None:
     """Checks that the tensor types among ``types`` live on one device."""
     devs = {t.dev for t in types if isinstance(t, TensorType)}
@@ -734,6 +740,7 @@ class BroadcastInDimOp(ThunderOp):
     def infer(cls, x: Any, *, shape: Sequence[int], broadcast_dims: Sequence[int]
               ) -> TensorType:
         x = _tensor(cls.name, x)
+        _check_sizes(cls.name, shape)
         if len(broadcast_dims) != x.rank:
             raise _err(cls.name, f"needs one broadcast dim per operand dim, got "
                                  f"{tuple(broadcast_dims)} for shape {x.sizes}")
@@ -1248,8 +1255,7 @@ class FullOp(CreationOp):
     def infer(cls, *, shape: Sequence[int], fill_value: Any, device: str, dtype: torch.dtype
               ) -> TensorType:
         cls._check_device(device)
-        if any(d < 0 for d in shape):
-            raise _err(cls.name, f"negative size in shape {tuple(shape)}")
+        _check_sizes(cls.name, shape)
         return tensor_type(shape, dtype, device)
 
     @classmethod
@@ -1287,6 +1293,7 @@ class UniformOp(CreationOp):
         if not is_float(dtype):
             raise _err(cls.name, f"dtype must be floating point, got {dtype}")
         cls._check_device(device)
+        _check_sizes(cls.name, shape)
         return tensor_type(shape, dtype, device)
 
     @classmethod
@@ -1295,7 +1302,11 @@ class UniformOp(CreationOp):
         gen = torch.Generator(device=device)
         gen.manual_seed((int(seed) * 0x9E3779B1 + int(offset)) % (2**63))
         u = torch.rand(tuple(shape), generator=gen, device=device, dtype=torch.float32)
-        return (u * (maxval - minval) + minval).to(dtype)
+        out = (u * (maxval - minval) + minval).to(dtype)
+        # Rounding to a narrow dtype (bf16, f16) can reach maxval: keep the interval half-open.
+        top = torch.tensor(maxval, dtype=dtype, device=device)
+        below = torch.nextafter(top, torch.tensor(minval, dtype=dtype, device=device))
+        return torch.where(out >= top, below, out)
 
 
 # --------------------------------------------------------------------------- indexing
@@ -1449,6 +1460,8 @@ class ConstantOp(ThunderOp):
     def infer(cls, *, value: Any) -> NumberType:
         if type(value) not in (bool, int, float):
             raise _err(cls.name, f"value must be a bool, int or float, got {value!r}")
+        if type(value) is int and not -(2**63) <= value < 2**63:
+            raise _err(cls.name, f"int value {value} does not fit in int64")
         return number_type(type(value))
 
     @classmethod

@@ -22,9 +22,12 @@ the reference interpreter.
 from __future__ import annotations
 
 import builtins
+import functools
 import itertools
 import linecache
 import weakref
+
+import torch
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
@@ -132,6 +135,28 @@ def interpreted_kernel(region: RegionOp) -> Callable[..., list[Any]]:
 
 
 # --------------------------------------------------------------------------- compile
+
+
+def no_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.no_grad()`` for generated code, without a context-manager object per call.
+
+    The decorated function runs with grad mode off and restores it afterwards; when grad
+    mode is already off it is a plain call.
+    """
+    is_enabled = torch.is_grad_enabled
+    set_enabled = torch._C._set_grad_enabled
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        if not is_enabled():
+            return fn(*args)
+        set_enabled(False)
+        try:
+            return fn(*args)
+        finally:
+            set_enabled(True)
+
+    return wrapper
 
 
 def compile_program(

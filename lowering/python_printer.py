@@ -283,6 +283,7 @@ class _PythonPrinter:
 
     def call_expr(self, op: Operation) -> str:
         """The right-hand side of an op's statement."""
+        refs: list[str] = []
         if isinstance(op, CallOp):
             refs = [self.expr(v) for v in op.operands]
             parts = [py_literal(a, refs) for a in from_attr(op.args)]
@@ -295,7 +296,6 @@ class _PythonPrinter:
             return f"{op.kernel.data}({', '.join(self.expr(v) for v in op.inputs)})"
         if isinstance(op, ThunderOp):
             params = [(k, v) for k, v in op.params().items() if v is not None]
-            refs: list[str] = []
             if any(isinstance(v, OperandRef | tuple) for _, v in params):
                 refs = [self.expr(v) for v in _ref_targets(op)]
             parts = []
@@ -400,10 +400,9 @@ class _PythonPrinter:
             head.extend(header.rstrip("\n").splitlines())
         head.append("import torch")
         head.extend(f"import {m}" for m in sorted(self.modules) if m != "torch")
-        if self.namespaces:
-            head.append(f"from {CODEGEN_MODULE} import {', '.join(sorted(self.namespaces))}")
+        head.append(f"from {CODEGEN_MODULE} import {', '.join(sorted({*self.namespaces, 'no_grad'}))}")
         head.append("")
-        head.append("@torch.no_grad()")
+        head.append("@no_grad")
         head.append(f"def {self.fn_name}({', '.join(args)}):")
         return "\n".join(head + lines) + "\n"
 

@@ -35,6 +35,7 @@ from xdsl.pattern_rewriter import (
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.torch import CallOp, make_call
+from thunder_ir.dialects.types import NumberType
 
 # Generated code reaches reference implementations through this module's attributes.
 torch_ops = types.ModuleType(
@@ -43,51 +44,63 @@ torch_ops = types.ModuleType(
 sys.modules["thunder_ir.lowering.torch_ops"] = torch_ops
 thunder_ir.lowering.torch_ops = torch_ops  # type: ignore[attr-defined]
 
-_CALLEES: dict[type, str] = {}
+_WRAPPERS: dict[type, str] = {}
 
 
-def callee_for(cls: type[ThunderOp]) -> str:
-    """The import path generated code calls for ``cls``."""
-    name = _CALLEES.get(cls)
+def wrapper_for(cls: type[ThunderOp]) -> str:
+    """The import path of ``cls``'s reference implementation, for generated code."""
+    name = _WRAPPERS.get(cls)
     if name is None:
-        from thunder_ir.tracing import torch_name
-
-        fn = getattr(cls, "TORCH_FN", None)
-        direct = fn is not None and cls.ref.__func__ is ThunderOp.ref.__func__  # type: ignore[attr-defined]
-        if direct or _DIRECT.get(cls.name):
-            name = torch_name(fn)
-        else:
-            dialect, short = cls.name.split(".", 1)
-            attr = f"{dialect}_{short}"
-            setattr(torch_ops, attr, cls.ref)
-            name = f"thunder_ir.lowering.torch_ops.{attr}"
-        _CALLEES[cls] = name
+        dialect, short = cls.name.split(".", 1)
+        attr = f"{dialect}_{short}"
+        setattr(torch_ops, attr, cls.ref)
+        name = f"thunder_ir.lowering.torch_ops.{attr}"
+        _WRAPPERS[cls] = name
     return name
 
 
+def _non_none(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def direct_call(op: ThunderOp, args: list[Any], params: dict[str, Any]
+                ) -> tuple[list[Any], dict[str, Any]] | None:
+    """The direct torch call ``op``'s reference makes, as (args, kwargs), or None.
+
+    Each reference implementation shape the dialects use is mirrored here exactly; any
+    other reference is called through `wrapper_for`.
+    """
+    cls = type(op)
+    if getattr(cls, "TORCH_FN", None) is None:
+        return None
+    ref = cls.ref.__func__.__qualname__  # type: ignore[attr-defined]
+    if ref == "ThunderOp.ref":
+        return args, params
+    if ref == "CoreOp.ref":
+        return args, _non_none(params)
+    if ref == "BinaryBase.ref":
+        first = op.operands[0].type
+        return (args, _non_none(params)) if not isinstance(first, NumberType) else None
+    if ref == "ReductionOp.ref" and cls.name.startswith("ltorch."):
+        dim_none = getattr(cls, "DIM_NONE", False)
+        return args, {k: v for k, v in params.items()
+                      if v is not None or (k == "dim" and dim_none)}
+    if ref == "BoundCallOp.ref":
+        a, kw = cls.torch_args(args, params)  # type: ignore[attr-defined]
+        return list(a), kw
+    if ref == "UnaryOp.ref" and cls.name.startswith("prims."):
+        return args, {}
+    if ref == "BinaryOp.ref" and cls.name in _DIRECT:
+        return args, {}
+    return None
+
+
 # Prims whose custom `ref` only re-casts to the dtype torch already returns.
-_DIRECT = {
-    n: True
-    for n in (
-        "prims.add",
-        "prims.sub",
-        "prims.mul",
-        "prims.remainder",
-        "prims.fmod",
-        "prims.pow",
-        "prims.eq",
-        "prims.ne",
-        "prims.lt",
-        "prims.le",
-        "prims.gt",
-        "prims.ge",
-        "prims.bitwise_and",
-        "prims.bitwise_or",
-        "prims.bitwise_xor",
-        "prims.logical_and",
-        "prims.logical_or",
-    )
-}
+_DIRECT = frozenset({
+    "prims.add", "prims.sub", "prims.mul", "prims.remainder", "prims.fmod", "prims.pow",
+    "prims.eq", "prims.ne", "prims.lt", "prims.le", "prims.gt", "prims.ge",
+    "prims.bitwise_and", "prims.bitwise_or", "prims.bitwise_xor", "prims.logical_and",
+    "prims.logical_or"})
 
 
 def lower_op(op: ThunderOp) -> CallOp:
@@ -109,9 +122,18 @@ def lower_op(op: ThunderOp) -> CallOp:
     # Inside an op's params an OperandRef counts within its variadic operand group (getitem's
     # tensor indices); inside torch.call it counts among all operands.
     params = {k: _shift_refs(v, variadic_start) for k, v in op.params().items()}
-    call = make_call(
-        callee_for(type(op)), flat, args, params, result_types=[r.type for r in op.results]
-    )
+    direct = direct_call(op, args, params)
+    if direct is not None:
+        from thunder_ir.tracing import torch_name
+
+        callee = torch_name(type(op).TORCH_FN)  # type: ignore[attr-defined]
+        args, params = direct
+        defaults = getattr(type(op), "DEFAULTS", {})
+        params = {k: v for k, v in params.items()
+                  if not (k in defaults and type(defaults[k]) is type(v) and defaults[k] == v)}
+    else:
+        callee = wrapper_for(type(op))
+    call = make_call(callee, flat, args, params, result_types=[r.type for r in op.results])
     if "loc" in op.attributes:
         call.attributes["loc"] = op.attributes["loc"]
     return call

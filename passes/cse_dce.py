@@ -82,7 +82,9 @@ class _OpKey:
 class _KnownOps:
     """xDSL's ``KnownOps`` (an op-keyed scope of seen ops) over `_OpKey`.
 
-    The driver looks an op up and then records it: the last key is reused.
+    The driver looks an op up and, when it is new, records it right away: the key made by
+    `get` is reused by the `__setitem__` that follows (nothing changes the op in between).
+    Every other look-up builds a fresh key, as operands change while CSE runs.
     """
 
     __slots__ = ("_known", "_last")
@@ -91,27 +93,23 @@ class _KnownOps:
         self._known: dict[_OpKey, Operation] = {} if parent is None else dict(parent._known)
         self._last: _OpKey | None = None
 
-    def _key(self, op: Operation) -> _OpKey:
-        last = self._last
-        if last is not None and last.op is op:
-            return last
-        key = self._last = _OpKey(op)
-        return key
-
     def __getitem__(self, k: Operation) -> Operation:
-        return self._known[self._key(k)]
+        return self._known[_OpKey(k)]
 
     def __setitem__(self, k: Operation, v: Operation) -> None:
-        self._known[self._key(k)] = v
+        last = self._last
+        self._last = None
+        self._known[last if last is not None and last.op is k else _OpKey(k)] = v
 
     def __contains__(self, k: Operation) -> bool:
-        return self._key(k) in self._known
+        return _OpKey(k) in self._known
 
     def get(self, k: Operation, default: Any = None) -> Any:
-        return self._known.get(self._key(k), default)
+        key = self._last = _OpKey(k)
+        return self._known.get(key, default)
 
     def pop(self, k: Operation) -> Operation:
-        return self._known.pop(self._key(k))
+        return self._known.pop(_OpKey(k))
 
 
 class _CSEDriver(CSEDriver):

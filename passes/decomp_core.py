@@ -23,40 +23,50 @@ from thunder_ir.passes.decompositions import Decomposer, decomposes
 
 # --------------------------------------------------------------------------- helpers
 
-_PROMOTE_CACHE: dict[tuple[Any, ...], torch.dtype] = {}
+_PROMOTE_CACHE: dict[tuple[Any, ...], torch.dtype] = {}  # (types) -> dtype; the default
+# float dtype is assumed fixed for the life of the process
 _REDUCED = (torch.float16, torch.bfloat16)
 
 
-def _sample(t: Any) -> Any:
-    if isinstance(t, TensorType):
-        # A 0-d tensor promotes like a number of its kind: keep rank to preserve that.
-        return torch.empty((1,) * t.rank, dtype=t.dtype, device="meta")
-    return t.python_type(1)
+def _promote(a: torch.dtype | None, b: torch.dtype | None) -> torch.dtype | None:
+    if a is None:
+        return b
+    return a if b is None else torch.promote_types(a, b)
 
 
-def _rank_class(s: Any) -> int:
-    """torch's promotion priority: dim tensors (0), zero-dim tensors (1), numbers (2)."""
-    if isinstance(s, torch.Tensor):
-        return 0 if s.ndim else 1
-    return 2
+def _combine(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dtype | None:
+    """ATen's ``combine_categories``: a lower-priority group only wins by a higher kind."""
+    if higher is not None and is_float(higher):
+        return higher
+    if higher == torch.bool or (lower is not None and is_float(lower)):
+        return _promote(higher, lower)
+    return higher if higher is not None else lower
 
 
 def result_dtype(*types: Any) -> torch.dtype:
-    """torch's promoted dtype of operands of these types (cached), as ``torch.result_type``
-    generalized to any number of operands."""
+    """torch's promoted dtype of operands of these types (cached): ``torch.result_type``
+    for any number of operands. Dim tensors outrank 0-d tensors, which outrank numbers,
+    unless a lower group has a higher kind (bool < int < float)."""
     key = tuple(types)
     dt = _PROMOTE_CACHE.get(key)
     if dt is None:
-        samples = sorted((_sample(t) for t in types), key=_rank_class)
-        if len(samples) == 1:
-            s = samples[0]
-            dt = s.dtype if isinstance(s, torch.Tensor) else torch.tensor(s).dtype
-        else:
-            # Fold in priority order; the running result keeps the first operand's class.
-            dt = torch.result_type(samples[0], samples[1])
-            acc_shape = (1,) if _rank_class(samples[0]) == 0 else ()
-            for s in samples[2:]:
-                dt = torch.result_type(torch.empty(acc_shape, dtype=dt, device="meta"), s)
+        dims: torch.dtype | None = None
+        zero: torch.dtype | None = None
+        nums: torch.dtype | None = None
+        for t in types:
+            if isinstance(t, TensorType):
+                if t.rank:
+                    dims = _promote(dims, t.dtype)
+                else:
+                    zero = _promote(zero, t.dtype)
+            else:
+                py = t.python_type
+                kind = (torch.bool if py is bool else torch.int64 if py is int
+                        else torch.get_default_dtype())
+                nums = _promote(nums, kind)
+        dt = _combine(dims, _combine(zero, nums))
+        if dt is None:
+            raise TypeError("result_dtype needs at least one operand")
         _PROMOTE_CACHE[key] = dt
     return dt
 
@@ -481,7 +491,11 @@ def var(d: Decomposer, x: SSAValue, dim: Any = None, correction: Any = None,
     if isinstance(correction, bool):  # a positional ``unbiased``
         correction = int(correction)
     dims = reduce_dims(t.rank, dim)
-    y = d.prims.var(to_dtype(d, x, opmath(t.dtype)), dims=dims, correction=correction)
+    y = to_dtype(d, x, opmath(t.dtype))
+    if not dims:  # a 0-d input: the variance of its one element
+        y = d.prims.var(reshape(d, y, (1,)), dims=(0,), correction=correction)
+    else:
+        y = d.prims.var(y, dims=dims, correction=correction)
     return keep_dims(d, to_dtype(d, y, t.dtype), t.sizes, dims, keepdim)
 
 
@@ -595,8 +609,8 @@ def reshape_rule(d: Decomposer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
 
 
 @decomposes(L.ViewOp)
-def view(d: Decomposer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    return reshape_rule(d, x, shape)
+def view(d: Decomposer, x: SSAValue, size: Sequence[int]) -> SSAValue:
+    return reshape_rule(d, x, size)
 
 
 def permute_to(d: Decomposer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
@@ -658,9 +672,9 @@ def squeeze(d: Decomposer, x: SSAValue, dim: Any = None) -> SSAValue:
         return x
     if dim is None:
         dims = tuple(range(t.rank))
-    else:
-        dims = reduce_dims(t.rank, (dim,) if isinstance(dim, int) else dim)
-    dims = tuple(i for i in dims if t.sizes[i] == 1)
+    else:  # () squeezes nothing
+        dims = tuple(norm_dim(i, t.rank) for i in ((dim,) if isinstance(dim, int) else dim))
+    dims = tuple(sorted({i for i in dims if t.sizes[i] == 1}))
     if not dims:
         return x
     return d.prims.squeeze(x, dims=dims)
@@ -759,7 +773,7 @@ def _gather_along(d: Decomposer, y: SSAValue, idx: list[SSAValue], dims: list[in
         if lin is None:
             lin = i
         else:
-            lin = d.prims.add(d.prims.mul(lin, n), i)
+            lin = d.prims.add(d.prims.mul(lin, const(d, n)), i)
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     if not adjacent:  # the indexed dims go first, in order
         rest = [k for k in range(len(sizes)) if k not in dims]

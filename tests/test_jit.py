@@ -324,6 +324,7 @@ def test_traces_list_every_pass_and_final_trace_reexecutes() -> None:
     assert "decompose-ltorch" in names and "lower-to-torch" in names
     src = str(traces[-1])
     assert src.startswith("# Constructed by del-last-used")
+    assert src == traces[-1].source  # exactly the code that runs
     g: dict = {}
     exec(compile(src, "<trace>", "exec"), g)
     again = g["computation"](x, m.fc_1.weight, m.fc_2.weight, m.proj.weight)

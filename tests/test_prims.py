@@ -600,6 +600,11 @@ INVALID: list[tuple[str, list[Any], dict[str, Any], list[str]]] = [
     ("scatter_add", [F23, _t((2, 4), torch.int64), F23], {"dim": 1},
      ["(2, 4)", "cpu f32[2, 3]"]),
     ("constant", [], {"value": "x"}, ["'x'"]),
+    ("constant", [], {"value": 2**63}, ["does not fit in int64"]),
+    ("broadcast_in_dim", [_t(())], {"shape": (-1,), "broadcast_dims": ()}, ["(-1,)"]),
+    ("uniform", [number_type(int), number_type(int)],
+     {"shape": (2, -2), "minval": 0.0, "maxval": 1.0, "device": "cpu", "dtype": torch.float32},
+     ["negative size", "(2, -2)"]),
 ]
 
 
@@ -790,6 +795,17 @@ def test_uniform_is_a_function_of_seed_and_offset() -> None:
     assert a.mean().item() == pytest.approx(0.5, abs=0.05)
     b = _ref("uniform", 3, 5, **{**kw, "dtype": torch.float64, "minval": 0.0, "maxval": 1.0})
     assert b.dtype == torch.float64 and b.min() >= 0.0 and b.max() < 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64],
+                         ids=str)
+def test_uniform_stays_below_maxval(dtype: torch.dtype) -> None:
+    """Rounding to a narrow dtype must not reach maxval (bf16 did in 0.2% of draws)."""
+    kw = {"shape": (500, 500), "minval": 0.0, "maxval": 1.0, "device": "cpu", "dtype": dtype}
+    u = _ref("uniform", 1, 2, **kw)
+    assert u.dtype == dtype and u.min() >= 0.0 and u.max() < 1.0
+    v = _ref("uniform", 1, 2, **{**kw, "minval": -3.0, "maxval": -2.0})
+    assert v.min() >= -3.0 and v.max() < -2.0
 
 
 def test_constant_and_full() -> None:

@@ -63,9 +63,9 @@ def test_prims_program_golden() -> None:
         == """\
 # Constructed by test (took 1 milliseconds)
 import torch
-from thunder_ir.lowering.codegen import prims
+from thunder_ir.lowering.codegen import no_grad, prims
 
-@torch.no_grad()
+@no_grad
 def computation(x, t_fc_1_weight):
   # x: "cpu f32[8, 784]"
   # t_fc_1_weight: "cpu f32[10, 784]"
@@ -82,9 +82,9 @@ def test_free_after_last_use_golden() -> None:
         text
         == """\
 import torch
-from thunder_ir.lowering.codegen import prims
+from thunder_ir.lowering.codegen import no_grad, prims
 
-@torch.no_grad()
+@no_grad
 def computation(x, t_fc_1_weight):
   # x: "cpu f32[8, 784]"
   # t_fc_1_weight: "cpu f32[10, 784]"
@@ -136,9 +136,9 @@ def test_ltorch_ops_golden() -> None:
         text
         == """\
 import torch
-from thunder_ir.lowering.codegen import ltorch
+from thunder_ir.lowering.codegen import ltorch, no_grad
 
-@torch.no_grad()
+@no_grad
 def computation(x, w, bias):
   # x: "cpu f32[3, 5]"
   # w: "cpu f32[4, 5]"
@@ -164,8 +164,9 @@ def test_torch_call_golden() -> None:
         == """\
 import torch
 import torch.nn.functional
+from thunder_ir.lowering.codegen import no_grad
 
-@torch.no_grad()
+@no_grad
 def computation(x, w):
   # x: "cpu f32[3, 5]"
   # w: "cpu f32[4, 5]"
@@ -182,9 +183,9 @@ def test_fusion_region_golden() -> None:
         text
         == """\
 import torch
-from thunder_ir.lowering.codegen import prims
+from thunder_ir.lowering.codegen import no_grad, prims
 
-@torch.no_grad()
+@no_grad
 def computation(a, b):
   # a: "cpu f32[4, 3]"
   # b: "cpu f32[4, 3]"

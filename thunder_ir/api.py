@@ -56,6 +56,7 @@ class _Compiled:
         self.fn = fn
         self.module = module
         self.executors = _resolve_executors(executors)
+        self.remat_policy: Any = None
         self.cache = Cache()
         self._prologues: dict[Any, tuple[int, Prologue]] = {}
         sig_target = module.forward if module is not None else fn
@@ -112,6 +113,53 @@ class _Compiled:
                 target = leaves[kind[1]] if kind[0] == "arg" else state[kind[1]]
                 target.copy_(outs_t[idx])
 
+    def _codegen(self, module: Any) -> tuple[Callable[..., Any], str, float]:
+        from thunder_ir.lowering.codegen import compile_program
+
+        t = time.perf_counter()
+        fn, source = compile_program(module, header=_codegen_header())
+        return fn, source, time.perf_counter() - t
+
+    def _compile_training(self, traced: TracedProgram, traces: list[Trace],
+                          state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
+        """Autodiff, remat and split, then each half through the inference pipeline."""
+        from thunder_ir.passes.autodiff import build_joint, decompose_for_grad, split
+        from thunder_ir.runtime.autograd import TrainingProgram, make_runner
+
+        module = traced.module
+        t = time.perf_counter()
+        decompose_for_grad(module)
+        traces.append(Trace(module.clone(), "decompose-for-grad", time.perf_counter() - t))
+        t = time.perf_counter()
+        joint = build_joint(module, traced.input_requires_grad)
+        traces.append(Trace(joint.module.clone(), "autodiff", time.perf_counter() - t))
+        t = time.perf_counter()
+        parts = split(joint, self.remat_policy)
+        dt = time.perf_counter() - t
+        traces.append(Trace(parts.forward.clone(), "remat-split", dt))
+        bwd_traces = [Trace(parts.backward.clone(), "remat-split", dt)]
+        traces += Pipeline(inference_passes(self.executors)).run(parts.forward)
+        fwd_fn, fwd_src, t = self._codegen(parts.forward)
+        traces.append(Trace(parts.forward, "del-last-used", t, final=True, source=fwd_src))
+        bwd_traces += Pipeline(inference_passes(self.executors)).run(parts.backward)
+        bwd_fn, bwd_src, t = self._codegen(parts.backward)
+        bwd_traces.append(Trace(parts.backward, "del-last-used", t, final=True,
+                                source=bwd_src))
+        n_out = joint.n_outputs
+        prog = TrainingProgram(
+            forward=fwd_fn, backward=bwd_fn, n_inputs=joint.n_inputs, n_outputs=n_out,
+            n_residuals=parts.n_residuals, grad_inputs=joint.grad_inputs,
+            ct_outputs=joint.ct_outputs,
+            nondiff_outputs=[i for i in range(n_out) if i not in joint.ct_outputs],
+            backward_n_outputs=len(joint.grad_inputs))
+        return Entry(
+            fn=make_runner(prog), n_outputs=n_out, gather=_make_gather(traced, state),
+            output_leaves=traced.output_leaves, output_spec=traced.output_spec,
+            writebacks=traced.writebacks, traces=traces, prologue_source=pro.source,
+            single_output=(len(traced.output_leaves) == 1 and traced.output_leaves[0] ==
+                           ("out", 0) and _is_leaf_spec(traced.output_spec)),
+            backward_traces=bwd_traces)
+
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue) -> Entry:
         if self.signature is not None:
             try:
@@ -125,13 +173,11 @@ class _Compiled:
         traced = trace_program(self.fn, args, kwargs, self.module, state)
         traces = [Trace(traced.module.clone(), "trace", time.perf_counter() - t0)]
         module = traced.module
+        if any(traced.input_requires_grad):
+            return self._compile_training(traced, traces, state, pro)
         traces += Pipeline(inference_passes(self.executors)).run(module)
-        from thunder_ir.lowering.codegen import compile_program
-
-        t = time.perf_counter()
-        fn, source = compile_program(module)
-        traces.append(Trace(module, "del-last-used", time.perf_counter() - t, final=True,
-                            source=source))
+        fn, source, t = self._codegen(module)
+        traces.append(Trace(module, "del-last-used", t, final=True, source=source))
         n_out = len(module.body.block.first_op.function_type.outputs)
         return Entry(
             fn=fn,
@@ -145,6 +191,10 @@ class _Compiled:
             single_output=(len(traced.output_leaves) == 1 and traced.output_leaves[0] ==
                            ("out", 0) and _is_leaf_spec(traced.output_spec)),
         )
+
+
+def _codegen_header() -> str:
+    return "# Constructed by del-last-used (Python code generation)"
 
 
 def _is_leaf_spec(spec: Any) -> bool:

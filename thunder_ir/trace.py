@@ -33,7 +33,7 @@ class Trace:
         header = (f"# Constructed by {self.pass_name} "
                   f"(took {self.duration_s * 1000:.0f} milliseconds)")
         if self.source is not None:
-            return f"{header}\n{self.source}"
+            return self.source
         return print_python(self.ir, header=header, free_after_last_use=self.final)
 
     def __str__(self) -> str:

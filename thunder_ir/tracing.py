@@ -110,6 +110,7 @@ class TracedProgram:
     output_leaves: list[tuple[str, Any]]
     writebacks: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)
     uses_rng: bool = False
+    input_requires_grad: list[bool] = field(default_factory=list)
 
 
 class TraceContext:
@@ -119,6 +120,7 @@ class TraceContext:
         self.program = Program("computation", [])
         self.emitter = self.program.emitter
         self.input_kinds: list[tuple[Any, ...]] = []
+        self.input_requires_grad: list[bool] = []
         self.input_proxies: list[tuple[TensorProxy, SSAValue, tuple[Any, ...]]] = []
         self._consts: dict[int, TensorProxy] = {}
         self._numbers: dict[tuple[type, Any], SSAValue] = {}
@@ -145,12 +147,14 @@ class TraceContext:
         v = block.insert_arg(t, len(block.args))
         v.name_hint = self._unique(name)
         self.input_kinds.append(kind)
+        self.input_requires_grad.append(False)
         return v
 
     def tensor_input(self, tensor: torch.Tensor, name: str, kind: tuple[Any, ...]
                      ) -> TensorProxy:
         """A proxy for a tensor the program takes as an argument."""
         v = self.add_input(type_of_tensor(tensor), name, kind)
+        self.input_requires_grad[-1] = tensor.requires_grad and torch.is_grad_enabled()
         p = TensorProxy(v, requires_grad=tensor.requires_grad)
         self.input_proxies.append((p, v, kind))
         return p
@@ -467,7 +471,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)
     return TracedProgram(ctx.program.finish(outputs), ctx.input_kinds, out_spec, out_leaves,
-                         writebacks, ctx._seed is not None)
+                         writebacks, ctx._seed is not None, ctx.input_requires_grad)
 
 
 __all__ = ["DataDependentError", "HANDLERS", "TraceContext", "TraceMode", "TracedProgram",

@@ -1,0 +1,250 @@
+"""Autodiff: a joint forward/backward program from VJP rules, then a forward/backward split.
+
+Why: thunder_ir computes the backward itself, as IR, so that the same passes (claiming,
+decomposition, fusion, remat) work on it, and so the user sees it in
+``last_backward_traces``.
+
+Steps (each a function here; `thunder_ir.api` records a trace after each):
+
+1. `decompose_for_grad`: ltorch ops without a direct VJP rule are decomposed into prims,
+   which all have rules (or are declared not differentiable).
+2. `build_joint`: the forward ops are copied into a new program whose extra arguments are
+   the cotangents of the differentiable outputs. Walking the forward ops in reverse, each
+   op's rule adds backward ops; cotangents of values used several times are summed. The
+   joint program returns the outputs and the gradients of the inputs that require grad.
+3. `split`: the joint program becomes an augmented forward (outputs + residuals) and a
+   backward (residuals + cotangents -> gradients). Which forward values become residuals
+   and which are recomputed in the backward is the remat pass's decision
+   (`thunder_ir.passes.remat`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+from thunder_ir.dialects.base import Emitter, ThunderOp
+from thunder_ir.dialects.program import Program, main_function
+from thunder_ir.dialects.types import TensorType
+from thunder_ir.passes.decompositions import decompose_op, load_rules
+from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, Grad, is_differentiable_value, load_vjp_rules
+
+
+class AutodiffError(RuntimeError):
+    """An op on the path from an input that requires grad to an output has no VJP rule."""
+
+
+# --------------------------------------------------------------------------- 1. decompose
+
+
+class _DecomposeWithoutRule(RewritePattern):
+    def __init__(self) -> None:
+        self.rules = load_rules()
+        self.vjps = load_vjp_rules()
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        from thunder_ir.dialects.ltorch_base import LtorchOp
+
+        if not isinstance(op, LtorchOp) or type(op) in self.vjps or type(op) not in self.rules:
+            return
+        if type(op) in NOT_DIFFERENTIABLE:
+            return
+        emitter = Emitter()
+        emitter.loc = op.attributes.get("loc")
+        out = decompose_op(op, emitter)
+        rewriter.replace(op, emitter.ops, out if isinstance(out, list) else [out])
+
+
+def decompose_for_grad(module: ModuleOp) -> None:
+    """Decomposes the ltorch ops that have no direct VJP rule into prims."""
+    PatternRewriteWalker(GreedyRewritePatternApplier([_DecomposeWithoutRule()],
+                                                     dce_enabled=False),
+                         apply_recursively=False).rewrite_module(module)
+
+
+# --------------------------------------------------------------------------- 2. joint
+
+
+@dataclass
+class Joint:
+    """The joint program and where its parts are.
+
+    Attributes:
+        module: ``joint(inputs..., cotangents...) -> (outputs..., grads...)``.
+        n_inputs: how many forward inputs lead the argument list.
+        n_outputs: how many forward outputs lead the result list.
+        n_forward_ops: the first ``n_forward_ops`` ops of the body are the forward.
+        grad_inputs: forward input positions whose gradients are returned, in order.
+        ct_outputs: forward output positions that take a cotangent, in order.
+    """
+
+    module: ModuleOp
+    n_inputs: int
+    n_outputs: int
+    n_forward_ops: int
+    grad_inputs: list[int]
+    ct_outputs: list[int]
+
+
+def _active(fn_ops: Sequence[Operation], sources: set[SSAValue]) -> set[SSAValue]:
+    """Values that depend on a source through ops that carry gradients."""
+    active = set(sources)
+    for op in fn_ops:
+        if type(op) in NOT_DIFFERENTIABLE:
+            continue
+        if any(o in active for o in op.operands):
+            active.update(r for r in op.results if is_differentiable_value(r))
+    return active
+
+
+def build_joint(module: ModuleOp, requires_grad: Sequence[bool]) -> Joint:
+    """Builds the joint forward/backward program (see the module doc)."""
+    rules = load_vjp_rules()
+    fwd = main_function(module)
+    block = fwd.body.block
+    ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    ops = [op for op in block.ops if op is not ret]
+    sources = {a for a, rg in zip(block.args, requires_grad) if rg and is_differentiable_value(a)}
+    active = _active(ops, sources)
+    outs = list(ret.operands)
+    ct_outputs = [i for i, o in enumerate(outs) if o in active]
+    grad_inputs = [i for i, a in enumerate(block.args) if a in sources]
+
+    arg_types = [a.type for a in block.args] + [outs[i].type for i in ct_outputs]
+    names = [a.name_hint for a in block.args] + [f"ct_{i}" for i in range(len(ct_outputs))]
+    prog = Program("joint", arg_types, names)
+    vm: dict[SSAValue, SSAValue] = dict(zip(block.args, prog.args))
+    for op in ops:
+        prog.block.add_op(op.clone(value_mapper=vm))
+    n_forward_ops = len(ops)
+    g = Grad(prog.emitter)
+
+    cts: dict[SSAValue, SSAValue] = {}
+
+    def accumulate(v: SSAValue, ct: SSAValue) -> None:
+        prev = cts.get(v)
+        cts[v] = ct if prev is None else g.prims.add(prev, ct)
+
+    for k, i in enumerate(ct_outputs):
+        accumulate(vm[outs[i]], prog.args[len(block.args) + k])
+    active_new = {vm[v] for v in active}
+    for op in reversed(ops):
+        new_op = vm[op.results[0]].owner if op.results else None
+        if new_op is None or not any(vm[r] in cts for r in op.results):
+            continue
+        if not any(o in active for o in op.operands):
+            continue
+        assert isinstance(new_op, Operation)
+        rule = rules.get(type(op))
+        if rule is None:
+            if type(op) in NOT_DIFFERENTIABLE:
+                continue
+            loc = op.attributes.get("loc")
+            where = f" (at {loc.data})" if loc is not None else ""  # type: ignore[attr-defined]
+            raise AutodiffError(f"{op.name}{where} has no VJP rule, so thunder_ir cannot "
+                                "differentiate through it; register one with "
+                                "thunder_ir.passes.vjp.vjp")
+        g.emitter.loc = op.attributes.get("loc")
+        ct_list = [cts.get(r) for r in new_op.results]
+        params = new_op.params() if isinstance(new_op, ThunderOp) else {}
+        grouped = new_op.grouped_operands() if isinstance(new_op, ThunderOp) else \
+            list(new_op.operands)
+        grads = rule(g, list(new_op.results), ct_list, *grouped, **params)
+        for operand_group, grad_group in zip(grouped, grads):
+            if grad_group is None or operand_group is None:
+                continue
+            vals = operand_group if isinstance(operand_group, list) else [operand_group]
+            grs = grad_group if isinstance(grad_group, list) else [grad_group]
+            for v, gv in zip(vals, grs):
+                if gv is not None and v in active_new:
+                    accumulate(v, gv)
+    g.emitter.loc = None
+    grads_out: list[SSAValue] = []
+    for i in grad_inputs:
+        a = prog.args[i]
+        ct = cts.get(a)
+        if ct is None:
+            t = a.type
+            assert isinstance(t, TensorType)
+            ct = g.prims.full(shape=t.sizes, fill_value=0.0, device=t.dev, dtype=t.dtype)
+        grads_out.append(ct)
+    joint = prog.finish([vm[o] for o in outs] + grads_out)
+    return Joint(joint, len(block.args), len(outs), n_forward_ops, grad_inputs, ct_outputs)
+
+
+# --------------------------------------------------------------------------- 3. split
+
+
+@dataclass
+class Split:
+    """The augmented forward and the backward.
+
+    Attributes:
+        forward: ``forward(inputs...) -> (outputs..., residuals...)``.
+        backward: ``backward(residuals..., cotangents...) -> grads``.
+        n_outputs: the number of user-visible forward outputs.
+        n_residuals: how many residuals follow them.
+    """
+
+    forward: ModuleOp
+    backward: ModuleOp
+    n_outputs: int
+    n_residuals: int
+
+
+def split(joint: Joint, policy: Any = None) -> Split:
+    """Splits a joint program into forward and backward, with a remat plan."""
+    from thunder_ir.passes.remat import plan_remat
+
+    fn = main_function(joint.module)
+    block = fn.body.block
+    ret = block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    body = [op for op in block.ops if op is not ret]
+    fwd_ops, bwd_ops = body[:joint.n_forward_ops], body[joint.n_forward_ops:]
+    fwd_args = list(block.args[:joint.n_inputs])
+    ct_args = list(block.args[joint.n_inputs:])
+    outs = list(ret.operands)
+    user_outs, grads = outs[:joint.n_outputs], outs[joint.n_outputs:]
+
+    plan = plan_remat(fwd_args, fwd_ops, bwd_ops, grads, policy)
+
+    # Forward: every forward op still needed for outputs or residuals (DCE runs later).
+    fprog = Program("augmented_forward", [a.type for a in fwd_args],
+                    [a.name_hint for a in fwd_args])
+    fvm: dict[SSAValue, SSAValue] = dict(zip(fwd_args, fprog.args))
+    for op in fwd_ops:
+        fprog.block.add_op(op.clone(value_mapper=fvm))
+    residuals = plan.saved
+    forward = fprog.finish([fvm[v] for v in user_outs] + [fvm[v] for v in residuals])
+
+    # Backward: residuals and cotangents in; recomputed forward ops, then the backward ops.
+    bprog = Program("backward", [v.type for v in residuals] + [c.type for c in ct_args],
+                    [v.name_hint for v in residuals] + [c.name_hint for c in ct_args])
+    bvm: dict[SSAValue, SSAValue] = dict(zip(residuals + ct_args, bprog.args))
+    for op in plan.recompute:
+        bprog.block.add_op(op.clone(value_mapper=bvm))
+    for op in bwd_ops:
+        bprog.block.add_op(op.clone(value_mapper=bvm))
+    backward = bprog.finish([bvm[g] for g in grads])
+    return Split(forward, backward, len(user_outs), len(residuals))
+
+
+def run_autodiff(module: ModuleOp, requires_grad: Sequence[bool], policy: Any = None,
+                 ctx: Context | None = None) -> tuple[Joint, Split]:
+    """Joint then split, for a program whose ltorch ops already have rules or prims."""
+    joint = build_joint(module, requires_grad)
+    return joint, split(joint, policy)

@@ -1,0 +1,155 @@
+"""Rematerialization: which forward values the backward saves, and which it recomputes.
+
+Why: every value the backward reads from the forward is memory held from the forward
+until the backward. Recomputing a cheap elementwise chain in the backward often saves far
+more memory than it costs time (functorch's min-cut partitioner; JAX's ``remat``).
+
+The decision is a minimum cut over real byte sizes (shape x itemsize). Each forward value
+``v`` is an edge ``v_in -> v_out`` whose capacity is what saving ``v`` costs; data
+dependencies and the backward's needs are infinite edges. Values the backward cannot
+recompute (inputs, and results of ops the policy says are not recomputable: matmuls,
+reductions, RNG, opaque torch calls) hang off the source. The cheapest cut is the set of
+values to save; everything on the sink side that the backward needs is recomputed there.
+
+A `RematPolicy` says which ops may be recomputed; `SAVE_ALL` recomputes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+from xdsl.ir import Operation, SSAValue
+
+from thunder_ir.dialects.types import NumberType, TensorType
+
+# Ops cheap enough to recompute: elementwise math, casts, shape and creation ops.
+CHEAP_OPS: frozenset[str] = frozenset({
+    # prims
+    *(f"prims.{n}" for n in (
+        "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh "
+        "asin acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite "
+        "logical_not bitwise_not add sub mul div remainder fmod pow maximum minimum atan2 eq ne "
+        "lt le gt ge bitwise_and bitwise_or bitwise_xor logical_and logical_or where "
+        "convert_element_type broadcast_in_dim reshape transpose squeeze slice flip pad "
+        "constant full iota").split()),
+    # ltorch
+    *(f"ltorch.{n}" for n in (
+        "add sub mul div floor_divide remainder fmod pow maximum minimum atan2 eq ne lt le gt "
+        "ge bitwise_and bitwise_or bitwise_xor logical_and logical_or logical_not bitwise_not "
+        "neg abs exp exp2 expm1 log log1p log2 sin cos tan tanh asin acos atan sinh cosh sqrt "
+        "rsqrt reciprocal sign floor ceil round trunc erf erfc isnan isinf isfinite where "
+        "masked_fill clamp to_dtype reshape view permute transpose contiguous flatten "
+        "unsqueeze squeeze expand getitem clone relu gelu silu sigmoid zeros ones full "
+        "zeros_like ones_like full_like empty arange triu tril").split()),
+})
+
+
+def cheap_elementwise(op: Operation) -> bool:
+    """The default policy: recompute elementwise, cast, shape and creation ops."""
+    return op.name in CHEAP_OPS
+
+
+@dataclass(frozen=True)
+class RematPolicy:
+    """Which forward ops the backward may recompute instead of saving their results."""
+
+    name: str
+    recomputable: Callable[[Operation], bool] = field(default=cheap_elementwise)
+
+
+MIN_CUT = RematPolicy("min-cut", cheap_elementwise)
+SAVE_ALL = RematPolicy("save-all", lambda op: False)
+POLICIES = {p.name: p for p in (MIN_CUT, SAVE_ALL)}
+
+
+def nbytes(v: SSAValue) -> int:
+    """What saving ``v`` costs: shape x itemsize (8 for a number)."""
+    t = v.type
+    if isinstance(t, TensorType):
+        return t.nbytes()
+    if isinstance(t, NumberType):
+        return 8
+    return 0
+
+
+@dataclass
+class RematPlan:
+    """``saved``: forward values handed to the backward, in a stable order.
+    ``recompute``: forward ops the backward re-runs, in forward order."""
+
+    saved: list[SSAValue]
+    recompute: list[Operation]
+
+    def saved_bytes(self) -> int:
+        return sum(nbytes(v) for v in self.saved)
+
+
+def plan_remat(fwd_args: Sequence[SSAValue], fwd_ops: Sequence[Operation],
+               bwd_ops: Sequence[Operation], bwd_outputs: Sequence[SSAValue],
+               policy: RematPolicy | str | None = None) -> RematPlan:
+    """Chooses residuals and recomputation for a split (see the module doc)."""
+    if isinstance(policy, str):
+        policy = POLICIES[policy]
+    policy = policy or MIN_CUT
+    producer: dict[SSAValue, Operation] = {r: op for op in fwd_ops for r in op.results}
+    fwd_values = set(fwd_args) | set(producer)
+    needed: list[SSAValue] = []
+    seen: set[SSAValue] = set()
+    for op in bwd_ops:
+        for o in op.operands:
+            if o in fwd_values and o not in seen:
+                seen.add(o)
+                needed.append(o)
+    for o in bwd_outputs:
+        if o in fwd_values and o not in seen:
+            seen.add(o)
+            needed.append(o)
+    if not needed:
+        return RematPlan([], [])
+
+    order = {v: i for i, v in enumerate(fwd_args)}
+    for op in fwd_ops:
+        for r in op.results:
+            order[r] = len(order)
+
+    if policy is SAVE_ALL or not any(policy.recomputable(op) for op in fwd_ops):
+        return RematPlan(sorted(needed, key=order.__getitem__), [])
+
+    # Only the part of the forward that the needed values depend on matters.
+    relevant: set[SSAValue] = set()
+    stack = list(needed)
+    while stack:
+        v = stack.pop()
+        if v in relevant:
+            continue
+        relevant.add(v)
+        op = producer.get(v)
+        if op is not None and policy.recomputable(op):
+            stack.extend(o for o in op.operands if o in fwd_values)
+
+    g = nx.DiGraph()
+    for v in relevant:
+        vin, vout = ("in", v), ("out", v)
+        op = producer.get(v)
+        cost = 0 if op is None else nbytes(v)
+        g.add_edge(vin, vout, capacity=cost)
+        if op is None or not policy.recomputable(op):
+            g.add_edge("source", vin)  # no capacity attribute: infinite
+        else:
+            for o in op.operands:
+                if o in relevant:
+                    g.add_edge(("out", o), vin)
+    for v in needed:
+        g.add_edge(("out", v), "sink")
+    _, (src_side, _) = nx.minimum_cut(g, "source", "sink")
+    saved = [v for v in relevant if ("in", v) in src_side and ("out", v) not in src_side]
+    recompute_values = {v for v in relevant if ("in", v) not in src_side}
+    recompute_ops: list[Operation] = []
+    seen_ops: set[Operation] = set()
+    for op in fwd_ops:
+        if op not in seen_ops and any(r in recompute_values for r in op.results):
+            seen_ops.add(op)
+            recompute_ops.append(op)
+    return RematPlan(sorted(saved, key=order.__getitem__), recompute_ops)

@@ -1,0 +1,102 @@
+"""The VJP rule tables: how each op's cotangents flow back to its operands.
+
+A rule is registered per op class with ``@vjp(OpClass)``::
+
+    @vjp(prims.ExpOp)
+    def exp_vjp(g: Grad, out: list[SSAValue], ct: list[SSAValue | None], x):
+        return [g.prims.mul(ct[0], out[0])]
+
+It receives the builder ``g`` (``g.prims.<op>`` and ``g.ltorch.<op>`` build ops in the
+backward program), the op's results ``out``, their cotangents ``ct`` (``None`` where a
+result does not reach the loss; never all ``None``), then the op's operands grouped as in
+its definition and its params as keywords. It returns one entry per operand group: the
+cotangent of that operand (same type as the operand), ``None`` (no gradient: a number, an
+int or bool tensor, an index), or a list for a variadic group.
+
+Ops that have no derivative (comparisons, integer ops, RNG…) are declared with
+``not_differentiable(...)``. A coverage test keeps every prim in one of the two tables.
+Rule modules register on import; `load_vjp_rules` imports them all from one place.
+
+Like JAX's ``ad.primitive_transposes`` and tinygrad's gradient table (STYLE.md), rules are
+small functions next to their siblings, in dialect order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from xdsl.ir import SSAValue
+
+from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
+from thunder_ir.dialects.types import TensorType
+
+VjpRule = Callable[..., list[Any]]
+VJP_RULES: dict[type[ThunderOp], VjpRule] = {}
+NOT_DIFFERENTIABLE: set[type[ThunderOp]] = set()
+
+
+def vjp(op: type[ThunderOp]) -> Callable[[VjpRule], VjpRule]:
+    """Registers ``fn`` as the VJP rule of ``op``."""
+
+    def wrap(fn: VjpRule) -> VjpRule:
+        if op in VJP_RULES:
+            raise ValueError(f"{op.name} already has a VJP rule")
+        VJP_RULES[op] = fn
+        return fn
+
+    return wrap
+
+
+def not_differentiable(*ops: type[ThunderOp]) -> None:
+    """Declares ops whose results carry no gradient back to their operands."""
+    NOT_DIFFERENTIABLE.update(ops)
+
+
+class Grad:
+    """What a VJP rule builds with: ``g.prims.<op>(...)``, ``g.ltorch.<op>(...)``."""
+
+    def __init__(self, emitter: Emitter) -> None:
+        from thunder_ir.dialects import ltorch, prims
+
+        self.emitter = emitter
+        self.prims: OpNamespace = emitter.ns(prims.OPS)
+        self.ltorch: OpNamespace = emitter.ns(ltorch.OPS)
+
+    def const(self, value: Any) -> SSAValue:
+        """A Python number as an SSA value."""
+        return self.prims.constant(value=value)
+
+    def sum_to(self, v: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+        """Sums a broadcast cotangent back to ``shape`` (numpy broadcasting rules)."""
+        t = v.type
+        assert isinstance(t, TensorType)
+        if t.sizes == tuple(shape):
+            return v
+        lead = t.rank - len(shape)
+        dims = list(range(lead)) + [lead + i for i, s in enumerate(shape)
+                                    if s == 1 and t.sizes[lead + i] != 1]
+        out = self.prims.sum(v, dims=dims) if dims else v
+        if out.type.sizes != tuple(shape):  # type: ignore[attr-defined]
+            out = self.prims.reshape(out, shape=tuple(shape))
+        return out
+
+
+def is_differentiable_value(v: SSAValue) -> bool:
+    """Floating-point tensors carry gradients; numbers, ints and bools do not."""
+    t = v.type
+    return isinstance(t, TensorType) and t.dtype.is_floating_point
+
+
+def load_vjp_rules() -> dict[type[ThunderOp], VjpRule]:
+    """Imports every VJP rule module (registering its rules) and returns the table."""
+    import thunder_ir.passes.vjp_ltorch  # noqa: F401
+    import thunder_ir.passes.vjp_prims  # noqa: F401
+
+    return VJP_RULES
+
+
+def missing_rules(ops: Iterable[type[ThunderOp]]) -> list[str]:
+    """Ops with neither a VJP rule nor a not-differentiable declaration."""
+    load_vjp_rules()
+    return sorted(o.name for o in ops if o not in VJP_RULES and o not in NOT_DIFFERENTIABLE)

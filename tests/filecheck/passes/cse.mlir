@@ -1,0 +1,60 @@
+// RUN: thunder-ir-opt --split-input-file -p cse %s | filecheck %s
+
+// Equal pure ops merge, whatever their source location (the first one's stays);
+// ops that differ in a property, an operand or a result type do not.
+
+func.func @merge(%x: !prims.tensor<2x3xf32, cpu>) -> (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2xf32, cpu>, !prims.tensor<3xf32, cpu>) {
+  %0 = "prims.exp"(%x) {loc = "model.py:3"} : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %1 = "prims.exp"(%x) {loc = "model.py:7"} : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %2 = "prims.add"(%0, %1) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %3 = "prims.add"(%0, %1) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %4 = "prims.mul"(%2, %3) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %5 = "prims.sum"(%4) <{dims = array<i64: 1>}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2xf32, cpu>
+  %6 = "prims.sum"(%4) <{dims = array<i64: 0>}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<3xf32, cpu>
+  func.return %4, %5, %6 : !prims.tensor<2x3xf32, cpu>, !prims.tensor<2xf32, cpu>, !prims.tensor<3xf32, cpu>
+}
+
+// CHECK-LABEL: func.func @merge
+// CHECK-NEXT:  %[[E:.*]] = "prims.exp"(%x) {loc = "model.py:3"}
+// CHECK-NEXT:  %[[A:.*]] = "prims.add"(%[[E]], %[[E]])
+// CHECK-NEXT:  %[[M:.*]] = "prims.mul"(%[[A]], %[[A]])
+// CHECK-NEXT:  %[[S1:.*]] = "prims.sum"(%[[M]]) <{dims = array<i64: 1>}>
+// CHECK-NEXT:  %[[S0:.*]] = "prims.sum"(%[[M]]) <{dims = array<i64: 0>}>
+// CHECK-NEXT:  func.return %[[M]], %[[S1]], %[[S0]]
+
+// -----
+
+// Random draws are not Pure: two identical prims.uniform stay two draws. Their equal
+// seed and offset constants merge.
+
+func.func @rng() -> (!prims.tensor<2xf32, cpu>, !prims.tensor<2xf32, cpu>) {
+  %s0 = "prims.constant"() <{value = 7 : i64}> : () -> !prims.number<i64>
+  %o0 = "prims.constant"() <{value = 0 : i64}> : () -> !prims.number<i64>
+  %0 = "prims.uniform"(%s0, %o0) <{shape = array<i64: 2>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2xf32, cpu>
+  %s1 = "prims.constant"() <{value = 7 : i64}> : () -> !prims.number<i64>
+  %o1 = "prims.constant"() <{value = 0 : i64}> : () -> !prims.number<i64>
+  %1 = "prims.uniform"(%s1, %o1) <{shape = array<i64: 2>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2xf32, cpu>
+  func.return %0, %1 : !prims.tensor<2xf32, cpu>, !prims.tensor<2xf32, cpu>
+}
+
+// CHECK-LABEL: func.func @rng
+// CHECK-NEXT:  %[[S:.*]] = "prims.constant"() <{value = 7 : i64}>
+// CHECK-NEXT:  %[[O:.*]] = "prims.constant"() <{value = 0 : i64}>
+// CHECK-NEXT:  %[[U0:.*]] = "prims.uniform"(%[[S]], %[[O]])
+// CHECK-NEXT:  %[[U1:.*]] = "prims.uniform"(%[[S]], %[[O]])
+// CHECK-NEXT:  func.return %[[U0]], %[[U1]]
+
+// -----
+
+// Opaque torch calls may have effects: never merged.
+
+func.func @calls(%x: !prims.tensor<2x3xf32, cpu>) -> (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>) {
+  %0 = "torch.call"(%x) <{callee = "torch.nn.functional.dropout", args = [#prims.operand<0>]}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %1 = "torch.call"(%x) <{callee = "torch.nn.functional.dropout", args = [#prims.operand<0>]}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  func.return %0, %1 : !prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>
+}
+
+// CHECK-LABEL: func.func @calls
+// CHECK-NEXT:  %[[C0:.*]] = "torch.call"(%x)
+// CHECK-NEXT:  %[[C1:.*]] = "torch.call"(%x)
+// CHECK-NEXT:  func.return %[[C0]], %[[C1]]
