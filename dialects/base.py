@@ -41,12 +41,14 @@ from typing import Any, ClassVar
 import torch
 from xdsl.dialects.builtin import (
     ArrayAttr,
+    BytesAttr,
     DenseArrayBase,
     FloatAttr,
     IntAttr,
     IntegerAttr,
     IntegerType,
     NoneAttr,
+    NoneType,
     StringAttr,
     f64,
     i1,
@@ -132,6 +134,8 @@ class OperandRefAttr(ParametrizedAttribute):
 class OperandRef(int):
     """The Python value of `OperandRefAttr`: an int that knows it names an operand."""
 
+    __str__ = int.__repr__
+
     def __repr__(self) -> str:
         return f"OperandRef({int(self)})"
 
@@ -153,6 +157,8 @@ def to_attr(value: Any) -> Attribute:
     if isinstance(value, OperandRef):
         return OperandRefAttr(IntAttr(int(value)))
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise TypeError(f"integer {value} does not fit a static argument (int64)")
         return IntegerAttr(value, i64)
     if isinstance(value, float):
         return FloatAttr(value, f64)
@@ -199,8 +205,10 @@ def from_attr(attr: Attribute) -> Any:
         return attr.data  # type: ignore[attr-defined]
     if cls is ArrayAttr:
         return tuple(from_attr(a) for a in attr.data)  # type: ignore[attr-defined]
-    if cls is NoneAttr:
+    if cls is NoneAttr or cls is NoneType:  # `none` parses back as the builtin type
         return None
+    if cls is BytesAttr:  # non-ASCII strings parse back as bytes
+        return attr.data.decode("utf-8")  # type: ignore[attr-defined]
     if cls is SliceAttr:
         return slice(*(None if isinstance(p, NoneAttr) else p.data for p in attr.parameters))  # type: ignore[attr-defined]
     if cls is EllipsisAttr:

@@ -89,7 +89,7 @@ class CallOp(ThunderOp):
         def walk(v: Any) -> None:
             if isinstance(v, OperandRef) and not 0 <= v < n:
                 from xdsl.utils.exceptions import VerifyException
-                raise VerifyException(f"torch.call {self.callee.data}: #prims.operand<{v}> "
+                raise VerifyException(f"torch.call {self.callee.data}: #prims.operand<{int(v)}> "
                                       f"but only {n} operands")
             if isinstance(v, tuple):
                 for x in v:

@@ -27,9 +27,10 @@ Ops left unused are erased (they are ``Pure``), as MLIR's canonicalizer does.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from xdsl.context import Context
@@ -41,12 +42,12 @@ from xdsl.pattern_rewriter import (
     PatternRewriter,
     PatternRewriteWalker,
     RewritePattern,
-    op_type_rewrite_pattern,
 )
 
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import from_attr
 from thunder_ir.dialects.types import TensorType, is_float
+from thunder_ir.passes.cse_dce import dce
 
 # --------------------------------------------------------------------------- helpers
 
@@ -100,20 +101,41 @@ def exact_conversion(src: torch.dtype, dst: torch.dtype) -> bool:
 # --------------------------------------------------------------------------- patterns
 
 
-class ConvertToSameDtype(RewritePattern):
+class PrimPattern(RewritePattern):
+    """A pattern on one op class, ``OP``: `rewrite` runs only on instances of it.
+
+    Patterns look at an op and at the ops defining its operands, never at its users, so
+    one walk in program order reaches the fixpoint (operands are already canonical when
+    their users are visited).
+    """
+
+    OP: ClassVar[type[Operation]]
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, self.OP):
+            self.rewrite(op, rewriter)
+
+    def rewrite(self, op: Any, rewriter: PatternRewriter) -> None:
+        """Rewrites ``op`` (an instance of ``OP``) through ``rewriter``, or does nothing."""
+        raise NotImplementedError
+
+
+class ConvertToSameDtype(PrimPattern):
     """``convert_element_type(x, dtype of x)`` → ``x``."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.ConvertElementTypeOp, rewriter: PatternRewriter) -> None:
+    OP = P.ConvertElementTypeOp
+
+    def rewrite(self, op: P.ConvertElementTypeOp, rewriter: PatternRewriter) -> None:
         forward(op, op.x, rewriter)
 
 
-class ConvertOfExactConvert(RewritePattern):
+class ConvertOfExactConvert(PrimPattern):
     """``convert(convert(x, A), B)`` with an exact ``x → A``: ``x`` when ``B`` is ``x``'s
     dtype; one ``convert(x, B)`` when ``A → B`` is exact too."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.ConvertElementTypeOp, rewriter: PatternRewriter) -> None:
+    OP = P.ConvertElementTypeOp
+
+    def rewrite(self, op: P.ConvertElementTypeOp, rewriter: PatternRewriter) -> None:
         inner = op.x.owner
         if not isinstance(inner, P.ConvertElementTypeOp):
             return
@@ -127,19 +149,21 @@ class ConvertOfExactConvert(RewritePattern):
             rewriter.replace(op, _clone_with_operand(op, x))
 
 
-class ReshapeToSameShape(RewritePattern):
+class ReshapeToSameShape(PrimPattern):
     """``reshape(x, shape of x)`` → ``x``."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.ReshapeOp, rewriter: PatternRewriter) -> None:
+    OP = P.ReshapeOp
+
+    def rewrite(self, op: P.ReshapeOp, rewriter: PatternRewriter) -> None:
         forward(op, op.x, rewriter)
 
 
-class ReshapeOfReshape(RewritePattern):
+class ReshapeOfReshape(PrimPattern):
     """``reshape(reshape(x, s1), s2)`` → ``reshape(x, s2)`` (or ``x`` if it has shape s2)."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.ReshapeOp, rewriter: PatternRewriter) -> None:
+    OP = P.ReshapeOp
+
+    def rewrite(self, op: P.ReshapeOp, rewriter: PatternRewriter) -> None:
         inner = op.x.owner
         if not isinstance(inner, P.ReshapeOp):
             return
@@ -147,60 +171,66 @@ class ReshapeOfReshape(RewritePattern):
             rewriter.replace(op, _clone_with_operand(op, inner.x))
 
 
-class BroadcastToSameShape(RewritePattern):
+class BroadcastToSameShape(PrimPattern):
     """``broadcast_in_dim(x, shape of x, dims 0..r-1)`` → ``x``."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.BroadcastInDimOp, rewriter: PatternRewriter) -> None:
+    OP = P.BroadcastInDimOp
+
+    def rewrite(self, op: P.BroadcastInDimOp, rewriter: PatternRewriter) -> None:
         t = op.x.type
         if isinstance(t, TensorType) and _is_identity(op.broadcast_dims.get_values(), t.rank):
             forward(op, op.x, rewriter)
 
 
-class TransposeIdentity(RewritePattern):
+class TransposeIdentity(PrimPattern):
     """``transpose(x, (0, 1, ..., r-1))`` → ``x``."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.TransposeOp, rewriter: PatternRewriter) -> None:
+    OP = P.TransposeOp
+
+    def rewrite(self, op: P.TransposeOp, rewriter: PatternRewriter) -> None:
         t = op.x.type
         if isinstance(t, TensorType) and _is_identity(op.permutation.get_values(), t.rank):
             forward(op, op.x, rewriter)
 
 
-class SqueezeNoDims(RewritePattern):
+class SqueezeNoDims(PrimPattern):
     """``squeeze(x, ())`` → ``x``."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.SqueezeOp, rewriter: PatternRewriter) -> None:
+    OP = P.SqueezeOp
+
+    def rewrite(self, op: P.SqueezeOp, rewriter: PatternRewriter) -> None:
         if not op.dims.get_values():
             forward(op, op.x, rewriter)
 
 
-class MulByOne(RewritePattern):
+class MulByOne(PrimPattern):
     """``x * 1`` and ``1 * x`` → ``x``."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.MulOp, rewriter: PatternRewriter) -> None:
+    OP = P.MulOp
+
+    def rewrite(self, op: P.MulOp, rewriter: PatternRewriter) -> None:
         if _is(constant_value(op.rhs), 1):
             forward(op, op.lhs, rewriter)
         elif _is(constant_value(op.lhs), 1):
             forward(op, op.rhs, rewriter)
 
 
-class DivByOne(RewritePattern):
+class DivByOne(PrimPattern):
     """``x / 1`` → ``x`` (true or truncating division alike)."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.DivOp, rewriter: PatternRewriter) -> None:
+    OP = P.DivOp
+
+    def rewrite(self, op: P.DivOp, rewriter: PatternRewriter) -> None:
         if _is(constant_value(op.rhs), 1):
             forward(op, op.lhs, rewriter)
 
 
-class AddZero(RewritePattern):
+class AddZero(PrimPattern):
     """``x + 0`` and ``0 + x`` → ``x``: integers; floats only with ``-0.0``."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.AddOp, rewriter: PatternRewriter) -> None:
+    OP = P.AddOp
+
+    def rewrite(self, op: P.AddOp, rewriter: PatternRewriter) -> None:
         dtype = _dtype(op.out)
         if dtype is None:
             return
@@ -209,11 +239,12 @@ class AddZero(RewritePattern):
                 return
 
 
-class SubZero(RewritePattern):
+class SubZero(PrimPattern):
     """``x - 0`` → ``x`` (``-0.0 - 0.0`` is ``-0.0``: exact for floats too)."""
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: P.SubOp, rewriter: PatternRewriter) -> None:
+    OP = P.SubOp
+
+    def rewrite(self, op: P.SubOp, rewriter: PatternRewriter) -> None:
         if _is(constant_value(op.rhs), 0):
             forward(op, op.lhs, rewriter)
 
@@ -242,7 +273,7 @@ def _clone_with_operand(op: Operation, operand: SSAValue) -> Operation:
                            properties=dict(op.properties), attributes=dict(op.attributes))
 
 
-PATTERNS: tuple[type[RewritePattern], ...] = (
+PATTERNS: tuple[type[PrimPattern], ...] = (
     ConvertToSameDtype,
     ConvertOfExactConvert,
     ReshapeToSameShape,
@@ -258,16 +289,44 @@ PATTERNS: tuple[type[RewritePattern], ...] = (
 """Every canonicalization pattern, in the order the applier tries them."""
 
 
+class ByOpType(RewritePattern):
+    """Applies patterns by the matched op's class: one dict look-up per op instead of
+    trying every pattern in turn. The first pattern that acts wins, as in
+    ``GreedyRewritePatternApplier``."""
+
+    def __init__(self, patterns: Sequence[PrimPattern]) -> None:
+        table: dict[type[Operation], list[PrimPattern]] = {}
+        for p in patterns:
+            table.setdefault(p.OP, []).append(p)
+        self.table = {k: tuple(v) for k, v in table.items()}
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        for p in self.table.get(type(op), ()):
+            p.rewrite(op, rewriter)
+            if rewriter.has_done_action:
+                return
+
+
 @dataclass(frozen=True)
 class CanonicalizePass(ModulePass):
-    """Applies the `PATTERNS` to a fixpoint and erases the pure ops left unused."""
+    """Applies the `PATTERNS` in one walk, then erases the pure ops left unused."""
 
     name = "canonicalize"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([p() for p in PATTERNS]),
+            GreedyRewritePatternApplier([ByOpType([p() for p in PATTERNS])], dce_enabled=False),
+            apply_recursively=False,
         ).rewrite_module(op)
+        dce(op)
 
 
-__all__ = ["PATTERNS", "CanonicalizePass", "constant_value", "exact_conversion", "forward"]
+__all__ = [
+    "PATTERNS",
+    "ByOpType",
+    "CanonicalizePass",
+    "PrimPattern",
+    "constant_value",
+    "exact_conversion",
+    "forward",
+]

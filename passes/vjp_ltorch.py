@@ -1,4 +1,606 @@
-"""VJP rules of ltorch ops that are cheaper than differentiating their decomposition
-(see `thunder_ir.passes.vjp`)."""
+"""VJP rules of ltorch ops that are cheaper than differentiating their decomposition (see
+`thunder_ir.passes.vjp`), and of the opaque ``torch.call`` fallback.
+
+Why direct rules: differentiating ``layer_norm``'s or ``cross_entropy``'s decomposition
+keeps every intermediate of the forward alive and emits a long chain of prim
+cotangents; the closed forms below (PyTorch's ``derivatives.yaml``, JAX's ``nn`` rules)
+need the inputs only and are what fused kernels implement. Ops listed here are not
+decomposed before autodiff; their backward ops are ltorch or prims ops, decomposed or
+claimed by executors later like any other.
+
+Conventions of this module:
+
+* Statistics (norms, softmax, attention, losses) are recomputed from the op's *inputs*,
+  never saved from the forward; the remat pass decides what is stored.
+* Float16/bfloat16 backward math runs in float32 and each cotangent is converted back
+  to its operand's dtype once (as torch's opmath kernels do).
+* Operands that are not floating-point tensors (indices, int targets, RNG seeds, bool
+  masks) get ``None``. So do ``cross_entropy``'s class weights with class-index targets:
+  torch's ``nll_loss`` declares them not differentiable.
+* ``dropout`` replays its forward mask: ``prims.uniform(seed, offset, …) >= p``, exactly
+  as `DropoutOp.ref` and its decomposition draw it.
+* ``torch.call`` (the frontend's fallback for torch functions with no ltorch op) is
+  differentiated by torch itself at run time: its rule emits another ``torch.call`` of
+  `thunder_ir.runtime.autograd_fallback.call_vjp`, which re-runs the callee on the
+  inputs and calls ``torch.autograd.grad`` (recompute-in-backward).
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import SSAValue
+
+from thunder_ir.dialects import ltorch_core as C
+from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects.base import OperandRef, from_attr
+from thunder_ir.dialects.prims import broadcast_shapes
+from thunder_ir.dialects.torch import CallOp, make_call
+from thunder_ir.dialects.types import TensorType, is_float
+from thunder_ir.passes.vjp import Grad, is_differentiable_value, vjp
+
+Grads = list[Any]
+Cts = list[SSAValue | None]
+Outs = list[SSAValue]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _t(v: SSAValue) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType), f"expected a tensor, got {t}"
+    return t
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    """The dtype backward math runs in: float32 for float16/bfloat16."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _cast(g: Grad, v: SSAValue, dtype: torch.dtype) -> SSAValue:
+    return v if _t(v).dtype == dtype else g.ltorch.to_dtype(v, dtype=dtype)
+
+
+def _up(g: Grad, v: SSAValue) -> SSAValue:
+    """``v`` in its backward compute dtype (`_acc`)."""
+    return _cast(g, v, _acc(_t(v).dtype))
+
+
+def _grad(g: Grad, v: SSAValue | None, operand: SSAValue | None) -> SSAValue | None:
+    """``v`` as the cotangent of ``operand`` (its dtype), or ``None`` if it has none."""
+    if v is None or operand is None or not is_differentiable_value(operand):
+        return None
+    return _cast(g, v, _t(operand).dtype)
+
+
+def _mT(g: Grad, v: SSAValue) -> SSAValue:
+    """Swaps the last two dims."""
+    return g.ltorch.transpose(v, dim0=-2, dim1=-1)
+
+
+def _sum_dims(g: Grad, v: SSAValue, dims: Sequence[int]) -> SSAValue:
+    """Sums ``dims`` away (none: ``v`` itself)."""
+    return g.ltorch.sum(v, dim=tuple(dims)) if dims else v
+
+
+def _sum_to(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """`Grad.sum_to`, accumulating float16/bfloat16 in float32."""
+    if _t(v).sizes == tuple(shape):
+        return v
+    dtype = _t(v).dtype
+    return _cast(g, g.sum_to(_up(g, v), tuple(shape)), dtype)
+
+
+def _neg_inf(g: Grad) -> SSAValue:
+    return g.const(-math.inf)
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+@vjp(N.MatmulOp)
+def matmul(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue) -> Grads:
+    """``da = ct @ b^T`` and ``db = a^T @ ct``, with torch.matmul's 1-D promotion and batch
+    broadcasting undone (`_sum_to`)."""
+    at, bt = _t(a), _t(b)
+    a1, b1 = at.rank == 1, bt.rank == 1
+    a_shape = (1, *at.sizes) if a1 else at.sizes
+    b_shape = (*bt.sizes, 1) if b1 else bt.sizes
+    a2 = g.ltorch.reshape(a, shape=a_shape) if a1 else a
+    b2 = g.ltorch.reshape(b, shape=b_shape) if b1 else b
+    dy = ct[0]
+    assert dy is not None
+    if a1 or b1:  # ct in the shape of the promoted product
+        batch = broadcast_shapes(N.MatmulOp.name, a_shape[:-2], b_shape[:-2])
+        dy = g.ltorch.reshape(dy, shape=(*batch, a_shape[-2], b_shape[-1]))
+    da = db = None
+    if is_differentiable_value(a):
+        da = _sum_to(g, g.ltorch.matmul(dy, _mT(g, b2)), a_shape)
+        if a1:
+            da = g.ltorch.reshape(da, shape=at.sizes)
+    if is_differentiable_value(b):
+        if len(b_shape) == 2 and len(a_shape) > 2:
+            # Fold a's batch dims into its rows: one 2-D matmul instead of a batched one
+            # followed by a reduction.
+            k, p = b_shape
+            rows = math.prod(a_shape[:-1])
+            a_rows = g.ltorch.reshape(a2, shape=(rows, k))
+            dy_rows = g.ltorch.reshape(dy, shape=(rows, p))
+            db = g.ltorch.matmul(_mT(g, a_rows), dy_rows)
+        else:
+            db = _sum_to(g, g.ltorch.matmul(_mT(g, a2), dy), b_shape)
+        if b1:
+            db = g.ltorch.reshape(db, shape=bt.sizes)
+    return [da, db]
+
+
+@vjp(N.BmmOp)
+def bmm(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue) -> Grads:
+    """``da = ct @ b^T``, ``db = a^T @ ct`` per batch."""
+    dy = ct[0]
+    assert dy is not None
+    da = g.ltorch.bmm(dy, _mT(g, b)) if is_differentiable_value(a) else None
+    db = g.ltorch.bmm(_mT(g, a), dy) if is_differentiable_value(b) else None
+    return [da, db]
+
+
+@vjp(N.LinearOp)
+def linear(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue | None
+           ) -> Grads:
+    """``dx = ct @ W``, ``dW = ct^T @ x`` over all batch rows, ``dbias = sum(ct)``."""
+    xt, wt = _t(x), _t(w)
+    dy = ct[0]
+    assert dy is not None
+    n_in, rows = xt.sizes[-1], math.prod(xt.sizes[:-1])
+    dx = dw = db = None
+    if wt.rank == 2:
+        n_out = wt.sizes[0]
+        if is_differentiable_value(x):
+            dx = g.ltorch.matmul(dy, w)
+        if is_differentiable_value(w):
+            dy_rows = g.ltorch.reshape(dy, shape=(rows, n_out))
+            x_rows = g.ltorch.reshape(x, shape=(rows, n_in))
+            dw = g.ltorch.matmul(_mT(g, dy_rows), x_rows)
+        if bias is not None and is_differentiable_value(bias):
+            db = _sum_to(g, dy, (n_out,))
+    else:  # a 1-D weight: y = x @ w has x's batch shape
+        if is_differentiable_value(x):
+            dx = g.ltorch.mul(g.ltorch.unsqueeze(dy, dim=-1), w)
+        if is_differentiable_value(w):
+            dw = g.ltorch.matmul(g.ltorch.reshape(dy, shape=(rows,)),
+                                 g.ltorch.reshape(x, shape=(rows, n_in)))
+        if bias is not None and is_differentiable_value(bias):
+            db = _sum_to(g, dy, ())
+    return [dx, dw, db]
+
+
+# --------------------------------------------------------------------------- activations
+
+
+@vjp(N.ReluOp)
+def relu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+    """``ct`` where the result is positive (torch's ``threshold_backward`` on the result)."""
+    if not is_differentiable_value(x):
+        return [None]
+    return [g.ltorch.where(g.ltorch.le(out[0], g.const(0)), g.const(0.0), ct[0])]
+
+
+@vjp(N.GeluOp)
+def gelu(g: Grad, out: Outs, ct: Cts, x: SSAValue, approximate: str | None = None) -> Grads:
+    """``ct * (Φ(x) + x φ(x))``, or the derivative of the tanh approximation."""
+    if not is_differentiable_value(x):
+        return [None]
+    lt = g.ltorch
+    xc, dy = _up(g, x), _up(g, ct[0])  # type: ignore[arg-type]
+    if approximate == "tanh":
+        beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
+        x2 = lt.mul(xc, xc)
+        one = g.const(1.0)
+        # inner = beta (x + kappa x³); d inner/dx = beta (1 + 3 kappa x²)
+        inner = lt.mul(lt.mul(xc, lt.add(lt.mul(x2, g.const(kappa)), one)), g.const(beta))
+        th = lt.tanh(inner)
+        left = lt.mul(lt.add(th, one), g.const(0.5))
+        dinner = lt.mul(lt.add(lt.mul(x2, g.const(3.0 * kappa)), one), g.const(beta))
+        right = lt.mul(lt.mul(lt.mul(xc, g.const(0.5)), lt.sub(one, lt.mul(th, th))), dinner)
+        d = lt.add(left, right)
+    else:
+        cdf = lt.mul(lt.add(lt.erf(lt.mul(xc, g.const(1.0 / math.sqrt(2.0)))), g.const(1.0)),
+                     g.const(0.5))
+        pdf = lt.mul(lt.exp(lt.mul(lt.mul(xc, xc), g.const(-0.5))),
+                     g.const(1.0 / math.sqrt(2.0 * math.pi)))
+        d = lt.add(cdf, lt.mul(xc, pdf))
+    return [_grad(g, lt.mul(dy, d), x)]
+
+
+@vjp(N.SiluOp)
+def silu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+    """``ct * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``."""
+    if not is_differentiable_value(x):
+        return [None]
+    lt = g.ltorch
+    xc, dy = _up(g, x), _up(g, ct[0])  # type: ignore[arg-type]
+    s = lt.sigmoid(xc)
+    d = lt.mul(s, lt.add(lt.mul(xc, lt.sub(g.const(1.0), s)), g.const(1.0)))
+    return [_grad(g, lt.mul(dy, d), x)]
+
+
+@vjp(N.SigmoidOp)
+def sigmoid(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+    """``ct * y * (1 - y)`` on the result ``y``."""
+    if not is_differentiable_value(x):
+        return [None]
+    lt = g.ltorch
+    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
+    return [_grad(g, lt.mul(dy, lt.mul(y, lt.sub(g.const(1.0), y))), x)]
+
+
+@vjp(C.TanhOp)
+def tanh(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+    """``ct * (1 - y²)`` on the result ``y``."""
+    if not is_differentiable_value(x):
+        return [None]
+    lt = g.ltorch
+    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
+    return [_grad(g, lt.mul(dy, lt.sub(g.const(1.0), lt.mul(y, y))), x)]
+
+
+# --------------------------------------------------------------------------- softmax
+
+
+@vjp(N.SoftmaxOp)
+def softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
+            dtype: torch.dtype | None = None) -> Grads:
+    """``y * (ct - sum(ct * y, dim))`` on the result ``y``."""
+    if not is_differentiable_value(x):
+        return [None]
+    lt = g.ltorch
+    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
+    s = lt.sum(lt.mul(dy, y), dim=dim, keepdim=True)
+    return [_grad(g, lt.mul(y, lt.sub(dy, s)), x)]
+
+
+@vjp(N.LogSoftmaxOp)
+def log_softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
+                dtype: torch.dtype | None = None) -> Grads:
+    """``ct - exp(y) * sum(ct, dim)`` on the result ``y``."""
+    if not is_differentiable_value(x):
+        return [None]
+    lt = g.ltorch
+    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
+    s = lt.sum(dy, dim=dim, keepdim=True)
+    return [_grad(g, lt.sub(dy, lt.mul(lt.exp(y), s)), x)]
+
+
+# --------------------------------------------------------------------------- dropout
+
+
+@vjp(N.DropoutOp)
+def dropout(g: Grad, out: Outs, ct: Cts, x: SSAValue, seed: SSAValue, offset: SSAValue,
+            p: float | None = None, training: bool | None = None) -> Grads:
+    """``ct * mask / (1 - p)`` with the forward's mask, redrawn from the same seed/offset.
+
+    Keep in step with `DropoutOp.ref` and the decomposition: same draw, same comparison.
+    """
+    dy = ct[0]
+    assert dy is not None
+    p = 0.5 if p is None else float(p)
+    if training is False or p == 0.0:
+        return [dy, None, None]
+    t = _t(x)
+    u = g.prims.uniform(seed, offset, shape=t.sizes, minval=0.0, maxval=1.0, device=t.dev,
+                        dtype=N.DropoutOp.MASK_DTYPE)
+    keep = g.prims.ge(u, g.const(p))
+    kept = dy if p == 1.0 else g.prims.div(dy, g.const(1.0 - p))
+    return [g.prims.where(keep, kept, g.const(0.0)), None, None]
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+def _norm_dims(x: TensorType, normalized_shape: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(normalized dims, leading dims) of ``x``."""
+    k = len(normalized_shape)
+    return list(range(x.rank - k, x.rank)), list(range(x.rank - k))
+
+
+@vjp(N.LayerNormOp)
+def layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
+               bias: SSAValue | None, normalized_shape: Sequence[int],
+               eps: float | None = None) -> Grads:
+    """Recomputes mean and rstd from ``x``; with ``x̂ = (x - mean) * rstd`` and
+    ``gy = ct * weight``: ``dx = rstd * (gy - mean(gy) - x̂ mean(gy x̂))``,
+    ``dweight = sum(ct x̂)``, ``dbias = sum(ct)`` over the leading dims."""
+    lt = g.ltorch
+    xt = _t(x)
+    dims, lead = _norm_dims(xt, normalized_shape)
+    nd = tuple(dims)
+    cd = _acc(_t(out[0]).dtype)
+    eps = 1e-5 if eps is None else float(eps)
+    xc = _cast(g, x, cd)
+    dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
+    mean = lt.mean(xc, dim=nd, keepdim=True)
+    diff = lt.sub(xc, mean)
+    var = lt.mean(lt.mul(diff, diff), dim=nd, keepdim=True)
+    rstd = lt.rsqrt(lt.add(var, g.const(eps)))
+    xhat = lt.mul(diff, rstd)
+    dx = dw = db = None
+    if is_differentiable_value(x):
+        gy = dy if weight is None else lt.mul(dy, _cast(g, weight, cd))
+        m1 = lt.mean(gy, dim=nd, keepdim=True)
+        m2 = lt.mean(lt.mul(gy, xhat), dim=nd, keepdim=True)
+        dx = _grad(g, lt.mul(rstd, lt.sub(lt.sub(gy, m1), lt.mul(xhat, m2))), x)
+    if weight is not None:
+        dw = _grad(g, _sum_dims(g, lt.mul(dy, xhat), lead), weight)
+    if bias is not None:
+        db = _grad(g, _sum_dims(g, dy, lead), bias)
+    return [dx, dw, db]
+
+
+@vjp(N.RmsNormOp)
+def rms_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
+             normalized_shape: Sequence[int], eps: float | None = None) -> Grads:
+    """Recomputes ``r = rsqrt(mean(x²) + eps)``; with ``x̂ = x r`` and ``gy = ct * weight``:
+    ``dx = r (gy - x̂ mean(gy x̂))``, ``dweight = sum(ct x̂)`` over the leading dims."""
+    lt = g.ltorch
+    xt = _t(x)
+    dims, lead = _norm_dims(xt, normalized_shape)
+    nd = tuple(dims)
+    cd = _acc(_t(out[0]).dtype)
+    eps = torch.finfo(_acc(xt.dtype)).eps if eps is None else float(eps)
+    xc = _cast(g, x, cd)
+    dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
+    r = lt.rsqrt(lt.add(lt.mean(lt.mul(xc, xc), dim=nd, keepdim=True), g.const(eps)))
+    xhat = lt.mul(xc, r)
+    dx = dw = None
+    if is_differentiable_value(x):
+        gy = dy if weight is None else lt.mul(dy, _cast(g, weight, cd))
+        m = lt.mean(lt.mul(gy, xhat), dim=nd, keepdim=True)
+        dx = _grad(g, lt.mul(r, lt.sub(gy, lt.mul(xhat, m))), x)
+    if weight is not None:
+        dw = _grad(g, _sum_dims(g, lt.mul(dy, xhat), lead), weight)
+    return [dx, dw]
+
+
+# --------------------------------------------------------------------------- embedding
+
+
+@vjp(N.EmbeddingOp)
+def embedding(g: Grad, out: Outs, ct: Cts, indices: SSAValue, weight: SSAValue,
+              padding_idx: int | None = None, max_norm: float | None = None,
+              norm_type: float | None = None, scale_grad_by_freq: bool | None = None,
+              sparse: bool | None = None) -> Grads:
+    """Adds the cotangent rows into zeros of the weight's shape at the looked-up indices
+    (``index_add``). Rows of ``padding_idx`` get no gradient; ``scale_grad_by_freq``
+    divides each row by how often its index occurs. ``sparse`` still gives a dense
+    gradient."""
+    if not is_differentiable_value(weight):
+        return [None, None]
+    p = g.prims
+    it, wt = _t(indices), _t(weight)
+    n, num = it.numel(), wt.sizes[0]
+    row_shape = (n, *wt.sizes[1:])
+    cd = _acc(wt.dtype)
+    flat = indices if it.rank == 1 else p.reshape(indices, shape=(n,))
+    rows = p.reshape(_up(g, ct[0]), shape=row_shape)  # type: ignore[arg-type]
+    if padding_idx is not None:
+        pad = padding_idx + num if padding_idx < 0 else padding_idx
+        keep = p.broadcast_in_dim(p.ne(flat, g.const(pad)), shape=row_shape, broadcast_dims=[0])
+        rows = p.where(keep, rows, g.const(0.0))
+    if scale_grad_by_freq:
+        ones = p.full(shape=(n,), fill_value=1.0, device=wt.dev, dtype=cd)
+        zeros = p.full(shape=(num,), fill_value=0.0, device=wt.dev, dtype=cd)
+        freq = p.take(p.index_add(zeros, flat, ones, dim=0), flat, dim=0)
+        rows = p.div(rows, p.broadcast_in_dim(freq, shape=row_shape, broadcast_dims=[0]))
+    zeros = p.full(shape=wt.sizes, fill_value=0.0, device=wt.dev, dtype=cd)
+    return [None, _grad(g, p.index_add(zeros, flat, rows, dim=0), weight)]
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _repeat_heads(g: Grad, v: SSAValue, rep: int) -> SSAValue:
+    """``repeat_interleave(v, rep, dim=-3)`` (grouped-query attention's key/value heads)."""
+    s = _t(v).sizes
+    x = g.ltorch.unsqueeze(v, dim=-3)
+    x = g.ltorch.expand(x, size=(*s[:-2], rep, *s[-2:]))
+    return g.ltorch.reshape(x, shape=(*s[:-3], s[-3] * rep, *s[-2:]))
+
+
+def _unrepeat_heads(g: Grad, v: SSAValue, rep: int) -> SSAValue:
+    """The transpose of `_repeat_heads`: sums each group of ``rep`` heads."""
+    s = _t(v).sizes
+    x = g.ltorch.reshape(v, shape=(*s[:-3], s[-3] // rep, rep, *s[-2:]))
+    return g.ltorch.sum(x, dim=-3)
+
+
+@vjp(N.ScaledDotProductAttentionOp)
+def scaled_dot_product_attention(
+        g: Grad, out: Outs, ct: Cts, q: SSAValue, k: SSAValue, v: SSAValue,
+        attn_mask: SSAValue | None, dropout_p: float | None = None,
+        is_causal: bool | None = None, scale: float | None = None,
+        enable_gqa: bool | None = None) -> Grads:
+    """Recomputes the probabilities ``P = softmax(q k^T s + mask)`` and back-propagates:
+    ``dv = P^T ct``, ``dS = P (ct v^T - rowsum(P ∘ ct v^T)) s``, ``dq = dS k``,
+    ``dk = dS^T q``; a float mask gets ``dS`` summed to its shape. Fully masked rows have
+    zero probabilities, as torch's math kernel (``_safe_softmax``) gives them."""
+    if dropout_p:
+        raise ValueError(f"{N.ScaledDotProductAttentionOp.name}: no VJP for dropout_p="
+                         f"{dropout_p}; pass dropout_p=0.0, or write the attention as "
+                         "softmax, F.dropout and matmul")
+    lt = g.ltorch
+    qt, kt, vt = _t(q), _t(k), _t(v)
+    cd = _acc(qt.dtype)
+    qc, kc, vc = (_cast(g, a, cd) for a in (q, k, v))
+    rep = 1
+    if enable_gqa and qt.rank >= 3 and qt.sizes[-3] != kt.sizes[-3]:
+        rep = qt.sizes[-3] // kt.sizes[-3]
+        kc, vc = _repeat_heads(g, kc, rep), _repeat_heads(g, vc, rep)
+    s = 1.0 / math.sqrt(qt.sizes[-1]) if scale is None else float(scale)
+    scores = lt.mul(lt.matmul(qc, _mT(g, kc)), g.const(s))
+    masked = False
+    if is_causal:
+        length, source = qt.sizes[-2], kt.sizes[-2]
+        tri = lt.tril(lt.ones(size=(length, source), dtype=torch.bool, device=qt.dev))
+        scores = lt.where(tri, scores, _neg_inf(g))
+        masked = True
+    if attn_mask is not None:
+        if _t(attn_mask).dtype == torch.bool:
+            scores = lt.where(attn_mask, scores, _neg_inf(g))
+        else:
+            scores = lt.add(scores, _cast(g, attn_mask, cd))
+        masked = True
+    probs = lt.softmax(scores, dim=-1)
+    if masked:
+        empty = lt.eq(lt.amax(scores, dim=-1, keepdim=True), _neg_inf(g))
+        probs = lt.where(empty, g.const(0.0), probs)
+    dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
+    dv = lt.matmul(_mT(g, probs), dy)
+    dp = lt.matmul(dy, _mT(g, vc))
+    ds = lt.mul(probs, lt.sub(dp, lt.sum(lt.mul(dp, probs), dim=-1, keepdim=True)))
+    ds_scaled = lt.mul(ds, g.const(s))
+    dq = lt.matmul(ds_scaled, kc)
+    dk = lt.matmul(_mT(g, ds_scaled), qc)
+    if rep > 1:
+        dk, dv = _unrepeat_heads(g, dk, rep), _unrepeat_heads(g, dv, rep)
+    dmask = None
+    if attn_mask is not None and is_differentiable_value(attn_mask):
+        dmask = _grad(g, _sum_to(g, ds, _t(attn_mask).sizes), attn_mask)
+    return [_grad(g, _sum_to(g, dq, qt.sizes), q), _grad(g, _sum_to(g, dk, kt.sizes), k),
+            _grad(g, _sum_to(g, dv, vt.sizes), v), dmask]
+
+
+# --------------------------------------------------------------------------- losses
+
+
+@vjp(N.CrossEntropyOp)
+def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
+                  weight: SSAValue | None, size_average: bool | None = None,
+                  ignore_index: int | None = None, reduce: bool | None = None,
+                  reduction: str | None = None, label_smoothing: float | None = None
+                  ) -> Grads:
+    """With ``p = softmax(x)`` along the class dim and ``a`` the (smoothed, weighted,
+    unignored) target distribution, ``dx = c (p sum(a) - a)`` where ``c`` is the loss
+    cotangent per sample (divided by the mean's denominator). Probability targets also
+    get ``dtarget = -c (1 - ls) w log p`` and the class weights ``dw = -sum(c t' log p)``;
+    class-index targets and their weights get ``None`` (torch: not differentiable)."""
+    lt = g.ltorch
+    red = N.legacy_reduction(reduction, size_average, reduce)
+    xt, tt = _t(x), _t(target)
+    cd = _acc(xt.dtype)
+    cdim = 1 if xt.rank >= 2 else 0
+    classes = xt.sizes[cdim]
+    ls = float(label_smoothing or 0.0)
+    xc = _cast(g, x, cd)
+    wb = None
+    if weight is not None:
+        wb = lt.reshape(_cast(g, weight, cd),
+                        shape=tuple(classes if i == cdim else 1 for i in range(xt.rank)))
+    c = _cast(g, ct[0], cd)  # type: ignore[arg-type]
+    if red == "none":
+        c = lt.unsqueeze(c, dim=cdim)
+    probs = is_float(tt.dtype)
+    if probs:
+        tgt = _cast(g, target, cd)
+        tprime = tgt if ls == 0.0 else lt.add(lt.mul(tgt, g.const(1.0 - ls)),
+                                              g.const(ls / classes))
+        a = tprime if wb is None else lt.mul(tprime, wb)
+        if red == "mean":
+            c = lt.div(c, g.const(float(max(xt.numel() // max(classes, 1), 1))))
+    else:
+        ignore = -100 if ignore_index is None else ignore_index
+        arange = lt.arange(end=classes, dtype=torch.int64, device=xt.dev)
+        arange = lt.reshape(arange, shape=tuple(classes if i == cdim else 1
+                                                for i in range(xt.rank)))
+        tcol = lt.unsqueeze(target, dim=cdim)
+        onehot = lt.to_dtype(lt.eq(tcol, arange), dtype=cd)
+        valid = lt.ne(tcol, g.const(ignore))
+        hot = onehot if wb is None else lt.mul(onehot, wb)
+        a = hot if ls == 0.0 else lt.add(lt.mul(onehot, g.const(1.0 - ls)),
+                                         g.const(ls / classes))
+        if wb is not None and ls != 0.0:
+            a = lt.mul(a, wb)
+        a = lt.where(valid, a, g.const(0.0))
+        if red == "mean":
+            # torch's nll_loss denominator: the summed weights of the unignored targets.
+            denom = lt.sum(lt.where(valid, hot, g.const(0.0)))
+            c = lt.div(c, denom)
+    dx = None
+    if is_differentiable_value(x):
+        p = lt.softmax(xc, dim=cdim)
+        dx = _grad(g, lt.mul(c, lt.sub(lt.mul(p, lt.sum(a, dim=cdim, keepdim=True)), a)), x)
+    if not probs:
+        return [dx, None, None]
+    logp = lt.log_softmax(xc, dim=cdim)
+    dt = dw = None
+    if is_differentiable_value(target):
+        coef = lt.mul(c, g.const(-(1.0 - ls)))
+        dtgt = lt.mul(coef, logp if wb is None else lt.mul(logp, wb))
+        dt = _grad(g, dtgt, target)
+    if weight is not None and is_differentiable_value(weight):
+        terms = lt.neg(lt.mul(lt.mul(c, tprime), logp))
+        dw = _grad(g, _sum_dims(g, terms, [i for i in range(xt.rank) if i != cdim]), weight)
+    return [dx, dt, dw]
+
+
+# --------------------------------------------------------------------------- torch.call
+
+
+CALL_VJP = "thunder_ir.runtime.autograd_fallback.call_vjp"
+"""The callee of the backward ``torch.call`` that differentiates a fallback call."""
+
+
+def _static_args(op: CallOp) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]:
+    """The call's args and kwargs with every `OperandRef` encoded for `call_vjp` (which
+    substitutes its own differentiable copies of the inputs)."""
+    from thunder_ir.runtime.autograd_fallback import encode_refs
+
+    args = encode_refs(from_attr(op.args))
+    kwargs = () if op.kwargs is None else tuple(
+        (k, encode_refs(from_attr(v))) for k, v in op.kwargs.data.items())
+    return args, kwargs
+
+
+@vjp(CallOp)
+def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: Any) -> Grads:
+    """Differentiates an opaque torch call through ``torch.autograd`` at run time.
+
+    The backward is one ``torch.call`` of `call_vjp` on the forward inputs and the
+    cotangents; it re-runs the callee with the same static arguments and returns the
+    cotangents of the floating-point tensor inputs (zeros where unused). Other inputs
+    get ``None``. The callee must be deterministic (no RNG) for the recomputation to
+    match the forward.
+    """
+    op = out[0].owner
+    assert isinstance(op, CallOp)
+    diff = [i for i, v in enumerate(inputs) if is_differentiable_value(v)]
+    grads: list[SSAValue | None] = [None] * len(inputs)
+    if not diff:
+        return [grads]
+    ct_at = [i for i, c in enumerate(ct) if c is not None]
+    operands = [*inputs, *(ct[i] for i in ct_at)]
+    args, kwargs = _static_args(op)
+    call = make_call(
+        CALL_VJP, operands, [op.callee.data, *(OperandRef(i) for i in range(len(operands)))],
+        {"n_inputs": len(inputs), "args": args, "kwargs": kwargs,
+         "ct_outputs": tuple(ct_at), "grad_inputs": tuple(diff)},
+        result_types=[inputs[i].type for i in diff])
+    if g.emitter.loc is not None:
+        call.attributes["loc"] = g.emitter.loc
+    g.emitter._insert(call)  # a prebuilt op (torch.call has no shape rule to build from)
+    for i, r in zip(diff, call.results):
+        grads[i] = r
+    return [grads]
+
+
+DIRECT_RULES: tuple[type, ...] = (
+    N.MatmulOp, N.BmmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp, N.SigmoidOp, C.TanhOp,
+    N.SoftmaxOp, N.LogSoftmaxOp, N.DropoutOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
+    N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
+)
+"""The ltorch ops this module gives direct rules (the rest are decomposed first)."""

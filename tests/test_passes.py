@@ -71,11 +71,10 @@ def uniform(P: Any, seed: int = 1, offset: int = 2) -> SSAValue:
 
 
 @dataclass(frozen=True)
-class NegateAllPass(ModulePass):
-    """A user pass: appends nothing, counts its runs."""
+class UserNoopPass(ModulePass):
+    """A user pass that changes nothing."""
 
     name = "user-noop"
-    runs: list[int] | None = None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         pass
@@ -108,11 +107,11 @@ def test_unknown_pass_lists_the_available_ones() -> None:
 
 def test_register_pass_by_call() -> None:
     try:
-        registry.register_pass(NegateAllPass)
+        registry.register_pass(UserNoopPass)
         assert "user-noop" in registry.available_passes()
-        assert registry.get_pass("user-noop") is NegateAllPass
+        assert registry.get_pass("user-noop") is UserNoopPass
         with pytest.raises(ValueError, match="already registered"):
-            registry.register_pass(NegateAllPass)
+            registry.register_pass(UserNoopPass)
         assert Pipeline("user-noop,cse").names == ("user-noop", "cse")
     finally:
         registry.unregister_pass("user-noop")
@@ -121,14 +120,14 @@ def test_register_pass_by_call() -> None:
 
 def test_register_pass_factory_replace_and_names() -> None:
     with pytest.raises(ValueError, match="needs name="):
-        registry.register_pass(lambda: NegateAllPass)
+        registry.register_pass(lambda: UserNoopPass)
     with pytest.raises(ValueError, match="kebab-case"):
-        registry.register_pass(lambda: NegateAllPass, name="Bad_Name")
+        registry.register_pass(lambda: UserNoopPass, name="Bad_Name")
     try:
-        registry.register_pass(lambda: NegateAllPass, name="via-factory")
-        assert registry.get_pass("via-factory") is NegateAllPass
-        registry.register_pass(NegateAllPass, name="cse", replace=True)
-        assert registry.get_pass("cse") is NegateAllPass
+        registry.register_pass(lambda: UserNoopPass, name="via-factory")
+        assert registry.get_pass("via-factory") is UserNoopPass
+        registry.register_pass(UserNoopPass, name="cse", replace=True)
+        assert registry.get_pass("cse") is UserNoopPass
     finally:
         registry.unregister_pass("via-factory")
         registry.unregister_pass("cse")
@@ -180,6 +179,23 @@ def test_pass_specs_with_options() -> None:
     (p,) = registry.make_passes("cse")
     assert isinstance(p, CSEPass)
     assert [type(x) for x in registry.make_passes("cse,dce")] == [CSEPass, DCEPass]
+
+
+def test_thunder_ir_opt_runs_registered_passes(tmp_path: Any,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from thunder_ir.opt import main
+
+    src = tmp_path / "p.mlir"
+    src.write_text(str(_sample_program()))
+    try:
+        registry.register_pass(UserNoopPass)
+        assert main(["-p", "user-noop,cse", str(src)]) == 0
+    finally:
+        registry.unregister_pass("user-noop")
+    out = capsys.readouterr().out
+    assert out.count('"prims.exp"') == 1 and '"prims.neg"' not in out
+    with pytest.raises(SystemExit, match="unknown pass 'user-noop'"):
+        main(["-p", "user-noop", str(src)])
 
 
 # --------------------------------------------------------------------------- pipeline
@@ -327,6 +343,14 @@ def test_cse_ignores_source_locations() -> None:
     exp = next(op for op in m.walk() if isinstance(op, prims.ExpOp))
     assert names(m) == ["prims.exp", "prims.add"]
     assert exp.attributes["loc"] == StringAttr("model.py:3")  # the first one stays
+
+
+def test_cse_merges_users_of_merged_values() -> None:
+    def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
+        x, y = P.exp(a), P.exp(a)
+        return P.mul(P.add(x, y), P.add(x, y))  # the adds become equal once the exps merge
+
+    assert names(apply(CSEPass(), program(body))) == ["prims.exp", "prims.add", "prims.mul"]
 
 
 def test_cse_distinguishes_properties_and_types() -> None:

@@ -199,9 +199,7 @@ def test_prim_text_is_stable() -> None:
 
 # --------------------------------------------------------------------------- ltorch
 
-NONE_ARG = pytest.mark.xfail(strict=False, reason=(
-    "`none` inside an array param prints as `none`, which parses back as builtin NoneType; "
-    "base.from_attr does not accept it (torch.call args, ltorch.getitem index)"))
+NONE_ARG: tuple[Any, ...] = ()  # `none` inside an array param (fixed in base.from_attr)
 
 LTORCH_SAMPLES: dict[str, list[Any]] = {
     "add": [([T(2, 3), T(3)], {"alpha": 2}), ([T(2, 3, dtype=i64), NF], {})],

@@ -156,8 +156,7 @@ class _Compiled:
             fn=make_runner(prog), n_outputs=n_out, gather=_make_gather(traced, state),
             output_leaves=traced.output_leaves, output_spec=traced.output_spec,
             writebacks=traced.writebacks, traces=traces, prologue_source=pro.source,
-            single_output=(len(traced.output_leaves) == 1 and traced.output_leaves[0] ==
-                           ("out", 0) and _is_leaf_spec(traced.output_spec)),
+            single_output=_single_output(traced, n_out),
             backward_traces=bwd_traces)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue) -> Entry:
@@ -188,13 +187,18 @@ class _Compiled:
             writebacks=traced.writebacks,
             traces=traces,
             prologue_source=pro.source,
-            single_output=(len(traced.output_leaves) == 1 and traced.output_leaves[0] ==
-                           ("out", 0) and _is_leaf_spec(traced.output_spec)),
+            single_output=_single_output(traced, n_out),
         )
 
 
 def _codegen_header() -> str:
     return "# Constructed by del-last-used (Python code generation)"
+
+
+def _single_output(traced: TracedProgram, n_outputs: int) -> bool:
+    """The program returns exactly the user's one tensor (nothing to unflatten)."""
+    return (n_outputs == 1 and traced.output_leaves == [("out", 0)]
+            and _is_leaf_spec(traced.output_spec))
 
 
 def _is_leaf_spec(spec: Any) -> bool:

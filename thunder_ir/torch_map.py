@@ -502,7 +502,7 @@ def _creation(short: str, size_param: str | None) -> Callable[..., Any] | None:
         if size_param is not None and args and isinstance(args[0], torch.Size):
             args = (tuple(args[0]), *args[1:])
         bound = bind(op, args, kw, ctx.loc)
-        if bound.get("dtype") is None and short not in ("arange",):
+        if bound.get("dtype") is None and short not in ("arange", "full"):
             bound["dtype"] = torch.get_default_dtype()
         bound["device"] = canonical_device(bound.get("device") or torch.get_default_device())
         return emit_bound(ctx, op, bound)

@@ -1,0 +1,583 @@
+"""Property tests of the direct ltorch VJP rules and of the ``torch.call`` autograd fallback.
+
+Each rule is checked in float64 against ``torch.autograd.grad`` of the op's reference
+(`thunder_ir.testing.check_vjp`): the op and its rule form one program that the reference
+interpreter runs. Hypothesis draws shapes and the variants each op has (masks, GQA,
+ignored targets, label smoothing, affine or not…). The fallback is checked on torch
+functions that have no ltorch op, through the interpreter, through generated Python,
+and inside `build_joint`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from thunder_ir.dialects import ltorch_core as C
+from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
+from thunder_ir.dialects.ltorch_base import LTORCH
+from thunder_ir.dialects.prims import ConstantOp
+from thunder_ir.dialects.program import Program
+from thunder_ir.dialects.torch import CallOp, make_call, resolve_callee, substitute
+from thunder_ir.dialects.types import is_float, type_of_tensor
+from thunder_ir.passes import vjp_ltorch
+from thunder_ir.passes.vjp import VJP_RULES, Grad, load_vjp_rules
+from thunder_ir.runtime.interpreter import run
+from thunder_ir.testing import check_vjp
+
+SETTINGS = settings(max_examples=8, deadline=None)
+F64 = torch.float64
+
+
+def rand(shape: tuple[int, ...], seed: int, low: float = -2.0, high: float = 2.0
+         ) -> torch.Tensor:
+    """A float64 tensor with values in ``[low, high)``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(shape, generator=g, dtype=F64) * (high - low) + low
+
+
+seeds = st.integers(0, 2**31 - 1)
+side = st.integers(1, 4)
+
+
+# --------------------------------------------------------------------------- table
+
+
+def test_direct_rule_table() -> None:
+    """The ltorch ops with direct rules, all registered from `vjp_ltorch`, plus torch.call."""
+    rules = load_vjp_rules()
+    direct = {op.name for op in LTORCH if rules.get(op) is not None
+              and rules[op].__module__ == vjp_ltorch.__name__}
+    assert direct == {
+        "ltorch.matmul", "ltorch.bmm", "ltorch.linear", "ltorch.relu", "ltorch.gelu",
+        "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
+        "ltorch.log_softmax", "ltorch.dropout", "ltorch.layer_norm", "ltorch.rms_norm",
+        "ltorch.embedding", "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
+    }
+    assert direct == {op.name for op in vjp_ltorch.DIRECT_RULES}
+    assert VJP_RULES[CallOp] is vjp_ltorch.torch_call
+    for op in vjp_ltorch.DIRECT_RULES:
+        assert rules[op].__doc__, f"{op.name}'s rule has no docstring"
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+@SETTINGS
+@given(batch=st.lists(side, max_size=2), n_in=side, n_out=side, bias=st.booleans(),
+       vector_weight=st.booleans(), seed=seeds)
+def test_linear(batch: list[int], n_in: int, n_out: int, bias: bool, vector_weight: bool,
+                seed: int) -> None:
+    if vector_weight:  # torch allows a bias with a 1-D weight only for a 1-D input
+        batch = [] if bias else batch
+        w, b = rand((n_in,), seed + 1), rand((), seed + 2) if bias else None
+    else:
+        w, b = rand((n_out, n_in), seed + 1), rand((n_out,), seed + 2) if bias else None
+    check_vjp(N.LinearOp, [rand((*batch, n_in), seed), w, b])
+
+
+@st.composite
+def matmul_shapes(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Operand shapes torch.matmul accepts: 1-D promotion and broadcast batch dims."""
+    n, k, p = draw(side), draw(side), draw(side)
+    batch = draw(st.lists(side, max_size=2))
+    a_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, 2)):]
+    b_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, 2)):]
+    a = (k,) if draw(st.booleans()) else (*a_batch, n, k)
+    b = (k,) if draw(st.booleans()) else (*b_batch, k, p)
+    return a, b
+
+
+@SETTINGS
+@given(shapes=matmul_shapes(), seed=seeds)
+def test_matmul(shapes: tuple[tuple[int, ...], tuple[int, ...]], seed: int) -> None:
+    a, b = shapes
+    check_vjp(N.MatmulOp, [rand(a, seed), rand(b, seed + 1)])
+
+
+def test_matmul_folds_batch_rows_for_a_2d_rhs() -> None:
+    """A batched lhs times a matrix: db is one 2-D matmul, with no batch reduction."""
+    check_vjp(N.MatmulOp, [rand((2, 3, 4, 5), 0), rand((5, 6), 1)])
+    prog = Program("p", [type_of_tensor(rand((2, 3, 4, 5), 0)),
+                         type_of_tensor(rand((5, 6), 1))])
+    y = prog.emitter.emit(N.MatmulOp, *prog.args)
+    before = len(prog.block.ops)
+    db = vjp_ltorch.matmul(Grad(prog.emitter), [y], [y], *prog.args)[1]
+    names = [op.name for op in list(prog.block.ops)[before:]]
+    assert "prims.sum" not in names and "ltorch.sum" not in names
+    assert db.type.sizes == (5, 6)
+
+
+@SETTINGS
+@given(b=side, n=side, m=side, p=side, seed=seeds)
+def test_bmm(b: int, n: int, m: int, p: int, seed: int) -> None:
+    check_vjp(N.BmmOp, [rand((b, n, m), seed), rand((b, m, p), seed + 1)])
+
+
+# --------------------------------------------------------------------------- activations
+
+
+ACTIVATIONS: list[tuple[type[ThunderOp], dict[str, Any]]] = [
+    (N.ReluOp, {}),
+    (N.GeluOp, {}),
+    (N.GeluOp, {"approximate": "tanh"}),
+    (N.GeluOp, {"approximate": "none"}),
+    (N.SiluOp, {}),
+    (N.SigmoidOp, {}),
+    (C.TanhOp, {}),
+]
+
+
+@pytest.mark.parametrize(("op", "params"), ACTIVATIONS,
+                         ids=[f"{o.name}-{p}" for o, p in ACTIVATIONS])
+@SETTINGS
+@given(shape=st.lists(side, max_size=3), seed=seeds)
+def test_activation(op: type[ThunderOp], params: dict[str, Any], shape: list[int],
+                    seed: int) -> None:
+    check_vjp(op, [rand(tuple(shape), seed, -4.0, 4.0)], params)
+
+
+def test_activations_of_int_tensors_have_no_cotangent() -> None:
+    prog = Program("p", [type_of_tensor(torch.zeros(3, dtype=torch.int64))])
+    x = prog.args[0]
+    y = prog.emitter.emit(N.SigmoidOp, x)
+    assert vjp_ltorch.sigmoid(Grad(prog.emitter), [y], [y], x) == [None]
+
+
+# --------------------------------------------------------------------------- softmax
+
+
+@pytest.mark.parametrize("op", [N.SoftmaxOp, N.LogSoftmaxOp], ids=lambda o: o.name)
+@SETTINGS
+@given(shape=st.lists(side, max_size=3), data=st.data(), seed=seeds)
+def test_softmax(op: type[ThunderOp], shape: list[int], data: st.DataObject,
+                 seed: int) -> None:
+    rank = max(len(shape), 1)
+    dim = data.draw(st.integers(-rank, rank - 1))
+    check_vjp(op, [rand(tuple(shape), seed, -5.0, 5.0)], {"dim": dim})
+
+
+@pytest.mark.parametrize("op", [N.SoftmaxOp, N.LogSoftmaxOp], ids=lambda o: o.name)
+def test_softmax_dtype_param(op: type[ThunderOp]) -> None:
+    """A float32 ``dtype`` on a float64 input: the cotangent comes back as float64."""
+    check_vjp(op, [rand((3, 5), 0)], {"dim": 1, "dtype": torch.float32}, atol=1e-5,
+              rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- dropout
+
+
+@SETTINGS
+@given(shape=st.lists(side, min_size=1, max_size=3), p=st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+       training=st.sampled_from([None, True, False]), rng=st.tuples(seeds, seeds),
+       seed=seeds)
+def test_dropout(shape: list[int], p: float, training: bool | None, rng: tuple[int, int],
+                 seed: int) -> None:
+    check_vjp(N.DropoutOp, [rand(tuple(shape), seed), *rng], {"p": p, "training": training})
+
+
+def test_dropout_backward_replays_the_forward_mask() -> None:
+    """One program computes the forward and the rule's cotangent: the cotangent is zero
+    exactly where the output was dropped, and ``ct / (1 - p)`` elsewhere."""
+    x = rand((64, 32), 0, 1.0, 2.0)  # no zeros: a zero output means dropped
+    ct = rand((64, 32), 1, 1.0, 2.0)
+    prog = Program("p", [type_of_tensor(x), type_of_tensor(ct)])
+    e = prog.emitter
+    seed, offset = e.emit(ConstantOp, value=1234), e.emit(ConstantOp, value=56)
+    y = e.emit(N.DropoutOp, prog.args[0], seed, offset, p=0.25)
+    dx, dseed, doffset = vjp_ltorch.dropout(Grad(e), [y], [prog.args[1]], prog.args[0],
+                                            seed, offset, p=0.25)
+    assert dseed is None and doffset is None
+    out, grad = run(prog.finish([y, dx]), x, ct)
+    kept = out != 0
+    assert 0.6 < kept.double().mean().item() < 0.9
+    torch.testing.assert_close(grad, torch.where(kept, ct / 0.75, 0.0), rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- normalization
+
+
+@SETTINGS
+@given(batch=st.lists(side, max_size=2), norm=st.lists(st.integers(2, 4), min_size=1,
+                                                       max_size=2),
+       weight=st.booleans(), bias=st.booleans(), eps=st.sampled_from([None, 1e-3]),
+       seed=seeds)
+def test_layer_norm(batch: list[int], norm: list[int], weight: bool, bias: bool,
+                    eps: float | None, seed: int) -> None:
+    ns = tuple(norm)
+    check_vjp(N.LayerNormOp, [rand((*batch, *ns), seed), rand(ns, seed + 1) if weight else None,
+                              rand(ns, seed + 2) if bias else None],
+              {"normalized_shape": ns, "eps": eps})
+
+
+@SETTINGS
+@given(batch=st.lists(side, max_size=2), norm=st.lists(st.integers(2, 4), min_size=1,
+                                                       max_size=2),
+       weight=st.booleans(), eps=st.sampled_from([None, 1e-3]), seed=seeds)
+def test_rms_norm(batch: list[int], norm: list[int], weight: bool, eps: float | None,
+                  seed: int) -> None:
+    ns = tuple(norm)
+    check_vjp(N.RmsNormOp, [rand((*batch, *ns), seed), rand(ns, seed + 1) if weight else None],
+              {"normalized_shape": ns, "eps": eps})
+
+
+# --------------------------------------------------------------------------- embedding
+
+
+@SETTINGS
+@given(idx_shape=st.lists(side, max_size=2), num=st.integers(2, 6), dim=side,
+       padding=st.sampled_from([None, 0, 1, -1]), freq=st.booleans(), seed=seeds)
+def test_embedding(idx_shape: list[int], num: int, dim: int, padding: int | None,
+                   freq: bool, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, num, tuple(idx_shape), generator=g)
+    check_vjp(N.EmbeddingOp, [idx, rand((num, dim), seed)],
+              {"padding_idx": padding, "scale_grad_by_freq": freq})
+
+
+# --------------------------------------------------------------------------- attention
+
+
+@st.composite
+def attention_case(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any]]:
+    """(q, k, v, mask) of shapes (B, H, L, E) etc., and the op's params."""
+    seed = draw(seeds)
+    b, hk, length, source = draw(side), draw(st.integers(1, 2)), draw(side), draw(side)
+    e, ev = draw(side), draw(side)
+    gqa = draw(st.booleans())
+    hq = hk * draw(st.integers(1, 3)) if gqa else hk
+    q = rand((b, hq, length, e), seed)
+    k = rand((b, hk, source, e), seed + 1)
+    v = rand((b, hk, source, ev), seed + 2)
+    kind = draw(st.sampled_from(["none", "bool", "float"]))
+    mask_shape = draw(st.sampled_from([(length, source), (b, 1, length, source),
+                                       (1, hq, length, source)]))
+    mask = None
+    if kind == "bool":
+        g = torch.Generator().manual_seed(seed + 3)
+        mask = torch.rand(mask_shape, generator=g) < 0.6
+    elif kind == "float":
+        mask = rand(mask_shape, seed + 3)
+    # torch rejects is_causal together with an explicit mask.
+    params = {"is_causal": mask is None and draw(st.booleans()),
+              "scale": draw(st.sampled_from([None, 0.3])),
+              "enable_gqa": gqa}
+    return [q, k, v, mask], params
+
+
+@SETTINGS
+@given(case=attention_case())
+def test_scaled_dot_product_attention(case: tuple[list[Any], dict[str, Any]]) -> None:
+    operands, params = case
+    check_vjp(N.ScaledDotProductAttentionOp, operands, params)
+
+
+def test_attention_fully_masked_rows_get_zero_gradients() -> None:
+    """torch gives fully masked rows zero probabilities; the rule gives them zero grads."""
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[1] = False
+    check_vjp(N.ScaledDotProductAttentionOp,
+              [rand((1, 2, 3, 4), 0), rand((1, 2, 4, 4), 1), rand((1, 2, 4, 4), 2), mask])
+
+
+def test_attention_rule_rejects_dropout() -> None:
+    q = rand((1, 1, 2, 2), 0)
+    prog = Program("p", [type_of_tensor(q)] * 3)
+    y = prog.emitter.emit(N.ScaledDotProductAttentionOp, *prog.args, None)
+    with pytest.raises(ValueError, match=r"dropout_p=0\.1"):
+        vjp_ltorch.scaled_dot_product_attention(Grad(prog.emitter), [y], [y], *prog.args,
+                                                None, dropout_p=0.1)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def _cross_entropy_const_weight(input: torch.Tensor, target: torch.Tensor,
+                                weight: torch.Tensor | None = None, **params: Any
+                                ) -> torch.Tensor:
+    return F.cross_entropy(input, target, None if weight is None else weight.detach(),
+                           **params)
+
+
+class CrossEntropyConstWeightOp(N.CrossEntropyOp):
+    """``ltorch.cross_entropy`` whose reference treats the class weights as constants, as
+    torch's ``nll_loss`` demands of class-index targets (its weight grad is an error).
+
+    A plain subclass: it reuses the op's IRDL definition, shape rule and verifier.
+    """
+
+    name = "test.cross_entropy_const_weight"
+
+    @classmethod
+    def ref(cls, *operands: Any, **params: Any) -> Any:
+        return _cross_entropy_const_weight(*operands, **params)
+
+
+@st.composite
+def cross_entropy_case(draw: st.DrawFn, probabilities: bool
+                       ) -> tuple[list[Any], dict[str, Any]]:
+    seed = draw(seeds)
+    classes = draw(st.integers(2, 5))
+    batch = draw(st.sampled_from([(), (3,), (2, 3)]))  # (), (N,), (N, d1)
+    shape = (classes,) if not batch else (batch[0], classes, *batch[1:])
+    tshape = batch
+    x = rand(shape, seed, -3.0, 3.0)
+    g = torch.Generator().manual_seed(seed + 1)
+    weight = rand((classes,), seed + 2, 0.2, 2.0) if draw(st.booleans()) else None
+    params: dict[str, Any] = {
+        "reduction": draw(st.sampled_from(["mean", "sum", "none"])),
+        "label_smoothing": draw(st.sampled_from([0.0, 0.25])),
+    }
+    if probabilities:
+        target = torch.softmax(rand(shape, seed + 3), dim=1 if batch else 0)
+    else:
+        ignore = draw(st.sampled_from([-100, 1]))
+        target = torch.randint(0, classes, tshape, generator=g)
+        drop = torch.rand(tshape, generator=g) < 0.3
+        drop.view(-1)[0] = False  # keep one target: an all-ignored mean is NaN
+        target = torch.where(drop, ignore, target)
+        if ignore != -100:
+            target.view(-1)[0] = 0
+        params["ignore_index"] = ignore
+    return [x, target, weight], params
+
+
+@SETTINGS
+@given(case=cross_entropy_case(probabilities=False))
+def test_cross_entropy_class_indices(case: tuple[list[Any], dict[str, Any]]) -> None:
+    operands, params = case
+    check_vjp(CrossEntropyConstWeightOp, operands, params, rule=vjp_ltorch.cross_entropy)
+
+
+@SETTINGS
+@given(case=cross_entropy_case(probabilities=True))
+def test_cross_entropy_probabilities(case: tuple[list[Any], dict[str, Any]]) -> None:
+    """Probability targets: the input, the target and the class weights get cotangents."""
+    operands, params = case
+    check_vjp(N.CrossEntropyOp, operands, params)
+
+
+@pytest.mark.filterwarnings("ignore:size_average and reduce args")
+def test_cross_entropy_legacy_reduction() -> None:
+    x, t = rand((4, 3), 0), torch.tensor([0, 2, 1, 1])
+    check_vjp(N.CrossEntropyOp, [x, t, None], {"size_average": False})
+
+
+# --------------------------------------------------------------------------- low precision
+
+
+LOW_PRECISION_CASES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
+    (N.LinearOp, [(2, 3, 4), (5, 4), (5,)], {}),
+    (N.MatmulOp, [(2, 3, 4), (4, 2)], {}),
+    (N.GeluOp, [(3, 4)], {"approximate": "tanh"}),
+    (N.SiluOp, [(3, 4)], {}),
+    (C.TanhOp, [(3, 4)], {}),
+    (N.SoftmaxOp, [(3, 4)], {"dim": -1}),
+    (N.LogSoftmaxOp, [(3, 4)], {"dim": 0, "dtype": torch.float32}),
+    (N.LayerNormOp, [(2, 3, 8), (8,), (8,)], {"normalized_shape": (8,)}),
+    (N.RmsNormOp, [(2, 8), (8,)], {"normalized_shape": (8,)}),
+    (N.ScaledDotProductAttentionOp, [(1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), None],
+     {"is_causal": True}),
+    (N.CrossEntropyOp, [(4, 5), "target", None], {"label_smoothing": 0.1}),
+    (N.EmbeddingOp, ["indices", (6, 3)], {}),
+]
+
+
+@pytest.mark.parametrize(("op", "shapes", "params"), LOW_PRECISION_CASES,
+                         ids=[c[0].name for c in LOW_PRECISION_CASES])
+def test_bfloat16_cotangents(op: type[ThunderOp], shapes: list[Any],
+                             params: dict[str, Any]) -> None:
+    """On bfloat16 inputs each cotangent has its operand's exact type (the rule contract)
+    and is close to the float64 gradient (the math runs in float32)."""
+    operands: list[Any] = []
+    for i, sh in enumerate(shapes):
+        if sh == "target":
+            operands.append(torch.tensor([0, 4, 2, -100]))
+        elif sh == "indices":
+            operands.append(torch.tensor([[0, 5], [3, 3]]))
+        else:
+            operands.append(None if sh is None else rand(sh, i).to(torch.bfloat16))
+    tensors = [v for v in operands if v is not None]
+    out = op.ref(*operands, **params)
+    ct = rand(tuple(out.shape), 99).to(out.dtype)
+    prog = Program("p", [type_of_tensor(t) for t in [*tensors, ct]])
+    args = iter(prog.args)
+    vals = [None if v is None else next(args) for v in operands]
+    y = prog.emitter.emit(op, *vals, **params)
+    grads = load_vjp_rules()[op](Grad(prog.emitter), [y], [prog.args[-1]], *vals, **params)
+    pairs = [(v, gv) for v, gv in zip(vals, grads) if v is not None and gv is not None]
+    for v, gv in pairs:
+        assert gv.type == v.type, f"{op.name}: cotangent {gv.type} for operand {v.type}"
+    module = prog.finish([gv for _, gv in pairs])
+    module.verify()
+    got = run(module, *tensors, ct)
+
+    req = [v.to(F64).requires_grad_(True) if isinstance(v, torch.Tensor) and is_float(v.dtype)
+           else v for v in operands]
+    ref = op.ref(*req, **params)
+    leaves = [r for r, (v, gv) in zip(req, zip(vals, grads)) if gv is not None]
+    expected = torch.autograd.grad(ref, leaves, ct.to(ref.dtype))
+    for g_bf16, e64 in zip(got, expected):
+        scale = max(e64.abs().max().item(), 1.0)
+        torch.testing.assert_close(g_bf16.to(F64), e64, atol=3e-2 * scale, rtol=3e-2)
+
+
+# --------------------------------------------------------------------------- torch.call
+
+
+def _call_params(op: CallOp) -> dict[str, Any]:
+    """``op.params()`` (what `build_joint` passes) where it works, else read by hand."""
+    try:
+        return op.params()
+    except TypeError:  # kwargs is a DictionaryAttr, which from_attr does not convert
+        return {"callee": op.callee.data, "args": from_attr(op.args), "kwargs": None,
+                "multi": None}
+
+
+def check_call_vjp(callee: str, operands: list[Any], args: list[Any],
+                   kwargs: dict[str, Any] | None = None, *, same: bool = False,
+                   seed: int = 0) -> None:
+    """The torch.call rule against ``torch.autograd`` of the callee, in float64.
+
+    ``operands`` are tensors (program arguments) or numbers (constants); ``same`` binds
+    every tensor argument to one runtime tensor object.
+    """
+    fn = resolve_callee(callee)
+
+    def call(vals: list[Any]) -> tuple[Any, ...]:
+        out = fn(*substitute(tuple(args), vals),
+                 **{k: substitute(v, vals) for k, v in (kwargs or {}).items()})
+        return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+    values = [v.to(F64) if isinstance(v, torch.Tensor) and is_float(v.dtype) else v
+              for v in operands]
+    tensor_at = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    if same:
+        values = [values[tensor_at[0]] if i in tensor_at else v for i, v in enumerate(values)]
+    gen = torch.Generator().manual_seed(seed)
+    cts = [torch.randn(o.shape, generator=gen, dtype=o.dtype)
+           if isinstance(o, torch.Tensor) and is_float(o.dtype) else None
+           for o in call(values)]
+    ct_list = [c for c in cts if c is not None]
+    leaves = [values[i] for i in tensor_at]
+    prog = Program("vjp", [type_of_tensor(t) for t in leaves + ct_list])
+    e = prog.emitter
+    targs, ct_args = iter(prog.args[:len(leaves)]), iter(prog.args[len(leaves):])
+    vals = [next(targs) if isinstance(v, torch.Tensor) else e.emit(ConstantOp, value=v)
+            for v in values]
+    op = make_call(callee, vals, args, kwargs)
+    prog.block.add_op(op)
+    ct_vals = [next(ct_args) if c is not None else None for c in cts]
+    (grads,) = vjp_ltorch.torch_call(Grad(e), list(op.results), ct_vals, vals,
+                                     **_call_params(op))
+    diff = [i for i in tensor_at if is_float(values[i].dtype)]
+    assert [i for i, gv in enumerate(grads) if gv is not None] == diff
+    module = prog.finish([grads[i] for i in diff])
+    module.verify()
+    got = run(module, *leaves, *ct_list)
+
+    req = {i: values[i].detach().requires_grad_(True) for i in diff}
+    outs = call([req.get(i, v) for i, v in enumerate(values)])
+    pairs = [(o, c) for o, c in zip(outs, cts) if c is not None and o.requires_grad]
+    expected = torch.autograd.grad([o for o, _ in pairs], list(req.values()),
+                                   [c for _, c in pairs], allow_unused=True)
+    assert len(got) == len(expected) == len(diff)
+    for gv, ev in zip(got, expected):
+        torch.testing.assert_close(gv, torch.zeros_like(gv) if ev is None else ev)
+
+
+R = OperandRef
+
+
+@SETTINGS
+@given(shape=st.lists(side, min_size=1, max_size=3), data=st.data(), seed=seeds)
+def test_fallback_cumulative(shape: list[int], data: st.DataObject, seed: int) -> None:
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    fn = data.draw(st.sampled_from(["torch.cumsum", "torch.cumprod"]))
+    x = rand(tuple(shape), seed, 0.5, 1.5)
+    check_call_vjp(fn, [x], [R(0), dim], seed=seed)
+    check_call_vjp(fn, [x], [R(0)], {"dim": dim}, seed=seed)
+
+
+@SETTINGS
+@given(shape=st.lists(side, min_size=1, max_size=3), repeats=st.integers(1, 3),
+       data=st.data(), seed=seeds)
+def test_fallback_repeat_interleave(shape: list[int], repeats: int, data: st.DataObject,
+                                    seed: int) -> None:
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    x = rand(tuple(shape), seed)
+    check_call_vjp("torch.repeat_interleave", [x], [R(0), repeats], {"dim": dim}, seed=seed)
+    # An int tensor of repeats: an operand that gets no cotangent (output_size lets the
+    # meta kernel give the result's shape).
+    reps = torch.randint(0, 3, (shape[dim],), generator=torch.Generator().manual_seed(seed))
+    check_call_vjp("torch.repeat_interleave", [x, reps], [R(0), R(1)],
+                   {"dim": dim, "output_size": int(reps.sum())}, seed=seed)
+
+
+def test_fallback_several_results_and_number_operands() -> None:
+    x = rand((3, 5), 0)
+    # torch.sort: a float result with a cotangent and an int result without one.
+    check_call_vjp("torch.sort", [x], [R(0), 1])
+    # torch.split: a sequence of results.
+    check_call_vjp("torch.split", [x], [R(0), 2], {"dim": 1})
+    # A number operand (no cotangent) in the kwargs.
+    check_call_vjp("torch.add", [x, rand((3, 5), 1), 0.5], [R(0), R(1)], {"alpha": R(2)})
+    # An unused differentiable input gets zeros.
+    check_call_vjp("torch.where", [x > 0, x, rand((3, 5), 1)], [R(0), R(1), R(1)])
+
+
+def test_fallback_same_tensor_twice() -> None:
+    """Two operands bound to one tensor object get separate cotangents (not doubled)."""
+    check_call_vjp("torch.mul", [rand((4,), 0), rand((4,), 1)], [R(0), R(1)], same=True)
+    check_call_vjp("torch.cat", [rand((2, 3), 0), rand((2, 3), 1)], [(R(0), R(1))],
+                   {"dim": 0}, same=True)
+
+
+def test_fallback_generated_python() -> None:
+    """The backward torch.call prints as Python that calls `call_vjp` and runs."""
+    from thunder_ir.lowering.codegen import compile_program
+
+    x = rand((2, 3), 0)
+    ct = rand((2, 3), 1)
+    prog = Program("bwd", [type_of_tensor(x), type_of_tensor(ct)])
+    call = make_call("torch.cumprod", [prog.args[0]], [R(0)], {"dim": 1})
+    prog.block.add_op(call)
+    (grads,) = vjp_ltorch.torch_call(Grad(prog.emitter), list(call.results), [prog.args[1]],
+                                     [prog.args[0]], **_call_params(call))
+    fn, source = compile_program(prog.finish([grads[0]]))
+    assert "thunder_ir.runtime.autograd_fallback.call_vjp(" in source
+    with torch.no_grad():
+        got = fn(x, ct)
+    xr = x.detach().requires_grad_(True)
+    (expected,) = torch.autograd.grad(torch.cumprod(xr, dim=1), xr, ct)
+    torch.testing.assert_close(got, expected)
+
+
+def test_fallback_inside_build_joint() -> None:
+    """build_joint differentiates a program mixing direct rules and a torch.call."""
+    from thunder_ir.passes.autodiff import build_joint
+
+    x, w = rand((3, 4), 0), rand((5, 4), 1)
+    prog = Program("f", [type_of_tensor(x), type_of_tensor(w)], ["x", "w"])
+    e = prog.emitter
+    h = e.emit(N.LinearOp, prog.args[0], prog.args[1], None)
+    call = make_call("torch.cumsum", [h], [R(0), 1])
+    prog.block.add_op(call)
+    y = e.emit(N.LayerNormOp, call.results[0], None, None, normalized_shape=(5,))
+    joint = build_joint(prog.finish([y]), [True, True])
+    joint.module.verify()
+    ct = rand((3, 5), 2)
+    y_got, dx, dw = run(joint.module, x, w, ct)
+
+    xr, wr = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    y_ref = F.layer_norm(torch.cumsum(F.linear(xr, wr), 1), (5,))
+    ex, ew = torch.autograd.grad(y_ref, [xr, wr], ct)
+    torch.testing.assert_close(y_got, y_ref.detach())
+    torch.testing.assert_close(dx, ex)
+    torch.testing.assert_close(dw, ew)
