@@ -42,6 +42,7 @@ import torch
 from xdsl.dialects.builtin import (
     ArrayAttr,
     BytesAttr,
+    DictionaryAttr,
     DenseArrayBase,
     FloatAttr,
     IntAttr,
@@ -172,6 +173,8 @@ def to_attr(value: Any) -> Attribute:
         return ArrayAttr([to_attr(v) for v in value])
     if value is None:
         return _NONE
+    if isinstance(value, dict):
+        return DictionaryAttr({str(k): to_attr(v) for k, v in value.items()})
     if isinstance(value, slice):
         return SliceAttr(*(_NONE if v is None else IntAttr(_index(v)) for v in _slice_parts(value)))
     if isinstance(value, EllipsisType):
@@ -205,6 +208,8 @@ def from_attr(attr: Attribute) -> Any:
         return attr.data  # type: ignore[attr-defined]
     if cls is ArrayAttr:
         return tuple(from_attr(a) for a in attr.data)  # type: ignore[attr-defined]
+    if cls is DictionaryAttr:
+        return {k: from_attr(v) for k, v in attr.data.items()}  # type: ignore[attr-defined]
     if cls is NoneAttr or cls is NoneType:  # `none` parses back as the builtin type
         return None
     if cls is BytesAttr:  # non-ASCII strings parse back as bytes
@@ -413,6 +418,13 @@ class Emitter:
         self.ops: list[Operation] = []
         self._insert = insert if insert is not None else self.ops.append
         self.loc: Attribute | None = None  # attached to every op built (source location)
+
+    def insert(self, op: Operation) -> Operation:
+        """Records a prebuilt op (with the current source location)."""
+        if self.loc is not None:
+            op.attributes["loc"] = self.loc
+        self._insert(op)
+        return op
 
     def emit(self, cls: type[ThunderOp], *operands: Any, **params: Any) -> Any:
         """Builds ``cls`` and records it. Returns its single result, or a list of them."""

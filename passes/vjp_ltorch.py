@@ -592,7 +592,7 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
         result_types=[inputs[i].type for i in diff])
     if g.emitter.loc is not None:
         call.attributes["loc"] = g.emitter.loc
-    g.emitter._insert(call)  # a prebuilt op (torch.call has no shape rule to build from)
+    g.emitter.insert(call)  # a prebuilt op (torch.call has no shape rule to build from)
     for i, r in zip(diff, call.results):
         grads[i] = r
     return [grads]

@@ -231,6 +231,17 @@ def test_pipeline_snapshots_are_independent() -> None:
     assert str(traces[0].ir) == before
 
 
+def test_pipeline_pauses_the_gc_and_restores_it() -> None:
+    import gc
+
+    states: list[bool] = []
+    hook = [lambda n, m, d: states.append(gc.isenabled())]
+    assert gc.isenabled()
+    Pipeline("cse", hooks=hook).run(_sample_program())
+    Pipeline("cse", hooks=hook, pause_gc=False).run(_sample_program())
+    assert states == [False, True] and gc.isenabled()
+
+
 def test_pipeline_hooks_and_record_off() -> None:
     seen: list[tuple[str, int]] = []
     traces = Pipeline("cse,dce", record=False,

@@ -1,0 +1,263 @@
+"""Training: gradients, optimizer steps, dropout, memory, remat and the autograd bridge."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from models import GPT2, MLP, Block, Config, LlamaGPT, LLaMAMLP, build_rope_cache
+from torch import nn
+
+import thunder_ir
+from thunder_ir.passes.remat import MIN_CUT, SAVE_ALL
+
+
+def _loss(out: Any) -> torch.Tensor:
+    if isinstance(out, tuple):
+        return out[1]
+    return out.float().logsumexp(-1).mean()
+
+
+def _check_grads(model: nn.Module, args: tuple[Any, ...], atol: float = 1e-5) -> nn.Module:
+    ours = copy.deepcopy(model)
+    tm = thunder_ir.jit(ours)
+    out = tm(*args)
+    ref = model(*args)
+    _loss(out).backward()
+    _loss(ref).backward()
+    o = out[0] if isinstance(out, tuple) else out
+    r = ref[0] if isinstance(ref, tuple) else ref
+    torch.testing.assert_close(o, r, atol=atol, rtol=1e-5)
+    for (name, p_ref), p in zip(model.named_parameters(), ours.parameters()):
+        assert p.grad is not None, name
+        torch.testing.assert_close(p.grad, p_ref.grad, atol=atol, rtol=1e-4, msg=name)
+    return tm
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+def test_llamamlp_gradients_match_eager() -> None:
+    torch.manual_seed(0)
+    tm = _check_grads(LLaMAMLP(32, 86), (torch.randn(2, 8, 32),))
+    out = tm(torch.randn(2, 8, 32))
+    assert "ThunderFunctionBackward" in str(out.grad_fn)
+    bwd = thunder_ir.last_backward_traces(tm)
+    assert bwd and "def backward(" in str(bwd[-1])
+
+
+def test_mlp_gradients_match_eager() -> None:
+    torch.manual_seed(0)
+    _check_grads(MLP(dropout=0.0), (torch.randn(8, 784),))
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_llama_gpt_gradients_match_eager(tie: bool) -> None:
+    torch.manual_seed(0)
+    _check_grads(LlamaGPT(Config(tie_embeddings=tie)), (torch.randint(0, 96, (2, 16)),))
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_gpt2_gradients_match_eager(flash: bool) -> None:
+    torch.manual_seed(0)
+    idx, targets = torch.randint(0, 96, (2, 16)), torch.randint(0, 96, (2, 16))
+    _check_grads(GPT2(Config(), flash=flash), (idx, targets))
+
+
+def test_fallback_op_trains() -> None:
+    """A model with an op thunder_ir lacks (cumsum) still trains: autograd recomputes it."""
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cumsum(self.lin(x), dim=-1).tanh()
+
+    torch.manual_seed(0)
+    _check_grads(M(), (torch.randn(3, 6),))
+
+
+# --------------------------------------------------------------------------- training runs
+
+
+def _train(model: nn.Module, steps: int, data: Callable[[int], tuple[Any, ...]]) -> list[float]:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for i in range(steps):
+        loss = _loss(model(*data(i)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_twenty_adam_steps_match_eager() -> None:
+    torch.manual_seed(0)
+    cfg = Config(n_layer=2)
+    eager = GPT2(cfg, flash=True)
+    ours = copy.deepcopy(eager)
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randint(0, 96, (2, 16), generator=g), torch.randint(0, 96, (2, 16),
+                                                                          generator=g))
+               for _ in range(20)]
+    l_eager = _train(eager, 20, lambda i: batches[i])
+    l_ours = _train(thunder_ir.jit(ours), 20, lambda i: batches[i])
+    assert l_ours == pytest.approx(l_eager, rel=1e-4, abs=1e-5)
+    for (name, a), b in zip(eager.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_dropout_training_loss_decreases_and_masks_agree() -> None:
+    torch.manual_seed(0)
+    model = MLP(in_channels=16, hidden_channels=(32, 32, 4), dropout=0.1)
+    tm = thunder_ir.jit(model)
+    x = torch.randn(64, 16)
+    y = torch.randint(0, 4, (64,))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = F.cross_entropy(tm(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+
+    # The backward reuses the forward's mask: d(sum(dropout(x)))/dx = mask / (1 - p).
+    drop = thunder_ir.jit(lambda t: F.dropout(t, p=0.5, training=True))
+    t = torch.randn(1000, requires_grad=True)
+    out = drop(t)
+    out.sum().backward()
+    kept = out != 0
+    assert 0.4 < kept.float().mean().item() < 0.6
+    torch.testing.assert_close(t.grad, kept.float() * 2.0)
+    torch.manual_seed(3)
+    a = drop(t)
+    torch.manual_seed(3)
+    b = drop(t)
+    assert torch.equal(a, b)  # torch.manual_seed governs thunder_ir's dropout
+
+
+# --------------------------------------------------------------------------- memory and remat
+
+
+def _saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    del out
+    return sum(seen.values())
+
+
+def test_llama_block_saves_no_more_than_eager() -> None:
+    torch.manual_seed(0)
+    cfg = Config(n_embd=64, n_head=4, n_query_groups=2)
+    block = Block(cfg)
+    x = torch.randn(2, 32, 64)
+    cos, sin = build_rope_cache(32, cfg.head_size)
+    tb = thunder_ir.jit(block)
+    tb(x, cos, sin)
+    eager = _saved_bytes(lambda: block(x, cos, sin))
+    ours = _saved_bytes(lambda: tb(x, cos, sin))
+    assert ours <= eager, (ours, eager)
+
+
+def test_remat_saves_fewer_bytes_with_identical_gradients() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (F.silu(a) * b) @ w
+
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 128), torch.randn(64, 128)
+    w = torch.randn(128, 32)
+    results = {}
+    for policy in (SAVE_ALL, MIN_CUT):
+        jf = thunder_ir.jit(f)
+        jf._thunder_compiled.remat_policy = policy
+        args = [t.clone().requires_grad_() for t in (a, b, w)]
+        saved = _saved_bytes(lambda args=args: jf(*args))
+        jf(*args).sum().backward()
+        results[policy.name] = (saved, [t.grad for t in args])
+    (bytes_all, g_all), (bytes_cut, g_cut) = results["save-all"], results["min-cut"]
+    assert bytes_cut < bytes_all
+    for x, y in zip(g_all, g_cut):
+        assert torch.equal(x, y)
+
+
+# --------------------------------------------------------------------------- autograd bridge
+
+
+def test_autograd_grad_multiple_and_nondiff_outputs() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor, k: torch.Tensor) -> tuple[Any, ...]:
+        y = x @ w
+        return y, y.relu(), k + 1, y.argmax(-1)
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 5, requires_grad=True)
+    k = torch.randn(2)  # an input that needs no grad
+    y, r, k1, am = jf(x, w, k)
+    assert not k1.requires_grad and not am.requires_grad
+    gx, gw = torch.autograd.grad((y * 2).sum() + r.sum(), (x, w))
+    x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_()
+    y2 = x2 @ w2
+    ex, ew = torch.autograd.grad((y2 * 2).sum() + y2.relu().sum(), (x2, w2))
+    torch.testing.assert_close(gx, ex)
+    torch.testing.assert_close(gw, ew)
+    # A non-scalar output with an explicit cotangent.
+    v = torch.randn(3, 5)
+    (gx,) = torch.autograd.grad(jf(x, w, k)[0], (x,), v)
+    torch.testing.assert_close(gx, v @ w.detach().T)
+
+
+def test_accumulation_retain_graph_and_freed_residuals() -> None:
+    jf = thunder_ir.jit(lambda x: (x.sin() * x).sum())
+    x = torch.randn(5, requires_grad=True)
+    out = jf(x)
+    out.backward(retain_graph=True)
+    out.backward()
+    expected = 2 * (x.detach().cos() * x.detach() + x.detach().sin())
+    torch.testing.assert_close(x.grad, expected)
+    jf(x).backward()  # accumulates into .grad
+    torch.testing.assert_close(x.grad, 1.5 * expected)
+    out = jf(x)
+    out.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.backward()  # residuals were freed after the first backward
+
+
+def test_double_backward_raises_clearly() -> None:
+    jf = thunder_ir.jit(lambda x: (x ** 3).sum())
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(jf(x), (x,), create_graph=True)
+
+
+def test_one_jitted_module_serves_training_and_eval() -> None:
+    torch.manual_seed(0)
+    model = MLP(in_channels=8, hidden_channels=(16, 4), dropout=0.5)
+    tm = thunder_ir.jit(model)
+    x = torch.randn(4, 8)
+    model.train()
+    out = tm(x)
+    assert out.requires_grad
+    model.eval()
+    with torch.no_grad():
+        ev = tm(x)
+    torch.testing.assert_close(ev, model(x))
+    assert not ev.requires_grad
+    assert thunder_ir.last_backward_traces(tm) == []  # the inference program has none
+    model.requires_grad_(False)
+    tm(x)
+    assert thunder_ir.cache_misses(tm) == 3
