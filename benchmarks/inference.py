@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from models import Config, LlamaGPT, LLaMAMLP  # noqa: E402
+from models import Config, LlamaGPT, LLaMAMLP
 
-import thunder_ir  # noqa: E402
+import thunder_ir
 
 
 def per_call_us(fn: Callable[[], Any], min_time: float = 0.5) -> float:

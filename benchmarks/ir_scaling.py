@@ -14,7 +14,7 @@ Steps timed, each on the module the previous one left:
 * ``decompose``: the ``decompose-ltorch`` pass;
 * ``canonicalize``, ``cse``, ``dce``: the clean-up passes, on prims;
 * ``verify-prims``: verifying the prim program;
-* ``clone``: one `Trace` snapshot (what the pipeline pays per recorded pass);
+* ``snapshot``: one `Trace` snapshot (what the pipeline pays per recorded pass);
 * ``print``: MLIR text; ``print-python``: the Python trace (when the printer exists).
 
 µs/op divides by the ops the step reads: ltorch ops for build, verify and decompose, prim
@@ -45,6 +45,7 @@ from thunder_ir.passes.canonicalize import CanonicalizePass
 from thunder_ir.passes.cse_dce import CSEPass, DCEPass
 from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
 from thunder_ir.passes.decompositions import load_rules
+from thunder_ir.passes.pipeline import snapshot
 
 B, S, D, H = 2, 16, 64, 4
 DH = D // H
@@ -231,7 +232,7 @@ def run(n_ops: int, ctx: Context) -> list[tuple[str, int, float]]:
         rows.append((p.name, n, timed(lambda p=p: p.apply(ctx, module))[0]))
     n_p = count_ops(module)
     rows.append(("verify-prims", n_p, timed(module.verify)[0]))
-    rows.append(("clone", n_p, timed(module.clone)[0]))
+    rows.append(("snapshot", n_p, timed(lambda: snapshot(module))[0]))
     rows.append(("print", n_p, timed(lambda: str(module))[0]))
     try:
         from thunder_ir.lowering.python_printer import print_python

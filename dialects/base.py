@@ -42,8 +42,8 @@ import torch
 from xdsl.dialects.builtin import (
     ArrayAttr,
     BytesAttr,
-    DictionaryAttr,
     DenseArrayBase,
+    DictionaryAttr,
     FloatAttr,
     IntAttr,
     IntegerAttr,
@@ -89,7 +89,8 @@ class SliceAttr(ParametrizedAttribute):
     step: IntAttr | NoneAttr
 
     def print_parameters(self, printer: Printer) -> None:
-        parts = ("none" if isinstance(p, NoneAttr) else str(p.data) for p in self.parameters)
+        parts = ("none" if isinstance(p, NoneAttr) else str(p.data)
+                 for p in (self.start, self.stop, self.step))
         printer.print_string(f"<{', '.join(parts)}>")
 
     @classmethod
@@ -412,7 +413,7 @@ class Emitter:
     ``prims.add``, records it and returns its result (a list for multi-result ops).
     """
 
-    __slots__ = ("ops", "_insert", "loc")
+    __slots__ = ("_insert", "loc", "ops")
 
     def __init__(self, insert: Callable[[Operation], None] | None = None) -> None:
         self.ops: list[Operation] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from xdsl.ir import Dialect
 
-import thunder_ir.dialects.ltorch_core  # noqa: F401  (registers ops)
+import thunder_ir.dialects.ltorch_core
 import thunder_ir.dialects.ltorch_nn  # noqa: F401  (registers ops)
 from thunder_ir.dialects.base import ThunderOp, op_table
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp

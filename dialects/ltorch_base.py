@@ -16,13 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
-import torch
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition
 
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
-from thunder_ir.dialects.types import NumberType, TensorType, pretty_type
 from thunder_ir.dialects.torch import meta_value, type_of_meta
+from thunder_ir.dialects.types import NumberType, TensorType, pretty_type
 
 _T = TypeVar("_T", bound=type[ThunderOp])
 
@@ -75,7 +74,8 @@ class LtorchOp(ThunderOp):
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
-        key = (cls, _freeze(operand_types), _freeze(sorted(params.items())))
+        key: tuple[Any, ...] | None = (
+            cls, _freeze(operand_types), _freeze(sorted(params.items())))
         try:
             hit = _INFER_CACHE.get(key)
         except TypeError:  # unhashable param: skip the cache

@@ -671,7 +671,8 @@ class ProdOp(ReductionOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False, "dtype": None}
 
     @classmethod
-    def ref(cls, input: Any, dim: int | None = None, keepdim: bool | None = None,
+    def ref(  # type: ignore[override]  # torch.prod's positional signature
+            cls, input: Any, dim: int | None = None, keepdim: bool | None = None,
             dtype: torch.dtype | None = None) -> Any:
         if dim is None:  # torch.prod has no dim=None and no keepdim without a dim
             if keepdim:

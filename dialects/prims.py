@@ -50,6 +50,7 @@ from thunder_ir.dialects.types import (
 AnyValue = TensorType | NumberType
 IntArray = DenseArrayBase
 Number = IntegerAttr | FloatAttr
+PadConfig = ArrayAttr | DenseArrayBase  # () of a 0-d tensor is dense
 
 _T = TypeVar("_T", bound=type[ThunderOp])
 
@@ -878,7 +879,7 @@ class PadOp(ThunderOp):
 
     x = operand_def(TensorType)
     padding_value = prop_def(Number)
-    padding_config = prop_def(ArrayAttr | DenseArrayBase)  # () of a 0-d tensor is dense
+    padding_config = prop_def(PadConfig)
     out = result_def(TensorType)
     traits = traits_def(Pure())
 
@@ -1056,14 +1057,16 @@ class VarOp(ReductionOp):
     correction = prop_def(Number)
 
     @classmethod
-    def infer(cls, x: Any, *, dims: Sequence[int], correction: float = 1.0) -> TensorType:
+    def infer(  # type: ignore[override]  # takes `correction`, not arbitrary params
+            cls, x: Any, *, dims: Sequence[int], correction: float = 1.0) -> TensorType:
         x = _tensor(cls.name, x)
         if not is_float(x.dtype):
             raise _err(cls.name, f"expects a floating-point tensor, got {x.dtype}")
         return super().infer(x, dims=dims)
 
     @classmethod
-    def ref(cls, x: torch.Tensor, *, dims: Sequence[int], correction: float = 1.0
+    def ref(  # type: ignore[override]  # takes `correction`, not arbitrary params
+            cls, x: torch.Tensor, *, dims: Sequence[int], correction: float = 1.0
             ) -> torch.Tensor:
         if not dims:
             return torch.zeros_like(x) if correction == 0 else torch.full_like(x, math.nan)

@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import (
     Signedness,
     StringAttr,
 )
-from xdsl.ir import Attribute, ParametrizedAttribute, TypeAttribute
+from xdsl.ir import Attribute, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
@@ -163,7 +163,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         return n
 
     def nbytes(self) -> int:
-        """Bytes of a contiguous tensor of this type (shape × itemsize)."""
+        """Bytes of a contiguous tensor of this type (shape x itemsize)."""
         return self.numel() * self.dtype.itemsize
 
     def pretty(self) -> str:
@@ -250,6 +250,20 @@ def number_type(py_type: type) -> NumberType:
 def type_of_tensor(t: torch.Tensor) -> TensorType:
     """The tensor type describing a concrete torch tensor."""
     return tensor_type(t.shape, t.dtype, canonical_device(t.device))
+
+
+def ttype(v: SSAValue) -> TensorType:
+    """The type of ``v``, a value known to be a tensor."""
+    t = v.type
+    assert isinstance(t, TensorType), f"expected a tensor value, got {t}"
+    return t
+
+
+def number_type_of(v: SSAValue) -> NumberType:
+    """The type of ``v``, a value known to be a number."""
+    t = v.type
+    assert isinstance(t, NumberType), f"expected a number value, got {t}"
+    return t
 
 
 def pretty_type(t: Attribute) -> str:

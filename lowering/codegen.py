@@ -26,12 +26,11 @@ import functools
 import itertools
 import linecache
 import weakref
-
-import torch
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
+import torch
 from xdsl.dialects.builtin import ModuleOp
 
 from thunder_ir.dialects import ltorch as ltorch_dialect

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.context import Context
-
-import thunder_ir.lowering
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
@@ -33,6 +31,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
+import thunder_ir.lowering
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.torch import CallOp, make_call
 from thunder_ir.dialects.types import NumberType

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as L
-from thunder_ir.dialects.base import OperandRef
+from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.prims import ConstantOp, broadcast_shapes
-from thunder_ir.dialects.types import NumberType, TensorType, is_float, is_int, number_type
+from thunder_ir.dialects.types import (
+    NumberType,
+    TensorType,
+    is_float,
+    is_int,
+    number_type,
+    number_type_of,
+    ttype,
+)
 from thunder_ir.passes.decompositions import Decomposer, decomposes
 
 # --------------------------------------------------------------------------- helpers
@@ -154,7 +162,7 @@ def as_tensor(d: Decomposer, v: SSAValue, shape: Sequence[int], dtype: torch.dty
     known = number_value(v)
     if known is not None:
         return full(d, shape, known, dtype, device)
-    py = v.type.python_type
+    py = number_type_of(v).python_type
     if py is bool:
         t = d.prims.logical_or(full(d, shape, False, torch.bool, device), v)
     else:
@@ -193,7 +201,7 @@ def keep_dims(d: Decomposer, v: SSAValue, in_shape: Sequence[int], dims: Sequenc
 
 def reshape(d: Decomposer, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     """``prims.reshape`` (no op when the shape already matches)."""
-    if v.type.sizes == tuple(shape):
+    if ttype(v).sizes == tuple(shape):
         return v
     return d.prims.reshape(v, shape=tuple(shape))
 
@@ -220,7 +228,7 @@ def _scaled(d: Decomposer, a: SSAValue, b: SSAValue, alpha: Any) -> SSAValue:
             return const(d, known * alpha)
         t = tensor_of(a)
         b = as_tensor(d, b, t.sizes, t.dtype, t.dev)
-    return d.prims.mul(b, const(d, cast_number(alpha, b.type.dtype)))
+    return d.prims.mul(b, const(d, cast_number(alpha, ttype(b).dtype)))
 
 
 def _add_sub(d: Decomposer, prim: str, a: SSAValue, b: SSAValue, alpha: Any) -> SSAValue:
@@ -325,7 +333,7 @@ def atan2(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
     return _binary(d, "atan2", a, b, dtype=default_float(result_dtype(a.type, b.type)))
 
 
-def _rule(prim: str, op: type) -> None:
+def _rule(prim: str, op: type[ThunderOp]) -> None:
     """Registers the rule of a binary ltorch op that is promotion + one prim."""
 
     def rule(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
@@ -342,11 +350,11 @@ for _prim, _op in (("eq", L.EqOp), ("ne", L.NeOp), ("lt", L.LtOp), ("le", L.LeOp
     _rule(_prim, _op)
 
 
-def _float_unary(prim: str, op: type) -> None:
+def _float_unary(prim: str, op: type[ThunderOp]) -> None:
     """Registers the rule of a float function: int/bool input → default float dtype."""
 
     def rule(d: Decomposer, x: SSAValue) -> SSAValue:
-        x = to_dtype(d, x, default_float(x.type.dtype))
+        x = to_dtype(d, x, default_float(ttype(x).dtype))
         return getattr(d.prims, prim)(x)
 
     rule.__name__ = prim
@@ -363,11 +371,11 @@ for _prim, _op in (("exp", L.ExpOp), ("exp2", L.Exp2Op), ("expm1", L.Expm1Op),
     _float_unary(_prim, _op)
 
 
-def _same_unary(prim: str, op: type, identity_on_ints: bool = False) -> None:
+def _same_unary(prim: str, op: type[ThunderOp], identity_on_ints: bool = False) -> None:
     """Registers the rule of a unary op that is one prim (identity on ints if asked)."""
 
     def rule(d: Decomposer, x: SSAValue) -> SSAValue:
-        if identity_on_ints and not is_float(x.type.dtype):
+        if identity_on_ints and not is_float(ttype(x).dtype):
             return x
         return getattr(d.prims, prim)(x)
 
@@ -386,14 +394,14 @@ for _prim, _op, _ident in (("neg", L.NegOp, False), ("abs", L.AbsOp, False),
 
 @decomposes(L.SignOp)
 def sign(d: Decomposer, x: SSAValue) -> SSAValue:
-    if x.type.dtype == torch.bool:
+    if ttype(x).dtype == torch.bool:
         return x
     return d.prims.sign(x)
 
 
 @decomposes(L.RoundOp)
 def round_rule(d: Decomposer, x: SSAValue, decimals: int | None = None) -> SSAValue:
-    dtype = x.type.dtype
+    dtype = ttype(x).dtype
     if not is_float(dtype):
         return x
     if not decimals:
@@ -416,7 +424,7 @@ def where(d: Decomposer, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
     dtype = result_dtype(a.type, b.type)
     shapes = [v.type.sizes for v in (cond, a, b) if isinstance(v.type, TensorType)]
     shape = tuple(broadcast_shapes("ltorch.where", *shapes))
-    dev = cond.type.dev
+    dev = ttype(cond).dev
     cond = expand_to(d, to_dtype(d, cond, torch.bool), shape)
     if isinstance(a.type, NumberType) and isinstance(b.type, NumberType):
         a = as_tensor(d, a, shape, dtype, dev)
@@ -427,8 +435,8 @@ def where(d: Decomposer, cond: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue:
 
 @decomposes(L.MaskedFillOp)
 def masked_fill(d: Decomposer, x: SSAValue, mask: SSAValue, value: Any) -> SSAValue:
-    t = x.type
-    shape = tuple(broadcast_shapes("ltorch.masked_fill", t.sizes, mask.type.sizes))
+    t = ttype(x)
+    shape = tuple(broadcast_shapes("ltorch.masked_fill", t.sizes, ttype(mask).sizes))
     mask = expand_to(d, to_dtype(d, mask, torch.bool), shape)
     return d.prims.where(mask, const(d, cast_number(value, t.dtype)), expand_to(d, x, shape))
 
@@ -462,7 +470,7 @@ def _sum_dtype(dtype: torch.dtype, requested: torch.dtype | None) -> torch.dtype
 @decomposes(L.SumOp)
 def sum_rule(d: Decomposer, x: SSAValue, dim: Any = None, keepdim: bool | None = None,
         dtype: torch.dtype | None = None) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     out_dtype = _sum_dtype(t.dtype, dtype)
     dims = reduce_dims(t.rank, dim)
     y = d.prims.sum(to_dtype(d, to_dtype(d, x, out_dtype), opmath(out_dtype)), dims=dims)
@@ -472,7 +480,7 @@ def sum_rule(d: Decomposer, x: SSAValue, dim: Any = None, keepdim: bool | None =
 @decomposes(L.MeanOp)
 def mean(d: Decomposer, x: SSAValue, dim: Any = None, keepdim: bool | None = None,
          dtype: torch.dtype | None = None) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     out_dtype = dtype or t.dtype
     if not is_float(out_dtype):
         raise TypeError(f"ltorch.mean: needs a floating-point dtype, got {out_dtype}")
@@ -486,7 +494,7 @@ def mean(d: Decomposer, x: SSAValue, dim: Any = None, keepdim: bool | None = Non
 @decomposes(L.VarOp)
 def var(d: Decomposer, x: SSAValue, dim: Any = None, correction: Any = None,
         keepdim: bool | None = None) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     correction = 1 if correction is None else correction
     if isinstance(correction, bool):  # a positional ``unbiased``
         correction = int(correction)
@@ -499,12 +507,12 @@ def var(d: Decomposer, x: SSAValue, dim: Any = None, correction: Any = None,
     return keep_dims(d, to_dtype(d, y, t.dtype), t.sizes, dims, keepdim)
 
 
-def _extreme(prim: str, op: type) -> None:
+def _extreme(prim: str, op: type[ThunderOp]) -> None:
     """Registers amax/amin: one prim over the reduced dims."""
 
     def rule(d: Decomposer, x: SSAValue, dim: Any = (), keepdim: bool | None = None
              ) -> SSAValue:
-        t = x.type
+        t = ttype(x)
         dims = reduce_dims(t.rank, dim)
         return keep_dims(d, getattr(d.prims, prim)(x, dims=dims), t.sizes, dims, keepdim)
 
@@ -518,18 +526,18 @@ _extreme("amin", L.AminOp)
 
 @decomposes(L.MaxOp)
 def max_rule(d: Decomposer, x: SSAValue) -> SSAValue:
-    return d.prims.amax(x, dims=tuple(range(x.type.rank)))
+    return d.prims.amax(x, dims=tuple(range(ttype(x).rank)))
 
 
 @decomposes(L.MinOp)
 def min_rule(d: Decomposer, x: SSAValue) -> SSAValue:
-    return d.prims.amin(x, dims=tuple(range(x.type.rank)))
+    return d.prims.amin(x, dims=tuple(range(ttype(x).rank)))
 
 
 @decomposes(L.ProdOp)
 def prod(d: Decomposer, x: SSAValue, dim: int | None = None, keepdim: bool | None = None,
          dtype: torch.dtype | None = None) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     out_dtype = _sum_dtype(t.dtype, dtype)
     dims = reduce_dims(t.rank, dim)
     y = d.prims.prod(to_dtype(d, to_dtype(d, x, out_dtype), opmath(out_dtype)), dims=dims)
@@ -538,17 +546,17 @@ def prod(d: Decomposer, x: SSAValue, dim: int | None = None, keepdim: bool | Non
 
 def _arg(d: Decomposer, prim: str, x: SSAValue, dim: int) -> SSAValue:
     """argmax/argmin along one (non-negative) dim; bools compare as uint8."""
-    if x.type.dtype == torch.bool:
+    if ttype(x).dtype == torch.bool:
         x = to_dtype(d, x, torch.uint8)
     return getattr(d.prims, prim)(x, dim=dim)
 
 
-def _with_indices(prim: str, arg: str, op: type) -> None:
+def _with_indices(prim: str, arg: str, op: type[ThunderOp]) -> None:
     """Registers max_dim/min_dim: the extreme value and its index along ``dim``."""
 
     def rule(d: Decomposer, x: SSAValue, dim: int, keepdim: bool | None = None
              ) -> list[SSAValue]:
-        t = x.type
+        t = ttype(x)
         if t.rank == 0:
             norm_dim(dim, 0)
             return [x, full(d, (), 0, torch.int64, t.dev)]
@@ -566,12 +574,12 @@ _with_indices("amax", "argmax", L.MaxDimOp)
 _with_indices("amin", "argmin", L.MinDimOp)
 
 
-def _argext(prim: str, op: type) -> None:
+def _argext(prim: str, op: type[ThunderOp]) -> None:
     """Registers argmax/argmin: along ``dim``, or over the flattened tensor."""
 
     def rule(d: Decomposer, x: SSAValue, dim: int | None = None, keepdim: bool | None = None
              ) -> SSAValue:
-        t = x.type
+        t = ttype(x)
         if dim is None:
             flat = reshape(d, x, (t.numel(),))
             y = _arg(d, prim, flat, 0)
@@ -605,7 +613,7 @@ def _infer_shape(shape: Sequence[int], numel: int) -> tuple[int, ...]:
 
 @decomposes(L.ReshapeOp)
 def reshape_rule(d: Decomposer, x: SSAValue, shape: Sequence[int]) -> SSAValue:
-    return reshape(d, x, _infer_shape(shape, x.type.numel()))
+    return reshape(d, x, _infer_shape(shape, ttype(x).numel()))
 
 
 @decomposes(L.ViewOp)
@@ -623,12 +631,12 @@ def permute_to(d: Decomposer, x: SSAValue, perm: Sequence[int]) -> SSAValue:
 
 @decomposes(L.PermuteOp)
 def permute(d: Decomposer, x: SSAValue, dims: Sequence[int]) -> SSAValue:
-    return permute_to(d, x, [norm_dim(i, x.type.rank) for i in dims])
+    return permute_to(d, x, [norm_dim(i, ttype(x).rank) for i in dims])
 
 
 @decomposes(L.TransposeOp)
 def transpose(d: Decomposer, x: SSAValue, dim0: int, dim1: int) -> SSAValue:
-    rank = x.type.rank
+    rank = ttype(x).rank
     a, b = norm_dim(dim0, rank), norm_dim(dim1, rank)
     perm = list(range(rank))
     if rank:
@@ -649,7 +657,7 @@ def clone(d: Decomposer, x: SSAValue) -> SSAValue:
 @decomposes(L.FlattenOp)
 def flatten(d: Decomposer, x: SSAValue, start_dim: int | None = None,
             end_dim: int | None = None) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     if t.rank == 0:
         return reshape(d, x, (1,))
     s = norm_dim(0 if start_dim is None else start_dim, t.rank)
@@ -660,14 +668,14 @@ def flatten(d: Decomposer, x: SSAValue, start_dim: int | None = None,
 
 @decomposes(L.UnsqueezeOp)
 def unsqueeze(d: Decomposer, x: SSAValue, dim: int) -> SSAValue:
-    sizes = list(x.type.sizes)
+    sizes = list(ttype(x).sizes)
     sizes.insert(norm_dim(dim, len(sizes) + 1), 1)
     return reshape(d, x, sizes)
 
 
 @decomposes(L.SqueezeOp)
 def squeeze(d: Decomposer, x: SSAValue, dim: Any = None) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     if t.rank == 0:
         return x
     if dim is None:
@@ -682,7 +690,7 @@ def squeeze(d: Decomposer, x: SSAValue, dim: Any = None) -> SSAValue:
 
 @decomposes(L.ExpandOp)
 def expand(d: Decomposer, x: SSAValue, size: Sequence[int]) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     lead = len(size) - t.rank
     shape = tuple(t.sizes[i - lead] if s == -1 and i >= lead else s
                   for i, s in enumerate(size))
@@ -690,7 +698,7 @@ def expand(d: Decomposer, x: SSAValue, size: Sequence[int]) -> SSAValue:
 
 
 def _slice_dim(d: Decomposer, x: SSAValue, dim: int, start: int, stop: int) -> SSAValue:
-    sizes = x.type.sizes
+    sizes = ttype(x).sizes
     if start == 0 and stop == sizes[dim]:
         return x
     starts = [0] * len(sizes)
@@ -715,7 +723,7 @@ def split(d: Decomposer, x: SSAValue, split_size_or_sections: Any, dim: int | No
           ) -> list[SSAValue]:
     dim = 0 if dim is None else dim
     results = L.SplitOp.infer(x.type, split_size_or_sections=split_size_or_sections, dim=dim)
-    return _pieces(d, x, norm_dim(dim, x.type.rank), results)
+    return _pieces(d, x, norm_dim(dim, ttype(x).rank), results)
 
 
 @decomposes(L.ChunkOp)
@@ -723,15 +731,15 @@ def chunk(d: Decomposer, x: SSAValue, chunks: int, dim: int | None = None
           ) -> list[SSAValue]:
     dim = 0 if dim is None else dim
     results = L.ChunkOp.infer(x.type, chunks=chunks, dim=dim)
-    return _pieces(d, x, norm_dim(dim, x.type.rank), results)
+    return _pieces(d, x, norm_dim(dim, ttype(x).rank), results)
 
 
 @decomposes(L.CatOp)
 def cat(d: Decomposer, tensors: Sequence[SSAValue], dim: int | None = None) -> SSAValue:
     dtype = result_dtype(*(v.type for v in tensors))
     # torch skips legacy empty 1-D tensors when joining tensors of another rank.
-    kept = [v for v in tensors if v.type.sizes != (0,)] or list(tensors[:1])
-    rank = kept[0].type.rank
+    kept = [v for v in tensors if ttype(v).sizes != (0,)] or list(tensors[:1])
+    rank = ttype(kept[0]).rank
     kept = [to_dtype(d, v, dtype) for v in kept]
     if len(kept) == 1:
         return kept[0]
@@ -740,7 +748,7 @@ def cat(d: Decomposer, tensors: Sequence[SSAValue], dim: int | None = None) -> S
 
 @decomposes(L.StackOp)
 def stack(d: Decomposer, tensors: Sequence[SSAValue], dim: int | None = None) -> SSAValue:
-    dim = norm_dim(0 if dim is None else dim, tensors[0].type.rank + 1)
+    dim = norm_dim(0 if dim is None else dim, ttype(tensors[0]).rank + 1)
     return cat(d, [unsqueeze(d, v, dim) for v in tensors], dim)
 
 
@@ -762,8 +770,8 @@ def _expand_index(index: Any, rank: int) -> list[Any]:
 def _gather_along(d: Decomposer, y: SSAValue, idx: list[SSAValue], dims: list[int]
                   ) -> SSAValue:
     """numpy advanced indexing of ``y`` by index tensors ``idx`` at ``dims``."""
-    sizes = y.type.sizes
-    bshape = tuple(broadcast_shapes("ltorch.getitem", *(i.type.sizes for i in idx)))
+    sizes = ttype(y).sizes
+    bshape = tuple(broadcast_shapes("ltorch.getitem", *(ttype(i).sizes for i in idx)))
     lin = None
     for i, dim in zip(idx, dims):
         i = expand_to(d, to_dtype(d, i, torch.int64), bshape)
@@ -779,7 +787,7 @@ def _gather_along(d: Decomposer, y: SSAValue, idx: list[SSAValue], dims: list[in
         rest = [k for k in range(len(sizes)) if k not in dims]
         y = permute_to(d, y, [*dims, *rest])
         dims = list(range(len(dims)))
-        sizes = y.type.sizes
+        sizes = ttype(y).sizes
     k0, k1 = dims[0], dims[-1] + 1
     merged = math.prod(sizes[k0:k1])
     y = reshape(d, y, (*sizes[:k0], merged, *sizes[k1:]))
@@ -796,7 +804,7 @@ def _gather_along(d: Decomposer, y: SSAValue, idx: list[SSAValue], dims: list[in
 @decomposes(L.GetitemOp)
 def getitem(d: Decomposer, x: SSAValue, indices: Sequence[SSAValue], index: Any = None
             ) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     items = _expand_index(index, t.rank)
     starts, ends, steps = [0] * t.rank, list(t.sizes), [1] * t.rank
     out_shape: list[int] = []  # after basic indexing: ints dropped, Nones inserted
@@ -843,9 +851,9 @@ def getitem(d: Decomposer, x: SSAValue, indices: Sequence[SSAValue], index: Any 
 # --------------------------------------------------------------------------- creation
 
 
-def _created(op: type, **params: Any) -> TensorType:
+def _created(op: type[ThunderOp], **params: Any) -> TensorType:
     """The result type of a creation op (its shape rule, cached)."""
-    return op.infer(**params)
+    return cast(TensorType, op.infer(**params))
 
 
 @decomposes(L.ArangeOp)
@@ -864,7 +872,7 @@ def arange(d: Decomposer, start: Any = 0, end: Any = None, step: Any = 1,
     return to_dtype(d, y, rt.dtype)
 
 
-def _fill(op: type, value: Any) -> None:
+def _fill(op: type[ThunderOp], value: Any) -> None:
     """Registers zeros/ones/empty: ``prims.full`` of a constant."""
 
     def rule(d: Decomposer, size: Sequence[int], dtype: torch.dtype | None = None,
@@ -888,12 +896,12 @@ def full_rule(d: Decomposer, size: Sequence[int], fill_value: Any,
     return full(d, rt.sizes, fill_value, rt.dtype, rt.dev)
 
 
-def _fill_like(op: type, value: Any) -> None:
+def _fill_like(op: type[ThunderOp], value: Any) -> None:
     """Registers zeros_like/ones_like."""
 
     def rule(d: Decomposer, x: SSAValue, dtype: torch.dtype | None = None,
              device: str | None = None) -> SSAValue:
-        t = x.type
+        t = ttype(x)
         return full(d, t.sizes, value, dtype or t.dtype, device or t.dev)
 
     rule.__name__ = op.name.split(".")[1]
@@ -907,12 +915,12 @@ _fill_like(L.OnesLikeOp, 1)
 @decomposes(L.FullLikeOp)
 def full_like(d: Decomposer, x: SSAValue, fill_value: Any, dtype: torch.dtype | None = None,
               device: str | None = None) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     return full(d, t.sizes, fill_value, dtype or t.dtype, device or t.dev)
 
 
 def _triangle(d: Decomposer, x: SSAValue, diagonal: int | None, upper: bool) -> SSAValue:
-    t = x.type
+    t = ttype(x)
     if t.rank < 2:
         raise ValueError(f"ltorch.{'triu' if upper else 'tril'}: input must be at least 2-D, "
                          f"got shape {t.sizes}")

@@ -28,21 +28,20 @@ from thunder_ir.dialects.types import NumberType, TensorType
 CHEAP_OPS: frozenset[str] = frozenset({
     # prims
     *(f"prims.{n}" for n in (
-        "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh "
-        "asin acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite "
-        "logical_not bitwise_not add sub mul div remainder fmod pow maximum minimum atan2 eq ne "
-        "lt le gt ge bitwise_and bitwise_or bitwise_xor logical_and logical_or where "
-        "convert_element_type broadcast_in_dim reshape transpose squeeze slice flip pad "
-        "constant full iota").split()),
+        "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh asin "
+        "acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite logical_not "
+        "bitwise_not add sub mul div remainder fmod pow maximum minimum atan2 eq ne lt le gt ge "
+        "bitwise_and bitwise_or bitwise_xor logical_and logical_or where convert_element_type "
+        "broadcast_in_dim reshape transpose squeeze slice flip pad constant full iota").split()),
     # ltorch
     *(f"ltorch.{n}" for n in (
-        "add sub mul div floor_divide remainder fmod pow maximum minimum atan2 eq ne lt le gt "
-        "ge bitwise_and bitwise_or bitwise_xor logical_and logical_or logical_not bitwise_not "
-        "neg abs exp exp2 expm1 log log1p log2 sin cos tan tanh asin acos atan sinh cosh sqrt "
-        "rsqrt reciprocal sign floor ceil round trunc erf erfc isnan isinf isfinite where "
-        "masked_fill clamp to_dtype reshape view permute transpose contiguous flatten "
-        "unsqueeze squeeze expand getitem clone relu gelu silu sigmoid zeros ones full "
-        "zeros_like ones_like full_like empty arange triu tril").split()),
+        "add sub mul div floor_divide remainder fmod pow maximum minimum atan2 eq ne lt le gt ge "
+        "bitwise_and bitwise_or bitwise_xor logical_and logical_or logical_not bitwise_not neg "
+        "abs exp exp2 expm1 log log1p log2 sin cos tan tanh asin acos atan sinh cosh sqrt rsqrt "
+        "reciprocal sign floor ceil round trunc erf erfc isnan isinf isfinite where masked_fill "
+        "clamp to_dtype reshape view permute transpose contiguous flatten unsqueeze squeeze "
+        "expand getitem clone relu gelu silu sigmoid zeros ones full zeros_like ones_like "
+        "full_like empty arange triu tril").split()),
 })
 
 
@@ -125,20 +124,20 @@ def plan_remat(fwd_args: Sequence[SSAValue], fwd_ops: Sequence[Operation],
         if v in relevant:
             continue
         relevant.add(v)
-        op = producer.get(v)
-        if op is not None and policy.recomputable(op):
-            stack.extend(o for o in op.operands if o in fwd_values)
+        src = producer.get(v)
+        if src is not None and policy.recomputable(src):
+            stack.extend(o for o in src.operands if o in fwd_values)
 
     g = nx.DiGraph()
     for v in relevant:
         vin, vout = ("in", v), ("out", v)
-        op = producer.get(v)
-        cost = 0 if op is None else nbytes(v)
+        src = producer.get(v)
+        cost = 0 if src is None else nbytes(v)
         g.add_edge(vin, vout, capacity=cost)
-        if op is None or not policy.recomputable(op):
+        if src is None or not policy.recomputable(src):
             g.add_edge("source", vin)  # no capacity attribute: infinite
         else:
-            for o in op.operands:
+            for o in src.operands:
                 if o in relevant:
                     g.add_edge(("out", o), vin)
     for v in needed:

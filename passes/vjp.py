@@ -29,7 +29,7 @@ from typing import Any
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, ttype
 
 VjpRule = Callable[..., list[Any]]
 VJP_RULES: dict[type[ThunderOp], VjpRule] = {}
@@ -77,7 +77,7 @@ class Grad:
         dims = list(range(lead)) + [lead + i for i, s in enumerate(shape)
                                     if s == 1 and t.sizes[lead + i] != 1]
         out = self.prims.sum(v, dims=dims) if dims else v
-        if out.type.sizes != tuple(shape):  # type: ignore[attr-defined]
+        if ttype(out).sizes != tuple(shape):
             out = self.prims.reshape(out, shape=tuple(shape))
         return out
 
@@ -90,7 +90,7 @@ def is_differentiable_value(v: SSAValue) -> bool:
 
 def load_vjp_rules() -> dict[type[ThunderOp], VjpRule]:
     """Imports every VJP rule module (registering its rules) and returns the table."""
-    import thunder_ir.passes.vjp_ltorch  # noqa: F401
+    import thunder_ir.passes.vjp_ltorch
     import thunder_ir.passes.vjp_prims  # noqa: F401
 
     return VJP_RULES

@@ -12,8 +12,8 @@ one tuple. ``last_prologue_traces`` prints it.
 
 from __future__ import annotations
 
-import linecache
 import itertools
+import linecache
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +38,7 @@ def state_version() -> int:
     return _STATE_VERSION[0]
 
 
-def _autocast_state() -> tuple[bool, ...]:
-    return (torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda"))
+_autocast_state = torch._C._is_any_autocast_enabled
 
 
 _counter = itertools.count()
@@ -54,18 +53,23 @@ class Prologue:
 
 
 def make_prologue(n_args: int, modules: Sequence[torch.nn.Module],
-                  state: Sequence[torch.Tensor]) -> Prologue:
+                  state: Sequence[torch.Tensor], all_tensors: bool = False) -> Prologue:
     """Builds ``key(args) -> tuple`` for flat tensor args plus module state.
 
     ``args`` are the flat leaves of the call's arguments; the module state (parameters,
-    buffers, training flags) is bound into the function's globals.
+    buffers, training flags) is bound into the function's globals. With ``all_tensors``
+    (the flat fast path: every argument is a tensor) each argument's metadata is read
+    inline instead of through `tensor_meta`.
     """
     lines = ["def prologue(args):"]
     if n_args:
         lines.append(f"  ({', '.join(f'a{i}' for i in range(n_args))},) = args")
     parts: list[str] = []
     for i in range(n_args):
-        parts.append(f"_meta(a{i})")
+        if all_tensors:
+            parts += [f"a{i}.shape", f"a{i}.dtype", f"a{i}.device", f"a{i}.requires_grad"]
+        else:
+            parts.append(f"_meta(a{i})")
     for i in range(len(state)):
         parts += [f"p{i}.shape", f"p{i}.dtype", f"p{i}.device", f"p{i}.requires_grad"]
     for i in range(len(modules)):

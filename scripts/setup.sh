@@ -10,5 +10,5 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[test]'
+python -m pip install -q -e '.[test,examples]'
 python -c "import torch, xdsl, thunder_ir; print('thunder_ir', thunder_ir.__version__, '| torch', torch.__version__, '| xdsl', xdsl.__version__ if hasattr(xdsl, '__version__') else '0.74.0')"

@@ -174,7 +174,7 @@ class LlamaGPT(nn.Module):
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None,
                 use_mask: bool = False) -> torch.Tensor:
         T = idx.size(1)
-        if T > self.config.block_size:
+        if self.config.block_size < T:
             raise ValueError(f"Cannot forward sequence of length {T}, block size is only "
                              f"{self.config.block_size}")
         cos = self.cos[:T]

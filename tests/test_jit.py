@@ -339,3 +339,10 @@ def test_trace_records_user_source_location() -> None:
     jf(torch.randn(2))
     mlir = thunder_ir.last_traces(jf)[0].mlir()
     assert "test_jit.py:" in mlir
+
+
+def test_every_ltorch_op_is_reachable_from_torch() -> None:
+    """Coverage of the torch -> ltorch table (contiguous is traced as the identity)."""
+    from thunder_ir.torch_map import unmapped_ops
+
+    assert unmapped_ops() == ["ltorch.contiguous"]

@@ -8,6 +8,7 @@ import importlib.metadata
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,6 +241,22 @@ def test_pipeline_pauses_the_gc_and_restores_it() -> None:
     Pipeline("cse", hooks=hook).run(_sample_program())
     Pipeline("cse", hooks=hook, pause_gc=False).run(_sample_program())
     assert states == [False, True] and gc.isenabled()
+
+
+def test_snapshot_is_a_faithful_independent_copy() -> None:
+    from thunder_ir.dialects.program import parse
+    from thunder_ir.passes.pipeline import snapshot
+
+    text = (Path(__file__).parent / "filecheck" / "roundtrip" / "dialects.mlir").read_text()
+    module = parse(text)
+    copy = snapshot(module)
+    assert str(copy) == str(module) == str(module.clone())
+    copy.verify()
+    assert all(a is not b for a, b in zip(copy.walk(), module.walk(), strict=True))
+    names_before = str(module)
+    DCEPass().apply(CTX, copy)
+    CSEPass().apply(CTX, copy)
+    assert str(module) == names_before
 
 
 def test_pipeline_hooks_and_record_off() -> None:

@@ -183,10 +183,9 @@ def test_remat_saves_fewer_bytes_with_identical_gradients() -> None:
     w = torch.randn(128, 32)
     results = {}
     for policy in (SAVE_ALL, MIN_CUT):
-        jf = thunder_ir.jit(f)
-        jf._thunder_compiled.remat_policy = policy
+        jf = thunder_ir.jit(f, remat=policy)
         args = [t.clone().requires_grad_() for t in (a, b, w)]
-        saved = _saved_bytes(lambda args=args: jf(*args))
+        saved = _saved_bytes(lambda args=args, jf=jf: jf(*args))
         jf(*args).sum().backward()
         results[policy.name] = (saved, [t.grad for t in args])
     (bytes_all, g_all), (bytes_cut, g_cut) = results["save-all"], results["min-cut"]

@@ -233,7 +233,16 @@ def test_unstorable_static_arguments_are_rejected() -> None:
     with pytest.raises(TypeError, match="cannot store"):
         to_attr(object())
     with pytest.raises(TypeError, match="cannot store"):
-        to_attr({"a": 1})
+        to_attr({"a": object()})
+    with pytest.raises(TypeError, match="does not fit"):
+        to_attr(2**63)
+
+
+def test_dict_arguments_round_trip() -> None:
+    """torch.call keyword arguments are stored as a dictionary attribute."""
+    value = {"dim": 1, "names": (None, 2), "mode": "x"}
+    assert from_attr(to_attr(value)) == value
+    assert from_attr(_parse_attr(str(to_attr(value)))) == value
     with pytest.raises(TypeError, match="slice bounds must be ints"):
         to_attr(slice(0.5, 1))
     with pytest.raises(TypeError, match="does not support dtype"):

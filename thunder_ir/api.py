@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from thunder_ir.dialects.program import main_function
 from thunder_ir.passes.pipeline import Pipeline
 from thunder_ir.runtime.cache import (
     Cache,
@@ -81,7 +82,7 @@ class _Compiled:
         if hit is not None and hit[0] == v:
             return hit[1]
         mods, state = self._state()
-        pro = make_prologue(n, mods, list(state.values()))
+        pro = make_prologue(n, mods, list(state.values()), all_tensors=isinstance(spec, int))
         self._prologues[spec] = (v, pro)
         return pro
 
@@ -177,7 +178,7 @@ class _Compiled:
         traces += Pipeline(inference_passes(self.executors)).run(module)
         fn, source, t = self._codegen(module)
         traces.append(Trace(module, "del-last-used", t, final=True, source=source))
-        n_out = len(module.body.block.first_op.function_type.outputs)
+        n_out = len(main_function(module).function_type.outputs)
         return Entry(
             fn=fn,
             n_outputs=n_out,
@@ -282,12 +283,15 @@ class ThunderModule(torch.nn.Module):
 
 
 def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
-        **options: Any) -> Any:
+        remat: Any = "min-cut", **options: Any) -> Any:
     """Compiles a module or function with thunder_ir.
 
     Args:
         fn: an ``nn.Module`` (returns a `ThunderModule`) or a function.
         executors: executor objects or names, in priority order (``"torch"`` is always last).
+        remat: the rematerialization policy for training: ``"min-cut"`` (recompute cheap
+            elementwise chains in the backward when that saves bytes), ``"save-all"``, or a
+            `thunder_ir.passes.remat.RematPolicy`.
 
     Returns:
         A drop-in replacement that traces on the first call with new input metadata and
@@ -295,25 +299,30 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
     """
     if options:
         raise TypeError(f"jit() got unsupported options: {', '.join(options)}")
+    from thunder_ir.passes.remat import POLICIES, RematPolicy
+
+    if isinstance(remat, str):
+        if remat not in POLICIES:
+            raise ValueError(f"unknown remat policy {remat!r}; choose from "
+                             f"{', '.join(POLICIES)} or pass a RematPolicy")
+        remat = POLICIES[remat]
+    elif not isinstance(remat, RematPolicy):
+        raise TypeError(f"remat must be a policy name or a RematPolicy, got {remat!r}")
     if isinstance(fn, torch.nn.Module):
         compiled = _Compiled(fn.__call__, fn, executors)
+        compiled.remat_policy = remat
         return ThunderModule(fn, compiled)
     if not callable(fn):
         raise TypeError(f"jit() expects a function or an nn.Module, got {type(fn).__name__}")
     compiled = _Compiled(fn, None, executors)
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return compiled(*args, **kwargs)
-
-    wrapper._thunder_compiled = compiled  # type: ignore[attr-defined]
-    return wrapper
+    compiled.remat_policy = remat
+    functools.update_wrapper(compiled, fn)  # type: ignore[arg-type]
+    return compiled
 
 
 def _compiled_of(f: Any) -> _Compiled:
-    c = getattr(f, "_compiled", None) if isinstance(f, ThunderModule) else \
-        getattr(f, "_thunder_compiled", None)
-    if c is None:
+    c = getattr(f, "_compiled", None) if isinstance(f, ThunderModule) else f
+    if not isinstance(c, _Compiled):
         raise TypeError(f"{f!r} is not a function or module returned by thunder_ir.jit")
     return c
 

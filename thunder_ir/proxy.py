@@ -46,8 +46,8 @@ class TensorProxy(torch.Tensor):
         pass
 
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
-                           ) -> Any:
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (),  # type: ignore[override]
+                           kwargs: Any = None) -> Any:
         raise RuntimeError(
             f"thunder_ir: {func} reached torch's dispatcher with a traced tensor. This happens "
             "when code runs outside the tracer's control (for example in a C++ extension or "

@@ -125,7 +125,8 @@ def compare(name: str, got: Any, eager: Any, ref64: Any | None,
         assert got == eager, f"{name}: got {got!r}, eager gives {eager!r}"
         return
     assert isinstance(got, torch.Tensor), f"{name}: got {type(got).__name__}, expected a tensor"
-    assert got.shape == eager.shape, f"{name}: shape {tuple(got.shape)} != eager {tuple(eager.shape)}"
+    assert got.shape == eager.shape, (
+        f"{name}: shape {tuple(got.shape)} != eager {tuple(eager.shape)}")
     assert got.dtype == eager.dtype, f"{name}: dtype {got.dtype} != eager {eager.dtype}"
     if not is_float(eager.dtype) or ref64 is None:
         assert torch.equal(got, eager), f"{name}: values differ from eager:\n{got}\n{eager}"
@@ -188,6 +189,11 @@ def check_decomposition(op: type[ThunderOp], operands: Sequence[Any],
     return module
 
 
+def _cotangent_msg(name: str, i: int) -> Callable[[str], str]:
+    """The ``assert_close`` message for operand ``i``'s cotangent."""
+    return lambda m: f"{name}: cotangent of operand {i}: {m}"
+
+
 def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
               params: dict[str, Any] | None = None, *,
               rule: Callable[..., Any] | None = None, atol: float = 1e-7, rtol: float = 1e-6,
@@ -229,6 +235,7 @@ def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
     cts = [torch.randn(o.shape, generator=gen, dtype=o.dtype)
            if isinstance(o, torch.Tensor) and is_float(o.dtype) else None for o in outs]
     pairs = [(o, c) for o, c in zip(outs, cts) if c is not None and o.requires_grad]
+    expected: tuple[torch.Tensor | None, ...]
     if pairs:
         expected = torch.autograd.grad([o for o, _ in pairs], req, [c for _, c in pairs],
                                        allow_unused=True)
@@ -282,7 +289,7 @@ def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
         assert got.shape == exp.shape, f"{op.name}: cotangent {i} shape {tuple(got.shape)} " \
                                        f"!= {tuple(exp.shape)}"
         torch.testing.assert_close(got, exp.to(got.dtype), atol=atol, rtol=rtol,
-                                   msg=lambda m, i=i: f"{op.name}: cotangent of operand {i}: {m}")
+                                   msg=_cotangent_msg(op.name, i))
 
 
 # --------------------------------------------------------------------------- strategies

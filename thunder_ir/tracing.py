@@ -258,8 +258,14 @@ HANDLERS: dict[Any, Handler] = {}
 """torch callable -> handler(ctx, *args, **kwargs). Filled by `thunder_ir.torch_map`."""
 
 _T = torch.Tensor
-_COMPUTED_GETTERS = {_T.T.__get__, _T.mT.__get__, _T.H.__get__, _T.mH.__get__,
-                     _T.real.__get__, _T.imag.__get__, _T.data.__get__}
+
+
+def getter(name: str) -> Any:
+    """The ``__get__`` of a Tensor property, as torch function handlers receive it."""
+    return getattr(_T, name).__get__
+
+
+_COMPUTED_GETTERS = {getter(n) for n in ("T", "mT", "H", "mH", "real", "imag", "data")}
 METADATA: set[Any] = {
     _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,
     _T.is_complex, _T.element_size, _T.get_device, _T.is_contiguous, _T.stride,
@@ -267,7 +273,8 @@ METADATA: set[Any] = {
 }
 DATA_DEPENDENT: dict[Any, str] = {
     _T.__bool__: "bool(tensor)", _T.item: ".item()", _T.tolist: ".tolist()",
-    _T.__int__: "int(tensor)", _T.__float__: "float(tensor)", _T.__index__: "using a tensor as an index",
+    _T.__int__: "int(tensor)", _T.__float__: "float(tensor)",
+    _T.__index__: "using a tensor as an index",
     _T.numpy: ".numpy()", _T.nonzero: ".nonzero()", torch.nonzero: "torch.nonzero",
     torch.masked_select: "torch.masked_select", _T.masked_select: ".masked_select()",
     torch.unique: "torch.unique", _T.unique: ".unique()", _T.data_ptr: ".data_ptr()",
@@ -324,14 +331,14 @@ _TORCH_NAMES: dict[int, str] = {}
 def torch_name(func: Any) -> str:
     """The import path of a torch callable (``torch.nn.functional.linear``)."""
     if not _TORCH_NAMES:
-        for mod_name, mod in (("torch.nn.functional", torch.nn.functional),
-                              ("torch.special", torch.special), ("torch.fft", torch.fft),
-                              ("torch.linalg", torch.linalg), ("torch", torch)):
-            for k in dir(mod):
+        for mod_name, namespace in (("torch.nn.functional", torch.nn.functional),
+                                    ("torch.special", torch.special), ("torch.fft", torch.fft),
+                                    ("torch.linalg", torch.linalg), ("torch", torch)):
+            for k in dir(namespace):
                 if k.startswith("__"):
                     continue
                 try:
-                    obj = getattr(mod, k)
+                    obj = getattr(namespace, k)
                 except Exception:
                     continue
                 if callable(obj):
@@ -343,7 +350,7 @@ def torch_name(func: Any) -> str:
     name = _TORCH_NAMES.get(id(func))
     if name is None:
         mod = getattr(func, "__module__", None)
-        qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+        qual: Any = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
         if not mod or not qual or "<" in qual:
             raise ThunderTraceError(f"cannot name torch function {func!r}")
         name = f"{mod}.{qual}"
@@ -423,6 +430,11 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     """Traces ``fn(*args, **kwargs)`` (or ``module``'s forward with ``state``) into IR."""
     import thunder_ir.torch_map  # noqa: F401  (fills HANDLERS)
 
+    if torch._C._is_any_autocast_enabled():
+        raise ThunderTraceError(
+            "thunder_ir does not trace under torch.autocast yet: its casting rules are not "
+            "applied to traced ops, so results would differ from eager. Call the jitted "
+            "function outside autocast, or cast the model and inputs (e.g. model.bfloat16()).")
     ctx = TraceContext()
     names = _arg_names(module.forward if module is not None else fn, len(args), kwargs)
     top = [*args, *kwargs.values()]
@@ -441,8 +453,9 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         proxied_top.append(pytree.tree_unflatten(new_leaves, spec))
     p_args = proxied_top[:len(args)]
     p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
-    p_state = {k: ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
-               for k, v in (state or {}).items()}
+    p_state: dict[str, torch.Tensor] = {
+        k: ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
+        for k, v in (state or {}).items()}
     _CURRENT.append(ctx)
     try:
         with TraceMode(ctx):

@@ -1,0 +1,132 @@
+"""Training-step benchmark: thunder_ir vs eager vs torch.compile on the Llama-style model.
+
+For each variant, in a fresh process (so peak memory and first-call costs are its own):
+* time of the first step (trace/compile included);
+* steady-state step time (forward, backward, Adam step), median of timed steps;
+* bytes saved for backward (torch's saved-tensor hooks see thunder_ir's residuals too);
+* peak resident memory of the process (ru_maxrss).
+
+Prints every figure and the ratios to eager and to torch.compile. Usage::
+
+    python benchmarks/train_step.py [--layers 4] [--embd 256] [--seq 256] [--batch 2]
+                                    [--steps 10] [--variants eager,thunder_ir,torch.compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_variant(variant: str, a: argparse.Namespace) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    from models import Config, LlamaGPT
+
+    torch.manual_seed(0)
+    torch.set_flush_denormal(True)
+    cfg = Config(n_layer=a.layers, n_embd=a.embd, n_head=4, n_query_groups=2,
+                 intermediate_size=int(a.embd * 2.6875), block_size=a.seq, vocab_size=4096)
+    model = LlamaGPT(cfg)
+    if variant == "thunder_ir":
+        import thunder_ir
+
+        fn = thunder_ir.jit(model)
+    elif variant == "torch.compile":
+        fn = torch.compile(model)
+    else:
+        fn = model
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
+    tgt = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
+
+    def step() -> float:
+        logits = fn(idx)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    t = time.perf_counter()
+    step()
+    first = time.perf_counter() - t
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(a.steps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+
+    storages: dict[int, int] = {}
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        s = x.untyped_storage()
+        storages[s.data_ptr()] = s.nbytes()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        logits = fn(idx)
+    del logits
+    return {"first_s": first, "step_ms": statistics.median(times) * 1e3,
+            "saved_mb": sum(storages.values()) / 2**20,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--embd", type=int, default=256)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--variants", default="eager,thunder_ir,torch.compile")
+    ap.add_argument("--variant", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.variant:
+        print(json.dumps(run_variant(a.variant, a)))
+        return
+    import torch
+
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
+          f"Llama {a.layers} layers, n_embd {a.embd}, seq {a.seq}, batch {a.batch}")
+    results: dict[str, dict] = {}
+    for v in a.variants.split(","):
+        cmd = [sys.executable, __file__, "--variant", v, "--layers", str(a.layers), "--embd",
+               str(a.embd), "--seq", str(a.seq), "--batch", str(a.batch), "--steps",
+               str(a.steps)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"{v}: failed\n{out.stderr[-2000:]}")
+            continue
+        results[v] = json.loads(out.stdout.strip().splitlines()[-1])
+    cols = list(results)
+    print(f"{'':<26}" + "".join(f"{c:>15}" for c in cols))
+    for key, label in (("first_s", "first step (s)"), ("step_ms", "steady step (ms)"),
+                       ("saved_mb", "saved for backward (MiB)"),
+                       ("peak_rss_mb", "peak RSS (MiB)")):
+        print(f"{label:<26}" + "".join(f"{results[c][key]:>15.2f}" for c in cols))
+    if "thunder_ir" in results:
+        ours = results["thunder_ir"]
+        for base in ("eager", "torch.compile"):
+            if base in results:
+                print(f"thunder_ir / {base}: " + ", ".join(
+                    f"{k} {ours[k] / results[base][k]:.2f}x"
+                    for k in ("first_s", "step_ms", "saved_mb", "peak_rss_mb")))
+
+
+if __name__ == "__main__":
+    main()
