@@ -35,6 +35,7 @@ import thunder_ir.lowering
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.torch import CallOp, make_call
 from thunder_ir.dialects.types import NumberType
+from thunder_ir.lowering.executors import Executor
 
 # Generated code reaches reference implementations through this module's attributes.
 torch_ops = types.ModuleType(
@@ -146,12 +147,19 @@ def _shift_refs(v: Any, offset: int) -> Any:
     return v
 
 
-@dataclass
-class TorchExecutor:
-    """The executor that runs everything through eager torch calls."""
+class TorchExecutor(Executor):
+    """The executor that runs everything through eager torch calls.
 
-    name: str = "torch"
-    claims: Callable[[ThunderOp], bool] | None = None
+    Args:
+        claims: narrows which ltorch ops it claims whole (default: every op with a
+            torch function); unclaimed ops are decomposed into prims first.
+    """
+
+    name = "torch"
+    version = "torch"
+
+    def __init__(self, claims: Callable[[ThunderOp], bool] | None = None) -> None:
+        self.claims = claims
 
     def can_claim(self, op: ThunderOp) -> bool:
         """True for ltorch ops this executor runs with one torch call."""

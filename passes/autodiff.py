@@ -109,9 +109,15 @@ def _active(fn_ops: Sequence[Operation], sources: set[SSAValue]) -> set[SSAValue
     return active
 
 
-def build_joint(module: ModuleOp, requires_grad: Sequence[bool]) -> Joint:
-    """Builds the joint forward/backward program (see the module doc)."""
+def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
+                executors: Sequence[Any] = ()) -> Joint:
+    """Builds the joint forward/backward program (see the module doc).
+
+    ``executors`` (in priority order) may supply their own rule for an op through
+    ``vjp_rule(op)``; otherwise the VJP table's rule applies.
+    """
     rules = load_vjp_rules()
+    overriding = [e for e in executors if type(e).vjp_rule is not _base_vjp_rule()]
     fwd = main_function(module)
     block = fwd.body.block
     ret = block.last_op
@@ -148,7 +154,8 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool]) -> Joint:
         if not any(o in active for o in op.operands):
             continue
         assert isinstance(new_op, Operation)
-        rule = rules.get(type(op))
+        rule = next((r for e in overriding if (r := e.vjp_rule(op)) is not None), None) \
+            or rules.get(type(op))
         if rule is None:
             if type(op) in NOT_DIFFERENTIABLE:
                 continue
@@ -183,6 +190,12 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool]) -> Joint:
         grads_out.append(ct)
     joint = prog.finish([vm[o] for o in outs] + grads_out)
     return Joint(joint, len(block.args), len(outs), n_forward_ops, grad_inputs, ct_outputs)
+
+
+def _base_vjp_rule() -> Any:
+    from thunder_ir.lowering.executors import Executor
+
+    return Executor.vjp_rule
 
 
 # --------------------------------------------------------------------------- 3. split
@@ -244,7 +257,8 @@ def split(joint: Joint, policy: Any = None) -> Split:
 
 
 def run_autodiff(module: ModuleOp, requires_grad: Sequence[bool], policy: Any = None,
-                 ctx: Context | None = None) -> tuple[Joint, Split]:
+                 ctx: Context | None = None, executors: Sequence[Any] = ()
+                 ) -> tuple[Joint, Split]:
     """Joint then split, for a program whose ltorch ops already have rules or prims."""
-    joint = build_joint(module, requires_grad)
+    joint = build_joint(module, requires_grad, executors)
     return joint, split(joint, policy)

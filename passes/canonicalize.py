@@ -38,7 +38,6 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
     PatternRewriter,
     PatternRewriteWalker,
     RewritePattern,
@@ -286,12 +285,12 @@ PATTERNS: tuple[type[PrimPattern], ...] = (
     AddZero,
     SubZero,
 )
-"""Every canonicalization pattern, in the order the applier tries them."""
+"""Every canonicalization pattern; those on the same op class are tried in this order."""
 
 
 class ByOpType(RewritePattern):
-    """Applies patterns by the matched op's class: one dict look-up per op instead of
-    trying every pattern in turn. The first pattern that acts wins, as in
+    """Applies patterns by the matched op's exact class: one dict look-up per op instead
+    of trying every pattern in turn. The first pattern that acts wins, as in
     ``GreedyRewritePatternApplier``."""
 
     def __init__(self, patterns: Sequence[PrimPattern]) -> None:
@@ -314,10 +313,8 @@ class CanonicalizePass(ModulePass):
     name = "canonicalize"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier([ByOpType([p() for p in PATTERNS])], dce_enabled=False),
-            apply_recursively=False,
-        ).rewrite_module(op)
+        PatternRewriteWalker(ByOpType([p() for p in PATTERNS]),
+                             apply_recursively=False).rewrite_module(op)
         dce(op)
 
 

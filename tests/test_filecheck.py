@@ -71,13 +71,19 @@ _POOL: ThreadPoolExecutor | None = None
 _RESULTS: dict[Path, Future[tuple[bool, str]]] = {}
 
 
-def _result(path: Path) -> tuple[bool, str]:
-    """Starts every file on first use (in parallel) and waits for ``path``'s result."""
+def _result(path: Path, session: pytest.Session) -> tuple[bool, str]:
+    """On first use, starts every selected golden file (in parallel threads); then waits
+    for ``path``'s result."""
     global _POOL
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
-        for f in FILES:
-            _RESULTS[f] = _POOL.submit(run_file, f)
+        for item in session.items:
+            callspec = getattr(item, "callspec", None)
+            if callspec is not None and getattr(item, "originalname", "") == "test_golden":
+                f = callspec.params["path"]
+                _RESULTS[f] = _POOL.submit(run_file, f)
+    if path not in _RESULTS:
+        _RESULTS[path] = _POOL.submit(run_file, path)
     return _RESULTS[path].result()
 
 
@@ -87,6 +93,6 @@ def test_there_are_golden_files() -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=[str(f.relative_to(ROOT)) for f in FILES])
-def test_golden(path: Path) -> None:
-    ok, report = _result(path)
+def test_golden(path: Path, request: pytest.FixtureRequest) -> None:
+    ok, report = _result(path, request.session)
     assert ok, f"RUN lines of {path.relative_to(ROOT.parent)} failed:\n{report}"

@@ -40,13 +40,19 @@ def _fresh_seed() -> int:
 
 
 def inference_passes(executors: Sequence[Any]) -> list[Any]:
-    """The inference pipeline: claim, decompose the rest, claim again, lower, clean up."""
+    """The pipeline each program runs: claim (operator executors), decompose what nobody
+    claimed, fuse (fusion executors), lower the rest to torch calls, clean up."""
     from thunder_ir.lowering.torch_executor import ClaimPass, LowerToTorchPass
     from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
     from thunder_ir.passes.registry import get_pass
 
-    return [ClaimPass(tuple(executors)), DecomposeLtorchPass(), LowerToTorchPass(),
-            get_pass("cse")(), get_pass("dce")()]
+    passes: list[Any] = [ClaimPass(tuple(executors)), DecomposeLtorchPass()]
+    fusion = tuple(e for e in executors if e.is_fusion)
+    if fusion:
+        from thunder_ir.passes.fuse import FusePass
+
+        passes.append(FusePass(fusion))
+    return [*passes, LowerToTorchPass(), get_pass("cse")(), get_pass("dce")()]
 
 
 class _Compiled:
@@ -118,7 +124,12 @@ class _Compiled:
         from thunder_ir.lowering.codegen import compile_program
 
         t = time.perf_counter()
-        fn, source = compile_program(module, header=_codegen_header())
+        kernels: dict[str, Callable[..., Any]] = {}
+        if any(e.is_fusion for e in self.executors):
+            from thunder_ir.passes.fuse import compile_kernels
+
+            kernels = compile_kernels(module, self.executors)
+        fn, source = compile_program(module, kernels=kernels, header=_codegen_header())
         return fn, source, time.perf_counter() - t
 
     def _compile_training(self, traced: TracedProgram, traces: list[Trace],
@@ -132,7 +143,7 @@ class _Compiled:
         decompose_for_grad(module)
         traces.append(Trace(module.clone(), "decompose-for-grad", time.perf_counter() - t))
         t = time.perf_counter()
-        joint = build_joint(module, traced.input_requires_grad)
+        joint = build_joint(module, traced.input_requires_grad, self.executors)
         traces.append(Trace(joint.module.clone(), "autodiff", time.perf_counter() - t))
         t = time.perf_counter()
         parts = split(joint, self.remat_policy)
@@ -230,21 +241,9 @@ def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
 
 
 def _resolve_executors(executors: Sequence[Any] | None) -> list[Any]:
-    from thunder_ir.lowering.torch_executor import TorchExecutor
+    from thunder_ir.lowering.executors import resolve_executors
 
-    if executors is None:
-        return [TorchExecutor()]
-    out = []
-    for e in executors:
-        if isinstance(e, str):
-            if e != "torch":
-                raise ValueError(f"unknown executor {e!r}; available: torch")
-            out.append(TorchExecutor())
-        else:
-            out.append(e)
-    if not any(getattr(e, "name", None) == "torch" for e in out):
-        out.append(TorchExecutor())
-    return out
+    return resolve_executors(executors)
 
 
 class ThunderModule(torch.nn.Module):

@@ -1,0 +1,157 @@
+"""Executors: who runs what. The interface every executor implements, and the registry.
+
+An executor is one of two kinds (or both):
+
+* an **operator executor** claims whole ops (``can_claim``): the torch executor claims ltorch
+  ops it runs with one torch call; an extension's executor claims the ops it registered or
+  implements. A claimed op is marked ``claimed = "<executor name>"`` and lowered by its
+  executor's ``lower`` (default: the torch executor's lowering to ``torch.call``).
+* a **fusion executor** groups fusible prims (``can_fuse``) into ``fusion.region`` ops and
+  compiles each region into one callable (``compile_region``): Triton kernels, nvFuser
+  FusionDefinitions, torch.compile (Inductor) functions.
+
+Claiming is *claim or flatten* (STYLE.md): executors are tried in priority order, the first
+whose checker accepts an op claims it, and a composite op that nobody claims is decomposed
+into prims, which are then claimed (or fused) again.
+
+``get_all_executors()`` lists every registered executor; ``get_default_executors()`` only
+those that can run here (their package imports and their device exists), in priority order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from xdsl.ir import Operation
+
+from thunder_ir.dialects.base import ThunderOp
+
+
+class Executor:
+    """Base of every executor. Subclasses override what their kind needs.
+
+    Attributes:
+        name: unique, used in ``claimed`` attributes and ``fusion.region`` executor names.
+        version: free-form, shown by ``repr``.
+        kernel_prefix: fusion regions of this executor are named ``<prefix><N>``
+            (``nvFusion0``, ``tritonFusion1``).
+    """
+
+    name: str = "executor"
+    version: str = "0"
+    kernel_prefix: str = "fusion"
+
+    def is_available(self) -> bool:
+        """True when this executor can run on this machine (package and device present)."""
+        return True
+
+    # ---- operator executors
+
+    def can_claim(self, op: ThunderOp) -> bool:
+        """True if this executor runs ``op`` whole."""
+        return False
+
+    def lower(self, op: ThunderOp) -> list[Operation] | None:
+        """Ops that compute a claimed ``op`` (None: lower it like the torch executor)."""
+        return None
+
+    def vjp_rule(self, op: Operation) -> Callable[..., Any] | None:
+        """A VJP rule that replaces the table's for ``op`` when this executor is in use
+        (a fused backward kernel, an extension's grad transform); None: use the table."""
+        return None
+
+    # ---- fusion executors
+
+    @property
+    def is_fusion(self) -> bool:
+        """True for executors that compile ``fusion.region`` ops."""
+        return False
+
+    def can_fuse(self, op: Operation) -> bool:
+        """True if ``op`` may join one of this executor's fusion regions."""
+        return False
+
+    def compile_region(self, region: Operation) -> Callable[..., Any]:
+        """A callable computing a ``fusion.region`` of this executor: ``f(*inputs) -> outs``."""
+        raise NotImplementedError(f"{self.name} does not compile fusion regions")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, version={self.version!r})"
+
+
+_REGISTRY: dict[str, Executor] = {}
+_DEFAULT_ORDER: list[str] = []
+
+
+def register_executor(ex: Executor, *, default: bool = False, priority: int | None = None
+                      ) -> Executor:
+    """Registers an executor by name; ``default=True`` adds it to the default list."""
+    _REGISTRY[ex.name] = ex
+    if default and ex.name not in _DEFAULT_ORDER:
+        _DEFAULT_ORDER.insert(len(_DEFAULT_ORDER) if priority is None else priority, ex.name)
+    return ex
+
+
+def get_executor(name: str) -> Executor:
+    """The registered executor called ``name``."""
+    _load_builtin()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown executor {name!r}; registered: "
+                         f"{', '.join(sorted(_REGISTRY))}") from None
+
+
+def get_all_executors() -> tuple[Executor, ...]:
+    """Every registered executor, available here or not."""
+    _load_builtin()
+    return tuple(_REGISTRY.values())
+
+
+def get_default_executors() -> tuple[Executor, ...]:
+    """The executors used when ``jit`` is given none: those that can run here, in priority
+    order. A tuple, so ``(my_ex,) + get_default_executors()`` works."""
+    _load_builtin()
+    return tuple(_REGISTRY[n] for n in _DEFAULT_ORDER if _REGISTRY[n].is_available())
+
+
+def resolve_executors(executors: Any) -> list[Executor]:
+    """Executor objects from objects or names; the torch executor always comes last."""
+    _load_builtin()
+    if executors is None:
+        out = list(get_default_executors())
+    else:
+        out = [get_executor(e) if isinstance(e, str) else e for e in executors]
+    for e in out:
+        if not isinstance(e, Executor):
+            raise TypeError(f"executors must be Executor objects or names, got {e!r}")
+        if not e.is_available():
+            raise ValueError(f"executor {e.name!r} cannot run on this machine "
+                             "(its package or device is missing)")
+    torch_ex = _REGISTRY["torch"]
+    out = [e for e in out if e is not torch_ex]
+    out.append(torch_ex)
+    return out
+
+
+_LOADED = [False]
+
+
+def _load_builtin() -> None:
+    """Registers the built-in executors (imported lazily: optional packages)."""
+    if _LOADED[0]:
+        return
+    _LOADED[0] = True
+    from thunder_ir.lowering.torch_executor import TorchExecutor
+
+    register_executor(TorchExecutor(), default=True)
+    for module in ("thunder_ir.lowering.inductor_executor",
+                   "thunder_ir.lowering.triton_executor",
+                   "thunder_ir.lowering.nvfuser_executor",
+                   "thunder_ir.lowering.sdpa_executor"):
+        try:
+            __import__(module)  # each registers itself
+        except ImportError as e:
+            if e.name != module:  # a missing optional dependency inside is fine
+                continue
