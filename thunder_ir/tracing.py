@@ -17,6 +17,7 @@ Under `TraceMode` each torch function, tensor method and operator goes to a hand
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -255,6 +256,9 @@ def current() -> TraceContext:
 
 Handler = Callable[..., Any]
 HANDLERS: dict[Any, Handler] = {}
+TRACING_CONTEXTS: list[Callable[[], Any]] = []
+"""Factories of context managers entered around user code while it is traced (and only
+then): e.g. the extension API's diversion of ``replaces=`` functions."""
 """torch callable -> handler(ctx, *args, **kwargs). Filled by `thunder_ir.torch_map`."""
 
 _T = torch.Tensor
@@ -458,7 +462,10 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         for k, v in (state or {}).items()}
     _CURRENT.append(ctx)
     try:
-        with TraceMode(ctx):
+        with contextlib.ExitStack() as stack:
+            for factory in TRACING_CONTEXTS:
+                stack.enter_context(factory())
+            stack.enter_context(TraceMode(ctx))
             if module is not None:
                 out = torch.func.functional_call(module, p_state, tuple(p_args), p_kwargs,
                                                  tie_weights=True, strict=False)
