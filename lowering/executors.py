@@ -129,8 +129,10 @@ def resolve_executors(executors: Any) -> list[Executor]:
         if not e.is_available():
             raise ValueError(f"executor {e.name!r} cannot run on this machine "
                              "(its package or device is missing)")
-    torch_ex = _REGISTRY["torch"]
-    out = [e for e in out if e is not torch_ex]
+    # The torch executor runs whatever nobody else claims: it always comes last. A torch
+    # executor of the caller's own (e.g. one that claims less) replaces the default one.
+    torch_ex = next((e for e in out if e.name == "torch"), _REGISTRY["torch"])
+    out = [e for e in out if e.name != "torch"]
     out.append(torch_ex)
     return out
 

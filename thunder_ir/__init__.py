@@ -13,6 +13,7 @@ from thunder_ir.api import (
     last_backward_traces,
     last_prologue_traces,
     last_traces,
+    transform,
 )
 from thunder_ir.trace import Trace
 from thunder_ir.tracing import DataDependentError, ThunderTraceError
@@ -30,4 +31,5 @@ __all__ = [
     "last_backward_traces",
     "last_prologue_traces",
     "last_traces",
+    "transform",
 ]

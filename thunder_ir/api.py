@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriteWalker,
+    RewritePattern,
+)
 
 from thunder_ir.dialects.program import main_function
 from thunder_ir.passes.pipeline import Pipeline
@@ -31,38 +39,104 @@ from thunder_ir.runtime.cache import (
 from thunder_ir.trace import Trace
 from thunder_ir.tracing import ThunderTraceError, TracedProgram, trace_program
 
-_seed_gen = itertools.count()
-
-
 def _fresh_seed() -> int:
     """A seed drawn from torch's default generator, so torch.manual_seed governs dropout."""
     return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
 
 
-def inference_passes(executors: Sequence[Any]) -> list[Any]:
-    """The pipeline each program runs: claim (operator executors), decompose what nobody
-    claimed, fuse (fusion executors), lower the rest to torch calls, clean up."""
+STAGES = ("ltorch", "prims", "fusion", "backward")
+"""Where a user pass runs: on the traced ltorch program (default), after decomposition into
+prims, after claiming and fusion, or on the backward program (training only)."""
+
+
+@dataclass(frozen=True)
+class UserTransform:
+    """A user pass and the stage it runs at (see `transform`)."""
+
+    pass_: ModulePass
+    stage: str = "ltorch"
+
+
+@dataclass(frozen=True)
+class PatternsPass(ModulePass):
+    """A list of rewrite patterns applied greedily to a fixpoint, as one named pass."""
+
+    name = "user-patterns"
+    patterns: tuple[RewritePattern, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(GreedyRewritePatternApplier(list(self.patterns))).rewrite_module(op)
+
+
+def transform(pass_or_patterns: ModulePass | Sequence[RewritePattern], stage: str = "ltorch",
+              name: str | None = None) -> UserTransform:
+    """Wraps a user pass (a ``ModulePass``, or a list of ``RewritePattern``) for ``jit``.
+
+    Args:
+        pass_or_patterns: the pass, or patterns to apply greedily as one pass.
+        stage: ``"ltorch"``, ``"prims"``, ``"fusion"`` or ``"backward"`` (see `STAGES`).
+        name: the name it shows under in ``last_traces`` (patterns only; a pass keeps its
+            own ``name``).
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; choose from {', '.join(STAGES)}")
+    if isinstance(pass_or_patterns, ModulePass):
+        return UserTransform(pass_or_patterns, stage)
+    patterns = tuple(pass_or_patterns) if isinstance(pass_or_patterns, list | tuple) else ()
+    if not patterns or not all(isinstance(p, RewritePattern) for p in patterns):
+        raise TypeError("a transform is a ModulePass or a non-empty list of RewritePatterns, "
+                        f"got {pass_or_patterns!r}")
+    cls = PatternsPass if name is None else type(
+        "PatternsPass", (PatternsPass,), {"name": name, "__module__": __name__})
+    return UserTransform(cls(patterns), stage)
+
+
+def _user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePass]]:
+    out: dict[str, list[ModulePass]] = {s: [] for s in STAGES}
+    for t in transforms or ():
+        ut = t if isinstance(t, UserTransform) else transform(t)
+        out[ut.stage].append(ut.pass_)
+    return out
+
+
+def run_pipeline(module: ModuleOp, executors: Sequence[Any],
+                 user: dict[str, list[ModulePass]] | None = None) -> list[Trace]:
+    """Runs the program pipeline on ``module``; returns a trace per pass.
+
+    claim (operator executors) -> decompose what nobody claimed -> [user "prims" passes]
+    -> fuse (fusion executors) -> [user "fusion" passes] -> lower the rest to torch calls
+    -> cse -> dce. User passes always run verified: a pass that breaks the IR raises an
+    error naming it and the op.
+    """
     from thunder_ir.lowering.torch_executor import ClaimPass, LowerToTorchPass
     from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
     from thunder_ir.passes.registry import get_pass
 
-    passes: list[Any] = [ClaimPass(tuple(executors)), DecomposeLtorchPass()]
+    user = user or {}
+    traces = Pipeline([ClaimPass(tuple(executors)), DecomposeLtorchPass()]).run(module)
+    if user.get("prims"):
+        traces += Pipeline(user["prims"], verify=True).run(module)
     fusion = tuple(e for e in executors if e.is_fusion)
     if fusion:
         from thunder_ir.passes.fuse import FusePass
 
-        passes.append(FusePass(fusion))
-    return [*passes, LowerToTorchPass(), get_pass("cse")(), get_pass("dce")()]
+        traces += Pipeline([FusePass(fusion)]).run(module)
+    if user.get("fusion"):
+        traces += Pipeline(user["fusion"], verify=True).run(module)
+    traces += Pipeline([LowerToTorchPass(), get_pass("cse")(), get_pass("dce")()]).run(module)
+    return traces
 
 
 class _Compiled:
     """The cache and compile path behind a jitted function or module."""
 
     def __init__(self, fn: Callable[..., Any], module: torch.nn.Module | None,
-                 executors: Sequence[Any] | None) -> None:
+                 executors: Sequence[Any] | None, transforms: Sequence[Any] | None = None
+                 ) -> None:
         self.fn = fn
         self.module = module
         self.executors = _resolve_executors(executors)
+        self.user = _user_transforms(transforms)
         self.remat_policy: Any = None
         self.cache = Cache()
         self._prologues: dict[Any, tuple[int, Prologue]] = {}
@@ -150,10 +224,12 @@ class _Compiled:
         dt = time.perf_counter() - t
         traces.append(Trace(parts.forward.clone(), "remat-split", dt))
         bwd_traces = [Trace(parts.backward.clone(), "remat-split", dt)]
-        traces += Pipeline(inference_passes(self.executors)).run(parts.forward)
+        traces += run_pipeline(parts.forward, self.executors, self.user)
         fwd_fn, fwd_src, t = self._codegen(parts.forward)
         traces.append(Trace(parts.forward, "del-last-used", t, final=True, source=fwd_src))
-        bwd_traces += Pipeline(inference_passes(self.executors)).run(parts.backward)
+        if self.user["backward"]:
+            bwd_traces += Pipeline(self.user["backward"], verify=True).run(parts.backward)
+        bwd_traces += run_pipeline(parts.backward, self.executors, self.user)
         bwd_fn, bwd_src, t = self._codegen(parts.backward)
         bwd_traces.append(Trace(parts.backward, "del-last-used", t, final=True,
                                 source=bwd_src))
@@ -184,9 +260,11 @@ class _Compiled:
         traced = trace_program(self.fn, args, kwargs, self.module, state)
         traces = [Trace(traced.module.clone(), "trace", time.perf_counter() - t0)]
         module = traced.module
+        if self.user["ltorch"]:
+            traces += Pipeline(self.user["ltorch"], verify=True).run(module)
         if any(traced.input_requires_grad):
             return self._compile_training(traced, traces, state, pro)
-        traces += Pipeline(inference_passes(self.executors)).run(module)
+        traces += run_pipeline(module, self.executors, self.user)
         fn, source, t = self._codegen(module)
         traces.append(Trace(module, "del-last-used", t, final=True, source=source))
         n_out = len(main_function(module).function_type.outputs)
@@ -282,12 +360,17 @@ class ThunderModule(torch.nn.Module):
 
 
 def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
-        remat: Any = "min-cut", **options: Any) -> Any:
+        transforms: Sequence[Any] | None = None, remat: Any = "min-cut",
+        **options: Any) -> Any:
     """Compiles a module or function with thunder_ir.
 
     Args:
         fn: an ``nn.Module`` (returns a `ThunderModule`) or a function.
         executors: executor objects or names, in priority order (``"torch"`` is always last).
+        transforms: user passes: ``ModulePass`` instances or lists of ``RewritePattern``
+            (run on the traced ltorch program), or `transform` (pass, stage=...) for the
+            ``"prims"``, ``"fusion"`` or ``"backward"`` stage. Each shows in ``last_traces``
+            under its own name.
         remat: the rematerialization policy for training: ``"min-cut"`` (recompute cheap
             elementwise chains in the backward when that saves bytes), ``"save-all"``, or a
             `thunder_ir.passes.remat.RematPolicy`.
@@ -308,12 +391,12 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
     elif not isinstance(remat, RematPolicy):
         raise TypeError(f"remat must be a policy name or a RematPolicy, got {remat!r}")
     if isinstance(fn, torch.nn.Module):
-        compiled = _Compiled(fn.__call__, fn, executors)
+        compiled = _Compiled(fn.__call__, fn, executors, transforms)
         compiled.remat_policy = remat
         return ThunderModule(fn, compiled)
     if not callable(fn):
         raise TypeError(f"jit() expects a function or an nn.Module, got {type(fn).__name__}")
-    compiled = _Compiled(fn, None, executors)
+    compiled = _Compiled(fn, None, executors, transforms)
     compiled.remat_policy = remat
     functools.update_wrapper(compiled, fn)  # type: ignore[arg-type]
     return compiled
@@ -358,5 +441,6 @@ def cache_misses(f: Any) -> int:
     return _compiled_of(f).cache.stats.misses
 
 
-__all__ = ["ThunderModule", "ThunderTraceError", "cache_hits", "cache_misses", "jit",
+__all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform", "run_pipeline",
+           "transform", "cache_hits", "cache_misses", "jit",
            "last_backward_traces", "last_prologue_traces", "last_traces"]
