@@ -21,9 +21,19 @@ those that can run here (their package imports and their device exists), in prio
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
 
 from thunder_ir.dialects.base import ThunderOp
 
@@ -157,3 +167,46 @@ def _load_builtin() -> None:
         except ImportError as e:
             if e.name != module:  # a missing optional dependency inside is fine
                 continue
+
+
+class _LowerClaimed(RewritePattern):
+    def __init__(self, executors: dict[str, Executor]) -> None:
+        self.executors = executors
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        claimed = op.attributes.get("claimed")
+        if claimed is None or not isinstance(op, ThunderOp):
+            return
+        ex = self.executors.get(claimed.data)  # type: ignore[attr-defined]
+        if ex is None:
+            return
+        new_ops = ex.lower(op)
+        if new_ops is None:
+            return
+        results = list(new_ops[-1].results) if new_ops else []
+        if [r.type for r in results] != [r.type for r in op.results]:
+            raise TypeError(f"executor {ex.name!r} lowered {op.name} to ops with result types "
+                            f"{[str(r.type) for r in results]}, expected "
+                            f"{[str(r.type) for r in op.results]}")
+        loc = op.attributes.get("loc")
+        if loc is not None:
+            for o in new_ops:
+                o.attributes.setdefault("loc", loc)
+        rewriter.replace(op, new_ops, results)
+
+
+@dataclass(frozen=True)
+class LowerClaimedPass(ModulePass):
+    """Ops claimed by an executor with its own lowering (``Executor.lower``) become the ops
+    that executor returns; the rest are left for ``lower-to-torch``."""
+
+    name = "lower-claimed"
+    executors: tuple[Executor, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        custom = {e.name: e for e in self.executors if type(e).lower is not Executor.lower}
+        if not custom:
+            return
+        PatternRewriteWalker(GreedyRewritePatternApplier([_LowerClaimed(custom)],
+                                                         dce_enabled=False),
+                             apply_recursively=False).rewrite_module(op)

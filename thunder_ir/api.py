@@ -39,6 +39,7 @@ from thunder_ir.runtime.cache import (
 from thunder_ir.trace import Trace
 from thunder_ir.tracing import ThunderTraceError, TracedProgram, trace_program
 
+
 def _fresh_seed() -> int:
     """A seed drawn from torch's default generator, so torch.manual_seed governs dropout."""
     return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
@@ -108,6 +109,7 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
     -> cse -> dce. User passes always run verified: a pass that breaks the IR raises an
     error naming it and the op.
     """
+    from thunder_ir.lowering.executors import LowerClaimedPass
     from thunder_ir.lowering.torch_executor import ClaimPass, LowerToTorchPass
     from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
     from thunder_ir.passes.registry import get_pass
@@ -123,7 +125,8 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
         traces += Pipeline([FusePass(fusion)]).run(module)
     if user.get("fusion"):
         traces += Pipeline(user["fusion"], verify=True).run(module)
-    traces += Pipeline([LowerToTorchPass(), get_pass("cse")(), get_pass("dce")()]).run(module)
+    traces += Pipeline([LowerClaimedPass(tuple(executors)), LowerToTorchPass(),
+                        get_pass("cse")(), get_pass("dce")()]).run(module)
     return traces
 
 

@@ -79,13 +79,42 @@ class ThunderIROptMain(xDSLOptMain):
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument(
+            "--load", action="append", default=[], metavar="MODULE_OR_FILE",
+            help="Import a module or a .py file first (it registers passes with "
+                 "thunder_ir.passes.registry.register_pass); repeatable")
+        arg_parser.add_argument(
             "--print-python", action="store_const", const="python", dest="target",
             help="Print the result as a Python trace (same as -t python)")
 
 
+def load_plugin(target: str) -> None:
+    """Imports a module by name, or a ``.py`` file by path (its passes register on import)."""
+    import importlib
+    import importlib.util
+    import os
+
+    if target.endswith(".py") or os.sep in target:
+        path = os.path.abspath(target)
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            sys.exit(f"thunder-ir-opt: cannot load {target!r}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    else:
+        importlib.import_module(target)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``thunder-ir-opt`` console script."""
-    ThunderIROptMain("thunder_ir modular optimizer driver", args=argv).run()
+    args = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--load", action="append", default=[])
+    known, _ = pre.parse_known_args(args)
+    for target in known.load:  # before the driver collects the registered passes
+        load_plugin(target)
+    ThunderIROptMain("thunder_ir modular optimizer driver", args=args).run()
     return 0
 
 

@@ -140,6 +140,20 @@ def op_handler(short: str, *, swap: bool = False, view: bool = False,
     return handler
 
 
+def register_torch_op(torch_fns: Sequence[Any], op: type[ThunderOp]) -> None:
+    """Routes torch callables to ``op`` while tracing (public: for ops users add).
+
+    The call's arguments are bound by the op's ``SIGNATURE`` and ``DEFAULTS``: tensors go
+    to its operands, the rest to its params (see `bind`).
+    """
+
+    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        return emit_bound(ctx, op, bind(op, args, kwargs, ctx.loc))
+
+    for f in torch_fns:
+        HANDLERS[f] = handler
+
+
 def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
     """The in-place form of a functional handler."""
 
