@@ -30,6 +30,7 @@ import gc
 import platform
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -229,7 +230,7 @@ def run(n_ops: int, ctx: Context) -> list[tuple[str, int, float]]:
     rows.append(("decompose", n_l, timed(lambda: DecomposeLtorchPass().apply(ctx, module))[0]))
     for p in (CanonicalizePass(), CSEPass(), DCEPass()):
         n = count_ops(module)
-        rows.append((p.name, n, timed(lambda p=p: p.apply(ctx, module))[0]))
+        rows.append((p.name, n, timed(partial(p.apply, ctx, module))[0]))
     n_p = count_ops(module)
     rows.append(("verify-prims", n_p, timed(module.verify)[0]))
     rows.append(("snapshot", n_p, timed(lambda: snapshot(module))[0]))

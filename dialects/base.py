@@ -144,6 +144,7 @@ class OperandRef(int):
 
 BASE_ATTRIBUTES: tuple[type[Attribute], ...] = (SliceAttr, EllipsisAttr, OperandRefAttr)
 
+_INT_ARRAYS: dict[tuple[int, ...], Attribute] = {}
 _TRUE = IntegerAttr(1, i1)
 _FALSE = IntegerAttr(0, i1)
 _NONE = NoneAttr()
@@ -170,7 +171,11 @@ def to_attr(value: Any) -> Attribute:
         return dtype_info(value).element_type
     if isinstance(value, tuple | list | torch.Size):
         if all(type(v) is int for v in value):
-            return DenseArrayBase.from_list(i64, list(value))
+            key = tuple(value)
+            attr = _INT_ARRAYS.get(key)
+            if attr is None:  # building one costs ~20 µs; shapes and dims repeat
+                attr = _INT_ARRAYS[key] = DenseArrayBase.from_list(i64, list(key))
+            return attr
         return ArrayAttr([to_attr(v) for v in value])
     if value is None:
         return _NONE

@@ -140,12 +140,24 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     @property
     def sizes(self) -> tuple[int, ...]:
         """The shape as a tuple of ints."""
-        return _INFO[self][0]
+        try:
+            return self.__dict__["_sizes"]  # type: ignore[no-any-return]
+        except KeyError:
+            return self._cache_info()[0]
 
     @property
     def dtype(self) -> torch.dtype:
         """The torch dtype."""
-        return _INFO[self][1]
+        try:
+            return self.__dict__["_dtype"]  # type: ignore[no-any-return]
+        except KeyError:
+            return self._cache_info()[1]
+
+    def _cache_info(self) -> tuple[tuple[int, ...], torch.dtype]:
+        # Stored on the (immutable) instance: a side-table lookup hashes the whole type.
+        info = _INFO[self]
+        self.__dict__["_sizes"], self.__dict__["_dtype"] = info
+        return info
 
     @property
     def dev(self) -> str:

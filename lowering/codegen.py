@@ -120,13 +120,18 @@ def __getattr__(name: str) -> ModuleType:
 # --------------------------------------------------------------------------- kernels
 
 
-def interpreted_kernel(region: RegionOp) -> Callable[..., list[Any]]:
-    """A fusion kernel that runs a snapshot of the region's body with the interpreter."""
+def interpreted_kernel(region: RegionOp) -> Callable[..., Any]:
+    """A fusion kernel that runs a snapshot of the region's body with the interpreter.
+
+    Like every kernel, it returns its one output itself, or a tuple of several.
+    """
     block = region.body.clone().block
     name = region.kernel.data
+    single = len(region.results) == 1
 
-    def kernel(*args: Any) -> list[Any]:
-        return run_block(block, args)
+    def kernel(*args: Any) -> Any:
+        outs = run_block(block, args)
+        return outs[0] if single else tuple(outs)
 
     kernel.__name__ = kernel.__qualname__ = name
     kernel.__doc__ = f"{name} ({region.executor.data}), run by the reference interpreter."
@@ -169,8 +174,8 @@ def compile_program(
     Args:
         module: the program (a module with one ``func.func``).
         kernels: compiled fusion kernels by kernel name. A kernel takes the region's
-            inputs positionally and returns a sequence of its outputs. Regions without
-            one run their body with the reference interpreter.
+            inputs positionally and returns its one output itself, or a sequence of
+            several. Regions without one run their body with the reference interpreter.
         header: comment lines to print first (as `print_python` takes them).
 
     Returns:

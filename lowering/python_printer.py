@@ -24,8 +24,9 @@ How each kind of op prints:
   ``prims.constant`` is never printed: its value appears wherever it is used.
 * ``torch.call``: the call itself, ``torch.nn.functional.linear(x, w, None)``, with
   ``import torch.nn.functional`` among the imports.
-* ``fusion.region``: ``[t1, t4] = nvFusion0(t0)``, with the ops of its body as comments
-  beneath it. Kernels take their inputs positionally and return a sequence of outputs.
+* ``fusion.region``: ``(t1, t4) = nvFusion0(t0)`` (``t1 = nvFusion0(t0)`` for one
+  result), with the ops of its body as comments beneath it. Kernels take their inputs
+  positionally and return their one output itself, or a tuple of several.
 
 The function returns ``t1`` for one output, ``(t1, t2)`` for several and ``()`` for none.
 With ``free_after_last_use=True`` a ``del`` statement follows the last use of every value
@@ -313,8 +314,10 @@ class _PythonPrinter:
     def statement(self, op: Operation, names: Sequence[str]) -> str:
         """``lhs = rhs`` for an op whose results are named ``names``."""
         rhs = self.call_expr(op)
-        if isinstance(op, RegionOp):
-            return f"[{', '.join(names)}] = {rhs}" if names else rhs
+        if isinstance(op, RegionOp):  # a kernel returns its one output, or a tuple
+            if not names:
+                return rhs
+            return f"{names[0]} = {rhs}" if len(names) == 1 else f"({', '.join(names)}) = {rhs}"
         if not names:
             return rhs
         if len(names) == 1 and not _is_variadic_results(op):

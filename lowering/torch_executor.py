@@ -33,6 +33,7 @@ from xdsl.pattern_rewriter import (
 
 import thunder_ir.lowering
 from thunder_ir.dialects.base import OperandRef, ThunderOp
+from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call
 from thunder_ir.dialects.types import NumberType
 from thunder_ir.lowering.executors import Executor
@@ -201,6 +202,8 @@ class _Lower(RewritePattern):
 
         if not isinstance(op, ThunderOp) or isinstance(op, CallOp | ConstantOp):
             return
+        if isinstance(op.parent_op(), RegionOp):
+            return  # a fusion region's body: its executor compiles it
         call = lower_op(op)
         rewriter.replace(op, [call], list(call.results))
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -313,7 +313,7 @@ class Pipeline:
         return recorder.traces
 
 
-def run_passes(module: ModuleOp, passes: str | Iterable[str | ModulePass], **kw: bool
+def run_passes(module: ModuleOp, passes: str | Iterable[str | ModulePass], **kw: Any
                ) -> list[Trace]:
     """Shorthand: ``Pipeline(passes, **kw).run(module)``."""
     return Pipeline(passes, **kw).run(module)

@@ -168,17 +168,18 @@ def test_dels_free_intermediates() -> None:
     seen: list[weakref.ref[torch.Tensor]] = []
     alive_in_second: list[bool] = []
 
-    def first(x: torch.Tensor) -> list[torch.Tensor]:
+    def first(x: torch.Tensor) -> torch.Tensor:  # one output: returned itself
         out = torch.exp(x)
         seen.append(weakref.ref(out))
-        return [out]
+        return out
 
-    def second(v: torch.Tensor) -> list[torch.Tensor]:
+    def second(v: torch.Tensor) -> torch.Tensor:
         alive_in_second.append(seen[0]() is not None)
-        return [v.abs()]
+        return v.abs()
 
     fn, src = compile_program(m, {"first": first, "second": second})
     assert "  del t0\n" in src
+    assert "  t0 = first(x)\n" in src  # a one-result region prints as a plain assignment
     x = torch.randn(8)
     torch.testing.assert_close(fn(x), torch.exp(x).neg().abs())
     assert alive_in_second == [False]  # the first kernel's output died after its last use
@@ -275,7 +276,7 @@ def test_duplicate_kernel_names_are_rejected() -> None:
     m = p.finish([r1.results[0]])
     with pytest.raises(ValueError, match="two fusion regions are named 'k'"):
         compile_program(m)
-    fn, _ = compile_program(m, {"k": lambda v: [v + 1]})  # one shared compiled kernel
+    fn, _ = compile_program(m, {"k": lambda v: v + 1})  # one shared compiled kernel
     torch.testing.assert_close(fn(torch.zeros(2)), torch.full((2,), 2.0))
 
 

@@ -191,7 +191,7 @@ def computation(a, b):
   # b: "cpu f32[4, 3]"
   t0 = prims.add(a, b)  # t0: "cpu f32[4, 3]"
   del a
-  [t1, t2] = tritonFusion0(t0, b)
+  (t1, t2) = tritonFusion0(t0, b)
     # t2 = prims.gt(t0, 0.0)  # t2: "cpu b8[4, 3]"
     # t3 = prims.where(t2, t0, b)  # t3: "cpu f32[4, 3]"
     # t1 = prims.exp(t3)  # t1: "cpu f32[4, 3]"

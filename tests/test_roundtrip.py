@@ -321,9 +321,6 @@ LTORCH_CASES += [pytest.param(name, None, None, id=name)
                  for name in sorted(LOPS) if not ltorch_samples(name)]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "the ltorch op set is still changing (ops and param names being added concurrently); "
-    "remove this mark once it settles"))
 def test_every_ltorch_op_has_a_round_trip_sample() -> None:
     missing = sorted(name for name in LOPS if not ltorch_samples(name))
     assert not missing, f"ltorch ops without a round-trip sample (add to LTORCH_SAMPLES): " \

@@ -18,6 +18,7 @@ Under `TraceMode` each torch function, tensor method and operator goes to a hand
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import os
 import sys
@@ -461,6 +462,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         k: ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
         for k, v in (state or {}).items()}
     _CURRENT.append(ctx)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # IR is a web of reference cycles: full collections grow with the program
     try:
         with contextlib.ExitStack() as stack:
             for factory in TRACING_CONTEXTS:
@@ -473,6 +476,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 out = fn(*p_args, **p_kwargs)
     finally:
         _CURRENT.pop()
+        if gc_was_enabled:
+            gc.enable()
     leaves, out_spec = pytree.tree_flatten(out)
     outputs: list[SSAValue] = []
     out_leaves: list[tuple[str, Any]] = []

@@ -1,0 +1,193 @@
+"""The torch.compile (Inductor) fusion executor: CPU fusion through PyTorch's own compiler.
+
+Why this executor exists: on CPU there is no nvFuser or Triton, but Inductor generates C++
+(OpenMP, vectorized) kernels for chains of pointwise ops and reductions. This executor
+fuses what Inductor fuses well (elementwise math, casts, broadcasts and views, ``where``,
+reductions, softmax-like compositions) and leaves matmuls and linears to the torch
+executor, whose BLAS calls Inductor would only wrap.
+
+A region compiles in three steps (`compile_region`): its body becomes a small program of
+its own (`region_program`), that program is printed and executed as Python by
+`thunder_ir.lowering.codegen` like any other trace (`region_function`), and the function
+goes through ``torch.compile(fn, dynamic=False, fullgraph=True)``. Compiling is lazy
+(Dynamo and Inductor run on the first call) and slow (seconds), so
+`thunder_ir.passes.fuse.compile_kernels` caches kernels by the region's structure: the
+repeated layers of a model compile once. Should Dynamo or Inductor fail on a region, that
+region runs the Python function eagerly, with a warning.
+
+Whether this executor is on by default is a measured decision: see ``docs/fusion.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.traits import is_side_effect_free
+
+from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.prims import ConstantOp
+from thunder_ir.dialects.program import Program
+from thunder_ir.dialects.types import NumberType, TensorType
+from thunder_ir.lowering.executors import Executor, register_executor
+
+_PRIMS = (
+    # elementwise
+    "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh asin "
+    "acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite logical_not "
+    "bitwise_not add sub mul div remainder fmod pow maximum minimum atan2 eq ne lt le gt ge "
+    "bitwise_and bitwise_or bitwise_xor logical_and logical_or where convert_element_type "
+    # shape and creation
+    "broadcast_in_dim reshape transpose squeeze slice cat pad flip full iota "
+    # reductions
+    "sum prod amax amin var"
+)
+_LTORCH = (
+    "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh asin "
+    "acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite logical_not "
+    "bitwise_not add sub mul div floor_divide remainder fmod pow maximum minimum atan2 eq ne "
+    "lt le gt ge bitwise_and bitwise_or bitwise_xor logical_and logical_or where masked_fill "
+    "clamp to_dtype relu gelu silu sigmoid softmax log_softmax "
+    "reshape view permute transpose unsqueeze squeeze expand flatten contiguous clone cat "
+    "zeros ones full zeros_like ones_like full_like tril triu "
+    "sum mean amax amin prod var"
+)
+FUSIBLE_OPS: frozenset[str] = frozenset(
+    [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()])
+"""Ops this executor fuses. Matmul, linear, attention, embedding, indexing and RNG stay
+out: the first four are library calls Inductor would not beat; RNG is never fused."""
+
+
+def region_program(region: RegionOp) -> ModuleOp:
+    """The body of a fusion region as a program of its own (``func.func @<kernel>``).
+
+    The body's ops are cloned; the program's arguments are the region's inputs and it
+    returns what the region yields. A value the body reads from outside without passing
+    it in (CSE may swap a cloned constant for an equal one outside) is recomputed from
+    its defining ops, which are then side-effect free and read no region input.
+    """
+    body = region.body.block
+    prog = Program(region.kernel.data, [a.type for a in body.args])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(body.args, prog.block.args, strict=True))
+    outs: list[SSAValue] = []
+    for op in body.ops:
+        if isinstance(op, YieldOp):
+            outs = [mapping[v] for v in op.values]
+            break
+        for v in op.operands:
+            if v not in mapping:
+                _clone_outside(v, mapping, prog)
+        prog.block.add_op(op.clone(value_mapper=mapping))
+    return prog.finish(outs)
+
+
+def _clone_outside(v: SSAValue, mapping: dict[SSAValue, SSAValue], prog: Program) -> None:
+    owner = v.owner
+    if not isinstance(owner, Operation) or not is_side_effect_free(owner):
+        raise ValueError(f"fusion.region {prog.name}: its body reads a value from outside "
+                         "that is not a side-effect-free computation")
+    for o in owner.operands:
+        if o not in mapping:
+            _clone_outside(o, mapping, prog)
+    prog.block.add_op(owner.clone(value_mapper=mapping))
+
+
+def region_function(region: RegionOp) -> Callable[..., Any]:
+    """A plain Python function computing a region: its body printed and executed by
+    `thunder_ir.lowering.codegen`. Returns the one output itself, or a tuple."""
+    from thunder_ir.lowering.codegen import compile_program
+
+    fn, _ = compile_program(region_program(region))
+    return getattr(fn, "__wrapped__", fn)  # without the no_grad wrapper: callers set it
+
+
+def _has_cxx_compiler() -> bool:
+    cxx = os.environ.get("CXX")
+    return any(shutil.which(c) for c in ((cxx,) if cxx else ()) + ("g++", "c++", "clang++"))
+
+
+class InductorExecutor(Executor):
+    """Fuses elementwise, shape and reduction ops into ``torch.compile`` (Inductor) kernels.
+
+    Args:
+        options: passed to ``torch.compile`` as ``options`` (Inductor config), if any.
+    """
+
+    name = "torch_compile"
+    version = torch.__version__
+    kernel_prefix = "inductorFusion"
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = options
+
+    def is_available(self) -> bool:
+        """Inductor must import; on CPU it also needs a C++ compiler."""
+        try:
+            import torch._inductor  # noqa: F401
+        except ImportError:
+            return False
+        return torch.cuda.is_available() or _has_cxx_compiler()
+
+    @property
+    def is_fusion(self) -> bool:
+        """True: this executor compiles ``fusion.region`` ops."""
+        return True
+
+    def can_fuse(self, op: Operation) -> bool:
+        """Side-effect-free ops of `FUSIBLE_OPS` on tensors of a real device, reading only
+        tensors and constant numbers (a traced number would specialize the kernel)."""
+        if op.name not in FUSIBLE_OPS or not is_side_effect_free(op):
+            return False
+        for r in op.results:
+            if not isinstance(r.type, TensorType) or r.type.dev == "meta":
+                return False
+        for v in op.operands:
+            t = v.type
+            if isinstance(t, NumberType):
+                if not isinstance(v.owner, ConstantOp):
+                    return False
+            elif not isinstance(t, TensorType):
+                return False
+        return True
+
+    def compile_region(self, region: Operation) -> Callable[..., Any]:
+        """``torch.compile`` of the region's Python function; eager if compiling fails."""
+        if not isinstance(region, RegionOp):
+            raise TypeError(f"{self.name} compiles fusion.region ops, got {region.name}")
+        fn = region_function(region)
+        compiled = torch.compile(fn, dynamic=False, fullgraph=True, options=self.options)
+        name = region.kernel.data
+        impl: list[Callable[..., Any]] = []
+
+        def first_call(*args: Any) -> Any:
+            try:
+                out = compiled(*args)
+            except Exception as e:  # Dynamo or Inductor could not compile this region
+                warnings.warn(f"{self.name}: compiling {name} failed, it runs eagerly "
+                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
+                              RuntimeWarning, stacklevel=2)
+                impl[0] = fn
+                return fn(*args)
+            impl[0] = compiled
+            return out
+
+        impl.append(first_call)
+
+        def kernel(*args: Any) -> Any:
+            return impl[0](*args)
+
+        kernel.__name__ = kernel.__qualname__ = name
+        kernel.__doc__ = f"{name}: a torch.compile (Inductor) kernel."
+        return kernel
+
+
+register_executor(InductorExecutor(), default=False)
+
+
+__all__ = ["FUSIBLE_OPS", "InductorExecutor", "region_function", "region_program"]

@@ -1,0 +1,875 @@
+"""Triton source for ``fusion.region`` ops: a schedule of kernels and a Python launcher.
+
+Why generate source: a region of prims is small and static (shapes and dtypes are known),
+so one readable ``@triton.jit`` function per kernel, with every size baked in, is both the
+fastest thing to compile and the easiest to review (``tests/snapshots/triton``).
+
+**Scheduling.** A region becomes one or more kernels, run in order by a launcher:
+
+* a **reduction kernel** has a domain ``D`` (a reduction's input shape) and the reduced
+  dims of ``D``. One program handles one "row" (one point of the kept dims); the reduced
+  dims are flattened into one block of ``RBLOCK >= numel`` lanes, loaded once. Every
+  reduction of the region over the same ``(D, dims)`` joins the kernel when its inputs
+  allow it, so softmax (``amax``, ``sub``, ``exp``, ``sum``, ``div``) and the norms are one
+  kernel. Trailing dims (rows of a matrix) load contiguously; leading dims (the column
+  sums of a norm's weight gradient) load strided.
+* a **pointwise kernel** covers one output shape with a flat index in blocks of ``BLOCK``.
+
+Elementwise ops are never stored between kernels: each kernel computes them again at the
+index it needs (as Inductor does), through the index maps that ``broadcast_in_dim``,
+``transpose``, ``squeeze`` and size-1 ``reshape`` define. Only region outputs and
+reductions that a later kernel reads are written to memory.
+
+**Numbers.** float16/bfloat16 values are held in float32 registers (loaded, then ``.to``);
+``convert_element_type`` to them rounds, stores convert. Bools are ``int1``. Region inputs
+that are Python numbers become scalar kernel arguments; ``prims.constant`` and
+``prims.full`` become literals, and ops on literals only are folded with the prims'
+reference implementations.
+
+`generate` returns the source (`TritonSource`); `thunder_ir.lowering.triton_executor`
+compiles and caches it. Nothing here imports triton.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+
+from thunder_ir.dialects import prims as P
+from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.types import NumberType, TensorType, is_float
+
+MAX_REDUCTION = 8192
+"""The most elements one reduction may reduce (one block per row; no loop)."""
+POINTWISE_BLOCK = 1024
+"""The largest block of a pointwise kernel."""
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+TENSOR_DTYPES = (*FLOAT_DTYPES, torch.bool, torch.int32, torch.int64)
+"""Tensor dtypes a region may hold (int and bool only through the ops that allow them)."""
+
+_TL_DTYPE = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+             torch.float32: "tl.float32", torch.bool: "tl.int1", torch.int32: "tl.int32",
+             torch.int64: "tl.int64"}
+
+
+class UnsupportedRegion(Exception):
+    """The region holds something the Triton generator cannot schedule."""
+
+
+# --------------------------------------------------------------------------- op tables
+
+# Unary ops: name -> (template on one atom, dtypes it accepts: "float", "num" or "any").
+_UNARY: dict[str, tuple[str, str]] = {
+    "prims.abs": ("tl.abs({x})", "num"),
+    "prims.neg": ("-{x}", "num"),
+    "prims.sign": ("tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))", "float"),
+    "prims.floor": ("tl.floor({x})", "float"),
+    "prims.ceil": ("tl.ceil({x})", "float"),
+    "prims.trunc": ("tl.where({x} < 0, tl.ceil({x}), tl.floor({x}))", "float"),
+    "prims.exp": ("tl.exp({x})", "float"),
+    "prims.exp2": ("tl.exp2({x})", "float"),
+    "prims.expm1": ("expm1({x})", "float"),
+    "prims.log": ("tl.log({x})", "float"),
+    "prims.log1p": ("log1p({x})", "float"),
+    "prims.log2": ("tl.log2({x})", "float"),
+    "prims.sin": ("tl.sin({x})", "float"),
+    "prims.cos": ("tl.cos({x})", "float"),
+    "prims.tanh": ("tanh({x})", "float"),
+    "prims.sqrt": ("tl.sqrt({x})", "float"),
+    "prims.rsqrt": ("tl.rsqrt({x})", "float"),
+    "prims.reciprocal": ("1.0 / {x}", "float"),
+    "prims.erf": ("tl.erf({x})", "float"),
+    "prims.isnan": ("{x} != {x}", "float"),
+    "prims.isinf": ("tl.abs({x}) == float(\"inf\")", "float"),
+    "prims.isfinite": ("tl.abs({x}) < float(\"inf\")", "float"),
+    "prims.logical_not": ("{x} == 0", "any"),
+}
+_HELPERS = ("expm1", "log1p", "tanh", "max_nan", "min_nan")
+
+# Binary ops: name -> (Python operator or template, dtypes: "float", "num", "any", "bits").
+_BINARY: dict[str, tuple[str, str]] = {
+    "prims.add": ("{a} + {b}", "num"),
+    "prims.sub": ("{a} - {b}", "num"),
+    "prims.mul": ("{a} * {b}", "num"),
+    "prims.div": ("{a} / {b}", "float"),
+    "prims.maximum": ("tl.maximum({a}, {b}{nan})", "num"),
+    "prims.minimum": ("tl.minimum({a}, {b}{nan})", "num"),
+    "prims.eq": ("{a} == {b}", "any"),
+    "prims.ne": ("{a} != {b}", "any"),
+    "prims.lt": ("{a} < {b}", "num"),
+    "prims.le": ("{a} <= {b}", "num"),
+    "prims.gt": ("{a} > {b}", "num"),
+    "prims.ge": ("{a} >= {b}", "num"),
+    "prims.logical_and": ("{a} & {b}", "any"),
+    "prims.logical_or": ("{a} | {b}", "any"),
+    "prims.bitwise_and": ("{a} & {b}", "bits"),
+    "prims.bitwise_or": ("{a} | {b}", "bits"),
+    "prims.bitwise_xor": ("{a} ^ {b}", "bits"),
+}
+
+# prims.pow with a constant exponent: exponent -> template.
+_POW: dict[float, str] = {
+    1.0: "{x}", 2.0: "{x} * {x}", 3.0: "{x} * {x} * {x}",
+    0.5: "tl.sqrt({x})", -0.5: "tl.rsqrt({x})", -1.0: "1.0 / {x}", -2.0: "1.0 / ({x} * {x})",
+}
+
+_REDUCTIONS = frozenset({"prims.sum", "prims.amax", "prims.amin", "prims.var"})
+_VIEWS = frozenset({"prims.broadcast_in_dim", "prims.transpose", "prims.squeeze",
+                    "prims.reshape"})
+_OTHER = frozenset({"prims.where", "prims.convert_element_type", "prims.full",
+                    "prims.constant", "prims.pow"})
+
+
+def _dtype_ok(kind: str, dtype: torch.dtype) -> bool:
+    if kind == "float":
+        return dtype in FLOAT_DTYPES
+    if kind == "num":
+        return dtype in FLOAT_DTYPES or dtype in (torch.int32, torch.int64)
+    if kind == "bits":
+        return dtype in (torch.bool, torch.int32, torch.int64)
+    return dtype in TENSOR_DTYPES
+
+
+def _size1_reshape(src: Sequence[int], dst: Sequence[int]) -> bool:
+    """A reshape that only adds or removes size-1 dims."""
+    return [d for d in src if d != 1] == [d for d in dst if d != 1]
+
+
+def _constant_exponent(v: SSAValue) -> float | None:
+    owner = v.owner
+    if isinstance(owner, P.ConstantOp):
+        value = owner.params()["value"]
+        if type(value) in (int, float) and (float(value) in _POW or value == 0):
+            return float(value)
+    return None
+
+
+def fusible(op: Operation) -> bool:
+    """True if the generator can compute ``op`` inside a kernel (dtypes, shapes, params).
+
+    Only per-op facts are checked here; the executor adds the device.
+    """
+    name = op.name
+    types = [v.type for v in (*op.operands, *op.results)]
+    for t in types:
+        if isinstance(t, TensorType) and (t.dtype not in TENSOR_DTYPES or t.numel() == 0):
+            return False
+    if name in _UNARY:
+        return _dtype_ok(_UNARY[name][1], _tensor(op.operands[0]).dtype)
+    if name in _BINARY:
+        operand_dtype = next(t.dtype for t in types if isinstance(t, TensorType))
+        return _dtype_ok(_BINARY[name][1], operand_dtype)
+    if name == "prims.pow":
+        return (isinstance(op.operands[0].type, TensorType)
+                and _tensor(op.operands[0]).dtype in FLOAT_DTYPES
+                and _constant_exponent(op.operands[1]) is not None)
+    if name in _REDUCTIONS:
+        x = _tensor(op.operands[0])
+        dims = _params(op)["dims"]
+        if not dims or x.dtype not in FLOAT_DTYPES:
+            return False
+        return math.prod(x.sizes[d] for d in dims) <= MAX_REDUCTION
+    if name == "prims.reshape":
+        return _size1_reshape(_tensor(op.operands[0]).sizes, _tensor(op.results[0]).sizes)
+    return name in _VIEWS or name in _OTHER
+
+
+def _tensor(v: SSAValue) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType), f"expected a tensor, got {t}"
+    return t
+
+
+def _params(op: Operation) -> dict[str, Any]:
+    assert isinstance(op, ThunderOp)
+    return op.params()
+
+
+# --------------------------------------------------------------------------- literals
+
+
+def literal(value: Any) -> str:
+    """A Python number as Triton source (``float("inf")`` for infinities and NaN)."""
+    if isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    f = float(value)
+    if math.isnan(f):
+        return 'float("nan")'
+    if math.isinf(f):
+        return 'float("inf")' if f > 0 else 'float("-inf")'
+    return repr(f)
+
+
+def _to_dtype(value: Any, dtype: torch.dtype) -> Any:
+    """A Python number converted (and rounded) as a tensor of ``dtype`` would hold it."""
+    return torch.tensor(value).to(dtype).item()
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass
+class Kernel:
+    """One kernel of a region's schedule.
+
+    Attributes:
+        name: the ``@triton.jit`` function's name.
+        shape: the domain ``D``.
+        reduced: the reduced dims of ``D`` (empty for a pointwise kernel).
+        stores: values the kernel writes (region outputs and intermediates), in order.
+        reductions: the reduction ops the kernel computes.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    reduced: tuple[int, ...] = ()
+    stores: list[SSAValue] = field(default_factory=list)
+    reductions: list[Operation] = field(default_factory=list)
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.reduced)
+
+    @property
+    def kept(self) -> tuple[int, ...]:
+        return tuple(d for d in range(len(self.shape)) if d not in self.reduced)
+
+    @property
+    def kept_shape(self) -> tuple[int, ...]:
+        return tuple(self.shape[d] for d in self.kept)
+
+    def store_map(self, v: SSAValue) -> tuple[int | None, ...]:
+        """How a stored value's dims map to the domain's (full shape or kept shape)."""
+        sizes = _tensor(v).sizes
+        dims = self.kept if (self.is_reduction and sizes == self.kept_shape
+                             and sizes != self.shape) else tuple(range(len(self.shape)))
+        return _normalize(dims, sizes)
+
+
+def _normalize(m: Sequence[int | None], sizes: Sequence[int]) -> tuple[int | None, ...]:
+    """An index map with size-1 dims mapped to nothing (their index is always 0)."""
+    return tuple(None if s == 1 else d for d, s in zip(m, sizes))
+
+
+@dataclass
+class Schedule:
+    """The kernels of a region, in launch order, and which values go through memory."""
+
+    block: Block
+    kernels: list[Kernel]
+    owner: dict[Operation, int]  # reduction op -> index of the kernel that computes it
+    stored_by: dict[SSAValue, int]  # stored value -> kernel index
+
+
+def _reduction_deps(ops: Sequence[Operation]) -> dict[SSAValue, frozenset[Operation]]:
+    """For each value, the reductions it reads through elementwise and view ops."""
+    deps: dict[SSAValue, frozenset[Operation]] = {}
+    empty: frozenset[Operation] = frozenset()
+    for op in ops:
+        if op.name in _REDUCTIONS:
+            d: frozenset[Operation] = frozenset((op,))
+        else:
+            d = empty
+            for o in op.operands:
+                d = d | deps.get(o, empty)
+        for r in op.results:
+            deps[r] = d
+    return deps
+
+
+def plan(region: RegionOp) -> Schedule:
+    """Schedules a region's ops into kernels (see the module doc)."""
+    block = region.body.block
+    term = block.last_op
+    assert isinstance(term, YieldOp)
+    ops = [op for op in block.ops if op is not term]
+    for op in ops:
+        if not fusible(op):
+            raise UnsupportedRegion(f"{op.name} is not supported by the Triton generator")
+    base = region.kernel.data
+    deps = _reduction_deps(ops)
+    kernels: list[Kernel] = []
+    owner: dict[Operation, int] = {}
+
+    def new_kernel(shape: tuple[int, ...], reduced: tuple[int, ...]) -> int:
+        kernels.append(Kernel("", shape, reduced))
+        return len(kernels) - 1
+
+    last_of_key: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    for op in ops:
+        if op.name not in _REDUCTIONS:
+            continue
+        key = (_tensor(op.operands[0]).sizes, tuple(sorted(_params(op)["dims"])))
+        level = max((owner[r] for r in deps[op.operands[0]]), default=-1)
+        cand = last_of_key.get(key)
+        if cand is None or cand < level:
+            cand = new_kernel(*key)
+            last_of_key[key] = cand
+        owner[op] = cand
+        kernels[cand].reductions.append(op)
+
+    n_reduction_kernels = len(kernels)
+    pointwise: dict[tuple[int, ...], int] = {}
+    stored_by: dict[SSAValue, int] = {}
+
+    def store(v: SSAValue, k: int) -> None:
+        if v not in stored_by:
+            stored_by[v] = k
+            kernels[k].stores.append(v)
+
+    for y in term.values:
+        if not isinstance(y.type, TensorType) or isinstance(y, BlockArgument):
+            continue
+        if y.owner.name in _REDUCTIONS:  # type: ignore[union-attr]
+            store(y, owner[y.owner])  # type: ignore[index]
+            continue
+        sizes = _tensor(y).sizes
+        ds = deps[y]
+        if ds:
+            k = max(owner[r] for r in ds)
+            if sizes in (kernels[k].shape, kernels[k].kept_shape):
+                store(y, k)
+                continue
+        else:
+            match = next((i for i in range(n_reduction_kernels) if kernels[i].shape == sizes),
+                         None)
+            if match is not None:
+                store(y, match)
+                continue
+        k = pointwise.get(sizes, -1)
+        if k < 0:
+            k = pointwise[sizes] = new_kernel(sizes, ())
+        store(y, k)
+
+    # Reductions read by a later kernel go through memory: their kernel stores them too.
+    for i, kern in enumerate(kernels):
+        for r in _foreign_reductions(kern, i, owner):
+            if owner[r] >= i:
+                raise UnsupportedRegion(f"{r.name} is needed before it is computed")
+            store(r.results[0], owner[r])
+    for i, kern in enumerate(kernels):
+        kern.name = f"{base}_k{i}"
+    return Schedule(block, kernels, owner, stored_by)
+
+
+def _foreign_reductions(kern: Kernel, index: int, owner: dict[Operation, int]
+                        ) -> list[Operation]:
+    """Reductions of other kernels that ``kern``'s stores read, in first-seen order."""
+    seen: set[SSAValue] = set()
+    out: list[Operation] = []
+    stack = list(reversed(kern.stores))
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = v.owner
+        if not isinstance(op, Operation):
+            continue
+        if op.name in _REDUCTIONS and owner[op] != index:
+            if op not in out:
+                out.append(op)
+            continue
+        stack.extend(reversed(op.operands))
+    return out
+
+
+# --------------------------------------------------------------------------- kernel bodies
+
+
+@dataclass(frozen=True)
+class _Val:
+    """An evaluated value: a Triton expression (a name or a literal)."""
+
+    expr: str
+    dtype: torch.dtype | type  # torch dtype of the IR value, or a Python number type
+    literal: Any = None  # the Python value when the expression is a literal
+    is_literal: bool = False
+
+
+def _contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
+    strides = [1] * len(sizes)
+    for i in range(len(sizes) - 2, -1, -1):
+        strides[i] = strides[i + 1] * sizes[i + 1]
+    return tuple(strides)
+
+
+class _KernelWriter:
+    """Writes one ``@triton.jit`` function for one `Kernel` of a `Schedule`."""
+
+    def __init__(self, sched: Schedule, index: int, buffers: dict[SSAValue, str],
+                 numbers: dict[SSAValue, str]) -> None:
+        self.sched = sched
+        self.index = index
+        self.kern = sched.kernels[index]
+        self.buffers = buffers  # values in memory (region inputs, stored values) -> name
+        self.numbers = numbers  # region inputs that are numbers -> argument name
+        self.pre: list[str] = []
+        self.body: list[str] = []
+        self.memo: dict[tuple[SSAValue, tuple[int | None, ...]], _Val] = {}
+        self.loads: dict[tuple[str, str], str] = {}
+        self.params: dict[str, None] = {}
+        self.helpers: set[str] = set()
+        self.idx_vars: dict[int, str] = {}
+        self.n = 0
+        shape = self.kern.shape
+        if self.kern.is_reduction:
+            self.classes = {"row": [d for d in self.kern.kept if shape[d] != 1],
+                            "cols": [d for d in self.kern.reduced if shape[d] != 1]}
+            self.lane, self.mask = "cols", "cmask"
+        else:
+            self.classes = {"offs": [d for d in range(len(shape)) if shape[d] != 1]}
+            self.lane, self.mask = "offs", "mask"
+
+    # ---- names
+
+    def _tmp(self, expr: str, dtype: torch.dtype | type) -> _Val:
+        name = f"t{self.n}"
+        self.n += 1
+        self.body.append(f"{name} = {expr}")
+        return _Val(name, dtype)
+
+    def _idx(self, d: int) -> str:
+        """The index variable of domain dim ``d`` (emitted on first use)."""
+        name = self.idx_vars.get(d)
+        if name is not None:
+            return name
+        shape = self.kern.shape
+        cls = next(c for c, dims in self.classes.items() if d in dims)
+        dims = self.classes[cls]
+        pos = dims.index(d)
+        inner = math.prod(shape[k] for k in dims[pos + 1:])
+        e = cls if inner == 1 else f"{cls} // {inner}"
+        if pos > 0:
+            e = f"{cls} % {shape[d]}" if inner == 1 else f"({e}) % {shape[d]}"
+        name = f"i{d}"
+        self.pre.append(f"{name} = {e}")
+        self.idx_vars[d] = name
+        return name
+
+    def _offset(self, sizes: Sequence[int], strides: Sequence[int],
+                m: Sequence[int | None]) -> tuple[str, bool]:
+        """The offset of domain point -> element of a buffer, and whether it varies by lane."""
+        terms: list[str] = []
+        lane = False
+        for cls, cdims in self.classes.items():
+            tdims = [i for i in range(len(sizes)) if m[i] is not None and m[i] in cdims]
+            if not tdims:
+                continue
+            lane = lane or cls == self.lane
+            whole = [m[i] for i in tdims] == cdims and all(
+                strides[a] == strides[b] * sizes[b] for a, b in zip(tdims, tdims[1:]))
+            if whole:
+                terms.append(_scaled(cls, strides[tdims[-1]]))
+            else:
+                terms.extend(_scaled(self._idx(m[i]), strides[i])  # type: ignore[arg-type]
+                             for i in tdims)
+        return " + ".join(terms) if terms else "0", lane
+
+    def _ptr(self, name: str, off: str) -> str:
+        if off == "0":
+            return name
+        return f"{name} + {off}" if " " not in off else f"{name} + ({off})"
+
+    # ---- loads and stores
+
+    def _load(self, name: str, t: TensorType, m: Sequence[int | None],
+              sizes: Sequence[int] | None = None) -> _Val:
+        sizes = t.sizes if sizes is None else tuple(sizes)
+        self.params[name] = None
+        off, lane = self._offset(sizes, _contiguous_strides(sizes), m)
+        key = (name, off)
+        hit = self.loads.get(key)
+        if hit is None:
+            mask = f", mask={self.mask}" if lane else ""
+            cast = ".to(tl.float32)" if t.dtype in LOW_PRECISION else ""
+            hit = self._tmp(f"tl.load({self._ptr(name, off)}{mask}){cast}", t.dtype).expr
+            self.loads[key] = hit
+        return _Val(hit, t.dtype)
+
+    def store(self, v: SSAValue, name: str) -> None:
+        t = _tensor(v)
+        m = self.kern.store_map(v)
+        val = self.eval(v, m)
+        self.params[name] = None
+        off, lane = self._offset(t.sizes, _contiguous_strides(t.sizes), m)
+        expr = val.expr
+        if not val.is_literal and t.dtype in LOW_PRECISION:
+            expr = f"{expr}.to({_TL_DTYPE[t.dtype]})"
+        mask = f", mask={self.mask}" if lane else ""
+        self.body.append(f"tl.store({self._ptr(name, off)}, {expr}{mask})")
+
+    # ---- evaluation
+
+    def eval(self, v: SSAValue, m: Sequence[int | None]) -> _Val:
+        """The value of ``v`` at the domain point, with ``v``'s dims mapped by ``m``."""
+        t = v.type
+        key_m = _normalize(m, t.sizes) if isinstance(t, TensorType) else ()
+        key = (v, key_m)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self._eval(v, key_m)
+            self.memo[key] = hit
+        return hit
+
+    def _eval(self, v: SSAValue, m: tuple[int | None, ...]) -> _Val:
+        t = v.type
+        if isinstance(t, NumberType):
+            if v in self.numbers:
+                self.params[self.numbers[v]] = None
+                return _Val(self.numbers[v], t.python_type)
+            owner = v.owner
+            assert isinstance(owner, P.ConstantOp)
+            value = owner.params()["value"]
+            return _Val(literal(value), type(value), value, True)
+        assert isinstance(t, TensorType)
+        op = v.owner
+        name = self.buffers.get(v)
+        if name is not None and (isinstance(v, BlockArgument)
+                                 or self.sched.stored_by[v] < self.index):
+            return self._load(name, t, m)
+        assert isinstance(op, Operation)
+        handler = _HANDLERS.get(op.name)
+        if handler is not None:
+            return handler(self, op, m)
+        if op.name in _UNARY:
+            return self._unary(op, m)
+        if op.name in _BINARY:
+            return self._binary(op, m)
+        raise UnsupportedRegion(f"{op.name} is not supported by the Triton generator")
+
+    def _fold(self, op: Operation, values: list[_Val]) -> _Val | None:
+        """Folds an op whose operands are all literals with its reference implementation."""
+        if not all(v.is_literal for v in values):
+            return None
+        cls = type(op)
+        assert isinstance(op, ThunderOp)
+        args = [torch.tensor(v.literal, dtype=_tensor(o).dtype) if isinstance(o.type, TensorType)
+                else v.literal for v, o in zip(values, op.operands)]
+        out = cls.ref(*args, **op.params())  # type: ignore[attr-defined]
+        value = out.item() if isinstance(out, torch.Tensor) else out
+        return _Val(literal(value), _tensor(op.results[0]).dtype, value, True)
+
+    def _unary(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        x = self.eval(op.operands[0], m)
+        folded = self._fold(op, [x])
+        if folded is not None:
+            return folded
+        template = _UNARY[op.name][0]
+        for h in _HELPERS:
+            if template.startswith(h + "("):
+                self.helpers.add(h)
+        return self._tmp(template.format(x=x.expr), _tensor(op.results[0]).dtype)
+
+    def _binary(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        a, b = (self.eval(o, m) for o in op.operands)
+        folded = self._fold(op, [a, b])
+        if folded is not None:
+            return folded
+        template = _BINARY[op.name][0]
+        dtype = next(_tensor(o).dtype for o in op.operands if isinstance(o.type, TensorType))
+        nan = ", propagate_nan=tl.PropagateNan.ALL" if dtype in FLOAT_DTYPES else ""
+        if op.name in ("prims.logical_and", "prims.logical_or") and dtype != torch.bool:
+            a = _Val(f"({a.expr} != 0)", torch.bool)
+            b = _Val(f"({b.expr} != 0)", torch.bool)
+        return self._tmp(template.format(a=a.expr, b=b.expr, nan=nan),
+                         _tensor(op.results[0]).dtype)
+
+    def reduce(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        natural = _normalize(self.kern.kept, _tensor(op.results[0]).sizes)
+        if self.sched.owner.get(op) != self.index or m != natural:
+            raise UnsupportedRegion(f"{op.name} is read at an index its kernel does not own")
+        x_map = _normalize(range(len(self.kern.shape)), self.kern.shape)
+        x = self.eval(op.operands[0], x_map)
+        xe = x.expr
+        dtype = _tensor(op.results[0]).dtype
+        mk = self.mask
+        if op.name == "prims.sum":
+            return self._tmp(f"tl.sum(tl.where({mk}, {xe}, 0.0), axis=0)", dtype)
+        if op.name in ("prims.amax", "prims.amin"):
+            fn, fill = ("max_nan", '"-inf"') if op.name == "prims.amax" else ("min_nan", '"inf"')
+            self.helpers.add(fn)
+            return self._tmp(f"tl.reduce(tl.where({mk}, {xe}, float({fill})), 0, {fn})", dtype)
+        # prims.var: a two-pass variance within the row.
+        n = math.prod(self.kern.shape[d] for d in self.kern.reduced)
+        corr = float(_params(op).get("correction", 1.0))
+        mean = self._tmp(f"tl.sum(tl.where({mk}, {xe}, 0.0), axis=0) / {literal(float(n))}",
+                         dtype)
+        dev = self._tmp(f"tl.where({mk}, {xe} - {mean.expr}, 0.0)", dtype)
+        return self._tmp(f"tl.sum({dev.expr} * {dev.expr}, axis=0) / "
+                         f"{literal(max(0.0, n - corr))}", dtype)
+
+    def where(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        c, a, b = (self.eval(o, m) for o in op.operands)
+        if c.is_literal:
+            return a if c.literal else b
+        folded = self._fold(op, [c, a, b])
+        if folded is not None:
+            return folded
+        return self._tmp(f"tl.where({c.expr}, {a.expr}, {b.expr})",
+                         _tensor(op.results[0]).dtype)
+
+    def convert(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        x = self.eval(op.operands[0], m)
+        src, dst = _tensor(op.operands[0]).dtype, _tensor(op.results[0]).dtype
+        if x.is_literal:
+            value = _to_dtype(x.literal, dst)
+            return _Val(literal(value), dst, value, True)
+        if src == dst or (src in LOW_PRECISION and dst == torch.float32):
+            return _Val(x.expr, dst)
+        if dst == torch.bool:
+            return self._tmp(f"{x.expr} != 0", dst)
+        if dst in LOW_PRECISION:
+            # Round to the narrow type, compute on in float32.
+            wide = x.expr if src in FLOAT_DTYPES else f"{x.expr}.to(tl.float32)"
+            return self._tmp(f"{wide}.to({_TL_DTYPE[dst]}).to(tl.float32)", dst)
+        return self._tmp(f"{x.expr}.to({_TL_DTYPE[dst]})", dst)
+
+    def full(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        p = _params(op)
+        value = _to_dtype(p["fill_value"], p["dtype"])
+        return _Val(literal(value), p["dtype"], value, True)
+
+    def pow(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        x = self.eval(op.operands[0], m)
+        e = _constant_exponent(op.operands[1])
+        if e is None:
+            raise UnsupportedRegion("prims.pow needs a constant exponent")
+        if e == 0.0:  # torch.pow(x, 0) is 1, NaN included
+            return _Val("1.0", _tensor(op.results[0]).dtype, 1.0, True)
+        folded = self._fold(op, [x, self.eval(op.operands[1], ())])
+        if folded is not None:
+            return folded
+        return self._tmp(_POW[e].format(x=x.expr), _tensor(op.results[0]).dtype)
+
+    # ---- views: evaluate the operand at a remapped index
+
+    def broadcast(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        x = op.operands[0]
+        bdims = _params(op)["broadcast_dims"]
+        return self.eval(x, tuple(m[bd] for bd in bdims))
+
+    def transpose(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        perm = _params(op)["permutation"]
+        xm: list[int | None] = [None] * len(perm)
+        for i, p in enumerate(perm):
+            xm[p] = m[i]
+        return self.eval(op.operands[0], xm)
+
+    def squeeze(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        dims = set(_params(op)["dims"])
+        it = iter(m)
+        rank = _tensor(op.operands[0]).rank
+        return self.eval(op.operands[0], [None if i in dims else next(it) for i in range(rank)])
+
+    def reshape(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
+        x = op.operands[0]
+        src, dst = _tensor(x).sizes, _tensor(op.results[0]).sizes
+        if _size1_reshape(src, dst):
+            real = iter(d for d, s in zip(m, dst) if s != 1)
+            return self.eval(x, [next(real) if s != 1 else None for s in src])
+        name = self.buffers.get(x)
+        if name is not None and (isinstance(x, BlockArgument)
+                                 or self.sched.stored_by[x] < self.index):
+            return self._load(name, _tensor(x), m, sizes=dst)
+        raise UnsupportedRegion("prims.reshape of a computed value that is not in memory")
+
+
+def _scaled(name: str, stride: int) -> str:
+    return name if stride == 1 else f"{name} * {stride}"
+
+
+_HANDLERS: dict[str, Callable[[_KernelWriter, Operation, tuple[int | None, ...]], _Val]] = {
+    "prims.sum": _KernelWriter.reduce,
+    "prims.amax": _KernelWriter.reduce,
+    "prims.amin": _KernelWriter.reduce,
+    "prims.var": _KernelWriter.reduce,
+    "prims.where": _KernelWriter.where,
+    "prims.convert_element_type": _KernelWriter.convert,
+    "prims.full": _KernelWriter.full,
+    "prims.pow": _KernelWriter.pow,
+    "prims.broadcast_in_dim": _KernelWriter.broadcast,
+    "prims.transpose": _KernelWriter.transpose,
+    "prims.squeeze": _KernelWriter.squeeze,
+    "prims.reshape": _KernelWriter.reshape,
+}
+
+
+# --------------------------------------------------------------------------- source
+
+
+@dataclass
+class TritonSource:
+    """Generated source for one region.
+
+    Attributes:
+        source: the module text (``@triton.jit`` kernels, then the launcher).
+        launcher: the name of the launcher function: ``launcher(*inputs) -> tuple``.
+        schedule: the plan the source implements.
+    """
+
+    source: str
+    launcher: str
+    schedule: Schedule
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _wrap_call(head: str, args: Sequence[str], indent: str, tail: str = "") -> list[str]:
+    """``head(arg, ...)tail`` on one line, or wrapped under 100 columns."""
+    one = f"{indent}{head}({', '.join(args)}){tail}"
+    if len(one) <= 100:
+        return [one]
+    lines: list[str] = []
+    cur = f"{indent}{head}("
+    pad = " " * len(cur)
+    for i, a in enumerate(args):
+        piece = a + (", " if i < len(args) - 1 else f"){tail}")
+        if len(cur) + len(piece.rstrip()) > 100 and cur.strip() not in ("", f"{head}("):
+            lines.append(cur.rstrip())
+            cur = pad
+        cur += piece
+    lines.append(cur)
+    return lines
+
+
+def generate(region: RegionOp) -> TritonSource:
+    """The Triton source computing ``region`` (raises `UnsupportedRegion`)."""
+    sched = plan(region)
+    block = sched.block
+    term = block.last_op
+    assert isinstance(term, YieldOp)
+    base = region.kernel.data
+    args = [f"a{i}" for i in range(len(block.args))]
+    buffers: dict[SSAValue, str] = {}
+    numbers: dict[SSAValue, str] = {}
+    for a, name in zip(block.args, args):
+        (buffers if isinstance(a.type, TensorType) else numbers)[a] = name
+    outputs: dict[SSAValue, str] = {}
+    for y in term.values:
+        if y in sched.stored_by and y not in outputs:
+            outputs[y] = f"out{len(outputs)}"
+    n_buf = 0
+    for kern in sched.kernels:
+        for v in kern.stores:
+            if v not in outputs:
+                buffers[v] = f"buf{n_buf}"
+                n_buf += 1
+    buffers.update(outputs)
+
+    kernel_src: list[str] = []
+    launches: list[str] = []
+    helpers: set[str] = set()
+    for i, kern in enumerate(sched.kernels):
+        w = _KernelWriter(sched, i, buffers, numbers)
+        for v in kern.stores:
+            w.store(v, buffers[v])
+        helpers |= w.helpers
+        names = [*args, *(n for v, n in buffers.items() if not isinstance(v, BlockArgument))]
+        params = [p for p in names if p in w.params]
+        kernel_src.append(_kernel_text(kern, w, params))
+        launches += _launch_lines(kern, params)
+
+    lines = ["import torch", "import triton", "import triton.language as tl"]
+    if helpers:
+        lines += ["", f"from thunder_ir.lowering.triton_kernels import "
+                      f"{', '.join(sorted(helpers))}"]
+    out: list[str] = [f'"""{base}: Triton kernels generated by thunder_ir."""', "", *lines]
+    for text in kernel_src:
+        out += ["", "", text]
+    out += ["", ""]
+    out += _wrap_call(f"def {base}", args, "", ":") if args else [f"def {base}():"]
+    for a, name in zip(block.args, args):
+        if isinstance(a.type, TensorType):
+            out.append(f"    {name} = {name}.contiguous()")
+    for v, name in buffers.items():
+        if isinstance(v, BlockArgument):
+            continue
+        t = _tensor(v)
+        shape = f"({', '.join(map(str, t.sizes))}{',' if t.rank == 1 else ''})"
+        out.append(f"    {name} = torch.empty({shape}, dtype={t.dtype}, device=\"{t.dev}\")")
+    out += launches
+    rets = []
+    for y in term.values:
+        if y in outputs:
+            rets.append(outputs[y])
+        elif isinstance(y, BlockArgument):
+            rets.append(args[y.index])
+        else:
+            owner = y.owner
+            assert isinstance(owner, P.ConstantOp)
+            rets.append(literal(owner.params()["value"]))
+    out.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+    return TritonSource("\n".join(out) + "\n", base, sched)
+
+
+def _kernel_text(kern: Kernel, w: _KernelWriter, params: list[str]) -> str:
+    shape = kern.shape
+    block = "RBLOCK" if kern.is_reduction else "BLOCK"
+    sig = _wrap_call(f"def {kern.name}", [*params, f"{block}: tl.constexpr"], "", ":")
+    wide = math.prod(shape) >= 2**31
+    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    if kern.is_reduction:
+        n = math.prod(shape[d] for d in kern.reduced)
+        doc = (f"Reduces dims {list(kern.reduced)} of {list(shape)}: one program per row of "
+               f"{n}.")
+        head = [f"row = {pid}", "cols = tl.arange(0, RBLOCK)", f"cmask = cols < {n}"]
+    else:
+        doc = f"Elementwise over {list(shape)}."
+        head = [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
+                f"mask = offs < {math.prod(shape)}"]
+    body = [f'"""{doc}"""', *head, *w.pre, *w.body]
+    return "\n".join(["@triton.jit", *sig, *("    " + ln for ln in body)])
+
+
+def _launch_lines(kern: Kernel, params: list[str]) -> list[str]:
+    shape = kern.shape
+    if kern.is_reduction:
+        rows = math.prod(shape[d] for d in kern.kept)
+        n = math.prod(shape[d] for d in kern.reduced)
+        block = _next_pow2(n)
+        warps = max(1, min(16, block // 256))
+        grid, meta = rows, [f"RBLOCK={block}", f"num_warps={warps}"]
+    else:
+        n = math.prod(shape)
+        block = min(POINTWISE_BLOCK, max(32, _next_pow2(n)))
+        grid = -(-n // block)
+        meta = [f"BLOCK={block}", f"num_warps={max(1, min(4, block // 256))}"]
+    if grid == 0:
+        return []
+    return _wrap_call(f"{kern.name}[({grid},)]", [*params, *meta], "    ")
+
+
+def structural_key(region: RegionOp) -> str:
+    """A text that equal regions share: input types, ops, params and result types (value
+    names and the kernel name left out). Kernels are cached by it."""
+    block = region.body.block
+    ids: dict[SSAValue, str] = {}
+    parts = []
+    for i, a in enumerate(block.args):
+        ids[a] = f"a{i}"
+        parts.append(str(a.type))
+    for op in block.ops:
+        props = ",".join(f"{k}={v}" for k, v in sorted(op.properties.items()))
+        operands = ",".join(ids[o] for o in op.operands)
+        for r in op.results:
+            ids[r] = f"v{len(ids)}"
+        res = ",".join(f"{ids[r]}:{r.type}" for r in op.results)
+        parts.append(f"{res}={op.name}({operands}){{{props}}}")
+    return "\n".join(parts)
+
+
+__all__ = ["FLOAT_DTYPES", "MAX_REDUCTION", "Kernel", "Schedule", "TritonSource",
+           "UnsupportedRegion", "fusible", "generate", "literal", "plan", "structural_key"]

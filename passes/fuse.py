@@ -1,0 +1,471 @@
+"""``fuse``: group the prims a fusion executor can compile into ``fusion.region`` ops.
+
+Why this pass exists: run eagerly, every prim is its own kernel that reads its inputs from
+memory and writes its result back. A fusion executor (Inductor, nvFuser, Triton) compiles a
+group of elementwise, shape and reduction ops into one kernel that keeps the intermediates
+in registers and cache. This pass decides the groups; `compile_kernels` has each region's
+executor compile it, once per distinct region.
+
+Rules (see ``docs/fusion.md``):
+
+* Fusion executors are tried in priority order; an op belongs to the first whose
+  ``can_fuse`` accepts it (its *color*). Only side-effect-free ops are ever fused, and an
+  ltorch op claimed by an executor other than the torch fallback stays whole.
+* Regions form along the **dataflow**: producer/consumer chains and siblings (consumers of
+  one value) join even when unrelated ops sit between them in program order; the pass then
+  reorders the block so that every region sits where its inputs are ready.
+* Regions **never create cycles**. Every op gets a level: along an edge ``u -> v`` the level
+  does not decrease, and it increases unless ``u`` and ``v`` are fusible by the same
+  executor. A region only holds ops of one color, one level and one *segment* (below).
+  Any path that leaves a region and comes back would have to pass through an op of
+  another color (raising the level) or stay inside that color and level, which makes it
+  part of the region: so the graph of regions is acyclic by construction. Levels start as
+  early as possible and then sink towards their consumers, so that a chain that only
+  waits for its consumer's other inputs joins the consumer's region.
+* RNG and side effects keep their order. Non-``Pure`` ops (``prims.uniform``,
+  ``ltorch.dropout``, ``torch.call``) are never fused, and they cut the program into
+  segments: no op crosses one, since a region's ops all lie in one segment and the final
+  order emits every segment's ops before the op that closes it.
+* A region needs ``min_size`` ops that compute (shape-only ops such as reshape and
+  broadcast do not count); smaller groups stay unfused.
+* A region's inputs are the values defined outside and used inside; its outputs are the
+  values defined inside and used outside (or returned). ``prims.constant`` numbers used
+  inside are cloned into the region instead of being passed in.
+
+Cost: building the graph, the levels and the union-find is linear in ops and uses; the
+final order is a topological sort with a heap, O(n log n).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.traits import IsTerminator, is_side_effect_free
+
+from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.prims import ConstantOp
+from thunder_ir.dialects.program import main_function
+
+FALLBACK_EXECUTOR = "torch"
+"""The executor that runs what nobody else does. It comes last in priority, so a fusion
+executor may still fuse an ltorch op that only the fallback claimed."""
+
+SHAPE_ONLY_OPS: frozenset[str] = frozenset({
+    *(f"prims.{n}" for n in (
+        "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice")),
+    *(f"ltorch.{n}" for n in (
+        "reshape", "view", "permute", "transpose", "unsqueeze", "squeeze", "expand",
+        "flatten", "contiguous", "clone")),
+})
+"""Ops that only move or view data: they do not count towards a region's minimum size."""
+
+
+# --------------------------------------------------------------------------- the pass
+
+
+@dataclass(frozen=True)
+class FusePass(ModulePass):
+    """Groups fusible ops into ``fusion.region`` ops, one per future kernel.
+
+    Args:
+        executors: fusion executors (objects, or names of registered executors) in
+            priority order; others are ignored.
+        min_size: a region needs at least this many ops that compute.
+    """
+
+    name = "fuse"
+
+    executors: tuple[Any, ...] = ()
+    min_size: int = 2
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        executors = _fusion_executors(self.executors)
+        if not executors:
+            return
+        for fn in op.ops:
+            if isinstance(fn, func.FuncOp):
+                fuse_block(fn.body.block, executors, self.min_size)
+
+
+def _fusion_executors(executors: Iterable[Any]) -> tuple[Any, ...]:
+    out = []
+    for e in executors:
+        if isinstance(e, str):
+            from thunder_ir.lowering.executors import get_executor
+
+            e = get_executor(e)
+        if e.is_fusion:
+            out.append(e)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def _color(op: Operation, executors: Sequence[Any]) -> int:
+    """The index of the first executor that may fuse ``op``, or -1."""
+    if isinstance(op, ConstantOp | RegionOp) or op.regions or not op.results:
+        return -1
+    claimed = op.attributes.get("claimed")
+    if claimed is not None and (not isinstance(claimed, StringAttr)
+                                or claimed.data != FALLBACK_EXECUTOR):
+        return -1
+    if not is_side_effect_free(op):
+        return -1
+    for k, ex in enumerate(executors):
+        if ex.can_fuse(op):
+            return k
+    return -1
+
+
+def _uses_of(op: Operation) -> Iterable[SSAValue]:
+    """The values ``op`` reads, counting the ops nested in its regions."""
+    if not op.regions:
+        return op.operands
+    return [v for nested in op.walk() for v in nested.operands]
+
+
+class _Groups:
+    """Union-find over op indices (path halving, union by size)."""
+
+    __slots__ = ("parent", "size")
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+        self.size = [1] * n
+
+    def find(self, x: int) -> int:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return
+        if self.size[a] < self.size[b]:
+            a, b = b, a
+        self.parent[b] = a
+        self.size[a] += self.size[b]
+
+
+def plan_groups(ops: Sequence[Operation], executors: Sequence[Any], min_size: int = 2
+                ) -> tuple[list[list[int]], list[int], list[list[int]]]:
+    """Decides the regions of a straight-line list of ops (see the module doc).
+
+    Args:
+        ops: the ops of a block in program order, without its terminator.
+        executors: fusion executors in priority order.
+        min_size: a region needs this many ops that compute.
+
+    Returns:
+        ``(groups, colors, preds)``: each group is a list of op indices in program order
+        (the ops of one future region); ``colors[i]`` is the executor index of op ``i``
+        (-1: not fusible); ``preds[i]`` lists the ops op ``i`` reads from.
+    """
+    n = len(ops)
+    index: dict[SSAValue, int] = {}
+    for i, op in enumerate(ops):
+        for r in op.results:
+            index[r] = i
+    is_const = [isinstance(op, ConstantOp) for op in ops]
+    colors = [_color(op, executors) for op in ops]
+    preds: list[list[int]] = []
+    seg = [0] * n
+    barriers = 0
+    for i, op in enumerate(ops):
+        ps: list[int] = []
+        for v in _uses_of(op):
+            j = index.get(v)
+            if j is not None and j != i and j not in ps:
+                ps.append(j)
+        preds.append(ps)
+        seg[i] = barriers
+        if not is_const[i] and not is_side_effect_free(op):
+            barriers += 1
+    if all(c < 0 for c in colors):
+        return [], colors, preds
+
+    # Levels: as early as possible, then sunk towards the consumers.
+    level = [0] * n
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        ci = colors[i]
+        best = 0
+        for p in preds[i]:
+            if is_const[p]:
+                continue
+            succs[p].append(i)
+            lv = level[p] if ci >= 0 and colors[p] == ci else level[p] + 1
+            if lv > best:
+                best = lv
+        level[i] = best
+    for i in range(n - 1, -1, -1):
+        ss = succs[i]
+        if not ss:
+            continue
+        ci = colors[i]
+        level[i] = min(level[s] if ci >= 0 and colors[s] == ci else level[s] - 1 for s in ss)
+
+    # Components: producer/consumer edges and siblings of one color, level and segment.
+    groups = _Groups(n)
+    first_reader: dict[tuple[SSAValue, int, int, int], int] = {}
+    for i, op in enumerate(ops):
+        ci = colors[i]
+        if ci < 0:
+            continue
+        li, si = level[i], seg[i]
+        for p in preds[i]:
+            if colors[p] == ci and level[p] == li and seg[p] == si:
+                groups.union(i, p)
+        for v in op.operands:
+            j = index.get(v)
+            if j is not None and is_const[j]:
+                continue
+            key = (v, ci, li, si)
+            other = first_reader.setdefault(key, i)
+            if other != i:
+                groups.union(i, other)
+
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        if colors[i] >= 0:
+            members.setdefault(groups.find(i), []).append(i)
+    out = [m for m in members.values()
+           if sum(1 for i in m if ops[i].name not in SHAPE_ONLY_OPS) >= min_size]
+    out.sort(key=lambda m: m[0])
+    return out, colors, preds
+
+
+# --------------------------------------------------------------------------- rewriting
+
+
+def _schedule(n: int, groups: Sequence[Sequence[int]], preds: Sequence[Sequence[int]],
+              ops: Sequence[Operation]) -> list[int | list[int]]:
+    """A topological order of the ops and groups: each node as early as its inputs allow,
+    ties broken by original position (an unfused program keeps its order)."""
+    node_of = list(range(n))  # node ids: op index for single ops, n + k for group k
+    for k, g in enumerate(groups):
+        for i in g:
+            node_of[i] = n + k
+    key: dict[int, int] = {}
+    for i in range(n):
+        nd = node_of[i]
+        if nd not in key:
+            key[nd] = i  # members are visited in program order: the first is the minimum
+    out_edges: dict[int, list[int]] = {}
+    indeg: dict[int, int] = dict.fromkeys(key, 0)
+    seen: set[tuple[int, int]] = set()
+    for i in range(n):
+        b = node_of[i]
+        for p in preds[i]:
+            a = node_of[p]
+            if a == b or (b >= n and isinstance(ops[p], ConstantOp)):
+                continue  # inside one group; or a constant a region clones
+            if (a, b) in seen:
+                continue
+            seen.add((a, b))
+            out_edges.setdefault(a, []).append(b)
+            indeg[b] += 1
+    heap = [(k, nd) for nd, k in key.items() if indeg[nd] == 0]
+    heapq.heapify(heap)
+    order: list[int | list[int]] = []
+    while heap:
+        _, nd = heapq.heappop(heap)
+        order.append(list(groups[nd - n]) if nd >= n else nd)
+        for b in out_edges.get(nd, ()):
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                heapq.heappush(heap, (key[b], b))
+    if len(order) != len(key):
+        raise RuntimeError("fuse: the regions form a cycle (internal error)")
+    return order
+
+
+def _next_numbers(block: Block) -> dict[str, int]:
+    """Per kernel-name prefix, the first number not yet used by a region in ``block``."""
+    nums: dict[str, int] = {}
+    for op in block.ops:
+        if isinstance(op, RegionOp):
+            m = re.fullmatch(r"(.*?)(\d+)", op.kernel.data)
+            if m:
+                nums[m[1]] = max(nums.get(m[1], 0), int(m[2]) + 1)
+    return nums
+
+
+def _build_region(members: list[Operation], executor: Any, kernel: str) -> RegionOp:
+    """Moves ``members`` (detached, in program order) into a new ``fusion.region``."""
+    inside = set(members)
+    inputs: list[SSAValue] = []
+    consts: list[ConstantOp] = []
+    seen: set[SSAValue] = set()
+    for op in members:
+        for v in op.operands:
+            if v in seen or v.owner in inside:
+                continue
+            seen.add(v)
+            if isinstance(v.owner, ConstantOp):
+                consts.append(v.owner)
+            else:
+                inputs.append(v)
+    outputs = [r for op in members for r in op.results
+               if any(u.operation not in inside for u in r.uses)]
+    body = Block(arg_types=[v.type for v in inputs])
+    mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args, strict=True))
+    for c in consts:
+        clone = c.clone()
+        body.add_op(clone)
+        mapping[c.results[0]] = clone.results[0]
+    for op in members:
+        body.add_op(op)
+        if any(v in mapping for v in op.operands):
+            op.operands = [mapping.get(v, v) for v in op.operands]
+    body.add_op(YieldOp.create(operands=outputs))
+    region = RegionOp.create(
+        operands=inputs,
+        result_types=[v.type for v in outputs],
+        properties={"executor": StringAttr(executor.name), "kernel": StringAttr(kernel)},
+        regions=[Region(body)],
+    )
+    for v, r in zip(outputs, region.results, strict=True):
+        v.replace_uses_with_if(r, lambda use: use.operation.parent is not body)
+    return region
+
+
+def _has_outputs(members: Sequence[Operation]) -> bool:
+    inside = set(members)
+    return any(u.operation not in inside for op in members for r in op.results for u in r.uses)
+
+
+def fuse_block(block: Block, executors: Sequence[Any], min_size: int = 2) -> list[RegionOp]:
+    """Forms the fusion regions of a straight-line block in place (see the module doc).
+
+    Returns:
+        The new ``fusion.region`` ops, in program order.
+    """
+    ops = list(block.ops)
+    term = ops.pop() if ops and ops[-1].has_trait(IsTerminator) else None
+    groups, colors, preds = plan_groups(ops, executors, min_size)
+    if not groups:
+        return []
+    # Regions that would return nothing (dead code) are left to DCE.
+    live = [g for g in groups if _has_outputs([ops[i] for i in g])]
+    if not live:
+        return []
+    order = _schedule(len(ops), live, preds, ops)
+    consts_used = [op for op in ops if isinstance(op, ConstantOp) and op.results[0].uses]
+    for op in ops:
+        block.detach_op(op)
+    if term is not None:
+        block.detach_op(term)
+    numbers = _next_numbers(block)
+    made: list[RegionOp] = []
+    for item in order:
+        if isinstance(item, int):
+            block.add_op(ops[item])
+            continue
+        ex = executors[colors[item[0]]]
+        prefix = ex.kernel_prefix
+        k = numbers.get(prefix, 0)
+        numbers[prefix] = k + 1
+        region = _build_region([ops[i] for i in item], ex, f"{prefix}{k}")
+        block.add_op(region)
+        made.append(region)
+    if term is not None:
+        block.add_op(term)
+    for c in consts_used:  # constants that only regions read are cloned there now
+        if not c.results[0].uses:
+            block.erase_op(c)
+    return made
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def region_key(region: RegionOp) -> tuple[Any, ...]:
+    """A structural key of a region: equal keys compute the same function.
+
+    It covers the executor, the input types and each body op's name, properties, result
+    types and which earlier values it reads; names, source locations and the kernel name
+    do not count, so the repeated layers of a model share one key.
+    """
+    body = region.body.block
+    num: dict[SSAValue, int] = {a: i for i, a in enumerate(body.args)}
+    outer: dict[SSAValue, Any] = {}
+    items: list[Any] = [region.executor.data, tuple(a.type for a in body.args)]
+    for op in body.ops:
+        reads = tuple(num[v] if v in num else _outer_key(v, outer) for v in op.operands)
+        items.append((op.name, tuple(sorted(op.properties.items())), reads,
+                      tuple(r.type for r in op.results)))
+        for r in op.results:
+            num[r] = len(num)
+    return tuple(items)
+
+
+def _outer_key(v: SSAValue, memo: dict[SSAValue, Any]) -> Any:
+    """The key of a value a region reads from outside without passing it in (CSE can
+    replace a region's constant by an equal one outside): its defining ops' structure."""
+    hit = memo.get(v)
+    if hit is None:
+        owner = v.owner
+        if not isinstance(owner, Operation):
+            raise ValueError("fusion.region reads a block argument from outside its body")
+        hit = ("outer", owner.name, tuple(sorted(owner.properties.items())),
+               tuple(_outer_key(o, memo) for o in owner.operands),
+               tuple(r.type for r in owner.results), owner.results.index(v))
+        memo[v] = hit
+    return hit
+
+
+_KERNELS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Callable[..., Any]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def compile_kernels(module: ModuleOp, executors: Sequence[Any]) -> dict[str, Callable[..., Any]]:
+    """Compiles every ``fusion.region`` of a program with the executor it names.
+
+    Kernels are cached per executor by `region_key`, across programs: identical regions
+    (the layers of a model, the same region in two compilations) compile once.
+
+    Args:
+        module: the program.
+        executors: the executors in use; a region naming another executor is left to the
+            code generator's interpreter.
+
+    Returns:
+        Kernel name -> callable taking the region's inputs and returning its output (one)
+        or a tuple of outputs (several), as `thunder_ir.lowering.codegen` calls them.
+    """
+    by_name = {e.name: e for e in executors if e.is_fusion}
+    kernels: dict[str, Callable[..., Any]] = {}
+    for op in main_function(module).body.block.ops:
+        if not isinstance(op, RegionOp):
+            continue
+        ex = by_name.get(op.executor.data)
+        if ex is None:
+            continue
+        cache = _KERNELS.get(ex)
+        if cache is None:
+            cache = _KERNELS[ex] = {}
+        key = region_key(op)
+        fn = cache.get(key)
+        if fn is None:
+            fn = cache[key] = ex.compile_region(op)
+        kernels[op.kernel.data] = fn
+    return kernels
+
+
+__all__ = ["FALLBACK_EXECUTOR", "SHAPE_ONLY_OPS", "FusePass", "compile_kernels", "fuse_block",
+           "plan_groups", "region_key"]
