@@ -25,6 +25,7 @@ The executor is available only where ``import nvfuser`` works *and*
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -540,7 +541,9 @@ def definition_source(region: RegionOp) -> str:
 # --------------------------------------------------------------------------- the executor
 
 
+@functools.cache
 def _nvfuser_importable() -> bool:
+    """Whether ``import nvfuser`` works (asked once: `is_available` runs on every jit)."""
     try:
         import nvfuser  # noqa: F401
     except Exception:  # an nvFuser built for another torch fails with more than ImportError
@@ -558,7 +561,8 @@ def _nvfuser_version() -> str:
 
 
 class NvFuserKernel:
-    """The callable that runs one region: ``kernel(*inputs) -> list of outputs``.
+    """The callable that runs one region: ``kernel(*inputs)`` returns the region's one
+    output itself, or a tuple of several (the code generator's kernel convention).
 
     It holds one FusionDefinition per input layout: the contiguous one is built up front;
     non-contiguous inputs get their own, keyed by nvFuser's (contiguity, stride order)
@@ -571,6 +575,7 @@ class NvFuserKernel:
         # A copy of the body only: the region op itself uses values of the program.
         self._body = region.body.clone()
         self._out_index = out_index
+        self._single = len(out_index) == 1
         self._identity = out_index == list(range(len(out_index)))
         self._tensor_positions = [i for i, v in enumerate(region.inputs)
                                   if isinstance(v.type, TensorType)]
@@ -607,7 +612,7 @@ class NvFuserKernel:
             fd = self._by_layout[key] = self.build(descs)
         return fd, list(inputs)
 
-    def __call__(self, *inputs: Any) -> list[Any]:
+    def __call__(self, *inputs: Any) -> Any:
         if all(inputs[i].is_contiguous() for i in self._tensor_positions):
             fd, args = self._contiguous, list(inputs)
         else:
@@ -616,7 +621,9 @@ class NvFuserKernel:
             outs = fd.execute(args)
         else:  # no tensor inputs (full, iota): nvFuser needs to be told the device
             outs = fd.execute(args, device=self._device)
-        return outs if self._identity else [outs[i] for i in self._out_index]
+        if self._single:
+            return outs[0]
+        return tuple(outs) if self._identity else tuple(outs[i] for i in self._out_index)
 
     def __repr__(self) -> str:
         return f"NvFuserKernel({self.name})"
@@ -664,7 +671,8 @@ class NvFuserExecutor(Executor):
         return check is None or check(op)  # type: ignore[arg-type]
 
     def compile_region(self, region: Operation) -> Callable[..., Any]:
-        """A kernel running ``region`` with nvFuser: ``fd.execute(list(inputs))``.
+        """A kernel running ``region`` with nvFuser: ``fd.execute(list(inputs))``, returning
+        the one output itself or a tuple of several.
 
         Raises:
             RuntimeError: nvFuser or CUDA is missing (the message shows the definition
@@ -685,7 +693,8 @@ class NvFuserExecutor(Executor):
         return kernel
 
 
-register_executor(NvFuserExecutor(), default=NvFuserExecutor().is_available())
+_EXECUTOR = NvFuserExecutor()
+register_executor(_EXECUTOR, default=_EXECUTOR.is_available())
 
 __all__ = [
     "CHECKS",

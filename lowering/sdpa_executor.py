@@ -54,7 +54,7 @@ SDPA_BACKWARD = "thunder_ir.lowering.sdpa_executor.sdpa_backward"
 PATHS = ("flash_cpu", "flash_cuda", "efficient_cuda", "math")
 """The kernels `sdpa_backward` can run (see the module doc)."""
 
-_FLASH = int(torch.nn.attention.SDPBackend.FLASH_ATTENTION)
+_FLASH: int = torch.nn.attention.SDPBackend.FLASH_ATTENTION.value
 
 
 # --------------------------------------------------------------------------- run time
@@ -182,7 +182,8 @@ def _math(go: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch
 def _sum_to(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     """Sums a broadcast gradient back to ``shape`` (numpy broadcasting rules)."""
     lead = t.dim() - len(shape)
-    dims = [*range(lead), *(lead + i for i, s in enumerate(shape) if s == 1 and t.size(lead + i) != 1)]
+    dims = [*range(lead), *(lead + i for i, s in enumerate(shape)
+                            if s == 1 and t.size(lead + i) != 1)]
     return (t.sum(dims, keepdim=True) if dims else t).reshape(shape)
 
 

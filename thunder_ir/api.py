@@ -105,9 +105,9 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
     """Runs the program pipeline on ``module``; returns a trace per pass.
 
     claim (operator executors) -> decompose what nobody claimed -> [user "prims" passes]
-    -> fuse (fusion executors) -> [user "fusion" passes] -> lower the rest to torch calls
-    -> cse -> dce. User passes always run verified: a pass that breaks the IR raises an
-    error naming it and the op.
+    -> cse -> dce -> fuse (fusion executors) -> [user "fusion" passes] -> lower-claimed
+    (executors' own lowerings) -> lower-to-torch. User passes always run verified: a pass
+    that breaks the IR raises an error naming it and the op.
     """
     from thunder_ir.lowering.executors import LowerClaimedPass
     from thunder_ir.lowering.torch_executor import ClaimPass, LowerToTorchPass
@@ -118,6 +118,9 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
     traces = Pipeline([ClaimPass(tuple(executors)), DecomposeLtorchPass()]).run(module)
     if user.get("prims"):
         traces += Pipeline(user["prims"], verify=True).run(module)
+    # Clean up while ops are still Pure ltorch/prims ops (torch.call is opaque to CSE/DCE):
+    # VJP rules leave unused values behind, and repeated subexpressions should fuse once.
+    traces += Pipeline([get_pass("cse")(), get_pass("dce")()]).run(module)
     fusion = tuple(e for e in executors if e.is_fusion)
     if fusion:
         from thunder_ir.passes.fuse import FusePass
@@ -125,8 +128,7 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
         traces += Pipeline([FusePass(fusion)]).run(module)
     if user.get("fusion"):
         traces += Pipeline(user["fusion"], verify=True).run(module)
-    traces += Pipeline([LowerClaimedPass(tuple(executors)), LowerToTorchPass(),
-                        get_pass("cse")(), get_pass("dce")()]).run(module)
+    traces += Pipeline([LowerClaimedPass(tuple(executors)), LowerToTorchPass()]).run(module)
     return traces
 
 
