@@ -26,7 +26,7 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -64,6 +64,14 @@ class Executor:
 
     def lower(self, op: ThunderOp) -> list[Operation] | None:
         """Ops that compute a claimed ``op`` (None: lower it like the torch executor)."""
+        return None
+
+    def expand(self, op: ThunderOp) -> tuple[list[Operation], list[SSAValue]] | None:
+        """Replaces a just-claimed ``op`` by other ops (an execution transform), or None.
+
+        Returns the new ops and the values that replace ``op``'s results; the claim pass
+        claims the new ops in turn.
+        """
         return None
 
     def vjp_rule(self, op: Operation) -> Callable[..., Any] | None:

@@ -180,8 +180,18 @@ class _Claim(RewritePattern):
             return
         for ex in self.executors:
             if ex.can_claim(op):
-                op.attributes["claimed"] = StringAttr(ex.name)
-                rewriter.has_done_action = True
+                # An executor may replace what it claims (thunder_ir.extend's execution
+                # transforms): ``expand(op) -> (ops, results) | None``. The walker does not
+                # revisit inserted ops, so they are claimed here.
+                new = ex.expand(op)
+                if new is None:
+                    op.attributes["claimed"] = StringAttr(ex.name)
+                    rewriter.has_done_action = True
+                    return
+                new_ops, results = new
+                rewriter.replace(op, new_ops, results)
+                for o in new_ops:
+                    self.match_and_rewrite(o, rewriter)
                 return
 
 
@@ -204,6 +214,8 @@ class _Lower(RewritePattern):
             return
         if isinstance(op.parent_op(), RegionOp):
             return  # a fusion region's body: its executor compiles it
+        if getattr(type(op), "EXECUTABLE", False):
+            return  # generated code calls it through its namespace (extension operators)
         call = lower_op(op)
         rewriter.replace(op, [call], list(call.results))
 
