@@ -1,15 +1,14 @@
 """The prims dialect: shape rules agree with torch, reference implementations are right, and
 every prim is registered with a rule, a reference and the right effect traits.
 
-The central property: for every prim, hypothesis draws valid inputs; the shape rule's result
-type (shape, dtype, device) must equal the type of what the reference implementation
+The central property: for every prim, hypothesis draws valid inputs from the prim's strategy
+(`thunder_ir.testing.op_inputs`, in every supported dtype the prim takes); the shape rule's
+result type (shape, dtype, device) must equal the type of what the reference implementation
 computes on real tensors, and the op built from those inputs must verify.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +31,7 @@ from thunder_ir.dialects.types import (
     tensor_type,
     type_of_tensor,
 )
+from thunder_ir.testing import example_inputs, missing_inputs, op_inputs
 
 SETTINGS = settings(max_examples=20, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -90,29 +90,6 @@ def _tensor(draw: Draw, shape: Any, dtype: torch.dtype, low: int = 1, high: int 
     return torch.randint(low, high, shape, generator=g, dtype=torch.int64).to(dtype)
 
 
-def _index(draw: Draw, shape: Any, bound: int) -> torch.Tensor:
-    """An int32/int64 index tensor with values in [0, bound)."""
-    dtype = draw(st.sampled_from([torch.int32, torch.int64]))
-    if bound == 0:
-        assert math.prod(shape) == 0
-        return torch.zeros(tuple(shape), dtype=dtype)
-    return _tensor(draw, shape, dtype, 0, bound)
-
-
-def _number(draw: Draw, py: type) -> Any:
-    if py is bool:
-        return draw(st.booleans())
-    if py is int:
-        return draw(st.integers(1, 5))
-    return draw(st.sampled_from([0.5, 1.5, 2.0, -1.25]))
-
-
-def _subset(draw: Draw, n: int) -> tuple[int, ...]:
-    """Distinct dims of a rank-n tensor, in drawn order."""
-    dims = [d for d in range(n) if draw(st.booleans())]
-    return tuple(draw(st.permutations(dims)))
-
-
 _ACCEPTED: dict[Any, list[torch.dtype]] = {}
 
 
@@ -129,279 +106,6 @@ def _accepted(key: Any, probe: Callable[[torch.dtype], Any]) -> list[torch.dtype
         assert ok, f"{key}: the shape rule accepts no dtype at all"
         _ACCEPTED[key] = ok
     return _ACCEPTED[key]
-
-
-# --------------------------------------------------------------------------- samplers
-
-
-def s_unary(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(cls, lambda d: cls.infer(_t((), d)))))
-    return [_tensor(draw, _shape(draw), dtype)], {}
-
-
-def s_binary(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(cls, lambda d: cls.infer(_t((), d), _t((), d)))))
-    shape = _shape(draw)
-    sides = draw(st.sampled_from(["tt", "tn", "nt"]))
-    kinds = [k for k in (bool, int, float) if _fits(k, dtype)]
-    ops = [_tensor(draw, shape, dtype) if s == "t" else _number(draw, draw(st.sampled_from(kinds)))
-           for s in sides]
-    if cls in (prims.DivOp, prims.RemainderOp, prims.FmodOp) and ops[1] is False:
-        ops[1] = True  # an integer division by zero raises
-    return ops, {}
-
-
-def s_where(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw)
-    cond = _tensor(draw, shape, torch.bool)
-    sides = draw(st.sampled_from(["tt", "tn", "nt", "nn"]))
-    if sides == "nn":
-        kind = draw(st.sampled_from([bool, int, float]))
-        return [cond, _number(draw, kind), _number(draw, kind)], {}
-    dtype = draw(st.sampled_from(SUPPORTED_DTYPES))
-    kinds = [k for k in (bool, int, float) if _fits(k, dtype)]
-    ops = [_tensor(draw, shape, dtype) if s == "t" else _number(draw, draw(st.sampled_from(kinds)))
-           for s in sides]
-    return [cond, *ops], {}
-
-
-def s_convert(draw: Draw, cls: Any) -> Sample:
-    x = _tensor(draw, _shape(draw), draw(st.sampled_from(SUPPORTED_DTYPES)))
-    return [x], {"dtype": draw(st.sampled_from(SUPPORTED_DTYPES))}
-
-
-def s_broadcast_in_dim(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw, max_rank=4, max_size=3)
-    dims = tuple(d for d in range(len(shape)) if draw(st.booleans()))
-    in_shape = [draw(st.sampled_from([shape[d], 1])) for d in dims]
-    x = _tensor(draw, in_shape, draw(st.sampled_from(SUPPORTED_DTYPES)))
-    return [x], {"shape": shape, "broadcast_dims": dims}
-
-
-def s_reshape(draw: Draw, cls: Any) -> Sample:
-    factors = draw(st.lists(st.integers(0, 3), max_size=4))
-
-    def grouping() -> tuple[int, ...]:
-        cuts = sorted(draw(st.lists(st.integers(0, len(factors)), max_size=4)))
-        bounds = [0, *cuts, len(factors)]
-        return tuple(math.prod(factors[a:b]) for a, b in itertools.pairwise(bounds))
-
-    x = _tensor(draw, grouping(), draw(st.sampled_from(SUPPORTED_DTYPES)))
-    return [x], {"shape": grouping()}
-
-
-def s_transpose(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw, max_rank=4)
-    perm = tuple(draw(st.permutations(range(len(shape)))))
-    return [_tensor(draw, shape, draw(st.sampled_from(SUPPORTED_DTYPES)))], {"permutation": perm}
-
-
-def s_slice(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw, max_size=6)
-    starts, ends, strides = [], [], []
-    for size in shape:
-        lo = draw(st.integers(0, size))
-        starts.append(lo)
-        ends.append(draw(st.integers(lo, size)))
-        strides.append(draw(st.integers(1, 3)))
-    x = _tensor(draw, shape, draw(st.sampled_from(SUPPORTED_DTYPES)))
-    params = {"start_indices": tuple(starts), "end_indices": tuple(ends),
-              "strides": draw(st.sampled_from([tuple(strides), None]))}
-    return [x], params
-
-
-def s_squeeze(draw: Draw, cls: Any) -> Sample:
-    shape = tuple(draw(st.lists(st.sampled_from([0, 1, 1, 2, 3]), max_size=4)))
-    ones = [i for i, s in enumerate(shape) if s == 1]
-    dims = tuple(draw(st.permutations([i for i in ones if draw(st.booleans())])))
-    return [_tensor(draw, shape, draw(st.sampled_from(SUPPORTED_DTYPES)))], {"dims": dims}
-
-
-def _pad_value(draw: Draw, dtype: torch.dtype) -> Any:
-    kinds = [k for k in (bool, int, float) if _fits(k, dtype)]
-    return _number(draw, draw(st.sampled_from(kinds)))
-
-
-def s_pad(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw)
-    config = []
-    for size in shape:
-        lo, hi, mid = draw(st.integers(-3, 3)), draw(st.integers(-3, 3)), draw(st.integers(0, 2))
-        n = size + lo + hi + max(size - 1, 0) * mid
-        config.append((lo, hi - min(n, 0), mid))  # raise `hi` so the result is not negative
-    dtype = draw(st.sampled_from(SUPPORTED_DTYPES))
-    x = _tensor(draw, shape, dtype)
-    return [x], {"padding_value": _pad_value(draw, dtype), "padding_config": tuple(config)}
-
-
-def s_cat(draw: Draw, cls: Any) -> Sample:
-    shape = list(_shape(draw, min_rank=1))
-    dim = draw(st.integers(0, len(shape) - 1))
-    dtype = draw(st.sampled_from(SUPPORTED_DTYPES))
-    ts = []
-    for _ in range(draw(st.integers(1, 3))):
-        shape[dim] = draw(st.integers(0, 3))
-        ts.append(_tensor(draw, shape, dtype))
-    return [ts], {"dim": dim}
-
-
-def s_flip(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw)
-    x = _tensor(draw, shape, draw(st.sampled_from(SUPPORTED_DTYPES)))
-    return [x], {"dims": _subset(draw, len(shape))}
-
-
-def s_reduction(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(cls, lambda d: cls.infer(_t((), d), dims=()))))
-    shape = _shape(draw)
-    dims = _subset(draw, len(shape))
-    if cls.NEEDS_NONEMPTY:  # amax/amin: no extremum over an empty dim
-        dims = tuple(d for d in dims if shape[d])
-    return [_tensor(draw, shape, dtype)], {"dims": dims}
-
-
-def s_var(draw: Draw, cls: Any) -> Sample:
-    [x], params = s_reduction(draw, cls)
-    params["correction"] = draw(st.sampled_from([0, 1, 0.5, 1.0, 2]))
-    return [x], params
-
-
-def s_arg_reduction(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(cls, lambda d: cls.infer(_t((1,), d), dim=0))))
-    shape = list(_shape(draw, min_rank=1))
-    dim = draw(st.integers(0, len(shape) - 1))
-    shape[dim] = max(shape[dim], 1)
-    return [_tensor(draw, shape, dtype)], {"dim": dim}
-
-
-def s_matmul(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(cls, lambda d: cls.infer(_t((2,), d), _t((2,), d)))))
-    batch = _shape(draw, max_rank=2, max_size=3)
-    m, k, n = (draw(st.integers(0, 3)) for _ in range(3))
-
-    def operand(core: list[int]) -> list[int]:
-        if draw(st.booleans()):
-            return core[-1:] if core[-1] == k else core[:1]  # 1-D operand
-        cut = draw(st.integers(0, len(batch)))
-        return [draw(st.sampled_from([b, 1])) for b in batch[cut:]] + core
-
-    a, b = operand([m, k]), operand([k, n])
-    return [_tensor(draw, a, dtype), _tensor(draw, b, dtype)], {}
-
-
-def s_linear(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(
-        cls, lambda d: cls.infer(_t((2,), d), _t((3, 2), d), _t((3,), d)))))
-    k = draw(st.integers(0, 3))
-    x = [*_shape(draw, max_rank=2, max_size=3), k]
-    w = draw(st.sampled_from([[k], [draw(st.integers(0, 3)), k]]))
-    with_bias = draw(st.booleans()) and (len(w) == 2 or len(x) == 1)  # as F.linear allows
-    bias = _tensor(draw, w[:-1], dtype) if with_bias else None
-    return [_tensor(draw, x, dtype), _tensor(draw, w, dtype), bias], {}
-
-
-def s_iota(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(
-        cls, lambda d: cls.infer(length=2, start=0, step=1, device="cpu", dtype=d))))
-    params = {"length": draw(st.integers(0, 5)),
-              "start": _number(draw, draw(st.sampled_from([int, float]))),
-              "step": _number(draw, draw(st.sampled_from([int, float]))),
-              "device": "cpu", "dtype": dtype}
-    return [], params
-
-
-def s_full(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(SUPPORTED_DTYPES))
-    return [], {"shape": _shape(draw), "fill_value": _pad_value(draw, dtype), "device": "cpu",
-                "dtype": dtype}
-
-
-def s_uniform(draw: Draw, cls: Any) -> Sample:
-    lo = draw(st.sampled_from([-2.0, 0.0, 0.5]))
-    params = {"shape": _shape(draw), "minval": lo, "maxval": lo + draw(st.sampled_from([0.5, 3.0])),
-              "device": "cpu", "dtype": draw(st.sampled_from(sorted(FLOAT_DTYPES, key=str)))}
-    return [draw(st.integers(0, 2**31)), draw(st.integers(0, 2**20))], params
-
-
-def s_take(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw, min_rank=1)
-    dim = draw(st.integers(0, len(shape) - 1))
-    n = draw(st.integers(0, 4)) if shape[dim] else 0
-    x = _tensor(draw, shape, draw(st.sampled_from(SUPPORTED_DTYPES)))
-    return [x, _index(draw, (n,), shape[dim])], {"dim": dim}
-
-
-def s_gather(draw: Draw, cls: Any) -> Sample:
-    shape = _shape(draw, min_rank=1)
-    dim = draw(st.integers(0, len(shape) - 1))
-    idx = [draw(st.integers(0, s)) for s in shape]
-    idx[dim] = draw(st.integers(0, 4)) if shape[dim] else 0
-    x = _tensor(draw, shape, draw(st.sampled_from(SUPPORTED_DTYPES)))
-    return [x, _index(draw, idx, shape[dim])], {"dim": dim}
-
-
-def s_index_add(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(
-        cls, lambda d: cls.infer(_t((1,), d), _t((1,), torch.int64), _t((1,), d), dim=0))))
-    shape = _shape(draw, min_rank=1)
-    dim = draw(st.integers(0, len(shape) - 1))
-    n = draw(st.integers(0, 4)) if shape[dim] else 0
-    src = list(shape)
-    src[dim] = n
-    ops = [_tensor(draw, shape, dtype), _index(draw, (n,), shape[dim]), _tensor(draw, src, dtype)]
-    return ops, {"dim": dim}
-
-
-def s_scatter_add(draw: Draw, cls: Any) -> Sample:
-    dtype = draw(st.sampled_from(_accepted(
-        cls, lambda d: cls.infer(_t((1,), d), _t((1,), torch.int64), _t((1,), d), dim=0))))
-    shape = _shape(draw, min_rank=1)
-    dim = draw(st.integers(0, len(shape) - 1))
-    idx = [draw(st.integers(0, s)) for s in shape]
-    idx[dim] = draw(st.integers(0, 3)) if shape[dim] else 0
-    src = [i + draw(st.integers(0, 1)) for i in idx]
-    ops = [_tensor(draw, shape, dtype), _index(draw, idx, shape[dim]), _tensor(draw, src, dtype)]
-    return ops, {"dim": dim}
-
-
-def s_constant(draw: Draw, cls: Any) -> Sample:
-    value = draw(st.one_of(st.booleans(), st.integers(-(2**40), 2**40),
-                           st.floats(allow_nan=False, width=64)))
-    return [], {"value": value}
-
-
-SAMPLERS: dict[str, Callable[[Draw, Any], Sample]] = {
-    "where": s_where,
-    "convert_element_type": s_convert,
-    "broadcast_in_dim": s_broadcast_in_dim,
-    "reshape": s_reshape,
-    "transpose": s_transpose,
-    "slice": s_slice,
-    "squeeze": s_squeeze,
-    "pad": s_pad,
-    "cat": s_cat,
-    "flip": s_flip,
-    "var": s_var,
-    "matmul": s_matmul,
-    "linear": s_linear,
-    "iota": s_iota,
-    "full": s_full,
-    "uniform": s_uniform,
-    "take": s_take,
-    "gather": s_gather,
-    "index_add": s_index_add,
-    "scatter_add": s_scatter_add,
-    "constant": s_constant,
-}
-for _name, _cls in OPS.items():
-    if issubclass(_cls, prims.UnaryOp):
-        SAMPLERS[_name] = s_unary
-    elif issubclass(_cls, prims.BinaryOp):
-        SAMPLERS[_name] = s_binary
-    elif issubclass(_cls, prims.ArgReductionOp):
-        SAMPLERS[_name] = s_arg_reduction
-    elif issubclass(_cls, prims.ReductionOp) and _name not in SAMPLERS:
-        SAMPLERS[_name] = s_reduction
 
 
 def _result_types(out: Any) -> Any:
@@ -426,8 +130,8 @@ def _build(cls: type[ThunderOp], types: list[Any], params: dict[str, Any]) -> Th
 # --------------------------------------------------------------------------- properties
 
 
-def test_every_prim_has_a_sampler() -> None:
-    assert sorted(SAMPLERS) == sorted(OPS)
+def test_every_prim_has_an_input_strategy() -> None:
+    assert missing_inputs(PRIMS) == []
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -435,8 +139,9 @@ def test_every_prim_has_a_sampler() -> None:
 @SETTINGS
 @given(data=st.data())
 def test_shape_rule_matches_reference(name: str, data: st.DataObject) -> None:
+    """On inputs from `thunder_ir.testing.op_inputs`, in every dtype the prim takes."""
     cls = OPS[name]
-    operands, params = SAMPLERS[name](data.draw, cls)
+    operands, params = data.draw(op_inputs(cls, dtypes=SUPPORTED_DTYPES))
     types = [_type_of(g) for g in operands]
     expected = cls.infer(*types, **params)
     got = _result_types(cls.ref(*operands, **params))
@@ -640,17 +345,9 @@ def test_every_prim_with_tensor_operands_rejects_numbers() -> None:
 
 
 def _example(cls: type[ThunderOp]) -> Sample:
-    """One fixed valid sample of a prim, drawn deterministically from its sampler."""
-    name = cls.name.removeprefix("prims.")
-    out: list[Sample] = []
-
-    @settings(max_examples=1, database=None, derandomize=True, deadline=None)
-    @given(st.data())
-    def once(data: st.DataObject) -> None:
-        out.append(SAMPLERS[name](data.draw, cls))
-
-    once()
-    return out[0]
+    """One fixed valid sample of a prim (deterministic)."""
+    operands, params = example_inputs(cls, dtypes=SUPPORTED_DTYPES)
+    return operands, params
 
 
 # --------------------------------------------------------------------------- reference numerics

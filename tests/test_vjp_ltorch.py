@@ -1,11 +1,12 @@
 """Property tests of the direct ltorch VJP rules and of the ``torch.call`` autograd fallback.
 
-Each rule is checked in float64 against ``torch.autograd.grad`` of the op's reference
-(`thunder_ir.testing.check_vjp`): the op and its rule form one program that the reference
-interpreter runs. Hypothesis draws shapes and the variants each op has (masks, GQA,
-ignored targets, label smoothing, affine or not…). The fallback is checked on torch
-functions that have no ltorch op, through the interpreter, through generated Python,
-and inside `build_joint`.
+Each rule goes through `thunder_ir.testing.check_vjp_property`: hypothesis draws inputs
+from the op's VJP strategy (``op_inputs(op, for_vjp=True)``: shapes and the variants each
+op has, masks, GQA, ignored targets, label smoothing, affine or not…); the op and its rule
+form one program that the reference interpreter runs, checked in float64 against
+``torch.autograd.grad`` of the op's reference. The fallback is checked on torch functions
+that have no ltorch op, through the interpreter, through generated Python, and inside
+`build_joint`.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from thunder_ir.dialects.types import is_float, type_of_tensor
 from thunder_ir.passes import vjp_ltorch
 from thunder_ir.passes.vjp import VJP_RULES, Grad, load_vjp_rules
 from thunder_ir.runtime.interpreter import run
-from thunder_ir.testing import check_vjp
+from thunder_ir.testing import OpSample, check_vjp, check_vjp_property, op_inputs, values
 
 SETTINGS = settings(max_examples=8, deadline=None)
+MAX_EXAMPLES = 8
 F64 = torch.float64
 
 
@@ -66,39 +68,19 @@ def test_direct_rule_table() -> None:
         assert rules[op].__doc__, f"{op.name}'s rule has no docstring"
 
 
-# --------------------------------------------------------------------------- linear algebra
+# --------------------------------------------------------------------------- properties
 
 
-@SETTINGS
-@given(batch=st.lists(side, max_size=2), n_in=side, n_out=side, bias=st.booleans(),
-       vector_weight=st.booleans(), seed=seeds)
-def test_linear(batch: list[int], n_in: int, n_out: int, bias: bool, vector_weight: bool,
-                seed: int) -> None:
-    if vector_weight:  # torch allows a bias with a 1-D weight only for a 1-D input
-        batch = [] if bias else batch
-        w, b = rand((n_in,), seed + 1), rand((), seed + 2) if bias else None
-    else:
-        w, b = rand((n_out, n_in), seed + 1), rand((n_out,), seed + 2) if bias else None
-    check_vjp(N.LinearOp, [rand((*batch, n_in), seed), w, b])
+@pytest.mark.parametrize("op", vjp_ltorch.DIRECT_RULES, ids=lambda o: o.name)
+def test_vjp_matches_autograd(op: type[ThunderOp]) -> None:
+    """Whatever the op's VJP strategy draws: 1-D and broadcast batched matmuls, 1-D or 2-D
+    linear weights, gelu's approximations, softmax dims, dropout probabilities and training
+    flags, norms with or without affine params and eps, embedding padding and frequency
+    scaling, attention masks, causal and GQA, class-index and probability targets."""
+    check_vjp_property(op, max_examples=MAX_EXAMPLES)
 
 
-@st.composite
-def matmul_shapes(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Operand shapes torch.matmul accepts: 1-D promotion and broadcast batch dims."""
-    n, k, p = draw(side), draw(side), draw(side)
-    batch = draw(st.lists(side, max_size=2))
-    a_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, 2)):]
-    b_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, 2)):]
-    a = (k,) if draw(st.booleans()) else (*a_batch, n, k)
-    b = (k,) if draw(st.booleans()) else (*b_batch, k, p)
-    return a, b
-
-
-@SETTINGS
-@given(shapes=matmul_shapes(), seed=seeds)
-def test_matmul(shapes: tuple[tuple[int, ...], tuple[int, ...]], seed: int) -> None:
-    a, b = shapes
-    check_vjp(N.MatmulOp, [rand(a, seed), rand(b, seed + 1)])
+# --------------------------------------------------------------------------- edge cases
 
 
 def test_matmul_folds_batch_rows_for_a_2d_rhs() -> None:
@@ -114,35 +96,6 @@ def test_matmul_folds_batch_rows_for_a_2d_rhs() -> None:
     assert db.type.sizes == (5, 6)
 
 
-@SETTINGS
-@given(b=side, n=side, m=side, p=side, seed=seeds)
-def test_bmm(b: int, n: int, m: int, p: int, seed: int) -> None:
-    check_vjp(N.BmmOp, [rand((b, n, m), seed), rand((b, m, p), seed + 1)])
-
-
-# --------------------------------------------------------------------------- activations
-
-
-ACTIVATIONS: list[tuple[type[ThunderOp], dict[str, Any]]] = [
-    (N.ReluOp, {}),
-    (N.GeluOp, {}),
-    (N.GeluOp, {"approximate": "tanh"}),
-    (N.GeluOp, {"approximate": "none"}),
-    (N.SiluOp, {}),
-    (N.SigmoidOp, {}),
-    (C.TanhOp, {}),
-]
-
-
-@pytest.mark.parametrize(("op", "params"), ACTIVATIONS,
-                         ids=[f"{o.name}-{p}" for o, p in ACTIVATIONS])
-@SETTINGS
-@given(shape=st.lists(side, max_size=3), seed=seeds)
-def test_activation(op: type[ThunderOp], params: dict[str, Any], shape: list[int],
-                    seed: int) -> None:
-    check_vjp(op, [rand(tuple(shape), seed, -4.0, 4.0)], params)
-
-
 def test_activations_of_int_tensors_have_no_cotangent() -> None:
     prog = Program("p", [type_of_tensor(torch.zeros(3, dtype=torch.int64))])
     x = prog.args[0]
@@ -150,36 +103,11 @@ def test_activations_of_int_tensors_have_no_cotangent() -> None:
     assert vjp_ltorch.sigmoid(Grad(prog.emitter), [y], [y], x) == [None]
 
 
-# --------------------------------------------------------------------------- softmax
-
-
-@pytest.mark.parametrize("op", [N.SoftmaxOp, N.LogSoftmaxOp], ids=lambda o: o.name)
-@SETTINGS
-@given(shape=st.lists(side, max_size=3), data=st.data(), seed=seeds)
-def test_softmax(op: type[ThunderOp], shape: list[int], data: st.DataObject,
-                 seed: int) -> None:
-    rank = max(len(shape), 1)
-    dim = data.draw(st.integers(-rank, rank - 1))
-    check_vjp(op, [rand(tuple(shape), seed, -5.0, 5.0)], {"dim": dim})
-
-
 @pytest.mark.parametrize("op", [N.SoftmaxOp, N.LogSoftmaxOp], ids=lambda o: o.name)
 def test_softmax_dtype_param(op: type[ThunderOp]) -> None:
     """A float32 ``dtype`` on a float64 input: the cotangent comes back as float64."""
     check_vjp(op, [rand((3, 5), 0)], {"dim": 1, "dtype": torch.float32}, atol=1e-5,
               rtol=1e-5)
-
-
-# --------------------------------------------------------------------------- dropout
-
-
-@SETTINGS
-@given(shape=st.lists(side, min_size=1, max_size=3), p=st.sampled_from([0.0, 0.3, 0.5, 1.0]),
-       training=st.sampled_from([None, True, False]), rng=st.tuples(seeds, seeds),
-       seed=seeds)
-def test_dropout(shape: list[int], p: float, training: bool | None, rng: tuple[int, int],
-                 seed: int) -> None:
-    check_vjp(N.DropoutOp, [rand(tuple(shape), seed), *rng], {"p": p, "training": training})
 
 
 def test_dropout_backward_replays_the_forward_mask() -> None:
@@ -200,84 +128,6 @@ def test_dropout_backward_replays_the_forward_mask() -> None:
     torch.testing.assert_close(grad, torch.where(kept, ct / 0.75, 0.0), rtol=0, atol=0)
 
 
-# --------------------------------------------------------------------------- normalization
-
-
-@SETTINGS
-@given(batch=st.lists(side, max_size=2), norm=st.lists(st.integers(2, 4), min_size=1,
-                                                       max_size=2),
-       weight=st.booleans(), bias=st.booleans(), eps=st.sampled_from([None, 1e-3]),
-       seed=seeds)
-def test_layer_norm(batch: list[int], norm: list[int], weight: bool, bias: bool,
-                    eps: float | None, seed: int) -> None:
-    ns = tuple(norm)
-    check_vjp(N.LayerNormOp, [rand((*batch, *ns), seed), rand(ns, seed + 1) if weight else None,
-                              rand(ns, seed + 2) if bias else None],
-              {"normalized_shape": ns, "eps": eps})
-
-
-@SETTINGS
-@given(batch=st.lists(side, max_size=2), norm=st.lists(st.integers(2, 4), min_size=1,
-                                                       max_size=2),
-       weight=st.booleans(), eps=st.sampled_from([None, 1e-3]), seed=seeds)
-def test_rms_norm(batch: list[int], norm: list[int], weight: bool, eps: float | None,
-                  seed: int) -> None:
-    ns = tuple(norm)
-    check_vjp(N.RmsNormOp, [rand((*batch, *ns), seed), rand(ns, seed + 1) if weight else None],
-              {"normalized_shape": ns, "eps": eps})
-
-
-# --------------------------------------------------------------------------- embedding
-
-
-@SETTINGS
-@given(idx_shape=st.lists(side, max_size=2), num=st.integers(2, 6), dim=side,
-       padding=st.sampled_from([None, 0, 1, -1]), freq=st.booleans(), seed=seeds)
-def test_embedding(idx_shape: list[int], num: int, dim: int, padding: int | None,
-                   freq: bool, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, num, tuple(idx_shape), generator=g)
-    check_vjp(N.EmbeddingOp, [idx, rand((num, dim), seed)],
-              {"padding_idx": padding, "scale_grad_by_freq": freq})
-
-
-# --------------------------------------------------------------------------- attention
-
-
-@st.composite
-def attention_case(draw: st.DrawFn) -> tuple[list[Any], dict[str, Any]]:
-    """(q, k, v, mask) of shapes (B, H, L, E) etc., and the op's params."""
-    seed = draw(seeds)
-    b, hk, length, source = draw(side), draw(st.integers(1, 2)), draw(side), draw(side)
-    e, ev = draw(side), draw(side)
-    gqa = draw(st.booleans())
-    hq = hk * draw(st.integers(1, 3)) if gqa else hk
-    q = rand((b, hq, length, e), seed)
-    k = rand((b, hk, source, e), seed + 1)
-    v = rand((b, hk, source, ev), seed + 2)
-    kind = draw(st.sampled_from(["none", "bool", "float"]))
-    mask_shape = draw(st.sampled_from([(length, source), (b, 1, length, source),
-                                       (1, hq, length, source)]))
-    mask = None
-    if kind == "bool":
-        g = torch.Generator().manual_seed(seed + 3)
-        mask = torch.rand(mask_shape, generator=g) < 0.6
-    elif kind == "float":
-        mask = rand(mask_shape, seed + 3)
-    # torch rejects is_causal together with an explicit mask.
-    params = {"is_causal": mask is None and draw(st.booleans()),
-              "scale": draw(st.sampled_from([None, 0.3])),
-              "enable_gqa": gqa}
-    return [q, k, v, mask], params
-
-
-@SETTINGS
-@given(case=attention_case())
-def test_scaled_dot_product_attention(case: tuple[list[Any], dict[str, Any]]) -> None:
-    operands, params = case
-    check_vjp(N.ScaledDotProductAttentionOp, operands, params)
-
-
 def test_attention_fully_masked_rows_get_zero_gradients() -> None:
     """torch gives fully masked rows zero probabilities; the rule gives them zero grads."""
     mask = torch.ones(3, 4, dtype=torch.bool)
@@ -293,9 +143,6 @@ def test_attention_rule_rejects_dropout() -> None:
     with pytest.raises(ValueError, match=r"dropout_p=0\.1"):
         vjp_ltorch.scaled_dot_product_attention(Grad(prog.emitter), [y], [y], *prog.args,
                                                 None, dropout_p=0.1)
-
-
-# --------------------------------------------------------------------------- losses
 
 
 def _cross_entropy_const_weight(input: torch.Tensor, target: torch.Tensor,
@@ -320,47 +167,22 @@ class CrossEntropyConstWeightOp(N.CrossEntropyOp):
 
 
 @st.composite
-def cross_entropy_case(draw: st.DrawFn, probabilities: bool
-                       ) -> tuple[list[Any], dict[str, Any]]:
-    seed = draw(seeds)
-    classes = draw(st.integers(2, 5))
-    batch = draw(st.sampled_from([(), (3,), (2, 3)]))  # (), (N,), (N, d1)
-    shape = (classes,) if not batch else (batch[0], classes, *batch[1:])
-    tshape = batch
-    x = rand(shape, seed, -3.0, 3.0)
-    g = torch.Generator().manual_seed(seed + 1)
-    weight = rand((classes,), seed + 2, 0.2, 2.0) if draw(st.booleans()) else None
-    params: dict[str, Any] = {
-        "reduction": draw(st.sampled_from(["mean", "sum", "none"])),
-        "label_smoothing": draw(st.sampled_from([0.0, 0.25])),
-    }
-    if probabilities:
-        target = torch.softmax(rand(shape, seed + 3), dim=1 if batch else 0)
-    else:
-        ignore = draw(st.sampled_from([-100, 1]))
-        target = torch.randint(0, classes, tshape, generator=g)
-        drop = torch.rand(tshape, generator=g) < 0.3
-        drop.view(-1)[0] = False  # keep one target: an all-ignored mean is NaN
-        target = torch.where(drop, ignore, target)
-        if ignore != -100:
-            target.view(-1)[0] = 0
-        params["ignore_index"] = ignore
-    return [x, target, weight], params
+def class_indices_with_weights(draw: st.DrawFn) -> OpSample:
+    """Class-index samples of cross_entropy's VJP strategy, given class weights (which that
+    strategy leaves out: torch cannot differentiate them)."""
+    sample = draw(op_inputs(N.CrossEntropyOp, for_vjp=True).filter(
+        lambda s: not is_float(s.operands[1].dtype)))
+    x, target, _ = sample.operands
+    classes = x.shape[0 if x.ndim == 1 else 1]
+    weight = values(draw, (classes,), F64, 0.2, 2.0)
+    return OpSample([x, target, weight], sample.params)
 
 
-@SETTINGS
-@given(case=cross_entropy_case(probabilities=False))
-def test_cross_entropy_class_indices(case: tuple[list[Any], dict[str, Any]]) -> None:
-    operands, params = case
-    check_vjp(CrossEntropyConstWeightOp, operands, params, rule=vjp_ltorch.cross_entropy)
-
-
-@SETTINGS
-@given(case=cross_entropy_case(probabilities=True))
-def test_cross_entropy_probabilities(case: tuple[list[Any], dict[str, Any]]) -> None:
-    """Probability targets: the input, the target and the class weights get cotangents."""
-    operands, params = case
-    check_vjp(N.CrossEntropyOp, operands, params)
+def test_cross_entropy_class_indices_with_weights() -> None:
+    """The rule's input cotangent with class weights, against a reference that holds the
+    weights constant."""
+    check_vjp_property(CrossEntropyConstWeightOp, rule=vjp_ltorch.cross_entropy,
+                       inputs=class_indices_with_weights(), max_examples=MAX_EXAMPLES)
 
 
 @pytest.mark.filterwarnings("ignore:size_average and reduce args")

@@ -12,23 +12,63 @@ The rule (STYLE.md, after PyTorch's ``test_decomp.py``): the decomposition's err
 against ``ref64`` may be no worse than eager's error, plus a small tolerance that fits the
 dtype. Integer and bool results must match eager exactly.
 
-Hypothesis strategies (`shapes`, `broadcast_shapes`, `tensors`, `float_dtypes`) draw
-valid inputs; on failure hypothesis prints its shrunk counterexample.
+``check_vjp(op, operands, params)`` checks a VJP rule the same way against
+``torch.autograd`` in float64.
+
+Property forms draw the inputs: ``check_decomposition_property(op)`` and
+``check_vjp_property(op)`` run the checks on examples from ``op_inputs(op)`` (see
+`thunder_ir.testing_inputs`: a strategy per prim and ltorch op, and `register_inputs` for
+your own ops). On failure hypothesis shrinks the input; the error names the op and shows
+the shrunk `OpSample`::
+
+    from thunder_ir.dialects import ltorch
+    from thunder_ir.testing import check_decomposition_property
+
+    def my_silu(d, x):
+        return d.prims.mul(x, d.ltorch.sigmoid(x))
+
+    check_decomposition_property(ltorch.OPS["silu"], rule=my_silu, max_examples=20)
+
+Smaller strategies (`shapes`, `broadcast_shapes`, `tensors`, `float_dtypes`) help write
+strategies of your own.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import hypothesis
 import torch
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
+from thunder_ir.dialects import ltorch_core
 from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.program import Program
 from thunder_ir.dialects.types import is_float, number_type, type_of_tensor
+from thunder_ir.testing_inputs import (
+    ANY_KIND,
+    BOOL_KIND,
+    DEFAULT_DTYPES,
+    FLOAT_KIND,
+    INT_KIND,
+    NUMERIC_KIND,
+    VJP_DTYPES,
+    InputFn,
+    InputSpec,
+    OpSample,
+    away_from_zero,
+    example_inputs,
+    has_inputs,
+    missing_inputs,
+    op_inputs,
+    register_inputs,
+    values,
+)
 
 # Absolute tolerance added to eager's error, per result dtype.
 ATOL: dict[torch.dtype, float] = {
@@ -152,6 +192,18 @@ def compare(name: str, got: Any, eager: Any, ref64: Any | None,
             f"float64 {ref.flatten()[worst].item()!r})")
 
 
+def _zeros_reference(*operands: Any, **params: Any) -> torch.Tensor:
+    """``torch.empty``'s contents are unspecified: compare shape and dtype against zeros."""
+    return torch.zeros_like(ltorch_core.EmptyOp.ref(*operands, **params))
+
+
+DEFAULT_REFERENCES: dict[type[ThunderOp], Callable[..., Any]] = {
+    ltorch_core.EmptyOp: _zeros_reference,
+}
+"""Expected-result functions `check_decomposition` uses instead of ``op.ref`` (ops whose
+eager values are unspecified)."""
+
+
 def check_decomposition(op: type[ThunderOp], operands: Sequence[Any],
                         params: dict[str, Any] | None = None, *,
                         rule: Callable[..., Any] | None = None,
@@ -166,13 +218,14 @@ def check_decomposition(op: type[ThunderOp], operands: Sequence[Any],
         params: the op's static arguments.
         rule: a decomposition to test instead of the registered one.
         atol, rtol: override the per-dtype tolerances.
-        reference: computes the expected result (default: ``op.ref``).
+        reference: computes the expected result (default: ``op.ref``, or the op's entry
+            in `DEFAULT_REFERENCES`).
 
     Returns:
         The decomposed module, for further inspection.
     """
     params = dict(params or {})
-    ref_fn = reference or (lambda *a, **k: op.ref(*a, **k))
+    ref_fn = reference or DEFAULT_REFERENCES.get(op) or (lambda *a, **k: op.ref(*a, **k))
     eager = _as_list(ref_fn(*operands, **params))
     try:
         ref64 = _as_list(ref_fn(*[_upcast(g) for g in operands], **params))
@@ -292,6 +345,124 @@ def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
                                    msg=_cotangent_msg(op.name, i))
 
 
+# --------------------------------------------------------------------------- properties
+
+_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+               HealthCheck.large_base_example]
+
+
+def _property(name: str, key: str, test: Callable[..., None], strategies: dict[str, Any],
+              base: hypothesis.settings | None, max_examples: int) -> None:
+    """Runs ``test`` under ``@given(**strategies)`` with its own database key."""
+    test.__name__ = test.__qualname__ = re.sub(r"\W", "_", name)
+    # One database entry per op and mode, as pytest's parametrize would give.
+    test._hypothesis_internal_add_digest = key.encode()  # type: ignore[attr-defined]
+    conf = hypothesis.settings(base, max_examples=max_examples, deadline=None,
+                               suppress_health_check=_SUPPRESSED)
+    conf(given(**strategies)(test))()
+
+
+def _key(kind: str, op: type[ThunderOp], dtypes: Any, rule: Any, inputs: Any) -> str:
+    """The database key of a property: saved failures replay for the same check only."""
+    rule_name = "" if rule is None else (
+        f"{getattr(rule, '__module__', '')}.{getattr(rule, '__qualname__', type(rule).__name__)}")
+    return f"{kind}:{op.name}:{dtypes}:{rule_name}:{inputs is not None}"
+
+
+def _failure(kind: str, op: type[ThunderOp], sample: OpSample, e: AssertionError
+             ) -> AssertionError:
+    return AssertionError(f"{op.name}: {kind} on\n    {sample!r}\n{e}")
+
+
+def check_decomposition_property(
+        op: type[ThunderOp], *, rule: Callable[..., Any] | None = None,
+        dtypes: Sequence[torch.dtype] | None = None,
+        inputs: st.SearchStrategy[OpSample] | None = None, max_examples: int = 20,
+        settings: hypothesis.settings | None = None, atol: float | None = None,
+        rtol: float | None = None, reference: Callable[..., Any] | None = None,
+        inspect: Callable[[ModuleOp, OpSample], None] | None = None) -> None:
+    """`check_decomposition` on inputs that hypothesis draws from ``op_inputs(op)``.
+
+    On failure hypothesis shrinks the input; the `AssertionError` names the op and shows
+    the shrunk `OpSample` (hypothesis adds its "Falsifying example" note too).
+
+    Args:
+        op: the op class (it needs an input strategy: `register_inputs` for your own).
+        rule: a decomposition to test instead of the registered one.
+        dtypes: the data dtypes to draw (default `DEFAULT_DTYPES`).
+        inputs: a strategy of `OpSample` to draw from instead of ``op_inputs(op)``.
+        max_examples: how many inputs to try.
+        settings: hypothesis settings to start from (``max_examples`` and ``deadline``
+            given here win).
+        atol, rtol, reference: as for `check_decomposition`.
+        inspect: called with the decomposed module and the sample after each passing
+            check (to assert more, e.g. that only prims are left).
+    """
+    strategy = inputs if inputs is not None else op_inputs(op, dtypes=dtypes)
+
+    def test(sample: OpSample) -> None:
+        try:
+            module = check_decomposition(op, sample.operands, sample.params, rule=rule,
+                                         atol=atol, rtol=rtol, reference=reference)
+            if inspect is not None:
+                inspect(module, sample)
+        except AssertionError as e:
+            raise _failure("the decomposition disagrees with eager", op, sample, e) from e
+        except Exception as e:
+            e.add_note(f"while checking the decomposition of {op.name} on {sample!r}")
+            raise
+
+    _property(f"check_decomposition_of_{op.name}",
+              _key("decomposition", op, dtypes, rule, inputs), test, {"sample": strategy},
+              settings, max_examples)
+
+
+def check_vjp_property(
+        op: type[ThunderOp], *, rule: Callable[..., Any] | None = None,
+        dtypes: Sequence[torch.dtype] | None = None,
+        inputs: st.SearchStrategy[OpSample] | None = None, max_examples: int = 10,
+        settings: hypothesis.settings | None = None, atol: float = 1e-7,
+        rtol: float = 1e-6) -> None:
+    """`check_vjp` on inputs that hypothesis draws from ``op_inputs(op, for_vjp=True)``
+    (float64, differentiable values), with drawn cotangent seeds.
+
+    On failure hypothesis shrinks the input; the `AssertionError` names the op and shows
+    the shrunk `OpSample`.
+
+    Args:
+        op: the op class.
+        rule: a VJP rule to test instead of the registered one.
+        dtypes: the data dtypes to draw (default float64).
+        inputs: a strategy of `OpSample` to draw from instead of ``op_inputs(op, ...)``.
+        max_examples: how many inputs to try.
+        settings: hypothesis settings to start from.
+        atol, rtol: as for `check_vjp`.
+
+    Raises:
+        KeyError: ``op`` has no registered VJP rule and no ``rule`` was given.
+    """
+    from thunder_ir.passes.vjp import load_vjp_rules
+
+    if rule is None and load_vjp_rules().get(op) is None:
+        raise KeyError(f"{op.name} has no VJP rule (pass rule= to check one)")
+    strategy = inputs if inputs is not None else op_inputs(op, dtypes=dtypes, for_vjp=True)
+
+    def test(sample: OpSample, seed: int) -> None:
+        try:
+            check_vjp(op, sample.operands, sample.params, rule=rule, atol=atol, rtol=rtol,
+                      seed=seed)
+        except AssertionError as e:
+            raise _failure("the VJP rule disagrees with torch.autograd", op, sample,
+                           e) from e
+        except Exception as e:
+            e.add_note(f"while checking the VJP rule of {op.name} on {sample!r}")
+            raise
+
+    _property(f"check_vjp_of_{op.name}", _key("vjp", op, dtypes, rule, inputs), test,
+              {"sample": strategy, "seed": st.integers(0, 2**16 - 1)}, settings,
+              max_examples)
+
+
 # --------------------------------------------------------------------------- strategies
 
 float_dtypes = st.sampled_from([torch.float32, torch.float64, torch.bfloat16])
@@ -349,17 +520,37 @@ def number_of(value: Any) -> Any:
 
 
 __all__ = [
+    "ANY_KIND",
     "ATOL",
+    "BOOL_KIND",
+    "DEFAULT_DTYPES",
+    "DEFAULT_REFERENCES",
+    "FLOAT_KIND",
+    "INT_KIND",
+    "NUMERIC_KIND",
     "RTOL",
+    "VJP_DTYPES",
+    "InputFn",
+    "InputSpec",
+    "OpSample",
     "all_dtypes",
+    "away_from_zero",
     "broadcast_shapes",
     "build_one_op",
     "check_decomposition",
+    "check_decomposition_property",
     "check_vjp",
+    "check_vjp_property",
     "compare",
     "decompose",
+    "example_inputs",
     "float_dtypes",
+    "has_inputs",
+    "missing_inputs",
     "number_of",
+    "op_inputs",
+    "register_inputs",
     "shapes",
     "tensors",
+    "values",
 ]

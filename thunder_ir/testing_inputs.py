@@ -123,6 +123,10 @@ class OpSample:
     def __repr__(self) -> str:
         return f"OpSample(operands={_show(self.operands)}, params={_show(self.params)})"
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis's reports print `__repr__` (exact values, dtypes) too."""
+        printer.text(repr(self))
+
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -831,6 +835,7 @@ def _lt_binary(draw: st.DrawFn, spec: InputSpec) -> OpSample:
             other = draw(st.integers(-3, 3) | st.booleans())
         elif spec.for_vjp:
             other = _p_number(draw, spec, name, 1, torch.float64)
+            other = 1.0 if other is True else other  # torch.sub takes no bool
         else:
             other = draw(st.integers(-3, 3) | st.sampled_from([0.5, -1.25, 2.75, 0.0]))
     a_first, rhs = a, other
