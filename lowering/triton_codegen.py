@@ -32,6 +32,7 @@ compiles and caches it. Nothing here imports triton.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
-from thunder_ir.dialects.types import NumberType, TensorType, is_float
+from thunder_ir.dialects.types import NumberType, TensorType
 
 MAX_REDUCTION = 8192
 """The most elements one reduction may reduce (one block per row; no loop)."""
@@ -287,16 +288,15 @@ def _reduction_deps(ops: Sequence[Operation]) -> dict[SSAValue, frozenset[Operat
     return deps
 
 
-def plan(region: RegionOp) -> Schedule:
-    """Schedules a region's ops into kernels (see the module doc)."""
-    block = region.body.block
+def plan(block: Block, base: str) -> Schedule:
+    """Schedules the ops of a region's body into kernels named ``<base>_k<i>`` (see the
+    module doc)."""
     term = block.last_op
     assert isinstance(term, YieldOp)
     ops = [op for op in block.ops if op is not term]
     for op in ops:
         if not fusible(op):
             raise UnsupportedRegion(f"{op.name} is not supported by the Triton generator")
-    base = region.kernel.data
     deps = _reduction_deps(ops)
     kernels: list[Kernel] = []
     owner: dict[Operation, int] = {}
@@ -310,7 +310,7 @@ def plan(region: RegionOp) -> Schedule:
         if op.name not in _REDUCTIONS:
             continue
         key = (_tensor(op.operands[0]).sizes, tuple(sorted(_params(op)["dims"])))
-        level = max((owner[r] for r in deps[op.operands[0]]), default=-1)
+        level = max((owner[r] for r in deps.get(op.operands[0], ())), default=-1)
         cand = last_of_key.get(key)
         if cand is None or cand < level:
             cand = new_kernel(*key)
@@ -334,7 +334,7 @@ def plan(region: RegionOp) -> Schedule:
             store(y, owner[y.owner])  # type: ignore[index]
             continue
         sizes = _tensor(y).sizes
-        ds = deps[y]
+        ds = deps.get(y, frozenset())
         if ds:
             k = max(owner[r] for r in ds)
             if sizes in (kernels[k].shape, kernels[k].kept_shape):
@@ -352,13 +352,20 @@ def plan(region: RegionOp) -> Schedule:
         store(y, k)
 
     # Reductions read by a later kernel go through memory: their kernel stores them too.
-    for i, kern in enumerate(kernels):
-        for r in _foreign_reductions(kern, i, owner):
+    # Last kernel first, so that a kernel's stores are final when it is walked.
+    for i in range(len(kernels) - 1, -1, -1):
+        for r in _foreign_reductions(kernels[i], i, owner):
             if owner[r] >= i:
                 raise UnsupportedRegion(f"{r.name} is needed before it is computed")
             store(r.results[0], owner[r])
+    # Kernels left with nothing to store (dead reductions) are dropped.
+    live = [i for i, kern in enumerate(kernels) if kern.stores]
+    new_index = {old: new for new, old in enumerate(live)}
+    kernels = [kernels[i] for i in live]
     for i, kern in enumerate(kernels):
         kern.name = f"{base}_k{i}"
+    owner = {r: new_index[k] for r, k in owner.items() if k in new_index}
+    stored_by = {v: new_index[k] for v, k in stored_by.items()}
     return Schedule(block, kernels, owner, stored_by)
 
 
@@ -414,7 +421,7 @@ class _KernelWriter:
         self.kern = sched.kernels[index]
         self.buffers = buffers  # values in memory (region inputs, stored values) -> name
         self.numbers = numbers  # region inputs that are numbers -> argument name
-        self.pre: list[str] = []
+        self.pre: dict[int, str] = {}  # domain dim -> the line defining its index
         self.body: list[str] = []
         self.memo: dict[tuple[SSAValue, tuple[int | None, ...]], _Val] = {}
         self.loads: dict[tuple[str, str], str] = {}
@@ -453,7 +460,7 @@ class _KernelWriter:
         if pos > 0:
             e = f"{cls} % {shape[d]}" if inner == 1 else f"({e}) % {shape[d]}"
         name = f"i{d}"
-        self.pre.append(f"{name} = {e}")
+        self.pre[d] = f"{name} = {e}"
         self.idx_vars[d] = name
         return name
 
@@ -468,7 +475,7 @@ class _KernelWriter:
                 continue
             lane = lane or cls == self.lane
             whole = [m[i] for i in tdims] == cdims and all(
-                strides[a] == strides[b] * sizes[b] for a, b in zip(tdims, tdims[1:]))
+                strides[a] == strides[b] * sizes[b] for a, b in itertools.pairwise(tdims))
             if whole:
                 terms.append(_scaled(cls, strides[tdims[-1]]))
             else:
@@ -538,7 +545,8 @@ class _KernelWriter:
         if name is not None and (isinstance(v, BlockArgument)
                                  or self.sched.stored_by[v] < self.index):
             return self._load(name, t, m)
-        assert isinstance(op, Operation)
+        if not isinstance(op, Operation) or op.parent_block() is not self.sched.block:
+            raise UnsupportedRegion("the region reads a tensor from outside its body")
         handler = _HANDLERS.get(op.name)
         if handler is not None:
             return handler(self, op, m)
@@ -714,7 +722,8 @@ class TritonSource:
 
     Attributes:
         source: the module text (``@triton.jit`` kernels, then the launcher).
-        launcher: the name of the launcher function: ``launcher(*inputs) -> tuple``.
+        launcher: the launcher function's name: ``launcher(*inputs)`` returns the one output
+            itself, or a tuple of several.
         schedule: the plan the source implements.
     """
 
@@ -747,11 +756,15 @@ def _wrap_call(head: str, args: Sequence[str], indent: str, tail: str = "") -> l
 
 def generate(region: RegionOp) -> TritonSource:
     """The Triton source computing ``region`` (raises `UnsupportedRegion`)."""
-    sched = plan(region)
-    block = sched.block
+    return generate_block(region.body.block, region.kernel.data)
+
+
+def generate_block(block: Block, base: str) -> TritonSource:
+    """The Triton source computing a region body of prims; the launcher is named ``base``
+    and its kernels ``<base>_k<i>`` (raises `UnsupportedRegion`)."""
+    sched = plan(block, base)
     term = block.last_op
     assert isinstance(term, YieldOp)
-    base = region.kernel.data
     args = [f"a{i}" for i in range(len(block.args))]
     buffers: dict[SSAValue, str] = {}
     numbers: dict[SSAValue, str] = {}
@@ -772,6 +785,7 @@ def generate(region: RegionOp) -> TritonSource:
     kernel_src: list[str] = []
     launches: list[str] = []
     helpers: set[str] = set()
+    used: set[str] = set()
     for i, kern in enumerate(sched.kernels):
         w = _KernelWriter(sched, i, buffers, numbers)
         for v in kern.stores:
@@ -779,6 +793,7 @@ def generate(region: RegionOp) -> TritonSource:
         helpers |= w.helpers
         names = [*args, *(n for v, n in buffers.items() if not isinstance(v, BlockArgument))]
         params = [p for p in names if p in w.params]
+        used.update(params)
         kernel_src.append(_kernel_text(kern, w, params))
         launches += _launch_lines(kern, params)
 
@@ -792,7 +807,7 @@ def generate(region: RegionOp) -> TritonSource:
     out += ["", ""]
     out += _wrap_call(f"def {base}", args, "", ":") if args else [f"def {base}():"]
     for a, name in zip(block.args, args):
-        if isinstance(a.type, TensorType):
+        if isinstance(a.type, TensorType) and name in used:
             out.append(f"    {name} = {name}.contiguous()")
     for v, name in buffers.items():
         if isinstance(v, BlockArgument):
@@ -811,7 +826,8 @@ def generate(region: RegionOp) -> TritonSource:
             owner = y.owner
             assert isinstance(owner, P.ConstantOp)
             rets.append(literal(owner.params()["value"]))
-    out.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+    # A kernel returns its one output itself, a tuple of several (as codegen calls it).
+    out.append(f"    return {rets[0]}" if len(rets) == 1 else f"    return ({', '.join(rets)})")
     return TritonSource("\n".join(out) + "\n", base, sched)
 
 
@@ -823,14 +839,15 @@ def _kernel_text(kern: Kernel, w: _KernelWriter, params: list[str]) -> str:
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
     if kern.is_reduction:
         n = math.prod(shape[d] for d in kern.reduced)
-        doc = (f"Reduces dims {list(kern.reduced)} of {list(shape)}: one program per row of "
-               f"{n}.")
+        doc = (f"Reduces dims {list(kern.reduced)} of {list(shape)}: one program per point "
+               f"of dims {list(kern.kept)}, {n} lanes.")
         head = [f"row = {pid}", "cols = tl.arange(0, RBLOCK)", f"cmask = cols < {n}"]
     else:
         doc = f"Elementwise over {list(shape)}."
         head = [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
                 f"mask = offs < {math.prod(shape)}"]
-    body = [f'"""{doc}"""', *head, *w.pre, *w.body]
+    pre = [w.pre[d] for d in sorted(w.pre)]  # index variables, in dim order
+    body = [f'"""{doc}"""', *head, *pre, *w.body]
     return "\n".join(["@triton.jit", *sig, *("    " + ln for ln in body)])
 
 
@@ -863,7 +880,7 @@ def structural_key(region: RegionOp) -> str:
         parts.append(str(a.type))
     for op in block.ops:
         props = ",".join(f"{k}={v}" for k, v in sorted(op.properties.items()))
-        operands = ",".join(ids[o] for o in op.operands)
+        operands = ",".join(ids[o] if o in ids else _outer(o) for o in op.operands)
         for r in op.results:
             ids[r] = f"v{len(ids)}"
         res = ",".join(f"{ids[r]}:{r.type}" for r in op.results)
@@ -871,5 +888,14 @@ def structural_key(region: RegionOp) -> str:
     return "\n".join(parts)
 
 
+def _outer(v: SSAValue) -> str:
+    """A value a region reads from outside without passing it in: CSE may leave a region
+    reading an equal ``prims.constant`` outside."""
+    if isinstance(v.owner, P.ConstantOp):
+        return f"const({v.owner.properties['value']})"
+    return f"outer({id(v)})"
+
+
 __all__ = ["FLOAT_DTYPES", "MAX_REDUCTION", "Kernel", "Schedule", "TritonSource",
-           "UnsupportedRegion", "fusible", "generate", "literal", "plan", "structural_key"]
+           "UnsupportedRegion", "fusible", "generate", "generate_block", "literal", "plan",
+           "structural_key"]

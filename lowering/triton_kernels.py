@@ -130,7 +130,7 @@ def _cross_entropy_bwd_kernel(  # type: ignore[no-untyped-def]
     else:
         c = tl.load(scale).to(tl.float32)
     c = tl.where(t != ignore_index, c, 0.0)
-    lse, total = _row_logsumexp(x_row, C, BLOCK)
+    lse, _total = _row_logsumexp(x_row, C, BLOCK)
     cols = tl.arange(0, BLOCK)
     for start in range(0, C, BLOCK):
         idx = start + cols

@@ -129,6 +129,7 @@ def plan_remat(fwd_args: Sequence[SSAValue], fwd_ops: Sequence[Operation],
             stack.extend(o for o in src.operands if o in fwd_values)
 
     g = nx.DiGraph()
+    g.add_nodes_from(("source", "sink"))  # the cut is defined even if nothing is pinned
     for v in relevant:
         vin, vout = ("in", v), ("out", v)
         src = producer.get(v)

@@ -260,3 +260,12 @@ def test_one_jitted_module_serves_training_and_eval() -> None:
     model.requires_grad_(False)
     tm(x)
     assert thunder_ir.cache_misses(tm) == 3
+
+
+def test_backward_that_needs_only_constants() -> None:
+    """Remat with nothing to save: the backward of casts and scalings reads no residual."""
+    jf = thunder_ir.jit(lambda x, y: (x.float() * 2).to(torch.bfloat16) + y.bfloat16())
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    jf(x, y).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+    torch.testing.assert_close(y.grad, torch.ones(3))
