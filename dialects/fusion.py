@@ -10,7 +10,8 @@ arguments) and returns what ``fusion.yield`` yields::
     }) : (...) -> ...
 
 It is ``Pure`` only through its body (``RecursiveMemoryEffect``): a region holding RNG is
-kept by CSE and DCE.
+kept by CSE and DCE. It is ``IsolatedFromAbove``: its body reads only its block arguments,
+so no pass (CSE included) can make it capture an outer value.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect
+from xdsl.traits import IsolatedFromAbove, IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
 from thunder_ir.dialects.types import NumberType, TensorType
@@ -53,7 +54,7 @@ class RegionOp(IRDLOperation):
     kernel = prop_def(StringAttr)
     body = region_def("single_block")
     outs = var_result_def(TensorType | NumberType)
-    traits = traits_def(RecursiveMemoryEffect())
+    traits = traits_def(RecursiveMemoryEffect(), IsolatedFromAbove())
 
     def verify_(self) -> None:
         block = self.body.block

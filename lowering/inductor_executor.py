@@ -59,7 +59,8 @@ _LTORCH = (
     "sum mean amax amin prod var"
 )
 FUSIBLE_OPS: frozenset[str] = frozenset(
-    [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()])
+    [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()]
+)
 """Ops this executor fuses. Matmul, linear, attention, embedding, indexing and RNG stay
 out: the first four are library calls Inductor would not beat; RNG is never fused."""
 
@@ -90,8 +91,10 @@ def region_program(region: RegionOp) -> ModuleOp:
 def _clone_outside(v: SSAValue, mapping: dict[SSAValue, SSAValue], prog: Program) -> None:
     owner = v.owner
     if not isinstance(owner, Operation) or not is_side_effect_free(owner):
-        raise ValueError(f"fusion.region {prog.name}: its body reads a value from outside "
-                         "that is not a side-effect-free computation")
+        raise ValueError(
+            f"fusion.region {prog.name}: its body reads a value from outside "
+            "that is not a side-effect-free computation"
+        )
     for o in owner.operands:
         if o not in mapping:
             _clone_outside(o, mapping, prog)
@@ -129,7 +132,7 @@ class InductorExecutor(Executor):
     def is_available(self) -> bool:
         """Inductor must import; on CPU it also needs a C++ compiler."""
         try:
-            import torch._inductor  # noqa: F401
+            import torch._inductor
         except ImportError:
             return False
         return torch.cuda.is_available() or _has_cxx_compiler()
@@ -141,17 +144,23 @@ class InductorExecutor(Executor):
 
     def can_fuse(self, op: Operation) -> bool:
         """Side-effect-free ops of `FUSIBLE_OPS` on tensors of a real device, reading only
-        tensors and constant numbers (a traced number would specialize the kernel)."""
+        tensors and constant numbers (a traced number would specialize the kernel).
+
+        An ltorch op whose first operand is a number stays out: its reference calls
+        ``torch.result_type``, which Dynamo cannot put in a graph.
+        """
         if op.name not in FUSIBLE_OPS or not is_side_effect_free(op):
             return False
         for r in op.results:
             if not isinstance(r.type, TensorType) or r.type.dev == "meta":
                 return False
-        for v in op.operands:
+        for k, v in enumerate(op.operands):
             t = v.type
             if isinstance(t, NumberType):
                 if not isinstance(v.owner, ConstantOp):
                     return False
+                if k == 0 and op.name.startswith("ltorch."):
+                    return False  # its reference picks a dtype with torch.result_type
             elif not isinstance(t, TensorType):
                 return False
         return True
@@ -169,9 +178,12 @@ class InductorExecutor(Executor):
             try:
                 out = compiled(*args)
             except Exception as e:  # Dynamo or Inductor could not compile this region
-                warnings.warn(f"{self.name}: compiling {name} failed, it runs eagerly "
-                              f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"{self.name}: compiling {name} failed, it runs eagerly "
+                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 impl[0] = fn
                 return fn(*args)
             impl[0] = compiled

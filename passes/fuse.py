@@ -60,13 +60,26 @@ FALLBACK_EXECUTOR = "torch"
 """The executor that runs what nobody else does. It comes last in priority, so a fusion
 executor may still fuse an ltorch op that only the fallback claimed."""
 
-SHAPE_ONLY_OPS: frozenset[str] = frozenset({
-    *(f"prims.{n}" for n in (
-        "reshape", "broadcast_in_dim", "transpose", "squeeze", "slice")),
-    *(f"ltorch.{n}" for n in (
-        "reshape", "view", "permute", "transpose", "unsqueeze", "squeeze", "expand",
-        "flatten", "contiguous", "clone")),
-})
+SHAPE_ONLY_OPS: frozenset[str] = frozenset(
+    {
+        *(f"prims.{n}" for n in ("reshape", "broadcast_in_dim", "transpose", "squeeze", "slice")),
+        *(
+            f"ltorch.{n}"
+            for n in (
+                "reshape",
+                "view",
+                "permute",
+                "transpose",
+                "unsqueeze",
+                "squeeze",
+                "expand",
+                "flatten",
+                "contiguous",
+                "clone",
+            )
+        ),
+    }
+)
 """Ops that only move or view data: they do not count towards a region's minimum size."""
 
 
@@ -117,8 +130,9 @@ def _color(op: Operation, executors: Sequence[Any]) -> int:
     if isinstance(op, ConstantOp | RegionOp) or op.regions or not op.results:
         return -1
     claimed = op.attributes.get("claimed")
-    if claimed is not None and (not isinstance(claimed, StringAttr)
-                                or claimed.data != FALLBACK_EXECUTOR):
+    if claimed is not None and (
+        not isinstance(claimed, StringAttr) or claimed.data != FALLBACK_EXECUTOR
+    ):
         return -1
     if not is_side_effect_free(op):
         return -1
@@ -161,8 +175,9 @@ class _Groups:
         self.size[a] += self.size[b]
 
 
-def plan_groups(ops: Sequence[Operation], executors: Sequence[Any], min_size: int = 2
-                ) -> tuple[list[list[int]], list[int], list[list[int]]]:
+def plan_groups(
+    ops: Sequence[Operation], executors: Sequence[Any], min_size: int = 2
+) -> tuple[list[list[int]], list[int], list[list[int]]]:
     """Decides the regions of a straight-line list of ops (see the module doc).
 
     Args:
@@ -243,8 +258,11 @@ def plan_groups(ops: Sequence[Operation], executors: Sequence[Any], min_size: in
     for i in range(n):
         if colors[i] >= 0:
             members.setdefault(groups.find(i), []).append(i)
-    out = [m for m in members.values()
-           if sum(1 for i in m if ops[i].name not in SHAPE_ONLY_OPS) >= min_size]
+    out = [
+        m
+        for m in members.values()
+        if sum(1 for i in m if ops[i].name not in SHAPE_ONLY_OPS) >= min_size
+    ]
     out.sort(key=lambda m: m[0])
     return out, colors, preds
 
@@ -252,8 +270,12 @@ def plan_groups(ops: Sequence[Operation], executors: Sequence[Any], min_size: in
 # --------------------------------------------------------------------------- rewriting
 
 
-def _schedule(n: int, groups: Sequence[Sequence[int]], preds: Sequence[Sequence[int]],
-              ops: Sequence[Operation]) -> list[int | list[int]]:
+def _schedule(
+    n: int,
+    groups: Sequence[Sequence[int]],
+    preds: Sequence[Sequence[int]],
+    ops: Sequence[Operation],
+) -> list[int | list[int]]:
     """A topological order of the ops and groups: each node as early as its inputs allow,
     ties broken by original position (an unfused program keeps its order)."""
     node_of = list(range(n))  # node ids: op index for single ops, n + k for group k
@@ -320,8 +342,9 @@ def _build_region(members: list[Operation], executor: Any, kernel: str) -> Regio
                 consts.append(v.owner)
             else:
                 inputs.append(v)
-    outputs = [r for op in members for r in op.results
-               if any(u.operation not in inside for u in r.uses)]
+    outputs = [
+        r for op in members for r in op.results if any(u.operation not in inside for u in r.uses)
+    ]
     body = Block(arg_types=[v.type for v in inputs])
     mapping: dict[SSAValue, SSAValue] = dict(zip(inputs, body.args, strict=True))
     for c in consts:
@@ -366,11 +389,11 @@ def fuse_block(block: Block, executors: Sequence[Any], min_size: int = 2) -> lis
         return []
     order = _schedule(len(ops), live, preds, ops)
     consts_used = [op for op in ops if isinstance(op, ConstantOp) and op.results[0].uses]
+    numbers = _next_numbers(block)
     for op in ops:
         block.detach_op(op)
     if term is not None:
         block.detach_op(term)
-    numbers = _next_numbers(block)
     made: list[RegionOp] = []
     for item in order:
         if isinstance(item, int):
@@ -407,8 +430,14 @@ def region_key(region: RegionOp) -> tuple[Any, ...]:
     items: list[Any] = [region.executor.data, tuple(a.type for a in body.args)]
     for op in body.ops:
         reads = tuple(num[v] if v in num else _outer_key(v, outer) for v in op.operands)
-        items.append((op.name, tuple(sorted(op.properties.items())), reads,
-                      tuple(r.type for r in op.results)))
+        items.append(
+            (
+                op.name,
+                tuple(sorted(op.properties.items())),
+                reads,
+                tuple(r.type for r in op.results),
+            )
+        )
         for r in op.results:
             num[r] = len(num)
     return tuple(items)
@@ -422,15 +451,21 @@ def _outer_key(v: SSAValue, memo: dict[SSAValue, Any]) -> Any:
         owner = v.owner
         if not isinstance(owner, Operation):
             raise ValueError("fusion.region reads a block argument from outside its body")
-        hit = ("outer", owner.name, tuple(sorted(owner.properties.items())),
-               tuple(_outer_key(o, memo) for o in owner.operands),
-               tuple(r.type for r in owner.results), owner.results.index(v))
+        hit = (
+            "outer",
+            owner.name,
+            tuple(sorted(owner.properties.items())),
+            tuple(_outer_key(o, memo) for o in owner.operands),
+            tuple(r.type for r in owner.results),
+            owner.results.index(v),
+        )
         memo[v] = hit
     return hit
 
 
 _KERNELS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Callable[..., Any]]] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 
 
 def compile_kernels(module: ModuleOp, executors: Sequence[Any]) -> dict[str, Callable[..., Any]]:
@@ -467,5 +502,12 @@ def compile_kernels(module: ModuleOp, executors: Sequence[Any]) -> dict[str, Cal
     return kernels
 
 
-__all__ = ["FALLBACK_EXECUTOR", "SHAPE_ONLY_OPS", "FusePass", "compile_kernels", "fuse_block",
-           "plan_groups", "region_key"]
+__all__ = [
+    "FALLBACK_EXECUTOR",
+    "SHAPE_ONLY_OPS",
+    "FusePass",
+    "compile_kernels",
+    "fuse_block",
+    "plan_groups",
+    "region_key",
+]

@@ -1,0 +1,99 @@
+"""The torch.compile (Inductor) fusion executor: ``jit(fn, executors=["torch_compile"])``
+matches eager on small functions, in inference and training.
+
+torch.compile is slow to compile (seconds per region on CPU), so the functions are tiny and
+few; the kernel cache makes repeated regions free. Compiling failures would fall back to
+eager with a RuntimeWarning: these tests turn that warning into an error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import torch
+
+import thunder_ir
+from thunder_ir.lowering.executors import get_default_executors, get_executor
+from thunder_ir.lowering.inductor_executor import InductorExecutor
+
+EX = get_executor("torch_compile")
+
+pytestmark = [
+    pytest.mark.skipif(
+        not EX.is_available(),
+        reason="torch.compile cannot run here (no Inductor or no C++ compiler)",
+    ),
+    pytest.mark.filterwarnings("error::RuntimeWarning"),
+]
+
+
+def _kernels(trace: Any) -> list[str]:
+    return re.findall(r"^  (?:\(.*\)|\w+) = (inductorFusion\d+)\(", str(trace), flags=re.M)
+
+
+def test_registered_as_a_fusion_executor_not_in_the_cpu_defaults() -> None:
+    assert isinstance(EX, InductorExecutor) and EX.is_fusion
+    assert EX.kernel_prefix == "inductorFusion"
+    if not torch.cuda.is_available():
+        assert EX not in get_default_executors()  # see docs/fusion.md: it lost to eager
+
+
+def test_elementwise_chain_compiles_once_per_structure(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    compile_region = InductorExecutor.compile_region
+
+    def counting(self: InductorExecutor, region: Any) -> Any:
+        calls.append(region.kernel.data)
+        return compile_region(self, region)
+
+    monkeypatch.setattr(InductorExecutor, "compile_region", counting)
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = torch.tanh(x * 0.5 + 1.0)
+        b = torch.sigmoid(y) * a
+        return torch.where(b > 0.25, b, -a)
+
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    jf = thunder_ir.jit(f, executors=["torch_compile"])
+    torch.testing.assert_close(jf(x, y), f(x, y))
+    assert _kernels(thunder_ir.last_traces(jf)[-1]) == ["inductorFusion0"]
+    assert len(calls) == 1
+    again = thunder_ir.jit(f, executors=["torch_compile"])  # a new program, same region
+    torch.testing.assert_close(again(2 * x, y), f(2 * x, y))
+    assert len(calls) == 1
+
+
+def test_softmax_written_with_reductions() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        e = torch.exp(x - x.amax(-1, keepdim=True))
+        return e / e.sum(-1, keepdim=True)
+
+    x = torch.randn(3, 5, 7)
+    jf = thunder_ir.jit(f, executors=["torch_compile"])
+    torch.testing.assert_close(jf(x), torch.softmax(x, -1))
+    assert len(_kernels(thunder_ir.last_traces(jf)[-1])) == 1
+
+
+def test_llama_mlp_forward_and_backward() -> None:
+    from models import LLaMAMLP
+
+    torch.manual_seed(0)
+    model = LLaMAMLP(16, 24)
+    jm = thunder_ir.jit(model, executors=["torch_compile"])
+    x = torch.randn(2, 4, 16, requires_grad=True)
+    out = jm(x)
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    gx = x.grad.clone()
+    model.zero_grad()
+    x.grad = None
+    ref = model(x)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(gx, x.grad)
+    for g, p in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad)
+    assert _kernels(thunder_ir.last_traces(jm)[-1])
+    assert _kernels(thunder_ir.last_backward_traces(jm)[-1])
