@@ -89,7 +89,7 @@ def main() -> None:
     c = torch.compile(add1) if use_compile else None
     eager = per_call_us(lambda: add1(x))
     ours = per_call_us(lambda: j(x))
-    comp = per_call_us(lambda: c(x)) if c else None  # type: ignore[misc]
+    comp = per_call_us(lambda: c(x)) if c is not None else None  # type: ignore[misc]
     row("cached call: x + 1", eager, ours, comp, "µs")
 
     # LLaMAMLP, tiny input
@@ -99,7 +99,7 @@ def main() -> None:
     cm = torch.compile(mlp) if use_compile else None
     eager = per_call_us(lambda: mlp(xm))
     ours = per_call_us(lambda: jm(xm))
-    comp = per_call_us(lambda: cm(xm)) if cm else None  # type: ignore[misc]
+    comp = per_call_us(lambda: cm(xm)) if cm is not None else None  # type: ignore[misc]
     row("cached call: LLaMAMLP (1x4x64)", eager, ours, comp, "µs")
 
     # Llama-style model
@@ -118,12 +118,12 @@ def main() -> None:
     cl = torch.compile(model) if use_compile else None
     eager = per_call_us(lambda: model(idx), 2.0) / 1e3
     ours = per_call_us(lambda: jl(idx), 2.0) / 1e3
-    comp = per_call_us(lambda: cl(idx), 2.0) / 1e3 if cl else None  # type: ignore[misc]
+    comp = per_call_us(lambda: cl(idx), 2.0) / 1e3 if cl is not None else None  # type: ignore[misc]
     row("steady forward: Llama", eager, ours, comp, "ms")
     tiny = torch.randint(0, cfg.vocab_size, (1, 4))
     eager = per_call_us(lambda: model(tiny))
     ours = per_call_us(lambda: jl(tiny))
-    comp = per_call_us(lambda: cl(tiny)) if cl else None  # type: ignore[misc]
+    comp = per_call_us(lambda: cl(tiny)) if cl is not None else None  # type: ignore[misc]
     row("cached call: Llama, tiny input", eager, ours, comp, "µs")
     n_ops = len(list(thunder_ir.last_traces(jl)[0].ir.body.block.first_op.body.block.ops))
     print(f"(Llama trace: {n_ops} ops; first-call breakdown: " + ", ".join(

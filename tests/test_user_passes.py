@@ -63,7 +63,7 @@ class DoubleNegation(RewritePattern):
 
 def test_prims_stage_runs_after_decomposition() -> None:
     def g(x: torch.Tensor) -> torch.Tensor:
-        return -(-x) * 2
+        return -(-x) * 2  # noqa: B002  (a double negation, on purpose)
 
     nothing = TorchExecutor(claims=lambda op: False)  # decompose everything into prims
     jf = thunder_ir.jit(g, executors=[nothing],
