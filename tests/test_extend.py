@@ -38,7 +38,7 @@ def _load_example() -> types.ModuleType:
     return mod
 
 
-pytest.importorskip("triton")
+pytest.importorskip("triton", reason="the RoPE kernels of the acceptance test are Triton kernels")
 E = _load_example()
 
 _names = itertools.count()
