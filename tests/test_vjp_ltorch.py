@@ -61,6 +61,12 @@ def test_direct_rule_table() -> None:
         "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
         "ltorch.log_softmax", "ltorch.dropout", "ltorch.layer_norm", "ltorch.rms_norm",
         "ltorch.embedding", "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
+        "ltorch.add", "ltorch.sub", "ltorch.mul", "ltorch.div", "ltorch.neg", "ltorch.pow",
+        "ltorch.exp", "ltorch.sqrt", "ltorch.rsqrt", "ltorch.where", "ltorch.masked_fill",
+        "ltorch.to_dtype", "ltorch.sum", "ltorch.mean", "ltorch.reshape", "ltorch.view",
+        "ltorch.flatten", "ltorch.unsqueeze", "ltorch.squeeze", "ltorch.clone",
+        "ltorch.contiguous", "ltorch.transpose", "ltorch.permute", "ltorch.expand",
+        "ltorch.cat", "ltorch.split", "ltorch.chunk", "ltorch.getitem",
     }
     assert direct == {op.name for op in vjp_ltorch.DIRECT_RULES}
     assert VJP_RULES[CallOp] is vjp_ltorch.torch_call
@@ -403,3 +409,29 @@ def test_fallback_inside_build_joint() -> None:
     torch.testing.assert_close(y_got, y_ref.detach())
     torch.testing.assert_close(dx, ex)
     torch.testing.assert_close(dw, ew)
+
+
+# --------------------------------------------------------------------------- core ops
+
+
+@pytest.mark.parametrize("index", [
+    (0, slice(1, 3)), (Ellipsis, None, slice(None, -1)), (slice(None), slice(None, None, 2)),
+    (R(0), slice(1, None)), (slice(None), R(0)),
+], ids=["int_slice", "ellipsis_none", "strided", "tensor_first", "tensor_second"])
+def test_getitem_basic_and_decomposed_indices(index: Any) -> None:
+    """Basic indices scatter with zeros and cat; tensor indices and strided slices take the
+    decomposition's path."""
+    idx = [torch.tensor([2, 0, -1, 0])] if any(isinstance(i, OperandRef) for i in index) \
+        else []
+    check_vjp(C.GetitemOp, [rand((3, 4, 5), 0), idx], {"index": index})
+
+
+def test_split_with_a_missing_cotangent() -> None:
+    """A piece that does not reach the loss contributes zeros."""
+    x = rand((5, 3), 0)
+    prog = Program("p", [type_of_tensor(x), type_of_tensor(rand((2, 3), 1))])
+    ys = prog.emitter.emit(C.SplitOp, prog.args[0], split_size_or_sections=(2, 3), dim=0)
+    (dx,) = vjp_ltorch.split(Grad(prog.emitter), ys, [prog.args[1], None], prog.args[0],
+                             split_size_or_sections=(2, 3), dim=0)
+    (got,) = run(prog.finish([dx]), x, rand((2, 3), 1))
+    torch.testing.assert_close(got, torch.cat([rand((2, 3), 1), torch.zeros(3, 3, dtype=F64)]))
