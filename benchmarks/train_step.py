@@ -10,6 +10,9 @@ Prints every figure and the ratios to eager and to torch.compile. Usage::
 
     python benchmarks/train_step.py [--layers 4] [--embd 256] [--seq 256] [--batch 2]
                                     [--steps 10] [--variants eager,thunder_ir,torch.compile]
+
+A variant ``thunder_ir+NAME`` puts executor NAME (e.g. the ``torch_compile`` fusion
+executor) ahead of the default executors.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     cfg = Config(n_layer=a.layers, n_embd=a.embd, n_head=4, n_query_groups=2,
                  intermediate_size=int(a.embd * 2.6875), block_size=a.seq, vocab_size=4096)
     model = LlamaGPT(cfg)
-    if variant == "thunder_ir":
+    if variant.startswith("thunder_ir"):
         import thunder_ir
 
-        fn = thunder_ir.jit(model)
+        # "thunder_ir+torch_compile": that fusion executor first, then the defaults.
+        extra = variant.partition("+")[2]
+        executors = ([extra, *thunder_ir.get_default_executors()] if extra else None)
+        fn = thunder_ir.jit(model, executors=executors)
     elif variant == "torch.compile":
         fn = torch.compile(model)
     else:
