@@ -48,7 +48,7 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
         # "thunder_ir+torch_compile": that fusion executor first, then the defaults.
         extra = variant.partition("+")[2]
         executors = ([extra, *thunder_ir.get_default_executors()] if extra else None)
-        fn = thunder_ir.jit(model, executors=executors)
+        fn = thunder_ir.jit(model, executors=executors, remat=a.remat)
     elif variant == "torch.compile":
         fn = torch.compile(model)
     else:
@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--variants", default="eager,thunder_ir,torch.compile")
+    ap.add_argument("--remat", default="min-cut", help="thunder_ir's remat policy")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.variant:
@@ -113,7 +114,7 @@ def main() -> None:
     for v in a.variants.split(","):
         cmd = [sys.executable, __file__, "--variant", v, "--layers", str(a.layers), "--embd",
                str(a.embd), "--seq", str(a.seq), "--batch", str(a.batch), "--steps",
-               str(a.steps)]
+               str(a.steps), "--remat", a.remat]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{v}: failed\n{out.stderr[-2000:]}")

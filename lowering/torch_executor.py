@@ -32,7 +32,7 @@ from xdsl.pattern_rewriter import (
 )
 
 import thunder_ir.lowering
-from thunder_ir.dialects.base import OperandRef, ThunderOp
+from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call
 from thunder_ir.dialects.types import NumberType
@@ -77,8 +77,14 @@ def direct_call(op: ThunderOp, args: list[Any], params: dict[str, Any]
     ref = cls.ref.__func__.__qualname__  # type: ignore[attr-defined]
     if ref == "ThunderOp.ref":
         return args, params
-    if ref == "CoreOp.ref":
+    if ref in ("CoreOp.ref", "JoinOp.ref", "MultiResultOp.ref"):
+        # JoinOp: torch.cat/stack take the tuple of tensors as is; MultiResultOp: the
+        # sequence torch.split/chunk return is unpacked by the generated code.
         return args, _non_none(params)
+    if ref == "GetitemOp.ref":
+        # The index's OperandRefs were shifted to the flat operand positions: the call
+        # substitutes the index tensors itself.
+        return [args[0], params.get("index")], {}
     if ref == "BinaryBase.ref":
         first = op.operands[0].type
         return (args, _non_none(params)) if not isinstance(first, NumberType) else None
@@ -135,9 +141,18 @@ def lower_op(op: ThunderOp) -> CallOp:
     else:
         callee = wrapper_for(type(op))
     call = make_call(callee, flat, args, params, result_types=[r.type for r in op.results])
+    if _returns_sequence(type(op)):
+        call.properties["multi"] = to_attr(True)
     if "loc" in op.attributes:
         call.attributes["loc"] = op.attributes["loc"]
     return call
+
+
+def _returns_sequence(cls: type[ThunderOp]) -> bool:
+    """True for ops with a variadic result (their callee returns a sequence)."""
+    from xdsl.irdl import VariadicDef
+
+    return any(isinstance(d, VariadicDef) for _, d in cls.get_irdl_definition().results)
 
 
 def _shift_refs(v: Any, offset: int) -> Any:

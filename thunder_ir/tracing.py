@@ -352,6 +352,9 @@ def torch_name(func: Any) -> str:
             obj = getattr(torch.Tensor, k, None)
             if callable(obj):
                 _TORCH_NAMES.setdefault(id(obj), f"torch.Tensor.{k}")
+        import operator
+
+        _TORCH_NAMES[id(operator.getitem)] = "operator.getitem"  # not `_operator.getitem`
     name = _TORCH_NAMES.get(id(func))
     if name is None:
         mod = getattr(func, "__module__", None)
