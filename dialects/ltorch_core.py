@@ -38,8 +38,8 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
-from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
+from thunder_ir.dialects.torch import substitute
 from thunder_ir.dialects.types import NumberType, TensorType
 
 AnyValue = TensorType | NumberType
@@ -955,15 +955,6 @@ class StackOp(JoinOp):
     name = "ltorch.stack"
 
 
-def substitute_index(index: Any, tensors: Sequence[Any]) -> Any:
-    """Replaces each `OperandRef` inside a (nested) index by the tensor it names."""
-    if isinstance(index, OperandRef):
-        return tensors[index]
-    if isinstance(index, tuple):
-        return tuple(substitute_index(i, tensors) for i in index)
-    return index
-
-
 @ltorch_op(operator.getitem)
 class GetitemOp(CoreOp):
     """`%y = ltorch.getitem %input, %i0, … {index}`: ``input[index]``; in ``index`` each
@@ -980,7 +971,7 @@ class GetitemOp(CoreOp):
 
     @classmethod
     def ref(cls, input: Any, indices: Sequence[Any], index: Any = None) -> Any:
-        return input[substitute_index(index, list(indices))]
+        return input[substitute(index, list(indices))]
 
 
 # --------------------------------------------------------------------------- creation

@@ -35,11 +35,18 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
-from thunder_ir.dialects.base import Emitter, ThunderOp
+from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.decompositions import decompose_op, load_rules
-from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, Grad, is_differentiable_value, load_vjp_rules
+from thunder_ir.passes.vjp import (
+    NOT_DIFFERENTIABLE,
+    Cotangents,
+    Grad,
+    backpropagate,
+    is_differentiable_value,
+    load_vjp_rules,
+)
 
 
 class AutodiffError(RuntimeError):
@@ -138,14 +145,9 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
     n_forward_ops = len(ops)
     g = Grad(prog.emitter)
 
-    cts: dict[SSAValue, SSAValue] = {}
-
-    def accumulate(v: SSAValue, ct: SSAValue) -> None:
-        prev = cts.get(v)
-        cts[v] = ct if prev is None else g.prims.add(prev, ct)
-
+    cts = Cotangents(g)
     for k, i in enumerate(ct_outputs):
-        accumulate(vm[outs[i]], prog.args[len(block.args) + k])
+        cts.accumulate(vm[outs[i]], prog.args[len(block.args) + k])
     active_new = {vm[v] for v in active}
     for op in reversed(ops):
         new_op = vm[op.results[0]].owner if op.results else None
@@ -165,19 +167,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
                                 "differentiate through it; register one with "
                                 "thunder_ir.passes.vjp.vjp")
         g.emitter.loc = op.attributes.get("loc")
-        ct_list = [cts.get(r) for r in new_op.results]
-        params = new_op.params() if isinstance(new_op, ThunderOp) else {}
-        grouped = new_op.grouped_operands() if isinstance(new_op, ThunderOp) else \
-            list(new_op.operands)
-        grads = rule(g, list(new_op.results), ct_list, *grouped, **params)
-        for operand_group, grad_group in zip(grouped, grads):
-            if grad_group is None or operand_group is None:
-                continue
-            vals = operand_group if isinstance(operand_group, list) else [operand_group]
-            grs = grad_group if isinstance(grad_group, list) else [grad_group]
-            for v, gv in zip(vals, grs):
-                if gv is not None and v in active_new:
-                    accumulate(v, gv)
+        backpropagate(g, new_op, rule, cts, active_new.__contains__)
     g.emitter.loc = None
     grads_out: list[SSAValue] = []
     for i in grad_inputs:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
 from thunder_ir.dialects.types import TensorType, ttype
@@ -80,6 +80,38 @@ class Grad:
         if ttype(out).sizes != tuple(shape):
             out = self.prims.reshape(out, shape=tuple(shape))
         return out
+
+
+class Cotangents(dict[SSAValue, SSAValue]):
+    """Cotangents of values during reverse mode; a second contribution is summed in."""
+
+    def __init__(self, g: Grad) -> None:
+        super().__init__()
+        self.g = g
+
+    def accumulate(self, v: SSAValue, ct: SSAValue) -> None:
+        prev = self.get(v)
+        self[v] = ct if prev is None else self.g.prims.add(prev, ct)
+
+
+def backpropagate(g: Grad, op: Operation, rule: VjpRule, cts: Cotangents,
+                  wants: Callable[[SSAValue], bool]) -> None:
+    """One reverse-mode step: runs ``rule`` on the cotangents of ``op``'s results and adds
+    each operand's cotangent to ``cts`` where ``wants(operand)``."""
+    if isinstance(op, ThunderOp):
+        grouped: list[Any] = op.grouped_operands()
+        params = op.params()
+    else:
+        grouped, params = list(op.operands), {}
+    grads = rule(g, list(op.results), [cts.get(r) for r in op.results], *grouped, **params)
+    for vals, grs in zip(grouped, grads):
+        if vals is None or grs is None:
+            continue
+        vs = vals if isinstance(vals, list) else [vals]
+        gs = grs if isinstance(grs, list) else [grs]
+        for v, gv in zip(vs, gs):
+            if gv is not None and wants(v):
+                cts.accumulate(v, gv)
 
 
 def is_differentiable_value(v: SSAValue) -> bool:

@@ -641,7 +641,7 @@ def _via_decomposition(g: Grad, out: Outs, ct: Cts) -> list[Any]:
     decomposed before autodiff)."""
     from thunder_ir.dialects.base import Emitter, ThunderOp
     from thunder_ir.passes.decompositions import decompose_op, load_rules
-    from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, load_vjp_rules
+    from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, Cotangents, backpropagate, load_vjp_rules
 
     op = out[0].owner
     assert isinstance(op, ThunderOp)
@@ -652,31 +652,14 @@ def _via_decomposition(g: Grad, out: Outs, ct: Cts) -> list[Any]:
     res_list = res if isinstance(res, list) else [res]
     for o in sub.ops:
         g.emitter.insert(o)
-    cts: dict[SSAValue, SSAValue] = {}
-
-    def acc(v: SSAValue, c: SSAValue) -> None:
-        prev = cts.get(v)
-        cts[v] = c if prev is None else g.prims.add(prev, c)
-
+    cts = Cotangents(g)
     for r, c in zip(res_list, ct):
         if c is not None:
-            acc(r, c)
+            cts.accumulate(r, c)
     for o in reversed(sub.ops):
         if not any(r in cts for r in o.results) or type(o) in NOT_DIFFERENTIABLE:
             continue
-        assert isinstance(o, ThunderOp)
-        rule = rules[type(o)]
-        grouped = o.grouped_operands()
-        grads = rule(g, list(o.results), [cts.get(r) for r in o.results], *grouped,
-                     **o.params())
-        for vals, grs in zip(grouped, grads):
-            if vals is None or grs is None:
-                continue
-            vs = vals if isinstance(vals, list) else [vals]
-            gs = grs if isinstance(grs, list) else [grs]
-            for v, gv in zip(vs, gs):
-                if gv is not None and is_differentiable_value(v):
-                    acc(v, gv)
+        backpropagate(g, o, rules[type(o)], cts, is_differentiable_value)
     result: list[Any] = []
     for vals in op.grouped_operands():
         if vals is None:

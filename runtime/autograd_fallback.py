@@ -71,26 +71,41 @@ def call_vjp(callee: str, *values: Any, n_inputs: int, args: Sequence[Any],
         The cotangent of each input in ``grad_inputs`` (zeros where the result does not
         depend on it): the tensor itself when there is one, else a tuple.
     """
-    inputs = list(values[:n_inputs])
-    cts = values[n_inputs:]
-    leaves = []
-    for i in grad_inputs:
-        leaf = inputs[i].detach().requires_grad_(True)
-        inputs[i] = leaf
-        leaves.append(leaf)
+    inputs, cts, leaves = leaves_for_grad(values, n_inputs, grad_inputs)
     with torch.enable_grad():
         out = _callee(callee)(*decode_refs(tuple(args), inputs),
                               **{k: decode_refs(v, inputs) for k, v in kwargs})
     outs = out if isinstance(out, tuple | list) else (out,)
     pairs = [(outs[i], c) for i, c in zip(ct_outputs, cts)
              if isinstance(outs[i], torch.Tensor) and outs[i].requires_grad]
+    return leaf_cotangents(pairs, leaves)
+
+
+def leaves_for_grad(values: Sequence[Any], n_inputs: int, grad_inputs: Sequence[int]
+                    ) -> tuple[list[Any], Sequence[Any], list[torch.Tensor]]:
+    """Splits a backward call's values into forward inputs and cotangents, and replaces the
+    inputs in ``grad_inputs`` by detached leaves that require grad (returned too)."""
+    inputs = list(values[:n_inputs])
+    leaves = []
+    for i in grad_inputs:
+        leaf = inputs[i].detach().requires_grad_(True)
+        inputs[i] = leaf
+        leaves.append(leaf)
+    return inputs, values[n_inputs:], leaves
+
+
+def leaf_cotangents(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                    leaves: Sequence[torch.Tensor]) -> Any:
+    """``torch.autograd.grad`` of (output, cotangent) pairs w.r.t. ``leaves``; zeros where
+    an output does not depend on a leaf. The tensor itself for one leaf, else a tuple."""
     found: Sequence[torch.Tensor | None] = (None,) * len(leaves)
     if pairs:
-        found = torch.autograd.grad([o for o, _ in pairs], leaves, [c for _, c in pairs],
-                                    allow_unused=True)
+        found = torch.autograd.grad([o for o, _ in pairs], list(leaves),
+                                    [c for _, c in pairs], allow_unused=True)
     grads = tuple(torch.zeros_like(leaf) if gr is None else gr
                   for leaf, gr in zip(leaves, found))
     return grads[0] if len(grads) == 1 else grads
 
 
-__all__ = ["OPERAND", "call_vjp", "decode_refs", "encode_refs"]
+__all__ = ["OPERAND", "call_vjp", "decode_refs", "encode_refs", "leaf_cotangents",
+           "leaves_for_grad"]

@@ -889,14 +889,10 @@ def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
         ct_outputs: which results the cotangents belong to.
         grad_inputs: which operands get a gradient.
     """
+    from thunder_ir.runtime.autograd_fallback import leaf_cotangents, leaves_for_grad
+
     cls = _OP_CLASSES[op_name]
-    inputs = list(values[:n_inputs])
-    cts = values[n_inputs:]
-    leaves = []
-    for i in grad_inputs:
-        leaf = inputs[i].detach().requires_grad_(True)
-        inputs[i] = leaf
-        leaves.append(leaf)
+    inputs, cts, leaves = leaves_for_grad(values, n_inputs, grad_inputs)
     groups = group(cls.operand_layout(), inputs, tuple(segments) or None)
     with torch.enable_grad():
         args, kwargs = cls.call_args(groups, {k: _decode_refs(v) for k, v in params})
@@ -908,11 +904,7 @@ def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
             f"{op_name}: torch.autograd cannot differentiate the operator's fn (its outputs "
             "do not require grad, e.g. a Triton kernel); register a grad_transform for it "
             "with register_implementation")
-    found = torch.autograd.grad([o for o, _ in pairs], leaves, [c for _, c in pairs],
-                                allow_unused=True)
-    grads = tuple(torch.zeros_like(leaf) if gr is None else gr
-                  for leaf, gr in zip(leaves, found))
-    return grads[0] if len(grads) == 1 else grads
+    return leaf_cotangents(pairs, leaves)
 
 
 _OPERATOR_VJP = f"{__name__}.operator_vjp"
