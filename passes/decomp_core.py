@@ -315,6 +315,12 @@ def fmod(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
 
 @decomposes(L.PowOp)
 def pow_rule(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
+    # torch takes sqrt/rsqrt fast paths for a number exponent of ±0.5, which differ from
+    # pow at -inf (sqrt(-inf) is nan, pow(-inf, 0.5) is inf): follow eager.
+    exponent = b.owner.params()["value"] if isinstance(b.owner, ConstantOp) else None
+    if isinstance(a.type, TensorType) and type(exponent) is float and exponent in (0.5, -0.5):
+        (x,) = elementwise_args(d, a, dtype=default_float(result_dtype(a.type, b.type)))
+        return d.prims.sqrt(x) if exponent == 0.5 else d.prims.rsqrt(x)
     return _binary(d, "pow", a, b)
 
 

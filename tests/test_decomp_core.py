@@ -193,3 +193,10 @@ def test_getitem_torch_index_order() -> None:
                   (slice(None), OperandRef(0), 0), (OperandRef(0), None, OperandRef(1)),
                   (Ellipsis, OperandRef(0)), (OperandRef(0), slice(1, 4, 2), OperandRef(1))]:
         check(L.GetitemOp, [x, [i, i.flip(0)]], {"index": index})
+
+
+def test_pow_half_exponents_follow_torchs_sqrt_fast_path() -> None:
+    """torch.pow(x, ±0.5) with a number exponent is sqrt/rsqrt (nan at -inf, not inf)."""
+    x = torch.tensor([-float("inf"), float("inf"), -0.0, -4.0, 2.5])
+    for e in (0.5, -0.5, 2.0):
+        check_decomposition(L.PowOp, [x, e], {})
