@@ -166,37 +166,70 @@ class InductorExecutor(Executor):
         return True
 
     def compile_region(self, region: Operation) -> Callable[..., Any]:
-        """``torch.compile`` of the region's Python function; eager if compiling fails."""
+        """An Inductor kernel for the region, compiled on its first call.
+
+        Dynamo is bypassed: the region's function is traced to an ATen graph with
+        ``make_fx`` and handed to Inductor (`torch._inductor.compile`), so a call costs a
+        few µs instead of a Dynamo guard evaluation. Inductor specializes the kernel to the
+        inputs' strides, so the kernel keeps one compiled variant per stride signature.
+        Should tracing or compiling fail, the region runs its Python function eagerly,
+        with a warning.
+        """
         if not isinstance(region, RegionOp):
             raise TypeError(f"{self.name} compiles fusion.region ops, got {region.name}")
         fn = region_function(region)
-        compiled = torch.compile(fn, dynamic=False, fullgraph=True, options=self.options)
         name = region.kernel.data
-        impl: list[Callable[..., Any]] = []
+        single = len(region.results) == 1
+        variants: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        options = self.options
 
-        def first_call(*args: Any) -> Any:
+        def compile_for(args: tuple[Any, ...]) -> Callable[..., Any]:
             try:
-                out = compiled(*args)
-            except Exception as e:  # Dynamo or Inductor could not compile this region
+                compiled = _inductor_compile(fn, args, single, options)
+            except Exception as e:  # make_fx or Inductor could not compile this region
                 warnings.warn(
                     f"{self.name}: compiling {name} failed, it runs eagerly "
                     f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-                impl[0] = fn
-                return fn(*args)
-            impl[0] = compiled
-            return out
-
-        impl.append(first_call)
+                return fn
+            return compiled
 
         def kernel(*args: Any) -> Any:
-            return impl[0](*args)
+            sig = tuple([a.stride() if isinstance(a, torch.Tensor) else None for a in args])
+            impl = variants.get(sig)
+            if impl is None:
+                impl = variants[sig] = compile_for(args)
+            return impl(*args)
 
         kernel.__name__ = kernel.__qualname__ = name
         kernel.__doc__ = f"{name}: a torch.compile (Inductor) kernel."
         return kernel
+
+
+def _inductor_compile(
+    fn: Callable[..., Any], args: tuple[Any, ...], single: bool, options: dict[str, Any] | None
+) -> Callable[..., Any]:
+    """Traces ``fn`` at the ATen level on ``args`` and compiles it with Inductor."""
+    import torch._inductor
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def as_tuple(*xs: Any) -> tuple[Any, ...]:
+        out = fn(*xs)
+        return (out,) if single else tuple(out)
+
+    with torch.no_grad():
+        gm = make_fx(as_tuple, tracing_mode="fake")(*args)
+        compiled = torch._inductor.compile(gm, list(args), options=options)
+
+    if single:
+
+        def run_one(*xs: Any) -> Any:
+            return compiled(*xs)[0]
+
+        return run_one
+    return compiled
 
 
 register_executor(InductorExecutor(), default=False)

@@ -6,8 +6,13 @@ Why: the forward already runs fused (the torch executor lowers the op to
 (`thunder_ir.passes.vjp_ltorch.scaled_dot_product_attention`) recomputes the attention
 probabilities with matmul and softmax: an ``L x S`` matrix per head, in memory, in the
 backward. This executor's rule instead emits one ``torch.call`` of `sdpa_backward`, which
-runs torch's fused attention kernels: a fused forward for the log-sum-exp statistics, then
-the matching fused backward, never materializing the probabilities.
+runs torch's fused attention kernels, never materializing the probabilities.
+
+On CPU, when torch would run its flash kernel (decided while building the joint program,
+from the types, by `saves_statistics`), the rule also replaces the forward: one
+``torch.call`` of `sdpa_forward_cpu` returns the output *and* the log-sum-exp, the split
+saves both, and the backward is one call of `sdpa_backward_cpu`. Elsewhere `sdpa_backward`
+recomputes the fused forward for the statistics, then runs the fused backward.
 
 Which kernel runs is decided at run time, on the real tensors, by `sdpa_backward_path`:
 
@@ -50,6 +55,9 @@ from thunder_ir.lowering.executors import Executor, register_executor
 
 SDPA_BACKWARD = "thunder_ir.lowering.sdpa_executor.sdpa_backward"
 """The callee of the backward ``torch.call`` this executor's VJP rule emits."""
+SDPA_FORWARD_CPU = "thunder_ir.lowering.sdpa_executor.sdpa_forward_cpu"
+SDPA_BACKWARD_CPU = "thunder_ir.lowering.sdpa_executor.sdpa_backward_cpu"
+"""The forward and backward callees when the statistics are saved (`saves_statistics`)."""
 
 PATHS = ("flash_cpu", "flash_cuda", "efficient_cuda", "math")
 """The kernels `sdpa_backward` can run (see the module doc)."""
@@ -241,7 +249,86 @@ def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     return dq, dk, dv
 
 
+def sdpa_forward_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attn_mask: torch.Tensor | None = None, *, is_causal: bool = False,
+                     scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, logsumexp)`` of CPU flash attention: the output
+    ``scaled_dot_product_attention`` gives, and the statistics its backward needs."""
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, 0.0, is_causal, attn_mask=_float_mask(attn_mask, query.dtype),
+        scale=scale)
+    return out, lse
+
+
+def sdpa_backward_cpu(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, out: torch.Tensor, logsumexp: torch.Tensor,
+                      attn_mask: torch.Tensor | None = None, *, is_causal: bool = False,
+                      scale: float | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` of CPU flash attention from the saved output and log-sum-exp."""
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out.contiguous(), query, key, value, out, logsumexp, 0.0, is_causal,
+        attn_mask=_float_mask(attn_mask, query.dtype), scale=scale)
+    return dq, dk, dv
+
+
 # --------------------------------------------------------------------------- the VJP rule
+
+
+def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue | None,
+                     is_causal: bool, scale: float | None, enable_gqa: bool) -> bool:
+    """True when torch runs CPU flash attention for operands of these types (4-D, equal
+    batch and head counts, no mask gradient): then the forward can keep the log-sum-exp
+    for the backward (`sdpa_forward_cpu`). Asks torch's own selector on empty tensors of
+    the operands' shapes and dtypes."""
+    types = [x.type for x in (q, k, v)]
+    if attn_mask is not None:
+        types.append(attn_mask.type)
+    if not all(isinstance(t, TensorType) and t.dev == "cpu" for t in types):
+        return False
+    tq, tk, tv = types[:3]
+    assert isinstance(tq, TensorType) and isinstance(tk, TensorType) \
+        and isinstance(tv, TensorType)
+    if tq.rank != 4 or tk.rank != 4 or tv.rank != 4 or tq.sizes[:2] != tk.sizes[:2] \
+            or tk.sizes[:3] != tv.sizes[:3]:
+        return False
+    if attn_mask is not None and may_need_grad(attn_mask):
+        return False
+    empty = [torch.empty(t.sizes, dtype=t.dtype) for t in types]  # type: ignore[union-attr]
+    mask = _float_mask(empty[3], tq.dtype) if attn_mask is not None else None
+    choice = torch._fused_sdp_choice(empty[0], empty[1], empty[2], mask, 0.0, is_causal,
+                                     scale=scale)
+    return bool(choice == _FLASH)
+
+
+def _sdpa_vjp_saving(g: Any, out: SSAValue, ct: SSAValue, q: SSAValue, k: SSAValue,
+                     v: SSAValue, attn_mask: SSAValue | None, is_causal: bool,
+                     scale: float | None) -> list[Any]:
+    """The rule's CPU flash form: the forward op's result is replaced by the output of one
+    `sdpa_forward_cpu` call placed just before it (the old op is left to DCE); the
+    backward is one `sdpa_backward_cpu` call reading the saved output and log-sum-exp."""
+    fwd_op = out.owner
+    assert isinstance(fwd_op, Operation)
+    operands = [q, k, v] + ([attn_mask] if attn_mask is not None else [])
+    kwargs: dict[str, Any] = {"is_causal": is_causal}
+    if scale is not None:
+        kwargs["scale"] = float(scale)
+    refs = [OperandRef(i) for i in range(len(operands))]
+    fwd = make_call(SDPA_FORWARD_CPU, operands, refs, kwargs)
+    if "loc" in fwd_op.attributes:
+        fwd.attributes["loc"] = fwd_op.attributes["loc"]
+    g.replace_forward(fwd_op, fwd, fwd.results[:1])
+    new_out, lse = fwd.results
+    bwd_operands = [ct, q, k, v, new_out, lse] + ([attn_mask] if attn_mask is not None else [])
+    bwd = make_call(SDPA_BACKWARD_CPU, bwd_operands,
+                    [OperandRef(i) for i in range(len(bwd_operands))], kwargs,
+                    result_types=[q.type, k.type, v.type])
+    bwd.properties["multi"] = fwd.properties["multi"]
+    if g.emitter.loc is not None:
+        bwd.attributes["loc"] = g.emitter.loc
+    g.emitter.insert(bwd)
+    return [*bwd.results, None]
+
 
 
 def may_need_grad(v: SSAValue) -> bool:
@@ -285,6 +372,8 @@ def sdpa_vjp(g: Any, out: list[SSAValue], ct: list[SSAValue | None], q: SSAValue
         raise ValueError(f"{ScaledDotProductAttentionOp.name}: no VJP for dropout_p="
                          f"{dropout_p}; pass dropout_p=0.0")
     assert ct[0] is not None
+    if saves_statistics(q, k, v, attn_mask, bool(is_causal), scale, bool(enable_gqa)):
+        return _sdpa_vjp_saving(g, out[0], ct[0], q, k, v, attn_mask, bool(is_causal), scale)
     operands = [ct[0], q, k, v] + ([attn_mask] if attn_mask is not None else [])
     kwargs: dict[str, Any] = {"is_causal": bool(is_causal), "enable_gqa": bool(enable_gqa)}
     if scale is not None:
@@ -326,5 +415,6 @@ class SdpaExecutor(Executor):
 
 register_executor(SdpaExecutor(), default=True, priority=0)
 
-__all__ = ["PATHS", "SDPA_BACKWARD", "SdpaExecutor", "may_need_grad", "sdpa_backward",
-           "sdpa_backward_path", "sdpa_vjp"]
+__all__ = ["PATHS", "SDPA_BACKWARD", "SDPA_BACKWARD_CPU", "SDPA_FORWARD_CPU", "SdpaExecutor",
+           "may_need_grad", "saves_statistics", "sdpa_backward", "sdpa_backward_cpu",
+           "sdpa_backward_path", "sdpa_forward_cpu", "sdpa_vjp"]

@@ -178,8 +178,10 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
             assert isinstance(t, TensorType)
             ct = g.prims.full(shape=t.sizes, fill_value=0.0, device=t.dev, dtype=t.dtype)
         grads_out.append(ct)
-    joint = prog.finish([vm[o] for o in outs] + grads_out)
-    return Joint(joint, len(block.args), len(outs), n_forward_ops, grad_inputs, ct_outputs)
+    fwd_outs = [g.replaced.get(vm[o], vm[o]) for o in outs]
+    joint = prog.finish(fwd_outs + grads_out)
+    return Joint(joint, len(block.args), len(outs), n_forward_ops + g.forward_inserted,
+                 grad_inputs, ct_outputs)
 
 
 def _base_vjp_rule() -> Any:

@@ -23,7 +23,7 @@ small functions next to their siblings, in dialect order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from xdsl.ir import Operation, SSAValue
@@ -62,6 +62,22 @@ class Grad:
         self.emitter = emitter
         self.prims: OpNamespace = emitter.ns(prims.OPS)
         self.ltorch: OpNamespace = emitter.ns(ltorch.OPS)
+        self.forward_inserted = 0
+        self.replaced: dict[SSAValue, SSAValue] = {}
+
+    def replace_forward(self, old: Operation, new: Operation,
+                        results: Sequence[SSAValue]) -> None:
+        """Changes what the forward computes: puts ``new`` just before the forward op
+        ``old`` and sends every use of ``old``'s results to ``results`` (program outputs
+        too). For a rule whose backward wants more than the forward op gives, such as
+        attention's log-sum-exp. ``old`` is left dead for DCE."""
+        block = old.parent_block()
+        assert block is not None
+        block.insert_op_before(new, old)
+        self.forward_inserted += 1
+        for o, n in zip(old.results, results, strict=True):
+            o.replace_all_uses_with(n)
+            self.replaced[o] = n
 
     def const(self, value: Any) -> SSAValue:
         """A Python number as an SSA value."""

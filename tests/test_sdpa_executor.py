@@ -3,7 +3,8 @@
 Jitted attention functions with ``executors=["sdpa"]`` are compared with eager PyTorch
 (float32, small shapes): outputs and input gradients, with is_causal, scale, float and
 boolean masks, grouped-query attention and unbatched inputs. The backward trace must call
-`sdpa_backward` (not the table's matmul/softmax recomputation), and `sdpa_backward_path`
+`sdpa_backward` or, where CPU flash attention runs, `sdpa_backward_cpu` on the log-sum-exp
+the forward saved (not the table's matmul/softmax recomputation), and `sdpa_backward_path`
 must name the kernel that runs. The CUDA kernels (flash, memory-efficient) are checked
 only where a GPU exists.
 """
@@ -26,8 +27,11 @@ from thunder_ir.lowering.sdpa_executor import (
     PATHS,
     SdpaExecutor,
     may_need_grad,
+    saves_statistics,
     sdpa_backward,
+    sdpa_backward_cpu,
     sdpa_backward_path,
+    sdpa_forward_cpu,
 )
 
 B, H, L, S, E = 2, 4, 5, 7, 8
@@ -66,11 +70,24 @@ def _backward_source(jf: Any) -> str:
     return str(thunder_ir.last_backward_traces(jf)[-1])
 
 
+def _saves_statistics(jf: Any) -> bool:
+    """Whether the forward kept the log-sum-exp: it calls `sdpa_forward_cpu` and the
+    backward `sdpa_backward_cpu`, which recomputes no attention forward."""
+    fwd, bwd = str(thunder_ir.last_traces(jf)[-1]), _backward_source(jf)
+    saved = "thunder_ir.lowering.sdpa_executor.sdpa_forward_cpu(" in fwd
+    assert saved == ("thunder_ir.lowering.sdpa_executor.sdpa_backward_cpu(" in bwd), bwd
+    if saved:
+        assert "scaled_dot_product_attention(" not in fwd, fwd  # attention runs once
+        assert "sdpa_backward(" not in bwd, bwd
+    return saved
+
+
 def _assert_fused_backward(jf: Any, only_attention: bool = True) -> None:
-    """The backward calls `sdpa_backward`; with ``only_attention`` (a function that is
-    just the attention) it recomputes no probabilities: no softmax, no matmul."""
+    """The backward calls `sdpa_backward` or `sdpa_backward_cpu`; with ``only_attention``
+    (a function that is just the attention) it recomputes no probabilities: no softmax,
+    no matmul."""
     src = _backward_source(jf)
-    assert "thunder_ir.lowering.sdpa_executor.sdpa_backward(" in src
+    assert _saves_statistics(jf) or "thunder_ir.lowering.sdpa_executor.sdpa_backward(" in src
     assert "softmax" not in src, src
     if only_attention:
         assert "matmul" not in src, src
@@ -80,10 +97,63 @@ def _assert_fused_backward(jf: Any, only_attention: bool = True) -> None:
 
 
 def test_plain_attention() -> None:
+    """On CPU the forward keeps the log-sum-exp (its output is a program output here)."""
     jf = _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), *_qkv())
     _assert_fused_backward(jf)
-    fwd = str(thunder_ir.last_traces(jf)[-1])
-    assert "torch.nn.functional.scaled_dot_product_attention(" in fwd
+    assert _saves_statistics(jf)
+
+
+def test_inference_calls_torch_attention() -> None:
+    q, k, v = (t.detach() for t in _qkv())
+    jf = thunder_ir.jit(lambda q, k, v: F.scaled_dot_product_attention(q, k, v))
+    close(jf(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    assert "torch.nn.functional.scaled_dot_product_attention(" in str(
+        thunder_ir.last_traces(jf)[-1])
+
+
+def test_which_cases_save_the_statistics() -> None:
+    """CPU flash cases keep the log-sum-exp; a mask gradient, GQA head repetition and
+    unbatched inputs recompute it in `sdpa_backward`."""
+    mask = torch.rand(L, S) > 0.5
+    saving = {
+        "causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                   _qkv()),
+        "bool mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v,
+                                                                         attn_mask=m),
+                      (*_qkv(), mask)),
+    }
+    recomputing = {
+        "mask grad": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v,
+                                                                         attn_mask=m),
+                      (*_qkv(), torch.randn(L, S, requires_grad=True))),
+        "gqa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                _qkv(heads_kv=2)),
+        "unbatched": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                      _qkv(batched=False)),
+    }
+    for name, (fn, args) in {**saving, **recomputing}.items():
+        jf = _check(fn, *args)
+        assert _saves_statistics(jf) == (name in saving), name
+
+
+def test_saved_statistics_functions_match_eager() -> None:
+    q, k, v = (t.detach() for t in _qkv())
+    mask = torch.rand(B, 1, L, S) > 0.3
+    out, lse = sdpa_forward_cpu(q, k, v, mask, is_causal=False, scale=0.5)
+    close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5))
+    assert lse.shape == (B, H, L)
+    go = torch.randn_like(out)
+    got = sdpa_backward_cpu(go, q, k, v, out, lse, mask, scale=0.5)
+    for g, w in zip(got, _reference_grads(go, q, k, v, mask, scale=0.5), strict=True):
+        close(g, w)
+
+
+def test_saves_statistics_reads_types() -> None:
+    p = Program("f", [tensor_type((B, H, L, E), torch.float32, "cpu")] * 3)
+    q, k, v = p.args
+    assert saves_statistics(q, k, v, None, True, None, False)
+    m = Program("g", [tensor_type((B, H, L, E), torch.float32, "meta")] * 3)
+    assert not saves_statistics(*m.args, None, True, None, False)
 
 
 def test_causal_with_scale() -> None:
