@@ -10,6 +10,12 @@ Prints every figure and the ratios to eager and to torch.compile. Usage::
 
     python benchmarks/train_step.py [--layers 4] [--embd 256] [--seq 256] [--batch 2]
                                     [--steps 10] [--variants eager,thunder_ir,torch.compile]
+                                    [--interleaved]
+
+``--interleaved`` builds every variant in one process and times their steps in turn
+(round-robin, the order rotating each round), so that a slow spell of the machine hits
+all variants alike: the steady-step ratios it prints are the ones to quote on a shared
+machine. It reports no first-step or memory figures (those need a process each).
 
 A variant ``thunder_ir+NAME`` puts executor NAME (e.g. the ``torch_compile`` fusion
 executor) ahead of the default executors.
@@ -26,11 +32,15 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_variant(variant: str, a: argparse.Namespace) -> dict:
+def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any, Any]:
+    """``(step, fn, idx)`` for one variant: ``step()`` runs forward, backward and an Adam
+    step and returns the loss; ``fn(idx)`` is the (compiled) model's forward."""
     import torch
     import torch.nn.functional as F
 
@@ -66,6 +76,13 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
         opt.step()
         return loss.item()
 
+    return step, fn, idx
+
+
+def run_variant(variant: str, a: argparse.Namespace) -> dict:
+    import torch
+
+    step, fn, idx = build(variant, a)
     t = time.perf_counter()
     step()
     first = time.perf_counter() - t
@@ -101,6 +118,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--variants", default="eager,thunder_ir,torch.compile")
     ap.add_argument("--remat", default="min-cut", help="thunder_ir's remat policy")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="time all variants in one process, in turn (steady step only)")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.variant:
@@ -110,6 +129,9 @@ def main() -> None:
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
           f"Llama {a.layers} layers, n_embd {a.embd}, seq {a.seq}, batch {a.batch}")
+    if a.interleaved:
+        interleaved(a)
+        return
     results: dict[str, dict] = {}
     for v in a.variants.split(","):
         cmd = [sys.executable, __file__, "--variant", v, "--layers", str(a.layers), "--embd",
@@ -120,19 +142,46 @@ def main() -> None:
             print(f"{v}: failed\n{out.stderr[-2000:]}")
             continue
         results[v] = json.loads(out.stdout.strip().splitlines()[-1])
+    report(results, ("first_s", "step_ms", "saved_mb", "peak_rss_mb"))
+
+
+LABELS = {"first_s": "first step (s)", "step_ms": "steady step (ms)",
+          "saved_mb": "saved for backward (MiB)", "peak_rss_mb": "peak RSS (MiB)"}
+
+
+def report(results: dict[str, dict], keys: tuple[str, ...]) -> None:
+    """The figures, a column per variant, then each thunder_ir variant's ratios."""
     cols = list(results)
-    print(f"{'':<26}" + "".join(f"{c:>15}" for c in cols))
-    for key, label in (("first_s", "first step (s)"), ("step_ms", "steady step (ms)"),
-                       ("saved_mb", "saved for backward (MiB)"),
-                       ("peak_rss_mb", "peak RSS (MiB)")):
-        print(f"{label:<26}" + "".join(f"{results[c][key]:>15.2f}" for c in cols))
-    if "thunder_ir" in results:
-        ours = results["thunder_ir"]
+    w = max([15, *(len(c) + 2 for c in cols)])
+    print(f"{'':<26}" + "".join(f"{c:>{w}}" for c in cols))
+    for key in keys:
+        print(f"{LABELS[key]:<26}" + "".join(f"{results[c][key]:>{w}.2f}" for c in cols))
+    for name, ours in results.items():
+        if not name.startswith("thunder_ir"):
+            continue
         for base in ("eager", "torch.compile"):
             if base in results:
-                print(f"thunder_ir / {base}: " + ", ".join(
-                    f"{k} {ours[k] / results[base][k]:.2f}x"
-                    for k in ("first_s", "step_ms", "saved_mb", "peak_rss_mb")))
+                print(f"{name} / {base}: " + ", ".join(
+                    f"{k} {ours[k] / results[base][k]:.2f}x" for k in keys))
+
+
+def interleaved(a: argparse.Namespace) -> None:
+    """All variants in this process; each round times one step of each, in rotated order."""
+    variants = a.variants.split(",")
+    steps = {}
+    for v in variants:
+        steps[v] = build(v, a)[0]
+        for _ in range(3):  # compile and warm up
+            steps[v]()
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(a.steps):
+        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+            t = time.perf_counter()
+            steps[v]()
+            times[v].append(time.perf_counter() - t)
+    print(f"interleaved: {a.steps} rounds, median step")
+    report({v: {"step_ms": statistics.median(ts) * 1e3} for v, ts in times.items()},
+           ("step_ms",))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ expresses any mix of tensors and constants::
 
 It is the torch executor's target, and the frontend's fallback for functions with no
 ``ltorch`` op (result types then come from torch's meta kernels). It is not ``Pure``:
-an arbitrary torch function may draw random numbers or mutate, so CSE/DCE leave it alone.
+an arbitrary torch function may draw random numbers or mutate, so CSE/DCE leave it alone
+and fusion regions never move across it. A call whose builder knows the callee is a pure
+function of its operands says so with the ``pure`` property (``make_call(..., pure=True)``,
+as the SDPA executor's attention calls do); then it has no effects (`PureIfMarked`).
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr
-from xdsl.ir import Attribute, Dialect
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr, UnitAttr
+from xdsl.ir import Attribute, Dialect, Operation
 from xdsl.irdl import (
     irdl_op_definition,
     opt_prop_def,
     prop_def,
+    traits_def,
     var_operand_def,
     var_result_def,
 )
+from xdsl.traits import EffectInstance, MemoryEffect
 
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
 from thunder_ir.dialects.types import NumberType, TensorType, pretty_type, type_of_tensor
@@ -57,6 +62,14 @@ def substitute(value: Any, operands: Sequence[Any]) -> Any:
     return value
 
 
+class PureIfMarked(MemoryEffect):
+    """No effects when the op carries the ``pure`` property; unknown effects otherwise."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        return set() if "pure" in op.properties else None
+
+
 @irdl_op_definition
 class CallOp(ThunderOp):
     """`%r = "torch.call"(%a, ...) <{callee = "torch.nn.functional.linear", args, kwargs}>`"""
@@ -68,7 +81,10 @@ class CallOp(ThunderOp):
     args = prop_def(ArrayAttr)
     kwargs = opt_prop_def(DictionaryAttr)
     multi = opt_prop_def(Attribute)  # the callee returns a sequence (even of one)
+    pure = opt_prop_def(UnitAttr)  # the callee is a pure function of its operands
     outs = var_result_def(TensorType | NumberType)
+
+    traits = traits_def(PureIfMarked())
 
     def call_args(self, values: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The positional and keyword arguments of the call, given the operand values."""
@@ -104,10 +120,15 @@ class CallOp(ThunderOp):
 
 def make_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
               kwargs: dict[str, Any] | None = None,
-              result_types: Sequence[Attribute] | None = None) -> CallOp:
-    """Builds a ``torch.call``. Without ``result_types`` they come from a meta run."""
+              result_types: Sequence[Attribute] | None = None,
+              pure: bool = False) -> CallOp:
+    """Builds a ``torch.call``. Without ``result_types`` they come from a meta run.
+    ``pure``: the callee draws no random numbers, mutates nothing and returns fresh
+    values, so the call may be deduplicated, dropped when unused, and fused around."""
     props: dict[str, Attribute] = {"callee": StringAttr(callee),
                                    "args": ArrayAttr([to_attr(a) for a in args])}
+    if pure:
+        props["pure"] = UnitAttr()
     if kwargs:
         props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
     if result_types is None:

@@ -46,7 +46,9 @@ _PRIMS = (
     # shape and creation
     "broadcast_in_dim reshape transpose squeeze slice cat pad flip full iota "
     # reductions
-    "sum prod amax amin var"
+    "sum prod amax amin var "
+    # library calls Inductor schedules around (see the module doc)
+    "linear matmul take index_add"
 )
 _LTORCH = (
     "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh asin "
@@ -56,7 +58,8 @@ _LTORCH = (
     "clamp to_dtype relu gelu silu sigmoid softmax log_softmax "
     "reshape view permute transpose unsqueeze squeeze expand flatten contiguous clone cat "
     "zeros ones full zeros_like ones_like full_like tril triu "
-    "sum mean amax amin prod var"
+    "sum mean amax amin prod var "
+    "linear matmul bmm embedding split chunk getitem stack"
 )
 FUSIBLE_OPS: frozenset[str] = frozenset(
     [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()]
@@ -144,23 +147,17 @@ class InductorExecutor(Executor):
 
     def can_fuse(self, op: Operation) -> bool:
         """Side-effect-free ops of `FUSIBLE_OPS` on tensors of a real device, reading only
-        tensors and constant numbers (a traced number would specialize the kernel).
-
-        An ltorch op whose first operand is a number stays out: its reference calls
-        ``torch.result_type``, which Dynamo cannot put in a graph.
-        """
+        tensors and constant numbers (a traced number would specialize the kernel)."""
         if op.name not in FUSIBLE_OPS or not is_side_effect_free(op):
             return False
         for r in op.results:
             if not isinstance(r.type, TensorType) or r.type.dev == "meta":
                 return False
-        for k, v in enumerate(op.operands):
+        for v in op.operands:
             t = v.type
             if isinstance(t, NumberType):
                 if not isinstance(v.owner, ConstantOp):
                     return False
-                if k == 0 and op.name.startswith("ltorch."):
-                    return False  # its reference picks a dtype with torch.result_type
             elif not isinstance(t, TensorType):
                 return False
         return True
@@ -219,9 +216,17 @@ def _inductor_compile(
         out = fn(*xs)
         return (out,) if single else tuple(out)
 
+    # Fake inputs from a mode with a (static) ShapeEnv: Inductor's FX graph cache needs one,
+    # so a region seen in an earlier process loads its kernel instead of compiling it.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    fake = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
+            for a in args]
     with torch.no_grad():
-        gm = make_fx(as_tuple, tracing_mode="fake")(*args)
-        compiled = torch._inductor.compile(gm, list(args), options=options)
+        gm = make_fx(as_tuple, tracing_mode="fake")(*fake)
+        compiled = torch._inductor.compile(gm, fake, options=options)
 
     if single:
 

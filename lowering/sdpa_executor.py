@@ -267,7 +267,7 @@ def sdpa_backward_cpu(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Te
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` of CPU flash attention from the saved output and log-sum-exp."""
     dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        grad_out.contiguous(), query, key, value, out, logsumexp, 0.0, is_causal,
+        grad_out, query, key, value, out, logsumexp, 0.0, is_causal,
         attn_mask=_float_mask(attn_mask, query.dtype), scale=scale)
     return dq, dk, dv
 
@@ -281,20 +281,17 @@ def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue 
     batch and head counts, no mask gradient): then the forward can keep the log-sum-exp
     for the backward (`sdpa_forward_cpu`). Asks torch's own selector on empty tensors of
     the operands' shapes and dtypes."""
-    types = [x.type for x in (q, k, v)]
-    if attn_mask is not None:
-        types.append(attn_mask.type)
-    if not all(isinstance(t, TensorType) and t.dev == "cpu" for t in types):
+    types = [x.type for x in (q, k, v)] + ([attn_mask.type] if attn_mask is not None else [])
+    tensors = [t for t in types if isinstance(t, TensorType) and t.dev == "cpu"]
+    if len(tensors) != len(types):
         return False
-    tq, tk, tv = types[:3]
-    assert isinstance(tq, TensorType) and isinstance(tk, TensorType) \
-        and isinstance(tv, TensorType)
+    tq, tk, tv = tensors[:3]
     if tq.rank != 4 or tk.rank != 4 or tv.rank != 4 or tq.sizes[:2] != tk.sizes[:2] \
             or tk.sizes[:3] != tv.sizes[:3]:
         return False
     if attn_mask is not None and may_need_grad(attn_mask):
         return False
-    empty = [torch.empty(t.sizes, dtype=t.dtype) for t in types]  # type: ignore[union-attr]
+    empty = [torch.empty(t.sizes, dtype=t.dtype) for t in tensors]
     mask = _float_mask(empty[3], tq.dtype) if attn_mask is not None else None
     choice = torch._fused_sdp_choice(empty[0], empty[1], empty[2], mask, 0.0, is_causal,
                                      scale=scale)
@@ -314,7 +311,7 @@ def _sdpa_vjp_saving(g: Any, out: SSAValue, ct: SSAValue, q: SSAValue, k: SSAVal
     if scale is not None:
         kwargs["scale"] = float(scale)
     refs = [OperandRef(i) for i in range(len(operands))]
-    fwd = make_call(SDPA_FORWARD_CPU, operands, refs, kwargs)
+    fwd = make_call(SDPA_FORWARD_CPU, operands, refs, kwargs, pure=True)
     if "loc" in fwd_op.attributes:
         fwd.attributes["loc"] = fwd_op.attributes["loc"]
     g.replace_forward(fwd_op, fwd, fwd.results[:1])
@@ -322,7 +319,7 @@ def _sdpa_vjp_saving(g: Any, out: SSAValue, ct: SSAValue, q: SSAValue, k: SSAVal
     bwd_operands = [ct, q, k, v, new_out, lse] + ([attn_mask] if attn_mask is not None else [])
     bwd = make_call(SDPA_BACKWARD_CPU, bwd_operands,
                     [OperandRef(i) for i in range(len(bwd_operands))], kwargs,
-                    result_types=[q.type, k.type, v.type])
+                    result_types=[q.type, k.type, v.type], pure=True)
     bwd.properties["multi"] = fwd.properties["multi"]
     if g.emitter.loc is not None:
         bwd.attributes["loc"] = g.emitter.loc
@@ -385,7 +382,7 @@ def sdpa_vjp(g: Any, out: list[SSAValue], ct: list[SSAValue | None], q: SSAValue
         kwargs["mask_grad"] = True
         result_types.append(attn_mask.type)
     call = make_call(SDPA_BACKWARD, operands, [OperandRef(i) for i in range(len(operands))],
-                     kwargs, result_types=result_types)
+                     kwargs, result_types=result_types, pure=True)
     if g.emitter.loc is not None:
         call.attributes["loc"] = g.emitter.loc
     g.emitter.insert(call)  # prebuilt: a torch.call has no shape rule to build it from

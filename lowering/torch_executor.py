@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Operation
@@ -231,8 +232,39 @@ class _Lower(RewritePattern):
             return  # a fusion region's body: its executor compiles it
         if getattr(type(op), "EXECUTABLE", False):
             return  # generated code calls it through its namespace (extension operators)
-        call = lower_op(op)
+        call = _into_fresh(op) or lower_op(op)
         rewriter.replace(op, [call], list(call.results))
+
+
+def index_add_into(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
+                   dim: int) -> torch.Tensor:
+    """``prims.index_add`` into a buffer no one else reads (see `_into_fresh`)."""
+    return x.index_add_(dim, index, source)
+
+
+torch_ops.index_add_into = index_add_into  # type: ignore[attr-defined]
+
+
+def _into_fresh(op: ThunderOp) -> CallOp | None:
+    """An out-of-place ``prims.index_add`` whose target is a fresh ``prims.full`` read by
+    nothing else updates that buffer in place: eager's embedding backward (zeros, then
+    ``index_add_``), without copying the zeros first."""
+    from thunder_ir.dialects.prims import FullOp, IndexAddOp
+
+    if not isinstance(op, IndexAddOp):
+        return None
+    target = op.operands[0]
+    owner = target.owner
+    fresh = isinstance(owner, FullOp) or (
+        isinstance(owner, CallOp) and owner.callee.data == wrapper_for(FullOp))
+    if not fresh or not target.has_one_use():
+        return None
+    call = make_call("thunder_ir.lowering.torch_ops.index_add_into", list(op.operands),
+                     [OperandRef(0), OperandRef(1), OperandRef(2)], {"dim": op.params()["dim"]},
+                     result_types=[op.results[0].type])
+    if "loc" in op.attributes:
+        call.attributes["loc"] = op.attributes["loc"]
+    return call
 
 
 @dataclass(frozen=True)

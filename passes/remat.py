@@ -45,9 +45,28 @@ CHEAP_OPS: frozenset[str] = frozenset({
 })
 
 
+# Ops whose result is a strided view: a reshape of their result usually copies.
+_RESTRIDING: frozenset[str] = frozenset({
+    "prims.transpose", "prims.broadcast_in_dim", "ltorch.permute", "ltorch.transpose",
+    "ltorch.expand"})
+_RESHAPES: frozenset[str] = frozenset({"prims.reshape", "ltorch.reshape", "ltorch.view",
+                                       "ltorch.flatten"})
+
+
 def cheap_elementwise(op: Operation) -> bool:
-    """The default policy: recompute elementwise, cast, shape and creation ops."""
-    return op.name in CHEAP_OPS
+    """The default policy: recompute elementwise, cast, shape and creation ops.
+
+    A reshape of a transposed or expanded value is the exception: outside a fusion it
+    is a copy, which costs a memory pass each time it is recomputed, so its result is
+    saved instead (attention's ``transpose(...).reshape(...)``, grouped-query heads'
+    ``expand(...).reshape(...)``).
+    """
+    if op.name not in CHEAP_OPS:
+        return False
+    if op.name in _RESHAPES:
+        src = op.operands[0].owner
+        return not (isinstance(src, Operation) and src.name in _RESTRIDING)
+    return True
 
 
 @dataclass(frozen=True)

@@ -404,6 +404,30 @@ def test_dce_keeps_unused_rng_and_torch_calls() -> None:
                         "prims.add"]
 
 
+def test_pure_torch_calls_are_deduplicated_and_dropped() -> None:
+    """``make_call(..., pure=True)``: CSE merges equal calls, DCE drops unused ones; the
+    property survives printing and parsing."""
+    from xdsl.traits import is_side_effect_free
+
+    p = Program("computation", [F32], ["a"])
+    a = p.args[0]
+    calls = [make_call("torch.exp", [a], [prims_operand(0)], pure=True) for _ in range(3)]
+    for c in calls:
+        p.block.add_op(c)
+    assert all(is_side_effect_free(c) for c in calls)
+    assert not is_side_effect_free(make_call("torch.exp", [a], [prims_operand(0)]))
+    P = p.emitter.ns(prims.OPS)
+    m = p.finish([P.add(calls[0].results[0], calls[1].results[0])])  # calls[2] unused
+    m = apply(DCEPass(), apply(CSEPass(), m))
+    assert names(m) == ["torch.call", "prims.add"]
+    assert "pure" in str(m)
+    from thunder_ir.dialects.program import parse
+
+    again = parse(str(m))
+    call = next(op for op in main_function(again).body.block.ops if isinstance(op, CallOp))
+    assert is_side_effect_free(call)
+
+
 def prims_operand(i: int) -> Any:
     from thunder_ir.dialects.base import OperandRef
 

@@ -194,6 +194,34 @@ def test_remat_saves_fewer_bytes_with_identical_gradients() -> None:
         assert torch.equal(x, y)
 
 
+def test_remat_saves_a_reshape_that_would_copy() -> None:
+    """Recomputing ``transpose(x).reshape(...)`` copies: the default policy saves it."""
+    from thunder_ir.dialects import prims
+    from thunder_ir.dialects.program import Program
+    from thunder_ir.dialects.types import tensor_type
+    from thunder_ir.passes.remat import cheap_elementwise
+
+    p = Program("f", [tensor_type((2, 3, 4), torch.float32)])
+    P = p.emitter.ns(prims.OPS)
+    x = p.args[0]
+    t = P.transpose(x, permutation=(1, 0, 2))
+    copying = P.reshape(t, shape=(3, 8))
+    viewing = P.reshape(P.exp(x), shape=(6, 4))
+    assert cheap_elementwise(t.owner) and cheap_elementwise(viewing.owner)
+    assert not cheap_elementwise(copying.owner)
+
+
+def test_embedding_backward_adds_into_fresh_zeros_in_place() -> None:
+    emb = nn.Embedding(10, 4)
+    tm = thunder_ir.jit(emb)
+    idx = torch.tensor([[1, 2, 1], [0, 9, 1]])
+    tm(idx).square().sum().backward()
+    ref = copy.deepcopy(emb)
+    ref(idx).square().sum().backward()
+    torch.testing.assert_close(emb.weight.grad, ref.weight.grad)
+    assert "torch_ops.index_add_into(" in str(thunder_ir.last_backward_traces(tm)[-1])
+
+
 # --------------------------------------------------------------------------- autograd bridge
 
 
