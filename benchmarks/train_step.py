@@ -12,6 +12,10 @@ Prints every figure and the ratios to eager and to torch.compile. Usage::
                                     [--steps 10] [--variants eager,thunder_ir,torch.compile]
                                     [--interleaved]
 
+glibc's malloc thresholds are pinned first (``benchmarks/harness.py``; all variants then
+allocate alike, with a steady number of page faults a step, which is printed);
+``--glibc-malloc-defaults`` leaves malloc alone.
+
 ``--interleaved`` builds every variant in one process and times their steps in turn
 (round-robin, the order rotating each round), so that a slow spell of the machine hits
 all variants alike: the steady-step ratios it prints are the ones to quote on a shared
@@ -36,6 +40,9 @@ from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from harness import page_faults, pin_malloc  # noqa: E402
 
 
 def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any, Any]:
@@ -89,10 +96,12 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     for _ in range(2):
         step()
     times = []
+    faults = page_faults()
     for _ in range(a.steps):
         t = time.perf_counter()
         step()
         times.append(time.perf_counter() - t)
+    faults = (page_faults() - faults) / a.steps
 
     storages: dict[int, int] = {}
 
@@ -105,7 +114,7 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
         logits = fn(idx)
     del logits
     return {"first_s": first, "step_ms": statistics.median(times) * 1e3,
-            "saved_mb": sum(storages.values()) / 2**20,
+            "saved_mb": sum(storages.values()) / 2**20, "faults": faults,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -120,15 +129,19 @@ def main() -> None:
     ap.add_argument("--remat", default="min-cut", help="thunder_ir's remat policy")
     ap.add_argument("--interleaved", action="store_true",
                     help="time all variants in one process, in turn (steady step only)")
+    ap.add_argument("--glibc-malloc-defaults", action="store_true",
+                    help="do not pin glibc's trim and mmap thresholds")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    pinned = not a.glibc_malloc_defaults and pin_malloc()
     if a.variant:
         print(json.dumps(run_variant(a.variant, a)))
         return
     import torch
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
-          f"Llama {a.layers} layers, n_embd {a.embd}, seq {a.seq}, batch {a.batch}")
+          f"Llama {a.layers} layers, n_embd {a.embd}, seq {a.seq}, batch {a.batch}; "
+          f"malloc {'pinned' if pinned else 'glibc defaults'}")
     if a.interleaved:
         interleaved(a)
         return
@@ -136,17 +149,19 @@ def main() -> None:
     for v in a.variants.split(","):
         cmd = [sys.executable, __file__, "--variant", v, "--layers", str(a.layers), "--embd",
                str(a.embd), "--seq", str(a.seq), "--batch", str(a.batch), "--steps",
-               str(a.steps), "--remat", a.remat]
+               str(a.steps), "--remat", a.remat] + (
+                   ["--glibc-malloc-defaults"] if a.glibc_malloc_defaults else [])
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{v}: failed\n{out.stderr[-2000:]}")
             continue
         results[v] = json.loads(out.stdout.strip().splitlines()[-1])
-    report(results, ("first_s", "step_ms", "saved_mb", "peak_rss_mb"))
+    report(results, ("first_s", "step_ms", "saved_mb", "peak_rss_mb", "faults"))
 
 
 LABELS = {"first_s": "first step (s)", "step_ms": "steady step (ms)",
-          "saved_mb": "saved for backward (MiB)", "peak_rss_mb": "peak RSS (MiB)"}
+          "saved_mb": "saved for backward (MiB)", "peak_rss_mb": "peak RSS (MiB)",
+          "faults": "page faults per step"}
 
 
 def report(results: dict[str, dict], keys: tuple[str, ...]) -> None:
@@ -162,7 +177,7 @@ def report(results: dict[str, dict], keys: tuple[str, ...]) -> None:
         for base in ("eager", "torch.compile"):
             if base in results:
                 print(f"{name} / {base}: " + ", ".join(
-                    f"{k} {ours[k] / results[base][k]:.2f}x" for k in keys))
+                    f"{k} {ours[k] / results[base][k]:.2f}x" for k in keys if k != "faults"))
 
 
 def interleaved(a: argparse.Namespace) -> None:
@@ -174,12 +189,14 @@ def interleaved(a: argparse.Namespace) -> None:
         for _ in range(3):  # compile and warm up
             steps[v]()
     times: dict[str, list[float]] = {v: [] for v in variants}
+    faults = page_faults()
     for r in range(a.steps):
         for v in variants[r % len(variants):] + variants[:r % len(variants)]:
             t = time.perf_counter()
             steps[v]()
             times[v].append(time.perf_counter() - t)
-    print(f"interleaved: {a.steps} rounds, median step")
+    per_step = (page_faults() - faults) / (a.steps * len(variants))
+    print(f"interleaved: {a.steps} rounds, median step; {per_step:.0f} page faults a step")
     report({v: {"step_ms": statistics.median(ts) * 1e3} for v, ts in times.items()},
            ("step_ms",))
 

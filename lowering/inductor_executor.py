@@ -1,18 +1,25 @@
 """The torch.compile (Inductor) fusion executor: CPU fusion through PyTorch's own compiler.
 
 Why this executor exists: on CPU there is no nvFuser or Triton, but Inductor generates C++
-(OpenMP, vectorized) kernels for chains of pointwise ops and reductions. This executor
-fuses what Inductor fuses well (elementwise math, casts, broadcasts and views, ``where``,
-reductions, softmax-like compositions) and leaves matmuls and linears to the torch
-executor, whose BLAS calls Inductor would only wrap.
+(OpenMP, vectorized) kernels for chains of pointwise ops and reductions, and plans the
+buffers of a whole graph. This executor's regions take elementwise math, casts,
+broadcasts and views, ``where``, reductions and softmax-like compositions, and also the
+library calls between them: linear, matmul, embedding and ``index_add``. Inside a region
+Inductor calls the same BLAS kernel as eager but reuses buffers and drops the per-op
+Python dispatch, so a transformer layer's forward or backward becomes one or two region
+calls. Attention stays outside, as the SDPA executor's fused calls (they are ``pure``, so
+regions form across them).
 
-A region compiles in three steps (`compile_region`): its body becomes a small program of
-its own (`region_program`), that program is printed and executed as Python by
-`thunder_ir.lowering.codegen` like any other trace (`region_function`), and the function
-goes through ``torch.compile(fn, dynamic=False, fullgraph=True)``. Compiling is lazy
-(Dynamo and Inductor run on the first call) and slow (seconds), so
-`thunder_ir.passes.fuse.compile_kernels` caches kernels by the region's structure: the
-repeated layers of a model compile once. Should Dynamo or Inductor fail on a region, that
+A region compiles in three steps (`compile_region`), on its first call: its body becomes
+a small program of its own (`region_program`), that program is printed and executed as
+Python by `thunder_ir.lowering.codegen` like any other trace (`region_function`), and the
+function is traced to an ATen graph (``make_fx`` over fake tensors with a static
+``ShapeEnv``) and compiled by ``torch._inductor.compile``. Dynamo is not involved: a call
+costs a few µs, with no guards. The kernel is specialized to its inputs' strides, so each
+stride layout gets its own compiled variant. Compiling is slow (about a second per region
+on 2 CPU cores; Inductor's on-disk FX graph cache makes a later process load it instead),
+so `thunder_ir.passes.fuse.compile_kernels` caches kernels by the region's structure: the
+repeated layers of a model compile once. Should tracing or Inductor fail on a region, that
 region runs the Python function eagerly, with a warning.
 
 Whether this executor is on by default is a measured decision: see ``docs/fusion.md``.
@@ -64,8 +71,8 @@ _LTORCH = (
 FUSIBLE_OPS: frozenset[str] = frozenset(
     [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()]
 )
-"""Ops this executor fuses. Matmul, linear, attention, embedding, indexing and RNG stay
-out: the first four are library calls Inductor would not beat; RNG is never fused."""
+"""Ops this executor fuses. Attention stays out (the SDPA executor's fused kernels), and
+so do RNG (never fused) and ops not listed here, which the torch executor runs."""
 
 
 def region_program(region: RegionOp) -> ModuleOp:
