@@ -16,6 +16,9 @@ glibc's malloc thresholds are pinned first (``benchmarks/harness.py``; all varia
 allocate alike, with a steady number of page faults a step, which is printed);
 ``--glibc-malloc-defaults`` leaves malloc alone.
 
+``--cold`` gives each variant a fresh Inductor cache directory, so that first steps include
+every compile (torch.compile and the ``torch_compile`` executor).
+
 ``--interleaved`` builds every variant in one process and times their steps in turn
 (round-robin, the order rotating each round), so that a slow spell of the machine hits
 all variants alike: the steady-step ratios it prints are the ones to quote on a shared
@@ -35,6 +38,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -129,6 +133,8 @@ def main() -> None:
     ap.add_argument("--remat", default="min-cut", help="thunder_ir's remat policy")
     ap.add_argument("--interleaved", action="store_true",
                     help="time all variants in one process, in turn (steady step only)")
+    ap.add_argument("--cold", action="store_true",
+                    help="a fresh Inductor cache directory per variant")
     ap.add_argument("--glibc-malloc-defaults", action="store_true",
                     help="do not pin glibc's trim and mmap thresholds")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
@@ -151,7 +157,10 @@ def main() -> None:
                str(a.embd), "--seq", str(a.seq), "--batch", str(a.batch), "--steps",
                str(a.steps), "--remat", a.remat] + (
                    ["--glibc-malloc-defaults"] if a.glibc_malloc_defaults else [])
-        out = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ)
+        if a.cold:
+            env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="train_step_inductor_")
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if out.returncode != 0:
             print(f"{v}: failed\n{out.stderr[-2000:]}")
             continue
