@@ -13,10 +13,12 @@ regions form across them).
 A region compiles in three steps (`compile_region`), on its first call: its body becomes
 a small program of its own (`region_program`), that program is printed and executed as
 Python by `thunder_ir.lowering.codegen` like any other trace (`region_function`), and the
-function is traced to an ATen graph (``make_fx`` over fake tensors with a static
-``ShapeEnv``) and compiled by ``torch._inductor.compile``. Dynamo is not involved: a call
-costs a few µs, with no guards. The kernel is specialized to its inputs' strides, so each
-stride layout gets its own compiled variant. Compiling is slow (about a second per region
+function is traced to an ATen graph (``make_fx`` with Inductor's decompositions, over fake
+tensors with a static ``ShapeEnv``) and compiled by Inductor's graph compiler
+(``compile_fx_inner``). Neither Dynamo nor AOTAutograd is involved (regions are pure and
+run without grad): a call costs a few µs, with no guards and no runtime wrappers. The
+kernel is specialized to its inputs' strides, so each stride layout gets its own compiled
+variant. Compiling is slow (about a second per region
 on 2 CPU cores; Inductor's on-disk FX graph cache makes a later process load it instead),
 so `thunder_ir.passes.fuse.compile_kernels` caches kernels by the region's structure: the
 repeated layers of a model compile once. Should tracing or Inductor fail on a region, that
@@ -173,7 +175,7 @@ class InductorExecutor(Executor):
         """An Inductor kernel for the region, compiled on its first call.
 
         Dynamo is bypassed: the region's function is traced to an ATen graph with
-        ``make_fx`` and handed to Inductor (`torch._inductor.compile`), so a call costs a
+        ``make_fx`` and handed to Inductor (``compile_fx_inner``), so a call costs a
         few µs instead of a Dynamo guard evaluation. Inductor specializes the kernel to the
         inputs' strides, so the kernel keeps one compiled variant per stride signature.
         Should tracing or compiling fail, the region runs its Python function eagerly,
@@ -215,7 +217,12 @@ class InductorExecutor(Executor):
 def _inductor_compile(
     fn: Callable[..., Any], args: tuple[Any, ...], single: bool, options: dict[str, Any] | None
 ) -> Callable[..., Any]:
-    """Traces ``fn`` at the ATen level on ``args`` and compiles it with Inductor."""
+    """Traces ``fn`` at the ATen level on ``args`` and compiles it with Inductor.
+
+    The graph is what AOTAutograd would hand Inductor for a pure function without grad:
+    Inductor's decompositions applied, inputs as fake tensors of a static ``ShapeEnv``
+    (inside a ``TracingContext``, where the FX graph cache looks for it). The compiled
+    graph takes a list of inputs; the returned callable takes them positionally."""
     import torch._inductor
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -231,17 +238,26 @@ def _inductor_compile(
     mode = FakeTensorMode(shape_env=ShapeEnv())
     fake = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
             for a in args]
-    with torch.no_grad():
-        gm = make_fx(as_tuple, tracing_mode="fake")(*fake)
-        compiled = torch._inductor.compile(gm, fake, options=options)
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+
+    with torch.no_grad(), torch._inductor.config.patch(options or {}), \
+            torch._guards.tracing(torch._guards.TracingContext(mode)):
+        gm = make_fx(as_tuple, decomposition_table=select_decomp_table(),
+                     tracing_mode="fake")(*fake)
+        compiled = compile_fx_inner(gm, fake)
 
     if single:
 
         def run_one(*xs: Any) -> Any:
-            return compiled(*xs)[0]
+            return compiled(list(xs))[0]
 
         return run_one
-    return compiled
+
+    def run(*xs: Any) -> Any:
+        return compiled(list(xs))
+
+    return run
 
 
 register_executor(InductorExecutor(), default=False)
