@@ -224,23 +224,19 @@ def _inductor_compile(
     (inside a ``TracingContext``, where the FX graph cache looks for it). The compiled
     graph takes a list of inputs; the returned callable takes them positionally."""
     import torch._inductor
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     def as_tuple(*xs: Any) -> tuple[Any, ...]:
         out = fn(*xs)
         return (out,) if single else tuple(out)
 
-    # Fake inputs from a mode with a (static) ShapeEnv: Inductor's FX graph cache needs one,
-    # so a region seen in an earlier process loads its kernel instead of compiling it.
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
     mode = FakeTensorMode(shape_env=ShapeEnv())
     fake = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
             for a in args]
-    from torch._inductor.compile_fx import compile_fx_inner
-    from torch._inductor.decomposition import select_decomp_table
-
     with torch.no_grad(), torch._inductor.config.patch(options or {}), \
             torch._guards.tracing(torch._guards.TracingContext(mode)):
         gm = make_fx(as_tuple, decomposition_table=select_decomp_table(),
@@ -248,16 +244,8 @@ def _inductor_compile(
         compiled = compile_fx_inner(gm, fake)
 
     if single:
-
-        def run_one(*xs: Any) -> Any:
-            return compiled(list(xs))[0]
-
-        return run_one
-
-    def run(*xs: Any) -> Any:
-        return compiled(list(xs))
-
-    return run
+        return lambda *xs: compiled(list(xs))[0]
+    return lambda *xs: compiled(list(xs))
 
 
 register_executor(InductorExecutor(), default=False)

@@ -276,7 +276,7 @@ def sdpa_backward_cpu(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Te
 
 
 def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue | None,
-                     is_causal: bool, scale: float | None, enable_gqa: bool) -> bool:
+                     is_causal: bool, scale: float | None) -> bool:
     """True when torch runs CPU flash attention for operands of these types (4-D, equal
     batch and head counts, no mask gradient): then the forward can keep the log-sum-exp
     for the backward (`sdpa_forward_cpu`). Asks torch's own selector on empty tensors of
@@ -298,6 +298,22 @@ def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue 
     return bool(choice == _FLASH)
 
 
+def _emit_call(g: Any, callee: str, operands: list[SSAValue], kwargs: dict[str, Any],
+               result_types: list[Any] | None = None) -> Any:
+    """A pure ``torch.call`` of ``callee`` on ``operands`` (passed positionally), tagged
+    with the forward op's source location."""
+    call = make_call(callee, operands, [OperandRef(i) for i in range(len(operands))], kwargs,
+                     result_types=result_types, pure=True)
+    if g.emitter.loc is not None:
+        call.attributes["loc"] = g.emitter.loc
+    return call
+
+
+def _attention_kwargs(is_causal: bool, scale: float | None) -> dict[str, Any]:
+    return {"is_causal": is_causal} if scale is None else {"is_causal": is_causal,
+                                                            "scale": float(scale)}
+
+
 def _sdpa_vjp_saving(g: Any, out: SSAValue, ct: SSAValue, q: SSAValue, k: SSAValue,
                      v: SSAValue, attn_mask: SSAValue | None, is_causal: bool,
                      scale: float | None) -> list[Any]:
@@ -306,26 +322,15 @@ def _sdpa_vjp_saving(g: Any, out: SSAValue, ct: SSAValue, q: SSAValue, k: SSAVal
     backward is one `sdpa_backward_cpu` call reading the saved output and log-sum-exp."""
     fwd_op = out.owner
     assert isinstance(fwd_op, Operation)
-    operands = [q, k, v] + ([attn_mask] if attn_mask is not None else [])
-    kwargs: dict[str, Any] = {"is_causal": is_causal}
-    if scale is not None:
-        kwargs["scale"] = float(scale)
-    refs = [OperandRef(i) for i in range(len(operands))]
-    fwd = make_call(SDPA_FORWARD_CPU, operands, refs, kwargs, pure=True)
-    if "loc" in fwd_op.attributes:
-        fwd.attributes["loc"] = fwd_op.attributes["loc"]
+    mask = [attn_mask] if attn_mask is not None else []
+    kwargs = _attention_kwargs(is_causal, scale)
+    fwd = _emit_call(g, SDPA_FORWARD_CPU, [q, k, v, *mask], kwargs)
     g.replace_forward(fwd_op, fwd, fwd.results[:1])
     new_out, lse = fwd.results
-    bwd_operands = [ct, q, k, v, new_out, lse] + ([attn_mask] if attn_mask is not None else [])
-    bwd = make_call(SDPA_BACKWARD_CPU, bwd_operands,
-                    [OperandRef(i) for i in range(len(bwd_operands))], kwargs,
-                    result_types=[q.type, k.type, v.type], pure=True)
-    bwd.properties["multi"] = fwd.properties["multi"]
-    if g.emitter.loc is not None:
-        bwd.attributes["loc"] = g.emitter.loc
+    bwd = _emit_call(g, SDPA_BACKWARD_CPU, [ct, q, k, v, new_out, lse, *mask], kwargs,
+                     result_types=[q.type, k.type, v.type])
     g.emitter.insert(bwd)
     return [*bwd.results, None]
-
 
 
 def may_need_grad(v: SSAValue) -> bool:
@@ -369,22 +374,17 @@ def sdpa_vjp(g: Any, out: list[SSAValue], ct: list[SSAValue | None], q: SSAValue
         raise ValueError(f"{ScaledDotProductAttentionOp.name}: no VJP for dropout_p="
                          f"{dropout_p}; pass dropout_p=0.0")
     assert ct[0] is not None
-    if saves_statistics(q, k, v, attn_mask, bool(is_causal), scale, bool(enable_gqa)):
+    if saves_statistics(q, k, v, attn_mask, bool(is_causal), scale):
         return _sdpa_vjp_saving(g, out[0], ct[0], q, k, v, attn_mask, bool(is_causal), scale)
     operands = [ct[0], q, k, v] + ([attn_mask] if attn_mask is not None else [])
-    kwargs: dict[str, Any] = {"is_causal": bool(is_causal), "enable_gqa": bool(enable_gqa)}
-    if scale is not None:
-        kwargs["scale"] = float(scale)
+    kwargs = {**_attention_kwargs(bool(is_causal), scale), "enable_gqa": bool(enable_gqa)}
     result_types = [q.type, k.type, v.type]
     mask_grad = attn_mask is not None and may_need_grad(attn_mask)
     if mask_grad:
         assert attn_mask is not None
         kwargs["mask_grad"] = True
         result_types.append(attn_mask.type)
-    call = make_call(SDPA_BACKWARD, operands, [OperandRef(i) for i in range(len(operands))],
-                     kwargs, result_types=result_types, pure=True)
-    if g.emitter.loc is not None:
-        call.attributes["loc"] = g.emitter.loc
+    call = _emit_call(g, SDPA_BACKWARD, operands, kwargs, result_types)
     g.emitter.insert(call)  # prebuilt: a torch.call has no shape rule to build it from
     grads: list[Any] = list(call.results)
     return grads if mask_grad else [*grads, None]

@@ -151,9 +151,9 @@ def test_saved_statistics_functions_match_eager() -> None:
 def test_saves_statistics_reads_types() -> None:
     p = Program("f", [tensor_type((B, H, L, E), torch.float32, "cpu")] * 3)
     q, k, v = p.args
-    assert saves_statistics(q, k, v, None, True, None, False)
+    assert saves_statistics(q, k, v, None, True, None)
     m = Program("g", [tensor_type((B, H, L, E), torch.float32, "meta")] * 3)
-    assert not saves_statistics(*m.args, None, True, None, False)
+    assert not saves_statistics(*m.args, None, True, None)
 
 
 def test_causal_with_scale() -> None:
