@@ -4,11 +4,11 @@ Why this executor exists: on CPU there is no nvFuser or Triton, but Inductor gen
 (OpenMP, vectorized) kernels for chains of pointwise ops and reductions, and plans the
 buffers of a whole graph. This executor's regions take elementwise math, casts,
 broadcasts and views, ``where``, reductions and softmax-like compositions, and also the
-library calls between them: linear, matmul, embedding and ``index_add``. Inside a region
-Inductor calls the same BLAS kernel as eager but reuses buffers and drops the per-op
-Python dispatch, so a transformer layer's forward or backward becomes one or two region
-calls. Attention stays outside, as the SDPA executor's fused calls (they are ``pure``, so
-regions form across them).
+library calls between them: linear, matmul, embedding, ``index_add`` and the SDPA
+executor's pure CPU flash-attention calls (`FUSIBLE_CALLS`). Inside a region Inductor
+calls the same BLAS and attention kernels as eager but plans the buffers of the whole
+graph and drops the per-op Python dispatch, so a Llama training step's forward and
+backward are one region call each, as under ``torch.compile``.
 
 A region compiles in three steps (`compile_region`), on its first call: its body becomes
 a small program of its own (`region_program`), that program is printed and executed as
@@ -43,6 +43,7 @@ from xdsl.traits import is_side_effect_free
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
+from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
 
@@ -73,8 +74,17 @@ _LTORCH = (
 FUSIBLE_OPS: frozenset[str] = frozenset(
     [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()]
 )
-"""Ops this executor fuses. Attention stays out (the SDPA executor's fused kernels), and
-so do RNG (never fused) and ops not listed here, which the torch executor runs."""
+"""Ops this executor fuses. RNG (never fused) and ops not listed here stay out; the torch
+executor runs them."""
+
+FUSIBLE_CALLS: frozenset[str] = frozenset(
+    {
+        "thunder_ir.lowering.sdpa_executor.sdpa_forward_cpu",
+        "thunder_ir.lowering.sdpa_executor.sdpa_backward_cpu",
+    }
+)
+"""Pure ``torch.call`` callees a region may hold: functions of ATen ops that ``make_fx``
+traces and Inductor runs as library kernels (CPU flash attention's forward and backward)."""
 
 
 def region_program(region: RegionOp) -> ModuleOp:
@@ -157,7 +167,11 @@ class InductorExecutor(Executor):
     def can_fuse(self, op: Operation) -> bool:
         """Side-effect-free ops of `FUSIBLE_OPS` on tensors of a real device, reading only
         tensors and constant numbers (a traced number would specialize the kernel)."""
-        if op.name not in FUSIBLE_OPS or not is_side_effect_free(op):
+        if op.name not in FUSIBLE_OPS and not (
+            isinstance(op, CallOp) and op.callee.data in FUSIBLE_CALLS
+        ):
+            return False
+        if not is_side_effect_free(op):
             return False
         for r in op.results:
             if not isinstance(r.type, TensorType) or r.type.dev == "meta":

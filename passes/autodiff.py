@@ -34,6 +34,7 @@ from xdsl.pattern_rewriter import (
     PatternRewriteWalker,
     RewritePattern,
 )
+from xdsl.traits import is_side_effect_free
 
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import Program, main_function
@@ -225,6 +226,7 @@ def split(joint: Joint, policy: Any = None) -> Split:
     outs = list(ret.operands)
     user_outs, grads = outs[:joint.n_outputs], outs[joint.n_outputs:]
 
+    bwd_ops = live_ops(bwd_ops, grads)
     plan = plan_remat(fwd_args, fwd_ops, bwd_ops, grads, policy)
 
     # Forward: every forward op still needed for outputs or residuals (DCE runs later).
@@ -246,6 +248,25 @@ def split(joint: Joint, policy: Any = None) -> Split:
         bprog.block.add_op(op.clone(value_mapper=bvm))
     backward = bprog.finish([bvm[g] for g in grads])
     return Split(forward, backward, len(user_outs), len(residuals))
+
+
+def live_ops(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[Operation]:
+    """The ops of ``ops`` (in order) that ``outputs`` depend on, and those with effects.
+
+    VJP rules compute every operand's cotangent and leave the unwanted ones dead (the
+    gradient of ``q * cos`` with respect to a constant ``cos`` reads ``q``). Pruning them
+    before the remat plan keeps their operands from counting as values the backward needs:
+    otherwise the plan saves ``q`` for a dead op and recomputes ``q * cos`` from it.
+    One reverse sweep, linear in ops and operands.
+    """
+    needed = set(outputs)
+    keep: list[Operation] = []
+    for op in reversed(ops):
+        if any(r in needed for r in op.results) or not is_side_effect_free(op):
+            keep.append(op)
+            needed.update(op.operands)
+    keep.reverse()
+    return keep
 
 
 def run_autodiff(module: ModuleOp, requires_grad: Sequence[bool], policy: Any = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -209,6 +210,56 @@ def test_remat_saves_a_reshape_that_would_copy() -> None:
     viewing = P.reshape(P.exp(x), shape=(6, 4))
     assert cheap_elementwise(t.owner) and cheap_elementwise(viewing.owner)
     assert not cheap_elementwise(copying.owner)
+
+
+def _rope_like(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    q = x @ w
+    rotated = torch.cat([-q[:, 4:], q[:, :4]], dim=-1)
+    r = q * cos + rotated * cos  # cos needs no gradient
+    return r @ w
+
+
+def test_remat_saves_the_rotated_value_not_what_builds_it() -> None:
+    """Dead cotangents (of ``cos``) must not pin ``q``, and of two cuts of equal cost the
+    later one wins: the backward gets ``r`` itself and recomputes nothing."""
+    torch.manual_seed(0)
+    x, w, cos = torch.randn(16, 8), torch.randn(8, 8), torch.randn(16, 8)
+    jf = thunder_ir.jit(_rope_like)
+    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    jf(xs, ws, cos).square().sum().backward()
+    bwd = str(thunder_ir.last_backward_traces(jf)[-1])
+    params = re.search(r"def backward\((.*?)\)", bwd)
+    assert params is not None
+    # The inputs x, w and cos, one residual (r) and the cotangent; q is not among them,
+    # and the backward multiplies by cos only the cotangent (no recomputed q * cos).
+    assert len(params[1].split(", ")) == 5, bwd
+    assert "torch.mul(x" not in bwd and "torch.matmul(x" not in bwd, bwd
+    xe, we = x.clone().requires_grad_(), w.clone().requires_grad_()
+    _rope_like(xe, we, cos).square().sum().backward()
+    torch.testing.assert_close(xs.grad, xe.grad)
+    torch.testing.assert_close(ws.grad, we.grad)
+    eager = _saved_bytes(lambda: _rope_like(xe, we, cos))
+    ours = _saved_bytes(lambda: jf(xs, ws, cos))
+    assert ours <= eager, (ours, eager)
+
+
+def test_live_ops_drops_dead_cotangents_and_keeps_effects() -> None:
+    from thunder_ir.dialects import prims
+    from thunder_ir.dialects.program import Program
+    from thunder_ir.dialects.types import tensor_type
+    from thunder_ir.passes.autodiff import live_ops
+
+    p = Program("f", [tensor_type((4,), torch.float32)] * 2)
+    P = p.emitter.ns(prims.OPS)
+    a, b = p.args
+    used = P.mul(a, b)
+    dead = P.exp(b)
+    seed = P.constant(value=1)  # read only by the draw, which has an effect: it stays
+    rng = P.uniform(seed, seed, shape=(4,), minval=0.0, maxval=1.0, device="cpu",
+                    dtype=torch.float32)
+    out = P.add(used, a)
+    ops = [v.owner for v in (used, dead, seed, rng, out)]
+    assert live_ops(ops, [out]) == [used.owner, seed.owner, rng.owner, out.owner]
 
 
 def test_embedding_backward_adds_into_fresh_zeros_in_place() -> None:
