@@ -1015,7 +1015,7 @@ def _basic_index(xt: TensorType, index: Any) -> tuple[list[tuple[int, int]], lis
 def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
             index: Any = None) -> Grads:
     """Basic indexing (ints, step-1 slices, ``None``, ``...``): ``ct`` reshaped to the
-    sliced region and padded back with zeros (``cat``) along each sliced dim. Other
+    sliced region and padded back with zeros (one ``prims.pad``). Other
     indices (tensors, strided slices) differentiate the op's decomposition."""
     if not is_differentiable_value(x):
         return [None, [None] * len(indices)]
@@ -1027,18 +1027,10 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
     dy = _ct0(ct)
     if _t(dy).sizes != tuple(region):
         dy = g.ltorch.reshape(dy, shape=tuple(region))
-    for d, (lo, hi) in enumerate(ranges):
-        n = xt.sizes[d]
-        if (lo, hi) == (0, n):
-            continue
-        shape = list(_t(dy).sizes)
-        parts = []
-        if lo > 0:
-            parts.append(_zeros(g, _t(dy), [*shape[:d], lo, *shape[d + 1:]]))
-        parts.append(dy)
-        if hi < n:
-            parts.append(_zeros(g, _t(dy), [*shape[:d], n - hi, *shape[d + 1:]]))
-        dy = g.ltorch.cat(parts, dim=d) if len(parts) > 1 else dy
+    config = tuple((lo, n - hi, 0) for (lo, hi), n in zip(ranges, xt.sizes, strict=True))
+    if any(lo or hi for lo, hi, _ in config):
+        # One pad, not a cat with zeros per dim: a single pointwise op that fuses.
+        dy = g.prims.pad(dy, padding_value=0.0, padding_config=config)
     return [_grad(g, dy, x), []]
 
 
