@@ -348,3 +348,20 @@ def test_backward_that_needs_only_constants() -> None:
     jf(x, y).sum().backward()
     torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
     torch.testing.assert_close(y.grad, torch.ones(3))
+
+
+def test_slicing_backward_is_one_pad() -> None:
+    """The gradient of ``x[..., 2:5]`` is one constant pad (one kernel, fusible), not a
+    cat with zero blocks."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x[1:, 2:5].exp()
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(3, 8, requires_grad=True)
+    jf(x).sum().backward()
+    xe = x.detach().clone().requires_grad_()
+    f(xe).sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    bwd = "\n".join(ln for ln in str(thunder_ir.last_backward_traces(jf)[-1]).splitlines()
+                    if not ln.lstrip().startswith("#"))
+    assert bwd.count("prims_pad(") == 1 and "cat(" not in bwd and "zeros(" not in bwd, bwd
