@@ -130,7 +130,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--variants", default="eager,thunder_ir,torch.compile")
-    ap.add_argument("--remat", default="min-cut", help="thunder_ir's remat policy")
+    ap.add_argument("--remat", default="auto", help="thunder_ir's remat policy")
     ap.add_argument("--interleaved", action="store_true",
                     help="time all variants in one process, in turn (steady step only)")
     ap.add_argument("--cold", action="store_true",

@@ -195,6 +195,32 @@ def test_remat_saves_fewer_bytes_with_identical_gradients() -> None:
         assert torch.equal(x, y)
 
 
+def test_auto_remat_recomputes_only_what_a_fusion_executor_fuses() -> None:
+    """The default policy: without a fusion executor every recomputed op would be an eager
+    kernel of its own, so it saves like ``save-all``; with one, it recomputes like
+    ``min-cut`` (the recomputation joins a fused kernel). Gradients agree in every case."""
+    from test_fuse import InterpretingFuser
+
+    def f(a: torch.Tensor, b: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (F.silu(a) * b) @ w
+
+    torch.manual_seed(0)
+    a, b, w = torch.randn(64, 128), torch.randn(64, 128), torch.randn(128, 32)
+    runs = {}
+    for label, kw in {"save-all": {"remat": "save-all"}, "min-cut": {"remat": "min-cut"},
+                      "auto": {}, "auto+fuser": {"executors": [InterpretingFuser()]}}.items():
+        jf = thunder_ir.jit(f, **kw)
+        args = [t.clone().requires_grad_() for t in (a, b, w)]
+        saved = _saved_bytes(lambda args=args, jf=jf: jf(*args))
+        jf(*args).sum().backward()
+        runs[label] = (saved, [t.grad for t in args])
+    assert runs["auto"][0] == runs["save-all"][0] > runs["min-cut"][0]
+    assert runs["auto+fuser"][0] == runs["min-cut"][0]
+    for label, (_, grads) in runs.items():
+        for x, y in zip(grads, runs["save-all"][1], strict=True):
+            torch.testing.assert_close(x, y, msg=label)
+
+
 def test_remat_saves_a_reshape_that_would_copy() -> None:
     """Recomputing ``transpose(x).reshape(...)`` copies: the default policy saves it."""
     from thunder_ir.dialects import prims

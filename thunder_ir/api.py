@@ -142,7 +142,9 @@ class _Compiled:
         self.module = module
         self.executors = _resolve_executors(executors)
         self.user = _user_transforms(transforms)
-        self.remat_policy: Any = None
+        from thunder_ir.passes.remat import AUTO
+
+        self.remat_policy: Any = AUTO
         self.cache = Cache()
         self._prologues: dict[Any, tuple[int, Prologue]] = {}
         sig_target = module.forward if module is not None else fn
@@ -225,7 +227,7 @@ class _Compiled:
         joint = build_joint(module, traced.input_requires_grad, self.executors)
         traces.append(Trace(joint.module.clone(), "autodiff", time.perf_counter() - t))
         t = time.perf_counter()
-        parts = split(joint, self.remat_policy)
+        parts = split(joint, self.remat_policy.bound(self.executors))
         dt = time.perf_counter() - t
         traces.append(Trace(parts.forward.clone(), "remat-split", dt))
         bwd_traces = [Trace(parts.backward.clone(), "remat-split", dt)]
@@ -365,7 +367,7 @@ class ThunderModule(torch.nn.Module):
 
 
 def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
-        transforms: Sequence[Any] | None = None, remat: Any = "min-cut",
+        transforms: Sequence[Any] | None = None, remat: Any = "auto",
         **options: Any) -> Any:
     """Compiles a module or function with thunder_ir.
 
@@ -376,8 +378,10 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
             (run on the traced ltorch program), or `transform` (pass, stage=...) for the
             ``"prims"``, ``"fusion"`` or ``"backward"`` stage. Each shows in ``last_traces``
             under its own name.
-        remat: the rematerialization policy for training: ``"min-cut"`` (recompute cheap
-            elementwise chains in the backward when that saves bytes), ``"save-all"``, or a
+        remat: the rematerialization policy for training: ``"auto"`` (recompute cheap
+            elementwise chains in the backward when that saves bytes and a fusion executor
+            fuses the recomputation; views always), ``"min-cut"`` (recompute them even
+            where each is an eager kernel of its own), ``"save-all"``, or a
             `thunder_ir.passes.remat.RematPolicy`.
 
     Returns:
