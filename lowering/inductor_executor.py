@@ -65,7 +65,7 @@ _LTORCH = (
     "acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite logical_not "
     "bitwise_not add sub mul div floor_divide remainder fmod pow maximum minimum atan2 eq ne "
     "lt le gt ge bitwise_and bitwise_or bitwise_xor logical_and logical_or where masked_fill "
-    "clamp to_dtype relu gelu silu sigmoid softmax log_softmax "
+    "clamp to_dtype relu gelu silu silu_backward sigmoid softmax log_softmax "
     "reshape view permute transpose unsqueeze squeeze expand flatten contiguous clone cat "
     "zeros ones full zeros_like ones_like full_like tril triu "
     "sum mean amax amin prod var "

@@ -146,6 +146,18 @@ def silu(d: Decomposer, x: SSAValue) -> SSAValue:
     return to_dtype(d, d.prims.mul(xc, _sigmoid(d, xc)), dtype)
 
 
+@decomposes(N.SiluBackwardOp)
+def silu_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue) -> SSAValue:
+    """``dy * s * (1 + x (1 - s))``, ``s = sigmoid(x)``, in the accumulation dtype."""
+    dtype = _result(N.SiluBackwardOp, grad_output, x).dtype
+    acc = _acc(dtype)
+    xc, dy = to_dtype(d, x, acc), to_dtype(d, grad_output, acc)
+    s = _sigmoid(d, xc)
+    one = _num(d, 1.0)
+    ds = d.prims.mul(s, d.prims.add(d.prims.mul(xc, d.prims.sub(one, s)), one))
+    return to_dtype(d, d.prims.mul(dy, ds), dtype)
+
+
 @decomposes(N.SigmoidOp)
 def sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
     out_dtype = _result(N.SigmoidOp, x).dtype  # ints promote to the default float dtype

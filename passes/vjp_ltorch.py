@@ -220,14 +220,12 @@ def gelu(g: Grad, out: Outs, ct: Cts, x: SSAValue, approximate: str | None = Non
 
 @vjp(N.SiluOp)
 def silu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
-    """``ct * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``."""
+    """``silu_backward(ct, x)``: ``ct * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``, one
+    op (one eager kernel; prims for a fusion executor)."""
     if not is_differentiable_value(x):
         return [None]
-    lt = g.ltorch
-    xc, dy = _up(g, x), _up(g, ct[0])  # type: ignore[arg-type]
-    s = lt.sigmoid(xc)
-    d = lt.mul(s, lt.add(lt.mul(xc, lt.sub(g.const(1.0), s)), g.const(1.0)))
-    return [_grad(g, lt.mul(dy, d), x)]
+    return [_grad(g, g.ltorch.silu_backward(ct[0], x), x)]
+
 
 
 @vjp(N.SigmoidOp)

@@ -113,6 +113,7 @@ EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
     (N.ReluOp, [_X], {}),
     (N.GeluOp, [_X], {"approximate": "tanh"}),
     (N.SiluOp, [_X], {}),
+    (N.SiluBackwardOp, [torch.randn(2, 3, 4), _X], {}),
     (N.SigmoidOp, [_X], {}),
     (N.SoftmaxOp, [_X], {"dim": -1, "dtype": torch.float64}),
     (N.LogSoftmaxOp, [_X], {"dim": 0}),

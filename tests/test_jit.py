@@ -345,4 +345,5 @@ def test_every_ltorch_op_is_reachable_from_torch() -> None:
     """Coverage of the torch -> ltorch table (contiguous is traced as the identity)."""
     from thunder_ir.torch_map import unmapped_ops
 
-    assert unmapped_ops() == ["ltorch.contiguous"]
+    # silu_backward is emitted by autodiff, not traced from user code
+    assert unmapped_ops() == ["ltorch.contiguous", "ltorch.silu_backward"]

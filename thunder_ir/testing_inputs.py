@@ -1293,6 +1293,15 @@ def _nn_activation(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([x], params)
 
 
+@register_inputs(N.SiluBackwardOp)
+def _nn_silu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    bound = 4.0 if spec.for_vjp else 8.0
+    shape = spec.shape(draw)
+    x = _data(draw, spec, shape, FLOAT_KIND, -bound, bound)
+    dy = _data(draw, spec, shape, FLOAT_KIND, -bound, bound)
+    return OpSample([dy.to(x.dtype), x], {})
+
+
 @register_inputs(N.SoftmaxOp, N.LogSoftmaxOp)
 def _nn_softmax(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     bound = 5.0 if spec.for_vjp else 20.0
