@@ -32,12 +32,15 @@ from typing import Any
 
 import torch
 from xdsl.ir import Block, Operation, SSAValue
+from xdsl.traits import is_side_effect_free
 
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
+from thunder_ir.passes.fuse import decompose_detached, decomposition_key, prims_body
 
 # --------------------------------------------------------------------------- dtypes
 
@@ -456,7 +459,8 @@ def translate_region(region: RegionOp, fd: Any, datatype: Any,
     """Emits the definition of ``region`` on the builder ``fd``.
 
     Args:
-        region: a ``fusion.region`` whose body holds only translatable prims.
+        region: a ``fusion.region`` whose body holds translatable prims and ltorch ops
+            that decompose into them (`thunder_ir.passes.fuse.prims_body`).
         fd: a ``FusionDefinition`` (inside its ``with``) or a `RecordingDefinition`.
         datatype: ``nvfuser.DataType``, or a `RecordedDataType` when recording.
         descriptors: per region input, ``(contiguity, stride_order)`` of a tensor (None:
@@ -470,7 +474,7 @@ def translate_region(region: RegionOp, fd: Any, datatype: Any,
         NotFusibleError: an op has no translation, fails its check, or a yielded value is a
             number (nvFuser fusions return tensors).
     """
-    return translate_body(region.body.block, region.kernel.data, fd, datatype, descriptors)
+    return translate_body(prims_body(region), region.kernel.data, fd, datatype, descriptors)
 
 
 def translate_body(block: Block, name: str, fd: Any, datatype: Any,
@@ -641,6 +645,7 @@ class NvFuserExecutor(Executor):
 
     def __init__(self) -> None:
         self._kernels: dict[str, NvFuserKernel] = {}
+        self._ltorch_ok: dict[tuple[Any, ...], bool] = {}
         self.version = _nvfuser_version()
 
     def is_available(self) -> bool:
@@ -653,7 +658,25 @@ class NvFuserExecutor(Executor):
 
     def can_fuse(self, op: Operation) -> bool:
         """True for a translatable prim on CUDA tensors of dtypes nvFuser has, passing its
-        op's check (see the module doc)."""
+        op's check (see the module doc), and for a side-effect-free ltorch op (one the torch
+        executor claimed) whose decomposition holds only such prims: the region translates
+        its decomposition."""
+        if isinstance(op, LtorchOp):
+            if not is_side_effect_free(op):
+                return False
+            key = decomposition_key(op)
+            ok = self._ltorch_ok.get(key)
+            if ok is None:
+                try:
+                    prims = decompose_detached(op)
+                    ok = all(p is not op and self._prim_ok(p) for p in prims)
+                except Exception:  # a rule that rejects these inputs: leave the op to torch
+                    ok = False
+                self._ltorch_ok[key] = ok
+            return ok
+        return self._prim_ok(op)
+
+    def _prim_ok(self, op: Operation) -> bool:
         cls = type(op)
         if cls not in TRANSLATIONS:
             return False

@@ -29,14 +29,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.traits import is_side_effect_free
 
 from thunder_ir.dialects import ltorch_nn as N
-from thunder_ir.dialects.base import Emitter, OperandRef, ThunderOp
+from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
-from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
@@ -48,6 +47,7 @@ from thunder_ir.lowering.triton_codegen import (
     generate_block,
     structural_key,
 )
+from thunder_ir.passes.fuse import decompose_detached, decomposition_key, prims_body
 
 _CE_FORWARD = "thunder_ir.lowering.triton_kernels.cross_entropy_forward"
 _CE_BACKWARD = "thunder_ir.lowering.triton_kernels.cross_entropy_backward"
@@ -139,11 +139,11 @@ class TritonExecutor(Executor):
         if op.name.startswith("prims."):
             return fusible(op)
         if isinstance(op, LtorchOp) and is_side_effect_free(op):
-            key = _ltorch_key(op)
+            key = decomposition_key(op)
             ok = self._ltorch_ok.get(key)
             if ok is None:
                 try:
-                    ok = all(fusible(p) for p in _decompose_detached(op))
+                    ok = all(fusible(p) for p in decompose_detached(op))
                 except Exception:  # a rule that rejects these inputs: leave the op to torch
                     ok = False
                 self._ltorch_ok[key] = ok
@@ -152,7 +152,7 @@ class TritonExecutor(Executor):
 
     def source(self, region: RegionOp) -> TritonSource:
         """The generated source of a region (raises `UnsupportedRegion`)."""
-        return generate_block(_prims_body(region), region.kernel.data)
+        return generate_block(prims_body(region), region.kernel.data)
 
     def compile_region(self, region: Operation) -> Callable[..., Any]:
         """The launcher of a region's kernels: ``f(*inputs)`` returns the one output itself,
@@ -198,68 +198,6 @@ class TritonExecutor(Executor):
         spec.loader.exec_module(module)
         fn: Callable[..., Any] = getattr(module, src.launcher)
         return fn
-
-
-# --------------------------------------------------------------------------- ltorch ops
-
-
-def _ltorch_key(op: Operation) -> tuple[Any, ...]:
-    """What decides whether an ltorch op decomposes into fusible prims: its name, operand
-    types (and constant numbers: a constant exponent fuses, a traced one does not) and
-    properties."""
-    operands = tuple(
-        (v.type, v.owner.properties["value"] if isinstance(v.owner, ConstantOp) else None)
-        for v in op.operands)
-    return (op.name, operands, tuple(sorted(op.properties.items())))
-
-
-def _decompose_detached(op: Operation) -> list[Operation]:
-    """The prims ``op`` decomposes into, built on a detached copy (the program's values
-    gain no uses); ``[op]`` itself (not fusible) for an op without a decomposition."""
-    from thunder_ir.passes.decompositions import DECOMPOSITIONS, decompose_op, load_rules
-
-    load_rules()
-    if type(op) not in DECOMPOSITIONS:
-        return [op]
-    scratch = Block()
-    mapping: dict[SSAValue, SSAValue] = {}
-    for v in op.operands:
-        if v in mapping:
-            continue
-        if isinstance(v.owner, ConstantOp):
-            c = v.owner.clone()
-            scratch.add_op(c)
-            mapping[v] = c.results[0]
-        else:
-            mapping[v] = scratch.insert_arg(v.type, len(scratch.args))
-    clone = op.clone(value_mapper=mapping)
-    scratch.add_op(clone)
-    assert isinstance(clone, ThunderOp)
-    emitter = Emitter()
-    decompose_op(clone, emitter)
-    return emitter.ops
-
-
-def _prims_body(region: RegionOp) -> Block:
-    """The region's body with its ltorch ops decomposed into prims (a copy, if any)."""
-    block = region.body.block
-    if not any(isinstance(op, LtorchOp) for op in block.ops):
-        return block
-    from thunder_ir.passes.decompositions import decompose_op, load_rules
-
-    load_rules()
-    block = region.body.clone().block
-    for op in list(block.ops):
-        if not isinstance(op, LtorchOp):
-            continue
-        emitter = Emitter()
-        out = decompose_op(op, emitter)
-        for new in emitter.ops:
-            block.insert_op_before(new, op)
-        for old, value in zip(op.results, out if isinstance(out, list) else [out]):
-            old.replace_all_uses_with(value)
-        block.erase_op(op)
-    return block
 
 
 def _ce_kwargs(params: dict[str, Any]) -> dict[str, Any]:

@@ -52,7 +52,9 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.traits import IsTerminator, is_side_effect_free
 
+from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import main_function
 
@@ -412,6 +414,70 @@ def fuse_block(block: Block, executors: Sequence[Any], min_size: int = 2) -> lis
         if not c.results[0].uses:
             block.erase_op(c)
     return made
+
+
+# --------------------------------------------------------------------------- ltorch ops in regions
+
+
+def decomposition_key(op: Operation) -> tuple[Any, ...]:
+    """What decides whether an ltorch op decomposes into fusible prims: its name, operand
+    types (and constant numbers: a constant exponent fuses, a traced one does not) and
+    properties. Fusion executors that compile prims only (Triton, nvFuser) cache their
+    ``can_fuse`` answer for an ltorch op under this key."""
+    operands = tuple(
+        (v.type, v.owner.properties["value"] if isinstance(v.owner, ConstantOp) else None)
+        for v in op.operands)
+    return (op.name, operands, tuple(sorted(op.properties.items())))
+
+
+def decompose_detached(op: Operation) -> list[Operation]:
+    """The prims ``op`` decomposes into, built on a detached copy (the program's values
+    gain no uses); ``[op]`` itself (not fusible) for an op without a decomposition."""
+    from thunder_ir.passes.decompositions import DECOMPOSITIONS, decompose_op, load_rules
+
+    load_rules()
+    if type(op) not in DECOMPOSITIONS:
+        return [op]
+    scratch = Block()
+    mapping: dict[SSAValue, SSAValue] = {}
+    for v in op.operands:
+        if v in mapping:
+            continue
+        if isinstance(v.owner, ConstantOp):
+            c = v.owner.clone()
+            scratch.add_op(c)
+            mapping[v] = c.results[0]
+        else:
+            mapping[v] = scratch.insert_arg(v.type, len(scratch.args))
+    clone = op.clone(value_mapper=mapping)
+    scratch.add_op(clone)
+    assert isinstance(clone, ThunderOp)
+    emitter = Emitter()
+    decompose_op(clone, emitter)
+    return emitter.ops
+
+
+def prims_body(region: RegionOp) -> Block:
+    """The region's body with its ltorch ops decomposed into prims (a copy, if any): what
+    an executor that compiles prims only translates."""
+    block = region.body.block
+    if not any(isinstance(op, LtorchOp) for op in block.ops):
+        return block
+    from thunder_ir.passes.decompositions import decompose_op, load_rules
+
+    load_rules()
+    block = region.body.clone().block
+    for op in list(block.ops):
+        if not isinstance(op, LtorchOp):
+            continue
+        emitter = Emitter()
+        out = decompose_op(op, emitter)
+        for new in emitter.ops:
+            block.insert_op_before(new, op)
+        for old, value in zip(op.results, out if isinstance(out, list) else [out]):
+            old.replace_all_uses_with(value)
+        block.erase_op(op)
+    return block
 
 
 # --------------------------------------------------------------------------- kernels

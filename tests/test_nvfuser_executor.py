@@ -368,3 +368,33 @@ def test_nvfuser_kernel_handles_non_contiguous_inputs_and_repeated_outputs() -> 
 def test_regions_of_the_same_structure_share_a_kernel() -> None:
     ex = NvFuserExecutor()
     assert ex.compile_region(softmax_region()) is ex.compile_region(softmax_region())
+
+
+def test_ltorch_ops_the_torch_executor_claimed_fuse_through_their_decomposition() -> None:
+    """On CUDA the torch executor claims ``silu`` and ``softmax`` whole; nvFuser still fuses
+    them (its ``can_fuse`` looks at their decompositions) and the definition it builds
+    holds their prims. A matmul stays outside."""
+    from xdsl.context import Context
+
+    from thunder_ir.dialects import ltorch
+    from thunder_ir.dialects.program import Program, main_function
+    from thunder_ir.lowering.torch_executor import ClaimPass, TorchExecutor
+    from thunder_ir.passes.fuse import FusePass
+
+    t = tensor_type((4, 8), F32, CUDA)
+    p = Program("f", [t, t, tensor_type((8, 8), F32, CUDA)])
+    L = p.emitter.ns(ltorch.OPS)
+    x, y, w = p.args
+    h = L.mul(L.silu(x), y)
+    m = p.finish([L.tanh(L.softmax(L.matmul(h, w), dim=-1))])
+    ClaimPass((TorchExecutor(),)).apply(Context(), m)
+    ex = NvFuserExecutor()
+    FusePass((ex,)).apply(Context(), m)
+    regions = [op for op in main_function(m).body.block.ops if isinstance(op, RegionOp)]
+    assert len(regions) == 2, str(m)
+    names = [{o.name for o in r.body.block.ops} for r in regions]
+    assert {"ltorch.silu", "ltorch.mul"} <= names[0] and "ltorch.softmax" in names[1]
+    assert not any("ltorch.matmul" in n for n in names)
+    src = definition_source(regions[0])
+    assert "fd.ops.exp(" in src and "fd.ops.mul(" in src, src
+    assert "fd.ops.sum(" in definition_source(regions[1])
