@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 from xdsl.ir import Block, Operation, SSAValue
-from xdsl.traits import is_side_effect_free
 
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
@@ -40,7 +39,7 @@ from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
-from thunder_ir.passes.fuse import decompose_detached, decomposition_key, prims_body
+from thunder_ir.passes.fuse import fuses_decomposed, prims_body
 
 # --------------------------------------------------------------------------- dtypes
 
@@ -662,18 +661,7 @@ class NvFuserExecutor(Executor):
         executor claimed) whose decomposition holds only such prims: the region translates
         its decomposition."""
         if isinstance(op, LtorchOp):
-            if not is_side_effect_free(op):
-                return False
-            key = decomposition_key(op)
-            ok = self._ltorch_ok.get(key)
-            if ok is None:
-                try:
-                    prims = decompose_detached(op)
-                    ok = all(p is not op and self._prim_ok(p) for p in prims)
-                except Exception:  # a rule that rejects these inputs: leave the op to torch
-                    ok = False
-                self._ltorch_ok[key] = ok
-            return ok
+            return fuses_decomposed(op, self._prim_ok, self._ltorch_ok)
         return self._prim_ok(op)
 
     def _prim_ok(self, op: Operation) -> bool:

@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 from xdsl.ir import Operation, SSAValue
-from xdsl.traits import is_side_effect_free
 
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef, ThunderOp
@@ -47,7 +46,7 @@ from thunder_ir.lowering.triton_codegen import (
     generate_block,
     structural_key,
 )
-from thunder_ir.passes.fuse import decompose_detached, decomposition_key, prims_body
+from thunder_ir.passes.fuse import fuses_decomposed, prims_body
 
 _CE_FORWARD = "thunder_ir.lowering.triton_kernels.cross_entropy_forward"
 _CE_BACKWARD = "thunder_ir.lowering.triton_kernels.cross_entropy_backward"
@@ -138,16 +137,8 @@ class TritonExecutor(Executor):
             return False
         if op.name.startswith("prims."):
             return fusible(op)
-        if isinstance(op, LtorchOp) and is_side_effect_free(op):
-            key = decomposition_key(op)
-            ok = self._ltorch_ok.get(key)
-            if ok is None:
-                try:
-                    ok = all(fusible(p) for p in decompose_detached(op))
-                except Exception:  # a rule that rejects these inputs: leave the op to torch
-                    ok = False
-                self._ltorch_ok[key] = ok
-            return ok
+        if isinstance(op, LtorchOp):
+            return fuses_decomposed(op, fusible, self._ltorch_ok)
         return False
 
     def source(self, region: RegionOp) -> TritonSource:

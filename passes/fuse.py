@@ -457,6 +457,24 @@ def decompose_detached(op: Operation) -> list[Operation]:
     return emitter.ops
 
 
+def fuses_decomposed(op: Operation, prim_ok: Callable[[Operation], bool],
+                     cache: dict[tuple[Any, ...], bool]) -> bool:
+    """For an executor that compiles prims only (Triton, nvFuser): whether the
+    side-effect-free ltorch ``op`` decomposes into prims that ``prim_ok`` all accepts.
+    The answer is kept in ``cache`` under `decomposition_key`."""
+    if not is_side_effect_free(op):
+        return False
+    key = decomposition_key(op)
+    ok = cache.get(key)
+    if ok is None:
+        try:
+            ok = all(p is not op and prim_ok(p) for p in decompose_detached(op))
+        except Exception:  # a rule that rejects these inputs: leave the op to torch
+            ok = False
+        cache[key] = ok
+    return ok
+
+
 def prims_body(region: RegionOp) -> Block:
     """The region's body with its ltorch ops decomposed into prims (a copy, if any): what
     an executor that compiles prims only translates."""
