@@ -58,11 +58,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,7 +68,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
-from harness import page_faults, pin_malloc  # noqa: E402
+from harness import Timing, pin_malloc, time_interleaved  # noqa: E402
 
 import thunder_ir  # noqa: E402
 from thunder_ir.lowering.executors import get_all_executors  # noqa: E402
@@ -113,70 +110,6 @@ def check(fn: Fn, ref: Fn, args: Sequence[torch.Tensor], fresh: Sequence[torch.T
             return f"{what}: max |diff| {diff:.2e} vs eager (rtol {tol['rtol']}, " \
                    f"atol {tol['atol']})"
     return None
-
-
-# --------------------------------------------------------------------------- timing
-
-def _cpu_busy_s() -> float | None:
-    """CPU seconds all processes have spent busy since boot (Linux), or None."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
-
-
-@dataclass
-class Timing:
-    rounds: list[float]  # per-round median call time, ms
-    faults: float  # minor page faults per call
-
-    @property
-    def ms(self) -> float:
-        return statistics.median(self.rounds)
-
-
-def time_interleaved(variants: dict[str, Callable[[], Any]], device: str, seconds: float,
-                     rounds: int) -> tuple[dict[str, Timing], float | None]:
-    """Times the variants interleaved (see the module doc): about ``seconds`` each, in
-    ``rounds`` rounds. Also returns how many CPUs other processes kept busy meanwhile."""
-
-    def sync() -> None:
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    def call_ms(fn: Callable[[], Any], n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            t = time.perf_counter()
-            fn()
-            sync()
-            out.append((time.perf_counter() - t) * 1e3)
-        return out
-
-    names = list(variants)
-    calls: dict[str, int] = {}
-    for name in names:  # warm up, and size each variant's slice of a round
-        fn = variants[name]
-        call_ms(fn, 3)
-        per_call = statistics.median(call_ms(fn, 5)) / 1e3
-        calls[name] = max(3, min(10_000, round(seconds / rounds / max(per_call, 1e-7))))
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    faults = dict.fromkeys(names, 0)
-    busy0, own0, t0 = _cpu_busy_s(), time.process_time(), time.perf_counter()
-    for r in range(rounds):
-        for k in range(len(names)):
-            name = names[(r + k) % len(names)]
-            f0 = page_faults()
-            samples[name].append(statistics.median(call_ms(variants[name], calls[name])))
-            faults[name] += page_faults() - f0
-    busy1, own1, t1 = _cpu_busy_s(), time.process_time(), time.perf_counter()
-    others = None
-    if busy0 is not None and busy1 is not None:
-        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
-    timings = {n: Timing(samples[n], faults[n] / (calls[n] * rounds)) for n in names}
-    return timings, others
 
 
 # --------------------------------------------------------------------------- one benchmark

@@ -1,4 +1,5 @@
-"""Helpers the CPU benchmarks share: steady memory behaviour and page-fault counts.
+"""Helpers the benchmarks share: steady memory behaviour, page-fault counts and
+interleaved timing.
 
 glibc's malloc may hand freed memory back to the kernel (heap trimming, and ``mmap`` for
 blocks above a threshold it adapts as the process runs). Whether it does so for a
@@ -11,7 +12,15 @@ variants allocate alike; `page_faults` lets a script show that it worked.
 from __future__ import annotations
 
 import ctypes
+import os
+import statistics
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
 
 try:
     import resource
@@ -36,3 +45,79 @@ def pin_malloc() -> bool:
     m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
     return bool(mallopt(m_trim_threshold, 1 << 30)) and bool(mallopt(m_mmap_threshold,
                                                                       32 << 20))
+
+
+# --------------------------------------------------------------------------- interleaved timing
+
+
+def _cpu_busy_s() -> float | None:
+    """CPU seconds all processes have spent busy since boot (Linux), or None."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+
+
+@dataclass
+class Timing:
+    """One variant's interleaved timing."""
+
+    rounds: list[float]  # per-round median call time, ms
+    faults: float  # minor page faults per call
+
+    @property
+    def ms(self) -> float:
+        """The median over rounds of the per-round median call time, in ms."""
+        return statistics.median(self.rounds)
+
+
+def time_interleaved(variants: dict[str, Callable[[], Any]], device: str, seconds: float,
+                     rounds: int) -> tuple[dict[str, Timing], float | None]:
+    """Times the variants interleaved: about ``seconds`` each, in ``rounds`` rounds, each
+    round running every variant for an equal slice (starting with a different variant each
+    round), so that a slow spell of the machine hits them alike. A sample is one call, or
+    a batch of calls where one call is shorter than 50 µs (the timer's own cost stays
+    under 1%). Also returns how many CPUs other processes kept busy meanwhile."""
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def call_ms(fn: Callable[[], Any], n: int, batch: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            t = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            sync()
+            out.append((time.perf_counter() - t) * 1e3 / batch)
+        return out
+
+    names = list(variants)
+    calls: dict[str, int] = {}
+    batches: dict[str, int] = {}
+    for name in names:  # warm up, and size each variant's slice of a round
+        fn = variants[name]
+        call_ms(fn, 3, 1)
+        per_call = statistics.median(call_ms(fn, 5, 1)) / 1e3
+        batches[name] = batch = max(1, round(50e-6 / max(per_call, 1e-7)))
+        calls[name] = max(3, min(10_000, round(seconds / rounds / batch / max(per_call, 1e-7))))
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    faults = dict.fromkeys(names, 0)
+    busy0, own0, t0 = _cpu_busy_s(), time.process_time(), time.perf_counter()
+    for r in range(rounds):
+        for k in range(len(names)):
+            name = names[(r + k) % len(names)]
+            f0 = page_faults()
+            samples[name].append(statistics.median(call_ms(variants[name], calls[name],
+                                                           batches[name])))
+            faults[name] += page_faults() - f0
+    busy1, own1, t1 = _cpu_busy_s(), time.process_time(), time.perf_counter()
+    others = None
+    if busy0 is not None and busy1 is not None:
+        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+    timings = {n: Timing(samples[n], faults[n] / (calls[n] * batches[n] * rounds))
+               for n in names}
+    return timings, others

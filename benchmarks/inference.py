@@ -1,13 +1,22 @@
 """Inference benchmark: thunder_ir vs eager vs torch.compile, from one run.
 
 Measures:
-* first-call (trace + compile) time of the Llama-style model;
-* cached per-call time of ``x + 1`` on a (4,) tensor and of the LLaMAMLP on a tiny input;
-* steady-state forward time of the Llama-style model.
+* the cached per-call time of ``x + 1`` on a (4,) tensor and of the LLaMAMLP on a tiny input;
+* the first call (trace + compile) of the Llama-style model;
+* the steady forward of the Llama-style model, and its cached call on a 1x4 input.
 
-Prints each figure and its ratio to eager and to torch.compile. Usage::
+The Llama rows also time ``thunder_ir + torch_compile`` (column ``+torch_compile``): the
+Inductor fusion executor first (`executors=["torch_compile", *get_default_executors()]`),
+which is not in the CPU defaults (see ``docs/fusion.md``).
 
-    python benchmarks/inference.py [--layers 4] [--embd 256] [--seq 256] [--no-compile]
+Every variant's output is checked against eager's before timing. Steady figures are timed
+*interleaved* (`harness.time_interleaved`: rounds in which every variant runs for an
+equal slice, so a slow spell of the machine hits them alike) with glibc's malloc
+thresholds pinned (`harness.pin_malloc`); ratios are times (below 1.00x is faster)
+against eager and torch.compile from the same run. Usage::
+
+    python benchmarks/inference.py [--layers 4] [--embd 256] [--seq 256] [--batch 2]
+                                   [--seconds 2] [--rounds 10] [--no-compile]
 """
 
 from __future__ import annotations
@@ -15,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -23,45 +31,59 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from models import Config, LlamaGPT, LLaMAMLP
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+from harness import pin_malloc, time_interleaved  # noqa: E402
+from models import Config, LlamaGPT, LLaMAMLP  # noqa: E402
 
-import thunder_ir
+import thunder_ir  # noqa: E402
 
-
-def per_call_us(fn: Callable[[], Any], min_time: float = 0.5) -> float:
-    """Median per-call time in µs over repeated batches."""
-    for _ in range(20):
-        fn()
-    n = 10
-    while True:
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - t > 0.05:
-            break
-        n *= 2
-    samples = []
-    end = time.perf_counter() + min_time
-    while time.perf_counter() < end or len(samples) < 5:
-        t = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t) / n * 1e6)
-    return statistics.median(samples)
+FUSED = "thunder_ir+torch_compile"
+COLUMNS = ("eager", "thunder_ir", FUSED, "torch.compile")
+HEADERS = {FUSED: "+torch_compile"}
 
 
 def first_call_s(make: Callable[[], Callable[..., Any]], *args: Any) -> float:
-    fn = make()
+    """Seconds for building ``make()`` and its first call on ``args``."""
     t = time.perf_counter()
+    fn = make()
     fn(*args)
     return time.perf_counter() - t
 
 
-def row(name: str, eager: float, ours: float, compiled: float | None, unit: str) -> None:
-    c = f"{compiled:10.1f}" if compiled is not None else f"{'-':>10}"
-    vs_c = f"{ours / compiled:8.2f}x" if compiled else f"{'-':>9}"
-    print(f"{name:<34}{eager:10.1f}{ours:10.1f}{c}  {unit:<3}{ours / eager:8.2f}x{vs_c}")
+def check(name: str, variants: dict[str, Callable[[], Any]]) -> None:
+    """Every variant's output equals eager's (fp32: summation order only)."""
+    ref = variants["eager"]()
+    for label, fn in variants.items():
+        out = fn()
+        if not torch.allclose(out, ref, rtol=1e-4, atol=1e-5):
+            diff = (out - ref).abs().max().item()
+            raise SystemExit(f"{name}: {label} differs from eager (max |diff| {diff:.2e})")
+
+
+def row(name: str, figures: dict[str, float], unit: str) -> None:
+    """One line: each column's figure, then the ratios to eager and to torch.compile."""
+    scale = {"ms": 1.0, "µs": 1e3}[unit]
+    cells = "".join(f"{figures[c] * scale:>15.1f}" if c in figures else f"{'-':>15}"
+                    for c in COLUMNS)
+    ratios = []
+    for c in ("thunder_ir", FUSED):
+        if c in figures:
+            vs = [f"{figures[c] / figures[ref]:.2f}x {short}"
+                  for ref, short in (("eager", "eager"), ("torch.compile", "compile"))
+                  if ref in figures]
+            ratios.append(f"{'+torch_compile' if c == FUSED else 'thunder_ir'}: {', '.join(vs)}")
+    print(f"{name:<32}{cells} {unit:<3} {'; '.join(ratios)}")
+
+
+def timed_row(name: str, variants: dict[str, Callable[[], Any]], unit: str,
+              seconds: float, rounds: int) -> None:
+    """Checks, times interleaved and prints one row."""
+    check(name, variants)
+    timings, others = time_interleaved(variants, "cpu", seconds, rounds)
+    row(name, {k: t.ms for k, t in timings.items()}, unit)
+    if others is not None and others > 0.25:
+        print(f"{'':<32}(other processes kept {others:.1f} CPUs busy meanwhile)")
 
 
 def main() -> None:
@@ -70,14 +92,18 @@ def main() -> None:
     ap.add_argument("--embd", type=int, default=256)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--seconds", type=float, default=2.0, help="time per variant and row")
+    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="skip torch.compile and thunder_ir+torch_compile")
     a = ap.parse_args()
+    pinned = pin_malloc()
     torch.manual_seed(0)
     use_compile = not a.no_compile
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print(f"{'':<34}{'eager':>10}{'thunder_ir':>10}{'compile':>10}      "
-          f"{'vs eager':>8}{'vs comp.':>9}")
+          f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"malloc {'pinned' if pinned else 'default'}")
+    print(f"{'':<32}" + "".join(f"{HEADERS.get(c, c):>15}" for c in COLUMNS))
 
     # x + 1
     x = torch.randn(4)
@@ -85,49 +111,52 @@ def main() -> None:
     def add1(t: torch.Tensor) -> torch.Tensor:
         return t + 1
 
+    small: dict[str, Callable[[], Any]] = {"eager": lambda: add1(x)}
     j = thunder_ir.jit(add1)
-    c = torch.compile(add1) if use_compile else None
-    eager = per_call_us(lambda: add1(x))
-    ours = per_call_us(lambda: j(x))
-    comp = per_call_us(lambda: c(x)) if c is not None else None  # type: ignore[misc]
-    row("cached call: x + 1", eager, ours, comp, "µs")
+    small["thunder_ir"] = lambda: j(x)
+    if use_compile:
+        c = torch.compile(add1)
+        small["torch.compile"] = lambda: c(x)
+    timed_row("cached call: x + 1", small, "µs", a.seconds / 4, a.rounds)
 
     # LLaMAMLP, tiny input
     mlp = LLaMAMLP(64, 172).requires_grad_(False)
     xm = torch.randn(1, 4, 64)
     jm = thunder_ir.jit(mlp)
-    cm = torch.compile(mlp) if use_compile else None
-    eager = per_call_us(lambda: mlp(xm))
-    ours = per_call_us(lambda: jm(xm))
-    comp = per_call_us(lambda: cm(xm)) if cm is not None else None  # type: ignore[misc]
-    row("cached call: LLaMAMLP (1x4x64)", eager, ours, comp, "µs")
+    small = {"eager": lambda: mlp(xm), "thunder_ir": lambda: jm(xm)}
+    if use_compile:
+        cm = torch.compile(mlp)
+        small["torch.compile"] = lambda: cm(xm)
+    timed_row("cached call: LLaMAMLP 1x4x64", small, "µs", a.seconds / 4, a.rounds)
 
     # Llama-style model
     cfg = Config(n_layer=a.layers, n_embd=a.embd, n_head=4, n_query_groups=2,
                  intermediate_size=int(a.embd * 2.6875), block_size=a.seq, vocab_size=512)
     model = LlamaGPT(cfg).eval().requires_grad_(False)
     idx = torch.randint(0, cfg.vocab_size, (a.batch, a.seq))
-    ours_first = first_call_s(lambda: thunder_ir.jit(model), idx)
-    comp_first = first_call_s(lambda: torch.compile(model), idx) if use_compile else None
-    t = time.perf_counter()
-    model(idx)
-    eager_first = time.perf_counter() - t
-    row(f"first call: Llama {a.layers}L/{a.embd}/{a.seq}", eager_first * 1e3, ours_first * 1e3,
-        comp_first * 1e3 if comp_first else None, "ms")
-    jl = thunder_ir.jit(model)
-    cl = torch.compile(model) if use_compile else None
-    eager = per_call_us(lambda: model(idx), 2.0) / 1e3
-    ours = per_call_us(lambda: jl(idx), 2.0) / 1e3
-    comp = per_call_us(lambda: cl(idx), 2.0) / 1e3 if cl is not None else None  # type: ignore[misc]
-    row("steady forward: Llama", eager, ours, comp, "ms")
+    fused_executors = ["torch_compile", *thunder_ir.get_default_executors()]
+    makers: dict[str, Callable[[], Callable[..., Any]]] = {
+        "eager": lambda: model,
+        "thunder_ir": lambda: thunder_ir.jit(model),
+    }
+    if use_compile:
+        makers[FUSED] = lambda: thunder_ir.jit(model, executors=fused_executors)
+        makers["torch.compile"] = lambda: torch.compile(model)
+    first = {k: first_call_s(m, idx) for k, m in makers.items()}
+    row(f"first call: Llama {a.layers}L/{a.embd}/{a.seq}", {k: v * 1e3 for k, v in
+                                                          first.items()}, "ms")
+    if use_compile:
+        print(f"{'':<32}(compilers' on-disk caches as this machine left them)")
+    fns = {k: m() for k, m in makers.items()}
+    timed_row("steady forward: Llama", {k: (lambda f=f: f(idx)) for k, f in fns.items()},
+              "ms", a.seconds, a.rounds)
+    traces = thunder_ir.last_traces(fns["thunder_ir"])
+    n_ops = len(list(traces[0].ir.body.block.first_op.body.block.ops))
+    breakdown = ", ".join(f"{t.pass_name} {t.duration_s * 1e3:.0f} ms" for t in traces)
     tiny = torch.randint(0, cfg.vocab_size, (1, 4))
-    eager = per_call_us(lambda: model(tiny))
-    ours = per_call_us(lambda: jl(tiny))
-    comp = per_call_us(lambda: cl(tiny)) if cl is not None else None  # type: ignore[misc]
-    row("cached call: Llama, tiny input", eager, ours, comp, "µs")
-    n_ops = len(list(thunder_ir.last_traces(jl)[0].ir.body.block.first_op.body.block.ops))
-    print(f"(Llama trace: {n_ops} ops; first-call breakdown: " + ", ".join(
-        f"{t.pass_name} {t.duration_s * 1e3:.0f} ms" for t in thunder_ir.last_traces(jl)) + ")")
+    timed_row("cached call: Llama, 1x4", {k: (lambda f=f: f(tiny)) for k, f in fns.items()},
+              "µs", a.seconds / 2, a.rounds)
+    print(f"(Llama trace: {n_ops} ops; thunder_ir's first-call breakdown: {breakdown})")
 
 
 if __name__ == "__main__":

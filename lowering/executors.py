@@ -90,6 +90,12 @@ class Executor:
         """True if ``op`` may join one of this executor's fusion regions."""
         return False
 
+    def fuses_claimed(self, op: Operation, claimer: str) -> bool:
+        """True if ``op``, claimed by the executor named ``claimer``, may still join one of
+        this executor's regions (``can_fuse`` must accept it too): the region runs it with
+        the kernels the claimer would. The torch fallback's claims need no such consent."""
+        return False
+
     def compile_region(self, region: Operation) -> Callable[..., Any]:
         """A callable computing a ``fusion.region`` of this executor: ``f(*inputs) -> outs``."""
         raise NotImplementedError(f"{self.name} does not compile fusion regions")

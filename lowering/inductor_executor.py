@@ -69,13 +69,20 @@ _LTORCH = (
     "reshape view permute transpose unsqueeze squeeze expand flatten contiguous clone cat "
     "zeros ones full zeros_like ones_like full_like tril triu "
     "sum mean amax amin prod var "
-    "linear matmul bmm embedding split chunk getitem stack"
+    "linear matmul bmm embedding split chunk getitem stack scaled_dot_product_attention"
 )
 FUSIBLE_OPS: frozenset[str] = frozenset(
     [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()]
 )
 """Ops this executor fuses. RNG (never fused) and ops not listed here stay out; the torch
 executor runs them."""
+
+FUSIBLE_CLAIMS: frozenset[tuple[str, str]] = frozenset(
+    {("sdpa", "ltorch.scaled_dot_product_attention")}
+)
+"""``(claimer, op)`` pairs a region may take although another executor claimed the op,
+because Inductor runs it with the same kernels: ``make_fx`` turns attention into torch's
+fused attention op (flash attention on CPU), which Inductor calls as a library kernel."""
 
 FUSIBLE_CALLS: frozenset[str] = frozenset(
     {
@@ -185,6 +192,10 @@ class InductorExecutor(Executor):
                 return False
         return True
 
+    def fuses_claimed(self, op: Operation, claimer: str) -> bool:
+        """True for the claims of `FUSIBLE_CLAIMS` (attention claimed by the SDPA executor)."""
+        return (claimer, op.name) in FUSIBLE_CLAIMS
+
     def compile_region(self, region: Operation) -> Callable[..., Any]:
         """An Inductor kernel for the region, compiled on its first call.
 
@@ -265,4 +276,5 @@ def _inductor_compile(
 register_executor(InductorExecutor(), default=False)
 
 
-__all__ = ["FUSIBLE_OPS", "InductorExecutor", "region_function", "region_program"]
+__all__ = ["FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "FUSIBLE_OPS", "InductorExecutor", "region_function",
+           "region_program"]

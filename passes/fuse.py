@@ -10,7 +10,8 @@ Rules (see ``docs/fusion.md``):
 
 * Fusion executors are tried in priority order; an op belongs to the first whose
   ``can_fuse`` accepts it (its *color*). Only side-effect-free ops are ever fused, and an
-  ltorch op claimed by an executor other than the torch fallback stays whole.
+  op claimed by an executor other than the torch fallback is fused only by an executor
+  whose ``fuses_claimed`` consents (it runs the op with the claimer's kernels).
 * Regions form along the **dataflow**: producer/consumer chains and siblings (consumers of
   one value) join even when unrelated ops sit between them in program order; the pass then
   reorders the block so that every region sits where its inputs are ready.
@@ -132,13 +133,14 @@ def _color(op: Operation, executors: Sequence[Any]) -> int:
     if isinstance(op, ConstantOp | RegionOp) or op.regions or not op.results:
         return -1
     claimed = op.attributes.get("claimed")
-    if claimed is not None and (
-        not isinstance(claimed, StringAttr) or claimed.data != FALLBACK_EXECUTOR
-    ):
+    claimer = claimed.data if isinstance(claimed, StringAttr) else None
+    if claimed is not None and claimer is None:
         return -1
     if not is_side_effect_free(op):
         return -1
     for k, ex in enumerate(executors):
+        if claimer not in (None, FALLBACK_EXECUTOR) and not ex.fuses_claimed(op, claimer):
+            continue
         if ex.can_fuse(op):
             return k
     return -1

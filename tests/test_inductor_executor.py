@@ -111,6 +111,46 @@ def test_a_llama_training_step_is_one_region_each_way() -> None:
     assert _kernels(fwd) == ["inductorFusion0"] and _kernels(bwd) == ["inductorFusion0"]
 
 
+def test_llama_inference_is_one_region_with_attention_inside() -> None:
+    """Without grad the SDPA executor claims attention whole; it consents to Inductor
+    taking it (`FUSIBLE_CLAIMS`), so the forward is one region, as in training."""
+    from models import Config, LlamaGPT
+
+    torch.manual_seed(0)
+    cfg = Config(n_layer=2, n_embd=32, n_head=4, n_query_groups=2, intermediate_size=48,
+                 block_size=16, vocab_size=64)
+    model = LlamaGPT(cfg).eval().requires_grad_(False)
+    jm = thunder_ir.jit(model, executors=["torch_compile", *get_default_executors()])
+    idx = torch.randint(0, 64, (2, 16))
+    torch.testing.assert_close(jm(idx), model(idx), atol=1e-5, rtol=1e-5)
+    fwd = str(thunder_ir.last_traces(jm)[-1])
+    assert _kernels(fwd) == ["inductorFusion0"], fwd
+    assert "# t" in fwd and "ltorch.scaled_dot_product_attention(" in fwd  # in the body
+
+
+def test_attention_claimed_by_another_executor_stays_whole() -> None:
+    """Consent is per claimer: attention claimed by an executor that Inductor does not
+    name in `FUSIBLE_CLAIMS` stays outside the regions."""
+    import torch.nn.functional as F
+
+    from thunder_ir.lowering.sdpa_executor import SdpaExecutor
+
+    class OtherAttention(SdpaExecutor):
+        name = "other_attention"
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(F.scaled_dot_product_attention(q * 2.0, k, v) + 1.0)
+
+    q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
+    for claimer, inside in ((OtherAttention(), False), ("sdpa", True)):
+        jf = thunder_ir.jit(f, executors=["torch_compile", claimer])
+        torch.testing.assert_close(jf(q, k, v), f(q, k, v))
+        code = [ln.strip() for ln in str(thunder_ir.last_traces(jf)[-1]).splitlines()]
+        outside = any(ln.startswith("t") and "scaled_dot_product_attention(" in ln
+                      for ln in code)
+        assert outside != inside, "\n".join(code)
+
+
 def test_elementwise_chain_compiles_once_per_structure(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     compile_region = InductorExecutor.compile_region
