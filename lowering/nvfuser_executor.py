@@ -356,33 +356,20 @@ def _reduction_check(op: ThunderOp) -> bool:
     return op.operands[0].type.dtype in _REDUCIBLE  # type: ignore[attr-defined]
 
 
-def _reduce(tr: Translation, op: ThunderOp, name: str, x: Any, dims: Sequence[int]) -> Any:
+_NV_REDUCTIONS: dict[type[ThunderOp], str] = {P.SumOp: "sum", P.ProdOp: "prod",
+                                              P.AmaxOp: "max", P.AminOp: "min"}
+
+
+@translation(*_NV_REDUCTIONS, check=_reduction_check)
+def _reduce(tr: Translation, op: ThunderOp, x: Any, *, dims: Sequence[int]) -> Any:
+    """``sum``, ``prod``, ``amax``, ``amin`` as nvFuser's ``sum``, ``prod``, ``max``, ``min``."""
     if not dims:  # a reduction over no dims is a copy; nvFuser's take a non-empty list
         return tr.fd.ops.set(x)
     dtype = op.operands[0].type.dtype  # type: ignore[attr-defined]
     # Integer sums keep the operand's dtype (prims accumulate in it); floats need none.
     nv_dtype = tr.dtype(dtype) if not dtype.is_floating_point else tr.datatype.Null
-    return getattr(tr.fd.ops, name)(x, dims=list(dims), keepdim=False, dtype=nv_dtype)
-
-
-@translation(P.SumOp, check=_reduction_check)
-def _sum(tr: Translation, op: ThunderOp, x: Any, *, dims: Sequence[int]) -> Any:
-    return _reduce(tr, op, "sum", x, dims)
-
-
-@translation(P.ProdOp, check=_reduction_check)
-def _prod(tr: Translation, op: ThunderOp, x: Any, *, dims: Sequence[int]) -> Any:
-    return _reduce(tr, op, "prod", x, dims)
-
-
-@translation(P.AmaxOp, check=_reduction_check)
-def _amax(tr: Translation, op: ThunderOp, x: Any, *, dims: Sequence[int]) -> Any:
-    return _reduce(tr, op, "max", x, dims)
-
-
-@translation(P.AminOp, check=_reduction_check)
-def _amin(tr: Translation, op: ThunderOp, x: Any, *, dims: Sequence[int]) -> Any:
-    return _reduce(tr, op, "min", x, dims)
+    return getattr(tr.fd.ops, _NV_REDUCTIONS[type(op)])(x, dims=list(dims), keepdim=False,
+                                                        dtype=nv_dtype)
 
 
 def _var_check(op: ThunderOp) -> bool:

@@ -303,16 +303,6 @@ def floor_divide(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
     return _floor_div(d, a, b, result_dtype(a.type, b.type))
 
 
-@decomposes(L.RemainderOp)
-def remainder(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
-    return _binary(d, "remainder", a, b)
-
-
-@decomposes(L.FmodOp)
-def fmod(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
-    return _binary(d, "fmod", a, b)
-
-
 @decomposes(L.PowOp)
 def pow_rule(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
     # torch takes sqrt/rsqrt fast paths for a number exponent of ±0.5, which differ from
@@ -322,16 +312,6 @@ def pow_rule(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
         (x,) = elementwise_args(d, a, dtype=default_float(result_dtype(a.type, b.type)))
         return d.prims.sqrt(x) if exponent == 0.5 else d.prims.rsqrt(x)
     return _binary(d, "pow", a, b)
-
-
-@decomposes(L.MaximumOp)
-def maximum(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
-    return _binary(d, "maximum", a, b)
-
-
-@decomposes(L.MinimumOp)
-def minimum(d: Decomposer, a: SSAValue, b: SSAValue) -> SSAValue:
-    return _binary(d, "minimum", a, b)
 
 
 @decomposes(L.Atan2Op)
@@ -352,7 +332,9 @@ def _rule(prim: str, op: type[ThunderOp]) -> None:
 for _prim, _op in (("eq", L.EqOp), ("ne", L.NeOp), ("lt", L.LtOp), ("le", L.LeOp),
                    ("gt", L.GtOp), ("ge", L.GeOp), ("bitwise_and", L.BitwiseAndOp),
                    ("bitwise_or", L.BitwiseOrOp), ("bitwise_xor", L.BitwiseXorOp),
-                   ("logical_and", L.LogicalAndOp), ("logical_or", L.LogicalOrOp)):
+                   ("logical_and", L.LogicalAndOp), ("logical_or", L.LogicalOrOp),
+                   ("remainder", L.RemainderOp), ("fmod", L.FmodOp),
+                   ("maximum", L.MaximumOp), ("minimum", L.MinimumOp)):
     _rule(_prim, _op)
 
 

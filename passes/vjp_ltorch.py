@@ -857,35 +857,13 @@ def _reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     return [_grad(g, dy, x)]
 
 
-@vjp(C.ReshapeOp)
-def reshape(g: Grad, out: Outs, ct: Cts, x: SSAValue, shape: Any = None) -> Grads:
-    """``ct`` reshaped to the input's shape."""
+def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Grads:
+    """``ct`` reshaped to the input's shape (reshape, view, flatten, unsqueeze, squeeze)."""
     return _reshape_back(g, out, ct, x)
 
 
-@vjp(C.ViewOp)
-def view(g: Grad, out: Outs, ct: Cts, x: SSAValue, size: Any = None) -> Grads:
-    """``ct`` reshaped to the input's shape."""
-    return _reshape_back(g, out, ct, x)
-
-
-@vjp(C.FlattenOp)
-def flatten(g: Grad, out: Outs, ct: Cts, x: SSAValue, start_dim: Any = None,
-            end_dim: Any = None) -> Grads:
-    """``ct`` reshaped to the input's shape."""
-    return _reshape_back(g, out, ct, x)
-
-
-@vjp(C.UnsqueezeOp)
-def unsqueeze(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any = None) -> Grads:
-    """``ct`` reshaped to the input's shape."""
-    return _reshape_back(g, out, ct, x)
-
-
-@vjp(C.SqueezeOp)
-def squeeze(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any = None) -> Grads:
-    """``ct`` reshaped to the input's shape."""
-    return _reshape_back(g, out, ct, x)
+for _op in (C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp):
+    vjp(_op)(reshape_back)
 
 
 @vjp(C.CloneOp)

@@ -36,7 +36,7 @@ strategies of your own.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import hypothesis
@@ -45,6 +45,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core
 from thunder_ir.dialects.base import Emitter, ThunderOp
@@ -95,31 +96,27 @@ def _flat(groups: Sequence[Any]) -> list[Any]:
     return out
 
 
+def _operand_values(e: Emitter, groups: Sequence[Any], args: Iterator[SSAValue]) -> list[Any]:
+    """IR values for grouped operands: each tensor takes the next program argument, a Python
+    number becomes a ``prims.constant``, ``None`` stays ``None``."""
+    from thunder_ir.dialects.prims import ConstantOp
+
+    def value(v: Any) -> Any:
+        return next(args) if isinstance(v, torch.Tensor) else e.emit(ConstantOp, value=v)
+
+    return [[value(v) for v in g] if isinstance(g, list | tuple) else
+            None if g is None else value(g) for g in groups]
+
+
 def build_one_op(op: type[ThunderOp], operands: Sequence[Any], params: dict[str, Any]
                  ) -> tuple[ModuleOp, list[torch.Tensor]]:
     """A program computing ``op`` on ``operands`` (grouped; tensors become arguments,
     Python numbers become ``prims.constant``). Returns it with its tensor arguments."""
-    from thunder_ir.dialects.prims import ConstantOp
-
     tensors = [v for v in _flat(operands) if isinstance(v, torch.Tensor)]
     prog = Program("computation", [type_of_tensor(t) for t in tensors],
                    [f"a{i}" for i in range(len(tensors))])
-    args = iter(prog.args)
     e: Emitter = prog.emitter
-
-    def value(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return next(args)
-        return e.emit(ConstantOp, value=v)
-
-    grouped: list[Any] = []
-    for g in operands:
-        if isinstance(g, list | tuple):
-            grouped.append([value(v) for v in g])
-        elif g is None:
-            grouped.append(None)
-        else:
-            grouped.append(value(g))
+    grouped = _operand_values(e, operands, iter(prog.args))
     out = e.emit(op, *grouped, **params)
     return prog.finish(out if isinstance(out, list) else [out]), tensors
 
@@ -266,7 +263,6 @@ def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
         atol, rtol: tolerances of the float64 comparison.
         seed: seeds the cotangents.
     """
-    from thunder_ir.dialects.prims import ConstantOp
     from thunder_ir.passes.vjp import Grad, load_vjp_rules
     from thunder_ir.runtime.interpreter import run
 
@@ -298,21 +294,9 @@ def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
     ct_list = [c for c in cts if c is not None]
     prog = Program("vjp", [type_of_tensor(t) for t in leaves + ct_list],
                    [f"a{i}" for i in range(len(leaves))] + [f"ct{i}" for i in range(len(ct_list))])
-    args = iter(prog.args[:len(leaves)])
     ct_args = iter(prog.args[len(leaves):])
     e = prog.emitter
-
-    def value(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return next(args)
-        return e.emit(ConstantOp, value=v)
-
-    grouped: list[Any] = []
-    for g in groups:
-        if isinstance(g, list | tuple):
-            grouped.append([value(v) for v in g])
-        else:
-            grouped.append(None if g is None else value(g))
+    grouped = _operand_values(e, groups, iter(prog.args[:len(leaves)]))
     res = e.emit(op, *grouped, **params)
     res_list = res if isinstance(res, list) else [res]
     ct_vals = [next(ct_args) if c is not None else None for c in cts]
