@@ -128,6 +128,31 @@ def test_llama_inference_is_one_region_with_attention_inside() -> None:
     assert "# t" in fwd and "ltorch.scaled_dot_product_attention(" in fwd  # in the body
 
 
+@pytest.mark.parametrize("case", ["causal", "bool mask", "float mask", "gqa", "3-d, scale"])
+def test_inference_attention_inside_a_region_matches_eager(case: str) -> None:
+    """Attention the SDPA executor claimed, compiled inside an Inductor region without
+    grad: masks, grouped-query heads, 3-D inputs and a scale give eager's output."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q_shape, kv_shape = ((2, 8, 16), (2, 8, 16)) if case == "3-d, scale" else \
+        ((1, 4, 8, 16), (1, 2, 8, 16)) if case == "gqa" else ((1, 2, 8, 16), (1, 2, 8, 16))
+    mask = {"bool mask": torch.rand(8, 8) > 0.3,
+            "float mask": torch.randn(1, 1, 8, 8)}.get(case)
+    kw = {"causal": {"is_causal": True}, "gqa": {"enable_gqa": True, "is_causal": True},
+          "3-d, scale": {"scale": 0.3}}.get(case, {})
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        y = F.scaled_dot_product_attention(q * 2.0, k, v, attn_mask=mask, **kw)
+        return torch.tanh(y) + 1.0
+
+    q, k, v = torch.randn(q_shape), torch.randn(kv_shape), torch.randn(kv_shape)
+    jf = thunder_ir.jit(f, executors=["torch_compile", "sdpa"])
+    torch.testing.assert_close(jf(q, k, v), f(q, k, v), atol=1e-5, rtol=1e-5)
+    trace = str(thunder_ir.last_traces(jf)[-1])
+    assert _kernels(trace) == ["inductorFusion0"], trace
+
+
 def test_attention_claimed_by_another_executor_stays_whole() -> None:
     """Consent is per claimer: attention claimed by an executor that Inductor does not
     name in `FUSIBLE_CLAIMS` stays outside the regions."""
