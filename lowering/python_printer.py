@@ -354,8 +354,10 @@ class _PythonPrinter:
             # The body's comments show every type, as the reference prints fusions.
             self.emit_body(op, indent + INDENT)
         elif len(names) > 1:
-            sub = f"{indent}{INDENT}{'# ' if commented else ''}"
-            lines.extend(f"{sub}{self.type_comment(r)}" for r in op.results)
+            # One type comment per result beneath the statement; inside a fusion body,
+            # where the statement is itself a comment, they align under it.
+            sub = f"{indent}#   " if commented else f"{indent}{INDENT}# "
+            lines.extend(f"{sub}{self.exprs[r]}: \"{pretty_type(r.type)}\"" for r in op.results)
 
     def emit_body(self, region_op: RegionOp, indent: str) -> None:
         """The ops of a fusion region, as comments beneath its call.

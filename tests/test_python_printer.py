@@ -356,3 +356,33 @@ def test_getitem_index_names_its_tensor_operands() -> None:
         '  # t0: "cpu f32[3, 2]"\n'
         "  t1 = ltorch.getitem(t0, [], index=(..., 0))"
     ) in text
+
+
+def test_multi_result_op_inside_a_fusion_body() -> None:
+    """Inside a region's commented body the result types of a multi-result op align under
+    its statement, one comment line each (not a comment of a comment)."""
+    t = tensor_type((4, 6), F32)
+    half = tensor_type((2, 6), F32)
+    p = Program("computation", [t], ["x"])
+    body = Block(arg_types=[t])
+    L = Emitter(body.add_op).ns(ltorch.OPS)
+    a, b = L.split(body.args[0], split_size_or_sections=2, dim=0)
+    s = L.add(a, b)
+    body.add_op(YieldOp.create(operands=[s]))
+    region = RegionOp.create(
+        operands=[p.args[0]], result_types=[half],
+        properties={"executor": StringAttr("torch_compile"),
+                    "kernel": StringAttr("inductorFusion0")},
+        regions=[Region(body)],
+    )
+    p.block.add_op(region)
+    body_text = print_python(p.finish([region.results[0]])).split("):\n", 1)[1]
+    assert body_text == """\
+  # x: "cpu f32[4, 6]"
+  t0 = inductorFusion0(x)
+    # (t1, t2) = ltorch.split(x, split_size_or_sections=2, dim=0)
+    #   t1: "cpu f32[2, 6]"
+    #   t2: "cpu f32[2, 6]"
+    # t0 = ltorch.add(t1, t2, alpha=1)  # t0: "cpu f32[2, 6]"
+  return t0
+"""
