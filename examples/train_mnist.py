@@ -66,6 +66,7 @@ def train_model(model: nn.Module, loader: torch.utils.data.DataLoader, params: l
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.Adam(params)
     steps = len(loader)
+    live = sys.stdout.isatty()  # redraw one line on a terminal; one line an epoch in a log
     for epoch in range(epochs):
         t0 = time.perf_counter()
         running = 0.0
@@ -76,11 +77,10 @@ def train_model(model: nn.Module, loader: torch.utils.data.DataLoader, params: l
             loss.backward()
             optimizer.step()
             running += loss.item()
-            if i % 45 == 0 or i == steps:
+            if (live and i % 45 == 0) or i == steps:
                 print(f"\r  epoch {epoch + 1}/{epochs}  step {i:4d}/{steps}  "
                       f"loss {running / i:.4f}  {time.perf_counter() - t0:5.1f} s",
-                      end="", flush=True)
-        print()
+                      end="" if live and i < steps else "\n", flush=True)
 
 
 def main() -> int:
