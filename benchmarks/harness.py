@@ -11,6 +11,7 @@ variants allocate alike; `page_faults` lets a script show that it worked.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import statistics
@@ -19,8 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 try:
     import resource
@@ -83,6 +82,8 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], device: str, second
 
     def sync() -> None:
         if device == "cuda":
+            import torch  # here, so that importing this module does not import torch
+
             torch.cuda.synchronize()
 
     def call_ms(fn: Callable[[], Any], n: int, batch: int) -> list[float]:
@@ -121,3 +122,24 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], device: str, second
     timings = {n: Timing(samples[n], faults[n] / (calls[n] * batches[n] * rounds))
                for n in names}
     return timings, others
+
+
+# --------------------------------------------------------------------------- the Llama model
+
+
+def add_llama_args(ap: argparse.ArgumentParser) -> None:
+    """The Llama-style model's size options: ``--layers --embd --seq --batch``."""
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--embd", type=int, default=256)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=2)
+
+
+def llama_config(a: argparse.Namespace, vocab_size: int) -> Any:
+    """`tests/models.py`'s ``Config`` for those options: 4 heads in 2 query groups, an MLP
+    2.6875 times as wide as the model, the sequence as block size."""
+    from models import Config  # tests/ is on sys.path in every benchmark script
+
+    return Config(n_layer=a.layers, n_embd=a.embd, n_head=4, n_query_groups=2,
+                  intermediate_size=int(a.embd * 2.6875), block_size=a.seq,
+                  vocab_size=vocab_size)

@@ -33,8 +33,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-from harness import pin_malloc, time_interleaved  # noqa: E402
-from models import Config, LlamaGPT, LLaMAMLP  # noqa: E402
+from harness import add_llama_args, llama_config, pin_malloc, time_interleaved  # noqa: E402
+from models import LlamaGPT, LLaMAMLP  # noqa: E402
 
 import thunder_ir  # noqa: E402
 
@@ -88,10 +88,7 @@ def timed_row(name: str, variants: dict[str, Callable[[], Any]], unit: str,
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--embd", type=int, default=256)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=2)
+    add_llama_args(ap)
     ap.add_argument("--seconds", type=float, default=2.0, help="time per variant and row")
     ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
     ap.add_argument("--no-compile", action="store_true",
@@ -130,8 +127,7 @@ def main() -> None:
     timed_row("cached call: LLaMAMLP 1x4x64", small, "µs", a.seconds / 4, a.rounds)
 
     # Llama-style model
-    cfg = Config(n_layer=a.layers, n_embd=a.embd, n_head=4, n_query_groups=2,
-                 intermediate_size=int(a.embd * 2.6875), block_size=a.seq, vocab_size=512)
+    cfg = llama_config(a, vocab_size=512)
     model = LlamaGPT(cfg).eval().requires_grad_(False)
     idx = torch.randint(0, cfg.vocab_size, (a.batch, a.seq))
     fused_executors = ["torch_compile", *thunder_ir.get_default_executors()]

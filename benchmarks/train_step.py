@@ -46,7 +46,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from harness import page_faults, pin_malloc  # noqa: E402
+from harness import add_llama_args, llama_config, page_faults, pin_malloc  # noqa: E402
 
 
 def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any, Any]:
@@ -56,12 +56,11 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
     import torch.nn.functional as F
 
     sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-    from models import Config, LlamaGPT
+    from models import LlamaGPT
 
     torch.manual_seed(0)
     torch.set_flush_denormal(True)
-    cfg = Config(n_layer=a.layers, n_embd=a.embd, n_head=4, n_query_groups=2,
-                 intermediate_size=int(a.embd * 2.6875), block_size=a.seq, vocab_size=4096)
+    cfg = llama_config(a, vocab_size=4096)
     model = LlamaGPT(cfg)
     if variant.startswith("thunder_ir"):
         import thunder_ir
@@ -124,10 +123,7 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--embd", type=int, default=256)
-    ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=2)
+    add_llama_args(ap)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--variants", default="eager,thunder_ir,torch.compile")
     ap.add_argument("--remat", default="auto", help="thunder_ir's remat policy")

@@ -277,8 +277,11 @@ class _PythonPrinter:
                 "used before it is defined (or captured by a region)"
             ) from None
 
+    def typed(self, value: SSAValue) -> str:
+        return f'{self.exprs[value]}: "{pretty_type(value.type)}"'
+
     def type_comment(self, value: SSAValue) -> str:
-        return f'# {self.exprs[value]}: "{pretty_type(value.type)}"'
+        return f"# {self.typed(value)}"
 
     # ---- statements
 
@@ -357,7 +360,7 @@ class _PythonPrinter:
             # One type comment per result beneath the statement; inside a fusion body,
             # where the statement is itself a comment, they align under it.
             sub = f"{indent}#   " if commented else f"{indent}{INDENT}# "
-            lines.extend(f"{sub}{self.exprs[r]}: \"{pretty_type(r.type)}\"" for r in op.results)
+            lines.extend(f"{sub}{self.typed(r)}" for r in op.results)
 
     def emit_body(self, region_op: RegionOp, indent: str) -> None:
         """The ops of a fusion region, as comments beneath its call.

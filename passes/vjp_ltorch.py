@@ -848,7 +848,9 @@ def mean(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any = None, keepdim: Any
     return [_grad(g, _unreduce(g, dy, x, dim, keepdim), x)]
 
 
-def _reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Grads:
+    """``ct`` reshaped to the input's shape (reshape, view, flatten, unsqueeze, squeeze);
+    ``ct`` itself for clone and contiguous."""
     if not is_differentiable_value(x):
         return [None]
     dy = _ct0(ct)
@@ -857,25 +859,9 @@ def _reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     return [_grad(g, dy, x)]
 
 
-def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Grads:
-    """``ct`` reshaped to the input's shape (reshape, view, flatten, unsqueeze, squeeze)."""
-    return _reshape_back(g, out, ct, x)
-
-
-for _op in (C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp):
+for _op in (C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp,
+            C.ContiguousOp):
     vjp(_op)(reshape_back)
-
-
-@vjp(C.CloneOp)
-def clone(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
-    """``ct`` itself."""
-    return _reshape_back(g, out, ct, x)
-
-
-@vjp(C.ContiguousOp)
-def contiguous(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
-    """``ct`` itself."""
-    return _reshape_back(g, out, ct, x)
 
 
 @vjp(C.TransposeOp)

@@ -29,9 +29,8 @@ from thunder_ir.dialects.types import (
     is_float,
     number_type,
     tensor_type,
-    type_of_tensor,
 )
-from thunder_ir.testing import example_inputs, missing_inputs, op_inputs
+from thunder_ir.testing import example_inputs, missing_inputs, op_inputs, type_of
 
 SETTINGS = settings(max_examples=20, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -45,17 +44,6 @@ Sample = tuple[list[Any], dict[str, Any]]
 
 def _t(shape: Any, dtype: torch.dtype = torch.float32, device: str = "cpu") -> TensorType:
     return tensor_type(tuple(shape), dtype, device)
-
-
-def _type_of(v: Any) -> Any:
-    """The IR type of a sample operand group (tensor, number, list or None)."""
-    if v is None:
-        return None
-    if isinstance(v, list):
-        return [_type_of(x) for x in v]
-    if isinstance(v, torch.Tensor):
-        return type_of_tensor(v)
-    return number_type(type(v))
 
 
 def _on_meta(t: Any) -> Any:
@@ -108,15 +96,6 @@ def _accepted(key: Any, probe: Callable[[torch.dtype], Any]) -> list[torch.dtype
     return _ACCEPTED[key]
 
 
-def _result_types(out: Any) -> Any:
-    if isinstance(out, list | tuple):
-        return [_result_types(o) for o in out]
-    if isinstance(out, torch.Tensor):
-        return type_of_tensor(out)
-    assert type(out) in (bool, int, float), f"reference returned {type(out).__name__}"
-    return number_type(type(out))
-
-
 def _build(cls: type[ThunderOp], types: list[Any], params: dict[str, Any]) -> ThunderOp:
     """Builds ``cls`` on block arguments of the given (grouped) operand types."""
     layout = cls.operand_layout()
@@ -142,9 +121,9 @@ def test_shape_rule_matches_reference(name: str, data: st.DataObject) -> None:
     """On inputs from `thunder_ir.testing.op_inputs`, in every dtype the prim takes."""
     cls = OPS[name]
     operands, params = data.draw(op_inputs(cls, dtypes=SUPPORTED_DTYPES))
-    types = [_type_of(g) for g in operands]
+    types = [type_of(g) for g in operands]
     expected = cls.infer(*types, **params)
-    got = _result_types(cls.ref(*operands, **params))
+    got = type_of(cls.ref(*operands, **params))
     assert got == expected, f"{cls.name}{types} {params}: ref gives {got}, rule {expected}"
     # The rule carries the device: on meta tensors (or a meta device param) it says meta.
     meta_params = {k: ("meta" if k == "device" else v) for k, v in params.items()}
@@ -331,7 +310,7 @@ def test_every_prim_with_tensor_operands_rejects_numbers() -> None:
     checked = 0
     for cls in PRIMS:
         operands, params = _example(cls)
-        types = [_type_of(g) for g in operands]
+        types = [type_of(g) for g in operands]
         for i, (_, kind) in enumerate(cls.operand_layout()):
             constr = str(cls.get_irdl_definition().operands[i][1].constr)
             if kind != "single" or "NumberType" in constr:

@@ -26,7 +26,7 @@ from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.ltorch import LTORCH
 from thunder_ir.dialects.prims import PRIMS
-from thunder_ir.dialects.types import is_float, number_type, type_of_tensor
+from thunder_ir.dialects.types import is_float
 from thunder_ir.passes.decompositions import Decomposer
 from thunder_ir.passes.vjp import Grad
 from thunder_ir.testing import (
@@ -42,6 +42,7 @@ from thunder_ir.testing import (
     missing_inputs,
     op_inputs,
     register_inputs,
+    type_of,
 )
 
 ALL_OPS = [*PRIMS, *LTORCH]
@@ -58,22 +59,6 @@ def test_every_prim_and_ltorch_op_has_an_input_strategy() -> None:
     assert missing_inputs(LTORCH) == []
 
 
-def _type_of(v: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, list):
-        return [_type_of(x) for x in v]
-    if isinstance(v, torch.Tensor):
-        return type_of_tensor(v)
-    return number_type(type(v))
-
-
-def _result_types(out: Any) -> Any:
-    if isinstance(out, list | tuple):
-        return [_result_types(o) for o in out]
-    return type_of_tensor(out) if isinstance(out, torch.Tensor) else number_type(type(out))
-
-
 @pytest.mark.filterwarnings(r"ignore:var\(\). degrees of freedom:UserWarning")
 @pytest.mark.filterwarnings("ignore:Using a target size")
 @pytest.mark.parametrize("for_vjp", [False, True], ids=["eager", "vjp"])
@@ -87,8 +72,8 @@ def test_strategies_draw_valid_inputs(op: type[ThunderOp], for_vjp: bool) -> Non
     def drawn(sample: OpSample) -> None:
         module, _ = build_one_op(op, sample.operands, sample.params)
         module.verify()
-        expected = op.infer(*[_type_of(g) for g in sample.operands], **sample.params)
-        got = _result_types(op.ref(*sample.operands, **sample.params))
+        expected = op.infer(*[type_of(g) for g in sample.operands], **sample.params)
+        got = type_of(op.ref(*sample.operands, **sample.params))
         assert got == expected, f"{op.name} on {sample}: ref gives {got}, rule {expected}"
         if for_vjp:
             flat = [v for g in sample.operands for v in (g if isinstance(g, list) else [g])]

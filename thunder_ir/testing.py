@@ -30,7 +30,7 @@ the shrunk `OpSample`::
     check_decomposition_property(ltorch.OPS["silu"], rule=my_silu, max_examples=20)
 
 Smaller strategies (`shapes`, `broadcast_shapes`, `tensors`, `float_dtypes`) help write
-strategies of your own.
+strategies of your own; `type_of` and `number_of` give the IR types of sample values.
 """
 
 from __future__ import annotations
@@ -498,6 +498,20 @@ def tensors(draw: st.DrawFn, shape: tuple[int, ...] | st.SearchStrategy[tuple[in
     return x.to(dtype)
 
 
+def type_of(value: Any) -> Any:
+    """The IR type of a sample value: a tensor's `TensorType`, a Python number's number
+    type, a list of types for a list or tuple, None for None."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return [type_of(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return type_of_tensor(value)
+    if type(value) not in (bool, int, float):
+        raise TypeError(f"no IR type for a {type(value).__name__}")
+    return number_type(type(value))
+
+
 def number_of(value: Any) -> Any:
     """The number type of a Python scalar (handy when building programs by hand)."""
     return number_type(type(value))
@@ -532,6 +546,7 @@ __all__ = [
     "has_inputs",
     "missing_inputs",
     "number_of",
+    "type_of",
     "op_inputs",
     "register_inputs",
     "shapes",
