@@ -26,7 +26,7 @@ def scaling() -> None:
     from thunder_ir.dialects import prims
     from thunder_ir.dialects.fusion import RegionOp
     from thunder_ir.dialects.program import Program
-    from thunder_ir.dialects.types import number_type, tensor_type
+    from thunder_ir.dialects.types import tensor_type
     from thunder_ir.lowering.executors import Executor
     from thunder_ir.passes.fuse import FusePass
 
@@ -42,11 +42,10 @@ def scaling() -> None:
 
     t_ = tensor_type((4, 8), torch.float32)
     w_ = tensor_type((8, 8), torch.float32)
-    n_ = number_type(int)
     for n in (1000, 5000, 10000, 20000):
-        p = Program("computation", [t_, w_, n_, n_], ["x", "w", "s", "o"])
+        p = Program("computation", [t_, w_], ["x", "w"])
         P = p.emitter.ns(prims.OPS)
-        x, w, s, o = p.args
+        x, w = p.args
         cur, prev, k = x, x, 0
         while len(p.block.ops) < n:
             k += 1
@@ -56,15 +55,7 @@ def scaling() -> None:
             if k % 7 == 0:
                 d = P.mul(
                     d,
-                    P.uniform(
-                        s,
-                        o,
-                        shape=(4, 8),
-                        minval=0.0,
-                        maxval=1.0,
-                        device="cpu",
-                        dtype=torch.float32,
-                    ),
+                    P.bernoulli(shape=(4, 8), p=0.5, device="cpu", dtype=torch.float32),
                 )
             e = P.broadcast_in_dim(P.sum(d, dims=(1,)), shape=(4, 8), broadcast_dims=(0,))
             cur, prev = P.sub(d, e), a_

@@ -10,11 +10,10 @@ eps)``) derive from `BoundCallOp`, whose `ref` binds by ``SIGNATURE`` (`NNOp.tor
 
 Deviations from torch, on purpose:
 
-* ``dropout`` takes two more operands after ``input``, the RNG ``seed`` and ``offset``
-  (int numbers). Its reference draws with ``prims.uniform`` exactly as its decomposition
-  does, so a program gives the same mask whether it runs decomposed or not.
+* The dropout family is ATen's (``torch.dropout(input, p, train)``), not ``F.dropout``'s
+  Python wrapper, whose checks the frontend runs as they are.
 * ``scaled_dot_product_attention`` accepts only ``dropout_p=0.0``: a nonzero value is a
-  `ShapeError` at build time (write attention as softmax, ``dropout`` and matmul instead).
+  `ShapeError` at build time (the frontend records such calls as opaque torch calls).
 * ``embedding`` rejects ``max_norm`` (torch renormalizes the weight in place).
 * torch's ``inplace`` flags (relu, silu, dropout) and ``F.softmax``'s ``_stacklevel`` are
   not params: the frontend drops them (``inplace=True`` is a write-back, not an op param).
@@ -42,7 +41,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
-from thunder_ir.dialects.types import NumberType, TensorType, canonical_device, is_float
+from thunder_ir.dialects.types import TensorType
 
 Number = IntegerAttr | FloatAttr
 Bool = IntegerAttr
@@ -224,54 +223,57 @@ class LogSoftmaxOp(SoftmaxFamilyOp):
 # --------------------------------------------------------------------------- dropout
 
 
-@ltorch_op(F.dropout)
-class DropoutOp(NNOp):
-    """`%y = ltorch.dropout %x, %seed, %offset {p, training}`: zeroes elements with
-    probability ``p`` and scales the rest by ``1 / (1 - p)`` (RNG: not ``Pure``).
+class DropoutFamilyOp(NNOp):
+    """Eager's dropout family: ``torch.<kind>(input, p, train)`` (RNG: not ``Pure``).
 
-    The mask is ``prims.uniform(seed, offset, shape, 0.0, 1.0, f32) >= p``; `ref` draws it
-    with ``prims.uniform``'s reference, so decomposed and reference runs agree bit for bit.
-    ``training=False`` or ``p=0`` is the identity.
+    In training with ``0 < p < 1`` each draws a noise tensor from torch's default generator
+    (``bernoulli_(1 - p)``; one value per channel for the feature kinds), scales it, and
+    multiplies (alpha kinds also shift): the decomposition does exactly what ATen's
+    ``_dropout_impl`` does, so draws and results are eager's. ``train=False``, ``p == 0``
+    and empty inputs are the identity and never reach the IR (the frontend returns the
+    input itself, as eager does).
     """
+
+    input = operand_def(TensorType)
+    p = prop_def(Number)
+    train = prop_def(Bool)
+    out = result_def(TensorType)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "p", "train")
+    FEATURE: ClassVar[bool] = False
+    ALPHA: ClassVar[bool] = False
+
+
+@ltorch_op(torch.dropout)
+class DropoutOp(DropoutFamilyOp):
+    """`%y = ltorch.dropout %x {p, train}`: zeroes elements with probability ``p`` and
+    scales the rest by ``1 / (1 - p)``."""
 
     name = "ltorch.dropout"
 
-    input = operand_def(TensorType)
-    seed = operand_def(NumberType)
-    offset = operand_def(NumberType)
-    p = opt_prop_def(Number)
-    training = opt_prop_def(Bool)
-    out = result_def(TensorType)
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "p", "training")
-    DEFAULTS: ClassVar[dict[str, Any]] = {"p": 0.5, "training": True}
-    MASK_DTYPE: ClassVar[torch.dtype] = torch.float32
 
-    @classmethod
-    def infer(cls, input: Any, seed: Any, offset: Any, *, p: float | None = None,
-              training: bool | None = None) -> Attribute:
-        if not isinstance(input, TensorType) or not is_float(input.dtype):
-            raise ShapeError(f"{cls.name}: input must be a floating-point tensor, got {input}")
-        for n in (seed, offset):
-            if not isinstance(n, NumberType) or n.python_type is not int:
-                raise ShapeError(f"{cls.name}: seed and offset must be int numbers, got {n}")
-        p = 0.5 if p is None else p
-        if not 0.0 <= p <= 1.0:
-            raise ShapeError(f"{cls.name}: dropout probability must be in [0, 1], got {p}")
-        return input
+@ltorch_op(torch.feature_dropout)
+class FeatureDropoutOp(DropoutFamilyOp):
+    """`%y = ltorch.feature_dropout %x {p, train}`: zeroes whole channels (dropout1d/2d/3d)."""
 
-    @classmethod
-    def ref(cls, input: torch.Tensor, seed: int, offset: int, *, p: float | None = None,
-            training: bool | None = None) -> torch.Tensor:
-        from thunder_ir.dialects.prims import DivOp, GeOp, UniformOp, WhereOp
+    name = "ltorch.feature_dropout"
+    FEATURE: ClassVar[bool] = True
 
-        p = 0.5 if p is None else float(p)
-        if training is False or p == 0.0:
-            return input
-        u = UniformOp.ref(seed, offset, shape=tuple(input.shape), minval=0.0, maxval=1.0,
-                          device=canonical_device(input.device), dtype=cls.MASK_DTYPE)
-        keep = GeOp.ref(u, p)
-        kept = input if p == 1.0 else DivOp.ref(input, 1.0 - p)
-        return WhereOp.ref(keep, kept, 0.0)
+
+@ltorch_op(torch.alpha_dropout)
+class AlphaDropoutOp(DropoutFamilyOp):
+    """`%y = ltorch.alpha_dropout %x {p, train}`: SELU-preserving dropout."""
+
+    name = "ltorch.alpha_dropout"
+    ALPHA: ClassVar[bool] = True
+
+
+@ltorch_op(torch.feature_alpha_dropout)
+class FeatureAlphaDropoutOp(DropoutFamilyOp):
+    """`%y = ltorch.feature_alpha_dropout %x {p, train}`: alpha dropout of whole channels."""
+
+    name = "ltorch.feature_alpha_dropout"
+    FEATURE: ClassVar[bool] = True
+    ALPHA: ClassVar[bool] = True
 
 
 # --------------------------------------------------------------------------- normalization

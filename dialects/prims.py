@@ -7,7 +7,7 @@ and fusion translation small.
 
 Each family base below declares operands, results and the shape/dtype rule once; a leaf is
 a name, its traits and a docstring. ``@prim(torch_fn)`` registers a leaf and attaches its
-torch reference implementation. RNG (``uniform``) is not ``Pure``, so CSE and DCE keep it.
+torch reference implementation. RNG (``bernoulli``) is not ``Pure``, so CSE and DCE keep it.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import BASE_ATTRIBUTES, ShapeError, ThunderOp, op_table
 from thunder_ir.dialects.types import (
+    HandleType,
     NumberType,
     TensorType,
     is_float,
@@ -1272,48 +1273,39 @@ class FullOp(CreationOp):
 
 
 @prim()
-class UniformOp(CreationOp):
-    """`%y = prims.uniform %seed, %offset {shape, minval, maxval, device, dtype}`.
+class BernoulliOp(CreationOp):
+    """`%y = prims.bernoulli {shape, p, device, dtype}`: ones with probability ``p``, zeros
+    otherwise.
 
-    Uniform samples in ``[minval, maxval)``. The stream is a pure function of the ``seed``
-    and ``offset`` operands (i64 numbers), so a backward can replay the forward's mask.
-    Not ``Pure``: two draws with equal operands are still never merged.
+    Drawn from torch's default generator exactly as eager's dropout draws its noise
+    (``torch.empty(shape, dtype=dtype, device=device).bernoulli_(p)``), so a program's
+    random numbers are eager's, given the same seed. Not ``Pure``: every op is a draw, in
+    program order, and two equal ops are never merged.
     """
 
-    name = "prims.uniform"
+    name = "prims.bernoulli"
 
-    seed = operand_def(NumberType)
-    offset = operand_def(NumberType)
     shape = prop_def(IntArray)
-    minval = prop_def(Number)
-    maxval = prop_def(Number)
+    p = prop_def(Number)
     device = prop_def(StringAttr)
     dtype = prop_def(Attribute)
     out = result_def(TensorType)
 
     @classmethod
-    def infer(cls, seed: Any, offset: Any, *, shape: Sequence[int], minval: float,
-              maxval: float, device: str, dtype: torch.dtype) -> TensorType:
-        for n in (seed, offset):
-            if not isinstance(n, NumberType) or n.python_type is not int:
-                raise _err(cls.name, f"seed and offset must be int numbers, got {n}")
+    def infer(cls, *, shape: Sequence[int], p: float, device: str, dtype: torch.dtype
+              ) -> TensorType:
         if not is_float(dtype):
             raise _err(cls.name, f"dtype must be floating point, got {dtype}")
+        if not 0.0 <= p <= 1.0:
+            raise _err(cls.name, f"p must be in [0, 1], got {p}")
         cls._check_device(device)
         _check_sizes(cls.name, shape)
         return tensor_type(shape, dtype, device)
 
     @classmethod
-    def ref(cls, seed: int, offset: int, *, shape: Sequence[int], minval: float,
-            maxval: float, device: str, dtype: torch.dtype) -> torch.Tensor:
-        gen = torch.Generator(device=device)
-        gen.manual_seed((int(seed) * 0x9E3779B1 + int(offset)) % (2**63))
-        u = torch.rand(tuple(shape), generator=gen, device=device, dtype=torch.float32)
-        out = (u * (maxval - minval) + minval).to(dtype)
-        # Rounding to a narrow dtype (bf16, f16) can reach maxval: keep the interval half-open.
-        top = torch.tensor(maxval, dtype=dtype, device=device)
-        below = torch.nextafter(top, torch.tensor(minval, dtype=dtype, device=device))
-        return torch.where(out >= top, below, out)
+    def ref(cls, *, shape: Sequence[int], p: float, device: str, dtype: torch.dtype
+            ) -> torch.Tensor:
+        return torch.empty(tuple(shape), dtype=dtype, device=device).bernoulli_(p)
 
 
 # --------------------------------------------------------------------------- indexing
@@ -1479,4 +1471,4 @@ class ConstantOp(ThunderOp):
 OPS: dict[str, type[ThunderOp]] = op_table(PRIMS)
 """Short name (``"add"``) -> op class, for `thunder_ir.dialects.base.Emitter.ns`."""
 
-Prims = Dialect("prims", PRIMS, [TensorType, NumberType, *BASE_ATTRIBUTES])
+Prims = Dialect("prims", PRIMS, [TensorType, NumberType, HandleType, *BASE_ATTRIBUTES])

@@ -51,13 +51,14 @@ def main_function(module: ModuleOp) -> func.FuncOp:
 
 def context() -> Context:
     """A context with every thunder_ir dialect loaded (for parsing)."""
+    from thunder_ir.dialects.autograd import Autograd
     from thunder_ir.dialects.fusion import Fusion
     from thunder_ir.dialects.ltorch import Ltorch
     from thunder_ir.dialects.prims import Prims
     from thunder_ir.dialects.torch import Torch
 
     ctx = Context()
-    for d in (Builtin, func.Func, Prims, Ltorch, Torch, Fusion):
+    for d in (Builtin, func.Func, Prims, Ltorch, Torch, Fusion, Autograd):
         ctx.load_dialect(d)
     return ctx
 

@@ -14,12 +14,17 @@ an arbitrary torch function may draw random numbers or mutate, so CSE/DCE leave 
 and fusion regions never move across it. A call whose builder knows the callee is a pure
 function of its operands says so with the ``pure`` property (``make_call(..., pure=True)``,
 as the SDPA executor's attention calls do); then it has no effects (`PureIfMarked`).
+
+A callee that returns a sequence has the ``multi`` property: ``true`` when every entry is a
+tensor (one result each), or an array with one entry per element of the sequence, 1 for
+a tensor (a result) and 0 for ``None`` (``multi_head_attention_forward``'s absent weights).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,7 +41,13 @@ from xdsl.irdl import (
 from xdsl.traits import EffectInstance, MemoryEffect
 
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
-from thunder_ir.dialects.types import NumberType, TensorType, pretty_type, type_of_tensor
+from thunder_ir.dialects.types import (
+    HandleType,
+    NumberType,
+    TensorType,
+    pretty_type,
+    type_of_tensor,
+)
 
 
 def resolve_callee(path: str) -> Callable[..., Any]:
@@ -76,13 +87,13 @@ class CallOp(ThunderOp):
 
     name = "torch.call"
 
-    inputs = var_operand_def(TensorType | NumberType)
+    inputs = var_operand_def(TensorType | NumberType | HandleType)
     callee = prop_def(StringAttr)
     args = prop_def(ArrayAttr)
     kwargs = opt_prop_def(DictionaryAttr)
     multi = opt_prop_def(Attribute)  # the callee returns a sequence (even of one)
     pure = opt_prop_def(UnitAttr)  # the callee is a pure function of its operands
-    outs = var_result_def(TensorType | NumberType)
+    outs = var_result_def(TensorType | NumberType | HandleType)
 
     traits = traits_def(PureIfMarked())
 
@@ -112,37 +123,108 @@ class CallOp(ThunderOp):
                     walk(x)
         walk(from_attr(self.args))
 
+    def layout(self) -> tuple[int, ...] | None:
+        """Per element of the sequence the callee returns, 1 for a tensor and 0 for
+        ``None``; ``None`` when every element is a result (or the callee returns one)."""
+        m = self.multi
+        if m is None:
+            return None
+        v = from_attr(m)
+        return None if v is True else tuple(v)
+
     def run(self, values: Sequence[Any]) -> Any:
-        """Calls the callee on concrete operand values."""
+        """Calls the callee on concrete operand values (``None`` entries of a returned
+        sequence dropped, so the result has one value per op result)."""
         args, kw = self.call_args(values)
-        return resolve_callee(self.callee.data)(*args, **kw)
+        out = resolve_callee(self.callee.data)(*args, **kw)
+        layout = self.layout()
+        if layout is not None:
+            return [o for o, k in zip(out, layout, strict=True) if k]
+        return out
 
 
 def make_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
               kwargs: dict[str, Any] | None = None,
               result_types: Sequence[Attribute] | None = None,
-              pure: bool = False) -> CallOp:
-    """Builds a ``torch.call``. Without ``result_types`` they come from a meta run.
-    ``pure``: the callee draws no random numbers, mutates nothing and returns fresh
-    values, so the call may be deduplicated, dropped when unused, and fused around."""
+              pure: bool = False, layout: tuple[int, ...] | bool | None = None) -> CallOp:
+    """Builds a ``torch.call``. Without ``result_types`` they (and ``layout``) come from a
+    meta run (`meta_call`). ``pure``: the callee draws no random numbers, mutates nothing
+    and returns fresh values, so the call may be deduplicated, dropped when unused, and
+    fused around. ``layout``: the callee returns a sequence (``True``), with ``None``
+    entries where the tuple has a 0 (see the module doc)."""
+    if result_types is None:
+        meta = meta_call(callee, operands, args, kwargs)
+        result_types, layout = meta.result_types, meta.layout
     props: dict[str, Attribute] = {"callee": StringAttr(callee),
                                    "args": ArrayAttr([to_attr(a) for a in args])}
     if pure:
         props["pure"] = UnitAttr()
     if kwargs:
         props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
-    if result_types is None:
-        metas = [meta_value(v.type) for v in operands]
-        op = CallOp.create(operands=list(operands), result_types=(), properties=props)
-        out = op.run(metas)
-        multi = isinstance(out, tuple | list)
-        outs = out if multi else (out,)
-        dev = next((v.type.dev for v in operands if isinstance(v.type, TensorType)), "cpu")
-        result_types = [type_of_meta(o, dev) for o in outs]
-        if multi:
-            props["multi"] = to_attr(True)
+    if layout is not None and layout is not False:
+        props["multi"] = to_attr(True if layout is True or all(layout) else tuple(layout))
     return CallOp.create(operands=list(operands), result_types=list(result_types),
                          properties=props)
+
+
+@dataclass
+class MetaCall:
+    """What a meta run of a torch function says about its results.
+
+    Attributes:
+        result_types: one type per tensor it returns.
+        layout: ``None`` for one tensor; for a sequence, 1 per tensor and 0 per ``None``.
+        requires_grad: per result, whether eager marks it as requiring grad (when asked).
+        kind: the sequence's type (``tuple``, ``list`` or a ``torch.return_types`` class).
+    """
+
+    result_types: list[Attribute]
+    layout: tuple[int, ...] | None
+    requires_grad: list[bool]
+    kind: type
+
+    def rebuild(self, results: Sequence[Any]) -> Any:
+        """The callee's output structure with ``results`` in place of its tensors."""
+        if self.layout is None:
+            return results[0]
+        it = iter(results)
+        items = [next(it) if k else None for k in self.layout]
+        if self.kind is list:
+            return items
+        return tuple(items) if self.kind is tuple else self.kind(items)
+
+
+def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
+              kwargs: dict[str, Any] | None = None,
+              requires_grad: Sequence[bool] | None = None) -> MetaCall:
+    """Runs ``callee`` on meta stand-ins of ``operands`` (SSA values).
+
+    With ``requires_grad`` (one flag per operand) the stand-ins of flagged operands
+    require grad and the run records autograd, so each result says whether eager would
+    mark it as requiring grad (``torch.special.bessel_j0`` does not; ``torch.floor`` does).
+    """
+    props: dict[str, Attribute] = {"callee": StringAttr(callee),
+                                   "args": ArrayAttr([to_attr(a) for a in args])}
+    if kwargs:
+        props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
+    metas = [meta_value(v.type) for v in operands]
+    op = CallOp.create(operands=list(operands), result_types=(), properties=props)
+    if requires_grad is not None:
+        metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
+        with torch.enable_grad():
+            out = op.run(metas)
+    else:
+        out = op.run(metas)
+    dev = next((v.type.dev for v in operands if isinstance(v.type, TensorType)), "cpu")
+    if isinstance(out, tuple | list):
+        items, layout, kind = list(out), tuple(0 if o is None else 1 for o in out), type(out)
+    else:
+        items, layout, kind = [out], None, tuple
+    results = [o for o in items if o is not None]
+    if layout is not None and not results and items:
+        raise TypeError("returned no tensors")
+    return MetaCall([type_of_meta(o, dev) for o in results], layout,
+                    [isinstance(o, torch.Tensor) and o.requires_grad for o in results], kind)
 
 
 def meta_value(t: Attribute) -> Any:
@@ -167,3 +249,6 @@ def type_of_meta(v: Any, device: str) -> Attribute:
 
 
 Torch = Dialect("torch", [CallOp], [])
+
+__all__ = ["CallOp", "MetaCall", "Torch", "make_call", "meta_call", "meta_value",
+           "resolve_callee", "substitute", "type_of_meta"]

@@ -7,7 +7,9 @@ A tensor type carries its shape, dtype and device::
 
 The dtype is an MLIR builtin element type (``f32``, ``bf16``, ``i64``, ``ui8``, ``i1`` for
 bool), so the text reads like MLIR's own ``tensor<8x784xf32>``. A scalar number (a Python
-``int``/``float``/``bool`` that flows through a program) is ``!prims.number<f64>``.
+``int``/``float``/``bool`` that flows through a program) is ``!prims.number<f64>``. An
+opaque runtime object that a program hands from its forward to its backward (the autograd
+graph of an opaque torch call) is ``!prims.handle``.
 
 Building a ``TensorType`` costs about 20 µs and equal types are not interned by xDSL, so
 ``tensor_type`` caches them by ``(shape, dtype, device)``. Per-type facts that passes read
@@ -23,6 +25,7 @@ import torch
 from xdsl.dialects.builtin import (
     ArrayAttr,
     BFloat16Type,
+    ComplexType,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -59,17 +62,29 @@ _DTYPES: tuple[DTypeInfo, ...] = (
     DTypeInfo(BFloat16Type(), torch.bfloat16, "bf16"),
     DTypeInfo(Float32Type(), torch.float32, "f32"),
     DTypeInfo(Float64Type(), torch.float64, "f64"),
+    DTypeInfo(ComplexType(Float16Type()), torch.complex32, "c32"),
+    DTypeInfo(ComplexType(Float32Type()), torch.complex64, "c64"),
+    DTypeInfo(ComplexType(Float64Type()), torch.complex128, "c128"),
 )
 DTYPE_BY_TORCH: dict[torch.dtype, DTypeInfo] = {d.torch_dtype: d for d in _DTYPES}
 DTYPE_BY_ELEMENT: dict[Attribute, DTypeInfo] = {d.element_type: d for d in _DTYPES}
-SUPPORTED_DTYPES: tuple[torch.dtype, ...] = tuple(d.torch_dtype for d in _DTYPES)
+SUPPORTED_DTYPES: tuple[torch.dtype, ...] = tuple(
+    d.torch_dtype for d in _DTYPES if not d.torch_dtype.is_complex)
+"""The dtypes prims compute in. Complex tensors flow through programs too (opaque torch
+calls produce and take them), but no prim computes on them."""
 FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 INT_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+COMPLEX_DTYPES = frozenset({torch.complex32, torch.complex64, torch.complex128})
 
 
 def is_float(dtype: torch.dtype) -> bool:
     """True for the floating-point dtypes."""
     return dtype in FLOAT_DTYPES
+
+
+def is_complex(dtype: torch.dtype) -> bool:
+    """True for the complex dtypes."""
+    return dtype in COMPLEX_DTYPES
 
 
 def is_int(dtype: torch.dtype) -> bool:
@@ -82,7 +97,7 @@ def dtype_info(dtype: torch.dtype) -> DTypeInfo:
     try:
         return DTYPE_BY_TORCH[dtype]
     except KeyError:
-        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        names = ", ".join(str(d.torch_dtype).removeprefix("torch.") for d in _DTYPES)
         raise TypeError(f"thunder_ir does not support dtype {dtype}; supported: {names}") from None
 
 
@@ -214,6 +229,20 @@ class NumberType(ParametrizedAttribute, TypeAttribute):
         return self.python_type.__name__
 
 
+@irdl_attr_definition
+class HandleType(ParametrizedAttribute, TypeAttribute):
+    """An opaque runtime object passed from a forward program to its backward:
+    ``!prims.handle`` (the autograd graph that an opaque torch call recorded)."""
+
+    name = "prims.handle"
+
+    def pretty(self) -> str:
+        return "handle"
+
+
+HANDLE = HandleType()
+
+
 # Side tables keyed by the (hashable, immutable) attribute: computed once per distinct type.
 class _InfoTable(dict[TensorType, tuple[tuple[int, ...], torch.dtype]]):
     def __missing__(self, t: TensorType) -> tuple[tuple[int, ...], torch.dtype]:
@@ -280,6 +309,6 @@ def number_type_of(v: SSAValue) -> NumberType:
 
 def pretty_type(t: Attribute) -> str:
     """How a type prints in a Python trace comment."""
-    if isinstance(t, TensorType | NumberType):
+    if isinstance(t, TensorType | NumberType | HandleType):
         return t.pretty()
     return str(t)

@@ -416,9 +416,8 @@ def _constant(tr: Translation, op: ThunderOp, *, value: Any) -> Any:
 
 not_fusible("linear algebra stays with torch (cuBLAS); nvFuser's matmul support differs "
             "between releases", P.MatmulOp, P.LinearOp)
-not_fusible("its stream is torch's generator seeded by (seed, offset); nvFuser's Philox "
-            "would draw other numbers, and dropout's backward replays the forward's mask",
-            P.UniformOp)
+not_fusible("it draws from torch's default generator as eager's dropout does; nvFuser's "
+            "Philox would draw other numbers", P.BernoulliOp)
 not_fusible("indexing ops are not translated (index_select/gather semantics differ in "
             "bounds and index dtypes); they run in torch",
             P.TakeOp, P.GatherOp, P.IndexAddOp, P.ScatterAddOp)

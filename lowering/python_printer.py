@@ -50,6 +50,8 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.irdl import VariadicDef
 
+from thunder_ir.dialects.autograd import FunctionOp
+from thunder_ir.dialects.autograd import YieldOp as AutogradYieldOp
 from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.prims import ConstantOp
@@ -321,6 +323,9 @@ class _PythonPrinter:
             if not names:
                 return rhs
             return f"{names[0]} = {rhs}" if len(names) == 1 else f"({', '.join(names)}) = {rhs}"
+        if isinstance(op, CallOp) and (layout := op.layout()) is not None:
+            it = iter(names)  # a returned sequence with None entries: `_` takes them
+            names = [next(it) if k else "_" for k in layout]
         if not names:
             return rhs
         if len(names) == 1 and not _is_variadic_results(op):
@@ -356,6 +361,8 @@ class _PythonPrinter:
         if isinstance(op, RegionOp):
             # The body's comments show every type, as the reference prints fusions.
             self.emit_body(op, indent + INDENT)
+        elif isinstance(op, FunctionOp):
+            self.emit_backward(op, indent + INDENT)
         elif len(names) > 1:
             # One type comment per result beneath the statement; inside a fusion body,
             # where the statement is itself a comment, they align under it.
@@ -379,6 +386,19 @@ class _PythonPrinter:
         for op in body.ops:
             if not isinstance(op, YieldOp):
                 self.emit_op(op, indent, True)
+
+    def emit_backward(self, fn_op: FunctionOp, indent: str) -> None:
+        """A custom ``Function``'s traced backward, as comments beneath its op: the
+        cotangents it takes, its ops, and the gradients it returns."""
+        body = fn_op.backward.block
+        cts = [self.define(a) for a in body.args]
+        self.lines.append(f"{indent}# backward({', '.join(cts)}):")
+        for op in body.ops:
+            if isinstance(op, AutogradYieldOp):
+                grads = ", ".join(self.expr(v) for v in op.values)
+                self.lines.append(f"{indent}#   return ({grads})")
+            else:
+                self.emit_op(op, indent + INDENT, True)
 
     # ---- the whole function
 

@@ -21,7 +21,7 @@ Steps (each a function here; `thunder_ir.api` records a trace after each):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.context import Context
@@ -36,10 +36,12 @@ from xdsl.pattern_rewriter import (
 )
 from xdsl.traits import is_side_effect_free
 
+from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.decompositions import decompose_op, load_rules
+from thunder_ir.passes.strip_autograd import strip_autograd
 from thunder_ir.passes.vjp import (
     NOT_DIFFERENTIABLE,
     Cotangents,
@@ -94,8 +96,12 @@ class Joint:
         n_inputs: how many forward inputs lead the argument list.
         n_outputs: how many forward outputs lead the result list.
         n_forward_ops: the first ``n_forward_ops`` ops of the body are the forward.
-        grad_inputs: forward input positions whose gradients are returned, in order.
+        grad_inputs: forward input positions whose gradients are returned, in order: the
+            inputs that require grad and that some differentiable output depends on (eager
+            leaves the others' gradients ``None``).
         ct_outputs: forward output positions that take a cotangent, in order.
+        reaches: per grad input, the positions in ``ct_outputs`` of the outputs that depend
+            on it (a gradient is ``None`` when none of them gets one).
     """
 
     module: ModuleOp
@@ -104,16 +110,23 @@ class Joint:
     n_forward_ops: int
     grad_inputs: list[int]
     ct_outputs: list[int]
+    reaches: list[tuple[int, ...]] = field(default_factory=list)
 
 
-def _active(fn_ops: Sequence[Operation], sources: set[SSAValue]) -> set[SSAValue]:
-    """Values that depend on a source through ops that carry gradients."""
-    active = set(sources)
+def _active(fn_ops: Sequence[Operation], sources: Sequence[SSAValue]) -> dict[SSAValue, int]:
+    """Values that depend on a source through ops that carry gradients, each with the set
+    of sources it depends on (bit ``k`` for ``sources[k]``)."""
+    active = {v: 1 << k for k, v in enumerate(sources)}
     for op in fn_ops:
         if type(op) in NOT_DIFFERENTIABLE:
             continue
-        if any(o in active for o in op.operands):
-            active.update(r for r in op.results if is_differentiable_value(r))
+        deps = 0
+        for o in op.operands:
+            deps |= active.get(o, 0)
+        if deps:
+            for r in op.results:
+                if is_differentiable_value(r):
+                    active[r] = deps
     return active
 
 
@@ -131,11 +144,18 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
     ret = block.last_op
     assert isinstance(ret, func.ReturnOp)
     ops = [op for op in block.ops if op is not ret]
-    sources = {a for a, rg in zip(block.args, requires_grad) if rg and is_differentiable_value(a)}
+    sources = [a for a, rg in zip(block.args, requires_grad) if rg and is_differentiable_value(a)]
     active = _active(ops, sources)
     outs = list(ret.operands)
     ct_outputs = [i for i, o in enumerate(outs) if o in active]
-    grad_inputs = [i for i, a in enumerate(block.args) if a in sources]
+    source_pos = {a: k for k, a in enumerate(sources)}
+    reached = 0
+    for i in ct_outputs:
+        reached |= active[outs[i]]
+    grad_inputs = [i for i, a in enumerate(block.args)
+                   if a in source_pos and reached >> source_pos[a] & 1]
+    reaches = [tuple(k for k, i in enumerate(ct_outputs)
+                     if active[outs[i]] >> source_pos[block.args[j]] & 1) for j in grad_inputs]
 
     arg_types = [a.type for a in block.args] + [outs[i].type for i in ct_outputs]
     names = [a.name_hint for a in block.args] + [f"ct_{i}" for i in range(len(ct_outputs))]
@@ -150,6 +170,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
     for k, i in enumerate(ct_outputs):
         cts.accumulate(vm[outs[i]], prog.args[len(block.args) + k])
     active_new = {vm[v] for v in active}
+    g.active = active_new.__contains__
     for op in reversed(ops):
         new_op = vm[op.results[0]].owner if op.results else None
         if new_op is None or not any(vm[r] in cts for r in op.results):
@@ -181,8 +202,13 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
         grads_out.append(ct)
     fwd_outs = [g.replaced.get(vm[o], vm[o]) for o in outs]
     joint = prog.finish(fwd_outs + grads_out)
-    return Joint(joint, len(block.args), len(outs), n_forward_ops + g.forward_inserted,
-                 grad_inputs, ct_outputs)
+    # The backward is built: autograd's markers are only their values from here on.
+    n_fwd = n_forward_ops + g.forward_inserted
+    n_markers = sum(isinstance(op, StopGradientOp | FunctionOp)
+                    for op, _ in zip(prog.block.ops, range(n_fwd)))
+    strip_autograd(joint)
+    return Joint(joint, len(block.args), len(outs), n_fwd - n_markers, grad_inputs,
+                 ct_outputs, reaches)
 
 
 def _base_vjp_rule() -> Any:

@@ -182,19 +182,43 @@ def log_softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None 
 # --------------------------------------------------------------------------- dropout
 
 
-@decomposes(N.DropoutOp)
-def dropout(d: Decomposer, x: SSAValue, seed: SSAValue, offset: SSAValue,
-            p: float | None = None, training: bool | None = None) -> SSAValue:
-    # Keep in step with DropoutOp.ref: same draw, same comparison, same scaling.
-    p = 0.5 if p is None else float(p)
-    if training is False or p == 0.0:
-        return x
+_SELU_ALPHA = 1.7580993408473766
+"""ATen's alpha for alpha dropout (SELU's ``alpha * scale``)."""
+
+
+def dropout_family(d: Decomposer, x: SSAValue, p: float, train: bool, *, feature: bool,
+                   alpha: bool) -> SSAValue:
+    """ATen's ``_dropout_impl``, step for step: the same draw (``bernoulli_(1 - p)`` of the
+    input's shape, or ``(N, C, 1, ...)`` for the feature kinds) and the same arithmetic, so
+    results equal eager's bit for bit given the same generator state."""
     t = _t(x)
-    u = d.prims.uniform(seed, offset, shape=t.sizes, minval=0.0, maxval=1.0, device=t.dev,
-                        dtype=N.DropoutOp.MASK_DTYPE)
-    keep = d.prims.ge(u, _num(d, p))
-    kept = x if p == 1.0 else d.prims.div(x, _num(d, 1.0 - p))
-    return d.prims.where(keep, kept, _num(d, 0.0))
+    p = float(p)
+    if not train or p == 0.0 or t.numel() == 0:
+        return x
+    if p == 1.0:
+        return d.prims.mul(x, _num(d, 0.0))
+    shape = (*t.sizes[:2], *(1,) * (t.rank - 2)) if feature else t.sizes
+    noise = d.prims.bernoulli(shape=shape, p=1.0 - p, device=t.dev, dtype=t.dtype)
+    b = None
+    if alpha:
+        a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1) * (1 - p))
+        b = d.prims.add(d.prims.mul(d.prims.add(noise, _num(d, -1.0)), _num(d, _SELU_ALPHA * a)),
+                        _num(d, _SELU_ALPHA * a * p))
+        noise = d.prims.mul(noise, _num(d, a))
+    else:
+        noise = d.prims.div(noise, _num(d, 1.0 - p))
+    out = d.prims.mul(x, expand_to(d, noise, t.sizes))
+    if b is not None:
+        out = d.prims.add(out, expand_to(d, b, t.sizes))
+    return out
+
+
+for _op in (N.DropoutOp, N.FeatureDropoutOp, N.AlphaDropoutOp, N.FeatureAlphaDropoutOp):
+    def _rule(d: Decomposer, x: SSAValue, p: float, train: bool,
+              _op: type[N.DropoutFamilyOp] = _op) -> SSAValue:
+        return dropout_family(d, x, p, train, feature=_op.FEATURE, alpha=_op.ALPHA)
+
+    decomposes(_op)(_rule)
 
 
 # --------------------------------------------------------------------------- normalization

@@ -40,6 +40,7 @@ _BUILTINS: dict[str, str] = {
     "cse": "thunder_ir.passes.cse_dce:CSEPass",
     "dce": "thunder_ir.passes.cse_dce:DCEPass",
     "canonicalize": "thunder_ir.passes.canonicalize:CanonicalizePass",
+    "strip-autograd": "thunder_ir.passes.strip_autograd:StripAutogradPass",
 }
 
 _FACTORIES: dict[str, type[ModulePass] | PassFactory] = {}

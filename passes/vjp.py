@@ -64,13 +64,17 @@ class Grad:
         self.ltorch: OpNamespace = emitter.ns(ltorch.OPS)
         self.forward_inserted = 0
         self.replaced: dict[SSAValue, SSAValue] = {}
+        self.active: Callable[[SSAValue], bool] = _always
+        """Whether a forward value needs a gradient (depends on an input that requires
+        grad); rules of opaque ops ask it so as to differentiate only what they must."""
 
     def replace_forward(self, old: Operation, new: Operation,
-                        results: Sequence[SSAValue]) -> None:
+                        results: Sequence[SSAValue], erase: bool = False) -> None:
         """Changes what the forward computes: puts ``new`` just before the forward op
         ``old`` and sends every use of ``old``'s results to ``results`` (program outputs
         too). For a rule whose backward wants more than the forward op gives, such as
-        attention's log-sum-exp. ``old`` is left dead for DCE."""
+        attention's log-sum-exp. ``old`` is left dead for DCE, or erased (``erase``: an op
+        with effects, which DCE keeps, must not run twice)."""
         block = old.parent_block()
         assert block is not None
         block.insert_op_before(new, old)
@@ -78,6 +82,9 @@ class Grad:
         for o, n in zip(old.results, results, strict=True):
             o.replace_all_uses_with(n)
             self.replaced[o] = n
+        if erase:
+            block.erase_op(old)
+            self.forward_inserted -= 1
 
     def const(self, value: Any) -> SSAValue:
         """A Python number as an SSA value."""
@@ -96,6 +103,10 @@ class Grad:
         if ttype(out).sizes != tuple(shape):
             out = self.prims.reshape(out, shape=tuple(shape))
         return out
+
+
+def _always(v: SSAValue) -> bool:
+    return True
 
 
 class Cotangents(dict[SSAValue, SSAValue]):
@@ -131,13 +142,14 @@ def backpropagate(g: Grad, op: Operation, rule: VjpRule, cts: Cotangents,
 
 
 def is_differentiable_value(v: SSAValue) -> bool:
-    """Floating-point tensors carry gradients; numbers, ints and bools do not."""
+    """Floating-point and complex tensors carry gradients; numbers, ints and bools do not."""
     t = v.type
-    return isinstance(t, TensorType) and t.dtype.is_floating_point
+    return isinstance(t, TensorType) and (t.dtype.is_floating_point or t.dtype.is_complex)
 
 
 def load_vjp_rules() -> dict[type[ThunderOp], VjpRule]:
     """Imports every VJP rule module (registering its rules) and returns the table."""
+    import thunder_ir.passes.vjp_autograd
     import thunder_ir.passes.vjp_ltorch
     import thunder_ir.passes.vjp_prims  # noqa: F401
 

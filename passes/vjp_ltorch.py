@@ -17,12 +17,13 @@ Conventions of this module:
 * Operands that are not floating-point tensors (indices, int targets, RNG seeds, bool
   masks) get ``None``. So do ``cross_entropy``'s class weights with class-index targets:
   torch's ``nll_loss`` declares them not differentiable.
-* ``dropout`` replays its forward mask: ``prims.uniform(seed, offset, …) >= p``, exactly
-  as `DropoutOp.ref` and its decomposition draw it.
+* The dropout family has no rule here: its decomposition (a ``prims.bernoulli`` draw,
+  then elementwise math) is differentiated, so the backward multiplies by the forward's
+  own noise.
 * ``torch.call`` (the frontend's fallback for torch functions with no ltorch op) is
-  differentiated by torch itself at run time: its rule emits another ``torch.call`` of
-  `thunder_ir.runtime.autograd_fallback.call_vjp`, which re-runs the callee on the
-  inputs and calls ``torch.autograd.grad`` (recompute-in-backward).
+  differentiated by torch itself: its forward records torch's autograd graph and its
+  backward runs through it (`thunder_ir.runtime.autograd_fallback`), so the backward uses
+  the forward's own random draws and each callee runs once.
 """
 
 from __future__ import annotations
@@ -273,29 +274,6 @@ def log_softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
     y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
     s = lt.sum(dy, dim=dim, keepdim=True)
     return [_grad(g, lt.sub(dy, lt.mul(lt.exp(y), s)), x)]
-
-
-# --------------------------------------------------------------------------- dropout
-
-
-@vjp(N.DropoutOp)
-def dropout(g: Grad, out: Outs, ct: Cts, x: SSAValue, seed: SSAValue, offset: SSAValue,
-            p: float | None = None, training: bool | None = None) -> Grads:
-    """``ct * mask / (1 - p)`` with the forward's mask, redrawn from the same seed/offset.
-
-    Keep in step with `DropoutOp.ref` and the decomposition: same draw, same comparison.
-    """
-    dy = ct[0]
-    assert dy is not None
-    p = 0.5 if p is None else float(p)
-    if training is False or p == 0.0:
-        return [dy, None, None]
-    t = _t(x)
-    u = g.prims.uniform(seed, offset, shape=t.sizes, minval=0.0, maxval=1.0, device=t.dev,
-                        dtype=N.DropoutOp.MASK_DTYPE)
-    keep = g.prims.ge(u, g.const(p))
-    kept = dy if p == 1.0 else g.prims.div(dy, g.const(1.0 - p))
-    return [g.prims.where(keep, kept, g.const(0.0)), None, None]
 
 
 # --------------------------------------------------------------------------- normalization
@@ -549,13 +527,15 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
 # --------------------------------------------------------------------------- torch.call
 
 
-CALL_VJP = "thunder_ir.runtime.autograd_fallback.call_vjp"
-"""The callee of the backward ``torch.call`` that differentiates a fallback call."""
+CALL_WITH_GRAD = "thunder_ir.runtime.autograd_fallback.call_with_grad"
+"""The callee a differentiated fallback call runs in the forward (records torch's graph)."""
+HANDLE_VJP = "thunder_ir.runtime.autograd_fallback.handle_vjp"
+"""The callee of its backward (cotangents through that graph)."""
 
 
 def _static_args(op: CallOp) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]:
-    """The call's args and kwargs with every `OperandRef` encoded for `call_vjp` (which
-    substitutes its own differentiable copies of the inputs)."""
+    """The call's args and kwargs with every `OperandRef` encoded for `call_with_grad`
+    (which substitutes its own differentiable copies of the inputs)."""
     from thunder_ir.runtime.autograd_fallback import encode_refs
 
     args = encode_refs(from_attr(op.args))
@@ -566,32 +546,39 @@ def _static_args(op: CallOp) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ..
 
 @vjp(CallOp)
 def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: Any) -> Grads:
-    """Differentiates an opaque torch call through ``torch.autograd`` at run time.
+    """Differentiates an opaque torch call with torch's own autograd graph.
 
-    The backward is one ``torch.call`` of `call_vjp` on the forward inputs and the
-    cotangents; it re-runs the callee with the same static arguments and returns the
-    cotangents of the floating-point tensor inputs (zeros where unused). Other inputs
-    get ``None``. The callee must be deterministic (no RNG) for the recomputation to
-    match the forward.
+    The forward call becomes a call of `call_with_grad`, which runs the callee once,
+    recording its graph for the inputs that need gradients (active floating-point
+    tensors: ``batch_norm``'s running statistics get none), and returns its outputs and a
+    handle to that graph. The backward is one ``torch.call`` of `handle_vjp` on the handle
+    and the cotangents. Random draws, kernels and side effects are the forward's own.
     """
+    from thunder_ir.dialects.types import HANDLE
+
     op = out[0].owner
     assert isinstance(op, CallOp)
-    diff = [i for i, v in enumerate(inputs) if is_differentiable_value(v)]
+    diff = [i for i, v in enumerate(inputs) if is_differentiable_value(v) and g.active(v)]
     grads: list[SSAValue | None] = [None] * len(inputs)
     if not diff:
         return [grads]
-    ct_at = [i for i, c in enumerate(ct) if c is not None]
-    operands = [*inputs, *(ct[i] for i in ct_at)]
     args, kwargs = _static_args(op)
-    call = make_call(
-        CALL_VJP, operands, [op.callee.data, *(OperandRef(i) for i in range(len(operands)))],
-        {"n_inputs": len(inputs), "args": args, "kwargs": kwargs,
-         "ct_outputs": tuple(ct_at), "grad_inputs": tuple(diff)},
-        result_types=[inputs[i].type for i in diff])
-    if g.emitter.loc is not None:
-        call.attributes["loc"] = g.emitter.loc
-    g.emitter.insert(call)  # a prebuilt op (torch.call has no shape rule to build from)
-    for i, r in zip(diff, call.results):
+    fwd = make_call(
+        CALL_WITH_GRAD, inputs, [op.callee.data, *(OperandRef(i) for i in range(len(inputs)))],
+        {"args": args, "kwargs": kwargs, "grad_inputs": tuple(diff),
+         "layout": None if op.multi is None else from_attr(op.multi)},
+        result_types=[*(r.type for r in op.results), HANDLE], layout=True)
+    if "loc" in op.attributes:
+        fwd.attributes["loc"] = op.attributes["loc"]
+    g.replace_forward(op, fwd, fwd.results[:-1], erase=True)
+    ct_at = [i for i, c in enumerate(ct) if c is not None]
+    operands = [fwd.results[-1], *(ct[i] for i in ct_at)]
+    bwd = make_call(
+        HANDLE_VJP, operands, [OperandRef(i) for i in range(len(operands))],
+        {"ct_outputs": tuple(ct_at)}, result_types=[inputs[i].type for i in diff],
+        layout=True if len(diff) > 1 else None)
+    g.emitter.insert(bwd)  # a prebuilt op (torch.call has no shape rule to build from)
+    for i, r in zip(diff, bwd.results):
         grads[i] = r
     return [grads]
 
@@ -999,7 +986,7 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
 
 DIRECT_RULES: tuple[type, ...] = (
     N.MatmulOp, N.BmmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp, N.SigmoidOp, C.TanhOp,
-    N.SoftmaxOp, N.LogSoftmaxOp, N.DropoutOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
+    N.SoftmaxOp, N.LogSoftmaxOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
     C.WhereOp, C.MaskedFillOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.ReshapeOp, C.ViewOp,

@@ -82,11 +82,20 @@ def _square(g: Grad, v: SSAValue) -> SSAValue:
 # --------------------------------------------------------------------------- elementwise unary
 
 not_differentiable(
-    # Piecewise-constant: torch gives them a zero gradient everywhere.
-    P.SignOp, P.FloorOp, P.CeilOp, P.RoundOp, P.TruncOp,
     # Bool or integer results.
     P.IsnanOp, P.IsinfOp, P.IsfiniteOp, P.LogicalNotOp, P.BitwiseNotOp,
 )
+
+
+def zero_gradient(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue) -> list[Any]:
+    """Piecewise-constant ops: their results require grad, as torch's do, and the
+    gradient is zero everywhere (no cotangent reaches the operand; an input that only they
+    read gets zeros, not ``None``)."""
+    return [None]
+
+
+for _op in (P.SignOp, P.FloorOp, P.CeilOp, P.RoundOp, P.TruncOp):
+    vjp(_op)(zero_gradient)
 
 
 @vjp(P.AbsOp)
@@ -603,7 +612,7 @@ def linear(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, w: SSAValue,
 
 # --------------------------------------------------------------------------- creation
 
-not_differentiable(P.IotaOp, P.FullOp, P.UniformOp, P.ConstantOp)
+not_differentiable(P.IotaOp, P.FullOp, P.BernoulliOp, P.ConstantOp)
 
 
 # --------------------------------------------------------------------------- indexing

@@ -2,17 +2,26 @@
 
 `ThunderFunction` runs the augmented forward (outputs + residuals) and saves the tensor
 residuals with ``save_for_backward``, so autograd frees them once the backward has run and
-keeps them under ``retain_graph=True``. Its backward runs the generated backward program.
-Outputs show ``grad_fn=<ThunderFunctionBackward>``.
+keeps them under ``retain_graph=True``. A residual that is the autograd graph of an opaque
+torch call (`thunder_ir.runtime.autograd_fallback.GradHandle`) is saved the same way,
+through its tensors. Its backward runs the generated backward program. Outputs show
+``grad_fn=<ThunderFunctionBackward>``.
+
+Gradients are ``None`` where eager's are: autograd hands the backward ``None`` for outputs
+that did not reach the loss (grads are not materialized), and an input whose dependent
+outputs all got ``None`` gets ``None``; the program sees zeros for the others' missing
+cotangents.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from thunder_ir.runtime.autograd_fallback import GradHandle
 
 
 @dataclass
@@ -28,6 +37,8 @@ class TrainingProgram:
     ct_outputs: list[int]
     nondiff_outputs: list[int]
     backward_n_outputs: int
+    reaches: list[tuple[int, ...]] = field(default_factory=list)
+    ct_meta: list[tuple[tuple[int, ...], torch.dtype, str]] = field(default_factory=list)
 
 
 def _as_tuple(x: Any, n: int) -> tuple[Any, ...]:
@@ -42,11 +53,24 @@ class ThunderFunction(torch.autograd.Function):
         n_total = prog.n_outputs + prog.n_residuals
         res = _as_tuple(prog.forward(*inputs), n_total)
         outs, residuals = res[:prog.n_outputs], res[prog.n_outputs:]
-        tensor_pos = [i for i, r in enumerate(residuals) if isinstance(r, torch.Tensor)]
-        ctx.save_for_backward(*(residuals[i] for i in tensor_pos))
-        ctx.others = [(i, r) for i, r in enumerate(residuals) if not isinstance(r, torch.Tensor)]
-        ctx.tensor_pos = tensor_pos
+        saved: list[torch.Tensor] = []
+        layout: list[tuple[int, Any, int]] = []  # (residual index, handle or None, count)
+        others = []
+        for i, r in enumerate(residuals):
+            if isinstance(r, torch.Tensor):
+                saved.append(r)
+                layout.append((i, None, 1))
+            elif isinstance(r, GradHandle):
+                ts = r.tensors()
+                saved.extend(ts)
+                layout.append((i, r, len(ts)))
+            else:
+                others.append((i, r))
+        ctx.save_for_backward(*saved)
+        ctx.layout = layout
+        ctx.others = others
         ctx.prog = prog
+        ctx.set_materialize_grads(False)
         if prog.nondiff_outputs:
             ctx.mark_non_differentiable(*(outs[i] for i in prog.nondiff_outputs))
         return outs if len(outs) != 1 else outs[0]
@@ -59,32 +83,52 @@ class ThunderFunction(torch.autograd.Function):
                 "differentiating a gradient): its backward is a compiled program without "
                 "its own backward. Compute higher-order gradients without thunder_ir.jit.")
         prog: TrainingProgram = ctx.prog
+        result: list[Any] = [None] * (prog.n_inputs + 1)
+        present = [grads[i] is not None for i in prog.ct_outputs]
+        if not any(present):
+            return tuple(result)
         saved = ctx.saved_tensors
-        residuals: list[Any] = [None] * (len(saved) + len(ctx.others))
-        for i, t in zip(ctx.tensor_pos, saved):
-            residuals[i] = t
+        residuals: list[Any] = [None] * (len(ctx.layout) + len(ctx.others))
+        k = 0
+        for i, handle, n in ctx.layout:
+            residuals[i] = saved[k] if handle is None else handle.from_tensors(saved[k:k + n])
+            k += n
         for i, v in ctx.others:
             residuals[i] = v
         cts = []
-        for i in prog.ct_outputs:
+        for i, p in zip(prog.ct_outputs, present):
             g = grads[i]
-            cts.append(g.contiguous() if g is not None else g)
+            if p:
+                cts.append(g.contiguous())
+            else:  # the program wants a cotangent for every output it differentiates
+                shape, dtype, device = prog.ct_meta[len(cts)]
+                cts.append(torch.zeros(shape, dtype=dtype, device=device))
         out = prog.backward(*residuals, *cts)
         grads_in = _as_tuple(out, prog.backward_n_outputs)
-        result: list[Any] = [None] * prog.n_inputs
-        for pos, g in zip(prog.grad_inputs, grads_in):
-            result[pos] = g
-        return (None, *result)
+        for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):
+            if any(present[j] for j in reach):
+                result[pos + 1] = g
+        return tuple(result)
 
 
-def make_runner(prog: TrainingProgram) -> Callable[..., Any]:
-    """A callable with the forward program's calling convention that records autograd."""
+def make_runner(prog: TrainingProgram, enable_grad: bool = False) -> Callable[..., Any]:
+    """A callable with the forward program's calling convention that records autograd.
+
+    ``enable_grad``: record even when called with grad mode off (the traced code turned it
+    on itself, with ``torch.enable_grad()``)."""
     apply = ThunderFunction.apply
 
     def run(*inputs: Any) -> Any:
         return apply(prog, *inputs)
 
-    return run
+    if not enable_grad:
+        return run
+
+    def run_with_grad(*inputs: Any) -> Any:
+        with torch.enable_grad():
+            return apply(prog, *inputs)
+
+    return run_with_grad
 
 
 __all__ = ["ThunderFunction", "TrainingProgram", "make_runner", "Sequence"]

@@ -1,17 +1,23 @@
-"""The backward of opaque ``torch.call`` ops: torch.autograd, run inside the backward.
+"""The backward of opaque ``torch.call`` ops: torch.autograd's own graph, saved by the forward.
 
 The frontend records torch functions that have no ltorch op as ``torch.call`` ops (the
 automatic fallback). thunder_ir has no VJP rule for an arbitrary torch function, but
-torch does: the ``torch.call`` rule (`thunder_ir.passes.vjp_ltorch.torch_call`) emits a
-second ``torch.call`` of `call_vjp`, which re-runs the callee on the forward inputs with
-the same static arguments and asks ``torch.autograd.grad`` for the input cotangents.
-Recomputing in the backward costs one more forward of the callee but saves nothing
-opaque between the two programs, so the forward/backward split stays ours.
+torch does. When a training program differentiates such a call, its forward runs the
+callee through `call_with_grad`: on detached copies of the inputs that need gradients,
+with grad mode on, so torch records its autograd graph. The call returns its outputs
+(detached) and a `GradHandle` holding that graph; the backward's `handle_vjp` asks
+``torch.autograd.grad`` for the input cotangents through it.
 
-Static arguments reach `call_vjp` as Python values. A ``#prims.operand<i>`` in the
+So the backward uses exactly what the forward computed: the same random draws
+(``dropout2d``, ``rrelu``, ``fractional_max_pool2d``…), the same kernels, and each
+callee runs once (``batch_norm`` updates its running statistics once). The graph holds
+what eager's would, and is freed with the training step's other saved tensors (the
+bridge saves the handle's tensors with ``ctx.save_for_backward``).
+
+Static arguments reach `call_with_grad` as Python values. A ``#prims.operand<i>`` in the
 original call becomes ``("$operand", i)`` (`encode_refs`): left as an operand reference,
-the ``torch.call`` machinery would substitute the value itself, and `call_vjp` could not
-tell two inputs bound to the same tensor apart.
+the ``torch.call`` machinery would substitute the value itself, and `call_with_grad`
+could not put its differentiable copies in place.
 """
 
 from __future__ import annotations
@@ -52,39 +58,88 @@ def _callee(path: str) -> Callable[..., Any]:
     return resolve_callee(path)
 
 
-def call_vjp(callee: str, *values: Any, n_inputs: int, args: Sequence[Any],
-             kwargs: Sequence[tuple[str, Any]], ct_outputs: Sequence[int],
-             grad_inputs: Sequence[int]) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """Input cotangents of ``callee(*args, **kwargs)`` by ``torch.autograd``.
+class GradHandle:
+    """The autograd graph of one opaque call: the outputs that carry gradients (by their
+    position among the callee's outputs) and the leaves standing for its inputs."""
+
+    __slots__ = ("leaves", "outputs", "positions")
+
+    def __init__(self, outputs: Sequence[torch.Tensor], positions: Sequence[int],
+                 leaves: Sequence[torch.Tensor]) -> None:
+        self.outputs = tuple(outputs)
+        self.positions = tuple(positions)
+        self.leaves = tuple(leaves)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """What the bridge saves for the backward (`from_tensors` rebuilds the handle)."""
+        return (*self.outputs, *self.leaves)
+
+    def from_tensors(self, tensors: Sequence[torch.Tensor]) -> GradHandle:
+        n = len(self.outputs)
+        return GradHandle(tensors[:n], self.positions, tensors[n:])
+
+
+def call_with_grad(callee: str, *inputs: Any, args: Sequence[Any],
+                   kwargs: Sequence[tuple[str, Any]], grad_inputs: Sequence[int],
+                   layout: Sequence[int] | bool | None) -> tuple[Any, ...]:
+    """Runs ``callee`` recording its autograd graph for the inputs in ``grad_inputs``.
 
     Args:
-        callee: the forward call's import path (``"torch.cumsum"``).
-        values: the forward call's ``n_inputs`` inputs, then one cotangent per entry of
-            ``ct_outputs``.
-        n_inputs: how many of ``values`` are forward inputs.
-        args: the forward call's positional arguments, operands encoded (`encode_refs`).
+        callee: the call's import path (``"torch.cumsum"``).
+        inputs: the call's operands.
+        args: its positional arguments, operands encoded (`encode_refs`).
         kwargs: its keyword arguments as ``(name, value)`` pairs, encoded the same way.
-        ct_outputs: which of the callee's results the cotangents belong to.
-        grad_inputs: which inputs get a cotangent (floating-point tensors).
+        grad_inputs: the operands that need gradients.
+        layout: as ``torch.call``'s ``multi``: ``None`` for one returned tensor, ``True``
+            for a sequence of tensors, else 1 per tensor and 0 per ``None`` of the
+            returned sequence.
 
     Returns:
-        The cotangent of each input in ``grad_inputs`` (zeros where the result does not
-        depend on it): the tensor itself when there is one, else a tuple.
+        The call's tensors (detached), then a `GradHandle`.
     """
-    inputs, cts, leaves = leaves_for_grad(values, n_inputs, grad_inputs)
+    vals = list(inputs)
+    leaves = []
+    for i in grad_inputs:
+        leaf = vals[i].detach().requires_grad_(True)
+        vals[i] = leaf
+        leaves.append(leaf)
     with torch.enable_grad():
-        out = _callee(callee)(*decode_refs(tuple(args), inputs),
-                              **{k: decode_refs(v, inputs) for k, v in kwargs})
-    outs = out if isinstance(out, tuple | list) else (out,)
-    pairs = [(outs[i], c) for i, c in zip(ct_outputs, cts)
-             if isinstance(outs[i], torch.Tensor) and outs[i].requires_grad]
-    return leaf_cotangents(pairs, leaves)
+        out = _callee(callee)(*decode_refs(tuple(args), vals),
+                              **{k: decode_refs(v, vals) for k, v in kwargs})
+    if layout is None:
+        outs = [out]
+    elif isinstance(layout, bool):
+        outs = list(out)
+    else:
+        outs = [o for o, k in zip(out, layout, strict=True) if k]
+    graph = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
+    handle = GradHandle([o for _, o in graph], [i for i, _ in graph], leaves)
+    return (*(o.detach() for o in outs), handle)
+
+
+def handle_vjp(handle: GradHandle, *cts: torch.Tensor | None, ct_outputs: Sequence[int]
+               ) -> Any:
+    """Input cotangents of a `call_with_grad` call through its saved graph.
+
+    Args:
+        handle: the call's `GradHandle`.
+        cts: one cotangent per entry of ``ct_outputs``.
+        ct_outputs: which of the call's tensors the cotangents belong to.
+
+    Returns:
+        The cotangent of each of the call's ``grad_inputs`` (zeros where no output depends
+        on it): the tensor itself for one, else a tuple.
+    """
+    where = dict(zip(handle.positions, handle.outputs))
+    pairs = [(where[i], c) for i, c in zip(ct_outputs, cts) if i in where and c is not None]
+    return leaf_cotangents(pairs, handle.leaves)
 
 
 def leaves_for_grad(values: Sequence[Any], n_inputs: int, grad_inputs: Sequence[int]
                     ) -> tuple[list[Any], Sequence[Any], list[torch.Tensor]]:
     """Splits a backward call's values into forward inputs and cotangents, and replaces the
-    inputs in ``grad_inputs`` by detached leaves that require grad (returned too)."""
+    inputs in ``grad_inputs`` by detached leaves that require grad (returned too). For
+    backwards that re-run a deterministic function (extension operators)."""
     inputs = list(values[:n_inputs])
     leaves = []
     for i in grad_inputs:
@@ -97,15 +152,28 @@ def leaves_for_grad(values: Sequence[Any], n_inputs: int, grad_inputs: Sequence[
 def leaf_cotangents(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
                     leaves: Sequence[torch.Tensor]) -> Any:
     """``torch.autograd.grad`` of (output, cotangent) pairs w.r.t. ``leaves``; zeros where
-    an output does not depend on a leaf. The tensor itself for one leaf, else a tuple."""
+    an output does not depend on a leaf. The tensor itself for one leaf, else a tuple.
+
+    The graph is retained: a second backward of the step (``retain_graph=True``) reads it
+    again; it is freed with the handle."""
     found: Sequence[torch.Tensor | None] = (None,) * len(leaves)
     if pairs:
         found = torch.autograd.grad([o for o, _ in pairs], list(leaves),
-                                    [c for _, c in pairs], allow_unused=True)
+                                    [c for _, c in pairs], allow_unused=True,
+                                    retain_graph=True)
     grads = tuple(torch.zeros_like(leaf) if gr is None else gr
                   for leaf, gr in zip(leaves, found))
     return grads[0] if len(grads) == 1 else grads
 
 
-__all__ = ["OPERAND", "call_vjp", "decode_refs", "encode_refs", "leaf_cotangents",
-           "leaves_for_grad"]
+def inplace_on_copy(method: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``x.<method>(...)`` applied to a copy of ``x``: the functional form of an in-place
+    method that has none (``uniform_``, ``normal_``, ``exponential_``…). The copy has
+    ``x``'s strides, so random draws land where eager puts them."""
+    out = x.clone()
+    getattr(out, method)(*args, **kwargs)
+    return out
+
+
+__all__ = ["OPERAND", "GradHandle", "call_with_grad", "decode_refs", "encode_refs",
+           "handle_vjp", "inplace_on_copy", "leaf_cotangents", "leaves_for_grad"]

@@ -23,7 +23,7 @@ from thunder_ir.dialects import fusion, ltorch, prims
 from thunder_ir.dialects.base import build
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.torch import CallOp, make_call
-from thunder_ir.dialects.types import number_type, tensor_type
+from thunder_ir.dialects.types import tensor_type
 from thunder_ir.passes import registry
 from thunder_ir.passes.canonicalize import CanonicalizePass, exact_conversion
 from thunder_ir.passes.cse_dce import CSEPass, DCEPass
@@ -63,9 +63,8 @@ def apply(pass_: ModulePass, module: ModuleOp) -> ModuleOp:
     return module
 
 
-def uniform(P: Any, seed: int = 1, offset: int = 2) -> SSAValue:
-    return P.uniform(P.constant(value=seed), P.constant(value=offset), shape=(2, 3),
-                     minval=0.0, maxval=1.0, device="cpu", dtype=torch.float32)
+def bernoulli(P: Any) -> SSAValue:
+    return P.bernoulli(shape=(2, 3), p=0.5, device="cpu", dtype=torch.float32)
 
 
 # --------------------------------------------------------------------------- registry
@@ -342,22 +341,20 @@ def test_dump_prints_each_pass(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_rng_ops_are_not_pure() -> None:
-    assert prims.UniformOp.has_trait(Pure) is False
+    assert prims.BernoulliOp.has_trait(Pure) is False
     assert CallOp.has_trait(Pure) is False
-    dropout = ltorch.OPS.get("dropout")
-    if dropout is not None:
-        assert dropout.has_trait(Pure) is False
+    for name in ("dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"):
+        assert ltorch.OPS[name].has_trait(Pure) is False
 
 
 def test_cse_keeps_identical_rng_draws_and_merges_pure_ops() -> None:
     def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
-        return [uniform(P), uniform(P), P.exp(a), P.exp(a)]
+        return [bernoulli(P), bernoulli(P), P.exp(a), P.exp(a)]
 
     m = apply(CSEPass(), program(body))
     ops = names(m)
-    assert ops.count("prims.uniform") == 2
+    assert ops.count("prims.bernoulli") == 2
     assert ops.count("prims.exp") == 1
-    assert ops.count("prims.constant") == 2  # the seeds/offsets merged
 
 
 def test_cse_ignores_source_locations() -> None:
@@ -394,14 +391,13 @@ def test_dce_keeps_unused_rng_and_torch_calls() -> None:
     p = Program("computation", [F32, F32], ["a", "b"])
     P = p.emitter.ns(prims.OPS)
     a, b = p.args
-    uniform(P)  # unused draw: advances the stream, stays
+    bernoulli(P)  # unused draw: advances the stream, stays
     call = make_call("torch.exp", [a], [prims_operand(0)])
     p.block.add_op(call)  # unused opaque call: may have effects, stays
     dead = P.neg(P.exp(a))  # dead chain: goes
     del dead
     m = apply(DCEPass(), p.finish([P.add(a, b)]))
-    assert names(m) == ["prims.constant", "prims.constant", "prims.uniform", "torch.call",
-                        "prims.add"]
+    assert names(m) == ["prims.bernoulli", "torch.call", "prims.add"]
 
 
 def test_pure_torch_calls_are_deduplicated_and_dropped() -> None:
@@ -437,14 +433,13 @@ def prims_operand(i: int) -> Any:
 def test_dce_keeps_fusion_regions_holding_rng() -> None:
     p = Program("computation", [F32], ["a"])
     a = p.args[0]
-    n = number_type(int)
 
     def region(with_rng: bool) -> Operation:
-        body = Block(arg_types=[F32, n, n])
-        x, seed, off = body.args
+        body = Block(arg_types=[F32])
+        x = body.args[0]
         if with_rng:
-            u = build(prims.UniformOp, seed, off, shape=(2, 3), minval=0.0, maxval=1.0,
-                      device="cpu", dtype=torch.float32)
+            u = build(prims.BernoulliOp, shape=(2, 3), p=0.5, device="cpu",
+                      dtype=torch.float32)
             body.add_op(u)
             y = build(prims.AddOp, x, u.results[0])
         else:
@@ -452,16 +447,14 @@ def test_dce_keeps_fusion_regions_holding_rng() -> None:
         body.add_op(y)
         body.add_op(fusion.YieldOp.create(operands=[y.results[0]]))
         return fusion.RegionOp.create(
-            operands=[a, seed_v, off_v], result_types=[F32], regions=[Region(body)],
+            operands=[a], result_types=[F32], regions=[Region(body)],
             properties={"executor": StringAttr("torch"), "kernel": StringAttr("k")})
 
-    P = p.emitter.ns(prims.OPS)
-    seed_v, off_v = P.constant(value=1), P.constant(value=2)
     p.block.add_op(region(True))
     p.block.add_op(region(False))
     m = apply(DCEPass(), p.finish([a]))
     kept = [op for op in main_function(m).body.block.ops if isinstance(op, fusion.RegionOp)]
-    assert len(kept) == 1 and any(isinstance(o, prims.UniformOp) for o in kept[0].walk())
+    assert len(kept) == 1 and any(isinstance(o, prims.BernoulliOp) for o in kept[0].walk())
 
 
 def test_dce_erases_dead_chains_in_one_walk() -> None:

@@ -171,9 +171,9 @@ def test_every_prim_has_a_rule_a_reference_and_is_registered() -> None:
         assert cls.__doc__ and cls.name in cls.__doc__, f"{cls.name}: docstring shows no IR"
 
 
-def test_only_uniform_is_impure() -> None:
+def test_only_bernoulli_is_impure() -> None:
     impure = sorted(c.name for c in PRIMS if not c.has_trait(Pure))
-    assert impure == ["prims.uniform"]
+    assert impure == ["prims.bernoulli"]
 
 
 def test_dtype_families() -> None:
@@ -269,11 +269,9 @@ INVALID: list[tuple[str, list[Any], dict[str, Any], list[str]]] = [
      ["'tpu'", "cpu, meta or cuda:N"]),
     ("iota", [], {"length": 2, "start": 0, "step": 1, "device": "cuda", "dtype": torch.int64},
      ["'cuda'"]),
-    ("uniform", [number_type(float), number_type(int)],
-     {"shape": (2,), "minval": 0.0, "maxval": 1.0, "device": "cpu", "dtype": torch.float32},
-     ["seed and offset must be int numbers"]),
-    ("uniform", [number_type(int), number_type(int)],
-     {"shape": (2,), "minval": 0.0, "maxval": 1.0, "device": "cpu", "dtype": torch.int32},
+    ("bernoulli", [], {"shape": (2,), "p": 1.5, "device": "cpu", "dtype": torch.float32},
+     ["p must be in [0, 1]", "1.5"]),
+    ("bernoulli", [], {"shape": (2,), "p": 0.5, "device": "cpu", "dtype": torch.int32},
      ["floating point", "torch.int32"]),
     ("take", [F23, _t((2,), torch.float32)], {"dim": 0}, ["int32 or int64", "torch.float32"]),
     ("take", [F23, _t((2, 2), torch.int64)], {"dim": 0}, ["1-D", "(2, 2)"]),
@@ -286,8 +284,7 @@ INVALID: list[tuple[str, list[Any], dict[str, Any], list[str]]] = [
     ("constant", [], {"value": "x"}, ["'x'"]),
     ("constant", [], {"value": 2**63}, ["does not fit in int64"]),
     ("broadcast_in_dim", [_t(())], {"shape": (-1,), "broadcast_dims": ()}, ["(-1,)"]),
-    ("uniform", [number_type(int), number_type(int)],
-     {"shape": (2, -2), "minval": 0.0, "maxval": 1.0, "device": "cpu", "dtype": torch.float32},
+    ("bernoulli", [], {"shape": (2, -2), "p": 0.5, "device": "cpu", "dtype": torch.float32},
      ["negative size", "(2, -2)"]),
 ]
 
@@ -460,28 +457,19 @@ def test_indexing_values() -> None:
     assert out.tolist() == [[2.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
 
 
-def test_uniform_is_a_function_of_seed_and_offset() -> None:
-    kw = {"shape": (64, 64), "minval": -1.5, "maxval": 2.5, "device": "cpu",
-          "dtype": torch.float32}
-    a = _ref("uniform", 7, 0, **kw)
-    assert torch.equal(a, _ref("uniform", 7, 0, **kw))
-    assert not torch.equal(a, _ref("uniform", 7, 1, **kw))
-    assert not torch.equal(a, _ref("uniform", 8, 0, **kw))
-    assert a.min() >= -1.5 and a.max() < 2.5
-    assert a.mean().item() == pytest.approx(0.5, abs=0.05)
-    b = _ref("uniform", 3, 5, **{**kw, "dtype": torch.float64, "minval": 0.0, "maxval": 1.0})
-    assert b.dtype == torch.float64 and b.min() >= 0.0 and b.max() < 1.0
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64],
-                         ids=str)
-def test_uniform_stays_below_maxval(dtype: torch.dtype) -> None:
-    """Rounding to a narrow dtype must not reach maxval (bf16 did in 0.2% of draws)."""
-    kw = {"shape": (500, 500), "minval": 0.0, "maxval": 1.0, "device": "cpu", "dtype": dtype}
-    u = _ref("uniform", 1, 2, **kw)
-    assert u.dtype == dtype and u.min() >= 0.0 and u.max() < 1.0
-    v = _ref("uniform", 1, 2, **{**kw, "minval": -3.0, "maxval": -2.0})
-    assert v.min() >= -3.0 and v.max() < -2.0
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_bernoulli_draws_as_eager_dropout_draws(dtype: torch.dtype) -> None:
+    """The draw is torch's default generator's, as ``empty(...).bernoulli_(p)`` makes it
+    (eager dropout's noise): the same seed gives the same ones and zeros."""
+    kw = {"shape": (64, 64), "p": 0.7, "device": "cpu", "dtype": dtype}
+    torch.manual_seed(5)
+    a = _ref("bernoulli", **kw)
+    torch.manual_seed(5)
+    expected = torch.empty(64, 64, dtype=dtype).bernoulli_(0.7)
+    assert a.dtype == dtype and torch.equal(a, expected)
+    assert set(a.unique().tolist()) == {0.0, 1.0}
+    assert a.float().mean().item() == pytest.approx(0.7, abs=0.05)
+    assert not torch.equal(a, _ref("bernoulli", **kw))  # the stream moved on
 
 
 def test_constant_and_full() -> None:

@@ -93,7 +93,10 @@ def check_round_trip(module: ModuleOp, *, execute: bool = True) -> str:
         fn = next(iter(module.ops))
         gen = torch.Generator().manual_seed(0)
         args = [sample_value(a.type, gen) for a in fn.body.block.args]  # type: ignore[attr-defined]
-        want, got = run(module, *args), run(parsed, *args)
+        torch.manual_seed(0)  # random ops (bernoulli, dropout) draw alike in both runs
+        want = run(module, *args)
+        torch.manual_seed(0)
+        got = run(parsed, *args)
         assert len(want) == len(got)
         for w, g in zip(want, got):
             assert _equal(w, g), (w, g)
@@ -140,8 +143,7 @@ PRIM_SAMPLES: dict[str, list[Sample]] = {
              ([], {"shape": (), "fill_value": math.nan, "device": "cpu", "dtype": f64}),
              ([], {"shape": (0,), "fill_value": False, "device": "cuda:3", "dtype": b8}),
              ([], {"shape": (1,), "fill_value": -(2**62), "device": "cpu", "dtype": i64})],
-    "uniform": [([NI, NI], {"shape": (4, 4), "minval": -1.0, "maxval": 1e-3, "device": "cpu",
-                            "dtype": bf16})],
+    "bernoulli": [([], {"shape": (4, 4), "p": 0.25, "device": "cpu", "dtype": bf16})],
     "take": [([T(4, 3), T(2, dtype=i32)], {"dim": 1})],
     "gather": [([T(4, 3), T(2, 3, dtype=i64)], {"dim": 0})],
     "index_add": [([T(4, 3), T(5, dtype=i64), T(4, 5)], {"dim": 1})],
@@ -257,7 +259,10 @@ LTORCH_SAMPLES: dict[str, list[Any]] = {
     "gelu": [([T(2, 3)], {"approximate": "tanh"})],
     "softmax": [([T(2, 3)], {"dim": -1}), ([T(2, 3, dtype=bf16)], {"dim": 0, "dtype": f32})],
     "log_softmax": [([T(2, 3)], {"dim": 1})],
-    "dropout": [([T(4, 4), NI, NI], {"p": 0.25, "training": True})],
+    "dropout": [([T(4, 4)], {"p": 0.25, "train": True})],
+    "feature_dropout": [([T(2, 4, 3)], {"p": 0.5, "train": True})],
+    "alpha_dropout": [([T(4, 4)], {"p": 0.25, "train": True})],
+    "feature_alpha_dropout": [([T(2, 4, 3)], {"p": 0.5, "train": False})],
     "layer_norm": [([T(2, 3, 4), T(3, 4), T(3, 4)], {"normalized_shape": (3, 4), "eps": 1e-6}),
                    ([T(2, 4), None, T(4)], {"normalized_shape": (4,)})],
     "rms_norm": [([T(2, 4), T(4)], {"normalized_shape": (4,), "eps": 1e-6}),
@@ -407,8 +412,7 @@ def fusion_program() -> ModuleOp:
 
     body2 = Block(arg_types=[NI, t])
     e2 = Emitter(body2.add_op).ns(POPS)
-    u = e2.uniform(body2.args[0], e2.constant(value=3), shape=(2, 3), minval=0.0, maxval=1.0,
-                   device="cpu", dtype=f32)
+    u = e2.bernoulli(shape=(2, 3), p=0.5, device="cpu", dtype=f32)
     body2.add_op(YieldOp.create(operands=[e2.mul(u, body2.args[1])]))
     region2 = RegionOp.create(
         operands=[p.args[2], region.results[0]], result_types=[t],

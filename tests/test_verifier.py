@@ -210,17 +210,16 @@ func.return %0 : {F23}""", F23))
     assert_mentions(msg, "prims.where", "(2, 3)", "(3, 2)")
 
 
-def test_index_dtype_and_uniform_seed() -> None:
+def test_index_dtype_and_bernoulli_probability() -> None:
     msg = verify_error(module(f"%a: {F23}, %i: !prims.tensor<2xf32, cpu>", f"""
 %0 = "prims.take"(%a, %i) <{{dim = 0 : i64}}> : ({F23}, !prims.tensor<2xf32, cpu>) -> {F23}
 func.return %0 : {F23}""", F23))
     assert_mentions(msg, "prims.take", "int32 or int64", "torch.float32")
-    n = "!prims.number<f64>"
-    msg = verify_error(module(f"%s: {n}", f"""
-%0 = "prims.uniform"(%s, %s) <{{shape = array<i64: 2, 3>, minval = 0.0 : f64, \
-maxval = 1.0 : f64, device = "cpu", dtype = f32}}> : ({n}, {n}) -> {F23}
+    msg = verify_error(module("", f"""
+%0 = "prims.bernoulli"() <{{shape = array<i64: 2, 3>, p = 1.5 : f64, device = "cpu", \
+dtype = f32}}> : () -> {F23}
 func.return %0 : {F23}""", F23))
-    assert_mentions(msg, "prims.uniform", "seed and offset must be int numbers")
+    assert_mentions(msg, "prims.bernoulli", "p must be in [0, 1]")
 
 
 def test_creation_op_with_bad_device() -> None:

@@ -59,7 +59,7 @@ def test_direct_rule_table() -> None:
     assert direct == {
         "ltorch.matmul", "ltorch.bmm", "ltorch.linear", "ltorch.relu", "ltorch.gelu",
         "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
-        "ltorch.log_softmax", "ltorch.dropout", "ltorch.layer_norm", "ltorch.rms_norm",
+        "ltorch.log_softmax", "ltorch.layer_norm", "ltorch.rms_norm",
         "ltorch.embedding", "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
         "ltorch.add", "ltorch.sub", "ltorch.mul", "ltorch.div", "ltorch.neg", "ltorch.pow",
         "ltorch.exp", "ltorch.sqrt", "ltorch.rsqrt", "ltorch.where", "ltorch.masked_fill",
@@ -116,22 +116,30 @@ def test_softmax_dtype_param(op: type[ThunderOp]) -> None:
               rtol=1e-5)
 
 
-def test_dropout_backward_replays_the_forward_mask() -> None:
-    """One program computes the forward and the rule's cotangent: the cotangent is zero
-    exactly where the output was dropped, and ``ct / (1 - p)`` elsewhere."""
-    x = rand((64, 32), 0, 1.0, 2.0)  # no zeros: a zero output means dropped
-    ct = rand((64, 32), 1, 1.0, 2.0)
-    prog = Program("p", [type_of_tensor(x), type_of_tensor(ct)])
-    e = prog.emitter
-    seed, offset = e.emit(ConstantOp, value=1234), e.emit(ConstantOp, value=56)
-    y = e.emit(N.DropoutOp, prog.args[0], seed, offset, p=0.25)
-    dx, dseed, doffset = vjp_ltorch.dropout(Grad(e), [y], [prog.args[1]], prog.args[0],
-                                            seed, offset, p=0.25)
-    assert dseed is None and doffset is None
-    out, grad = run(prog.finish([y, dx]), x, ct)
-    kept = out != 0
-    assert 0.6 < kept.double().mean().item() < 0.9
-    torch.testing.assert_close(grad, torch.where(kept, ct / 0.75, 0.0), rtol=0, atol=0)
+@pytest.mark.parametrize("op", [N.DropoutOp, N.FeatureDropoutOp, N.AlphaDropoutOp,
+                                N.FeatureAlphaDropoutOp], ids=lambda o: o.name)
+def test_dropout_family_is_differentiated_through_its_draw(op: type[N.DropoutFamilyOp]
+                                                           ) -> None:
+    """The dropout family has no rule of its own: its decomposition (one bernoulli draw,
+    then elementwise math) is differentiated, so the backward multiplies by the forward's
+    noise. Output and gradient equal eager's for the same seed."""
+    import thunder_ir
+
+    x = rand((4, 6, 5), 0, 1.0, 2.0).requires_grad_(True)
+    fn = op.TORCH_FN
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return fn(t, 0.25, True)
+
+    xe = x.detach().clone().requires_grad_(True)
+    torch.manual_seed(3)
+    ye = f(xe)
+    (ge,) = torch.autograd.grad(ye, xe, torch.ones_like(ye))
+    torch.manual_seed(3)
+    yj = thunder_ir.jit(f)(x)
+    (gj,) = torch.autograd.grad(yj, x, torch.ones_like(yj))
+    assert torch.equal(yj, ye) and torch.equal(gj, ge)
+    assert op not in load_vjp_rules()
 
 
 def test_attention_fully_masked_rows_get_zero_gradients() -> None:
@@ -368,7 +376,8 @@ def test_fallback_same_tensor_twice() -> None:
 
 
 def test_fallback_generated_python() -> None:
-    """The backward torch.call prints as Python that calls `call_vjp` and runs."""
+    """The forward call records torch's graph (`call_with_grad`) and the backward runs
+    through it (`handle_vjp`), as printed Python that runs."""
     from thunder_ir.lowering.codegen import compile_program
 
     x = rand((2, 3), 0)
@@ -379,7 +388,8 @@ def test_fallback_generated_python() -> None:
     (grads,) = vjp_ltorch.torch_call(Grad(prog.emitter), list(call.results), [prog.args[1]],
                                      [prog.args[0]], **_call_params(call))
     fn, source = compile_program(prog.finish([grads[0]]))
-    assert "thunder_ir.runtime.autograd_fallback.call_vjp(" in source
+    assert "thunder_ir.runtime.autograd_fallback.call_with_grad(" in source
+    assert "thunder_ir.runtime.autograd_fallback.handle_vjp(" in source
     with torch.no_grad():
         got = fn(x, ct)
     xr = x.detach().requires_grad_(True)

@@ -39,12 +39,6 @@ from thunder_ir.runtime.cache import (
 from thunder_ir.trace import Trace
 from thunder_ir.tracing import ThunderTraceError, TracedProgram, trace_program
 
-
-def _fresh_seed() -> int:
-    """A seed drawn from torch's default generator, so torch.manual_seed governs dropout."""
-    return int(torch.randint(0, 2**62, (), dtype=torch.int64).item())
-
-
 STAGES = ("ltorch", "prims", "fusion", "backward")
 """Where a user pass runs: on the traced ltorch program (default), after decomposition into
 prims, after claiming and fusion, or on the backward program (training only)."""
@@ -104,7 +98,8 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
                  user: dict[str, list[ModulePass]] | None = None) -> list[Trace]:
     """Runs the program pipeline on ``module``; returns a trace per pass.
 
-    claim (operator executors) -> decompose what nobody claimed -> [user "prims" passes]
+    strip-autograd (autodiff's markers, when nothing differentiates them) -> claim
+    (operator executors) -> decompose what nobody claimed -> [user "prims" passes]
     -> cse -> dce -> fuse (fusion executors) -> [user "fusion" passes] -> lower-claimed
     (executors' own lowerings) -> lower-to-torch. User passes always run verified: a pass
     that breaks the IR raises an error naming it and the op.
@@ -113,9 +108,11 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
     from thunder_ir.lowering.torch_executor import ClaimPass, LowerToTorchPass
     from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
     from thunder_ir.passes.registry import get_pass
+    from thunder_ir.passes.strip_autograd import StripAutogradPass
 
     user = user or {}
-    traces = Pipeline([ClaimPass(tuple(executors)), DecomposeLtorchPass()]).run(module)
+    traces = Pipeline([StripAutogradPass(), ClaimPass(tuple(executors)),
+                       DecomposeLtorchPass()]).run(module)
     if user.get("prims"):
         traces += Pipeline(user["prims"], verify=True).run(module)
     # Clean up while ops are still Pure ltorch/prims ops (torch.call is opaque to CSE/DCE):
@@ -241,14 +238,17 @@ class _Compiled:
         bwd_traces.append(Trace(parts.backward, "del-last-used", t, final=True,
                                 source=bwd_src))
         n_out = joint.n_outputs
+        out_types = main_function(joint.module).function_type.outputs.data
         prog = TrainingProgram(
             forward=fwd_fn, backward=bwd_fn, n_inputs=joint.n_inputs, n_outputs=n_out,
             n_residuals=parts.n_residuals, grad_inputs=joint.grad_inputs,
             ct_outputs=joint.ct_outputs,
             nondiff_outputs=[i for i in range(n_out) if i not in joint.ct_outputs],
-            backward_n_outputs=len(joint.grad_inputs))
+            backward_n_outputs=len(joint.grad_inputs), reaches=joint.reaches,
+            ct_meta=[(t.sizes, t.dtype, t.dev) for t in (out_types[i] for i in joint.ct_outputs)])
         return Entry(
-            fn=make_runner(prog), n_outputs=n_out, gather=_make_gather(traced, state),
+            fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
+            gather=_make_gather(traced, state),
             output_leaves=traced.output_leaves, output_spec=traced.output_spec,
             writebacks=traced.writebacks, traces=traces, prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
@@ -269,7 +269,7 @@ class _Compiled:
         module = traced.module
         if self.user["ltorch"]:
             traces += Pipeline(self.user["ltorch"], verify=True).run(module)
-        if any(traced.input_requires_grad):
+        if any(traced.output_requires_grad):
             return self._compile_training(traced, traces, state, pro)
         traces += run_pipeline(module, self.executors, self.user)
         fn, source, t = self._codegen(module)
@@ -308,18 +308,16 @@ def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
                  ) -> Callable[[list[Any]], list[Any]]:
     """``gather(leaves) -> program arguments`` as generated code (no per-call branching)."""
     parts: list[str] = []
-    g: dict[str, Any] = {"_seed": _fresh_seed}
+    g: dict[str, Any] = {}
     for i, kind in enumerate(traced.input_kinds):
         if kind[0] == "arg":
             parts.append(f"L[{kind[1]}]")
         elif kind[0] == "param":
             g[f"s{i}"] = state[kind[1]]
             parts.append(f"s{i}")
-        elif kind[0] == "const":
+        else:
             g[f"c{i}"] = kind[1]
             parts.append(f"c{i}")
-        else:
-            parts.append("_seed()")
     src = f"def gather(L):\n  return ({', '.join(parts)}{',' if parts else ''})\n"
     exec(compile(src, "<thunder_ir gather>", "exec"), g)
     return g["gather"]

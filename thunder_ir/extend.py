@@ -343,12 +343,10 @@ def _trace_into(ctx: tracing.TraceContext) -> Iterator[None]:
     stash = []
     while torch._C._len_torch_function_stack() > 0:
         stash.append(torch._C._pop_torch_function_stack())
-    tracing._CURRENT.append(ctx)
     try:
-        with tracing.TraceMode(ctx):
+        with tracing.recording(ctx), tracing.TraceMode(ctx):
             yield
     finally:
-        tracing._CURRENT.pop()
         for m in reversed(stash):
             torch._C._push_on_torch_function_stack(m)
 
@@ -425,7 +423,7 @@ class Symbol:
             return self.fn(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not tracing._CURRENT:
+        if not tracing.tracing_now():
             return self._run_fn(*args, **kwargs)
         ctx = tracing.current()
         ctx.loc = tracing.user_location()
@@ -525,9 +523,7 @@ class Symbol:
                 props["kwargs"] = tuple((k, enc(v, repr(k))) for k, v in kwargs.items())
             groups.append(inputs)
         op = _create(cls, groups, props, meta.types)
-        ctx.emitter.loc = StringAttr(ctx.loc) if ctx.loc else None
-        ctx.emitter.insert(op)
-        results = iter(ctx.wrap(r) for r in op.results)
+        results = iter(ctx.wrap(r) for r in ctx.record(op))
         leaves = [next(results) if x is None else x for x in meta.leaves]
         return pytree.tree_unflatten(leaves, meta.spec)
 
@@ -567,7 +563,7 @@ _DIVERTED = [0]  # nesting depth of traces with the diversions in place
 def _divert(key: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Where a replaced function's trampoline goes: the operator while tracing."""
     r = _REPLACEMENTS[key]
-    if _suspended() or not tracing._CURRENT:
+    if _suspended() or not tracing.tracing_now():
         return r.original(*args, **kwargs)
     return r.symbol(*args, **kwargs)
 

@@ -35,6 +35,7 @@ strategies of your own; `type_of` and `number_of` give the IR types of sample va
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -201,6 +202,15 @@ DEFAULT_REFERENCES: dict[type[ThunderOp], Callable[..., Any]] = {
 eager values are unspecified)."""
 
 
+@contextlib.contextmanager
+def _seeded(seed: int = 0) -> Iterator[None]:
+    """Runs with torch's CPU generator at ``seed`` (restored afterwards): random ops (the
+    dropout family) draw the same numbers in eager and in the decomposed program."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def check_decomposition(op: type[ThunderOp], operands: Sequence[Any],
                         params: dict[str, Any] | None = None, *,
                         rule: Callable[..., Any] | None = None,
@@ -223,16 +233,19 @@ def check_decomposition(op: type[ThunderOp], operands: Sequence[Any],
     """
     params = dict(params or {})
     ref_fn = reference or DEFAULT_REFERENCES.get(op) or (lambda *a, **k: op.ref(*a, **k))
-    eager = _as_list(ref_fn(*operands, **params))
+    with _seeded():
+        eager = _as_list(ref_fn(*operands, **params))
     try:
-        ref64 = _as_list(ref_fn(*[_upcast(g) for g in operands], **params))
+        with _seeded():
+            ref64 = _as_list(ref_fn(*[_upcast(g) for g in operands], **params))
     except RuntimeError:  # e.g. a float64 reference is not implemented
         ref64 = [None] * len(eager)
     module, tensors = build_one_op(op, operands, params)
     decompose(module, rule, op)
     from thunder_ir.runtime.interpreter import run
 
-    got = run(module, *tensors)
+    with _seeded():
+        got = run(module, *tensors)
     assert len(got) == len(eager), f"{op.name}: {len(got)} results, eager gives {len(eager)}"
     for i, (g, e, r) in enumerate(zip(got, eager, ref64)):
         compare(f"{op.name} result {i}", g, e, r, atol, rtol)

@@ -682,13 +682,12 @@ def _p_full(draw: st.DrawFn, spec: InputSpec) -> OpSample:
                          "dtype": dtype})
 
 
-@register_inputs(P.UniformOp)
-def _p_uniform(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    lo = draw(st.sampled_from([-2.0, 0.0, 0.5]))
-    params = {"shape": spec.shape(draw, min_side=0), "minval": lo,
-              "maxval": lo + draw(st.sampled_from([0.5, 3.0])), "device": "cpu",
+@register_inputs(P.BernoulliOp)
+def _p_bernoulli(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    params = {"shape": spec.shape(draw, min_side=0),
+              "p": draw(st.sampled_from([0.0, 0.25, 0.5, 1.0])), "device": "cpu",
               "dtype": spec.any_dtype(draw, FLOAT_KIND)}
-    return OpSample([draw(st.integers(0, 2**31)), draw(st.integers(0, 2**20))], params)
+    return OpSample([], params)
 
 
 @register_inputs(P.TakeOp)
@@ -1312,12 +1311,12 @@ def _nn_softmax(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([x], {"dim": draw(st.integers(-r, r - 1)), "dtype": dtype})
 
 
-@register_inputs(N.DropoutOp)
+@register_inputs(N.DropoutOp, N.FeatureDropoutOp, N.AlphaDropoutOp, N.FeatureAlphaDropoutOp)
 def _nn_dropout(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), FLOAT_KIND)
+    min_rank = 2 if spec.op.FEATURE else 0  # type: ignore[attr-defined]
+    x = _data(draw, spec, spec.shape(draw, min_rank=min_rank), FLOAT_KIND)
     p = draw(st.sampled_from([0.0, 0.3, 0.5, 1.0]) if spec.for_vjp else st.floats(0.0, 1.0))
-    return OpSample([x, draw(st.integers(0, 2**31)), draw(st.integers(0, 1000))],
-                    {"p": p, "training": draw(st.sampled_from([None, True, False]))})
+    return OpSample([x], {"p": p, "train": draw(st.booleans())})
 
 
 def _norm_case(draw: st.DrawFn, spec: InputSpec) -> tuple[torch.Tensor, tuple[int, ...]]:

@@ -12,6 +12,7 @@ Importing this module fills `thunder_ir.tracing.HANDLERS`.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,9 +28,10 @@ from thunder_ir.tracing import (
     DataDependentError,
     ThunderTraceError,
     TraceContext,
-    _short,
+    UseFallback,
     fallback,
     getter,
+    where,
 )
 
 T = torch.Tensor
@@ -61,22 +63,25 @@ def signature(op: type[ThunderOp]) -> tuple[str, ...]:
 
 def bind(op: type[ThunderOp], args: Sequence[Any], kwargs: dict[str, Any], loc: str
          ) -> dict[str, Any]:
-    """Binds a torch call's arguments to ``op``'s argument names."""
+    """Binds a torch call's arguments to ``op``'s argument names.
+
+    Raises:
+        UseFallback: the call does not fit the op (an argument it does not model); the
+            tracer records it as an opaque torch call, which torch checks and computes.
+    """
     sig = signature(op)
     if len(args) > len(sig):
-        raise ThunderTraceError(f"{_short(loc)}: {op.name} takes at most {len(sig)} positional "
-                                f"arguments ({', '.join(sig)}), got {len(args)}")
+        raise UseFallback  # another overload: torch knows it
     bound = dict(zip(sig, args))
     for k, v in kwargs.items():
         if k in bound:
-            raise ThunderTraceError(f"{_short(loc)}: {op.name} got argument {k!r} twice")
+            raise UseFallback  # torch raises its own error
         if k not in sig:
             if k == "_stacklevel":
                 continue
             if k in _IGNORABLE and any(v is d or v == d for d in _IGNORABLE[k]):
                 continue
-            raise ThunderTraceError(f"{_short(loc)}: {op.name} does not support argument "
-                                    f"{k}={v!r} when traced")
+            raise UseFallback  # an argument the op does not model (out=, generator=...)
         bound[k] = v
     return bound
 
@@ -91,7 +96,7 @@ def emit_bound(ctx: TraceContext, op: type[ThunderOp], bound: dict[str, Any],
             groups.append([ctx.value_of(x) for x in (v if v is not MISSING else ())])
         elif v is MISSING or v is None:
             if kind == "single":
-                raise ThunderTraceError(f"{_short(ctx.loc)}: {op.name} is missing its "
+                raise ThunderTraceError(f"{where(ctx.loc)}: {op.name} is missing its "
                                         f"argument {name!r}")
             groups.append(None)
         else:
@@ -102,9 +107,8 @@ def emit_bound(ctx: TraceContext, op: type[ThunderOp], bound: dict[str, Any],
         v = bound.get(n, MISSING)
         if v is MISSING:
             v = defaults.get(n)
-        if is_proxy(v):
-            raise ThunderTraceError(f"{_short(ctx.loc)}: {op.name} needs {n} as a Python value, "
-                                    "got a traced tensor; " "its value is not known while tracing")
+        if isinstance(v, torch.Tensor):
+            raise UseFallback  # a tensor where the op takes a number (clamp(x, min=t))
         if isinstance(v, torch.Size):
             v = tuple(v)
         if isinstance(v, torch.device):
@@ -294,7 +298,7 @@ def _tensor_to(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
     for k in ("non_blocking", "copy", "memory_format"):
         kwargs.pop(k, None)
     if kwargs:
-        raise ThunderTraceError(f"{_short(ctx.loc)}: Tensor.to got unsupported {kwargs}")
+        raise ThunderTraceError(f"{where(ctx.loc)}: Tensor.to got unsupported {kwargs}")
     for a in args:
         if isinstance(a, torch.dtype):
             dtype = a
@@ -328,7 +332,7 @@ if "to_dtype" in OPS:
 
     def _type(ctx: TraceContext, self: Any, dtype: Any = None, **kw: Any) -> Any:
         if dtype is None:
-            raise ThunderTraceError(f"{_short(ctx.loc)}: Tensor.type() without a dtype returns "
+            raise ThunderTraceError(f"{where(ctx.loc)}: Tensor.type() without a dtype returns "
                                     "a string; use .dtype")
         return _to_dtype(ctx, self, dtype)
 
@@ -347,11 +351,47 @@ def _alias(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
     return p
 
 
+def _detach(ctx: TraceContext, self: Any) -> Any:
+    """``x.detach()``, ``torch.detach(x)``, ``x.data``: an alias of ``x`` that carries no
+    gradient (``autograd.stop_gradient`` when ``x`` requires grad)."""
+    if self._value not in ctx.active:
+        return _alias(ctx, self)
+    root = _root(self)
+    p = TensorProxy(ctx.stop_gradient(self._value), base=root)
+    if root is not None:
+        root._has_views = True
+    return p
+
+
+def _requires_grad_(ctx: TraceContext, self: Any, requires_grad: bool = True) -> Any:
+    if bool(requires_grad) != (self._value in ctx.active):
+        raise ThunderTraceError(
+            f"{where(ctx.loc)}: requires_grad_({requires_grad}) inside a jitted function "
+            "would change which tensors autograd tracks; set requires_grad on the tensors "
+            "before passing them in (parameters already require grad).")
+    return self
+
+
+def _set_grad_enabled(ctx: TraceContext, mode: bool) -> None:
+    """Grad mode switches for real while user code runs (``torch.no_grad()``,
+    ``torch.enable_grad()``, ``torch.set_grad_enabled``); each op reads it."""
+    torch._C._set_grad_enabled(mode)
+    if mode and ctx.pending:
+        ctx.activate_pending()
+
+
+def _is_inference(ctx: TraceContext, self: Any) -> bool:
+    return self._value in ctx.inference
+
+
 HANDLERS[T.contiguous] = _identity
-HANDLERS[T.requires_grad_] = _identity
-HANDLERS[T.detach] = _alias
-HANDLERS[torch.detach] = _alias
-HANDLERS[getter("data")] = _alias
+HANDLERS[T.requires_grad_] = _requires_grad_
+HANDLERS[T.detach] = _detach
+HANDLERS[torch.detach] = _detach
+HANDLERS[getter("data")] = _detach
+HANDLERS[torch._C._set_grad_enabled] = _set_grad_enabled
+HANDLERS[T.is_inference] = _is_inference
+HANDLERS[torch.is_inference] = _is_inference
 
 # --------------------------------------------------------------------------- reductions
 
@@ -448,14 +488,14 @@ def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
         if isinstance(it, torch.Tensor):
             if it.dtype == torch.bool:
                 raise DataDependentError(
-                    f"{_short(ctx.loc)}: indexing with a boolean mask gives a shape that depends "
+                    f"{where(ctx.loc)}: indexing with a boolean mask gives a shape that depends "
                     "on the mask's values, which are not known while tracing. Use "
                     "torch.where(mask, x, other) or x.masked_fill(~mask, value) instead.")
             enc.append(OperandRef(len(tensors)))
             tensors.append(it)
         elif isinstance(it, list):
             if not all(type(i) is int for i in it):
-                raise ThunderTraceError(f"{_short(ctx.loc)}: index lists must hold ints; use a "
+                raise ThunderTraceError(f"{where(ctx.loc)}: index lists must hold ints; use a "
                                         "tensor index instead")
             enc.append(OperandRef(len(tensors)))
             tensors.append(torch.tensor(it, dtype=torch.int64, device=x.device))
@@ -590,7 +630,6 @@ _register([torch.log_softmax, F.log_softmax, T.log_softmax, torch.special.log_so
 _register([F.layer_norm, torch.layer_norm], op_handler("layer_norm"))
 _register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
 _register([F.embedding], op_handler("embedding"))
-_register([F.scaled_dot_product_attention], op_handler("scaled_dot_product_attention"))
 _register([F.cross_entropy], op_handler("cross_entropy"))
 _register([F.mse_loss], op_handler("mse_loss"))
 
@@ -603,26 +642,91 @@ if "gelu" in OPS:
     HANDLERS[F.gelu] = _gelu
 
 
-def _dropout(ctx: TraceContext, x: Any, p: float = 0.5, training: bool = True,
-             inplace: bool = False) -> Any:
-    if not training or p == 0.0:
-        return x
-    if not 0.0 <= p <= 1.0:
-        raise ThunderTraceError(f"{_short(ctx.loc)}: dropout probability has to be between 0 "
-                                f"and 1, but got {p}")
-    op = OPS["dropout"]
-    out = ctx.wrap(ctx.emit(op, ctx.value_of(x), ctx.seed(), ctx.next_rng_offset(),
-                            p=float(p), training=True))
-    return ctx.assign(x, out._value, "dropout(inplace=True)") if inplace else out
+def _dropout_family(op: type[ThunderOp], inplace: bool) -> Callable[..., Any]:
+    """``torch.dropout(input, p, train)`` and its family (what ``F.dropout``'s Python
+    wrapper calls after its checks): the identity where eager returns the input itself."""
+
+    def handler(ctx: TraceContext, input: Any, p: float, train: bool) -> Any:
+        if isinstance(p, torch.Tensor) or not 0.0 <= p <= 1.0:
+            raise UseFallback  # torch raises its own error
+        if not train or p == 0.0 or input.numel() == 0:
+            return input
+        if (op is OPS["dropout"] and input.device.type == "cuda" and p < 1.0
+                and input._value in ctx.active):
+            # Eager's fused CUDA kernel draws its own way: record the call itself, whose
+            # backward reuses its mask.
+            raise UseFallback
+        out = ctx.wrap(ctx.emit(op, ctx.value_of(input), p=float(p), train=True))
+        return ctx.assign(input, out._value, f"{op.name}_") if inplace else out
+
+    return handler
 
 
-if "dropout" in OPS:
-    HANDLERS[F.dropout] = _dropout
-    HANDLERS[torch.dropout] = lambda ctx, x, p, train: _dropout(ctx, x, p, train)
+_DROPOUTS: dict[str, tuple[Any, Any]] = {
+    "dropout": (torch.dropout, torch.dropout_),
+    "feature_dropout": (torch.feature_dropout, torch.feature_dropout_),
+    "alpha_dropout": (torch.alpha_dropout, torch.alpha_dropout_),
+    "feature_alpha_dropout": (torch.feature_alpha_dropout, torch.feature_alpha_dropout_),
+}
+for _name, (_fn, _fn_) in _DROPOUTS.items():
+    if _name in OPS:
+        MAPPED.add(_name)
+        HANDLERS[_fn] = _dropout_family(OPS[_name], False)
+        HANDLERS[_fn_] = _dropout_family(OPS[_name], True)
+
+
+_sdpa_op = op_handler("scaled_dot_product_attention")
+if _sdpa_op is not None:
+    _sdpa_h: Callable[..., Any] = _sdpa_op
+
+    def _sdpa(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
+            raise UseFallback  # attention dropout: torch's kernel draws it, autograd saves it
+        return _sdpa_h(ctx, *args, **kwargs)
+
+    HANDLERS[F.scaled_dot_product_attention] = _sdpa
+
+
+# --------------------------------------------------------------------------- inlined Python
+
+_INLINED = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+            F.feature_alpha_dropout, F.multi_head_attention_forward)
+"""torch functions written in Python that the tracer runs as they are, recording the torch
+calls they make (their argument checks and warnings are eager's own), instead of recording
+one opaque call of the whole function."""
+
+
+def _no_torch_function(*args: Any) -> bool:
+    return False
+
+
+def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A handler that traces through the Python torch function ``fn``.
+
+    ``fn`` runs as a copy whose ``has_torch_function*`` checks say no (so it does not hand
+    itself back to the tracer), under a fresh `TraceMode` (the tracer's own mode is set
+    aside while a handler runs), so every torch call it makes is traced."""
+    from thunder_ir.tracing import TraceMode
+
+    scope = dict(fn.__globals__)
+    for n in ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"):
+        scope[n] = _no_torch_function
+    body = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    body.__kwdefaults__ = fn.__kwdefaults__
+
+    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        with TraceMode(ctx):
+            return body(*args, **kwargs)
+
+    return handler
+
+
+for _fn in _INLINED:
+    HANDLERS[_fn] = inline(_fn)
 
 
 # Ops reached through the custom handlers above (torch.max dispatches on its arguments).
-MAPPED.update({"to_dtype", "getitem", "dropout", "max", "min", "max_dim", "min_dim",
+MAPPED.update({"to_dtype", "getitem", "max", "min", "max_dim", "min_dim",
                "full_like", "zeros", "ones", "empty", "full", "arange", "zeros_like",
                "ones_like"} & set(OPS))
 

@@ -3,7 +3,7 @@
 `trace_program` flattens the inputs (pytree), makes a proxy per tensor (and per parameter
 and buffer of a module, swapped in with ``torch.func.functional_call``), runs the code
 under `TraceMode`, and returns a `TracedProgram`: the ``ltorch`` program plus what the
-runtime needs to call it (input and output layout, write-backs, RNG).
+runtime needs to call it (input and output layout, write-backs).
 
 Under `TraceMode` each torch function, tensor method and operator goes to a handler:
 
@@ -13,16 +13,28 @@ Under `TraceMode` each torch function, tensor method and operator goes to a hand
 * metadata reads (``.shape``, ``.dtype``, ``.size()``…) answer directly;
 * reads of data (``.item()``, ``bool(t)``…) raise `DataDependentError` naming the user's
   file:line and what to do instead.
+
+Autograd is traced with eager's rules, so that the program differentiates exactly what
+eager would. Grad mode is real while user code runs (``torch.no_grad()``,
+``torch.enable_grad()``, ``torch.set_grad_enabled`` and ``torch.inference_mode()`` switch
+it as they do eagerly). Each value that requires grad is *active* (`TraceContext.active`):
+an op's results are active when grad mode is on, one of its operands is active, and the
+result can carry a gradient (floating point or complex; eager's own answer for opaque
+calls). Where eager would cut the gradient (``detach``, ``no_grad``, a result that eager
+marks as not requiring grad) the tracer records ``autograd.stop_gradient``, so autodiff,
+which follows dataflow, sees the same cut. Proxies report ``requires_grad`` accordingly.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +42,22 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, to_attr
+from thunder_ir.dialects.autograd import StopGradientOp, make_function
+from thunder_ir.dialects.base import Emitter, OperandRef, ShapeError, ThunderOp, group, to_attr
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
-from thunder_ir.dialects.torch import make_call
-from thunder_ir.dialects.types import NumberType, TensorType, number_type, type_of_tensor
+from thunder_ir.dialects.torch import CallOp, make_call, meta_call
+from thunder_ir.dialects.types import (
+    NumberType,
+    TensorType,
+    is_complex,
+    is_float,
+    number_type,
+    type_of_tensor,
+)
+from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, load_vjp_rules
 from thunder_ir.proxy import TensorProxy, is_proxy
 
 # --------------------------------------------------------------------------- errors
@@ -50,30 +71,50 @@ class DataDependentError(ThunderTraceError):
     """User code needs a tensor's value, which is unknown while tracing."""
 
 
-_OUR_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(m))) + os.sep
-                  for m in (__file__,))
+class UseFallback(Exception):
+    """Raised by a handler that cannot express a call as its ltorch op (a tensor where the
+    op takes a Python number, an argument it does not model): the tracer records the call
+    as an opaque ``torch.call`` instead, which torch computes and differentiates."""
+
+
+# --------------------------------------------------------------------------- locations
+
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_SKIP_DIRS = (*_OUR_DIRS, _TORCH_DIR)
+_OUR_PACKAGES = ("thunder_ir", "thunder_ir.dialects", "thunder_ir.passes",
+                 "thunder_ir.lowering", "thunder_ir.runtime")
+_OUR_DIRS: tuple[str, ...] = ()
 _SKIP_CACHE: dict[str, bool] = {}
 
 
+def _our_dirs() -> tuple[str, ...]:
+    """The folders of thunder_ir's own packages (wherever they are installed)."""
+    global _OUR_DIRS
+    if not _OUR_DIRS:
+        dirs: list[str] = []
+        for name in _OUR_PACKAGES:
+            mod = importlib.import_module(name)
+            dirs.extend(os.path.abspath(p) + os.sep for p in getattr(mod, "__path__", ()))
+        _OUR_DIRS = tuple(dirs)
+    return _OUR_DIRS
+
+
 def _skip(filename: str) -> bool:
+    """True for frames of torch and thunder_ir itself; user code (and other libraries,
+    and code typed at a prompt or exec'd from a string) is where errors point."""
     s = _SKIP_CACHE.get(filename)
     if s is None:
-        path = os.path.abspath(filename)
-        s = path.startswith(_SKIP_DIRS) and "/tests/" not in path[len(_OUR_DIRS[0]) - 1:] \
-            and "/examples/" not in path[len(_OUR_DIRS[0]) - 1:] \
-            and "/benchmarks/" not in path[len(_OUR_DIRS[0]) - 1:]
-        if path.startswith(_TORCH_DIR):
-            s = True
-        if "<frozen" in filename or filename.startswith("<thunder"):
-            s = True
+        if filename.startswith("<"):  # <stdin>, <string>, <ipython-input-…>: user code
+            s = filename.startswith(("<frozen", "<thunder"))
+        else:
+            path = os.path.abspath(filename)
+            s = path.startswith(_TORCH_DIR) or path.startswith(_our_dirs())
         _SKIP_CACHE[filename] = s
     return s
 
 
 def user_location() -> str:
-    """``file.py:line`` of the innermost frame in user code (outside torch and thunder_ir)."""
+    """``/path/to/file.py:line`` of the innermost frame in user code (outside torch and
+    thunder_ir)."""
     f: Any = sys._getframe(1)
     while f is not None:
         code = f.f_code
@@ -83,9 +124,9 @@ def user_location() -> str:
     return "<unknown>:0"
 
 
-def _short(loc: str) -> str:
-    path, _, line = loc.rpartition(":")
-    return f"{os.path.basename(path)}:{line}"
+def where(loc: str) -> str:
+    """How an error names a location: the file's full path and the line."""
+    return loc or "<unknown>:0"
 
 
 # --------------------------------------------------------------------------- program state
@@ -99,11 +140,13 @@ class TracedProgram:
         module: the IR (one ``func.func`` named ``computation``).
         input_kinds: per program argument, where its value comes from at call time:
             ``("arg", i)`` flat user-argument leaf i, ``("param", name)`` a module parameter
-            or buffer, ``("const", tensor)`` a tensor captured from user code, ``("seed",)``
-            the RNG seed.
+            or buffer, ``("const", tensor)`` a tensor captured from user code.
         output_spec: pytree spec of the user's output.
         output_leaves: per output leaf, ``("out", k)`` program output k or ``("value", v)``.
         writebacks: ``(program output index, input kind)`` for inputs written in place.
+        input_requires_grad: per program argument, whether it is a gradient source (the
+            tensor requires grad, and grad mode was on where the code read it).
+        output_requires_grad: per program output, whether eager's result requires grad.
     """
 
     module: ModuleOp
@@ -111,25 +154,42 @@ class TracedProgram:
     output_spec: Any
     output_leaves: list[tuple[str, Any]]
     writebacks: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)
-    uses_rng: bool = False
     input_requires_grad: list[bool] = field(default_factory=list)
+    output_requires_grad: list[bool] = field(default_factory=list)
+
+
+def _differentiable(v: SSAValue) -> bool:
+    """A value that can carry a gradient: a floating-point or complex tensor."""
+    t = v.type
+    return isinstance(t, TensorType) and (is_float(t.dtype) or is_complex(t.dtype))
 
 
 class TraceContext:
-    """The program under construction while user code runs."""
+    """The program under construction while user code runs.
+
+    Attributes:
+        block: where ops are recorded (the program's body, or a region being traced,
+            such as a custom ``Function``'s backward; see `into`).
+        active: values that require grad (see the module doc).
+        pending: gradient sources met while grad mode was off; they become active if user
+            code turns grad mode on (``torch.enable_grad()`` inside a no-grad call).
+        inference: values created in inference mode (eager's inference tensors).
+    """
 
     def __init__(self) -> None:
         self.program = Program("computation", [])
+        self.block: Block = self.program.block
         self.emitter = self.program.emitter
         self.input_kinds: list[tuple[Any, ...]] = []
         self.input_requires_grad: list[bool] = []
         self.input_proxies: list[tuple[TensorProxy, SSAValue, tuple[Any, ...]]] = []
         self._consts: dict[int, TensorProxy] = {}
         self._numbers: dict[tuple[type, Any], SSAValue] = {}
-        self._seed: SSAValue | None = None
-        self.rng_offset = 0
         self._names: set[str] = set()
         self.loc: str = ""
+        self.active: set[SSAValue] = set()
+        self.pending: list[SSAValue] = []
+        self.inference: set[SSAValue] = set()
 
     # ---- inputs
 
@@ -154,10 +214,21 @@ class TraceContext:
 
     def tensor_input(self, tensor: torch.Tensor, name: str, kind: tuple[Any, ...]
                      ) -> TensorProxy:
-        """A proxy for a tensor the program takes as an argument."""
+        """A proxy for a tensor the program takes as an argument.
+
+        A tensor that requires grad is a gradient source: active at once when grad mode
+        is on, else pending until user code turns it on."""
         v = self.add_input(type_of_tensor(tensor), name, kind)
-        self.input_requires_grad[-1] = tensor.requires_grad and torch.is_grad_enabled()
-        p = TensorProxy(v, requires_grad=tensor.requires_grad)
+        rg = tensor.requires_grad
+        if rg:
+            if torch.is_grad_enabled():
+                self.active.add(v)
+                self.input_requires_grad[-1] = True
+            else:
+                self.pending.append(v)
+        if tensor.is_inference():
+            self.inference.add(v)
+        p = TensorProxy(v, requires_grad=rg)
         self.input_proxies.append((p, v, kind))
         return p
 
@@ -169,22 +240,33 @@ class TraceContext:
             self._consts[id(tensor)] = p
         return p
 
-    def seed(self) -> SSAValue:
-        """The RNG seed argument (added on first use)."""
-        if self._seed is None:
-            self._seed = self.add_input(number_type(int), "seed", ("seed",))
-        return self._seed
+    def activate_pending(self) -> None:
+        """Grad mode came on: the pending gradient sources become active. Their uses so
+        far (under no-grad) read them through ``autograd.stop_gradient``."""
+        block = self.program.block
+        for v in self.pending:
+            uses = list(v.uses)
+            if uses:
+                sg = StopGradientOp.create(operands=[v], result_types=[v.type])
+                if block.first_op is None:
+                    block.add_op(sg)
+                else:
+                    block.insert_op_before(sg, block.first_op)
+                v.replace_uses_with_if(sg.results[0], _not_used_by(sg))
+            self.active.add(v)
+            self.input_requires_grad[v.index] = True  # type: ignore[attr-defined]
+        self.pending.clear()
 
-    def next_rng_offset(self) -> SSAValue:
-        off = self.rng_offset
-        self.rng_offset += 1
-        return self.number(off)
+    def is_leaf(self, v: SSAValue) -> bool:
+        """True for the program's arguments (eager's leaves: inputs, parameters)."""
+        return v.owner is self.program.block
 
     # ---- values
 
     def number(self, value: Any) -> SSAValue:
-        """A Python number as an SSA value (one ``prims.constant`` per distinct value)."""
-        key = (type(value), value)
+        """A Python number as an SSA value (one ``prims.constant`` per distinct value per
+        block; ``0.0`` and ``-0.0`` are distinct)."""
+        key = (type(value), repr(value) if type(value) is float else value)
         v = self._numbers.get(key)
         if v is None:
             v = self.emitter.emit(ConstantOp, value=value)
@@ -199,68 +281,234 @@ class TraceContext:
             return self.lift_constant(x)._value
         if type(x) in (bool, int, float):
             return self.number(x)
-        raise ThunderTraceError(f"{_short(self.loc)}: cannot use {type(x).__name__} "
+        raise ThunderTraceError(f"{where(self.loc)}: cannot use {type(x).__name__} "
                                 f"{x!r} as a tensor operand")
 
     def emit(self, op: type[ThunderOp], *operands: Any, **params: Any) -> Any:
-        """Builds ``op`` at the current user location; shape errors name the location."""
+        """Builds ``op`` at the current user location; shape errors name the location.
+
+        Returns its result (a list for several), with eager's gradient rules applied
+        (`track`)."""
         self.emitter.loc = StringAttr(self.loc) if self.loc else None
         try:
-            return self.emitter.emit(op, *operands, **params)
+            out = self.emitter.emit(op, *operands, **params)
         except ShapeError as e:
-            raise ThunderTraceError(f"{_short(self.loc)}: {e}") from None
+            raise ThunderTraceError(f"{where(self.loc)}: {e}") from None
+        if isinstance(out, list):
+            return self.track(out[0].owner, out) if out else out
+        return self.track(out.owner, [out])[0]
+
+    def record(self, op: Operation, requires_grad: Sequence[bool] | None = None
+               ) -> list[SSAValue]:
+        """Appends a prebuilt op at the current location; its results, tracked."""
+        if self.loc:
+            op.attributes["loc"] = StringAttr(self.loc)
+        self.block.add_op(op)
+        return self.track(op, list(op.results), requires_grad)
+
+    def track(self, op: Any, results: list[SSAValue],
+              requires_grad: Sequence[bool] | None = None) -> list[SSAValue]:
+        """Applies eager's autograd rules to a recorded op's results.
+
+        A result is active when grad mode is on, an operand is active and the result is
+        differentiable (``requires_grad``: eager's own answer per result, for opaque
+        calls). A differentiable result computed from an active operand that eager does not
+        mark as requiring grad is cut with ``autograd.stop_gradient``. Returns the values
+        the caller should use in place of ``results``.
+        """
+        if torch.is_inference_mode_enabled():
+            self.inference.update(results)
+        if self.block is not self.program.block:
+            return results  # a region (a custom backward): no gradients of gradients
+        active = self.active
+        if not active or not any(o in active for o in op.operands):
+            return results
+        grad = torch.is_grad_enabled()
+        if grad and self.inference and any(o in self.inference for o in op.operands):
+            self._check_inference_inputs(op)
+        if requires_grad is None:
+            diff = grad and type(op) not in NOT_DIFFERENTIABLE
+            flags = [diff and _differentiable(r) for r in results]
+        else:
+            flags = [grad and f for f in requires_grad]
+        out: list[SSAValue] = []
+        for r, f in zip(results, flags, strict=True):
+            if f:
+                active.add(r)
+                out.append(r)
+            elif _differentiable(r):
+                out.append(self.stop_gradient(r))
+            else:
+                out.append(r)
+        return out
+
+    def stop_gradient(self, v: SSAValue) -> SSAValue:
+        """``v`` with its gradient cut (``autograd.stop_gradient``)."""
+        self.emitter.loc = StringAttr(self.loc) if self.loc else None
+        r: SSAValue = self.emitter.emit(StopGradientOp, v)
+        if v in self.inference:
+            self.inference.add(r)
+        return r
+
+    def _check_inference_inputs(self, op: Any) -> None:
+        """Raises eager's error where an op would save an inference tensor for backward:
+        the op's torch function runs on meta tensors flagged as the traced ones are."""
+        def meta(v: SSAValue) -> Any:
+            t = v.type
+            if isinstance(t, NumberType):
+                return t.python_type(1)
+            assert isinstance(t, TensorType)
+            if v in self.inference:
+                with torch.inference_mode():
+                    return torch.empty(t.sizes, dtype=t.dtype, device="meta")
+            return torch.empty(t.sizes, dtype=t.dtype, device="meta",
+                               requires_grad=v in self.active and _differentiable(v))
+
+        metas = [meta(v) for v in op.operands]
+        try:
+            with torch.enable_grad():
+                if isinstance(op, CallOp):
+                    op.run(metas)
+                elif isinstance(op, ThunderOp):
+                    grouped = group(op.operand_layout(), metas, op._segment_sizes())
+                    type(op).ref(*grouped, **{k: v for k, v in op.params().items()
+                                              if v is not None})
+        except RuntimeError as e:
+            if "nference tensor" in str(e):
+                raise RuntimeError(f"{e}\n  at {where(self.loc)}") from None
 
     def wrap(self, value: Any, base: TensorProxy | None = None) -> Any:
         """Proxies for op results (a list for several)."""
         if isinstance(value, list):
             return [self.wrap(v, base) for v in value]
         if isinstance(value.type, NumberType):
-            raise ThunderTraceError(f"{_short(self.loc)}: traced numbers are not supported")
-        p = TensorProxy(value, base=base)
+            raise ThunderTraceError(f"{where(self.loc)}: traced numbers are not supported")
+        p = TensorProxy(value, requires_grad=value in self.active, base=base)
         if base is not None:
             base._has_views = True
         return p
 
     def assign(self, target: Any, new: SSAValue, opname: str) -> TensorProxy:
-        """Functionalizes an in-place op: ``target`` now stands for ``new``."""
+        """Functionalizes an in-place op: ``target`` now stands for ``new``.
+
+        Eager's rules for in-place ops apply: the result must be castable to the target's
+        dtype; a leaf that requires grad may not be written while grad mode is on; an
+        inference tensor only inside inference mode. A tensor that requires grad, written
+        while grad mode is off (an EMA update under ``torch.no_grad()``), keeps its place in
+        the autograd graph: later uses still send their gradient to it."""
         if not is_proxy(target):
-            raise ThunderTraceError(f"{_short(self.loc)}: in-place {opname} on a tensor that is "
+            raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} on a tensor that is "
                                     "not traced; pass it as an argument instead")
         if target._base_proxy is not None or target._has_views:
             raise ThunderTraceError(
-                f"{_short(self.loc)}: in-place {opname} on a tensor that shares memory with a "
+                f"{where(self.loc)}: in-place {opname} on a tensor that shares memory with a "
                 "view is not supported by thunder_ir (the write would have to reach the "
                 "other aliases). Use the out-of-place form, e.g. `y = x.add(1)`, or .clone() "
                 "the view first.")
-        tt, nt = target._value.type, new.type
+        old = target._value
+        tt, nt = old.type, new.type
         assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
         if nt.sizes != tt.sizes:
-            raise ThunderTraceError(f"{_short(self.loc)}: in-place {opname} would change the "
+            raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} would change the "
                                     f"shape {list(tt.sizes)} to {list(nt.sizes)}")
+        if old in self.inference and not torch.is_inference_mode_enabled():
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
+                               "allowed.You can make a clone to get a normal tensor before "
+                               "doing inplace update.See https://github.com/pytorch/rfcs/pull/17 "
+                               f"for more details.\n  at {where(self.loc)}")
         if nt.dtype != tt.dtype:
+            if not torch.can_cast(nt.dtype, tt.dtype):
+                raise RuntimeError(f"result type {_type_name(nt.dtype)} can't be cast to the "
+                                   f"desired output type {_type_name(tt.dtype)}\n"
+                                   f"  at {where(self.loc)}")
             from thunder_ir.dialects.ltorch import OPS
 
             new = self.emit(OPS["to_dtype"], new, dtype=tt.dtype)
+        if old in self.active:
+            if torch.is_grad_enabled():
+                if self.is_leaf(old):
+                    raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                       f"in-place operation.\n  at {where(self.loc)}")
+            else:
+                new = self.keep_identity(old, new)
         target._value = new
         return target
 
+    def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
+        """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
+        no-grad): an ``autograd.function`` whose backward passes the cotangent to ``old``."""
+        if new in self.active:
+            new = self.stop_gradient(new)
+        body = Block(arg_types=[old.type])
+        op = make_function("inplace_update", [old], [new], [0], body, [body.args[0]])
+        (r,) = self.record(op)
+        return r
 
-_CURRENT: list[TraceContext] = []
+    # ---- tracing into a region
+
+    @contextlib.contextmanager
+    def into(self, block: Block) -> Iterator[None]:
+        """Records ops into ``block`` (a region's body) while the context is open."""
+        saved = (self.block, self.emitter, self._numbers)
+        self.block, self.emitter, self._numbers = block, Emitter(block.add_op), {}
+        try:
+            yield
+        finally:
+            self.block, self.emitter, self._numbers = saved
+
+
+def _not_used_by(op: Operation) -> Callable[[Any], bool]:
+    return lambda use: use.operation is not op
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    """Eager's name of a dtype in type-promotion errors (``Float``, ``Long``)."""
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+            torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
+            torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool", torch.complex64: "ComplexFloat",
+            torch.complex128: "ComplexDouble"}.get(dtype, str(dtype))
+
+
+_LOCAL = threading.local()
+
+
+def _stack() -> list[TraceContext]:
+    s: list[TraceContext] | None = getattr(_LOCAL, "stack", None)
+    if s is None:
+        s = _LOCAL.stack = []
+    return s
 
 
 def current() -> TraceContext:
-    """The trace being recorded."""
-    return _CURRENT[-1]
+    """The trace being recorded in this thread."""
+    return _stack()[-1]
+
+
+def tracing_now() -> bool:
+    """True while this thread traces user code."""
+    return bool(_stack())
+
+
+@contextlib.contextmanager
+def recording(ctx: TraceContext) -> Iterator[None]:
+    """Makes ``ctx`` this thread's current trace while the context is open."""
+    s = _stack()
+    s.append(ctx)
+    try:
+        yield
+    finally:
+        s.pop()
 
 
 # --------------------------------------------------------------------------- the mode
 
 Handler = Callable[..., Any]
 HANDLERS: dict[Any, Handler] = {}
+"""torch callable -> handler(ctx, *args, **kwargs). Filled by `thunder_ir.torch_map`."""
 TRACING_CONTEXTS: list[Callable[[], Any]] = []
 """Factories of context managers entered around user code while it is traced (and only
 then): e.g. the extension API's diversion of ``replaces=`` functions."""
-"""torch callable -> handler(ctx, *args, **kwargs). Filled by `thunder_ir.torch_map`."""
 
 _T = torch.Tensor
 
@@ -274,7 +522,9 @@ _COMPUTED_GETTERS = {getter(n) for n in ("T", "mT", "H", "mH", "real", "imag", "
 METADATA: set[Any] = {
     _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,
     _T.is_complex, _T.element_size, _T.get_device, _T.is_contiguous, _T.stride,
-    _T.is_signed, _T.storage_offset, _T.is_inference,
+    _T.is_signed, _T.storage_offset, _T.is_conj, _T.is_neg, _T.is_same_size,
+    torch.is_floating_point, torch.is_complex, torch.numel, torch.is_conj, torch.is_neg,
+    torch.is_same_size, torch.is_signed,
 }
 DATA_DEPENDENT: dict[Any, str] = {
     _T.__bool__: "bool(tensor)", _T.item: ".item()", _T.tolist: ".tolist()",
@@ -293,9 +543,19 @@ _DATA_HINT = ("its value is not known while tracing. Keep the computation in ten
               "example torch.where instead of `if`), or compute it outside the jitted function "
               "and pass the result in as an argument.")
 
+_any_autocast = torch._C._is_any_autocast_enabled
+
 
 def _repr(self: Any, *a: Any, **k: Any) -> str:
     return self.describe() if is_proxy(self) else object.__repr__(self)
+
+
+def _refuse_autocast(ctx: TraceContext) -> None:
+    raise ThunderTraceError(
+        f"{where(ctx.loc)}: torch.autocast inside a jitted function is not supported yet: "
+        "thunder_ir does not apply autocast's casting rules to traced ops, so results would "
+        "differ from eager. Cast explicitly instead (e.g. `h.to(torch.bfloat16)` and a "
+        "bfloat16 module), or run that part outside the jitted function.")
 
 
 class TraceMode(TorchFunctionMode):
@@ -312,7 +572,12 @@ class TraceMode(TorchFunctionMode):
         ctx = self.ctx
         if h is not None:
             ctx.loc = user_location()
-            return h(ctx, *args, **kwargs)
+            if _any_autocast():
+                _refuse_autocast(ctx)
+            try:
+                return h(ctx, *args, **kwargs)
+            except UseFallback:
+                return fallback(ctx, func, args, kwargs)
         if func in METADATA or (getattr(func, "__name__", "") == "__get__"
                                 and func not in _COMPUTED_GETTERS):
             with torch._C.DisableTorchFunction():
@@ -323,8 +588,9 @@ class TraceMode(TorchFunctionMode):
         what = DATA_DEPENDENT.get(func)
         if what is not None:
             raise DataDependentError(
-                f"{_short(ctx.loc)}: {what} needs a traced tensor's value, but {_DATA_HINT}\n"
-                f"  at {ctx.loc}")
+                f"{where(ctx.loc)}: {what} needs a traced tensor's value, but {_DATA_HINT}")
+        if _any_autocast():
+            _refuse_autocast(ctx)
         return fallback(ctx, func, args, kwargs)
 
 
@@ -334,7 +600,8 @@ _TORCH_NAMES: dict[int, str] = {}
 
 
 def torch_name(func: Any) -> str:
-    """The import path of a torch callable (``torch.nn.functional.linear``)."""
+    """The import path of a torch callable (``torch.nn.functional.linear``,
+    ``torch.ops.aten.add.Tensor``)."""
     if not _TORCH_NAMES:
         for mod_name, namespace in (("torch.nn.functional", torch.nn.functional),
                                     ("torch.special", torch.special), ("torch.fft", torch.fft),
@@ -357,25 +624,38 @@ def torch_name(func: Any) -> str:
         _TORCH_NAMES[id(operator.getitem)] = "operator.getitem"  # not `_operator.getitem`
     name = _TORCH_NAMES.get(id(func))
     if name is None:
-        mod = getattr(func, "__module__", None)
-        qual: Any = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-        if not mod or not qual or "<" in qual:
-            raise ThunderTraceError(f"cannot name torch function {func!r}")
-        name = f"{mod}.{qual}"
+        if isinstance(func, torch._ops.OpOverload):
+            name = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}"
+        elif isinstance(func, torch._ops.OpOverloadPacket):
+            name = f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
+        else:
+            mod = getattr(func, "__module__", None)
+            qual: Any = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+            if not mod or not qual or "<" in qual:
+                raise ThunderTraceError(f"cannot name torch function {func!r}")
+            name = f"{mod}.{qual}"
         _TORCH_NAMES[id(func)] = name
     return name
 
 
+INPLACE_ON_COPY = "thunder_ir.runtime.autograd_fallback.inplace_on_copy"
+"""Callee of a functionalized in-place method that has no out-of-place form (``uniform_``)."""
+
+
 def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
              ) -> Any:
-    """Records an unknown torch function as an opaque ``torch.call``."""
+    """Records an unknown torch function as an opaque ``torch.call``.
+
+    Result types, the result structure (a named tuple, ``None`` entries) and which results
+    require grad come from running the function on meta tensors."""
     name = torch_name(func)
     if name.startswith("torch.Tensor.") and name.endswith("_") and not name.endswith("__"):
-        functional = getattr(torch.Tensor, name[len("torch.Tensor."):-1], None)
-        if functional is None:
-            raise ThunderTraceError(f"{_short(ctx.loc)}: in-place {name} has no out-of-place "
-                                    "form that thunder_ir can functionalize")
-        out = fallback(ctx, functional, args, kwargs)
+        method = name[len("torch.Tensor."):]
+        functional = getattr(torch.Tensor, method[:-1], None)
+        if functional is not None:
+            out = fallback(ctx, functional, args, kwargs)
+        else:  # uniform_, normal_, ...: the method applied to a copy, drawn as eagerly
+            out = fallback(ctx, _inplace_on_copy(), (method, *args), kwargs)
         return ctx.assign(args[0], out._value, name)
     operands: list[SSAValue] = []
     index: dict[int, int] = {}
@@ -394,26 +674,45 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
             to_attr(x)
         except TypeError:
             raise ThunderTraceError(
-                f"{_short(ctx.loc)}: {name} got an argument thunder_ir cannot record: "
+                f"{where(ctx.loc)}: {name} got an argument thunder_ir cannot record: "
                 f"{type(x).__name__} {x!r}") from None
         return x
 
     enc_args = [encode(a) for a in args]
     enc_kwargs = {k: encode(v) for k, v in kwargs.items()}
+    grad_mask = None
+    if ctx.active and torch.is_grad_enabled():
+        grad_mask = [v in ctx.active and _differentiable(v) for v in operands]
+        if not any(grad_mask):
+            grad_mask = None
     try:
-        op = make_call(name, operands, enc_args, enc_kwargs)
+        meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask)
     except ThunderTraceError:
         raise
     except Exception as e:
-        raise ThunderTraceError(f"{_short(ctx.loc)}: {name} failed on traced inputs "
+        if _is_data_dependent(e):
+            raise DataDependentError(
+                f"{where(ctx.loc)}: {name} gives a result whose shape depends on a traced "
+                f"tensor's values, but {_DATA_HINT}") from None
+        raise ThunderTraceError(f"{where(ctx.loc)}: {name} failed on traced inputs "
                                 f"(meta run): {e}") from None
-    if ctx.loc:
-        op.attributes["loc"] = StringAttr(ctx.loc)
-    ctx.program.block.add_op(op)
-    results = [ctx.wrap(r) for r in op.results]
-    if len(results) == 1 and "multi" not in op.properties:
-        return results[0]
-    return tuple(results)
+    op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
+                   layout=meta.layout)
+    results = ctx.record(op, meta.requires_grad if grad_mask is not None else None)
+    return meta.rebuild([ctx.wrap(r) for r in results])
+
+
+def _inplace_on_copy() -> Any:
+    from thunder_ir.runtime.autograd_fallback import inplace_on_copy
+
+    return inplace_on_copy
+
+
+def _is_data_dependent(e: Exception) -> bool:
+    msg = str(e)
+    return ("data-dependent" in msg or "data dependent" in msg
+            or "cannot be called on meta tensors" in msg
+            or ("meta tensors" in msg and "item" in msg))
 
 
 # --------------------------------------------------------------------------- entry point
@@ -432,12 +731,35 @@ def _arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> l
     return out + list(kwargs)
 
 
+@contextlib.contextmanager
+def _global_state_kept() -> Iterator[None]:
+    """Restores what user code may leave changed if tracing fails (grad mode, default
+    dtype), and the RNG state always: tracing draws nothing, so the program's first run
+    draws what eager would."""
+    grad = torch.is_grad_enabled()
+    dtype = torch.get_default_dtype()
+    rng = torch.random.get_rng_state()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        torch.random.set_rng_state(rng)
+        if not ok:
+            torch._C._set_grad_enabled(grad)
+            torch.set_default_dtype(dtype)
+        elif torch.is_grad_enabled() != grad:
+            torch._C._set_grad_enabled(grad)
+
+
 def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                   module: torch.nn.Module | None = None,
                   state: dict[str, torch.Tensor] | None = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module``'s forward with ``state``) into IR."""
+    import thunder_ir.custom_function
     import thunder_ir.torch_map  # noqa: F401  (fills HANDLERS)
 
+    load_vjp_rules()  # NOT_DIFFERENTIABLE, which `TraceContext.track` reads
     if torch._C._is_any_autocast_enabled():
         raise ThunderTraceError(
             "thunder_ir does not trace under torch.autocast yet: its casting rules are not "
@@ -461,14 +783,25 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         proxied_top.append(pytree.tree_unflatten(new_leaves, spec))
     p_args = proxied_top[:len(args)]
     p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
-    p_state: dict[str, torch.Tensor] = {
-        k: ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
-        for k, v in (state or {}).items()}
-    _CURRENT.append(ctx)
+    params = {k for k, _ in module.named_parameters()} if module is not None else set()
+    p_state: dict[str, torch.Tensor] = {}
+    for k, v in (state or {}).items():
+        p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
+        # Model code asks isinstance(w, nn.Parameter) (or nn.Buffer): so do the proxies.
+        if k in params:
+            p._is_param = True  # type: ignore[attr-defined]
+        elif module is not None:
+            owner_name, _, short = k.rpartition(".")
+            owner = module.get_submodule(owner_name)
+            p._is_buffer = True  # type: ignore[attr-defined]
+            p.persistent = short not in owner._non_persistent_buffers_set  # type: ignore[attr-defined]
+        p_state[k] = p
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program
     try:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(_global_state_kept())
+            stack.enter_context(recording(ctx))
             for factory in TRACING_CONTEXTS:
                 stack.enter_context(factory())
             stack.enter_context(TraceMode(ctx))
@@ -478,7 +811,6 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             else:
                 out = fn(*p_args, **p_kwargs)
     finally:
-        _CURRENT.pop()
         if gc_was_enabled:
             gc.enable()
     leaves, out_spec = pytree.tree_flatten(out)
@@ -488,10 +820,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         if is_proxy(leaf):
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
-        elif isinstance(leaf, torch.Tensor):
-            raise ThunderTraceError("the function returned a tensor that does not depend on "
-                                    "its inputs; thunder_ir cannot return captured tensors yet")
-        else:
+        else:  # a Python value, or a tensor captured from outside: returned as it is
             out_leaves.append(("value", leaf))
     writebacks = []
     for p, original, kind in ctx.input_proxies:
@@ -499,9 +828,11 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)
     return TracedProgram(ctx.program.finish(outputs), ctx.input_kinds, out_spec, out_leaves,
-                         writebacks, ctx._seed is not None, ctx.input_requires_grad)
+                         writebacks, ctx.input_requires_grad,
+                         [o in ctx.active for o in outputs])
 
 
 __all__ = ["DataDependentError", "HANDLERS", "TraceContext", "TraceMode", "TracedProgram",
-           "ThunderTraceError", "current", "fallback", "trace_program", "user_location",
-           "TensorType"]
+           "ThunderTraceError", "UseFallback", "current", "fallback", "recording",
+           "trace_program", "tracing_now", "user_location", "where", "TensorType",
+           "number_type"]

@@ -24,24 +24,17 @@ func.func @merge(%x: !prims.tensor<2x3xf32, cpu>) -> (!prims.tensor<2x3xf32, cpu
 
 // -----
 
-// Random draws are not Pure: two identical prims.uniform stay two draws. Their equal
-// seed and offset constants merge.
+// Random draws are not Pure: two identical prims.bernoulli stay two draws.
 
 func.func @rng() -> (!prims.tensor<2xf32, cpu>, !prims.tensor<2xf32, cpu>) {
-  %s0 = "prims.constant"() <{value = 7 : i64}> : () -> !prims.number<i64>
-  %o0 = "prims.constant"() <{value = 0 : i64}> : () -> !prims.number<i64>
-  %0 = "prims.uniform"(%s0, %o0) <{shape = array<i64: 2>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2xf32, cpu>
-  %s1 = "prims.constant"() <{value = 7 : i64}> : () -> !prims.number<i64>
-  %o1 = "prims.constant"() <{value = 0 : i64}> : () -> !prims.number<i64>
-  %1 = "prims.uniform"(%s1, %o1) <{shape = array<i64: 2>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2xf32, cpu>
+  %0 = "prims.bernoulli"() <{shape = array<i64: 2>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<2xf32, cpu>
+  %1 = "prims.bernoulli"() <{shape = array<i64: 2>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<2xf32, cpu>
   func.return %0, %1 : !prims.tensor<2xf32, cpu>, !prims.tensor<2xf32, cpu>
 }
 
 // CHECK-LABEL: func.func @rng
-// CHECK-NEXT:  %[[S:.*]] = "prims.constant"() <{value = 7 : i64}>
-// CHECK-NEXT:  %[[O:.*]] = "prims.constant"() <{value = 0 : i64}>
-// CHECK-NEXT:  %[[U0:.*]] = "prims.uniform"(%[[S]], %[[O]])
-// CHECK-NEXT:  %[[U1:.*]] = "prims.uniform"(%[[S]], %[[O]])
+// CHECK-NEXT:  %[[U0:.*]] = "prims.bernoulli"()
+// CHECK-NEXT:  %[[U1:.*]] = "prims.bernoulli"()
 // CHECK-NEXT:  func.return %[[U0]], %[[U1]]
 
 // -----

@@ -7,16 +7,14 @@ func.func @dead(%x: !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu> 
   %0 = "prims.exp"(%x) : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
   %1 = "prims.neg"(%0) : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
   %2 = "prims.sum"(%1) <{dims = array<i64: 0, 1>}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<f32, cpu>
-  %s = "prims.constant"() <{value = 7 : i64}> : () -> !prims.number<i64>
-  %3 = "prims.uniform"(%s, %s) <{shape = array<i64: 2>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2xf32, cpu>
+  %3 = "prims.bernoulli"() <{shape = array<i64: 2>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<2xf32, cpu>
   %4 = "torch.call"(%x) <{callee = "torch.nn.functional.dropout", args = [#prims.operand<0>]}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
   %5 = "prims.cos"(%x) : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
   func.return %5 : !prims.tensor<2x3xf32, cpu>
 }
 
 // CHECK-LABEL: func.func @dead
-// CHECK-NEXT:  %[[S:.*]] = "prims.constant"() <{value = 7 : i64}>
-// CHECK-NEXT:  "prims.uniform"(%[[S]], %[[S]])
+// CHECK-NEXT:  "prims.bernoulli"()
 // CHECK-NEXT:  "torch.call"(%x)
 // CHECK-NEXT:  %[[C:.*]] = "prims.cos"(%x)
 // CHECK-NEXT:  func.return %[[C]]
@@ -34,7 +32,7 @@ func.func @regions(%x: !prims.tensor<2xf32, cpu>, %seed: !prims.number<i64>) -> 
   }) : (!prims.tensor<2xf32, cpu>) -> !prims.tensor<2xf32, cpu>
   %1 = "fusion.region"(%x, %seed) <{executor = "torch_compile", kernel = "random"}> ({
   ^bb0(%a: !prims.tensor<2xf32, cpu>, %s: !prims.number<i64>):
-    %u = "prims.uniform"(%s, %s) <{shape = array<i64: 2>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2xf32, cpu>
+    %u = "prims.bernoulli"() <{shape = array<i64: 2>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<2xf32, cpu>
     %m = "prims.mul"(%a, %u) : (!prims.tensor<2xf32, cpu>, !prims.tensor<2xf32, cpu>) -> !prims.tensor<2xf32, cpu>
     "fusion.yield"(%m) : (!prims.tensor<2xf32, cpu>) -> ()
   }) : (!prims.tensor<2xf32, cpu>, !prims.number<i64>) -> !prims.tensor<2xf32, cpu>
@@ -44,5 +42,5 @@ func.func @regions(%x: !prims.tensor<2xf32, cpu>, %seed: !prims.number<i64>) -> 
 // CHECK-LABEL: func.func @regions
 // CHECK-NOT:   kernel = "pure"
 // CHECK:       "fusion.region"(%x, %seed) <{executor = "torch_compile", kernel = "random"}>
-// CHECK:       "prims.uniform"
+// CHECK:       "prims.bernoulli"
 // CHECK:       func.return %x

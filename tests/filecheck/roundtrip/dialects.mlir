@@ -10,7 +10,7 @@ func.func @dialects(%x: !prims.tensor<4x8xf32, cpu>, %w: !prims.tensor<16x8xf32,
   %2 = "torch.call"(%0) <{callee = "torch.nn.functional.softmax", args = [#prims.operand<0>], kwargs = {dim = -1 : i64}}> : (!prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
   %3 = "fusion.region"(%0, %seed) <{executor = "torch_compile", kernel = "fusion0"}> ({
   ^bb0(%a: !prims.tensor<4x8xf32, cpu>, %s: !prims.number<i64>):
-    %u = "prims.uniform"(%s, %s) <{shape = array<i64: 4, 8>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<4x8xf32, cpu>
+    %u = "prims.bernoulli"() <{shape = array<i64: 4, 8>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<4x8xf32, cpu>
     %m = "prims.mul"(%a, %u) : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
     "fusion.yield"(%m) : (!prims.tensor<4x8xf32, cpu>) -> ()
   }) : (!prims.tensor<4x8xf32, cpu>, !prims.number<i64>) -> !prims.tensor<4x8xf32, cpu>
@@ -24,7 +24,7 @@ func.func @dialects(%x: !prims.tensor<4x8xf32, cpu>, %w: !prims.tensor<16x8xf32,
 // CHECK-NEXT: %2 = "torch.call"(%0) <{callee = "torch.nn.functional.softmax", args = [#prims.operand<0>], kwargs = {dim = -1 : i64}}> : (!prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
 // CHECK-NEXT: %3 = "fusion.region"(%0, %seed) <{executor = "torch_compile", kernel = "fusion0"}> ({
 // CHECK-NEXT: ^bb0(%a: !prims.tensor<4x8xf32, cpu>, %s: !prims.number<i64>):
-// CHECK-NEXT: %u = "prims.uniform"(%s, %s) <{shape = array<i64: 4, 8>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<4x8xf32, cpu>
+// CHECK-NEXT: %u = "prims.bernoulli"() <{shape = array<i64: 4, 8>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<4x8xf32, cpu>
 // CHECK-NEXT: %m = "prims.mul"(%a, %u) : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
 // CHECK-NEXT: "fusion.yield"(%m) : (!prims.tensor<4x8xf32, cpu>) -> ()
 // CHECK-NEXT: }) : (!prims.tensor<4x8xf32, cpu>, !prims.number<i64>) -> !prims.tensor<4x8xf32, cpu>

@@ -36,7 +36,7 @@ builtin.module {
     %27 = "prims.full"() <{shape = array<i64: 4>, fill_value = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<4xf32, cpu>
     %28 = "prims.linear"(%x, %w, %27) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<4x3xf32, cpu>, !prims.tensor<4xf32, cpu>) -> !prims.tensor<2x4xf32, cpu>
     %29 = "prims.iota"() <{length = 5 : i64, start = 0 : i64, step = 2 : i64, device = "cpu", dtype = i64}> : () -> !prims.tensor<5xi64, cpu>
-    %30 = "prims.uniform"(%1, %1) <{shape = array<i64: 2, 3>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2x3xf32, cpu>
+    %30 = "prims.bernoulli"() <{shape = array<i64: 2, 3>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<2x3xf32, cpu>
     %31 = "prims.take"(%x, %idx) <{dim = 1 : i64}> : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2xi64, cpu>) -> !prims.tensor<2x2xf32, cpu>
     %32 = "prims.full"() <{shape = array<i64: 2, 2>, fill_value = 0 : i64, device = "cpu", dtype = i64}> : () -> !prims.tensor<2x2xi64, cpu>
     %33 = "prims.gather"(%x, %32) <{dim = 1 : i64}> : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x2xi64, cpu>) -> !prims.tensor<2x2xf32, cpu>
@@ -79,7 +79,7 @@ builtin.module {
 // CHECK-NEXT: %27 = "prims.full"() <{shape = array<i64: 4>, fill_value = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<4xf32, cpu>
 // CHECK-NEXT: %28 = "prims.linear"(%x, %w, %27) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<4x3xf32, cpu>, !prims.tensor<4xf32, cpu>) -> !prims.tensor<2x4xf32, cpu>
 // CHECK-NEXT: %29 = "prims.iota"() <{length = 5 : i64, start = 0 : i64, step = 2 : i64, device = "cpu", dtype = i64}> : () -> !prims.tensor<5xi64, cpu>
-// CHECK-NEXT: %30 = "prims.uniform"(%1, %1) <{shape = array<i64: 2, 3>, minval = 0.000000e+00 : f64, maxval = 1.000000e+00 : f64, device = "cpu", dtype = f32}> : (!prims.number<i64>, !prims.number<i64>) -> !prims.tensor<2x3xf32, cpu>
+// CHECK-NEXT: %30 = "prims.bernoulli"() <{shape = array<i64: 2, 3>, p = 5.000000e-01 : f64, device = "cpu", dtype = f32}> : () -> !prims.tensor<2x3xf32, cpu>
 // CHECK-NEXT: %31 = "prims.take"(%x, %idx) <{dim = 1 : i64}> : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2xi64, cpu>) -> !prims.tensor<2x2xf32, cpu>
 // CHECK-NEXT: %32 = "prims.full"() <{shape = array<i64: 2, 2>, fill_value = 0 : i64, device = "cpu", dtype = i64}> : () -> !prims.tensor<2x2xi64, cpu>
 // CHECK-NEXT: %33 = "prims.gather"(%x, %32) <{dim = 1 : i64}> : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x2xi64, cpu>) -> !prims.tensor<2x2xf32, cpu>

@@ -1,0 +1,60 @@
+"""``strip-autograd``: forward the ``autograd`` dialect's markers to their values.
+
+Why: ``autograd.stop_gradient`` and ``autograd.function`` tell autodiff where eager's
+autograd cuts or replaces a gradient (``detach``, ``no_grad``, custom ``Function``s).
+Once the backward is built, or when nothing is differentiated, they compute nothing: the
+first is its operand, the second its ``values``. Stripping them before claiming keeps every
+executor, fusion and remat decision free of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+
+from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
+
+
+class ForwardStopGradient(RewritePattern):
+    """``stop_gradient(x)`` -> ``x``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: StopGradientOp, rewriter: PatternRewriter) -> None:
+        rewriter.replace(op, [], [op.input])
+
+
+class ForwardFunction(RewritePattern):
+    """``autograd.function(primals, values)`` -> ``values`` (its backward region goes)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: FunctionOp, rewriter: PatternRewriter) -> None:
+        rewriter.replace(op, [], list(op.values))
+
+
+def strip_autograd(module: ModuleOp) -> None:
+    """Forwards every autograd marker in ``module`` to its values (one walk)."""
+    PatternRewriteWalker(
+        GreedyRewritePatternApplier([ForwardStopGradient(), ForwardFunction()],
+                                    dce_enabled=False),
+        apply_recursively=False,
+    ).rewrite_module(module)
+
+
+@dataclass(frozen=True)
+class StripAutogradPass(ModulePass):
+    """Forwards ``autograd.stop_gradient`` and ``autograd.function`` to their values."""
+
+    name = "strip-autograd"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        strip_autograd(op)
