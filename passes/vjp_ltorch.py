@@ -37,7 +37,7 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
-from thunder_ir.dialects.base import OperandRef, from_attr
+from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
 from thunder_ir.dialects.prims import broadcast_shapes
 from thunder_ir.dialects.torch import CallOp, make_call
 from thunder_ir.dialects.types import TensorType, is_float
@@ -582,6 +582,38 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
         grads[i] = r
     return [grads]
 
+
+
+NO_DERIVATIVE = "thunder_ir.runtime.autograd_fallback.no_derivative"
+
+
+def no_derivative(aten_name: str) -> Any:
+    """The rule of an op whose result requires grad in eager but whose derivative eager
+    does not implement: the backward raises eager's error if a gradient flows through."""
+
+    def rule(g: Grad, out: Outs, ct: Cts, *grouped: Any, **params: Any) -> Grads:
+        flat = [v for gr in grouped for v in (gr if isinstance(gr, list) else [gr])
+                if v is not None]
+        diff = [v for v in flat if is_differentiable_value(v) and g.active(v)]
+        cts = [c for c in ct if c is not None]
+        call = make_call(NO_DERIVATIVE, cts,
+                         [f"derivative for {aten_name} is not implemented",
+                          *(OperandRef(i) for i in range(len(cts)))],
+                         result_types=[v.type for v in diff],
+                         layout=True if len(diff) > 1 else None)
+        g.emitter.insert(call)
+        grads = dict(zip(diff, call.results))
+        return [[grads.get(v) for v in gr] if isinstance(gr, list) else
+                (None if gr is None else grads.get(gr)) for gr in grouped]
+
+    rule.__doc__ = f"Raises eager's error: derivative for {aten_name} is not implemented."
+    return rule
+
+
+NO_DERIVATIVE_RULES: tuple[type[ThunderOp], ...] = (C.FloorDivideOp,)
+"""ltorch ops whose results require grad in eager although it cannot differentiate them."""
+for _op in NO_DERIVATIVE_RULES:
+    vjp(_op)(no_derivative(f"aten::{_op.name.removeprefix('ltorch.')}"))
 
 
 # --------------------------------------------------------------------------- core ops

@@ -166,6 +166,12 @@ def leaf_cotangents(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
     return grads[0] if len(grads) == 1 else grads
 
 
+def no_derivative(message: str, *cts: torch.Tensor) -> Any:
+    """The backward of an op that eager cannot differentiate: raises eager's error when
+    (and only when) a gradient flows through it, as eager does."""
+    raise RuntimeError(message)
+
+
 def inplace_on_copy(method: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``x.<method>(...)`` applied to a copy of ``x``: the functional form of an in-place
     method that has none (``uniform_``, ``normal_``, ``exponential_``…). The copy has
@@ -176,4 +182,5 @@ def inplace_on_copy(method: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> 
 
 
 __all__ = ["OPERAND", "GradHandle", "call_with_grad", "decode_refs", "encode_refs",
-           "handle_vjp", "inplace_on_copy", "leaf_cotangents", "leaves_for_grad"]
+           "handle_vjp", "inplace_on_copy", "leaf_cotangents", "leaves_for_grad",
+           "no_derivative"]

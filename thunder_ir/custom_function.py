@@ -209,7 +209,9 @@ def install() -> None:
         original = Function.__dict__["apply"].__func__
 
         def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            if not tracing.tracing_now():
+            # User code runs with the tracer's mode on the stack; the tracer's own meta
+            # runs (a custom op's autograd kernel) run with it set aside.
+            if not tracing.tracing_now() or torch._C._len_torch_function_stack() == 0:
                 return original(cls, *args, **kwargs)
             return trace_apply(tracing.current(), cls, args, kwargs)
 

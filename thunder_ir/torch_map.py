@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch import OPS
-from thunder_ir.dialects.types import canonical_device
+from thunder_ir.dialects.types import canonical_device, tensor_type
 from thunder_ir.proxy import TensorProxy, is_proxy
 from thunder_ir.tracing import (
     HANDLERS,
@@ -685,6 +685,21 @@ if _sdpa_op is not None:
         return _sdpa_h(ctx, *args, **kwargs)
 
     HANDLERS[F.scaled_dot_product_attention] = _sdpa
+
+
+def _narrow(ctx: TraceContext, x: Any, dim: int, start: Any, length: int) -> Any:
+    """``narrow`` with a tensor ``start``: its value picks the slice, not the shape, which
+    the meta kernel cannot know (it would read the value)."""
+    if not isinstance(start, torch.Tensor) or not isinstance(length, int):
+        raise UseFallback
+    shape = list(x.shape)
+    shape[dim % x.ndim] = length
+    t = x._value.type
+    return fallback(ctx, T.narrow, (x, dim, start, length), {},
+                    result_type=tensor_type(tuple(shape), t.dtype, t.dev))
+
+
+_register([torch.narrow, T.narrow], _narrow)
 
 
 # --------------------------------------------------------------------------- inlined Python

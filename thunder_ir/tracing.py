@@ -158,6 +158,11 @@ class TracedProgram:
     output_requires_grad: list[bool] = field(default_factory=list)
 
 
+def _is_complex(v: SSAValue) -> bool:
+    t = v.type
+    return isinstance(t, TensorType) and is_complex(t.dtype)
+
+
 def _differentiable(v: SSAValue) -> bool:
     """A value that can carry a gradient: a floating-point or complex tensor."""
     t = v.type
@@ -294,9 +299,18 @@ class TraceContext:
             out = self.emitter.emit(op, *operands, **params)
         except ShapeError as e:
             raise ThunderTraceError(f"{where(self.loc)}: {e}") from None
-        if isinstance(out, list):
-            return self.track(out[0].owner, out) if out else out
-        return self.track(out.owner, [out])[0]
+        results = out if isinstance(out, list) else [out]
+        if not results:
+            return out
+        built = results[0].owner
+        if any(_is_complex(v) for v in (*built.operands, *results)):
+            # ltorch ops and their VJP rules are written for real numbers: complex values
+            # go through torch itself (an opaque call, differentiated by torch).
+            built.detach()
+            built.erase()
+            raise UseFallback
+        tracked = self.track(built, results)
+        return tracked if isinstance(out, list) else tracked[0]
 
     def record(self, op: Operation, requires_grad: Sequence[bool] | None = None
                ) -> list[SSAValue]:
@@ -441,7 +455,11 @@ class TraceContext:
             new = self.stop_gradient(new)
         body = Block(arg_types=[old.type])
         op = make_function("inplace_update", [old], [new], [0], body, [body.args[0]])
-        (r,) = self.record(op)
+        if self.loc:
+            op.attributes["loc"] = StringAttr(self.loc)
+        self.block.add_op(op)
+        r = op.results[0]
+        self.active.add(r)  # grad mode is off here, but the tensor still requires grad
         return r
 
     # ---- tracing into a region
@@ -519,6 +537,9 @@ def getter(name: str) -> Any:
 
 
 _COMPUTED_GETTERS = {getter(n) for n in ("T", "mT", "H", "mH", "real", "imag", "data")}
+_GETTER_NAMES = {getter("real"): "torch.real", getter("imag"): "torch.imag",
+                 getter("H"): "torch.Tensor.adjoint", getter("mH"): "torch.Tensor.adjoint"}
+"""Computed properties without a handler, recorded as the torch function they equal."""
 METADATA: set[Any] = {
     _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,
     _T.is_complex, _T.element_size, _T.get_device, _T.is_contiguous, _T.stride,
@@ -624,6 +645,8 @@ def torch_name(func: Any) -> str:
         _TORCH_NAMES[id(operator.getitem)] = "operator.getitem"  # not `_operator.getitem`
     name = _TORCH_NAMES.get(id(func))
     if name is None:
+        if func in _GETTER_NAMES:
+            return _GETTER_NAMES[func]
         if isinstance(func, torch._ops.OpOverload):
             name = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}"
         elif isinstance(func, torch._ops.OpOverloadPacket):
@@ -642,12 +665,13 @@ INPLACE_ON_COPY = "thunder_ir.runtime.autograd_fallback.inplace_on_copy"
 """Callee of a functionalized in-place method that has no out-of-place form (``uniform_``)."""
 
 
-def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
-             ) -> Any:
+def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
+             result_type: Attribute | None = None) -> Any:
     """Records an unknown torch function as an opaque ``torch.call``.
 
     Result types, the result structure (a named tuple, ``None`` entries) and which results
-    require grad come from running the function on meta tensors."""
+    require grad come from running the function on meta tensors; a caller that knows the
+    one result's type (a meta kernel that would read a tensor's value) passes it."""
     name = torch_name(func)
     if name.startswith("torch.Tensor.") and name.endswith("_") and not name.endswith("__"):
         method = name[len("torch.Tensor."):]
@@ -685,6 +709,9 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
         grad_mask = [v in ctx.active and _differentiable(v) for v in operands]
         if not any(grad_mask):
             grad_mask = None
+    if result_type is not None:
+        op = make_call(name, operands, enc_args, enc_kwargs, result_types=[result_type])
+        return ctx.wrap(ctx.record(op)[0])
     try:
         meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask)
     except ThunderTraceError:
@@ -709,10 +736,10 @@ def _inplace_on_copy() -> Any:
 
 
 def _is_data_dependent(e: Exception) -> bool:
+    """A meta run failed because the result's shape needs a tensor's values."""
     msg = str(e)
-    return ("data-dependent" in msg or "data dependent" in msg
-            or "cannot be called on meta tensors" in msg
-            or ("meta tensors" in msg and "item" in msg))
+    return any(m in msg for m in ("data-dependent", "data dependent", "without output_size",
+                                  "cannot be called on meta tensors"))
 
 
 # --------------------------------------------------------------------------- entry point
@@ -787,14 +814,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     p_state: dict[str, torch.Tensor] = {}
     for k, v in (state or {}).items():
         p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
-        # Model code asks isinstance(w, nn.Parameter) (or nn.Buffer): so do the proxies.
-        if k in params:
+        if k in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
             p._is_param = True  # type: ignore[attr-defined]
-        elif module is not None:
-            owner_name, _, short = k.rpartition(".")
-            owner = module.get_submodule(owner_name)
-            p._is_buffer = True  # type: ignore[attr-defined]
-            p.persistent = short not in owner._non_persistent_buffers_set  # type: ignore[attr-defined]
         p_state[k] = p
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program

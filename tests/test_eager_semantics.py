@@ -1,0 +1,675 @@
+"""Eager's semantics, exactly: one regression test per construct, written as users write it.
+
+Each test runs the code eagerly and jitted (`check_against_eager`): outputs, dtypes,
+``requires_grad``, inputs after the call, random draws and gradients (``None`` where
+eager's are) must agree, or both must raise.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import thunder_ir
+from thunder_ir.testing_eager import check_against_eager
+
+
+def rand(*shape: int, seed: int = 0, rg: bool = True) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).requires_grad_(rg)
+
+
+# --------------------------------------------------------------------------- gradient stoppers
+
+
+@pytest.mark.parametrize("stop", [lambda t: t.detach(), torch.detach, lambda t: t.data],
+                         ids=["detach", "torch.detach", "data"])
+def test_gradient_stoppers(stop) -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * stop(x * 2)).sum()
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    check_against_eager(f, x)
+    thunder_ir.jit(f)(x).backward()
+    assert x.grad.tolist() == [2.0, 4.0]
+
+
+def test_detached_output_does_not_require_grad() -> None:
+    check_against_eager(lambda x: (x * 2).detach() + 1, rand(3))
+    check_against_eager(lambda x: (x.sin(), x.detach().cos()), rand(3))
+
+
+def test_detach_of_a_parameter_in_a_module() -> None:
+    class EMA(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            target = self.lin(x).detach()
+            return ((self.lin(x) - target.roll(1, 0)) ** 2).mean()
+
+    check_against_eager(EMA(), rand(3, 4))
+
+
+# --------------------------------------------------------------------------- grad modes
+
+
+def test_no_grad_block_inside_forward() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            y = x * 2
+        return x * y
+
+    check_against_eager(f, rand(3))
+
+
+def test_no_grad_decorated_helper_and_enable_grad() -> None:
+    @torch.no_grad()
+    def stats(t: torch.Tensor) -> torch.Tensor:
+        return t.mean() * t.std()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        s = stats(x)
+        with torch.no_grad():
+            with torch.enable_grad():
+                z = x.exp()
+            w = x.sin()
+        return x * s + z + w
+
+    check_against_eager(f, rand(4))
+
+
+def test_set_grad_enabled_both_ways() -> None:
+    def f(x: torch.Tensor, flag: bool) -> torch.Tensor:
+        with torch.set_grad_enabled(flag):
+            y = x * 3
+        torch.set_grad_enabled(False)
+        z = x.cos()
+        torch.set_grad_enabled(True)
+        return y + z + x
+
+    check_against_eager(f, rand(4), True)
+    check_against_eager(f, rand(4), False)
+
+
+def test_called_under_no_grad_with_enable_grad_inside() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = x * 2  # computed under the caller's no_grad
+        with torch.enable_grad():
+            b = a + x.exp()
+        return b, a + b  # the second is computed under no_grad again
+
+    x = rand(3)
+    jf = thunder_ir.jit(f)
+    with torch.no_grad():
+        e, j = f(x), jf(x)
+    assert e[0].requires_grad and j[0].requires_grad
+    assert not e[1].requires_grad and not j[1].requires_grad
+    (ge,) = torch.autograd.grad(e[0].sum(), x)
+    (gj,) = torch.autograd.grad(j[0].sum(), x)
+    torch.testing.assert_close(gj, ge)
+
+
+def test_rotary_cache_under_no_grad_like_hugging_face() -> None:
+    class Rotary(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2) / 8)))
+
+        @torch.no_grad()
+        def forward(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            freqs = pos[:, None].float() * self.inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rot = Rotary()
+            self.q = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            cos, sin = self.rot(x, torch.arange(x.shape[1]))
+            q = self.q(x)
+            return q * cos + q.roll(1, -1) * sin
+
+    check_against_eager(M(), rand(2, 5, 8))
+
+
+def test_ema_update_under_no_grad_keeps_the_parameter_a_leaf() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+            self.register_buffer("avg", torch.zeros(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                self.avg.mul_(0.9).add_(self.w, alpha=0.1)
+                self.w.mul_(0.5)  # an in-place update of the parameter itself
+            return (self.w * x).sum() + self.avg.sum()
+
+    check_against_eager(M(), rand(3))
+
+
+def test_failure_restores_grad_mode() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            if x.sum() > 0:  # data-dependent: fails while tracing
+                return x
+        return -x
+
+    with pytest.raises(thunder_ir.DataDependentError):
+        thunder_ir.jit(f)(rand(3))
+    assert torch.is_grad_enabled()
+
+
+def test_inference_mode_inside_forward() -> None:
+    def saves(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            y = x * 2
+        return x * y  # eager: inference tensors cannot be saved for backward
+
+    def adds(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            y = x * 2
+        return x + y  # allowed: nothing is saved
+
+    check_against_eager(saves, rand(3))
+    check_against_eager(adds, rand(3))
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved"):
+        thunder_ir.jit(saves)(rand(3))
+
+
+def test_inplace_on_inference_tensor_outside_inference_mode_raises() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            y = x * 2
+        y.add_(1)
+        return y
+
+    check_against_eager(f, rand(3, rg=False))
+
+
+# --------------------------------------------------------------------------- custom Functions
+
+
+class STRound(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[no-untyped-def]
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[no-untyped-def]
+        return g
+
+
+def test_straight_through_round() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return STRound.apply(x) * x
+
+    x = torch.tensor([0.2, 1.8, 2.1], requires_grad=True)
+    check_against_eager(f, x)
+    thunder_ir.jit(f)(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([0.2, 3.8, 4.1]))
+
+
+class ScaledMul(torch.autograd.Function):
+    """Saved tensors, a non-tensor argument, ctx attributes and needs_input_grad."""
+
+    @staticmethod
+    def forward(ctx, a, b, scale, note):  # type: ignore[no-untyped-def]
+        ctx.save_for_backward(a, b)
+        ctx.scale = scale
+        ctx.note = note
+        ctx.mask = a > 0  # a tensor kept on ctx directly
+        return a * b * scale
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[no-untyped-def]
+        a, b = ctx.saved_tensors
+        assert ctx.note == "hi"
+        ga = gb = None
+        if ctx.needs_input_grad[0]:
+            ga = g * b * ctx.scale * ctx.mask  # a deliberately "wrong" gradient
+        if ctx.needs_input_grad[1]:
+            gb = g * a * ctx.scale
+        return ga, gb, None, None
+
+
+@pytest.mark.parametrize("rg", [(True, True), (True, False), (False, True)])
+def test_function_saved_tensors_and_needs_input_grad(rg: tuple[bool, bool]) -> None:
+    check_against_eager(lambda a, b: ScaledMul.apply(a, b, 3.0, "hi").sum(),
+                        rand(5, rg=rg[0]), rand(5, seed=1, rg=rg[1]))
+
+
+class SortWithIndex(torch.autograd.Function):
+    """mark_non_differentiable, two outputs, set_materialize_grads, once_differentiable."""
+
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[no-untyped-def]
+        values, idx = x.sort()
+        ctx.mark_non_differentiable(idx)
+        ctx.save_for_backward(idx)
+        ctx.set_materialize_grads(False)
+        return values, idx
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g, g_idx):  # type: ignore[no-untyped-def]
+        (idx,) = ctx.saved_tensors
+        out = torch.zeros_like(g)
+        return out.scatter(0, idx, g)
+
+
+def test_function_non_differentiable_output_and_once_differentiable() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        v, i = SortWithIndex.apply(x)
+        return v * 2, i
+
+    check_against_eager(f, rand(6))
+
+
+class SetupContextExp(torch.autograd.Function):
+    @staticmethod
+    def forward(x, k=2.0):  # type: ignore[no-untyped-def]
+        return torch.exp(x) * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # type: ignore[no-untyped-def]
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[no-untyped-def]
+        (out,) = ctx.saved_tensors
+        return g * out, None
+
+
+def test_function_setup_context_style() -> None:
+    check_against_eager(lambda x: SetupContextExp.apply(x) + SetupContextExp.apply(x, 3.0),
+                        rand(4))
+
+
+class BadCount(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):  # type: ignore[no-untyped-def]
+        return x + y
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[no-untyped-def]
+        return (g,)
+
+
+def test_function_backward_with_wrong_gradient_count_raises_eagers_error() -> None:
+    """Eager raises when the backward runs; thunder_ir traces the backward with the
+    forward, so it raises eager's error then, naming the line of ``apply``."""
+    x, y = rand(3), rand(3, seed=1)
+    with pytest.raises(RuntimeError, match="incorrect number of gradients") as eager:
+        BadCount.apply(x, y).sum().backward()
+    with pytest.raises(RuntimeError, match="incorrect number of gradients") as jitted:
+        thunder_ir.jit(lambda x, y: BadCount.apply(x, y))(x, y)
+    assert str(eager.value) in str(jitted.value)
+    assert "test_eager_semantics.py:" in str(jitted.value)
+
+
+class BroadcastGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[no-untyped-def]
+        return x.expand(3, 4).clone()
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[no-untyped-def]
+        return g.double()  # shape (3, 4) for an input of shape (4,), another dtype
+
+
+def test_function_gradient_is_summed_and_cast_to_its_input() -> None:
+    check_against_eager(lambda x: BroadcastGrad.apply(x), rand(4))
+
+
+def test_function_in_a_module_trains() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return STRound.apply(self.lin(x) * 4) / 4
+
+    check_against_eager(M(), rand(2, 4))
+
+
+def test_function_without_inputs_requiring_grad() -> None:
+    check_against_eager(lambda x: STRound.apply(x) + 1, rand(3, rg=False))
+
+
+def test_checkpoint_reentrant_and_not() -> None:
+    lin = nn.Linear(4, 4)
+
+    def block(x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(torch.tanh(lin(x)), 0.3, training=True)
+
+    for reentrant in (True, False):
+        def f(x: torch.Tensor, reentrant: bool = reentrant) -> torch.Tensor:
+            return checkpoint(block, x, use_reentrant=reentrant).sum()
+
+        check_against_eager(f, rand(3, 4), exact=False)
+
+
+# --------------------------------------------------------------------------- random ops
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.dropout(x, 0.3, True),
+    lambda x: F.dropout1d(x, 0.5, True),
+    lambda x: F.dropout2d(x.unsqueeze(-1), 0.5, True),
+    lambda x: F.dropout3d(x.unsqueeze(-1).unsqueeze(-1), 0.5, True),
+    lambda x: F.alpha_dropout(x, 0.2, True),
+    lambda x: F.feature_alpha_dropout(x, 0.4, True),
+    lambda x: F.rrelu(x, training=True),
+    lambda x: torch.bernoulli(x.sigmoid()) * x,
+    lambda x: x * torch.rand_like(x) + torch.randn(x.shape),
+    lambda x: F.scaled_dot_product_attention(x[None], x[None], x[None], dropout_p=0.4),
+    lambda x: F.fractional_max_pool2d(x[None], 2, output_size=(2, 2)),
+], ids=["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+        "feature_alpha_dropout", "rrelu", "bernoulli", "rand_like", "sdpa_dropout",
+        "fractional_max_pool2d"])
+def test_random_ops_draw_as_eager_and_differentiate_that_draw(fn) -> None:
+    check_against_eager(fn, rand(4, 6, 5), exact=True)
+
+
+def test_dropout_in_place_and_modules() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1
+        F.dropout(y, 0.5, True, inplace=True)
+        return y + nn.AlphaDropout(0.3)(x)
+
+    check_against_eager(f, rand(3, 8), exact=True)
+
+
+def test_multihead_attention_with_dropout_in_training() -> None:
+    mha = nn.MultiheadAttention(8, 2, dropout=0.3, batch_first=True)
+    x = rand(2, 5, 8)
+    check_against_eager(lambda x: mha(x, x, x)[0], x, exact=False)
+    check_against_eager(lambda x: mha(x, x, x, need_weights=False)[0], x)
+
+
+@pytest.mark.parametrize("method", ["uniform_", "normal_", "exponential_", "bernoulli_",
+                                    "cauchy_", "log_normal_", "geometric_", "random_"])
+def test_inplace_random_ops(method: str) -> None:
+    args = {"geometric_": (0.3,), "bernoulli_": (0.4,), "random_": (0, 10)}.get(method, ())
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        buf = torch.empty_like(x)
+        getattr(buf, method)(*args)
+        return x * buf
+
+    check_against_eager(f, rand(4, 3), exact=True)
+
+
+def test_random_draws_follow_torch_manual_seed_across_calls() -> None:
+    f = thunder_ir.jit(lambda x: F.dropout(x, 0.5, True))
+    x = torch.ones(100)
+    torch.manual_seed(1)
+    a, b = f(x), f(x)
+    torch.manual_seed(1)
+    c, d = F.dropout(x, 0.5, True), F.dropout(x, 0.5, True)
+    assert torch.equal(a, c) and torch.equal(b, d) and not torch.equal(a, b)
+
+
+# --------------------------------------------------------------------------- differentiability
+
+
+@pytest.mark.parametrize("fn", [torch.floor, torch.ceil, torch.round, torch.sign, torch.trunc,
+                                lambda x: torch.floor_divide(x, 0.7)])
+def test_piecewise_constant_ops_give_zero_gradients(fn) -> None:
+    check_against_eager(lambda x: fn(x) * 2, rand(5))
+
+
+def test_non_differentiable_outputs_do_not_require_grad() -> None:
+    check_against_eager(lambda x: torch.special.bessel_j0(x), rand(5))
+    check_against_eager(lambda x: torch.special.bessel_j0(x) + x, rand(5))
+    check_against_eager(lambda x: (torch.zeros_like(x), torch.argmax(x)), rand(5))
+
+
+def test_unused_inputs_and_outputs_get_none_gradients() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    check_against_eager(f, rand(3), rand(3, seed=1))
+
+    def g(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.sin(), y.cos()
+
+    x, y = rand(3), rand(3, seed=1)
+    out = thunder_ir.jit(g)(x, y)
+    out[0].sum().backward()
+    assert x.grad is not None and y.grad is None
+
+
+def test_parameter_feeding_only_an_unused_output_gets_none() -> None:
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.a(x), self.b(x)
+
+    m = Two()
+    tm = thunder_ir.jit(m)
+    tm(rand(2, 3))[0].sum().backward()
+    assert m.a.weight.grad is not None and m.b.weight.grad is None
+
+
+# --------------------------------------------------------------------------- isinstance, autocast
+
+
+def test_parameters_and_buffers_are_what_model_code_checks() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.register_buffer("b", torch.ones(3))
+            self.register_buffer("scratch", torch.zeros(3), persistent=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            assert isinstance(self.lin.weight, nn.Parameter)
+            assert not isinstance(self.b, nn.Parameter | nn.Buffer)  # eager: plain tensors
+            assert torch.is_tensor(x) and not isinstance(x, nn.Parameter)
+            return self.lin(x) + self.b + self.scratch
+
+    m = M()
+    check_against_eager(m, rand(2, 3))
+    thunder_ir.jit(m)(rand(2, 3))
+    assert set(m.state_dict()) == {"lin.weight", "lin.bias", "b"}  # persistence kept
+
+
+def test_autocast_inside_forward_is_refused_with_the_line() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.b = nn.Linear(4, 4)
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                h = self.b(h)
+            return h
+
+    where = r"test_eager_semantics\.py:\d+.*autocast"
+    with pytest.raises(thunder_ir.ThunderTraceError, match=where):
+        thunder_ir.jit(M())(rand(2, 4))
+    assert not torch.is_autocast_enabled("cpu")
+
+
+# --------------------------------------------------------------------------- fallback crashes
+
+
+@pytest.mark.parametrize("cls", [nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d])
+def test_batch_norm_in_training_updates_running_stats_once(cls) -> None:
+    m = cls(4)
+    shape = {nn.BatchNorm1d: (3, 4), nn.BatchNorm2d: (3, 4, 2, 2),
+             nn.BatchNorm3d: (3, 4, 2, 2, 2)}[cls]
+    x = rand(*shape)
+    check_against_eager(m, x)
+    tm = thunder_ir.jit(m)
+    tm(x).sum().backward()
+    ref = cls(4)
+    ref(x).sum().backward()
+    torch.testing.assert_close(m.running_mean, ref.running_mean)
+    assert m.num_batches_tracked.item() == ref.num_batches_tracked.item() == 1
+
+
+_T = torch.randint(0, 5, (4, 5), generator=torch.Generator().manual_seed(2)).float()
+_W = torch.rand(5, generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("loss", [
+    lambda x: F.nll_loss(F.log_softmax(x, -1), _T[:, 0].long(), weight=_W),
+    lambda x: F.cross_entropy(x, _T[:, 0].long(), weight=_W, label_smoothing=0.1),
+    lambda x: F.binary_cross_entropy(x.sigmoid(), _T / 5, weight=_W.expand(4, 5)),
+    lambda x: F.soft_margin_loss(x, _T.sign() * 2 - 1),
+    lambda x: F.multilabel_soft_margin_loss(x, (_T > 2).float()),
+], ids=["nll_loss", "cross_entropy", "binary_cross_entropy", "soft_margin_loss",
+        "multilabel_soft_margin"])
+def test_losses_with_weights_and_targets(loss) -> None:
+    check_against_eager(loss, rand(4, 5))
+
+
+def test_transformer_layers_and_attention_masks() -> None:
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True), 2,
+                                enable_nested_tensor=False)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = rand(2, 5, 8)
+    mask = nn.Transformer.generate_square_subsequent_mask(5)
+    check_against_eager(layer, x)
+    check_against_eager(lambda x: enc(x, mask=mask, is_causal=True), x)
+    check_against_eager(lambda x: mha(x, x, x, need_weights=False)[0], x)
+    check_against_eager(lambda x: mha(x, x, x, attn_mask=mask.bool())[0], x)
+    check_against_eager(lambda x: mha(x, x, x)[1], x)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.sort(x, dim=1).values * 2,
+    lambda x: x.sort().indices,
+    lambda x: torch.topk(x, 2).values + torch.topk(x, 2).indices,
+    lambda x: torch.median(x, dim=1).values,
+    lambda x: torch.kthvalue(x, 2, dim=1).values,
+    lambda x: torch.mode(x.round(), dim=1).values,
+    lambda x: torch.cummax(x, dim=1).values,
+    lambda x: torch.aminmax(x, dim=1).max,
+    lambda x: torch.linalg.qr(x).Q,
+    lambda x: x.max(dim=0).values - x.min(1).indices,
+], ids=["sort", "sort_indices", "topk", "median", "kthvalue", "mode", "cummax", "aminmax",
+        "qr", "max_min"])
+def test_named_tuple_results(fn) -> None:
+    check_against_eager(fn, rand(4, 4))
+
+
+@torch.library.custom_op("thunder_ir_test::scaled_sin", mutates_args=())
+def scaled_sin(x: torch.Tensor, k: float) -> torch.Tensor:
+    return x.sin() * k
+
+
+@scaled_sin.register_fake
+def _(x: torch.Tensor, k: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _scaled_sin_setup(ctx, inputs, output):  # type: ignore[no-untyped-def]
+    ctx.save_for_backward(inputs[0])
+    ctx.k = inputs[1]
+
+
+def _scaled_sin_backward(ctx, g):  # type: ignore[no-untyped-def]
+    (x,) = ctx.saved_tensors
+    return g * x.cos() * ctx.k, None
+
+
+scaled_sin.register_autograd(_scaled_sin_backward, setup_context=_scaled_sin_setup)
+
+
+def test_custom_op_and_aten_overloads() -> None:
+    check_against_eager(lambda x: scaled_sin(x, 3.0) + 1, rand(4))
+    check_against_eager(lambda x: torch.ops.aten.mul.Tensor(x, x) + torch.ops.aten.sin(x),
+                        rand(4))
+    f = thunder_ir.jit(lambda x: scaled_sin(x, 2.0))
+    f(rand(3, rg=False))
+    assert "torch.ops.thunder_ir_test.scaled_sin.default(" in str(thunder_ir.last_traces(f)[-1])
+
+
+def test_tensors_where_numbers_are_expected() -> None:
+    lo, hi = torch.tensor(-0.5), torch.tensor([0.1, 0.2, 0.3])
+    check_against_eager(lambda x: torch.clamp(x, min=lo, max=hi), rand(2, 3))
+    check_against_eager(lambda x: x.masked_fill(x > 0, torch.tensor(2.0)), rand(2, 3))
+    check_against_eager(lambda x: x.narrow(1, torch.tensor(1), 2), rand(2, 3))
+    check_against_eager(lambda x: x.repeat_interleave(torch.tensor([1, 2, 3]), dim=1,
+                                                      output_size=6), rand(2, 3))
+    with pytest.raises(thunder_ir.DataDependentError, match="repeat_interleave"):
+        thunder_ir.jit(lambda x: x.repeat_interleave(torch.tensor([1, 2, 3]), dim=1))(
+            rand(2, 3))
+
+
+def test_complex_dtypes_through_the_fallback() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = torch.fft.fft(x)
+        return (c * c.conj()).real + torch.view_as_real(c).sum(-1)
+
+    check_against_eager(f, rand(4, 8))
+    check_against_eager(lambda z: (z * 2).abs(), torch.randn(3, dtype=torch.complex64))
+
+
+def test_torch_functions_that_read_metadata() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        if torch.is_floating_point(x) and not torch.is_complex(x) and torch.numel(x) == 6:
+            return x * 2
+        return x
+
+    check_against_eager(f, rand(2, 3))
+
+
+# --------------------------------------------------------------------------- error locations
+
+
+def test_data_dependent_error_from_stdin_names_the_pseudo_file(tmp_path) -> None:
+    code = textwrap.dedent("""
+        import torch, thunder_ir
+        def f(x):
+            if x.sum() > 0:
+                return x
+            return -x
+        try:
+            thunder_ir.jit(f)(torch.ones(2))
+        except thunder_ir.DataDependentError as e:
+            print(str(e).splitlines()[0])
+    """)
+    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True,
+                         cwd=str(tmp_path.parent), check=True).stdout
+    assert out.startswith("<stdin>:4:"), out
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("<string>:4:"), out
+
+
+def test_errors_in_library_code_name_the_full_path(tmp_path) -> None:
+    lib = tmp_path / "mylib" / "layers.py"
+    lib.parent.mkdir()
+    lib.write_text("def gate(x):\n    return x if x.mean() > 0 else -x\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from mylib.layers import gate  # type: ignore[import-not-found]
+
+        with pytest.raises(thunder_ir.DataDependentError) as e:
+            thunder_ir.jit(gate)(torch.ones(2))
+        assert f"{lib}:2:" in str(e.value)
+    finally:
+        sys.path.remove(str(tmp_path))
