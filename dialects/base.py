@@ -26,6 +26,7 @@ other tuple        ``[...]``
 ``slice``          ``#prims.slice<0, 4, 2>``
 ``...``            ``#prims.ellipsis``
 operand ref        ``#prims.operand<0>`` (which operand, in ``torch.call`` and getitem)
+``torch.strided``  ``#prims.torch<"strided">`` (layouts, memory formats)
 =================  ====================================
 
 A param that is ``None`` at top level is simply absent (declare it with ``opt_prop_def``).
@@ -133,6 +134,27 @@ class OperandRefAttr(ParametrizedAttribute):
             return (IntAttr(parser.parse_integer(allow_negative=False)),)
 
 
+@irdl_attr_definition
+class TorchConstantAttr(ParametrizedAttribute):
+    """A torch constant inside a static argument, by name: ``#prims.torch<"strided">``
+    (``torch.strided``; memory formats and layouts)."""
+
+    name = "prims.torch"
+
+    constant: StringAttr
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f'<"{self.constant.data}">')
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        with parser.in_angle_brackets():
+            return (StringAttr(parser.parse_str_literal()),)
+
+
+_TORCH_CONSTANTS = (torch.memory_format, torch.layout)
+
+
 class OperandRef(int):
     """The Python value of `OperandRefAttr`: an int that knows it names an operand."""
 
@@ -142,7 +164,8 @@ class OperandRef(int):
         return f"OperandRef({int(self)})"
 
 
-BASE_ATTRIBUTES: tuple[type[Attribute], ...] = (SliceAttr, EllipsisAttr, OperandRefAttr)
+BASE_ATTRIBUTES: tuple[type[Attribute], ...] = (SliceAttr, EllipsisAttr, OperandRefAttr,
+                                                TorchConstantAttr)
 
 _INT_ARRAYS: dict[tuple[int, ...], Attribute] = {}
 _TRUE = IntegerAttr(1, i1)
@@ -187,6 +210,8 @@ def to_attr(value: Any) -> Attribute:
         return _ELLIPSIS
     if isinstance(value, torch.device):
         return StringAttr(str(value))
+    if isinstance(value, _TORCH_CONSTANTS):
+        return TorchConstantAttr(StringAttr(str(value).removeprefix("torch.")))
     raise TypeError(f"cannot store {value!r} of type {type(value).__name__} as a static argument")
 
 
@@ -228,6 +253,8 @@ def from_attr(attr: Attribute) -> Any:
         return OperandRef(attr.index.data)  # type: ignore[attr-defined]
     if cls is IntAttr:
         return attr.data  # type: ignore[attr-defined]
+    if cls is TorchConstantAttr:
+        return getattr(torch, attr.constant.data)  # type: ignore[attr-defined]
     info = DTYPE_BY_ELEMENT.get(attr)
     if info is not None:
         return info.torch_dtype

@@ -15,6 +15,10 @@ and fusion regions never move across it. A call whose builder knows the callee i
 function of its operands says so with the ``pure`` property (``make_call(..., pure=True)``,
 as the SDPA executor's attention calls do); then it has no effects (`PureIfMarked`).
 
+``nograd`` lists operands that eager's autograd leaves without a gradient although the
+result requires grad (``torch.linalg.norm(x, ord=0)``, a loss's float ``target``): autodiff
+sends them no cotangent, and their gradient stays ``None`` as eager's does.
+
 A callee that returns a sequence has the ``multi`` property: ``true`` when every entry is a
 tensor (one result each), or an array with one entry per element of the sequence, 1 for
 a tensor (a result) and 0 for ``None`` (``multi_head_attention_forward``'s absent weights).
@@ -28,7 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr, UnitAttr
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
 from xdsl.ir import Attribute, Dialect, Operation
 from xdsl.irdl import (
     irdl_op_definition,
@@ -93,6 +104,7 @@ class CallOp(ThunderOp):
     kwargs = opt_prop_def(DictionaryAttr)
     multi = opt_prop_def(Attribute)  # the callee returns a sequence (even of one)
     pure = opt_prop_def(UnitAttr)  # the callee is a pure function of its operands
+    nograd = opt_prop_def(DenseArrayBase)  # operands eager's autograd gives no gradient
     outs = var_result_def(TensorType | NumberType | HandleType)
 
     traits = traits_def(PureIfMarked())
@@ -146,7 +158,8 @@ class CallOp(ThunderOp):
 def make_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
               kwargs: dict[str, Any] | None = None,
               result_types: Sequence[Attribute] | None = None,
-              pure: bool = False, layout: tuple[int, ...] | bool | None = None) -> CallOp:
+              pure: bool = False, layout: tuple[int, ...] | bool | None = None,
+              nograd: Sequence[int] = ()) -> CallOp:
     """Builds a ``torch.call``. Without ``result_types`` they (and ``layout``) come from a
     meta run (`meta_call`). ``pure``: the callee draws no random numbers, mutates nothing
     and returns fresh values, so the call may be deduplicated, dropped when unused, and
@@ -163,6 +176,8 @@ def make_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
         props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
     if layout is not None and layout is not False:
         props["multi"] = to_attr(True if layout is True or all(layout) else tuple(layout))
+    if nograd:
+        props["nograd"] = DenseArrayBase.from_list(i64, list(nograd))
     return CallOp.create(operands=list(operands), result_types=list(result_types),
                          properties=props)
 
@@ -176,12 +191,14 @@ class MetaCall:
         layout: ``None`` for one tensor; for a sequence, 1 per tensor and 0 per ``None``.
         requires_grad: per result, whether eager marks it as requiring grad (when asked).
         kind: the sequence's type (``tuple``, ``list`` or a ``torch.return_types`` class).
+        nograd: operands that require grad but get no gradient from eager's backward.
     """
 
     result_types: list[Attribute]
     layout: tuple[int, ...] | None
     requires_grad: list[bool]
     kind: type
+    nograd: tuple[int, ...] = ()
 
     def rebuild(self, results: Sequence[Any]) -> Any:
         """The callee's output structure with ``results`` in place of its tensors."""
@@ -223,8 +240,25 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     results = [o for o in items if o is not None]
     if layout is not None and not results and items:
         raise TypeError("returned no tensors")
-    return MetaCall([type_of_meta(o, dev) for o in results], layout,
-                    [isinstance(o, torch.Tensor) and o.requires_grad for o in results], kind)
+    rg = [isinstance(o, torch.Tensor) and o.requires_grad for o in results]
+    nograd: tuple[int, ...] = ()
+    if requires_grad is not None and any(rg):
+        nograd = _operands_without_gradient(metas, requires_grad,
+                                            [o for o, f in zip(results, rg) if f])
+    return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd)
+
+
+def _operands_without_gradient(metas: Sequence[Any], requires_grad: Sequence[bool],
+                               outs: Sequence[torch.Tensor]) -> tuple[int, ...]:
+    """Operands (among the flagged) whose gradient eager's backward leaves undefined: one
+    meta backward from every result that requires grad. ``()`` if it cannot run."""
+    pos = [i for i, f in enumerate(requires_grad) if f]
+    try:
+        grads = torch.autograd.grad(list(outs), [metas[i] for i in pos],
+                                    [torch.ones_like(o) for o in outs], allow_unused=True)
+    except Exception:  # a backward without meta kernels: assume every gradient is defined
+        return ()
+    return tuple(i for i, g in zip(pos, grads) if g is None)
 
 
 def meta_value(t: Attribute) -> Any:

@@ -26,6 +26,10 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     BFloat16Type,
     ComplexType,
+    Float8E4M3FNType,
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -65,13 +69,22 @@ _DTYPES: tuple[DTypeInfo, ...] = (
     DTypeInfo(ComplexType(Float16Type()), torch.complex32, "c32"),
     DTypeInfo(ComplexType(Float32Type()), torch.complex64, "c64"),
     DTypeInfo(ComplexType(Float64Type()), torch.complex128, "c128"),
+    DTypeInfo(IntegerType(16, Signedness.UNSIGNED), torch.uint16, "ui16"),
+    DTypeInfo(IntegerType(32, Signedness.UNSIGNED), torch.uint32, "ui32"),
+    DTypeInfo(IntegerType(64, Signedness.UNSIGNED), torch.uint64, "ui64"),
+    DTypeInfo(Float8E4M3FNType(), torch.float8_e4m3fn, "f8e4m3fn"),
+    DTypeInfo(Float8E5M2Type(), torch.float8_e5m2, "f8e5m2"),
+    DTypeInfo(Float8E4M3FNUZType(), torch.float8_e4m3fnuz, "f8e4m3fnuz"),
+    DTypeInfo(Float8E5M2FNUZType(), torch.float8_e5m2fnuz, "f8e5m2fnuz"),
 )
+_COMPUTED = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
+                       torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64})
 DTYPE_BY_TORCH: dict[torch.dtype, DTypeInfo] = {d.torch_dtype: d for d in _DTYPES}
 DTYPE_BY_ELEMENT: dict[Attribute, DTypeInfo] = {d.element_type: d for d in _DTYPES}
 SUPPORTED_DTYPES: tuple[torch.dtype, ...] = tuple(
-    d.torch_dtype for d in _DTYPES if not d.torch_dtype.is_complex)
-"""The dtypes prims compute in. Complex tensors flow through programs too (opaque torch
-calls produce and take them), but no prim computes on them."""
+    d.torch_dtype for d in _DTYPES if d.torch_dtype in _COMPUTED)
+"""The dtypes prims compute in. Complex, float8 and wide unsigned tensors flow through
+programs too (opaque torch calls produce and take them), but no prim computes on them."""
 FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 INT_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 COMPLEX_DTYPES = frozenset({torch.complex32, torch.complex64, torch.complex128})

@@ -104,6 +104,8 @@ def py_literal(value: Any, operands: Sequence[str] = ()) -> str:
         return "..."
     if isinstance(value, torch.device):
         return f"torch.device({str(value)!r})"
+    if isinstance(value, torch.memory_format | torch.layout):
+        return str(value)  # "torch.contiguous_format"
     raise TypeError(
         f"python printer: no Python literal for {value!r} of type {type(value).__name__}"
     )

@@ -137,8 +137,11 @@ def lower_op(op: ThunderOp) -> CallOp:
         callee = torch_name(type(op).TORCH_FN)  # type: ignore[attr-defined]
         args, params = direct
         defaults = getattr(type(op), "DEFAULTS", {})
+        # Defaults are left out, except dim=None next to keepdim (sum(x, None, keepdim=True)
+        # is valid, sum(x, keepdim=True) is not).
         params = {k: v for k, v in params.items()
-                  if not (k in defaults and type(defaults[k]) is type(v) and defaults[k] == v)}
+                  if not (k in defaults and type(defaults[k]) is type(v) and defaults[k] == v)
+                  or (k == "dim" and params.get("keepdim"))}
     else:
         callee = wrapper_for(type(op))
     call = make_call(callee, flat, args, params, result_types=[r.type for r in op.results])

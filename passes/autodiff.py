@@ -39,6 +39,7 @@ from xdsl.traits import is_side_effect_free
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import Program, main_function
+from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 from thunder_ir.passes.strip_autograd import strip_autograd
@@ -114,19 +115,23 @@ class Joint:
 
 
 def _active(fn_ops: Sequence[Operation], sources: Sequence[SSAValue]) -> dict[SSAValue, int]:
-    """Values that depend on a source through ops that carry gradients, each with the set
-    of sources it depends on (bit ``k`` for ``sources[k]``)."""
+    """Values that require grad: those computed from a source by ops that carry gradients,
+    each with the set of sources its gradient reaches (bit ``k`` for ``sources[k]``; it can
+    be empty where eager's gradient is undefined)."""
     active = {v: 1 << k for k, v in enumerate(sources)}
     for op in fn_ops:
-        if type(op) in NOT_DIFFERENTIABLE:
+        if type(op) in NOT_DIFFERENTIABLE or not any(o in active for o in op.operands):
             continue
+        # An opaque call may take an operand without giving it a gradient (``nograd``):
+        # its results still require grad, but do not depend on that operand's sources.
+        skip = op.nograd.get_values() if isinstance(op, CallOp) and op.nograd else ()
         deps = 0
-        for o in op.operands:
-            deps |= active.get(o, 0)
-        if deps:
-            for r in op.results:
-                if is_differentiable_value(r):
-                    active[r] = deps
+        for i, o in enumerate(op.operands):
+            if i not in skip:
+                deps |= active.get(o, 0)
+        for r in op.results:
+            if is_differentiable_value(r):
+                active[r] = deps
     return active
 
 

@@ -558,7 +558,9 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
 
     op = out[0].owner
     assert isinstance(op, CallOp)
-    diff = [i for i, v in enumerate(inputs) if is_differentiable_value(v) and g.active(v)]
+    nograd = op.nograd.get_values() if op.nograd else ()
+    diff = [i for i, v in enumerate(inputs)
+            if is_differentiable_value(v) and g.active(v) and i not in nograd]
     grads: list[SSAValue | None] = [None] * len(inputs)
     if not diff:
         return [grads]

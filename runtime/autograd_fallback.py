@@ -172,12 +172,12 @@ def no_derivative(message: str, *cts: torch.Tensor) -> Any:
     raise RuntimeError(message)
 
 
-def inplace_on_copy(method: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    """``x.<method>(...)`` applied to a copy of ``x``: the functional form of an in-place
-    method that has none (``uniform_``, ``normal_``, ``exponential_``…). The copy has
-    ``x``'s strides, so random draws land where eager puts them."""
+def inplace_on_copy(callee: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """The in-place torch function ``callee`` (``torch.Tensor.uniform_``, ``torch.zero_``)
+    applied to a copy of ``x``: the functional form of an in-place op that has none. The
+    copy has ``x``'s strides, so random draws land where eager puts them."""
     out = x.clone()
-    getattr(out, method)(*args, **kwargs)
+    _callee(callee)(out, *args, **kwargs)
     return out
 
 

@@ -138,8 +138,12 @@ def flatten_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[An
                 break
         else:
             return list(args), len(args)
-    leaves, spec = pytree.tree_flatten((args, kwargs))
+    leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_size)
     return leaves, spec
+
+
+def _is_size(x: Any) -> bool:
+    return isinstance(x, torch.Size)
 
 
 def unflatten_outputs(entry: Entry, outs: Any) -> Any:

@@ -36,6 +36,8 @@ def run_block(block: Block, args: Sequence[Any]) -> list[Any]:
             out = op.ref(*grouped, **op.params())
         else:
             raise NotImplementedError(f"the interpreter cannot run {op.name}")
+        if not op.results:
+            continue
         if len(op.results) == 1 and not isinstance(out, list | tuple):
             env[op.results[0]] = out
         else:

@@ -27,14 +27,13 @@ that returns ``None`` for a ``None`` cotangent computes zeros instead, the same 
 of the checkpointed function (rematerialization is the compiler's business; gradients
 and random draws are the same).
 
-``Function.apply`` is patched once, on the first trace; outside a trace (and in other
-threads) it runs the original code.
+``Function.apply`` is taken over once (`thunder_ir.takeover`), on the first trace; outside
+a trace (and in other threads) it runs the original code.
 """
 
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +45,7 @@ from thunder_ir import tracing
 from thunder_ir.dialects.autograd import make_function
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.proxy import TensorProxy, is_proxy
+from thunder_ir.takeover import take_over
 
 
 class TracedFunctionCtx:
@@ -86,8 +86,7 @@ def _checkpoint_function() -> Any:
     return CheckpointFunction
 
 
-def trace_apply(ctx: tracing.TraceContext, cls: Any, args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> Any:
+def trace_apply(ctx: tracing.TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
     """``cls.apply(*args, **kwargs)`` while tracing (see the module doc)."""
     if cls is _checkpoint_function():
         run_function, _preserve_rng, *rest = args
@@ -197,27 +196,4 @@ def _check_grads(ctx: tracing.TraceContext, name: str, args: Sequence[Any],
     return primals, mask, yielded
 
 
-_INSTALLED: list[Any] = []
-_LOCK = threading.Lock()
-
-
-def install() -> None:
-    """Routes ``Function.apply`` to `trace_apply` while this thread traces (idempotent)."""
-    with _LOCK:
-        if _INSTALLED:
-            return
-        original = Function.__dict__["apply"].__func__
-
-        def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            # User code runs with the tracer's mode on the stack; the tracer's own meta
-            # runs (a custom op's autograd kernel) run with it set aside.
-            if not tracing.tracing_now() or torch._C._len_torch_function_stack() == 0:
-                return original(cls, *args, **kwargs)
-            return trace_apply(tracing.current(), cls, args, kwargs)
-
-        apply.__doc__ = original.__doc__
-        Function.apply = classmethod(apply)  # type: ignore[method-assign, assignment]
-        _INSTALLED.append(original)
-
-
-install()
+take_over(Function, "apply", trace_apply)

@@ -114,8 +114,8 @@ def emit_bound(ctx: TraceContext, op: type[ThunderOp], bound: dict[str, Any],
         if isinstance(v, torch.device):
             v = canonical_device(v)
         params[n] = v
-    out = ctx.emit(op, *groups, **params)
-    return ctx.wrap(out, base)
+    out = ctx.wrap(ctx.emit(op, *groups, **params), base)
+    return tuple(out) if isinstance(out, list) else out  # torch returns tuples (split)
 
 
 def _root(p: Any) -> TensorProxy | None:
@@ -702,10 +702,29 @@ def _narrow(ctx: TraceContext, x: Any, dim: int, start: Any, length: int) -> Any
 _register([torch.narrow, T.narrow], _narrow)
 
 
+def _symbolic_number(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.sym_float(3)`` and its siblings reach the tracer's mode with plain numbers
+    (a mode sees every call): on numbers they are the Python functions they wrap."""
+
+    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
+            raise UseFallback
+        with torch._C.DisableTorchFunction():
+            return fn(*args, **kwargs)
+
+    return handler
+
+
+for _n in dir(torch):
+    if _n.startswith("sym_") and callable(getattr(torch, _n)):
+        HANDLERS[getattr(torch, _n)] = _symbolic_number(getattr(torch, _n))
+
+
 # --------------------------------------------------------------------------- inlined Python
 
 _INLINED = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
-            F.feature_alpha_dropout, F.multi_head_attention_forward)
+            F.feature_alpha_dropout, F.multi_head_attention_forward,
+            F.triplet_margin_with_distance_loss, F.linear_cross_entropy)
 """torch functions written in Python that the tracer runs as they are, recording the torch
 calls they make (their argument checks and warnings are eager's own), instead of recording
 one opaque call of the whole function."""

@@ -33,6 +33,7 @@ import importlib
 import inspect
 import os
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -83,11 +84,14 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OUR_PACKAGES = ("thunder_ir", "thunder_ir.dialects", "thunder_ir.passes",
                  "thunder_ir.lowering", "thunder_ir.runtime")
 _OUR_DIRS: tuple[str, ...] = ()
+_STDLIB = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep  # contextlib, functools
+_SITE = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")})
 _SKIP_CACHE: dict[str, bool] = {}
 
 
 def _our_dirs() -> tuple[str, ...]:
-    """The folders of thunder_ir's own packages (wherever they are installed)."""
+    """The folders of thunder_ir's own packages (wherever they are installed) and of
+    Python's standard library: frames there are not the user's."""
     global _OUR_DIRS
     if not _OUR_DIRS:
         dirs: list[str] = []
@@ -107,7 +111,8 @@ def _skip(filename: str) -> bool:
             s = filename.startswith(("<frozen", "<thunder"))
         else:
             path = os.path.abspath(filename)
-            s = path.startswith(_TORCH_DIR) or path.startswith(_our_dirs())
+            s = (path.startswith(_TORCH_DIR) or path.startswith(_our_dirs())
+                 or (path.startswith(_STDLIB) and not path.startswith(_SITE)))
         _SKIP_CACHE[filename] = s
     return s
 
@@ -661,8 +666,8 @@ def torch_name(func: Any) -> str:
     return name
 
 
-INPLACE_ON_COPY = "thunder_ir.runtime.autograd_fallback.inplace_on_copy"
-"""Callee of a functionalized in-place method that has no out-of-place form (``uniform_``)."""
+_NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
+"""In-place methods whose same-named out-of-place function means something else."""
 
 
 def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
@@ -673,13 +678,15 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
     require grad come from running the function on meta tensors; a caller that knows the
     one result's type (a meta kernel that would read a tensor's value) passes it."""
     name = torch_name(func)
-    if name.startswith("torch.Tensor.") and name.endswith("_") and not name.endswith("__"):
-        method = name[len("torch.Tensor."):]
-        functional = getattr(torch.Tensor, method[:-1], None)
+    if (name.endswith("_") and not name.endswith("__") and args and is_proxy(args[0])
+            and name.startswith(("torch.Tensor.", "torch."))):
+        owner, _, short = name.rpartition(".")
+        functional = None if short in _NOT_FUNCTIONAL else \
+            getattr(torch.Tensor if owner == "torch.Tensor" else torch, short[:-1], None)
         if functional is not None:
             out = fallback(ctx, functional, args, kwargs)
-        else:  # uniform_, normal_, ...: the method applied to a copy, drawn as eagerly
-            out = fallback(ctx, _inplace_on_copy(), (method, *args), kwargs)
+        else:  # uniform_, normal_, zero_...: applied to a copy, drawn as eagerly
+            out = fallback(ctx, _inplace_on_copy(), (name, *args), kwargs)
         return ctx.assign(args[0], out._value, name)
     operands: list[SSAValue] = []
     index: dict[int, int] = {}
@@ -719,12 +726,18 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
     except Exception as e:
         if _is_data_dependent(e):
             raise DataDependentError(
-                f"{where(ctx.loc)}: {name} gives a result whose shape depends on a traced "
-                f"tensor's values, but {_DATA_HINT}") from None
+                f"{where(ctx.loc)}: {name} needs a traced tensor's values (to size its result "
+                f"or to check its inputs), but {_DATA_HINT}") from None
+        if "no fake impl or Meta kernel" in str(e):
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: {name} cannot be traced: torch has no meta kernel for it "
+                "(its result's shape is unknown without running it, often because it depends "
+                "on the values). Run it outside the jitted function and pass its result in."
+            ) from None
         raise ThunderTraceError(f"{where(ctx.loc)}: {name} failed on traced inputs "
                                 f"(meta run): {e}") from None
     op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
-                   layout=meta.layout)
+                   layout=meta.layout, nograd=meta.nograd)
     results = ctx.record(op, meta.requires_grad if grad_mask is not None else None)
     return meta.rebuild([ctx.wrap(r) for r in results])
 
@@ -758,6 +771,11 @@ def _arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> l
     return out + list(kwargs)
 
 
+def _is_size(x: Any) -> bool:
+    """``torch.Size`` stays whole in pytrees (unflattened, torch's pytree makes a tuple)."""
+    return isinstance(x, torch.Size)
+
+
 @contextlib.contextmanager
 def _global_state_kept() -> Iterator[None]:
     """Restores what user code may leave changed if tracing fails (grad mode, default
@@ -784,6 +802,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   state: dict[str, torch.Tensor] | None = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module``'s forward with ``state``) into IR."""
     import thunder_ir.custom_function
+    import thunder_ir.takeover
     import thunder_ir.torch_map  # noqa: F401  (fills HANDLERS)
 
     load_vjp_rules()  # NOT_DIFFERENTIABLE, which `TraceContext.track` reads
@@ -798,7 +817,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     proxied_top = []
     leaf_index = 0
     for name, value in zip(names, top):
-        leaves, spec = pytree.tree_flatten(value)
+        leaves, spec = pytree.tree_flatten(value, is_leaf=_is_size)
         new_leaves = []
         for j, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
@@ -834,7 +853,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     finally:
         if gc_was_enabled:
             gc.enable()
-    leaves, out_spec = pytree.tree_flatten(out)
+    leaves, out_spec = pytree.tree_flatten(out, is_leaf=_is_size)
     outputs: list[SSAValue] = []
     out_leaves: list[tuple[str, Any]] = []
     for leaf in leaves:

@@ -1,0 +1,115 @@
+"""torch's Python-level functions that no TorchFunctionMode sees, taken over while tracing.
+
+``Function.apply`` and the generator's state functions (``torch.manual_seed``,
+``torch.get_rng_state``, ``torch.set_rng_state``) never reach the tracer's
+``TorchFunctionMode``: run as they are, they would act once, at trace time, instead of on
+every call. `take_over` replaces such a function, once, by a wrapper that hands the call to
+the tracer's handler when user code in this thread is being traced (the tracer's mode is
+on the stack: not during its own meta runs), and runs the original otherwise.
+
+The RNG state functions become ``torch.call`` ops with effects, in program order, so a
+function that seeds or saves and restores the generator (``torch.testing``'s
+``freeze_rng_state``, ``torch.random.fork_rng``) draws what eager draws on every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from thunder_ir import tracing
+from thunder_ir.dialects.torch import make_call
+from thunder_ir.dialects.types import type_of_tensor
+
+Handler = Callable[..., Any]
+
+_LOCK = threading.Lock()
+_TAKEN: dict[tuple[int, str], Callable[..., Any]] = {}
+
+
+def _in_user_code() -> bool:
+    return tracing.tracing_now() and torch._C._len_torch_function_stack() > 0
+
+
+def take_over(owner: Any, name: str, handler: Handler) -> None:
+    """Replaces ``owner.name`` (a module's function, or a classmethod) by a wrapper that
+    calls ``handler(ctx, *args, **kwargs)`` while user code is traced (idempotent)."""
+    with _LOCK:
+        if (id(owner), name) in _TAKEN:
+            return
+        raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        if isinstance(raw, classmethod):
+            original = raw.__func__
+
+            def method(cls: Any, *args: Any, **kwargs: Any) -> Any:
+                if not _in_user_code():
+                    return original(cls, *args, **kwargs)
+                return handler(tracing.current(), cls, *args, **kwargs)
+
+            functools.update_wrapper(method, original)
+            setattr(owner, name, classmethod(method))
+        else:
+            original = raw
+
+            @functools.wraps(original)
+            def function(*args: Any, **kwargs: Any) -> Any:
+                if not _in_user_code():
+                    return original(*args, **kwargs)
+                return handler(tracing.current(), *args, **kwargs)
+
+            setattr(owner, name, function)
+        _TAKEN[(id(owner), name)] = original
+
+
+# --------------------------------------------------------------------------- RNG state
+
+
+def _record(ctx: tracing.TraceContext, callee: str, operands: list[Any], args: list[Any],
+            result_types: list[Any]) -> list[Any]:
+    ctx.loc = tracing.user_location()
+    op = make_call(callee, operands, args, result_types=result_types)
+    return ctx.record(op)
+
+
+def _not_user_code(handler: Handler) -> Handler:
+    """Runs a handler with the tracer's mode set aside (its own torch calls are not traced)."""
+
+    @functools.wraps(handler)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with torch._C.DisableTorchFunction():
+            return handler(*args, **kwargs)
+
+    return run
+
+
+def _manual_seed(ctx: tracing.TraceContext, seed: Any) -> Any:
+    if not isinstance(seed, int):
+        raise tracing.ThunderTraceError(f"{tracing.where(ctx.loc)}: torch.manual_seed needs "
+                                        f"an int seed while traced, got {type(seed).__name__}")
+    _record(ctx, "torch.random.manual_seed", [], [int(seed)], [])
+    return torch.default_generator
+
+
+def _get_rng_state(ctx: tracing.TraceContext) -> Any:
+    state_type = type_of_tensor(torch.default_generator.get_state())
+    (state,) = _record(ctx, "torch.random.get_rng_state", [], [], [state_type])
+    return ctx.wrap(state)
+
+
+def _set_rng_state(ctx: tracing.TraceContext, new_state: Any) -> None:
+    from thunder_ir.dialects.base import OperandRef
+
+    _record(ctx, "torch.random.set_rng_state", [ctx.value_of(new_state)], [OperandRef(0)], [])
+
+
+for _owner in (torch, torch.random):
+    take_over(_owner, "manual_seed", _not_user_code(_manual_seed))
+    take_over(_owner, "get_rng_state", _not_user_code(_get_rng_state))
+    take_over(_owner, "set_rng_state", _not_user_code(_set_rng_state))
+
+
+__all__ = ["take_over"]
