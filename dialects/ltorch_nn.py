@@ -12,8 +12,9 @@ Deviations from torch, on purpose:
 
 * The dropout family is ATen's (``torch.dropout(input, p, train)``), not ``F.dropout``'s
   Python wrapper, whose checks the frontend runs as they are.
-* ``scaled_dot_product_attention`` accepts only ``dropout_p=0.0``: a nonzero value is a
-  `ShapeError` at build time (the frontend records such calls as opaque torch calls).
+* ``scaled_dot_product_attention`` with a nonzero ``dropout_p`` draws random numbers:
+  it is then not ``Pure`` (`PureWithoutDropout`), and has no decomposition (eager's
+  draw happens inside ATen's math kernel, which the torch executor calls).
 * ``embedding`` rejects ``max_norm`` (torch renormalizes the weight in place).
 * torch's ``inplace`` flags (relu, silu, dropout) and ``F.softmax``'s ``_stacklevel`` are
   not params: the frontend drops them (``inplace=True`` is a write-back, not an op param).
@@ -27,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, StringAttr
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     operand_def,
@@ -37,9 +38,9 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.traits import Pure
+from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
-from thunder_ir.dialects.base import ShapeError
+from thunder_ir.dialects.base import ShapeError, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
 from thunder_ir.dialects.types import TensorType
 
@@ -354,10 +355,20 @@ class EmbeddingOp(NNOp):
 # --------------------------------------------------------------------------- attention
 
 
+class PureWithoutDropout(MemoryEffect):
+    """No effects, unless the op draws dropout (a nonzero ``dropout_p``): then, like every
+    random op, it is never merged, dropped or moved across another draw."""
+
+    @classmethod
+    def get_effects(cls, op: Operation) -> set[EffectInstance] | None:
+        p = op.properties.get("dropout_p")
+        return set() if p is None or not from_attr(p) else None
+
+
 @ltorch_op(F.scaled_dot_product_attention)
 class ScaledDotProductAttentionOp(NNOp):
-    """`%y = ltorch.scaled_dot_product_attention %q, %k, %v[, %mask] {is_causal, scale?,
-    enable_gqa}`: ``softmax(q @ k.T * scale + mask) @ v`` (``dropout_p`` must be 0)"""
+    """`%y = ltorch.scaled_dot_product_attention %q, %k, %v[, %mask] {dropout_p, is_causal,
+    scale?, enable_gqa}`: ``dropout(softmax(q @ k.T * scale + mask)) @ v``"""
 
     name = "ltorch.scaled_dot_product_attention"
 
@@ -370,19 +381,11 @@ class ScaledDotProductAttentionOp(NNOp):
     scale = opt_prop_def(Number)
     enable_gqa = opt_prop_def(Bool)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(PureWithoutDropout())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("query", "key", "value", "attn_mask", "dropout_p",
                                              "is_causal", "scale", "enable_gqa")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dropout_p": 0.0, "is_causal": False, "scale": None,
                                           "enable_gqa": False}
-
-    @classmethod
-    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
-        if params.get("dropout_p") not in (None, 0, 0.0):
-            raise ShapeError(f"{cls.name}: dropout_p={params['dropout_p']} is not supported "
-                             "(attention dropout needs an RNG seed); pass dropout_p=0.0, or "
-                             "write the attention as softmax, F.dropout and matmul")
-        return super().infer(*operand_types, **params)
 
 
 # --------------------------------------------------------------------------- losses

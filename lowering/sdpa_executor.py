@@ -371,8 +371,8 @@ def sdpa_vjp(g: Any, out: list[SSAValue], ct: list[SSAValue | None], q: SSAValue
     adds ``mask_grad=True`` and a fourth result, its cotangent.
     """
     if dropout_p:
-        raise ValueError(f"{ScaledDotProductAttentionOp.name}: no VJP for dropout_p="
-                         f"{dropout_p}; pass dropout_p=0.0")
+        raise ValueError(f"{ScaledDotProductAttentionOp.name}: sdpa_vjp has no dropout; the "
+                         "VJP table's attention rule handles dropout_p > 0")
     assert ct[0] is not None
     if saves_statistics(q, k, v, attn_mask, bool(is_causal), scale):
         return _sdpa_vjp_saving(g, out[0], ct[0], q, k, v, attn_mask, bool(is_causal), scale)
@@ -406,8 +406,11 @@ class SdpaExecutor(Executor):
             isinstance(o.type, TensorType) for o in op.operands)
 
     def vjp_rule(self, op: Operation) -> Callable[..., Any] | None:
-        """`sdpa_vjp` for attention ops; None (the table) for everything else."""
-        return sdpa_vjp if isinstance(op, ScaledDotProductAttentionOp) else None
+        """`sdpa_vjp` for attention ops without dropout; None (the table) for everything
+        else (the table's rule runs eager's dropout kernel and saves its weights)."""
+        if not isinstance(op, ScaledDotProductAttentionOp) or op.params()["dropout_p"]:
+            return None
+        return sdpa_vjp
 
 
 register_executor(SdpaExecutor(), default=True, priority=0)

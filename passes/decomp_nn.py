@@ -319,8 +319,9 @@ def scaled_dot_product_attention(
         dropout_p: float | None = None, is_causal: bool | None = None,
         scale: float | None = None, enable_gqa: bool | None = None) -> SSAValue:
     if dropout_p:
-        raise ShapeError(f"{N.ScaledDotProductAttentionOp.name}: dropout_p={dropout_p} is not "
-                         "supported; use dropout_p=0.0")
+        raise ShapeError(f"{N.ScaledDotProductAttentionOp.name}: dropout_p={dropout_p} has no "
+                         "decomposition (eager draws it inside ATen's kernel, which the torch "
+                         "executor calls)")
     out = _result(N.ScaledDotProductAttentionOp, q, k, v, attn_mask, dropout_p=dropout_p,
                   is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     qt, kt = _t(q), _t(k)

@@ -395,6 +395,32 @@ def _unrepeat_heads(g: Grad, v: SSAValue, rep: int) -> SSAValue:
     return g.ltorch.sum(x, dim=-3)
 
 
+SDPA_DROPOUT_FORWARD = "thunder_ir.runtime.attention.sdpa_dropout_forward"
+
+
+def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
+                            attn_mask: SSAValue | None, dropout_p: float, is_causal: bool,
+                            scale: float | None, enable_gqa: bool) -> SSAValue:
+    """Attention with dropout in training: the forward becomes eager's own kernel, which
+    also returns the weights after dropout (the draw is eager's); returns those weights."""
+    from thunder_ir.dialects.types import tensor_type
+
+    op = out.owner
+    assert isinstance(op, N.ScaledDotProductAttentionOp)
+    qt, kt = _t(q), _t(k)
+    weights = tensor_type((*qt.sizes[:-1], kt.sizes[-2]), qt.dtype, qt.dev)
+    operands = [q, k, v] + ([attn_mask] if attn_mask is not None else [])
+    call = make_call(SDPA_DROPOUT_FORWARD, operands,
+                     [OperandRef(0), OperandRef(1), OperandRef(2),
+                      OperandRef(3) if attn_mask is not None else None, dropout_p,
+                      is_causal, scale, enable_gqa],
+                     result_types=[out.type, weights], layout=True)
+    if "loc" in op.attributes:
+        call.attributes["loc"] = op.attributes["loc"]
+    g.replace_forward(op, call, [call.results[0]], erase=True)
+    return call.results[1]
+
+
 @vjp(N.ScaledDotProductAttentionOp)
 def scaled_dot_product_attention(
         g: Grad, out: Outs, ct: Cts, q: SSAValue, k: SSAValue, v: SSAValue,
@@ -404,12 +430,14 @@ def scaled_dot_product_attention(
     """Recomputes the probabilities ``P = softmax(q k^T s + mask)`` and back-propagates:
     ``dv = P^T ct``, ``dS = P (ct v^T - rowsum(P ∘ ct v^T)) s``, ``dq = dS k``,
     ``dk = dS^T q``; a float mask gets ``dS`` summed to its shape. Fully masked rows have
-    zero probabilities, as torch's math kernel (``_safe_softmax``) gives them."""
-    if dropout_p:
-        raise ValueError(f"{N.ScaledDotProductAttentionOp.name}: no VJP for dropout_p="
-                         f"{dropout_p}; pass dropout_p=0.0, or write the attention as "
-                         "softmax, F.dropout and matmul")
+    zero probabilities, as torch's math kernel (``_safe_softmax``) gives them. With
+    dropout, the forward runs eager's kernel, which returns the weights after dropout
+    ``W``: ``dv = W^T ct`` and ``ct v^T`` is masked and scaled as ``W`` was."""
     lt = g.ltorch
+    dropped = None
+    if dropout_p:
+        dropped = _attention_with_weights(g, out[0], q, k, v, attn_mask, float(dropout_p),
+                                          bool(is_causal), scale, bool(enable_gqa))
     qt, kt, vt = _t(q), _t(k), _t(v)
     cd = _acc(qt.dtype)
     qc, kc, vc = (_cast(g, a, cd) for a in (q, k, v))
@@ -418,7 +446,12 @@ def scaled_dot_product_attention(
         rep = qt.sizes[-3] // kt.sizes[-3]
         kc, vc = _repeat_heads(g, kc, rep), _repeat_heads(g, vc, rep)
     s = 1.0 / math.sqrt(qt.sizes[-1]) if scale is None else float(scale)
-    scores = lt.mul(lt.matmul(qc, _mT(g, kc)), g.const(s))
+    if dropped is None:
+        scores = lt.mul(lt.matmul(qc, _mT(g, kc)), g.const(s))
+    else:  # recompute the probabilities exactly as eager's math kernel computed them
+        sf = math.sqrt(abs(s))
+        scores = lt.matmul(lt.mul(qc, g.const(-sf if s < 0 else sf)),
+                           lt.mul(_mT(g, kc), g.const(sf)))
     masked = False
     if is_causal:
         length, source = qt.sizes[-2], kt.sizes[-2]
@@ -436,8 +469,16 @@ def scaled_dot_product_attention(
         empty = lt.eq(lt.amax(scores, dim=-1, keepdim=True), _neg_inf(g))
         probs = lt.where(empty, g.const(0.0), probs)
     dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
-    dv = lt.matmul(_mT(g, probs), dy)
     dp = lt.matmul(dy, _mT(g, vc))
+    if dropped is None:
+        dv = lt.matmul(_mT(g, probs), dy)
+    else:  # the forward's weights after dropout: zero where dropped, P / (1 - p) elsewhere
+        wd = _cast(g, dropped, cd)
+        dv = lt.matmul(_mT(g, wd), dy)
+        keep = float(dropout_p or 0.0) < 1.0
+        dp = lt.where(lt.ne(wd, g.const(0.0)),
+                      lt.mul(dp, g.const(1.0 / (1.0 - float(dropout_p or 0.0)) if keep else 0.0)),
+                      g.const(0.0))
     ds = lt.mul(probs, lt.sub(dp, lt.sum(lt.mul(dp, probs), dim=-1, keepdim=True)))
     ds_scaled = lt.mul(ds, g.const(s))
     dq = lt.matmul(ds_scaled, kc)

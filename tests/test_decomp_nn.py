@@ -77,10 +77,12 @@ def test_signature_names_operands_and_params(op: type[N.NNOp]) -> None:
     if not issubclass(op, N.BoundCallOp):
         names = [n for n, _ in op.operand_layout()]
         assert list(op.SIGNATURE[:len(names)]) == names
-    # Pure everywhere but the dropout family (it draws random numbers).
+    # Pure everywhere but the dropout family and attention, which draw random numbers
+    # (attention only with dropout_p > 0).
     from xdsl.traits import Pure
 
-    assert op.has_trait(Pure) == (not issubclass(op, N.DropoutFamilyOp))
+    random = issubclass(op, N.DropoutFamilyOp) or op is N.ScaledDotProductAttentionOp
+    assert op.has_trait(Pure) == (not random)
 
 
 def test_layer_norm_operand_segments_round_trip() -> None:
@@ -240,10 +242,20 @@ def test_sdpa_with_kv_heads_expanded_by_the_caller() -> None:
     check(N.ScaledDotProductAttentionOp, [q, k, v, None], {"is_causal": True})
 
 
-def test_sdpa_rejects_dropout() -> None:
-    t = tensor_type((1, 2, 3, 4), torch.float32)
-    with pytest.raises(ShapeError, match="dropout_p"):
-        N.ScaledDotProductAttentionOp.infer(t, t, t, None, dropout_p=0.1)
+def test_sdpa_with_dropout_draws_and_has_no_decomposition() -> None:
+    """With dropout, attention is a random op (kept, never merged) that the torch executor
+    runs; its decomposition refuses it (eager's draw happens inside ATen's kernel)."""
+    from xdsl.traits import is_side_effect_free
+
+    q = torch.randn(1, 2, 3, 4)
+    for p, pure in ((0.0, True), (0.1, False)):
+        module, _ = build_one_op(N.ScaledDotProductAttentionOp, [q, q, q, None],
+                                 {"dropout_p": p})
+        op = next(o for o in main_function(module).body.block.ops
+                  if isinstance(o, N.ScaledDotProductAttentionOp))
+        assert is_side_effect_free(op) == pure
+    with pytest.raises(ShapeError, match=r"dropout_p=0\.1 has no decomposition"):
+        decompose(module)
 
 
 def test_cross_entropy_all_ignored_mean_is_nan() -> None:

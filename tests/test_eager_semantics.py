@@ -673,3 +673,17 @@ def test_errors_in_library_code_name_the_full_path(tmp_path) -> None:
         assert f"{lib}:2:" in str(e.value)
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def test_attention_dropout_is_native_with_eagers_draw() -> None:
+    """SDPA with dropout in training: eager's kernel runs the forward (its draw), the
+    backward is thunder_ir's attention rule (shown in the backward trace)."""
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True)
+
+    q, k, v = rand(2, 3, 5, 4), rand(2, 3, 5, 4, seed=1), rand(2, 3, 5, 4, seed=2)
+    check_against_eager(f, q, k, v, exact=True)
+    jf = thunder_ir.jit(f)
+    jf(q, k, v).sum().backward()
+    assert "sdpa_dropout_forward(" in str(thunder_ir.last_traces(jf)[-1])
+    assert "torch.matmul(" in str(thunder_ir.last_backward_traces(jf)[-1])

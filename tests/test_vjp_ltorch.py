@@ -152,13 +152,19 @@ def test_attention_fully_masked_rows_get_zero_gradients() -> None:
               [rand((1, 2, 3, 4), 0), rand((1, 2, 4, 4), 1), rand((1, 2, 4, 4), 2), mask])
 
 
-def test_attention_rule_rejects_dropout() -> None:
+def test_attention_rule_with_dropout_runs_eagers_kernel_forward() -> None:
+    """With dropout the rule replaces the forward op by eager's math kernel, which also
+    returns the weights after dropout; the backward reads them."""
     q = rand((1, 1, 2, 2), 0)
     prog = Program("p", [type_of_tensor(q)] * 3)
-    y = prog.emitter.emit(N.ScaledDotProductAttentionOp, *prog.args, None)
-    with pytest.raises(ValueError, match=r"dropout_p=0\.1"):
-        vjp_ltorch.scaled_dot_product_attention(Grad(prog.emitter), [y], [y], *prog.args,
-                                                None, dropout_p=0.1)
+    y = prog.emitter.emit(N.ScaledDotProductAttentionOp, *prog.args, None, dropout_p=0.1)
+    grads = vjp_ltorch.scaled_dot_product_attention(Grad(prog.emitter), [y], [y], *prog.args,
+                                                    None, dropout_p=0.1)
+    ops = list(prog.block.ops)
+    assert not any(isinstance(o, N.ScaledDotProductAttentionOp) for o in ops)
+    forward = next(o for o in ops if isinstance(o, CallOp))
+    assert forward.callee.data == vjp_ltorch.SDPA_DROPOUT_FORWARD
+    assert all(gr is not None for gr in grads[:3])
 
 
 def _cross_entropy_const_weight(input: torch.Tensor, target: torch.Tensor,

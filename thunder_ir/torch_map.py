@@ -680,8 +680,12 @@ if _sdpa_op is not None:
     _sdpa_h: Callable[..., Any] = _sdpa_op
 
     def _sdpa(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0):
-            raise UseFallback  # attention dropout: torch's kernel draws it, autograd saves it
+        p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+        if isinstance(p, torch.Tensor) or (p and args[0].device.type != "cpu" and any(
+                a._value in ctx.active for a in args[:3] if is_proxy(a))):
+            # Attention dropout in training off the CPU: eager's fused kernels draw their
+            # own way; the call itself is recorded, its autograd graph saved.
+            raise UseFallback
         return _sdpa_h(ctx, *args, **kwargs)
 
     HANDLERS[F.scaled_dot_product_attention] = _sdpa
