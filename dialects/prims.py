@@ -1308,6 +1308,33 @@ class BernoulliOp(CreationOp):
         return torch.empty(tuple(shape), dtype=dtype, device=device).bernoulli_(p)
 
 
+@prim()
+class BernoulliLikeOp(ThunderOp):
+    """`%y = prims.bernoulli_like %x {p}`: ones with probability ``p`` and zeros, in ``x``'s
+    shape, dtype and memory layout: ``torch.empty_like(x).bernoulli_(p)``, eager dropout's
+    noise (a transposed input draws in its own memory order). ``x``'s values are not read.
+    Not ``Pure``."""
+
+    name = "prims.bernoulli_like"
+
+    input = operand_def(TensorType)
+    p = prop_def(Number)
+    out = result_def(TensorType)
+
+    @classmethod
+    def infer(cls, input: Any, *, p: float) -> TensorType:
+        t = _tensor(cls.name, input)
+        if not is_float(t.dtype):
+            raise _err(cls.name, f"dtype must be floating point, got {t.dtype}")
+        if not 0.0 <= p <= 1.0:
+            raise _err(cls.name, f"p must be in [0, 1], got {p}")
+        return t
+
+    @classmethod
+    def ref(cls, input: torch.Tensor, *, p: float) -> torch.Tensor:
+        return torch.empty_like(input).bernoulli_(p)
+
+
 # --------------------------------------------------------------------------- indexing
 
 

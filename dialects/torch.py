@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
@@ -192,6 +193,7 @@ class MetaCall:
         requires_grad: per result, whether eager marks it as requiring grad (when asked).
         kind: the sequence's type (``tuple``, ``list`` or a ``torch.return_types`` class).
         nograd: operands that require grad but get no gradient from eager's backward.
+        mutated: operands the callee writes into (``out=``, running statistics).
     """
 
     result_types: list[Attribute]
@@ -199,6 +201,7 @@ class MetaCall:
     requires_grad: list[bool]
     kind: type
     nograd: tuple[int, ...] = ()
+    mutated: tuple[int, ...] = ()
 
     def rebuild(self, results: Sequence[Any]) -> Any:
         """The callee's output structure with ``results`` in place of its tensors."""
@@ -217,8 +220,9 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     """Runs ``callee`` on meta stand-ins of ``operands`` (SSA values).
 
     With ``requires_grad`` (one flag per operand) the stand-ins of flagged operands
-    require grad and the run records autograd, so each result says whether eager would
-    mark it as requiring grad (``torch.special.bessel_j0`` does not; ``torch.floor`` does).
+    require grad and the run records autograd in the caller's grad mode, so each result
+    says whether eager would mark it as requiring grad (``torch.special.bessel_j0`` does
+    not; ``torch.floor`` does; a view made under no-grad does).
     """
     props: dict[str, Attribute] = {"callee": StringAttr(callee),
                                    "args": ArrayAttr([to_attr(a) for a in args])}
@@ -226,11 +230,9 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
         props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
     metas = [meta_value(v.type) for v in operands]
     op = CallOp.create(operands=list(operands), result_types=(), properties=props)
-    if requires_grad is not None:
+    if requires_grad is not None:  # run in the caller's grad mode (views under no_grad)
         metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
-        with torch.enable_grad():
-            out = op.run(metas)
-    else:
+    with _WriteSpy(metas) as spy:
         out = op.run(metas)
     dev = next((v.type.dev for v in operands if isinstance(v.type, TensorType)), "cpu")
     if isinstance(out, tuple | list):
@@ -242,10 +244,45 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
         raise TypeError("returned no tensors")
     rg = [isinstance(o, torch.Tensor) and o.requires_grad for o in results]
     nograd: tuple[int, ...] = ()
-    if requires_grad is not None and any(rg):
+    if requires_grad is not None and any(rg) and torch.is_grad_enabled():
         nograd = _operands_without_gradient(metas, requires_grad,
                                             [o for o, f in zip(results, rg) if f])
-    return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd)
+    return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd,
+                    tuple(sorted(spy.written)))
+
+
+class _WriteSpy(TorchDispatchMode):
+    """Watches a meta run for ATen ops that write into one of the call's operands (an
+    ``out=`` tensor, ``batch_norm``'s running statistics): schemas mark such arguments
+    ``Tensor(a!)``; ``native_batch_norm`` writes its statistics without saying so."""
+
+    def __init__(self, metas: Sequence[Any]) -> None:
+        super().__init__()
+        self.ids = {id(m): i for i, m in enumerate(metas) if isinstance(m, torch.Tensor)}
+        self.written: set[int] = set()
+
+    def _saw(self, v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            i = self.ids.get(id(v._base if v._base is not None else v))
+            if i is not None:
+                self.written.add(i)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+                           ) -> Any:
+        kwargs = kwargs or {}
+        for a, v in zip(func._schema.arguments, args):
+            if a.alias_info is not None and a.alias_info.is_write:
+                self._saw(v)
+        for a in func._schema.arguments:
+            if a.name in kwargs and a.alias_info is not None and a.alias_info.is_write:
+                self._saw(kwargs[a.name])
+        if func in _WRITES_STATISTICS and len(args) > 5 and args[5]:  # training=True
+            self._saw(args[3])
+            self._saw(args[4])
+        return func(*args, **kwargs)
+
+
+_WRITES_STATISTICS = {torch.ops.aten.native_batch_norm.default}
 
 
 def _operands_without_gradient(metas: Sequence[Any], requires_grad: Sequence[bool],

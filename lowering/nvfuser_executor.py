@@ -417,7 +417,7 @@ def _constant(tr: Translation, op: ThunderOp, *, value: Any) -> Any:
 not_fusible("linear algebra stays with torch (cuBLAS); nvFuser's matmul support differs "
             "between releases", P.MatmulOp, P.LinearOp)
 not_fusible("it draws from torch's default generator as eager's dropout does; nvFuser's "
-            "Philox would draw other numbers", P.BernoulliOp)
+            "Philox would draw other numbers", P.BernoulliOp, P.BernoulliLikeOp)
 not_fusible("indexing ops are not translated (index_select/gather semantics differ in "
             "bounds and index dtypes); they run in torch",
             P.TakeOp, P.GatherOp, P.IndexAddOp, P.ScatterAddOp)

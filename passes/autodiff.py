@@ -50,6 +50,7 @@ from thunder_ir.passes.vjp import (
     backpropagate,
     is_differentiable_value,
     load_vjp_rules,
+    raising_rule,
 )
 
 
@@ -69,6 +70,8 @@ class _DecomposeWithoutRule(RewritePattern):
         from thunder_ir.dialects.ltorch_base import LtorchOp
 
         if not isinstance(op, LtorchOp) or type(op) in self.vjps or type(op) not in self.rules:
+            return
+        if "saved_modified" in op.attributes:  # its backward raises: keep it whole
             return
         if type(op) in NOT_DIFFERENTIABLE:
             return
@@ -122,17 +125,27 @@ def _active(fn_ops: Sequence[Operation], sources: Sequence[SSAValue]) -> dict[SS
     for op in fn_ops:
         if type(op) in NOT_DIFFERENTIABLE or not any(o in active for o in op.operands):
             continue
-        # An opaque call may take an operand without giving it a gradient (``nograd``):
-        # its results still require grad, but do not depend on that operand's sources.
-        skip = op.nograd.get_values() if isinstance(op, CallOp) and op.nograd else ()
         deps = 0
-        for i, o in enumerate(op.operands):
-            if i not in skip:
-                deps |= active.get(o, 0)
+        for o in _gradient_operands(op):
+            deps |= active.get(o, 0)
         for r in op.results:
             if is_differentiable_value(r):
                 active[r] = deps
     return active
+
+
+def _gradient_operands(op: Operation) -> Sequence[SSAValue]:
+    """The operands an op's gradient reaches. Most ops: all. An opaque call whose operand
+    eager leaves without a gradient (``nograd``), or an ``autograd.function`` whose backward
+    gives some primals none (``grad_mask``): their results still require grad, but do not
+    depend on those operands' sources."""
+    if isinstance(op, CallOp) and op.nograd:
+        skip = op.nograd.get_values()
+        return [o for i, o in enumerate(op.operands) if i not in skip]
+    if isinstance(op, FunctionOp):
+        primals = op.primals
+        return [primals[i] for i in op.grad_mask.get_values()]
+    return op.operands
 
 
 def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
@@ -183,8 +196,12 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
         if not any(o in active for o in op.operands):
             continue
         assert isinstance(new_op, Operation)
-        rule = next((r for e in overriding if (r := e.vjp_rule(op)) is not None), None) \
-            or rules.get(type(op))
+        modified = op.attributes.get("saved_modified")
+        if modified is not None:  # eager's backward of this op raises: so does ours
+            rule = raising_rule(modified.data)  # type: ignore[attr-defined]
+        else:
+            rule = next((r for e in overriding if (r := e.vjp_rule(op)) is not None), None) \
+                or rules.get(type(op))
         if rule is None:
             if type(op) in NOT_DIFFERENTIABLE:
                 continue

@@ -197,8 +197,11 @@ def dropout_family(d: Decomposer, x: SSAValue, p: float, train: bool, *, feature
         return x
     if p == 1.0:
         return d.prims.mul(x, _num(d, 0.0))
-    shape = (*t.sizes[:2], *(1,) * (t.rank - 2)) if feature else t.sizes
-    noise = d.prims.bernoulli(shape=shape, p=1.0 - p, device=t.dev, dtype=t.dtype)
+    if feature:  # one draw per (sample, channel), in a fresh contiguous tensor
+        noise = d.prims.bernoulli(shape=(*t.sizes[:2], *(1,) * (t.rank - 2)), p=1.0 - p,
+                                  device=t.dev, dtype=t.dtype)
+    else:  # empty_like(input): drawn in the input's own memory order
+        noise = d.prims.bernoulli_like(x, p=1.0 - p)
     b = None
     if alpha:
         a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1) * (1 - p))

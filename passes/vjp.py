@@ -141,6 +141,35 @@ def backpropagate(g: Grad, op: Operation, rule: VjpRule, cts: Cotangents,
                 cts.accumulate(v, gv)
 
 
+RAISE = "thunder_ir.runtime.autograd_fallback.no_derivative"
+"""The callee of a backward that raises eager's error (`raising_rule`)."""
+
+
+def raising_rule(message: str) -> VjpRule:
+    """A rule whose backward raises ``RuntimeError(message)`` when a gradient reaches the
+    op, as eager's does there (a derivative eager does not implement; a saved tensor
+    written in place afterwards). Elsewhere the program runs as usual."""
+
+    def rule(g: Grad, out: list[SSAValue], ct: list[SSAValue | None], *grouped: Any,
+             **params: Any) -> list[Any]:
+        from thunder_ir.dialects.base import OperandRef
+        from thunder_ir.dialects.torch import make_call
+
+        flat = [v for gr in grouped for v in (gr if isinstance(gr, list) else [gr])
+                if v is not None]
+        diff = [v for v in flat if is_differentiable_value(v) and g.active(v)]
+        cts = [c for c in ct if c is not None]
+        call = make_call(RAISE, cts, [message, *(OperandRef(i) for i in range(len(cts)))],
+                         result_types=[v.type for v in diff],
+                         layout=True if len(diff) > 1 else None)
+        g.emitter.insert(call)
+        grads = dict(zip(diff, call.results))
+        return [[grads.get(v) for v in gr] if isinstance(gr, list) else
+                (None if gr is None else grads.get(gr)) for gr in grouped]
+
+    return rule
+
+
 def is_differentiable_value(v: SSAValue) -> bool:
     """Floating-point and complex tensors carry gradients; numbers, ints and bools do not."""
     t = v.type

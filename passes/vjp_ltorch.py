@@ -41,7 +41,13 @@ from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
 from thunder_ir.dialects.prims import broadcast_shapes
 from thunder_ir.dialects.torch import CallOp, make_call
 from thunder_ir.dialects.types import TensorType, is_float
-from thunder_ir.passes.vjp import Grad, is_differentiable_value, vjp
+from thunder_ir.passes.vjp import (
+    Grad,
+    is_differentiable_value,
+    not_differentiable,
+    raising_rule,
+    vjp,
+)
 
 Grads = list[Any]
 Cts = list[SSAValue | None]
@@ -627,28 +633,14 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
 
 
 
-NO_DERIVATIVE = "thunder_ir.runtime.autograd_fallback.no_derivative"
+# Results made like an operand, not from its values: eager marks them as not requiring grad.
+not_differentiable(C.ZerosLikeOp, C.OnesLikeOp, C.FullLikeOp)
 
 
 def no_derivative(aten_name: str) -> Any:
     """The rule of an op whose result requires grad in eager but whose derivative eager
     does not implement: the backward raises eager's error if a gradient flows through."""
-
-    def rule(g: Grad, out: Outs, ct: Cts, *grouped: Any, **params: Any) -> Grads:
-        flat = [v for gr in grouped for v in (gr if isinstance(gr, list) else [gr])
-                if v is not None]
-        diff = [v for v in flat if is_differentiable_value(v) and g.active(v)]
-        cts = [c for c in ct if c is not None]
-        call = make_call(NO_DERIVATIVE, cts,
-                         [f"derivative for {aten_name} is not implemented",
-                          *(OperandRef(i) for i in range(len(cts)))],
-                         result_types=[v.type for v in diff],
-                         layout=True if len(diff) > 1 else None)
-        g.emitter.insert(call)
-        grads = dict(zip(diff, call.results))
-        return [[grads.get(v) for v in gr] if isinstance(gr, list) else
-                (None if gr is None else grads.get(gr)) for gr in grouped]
-
+    rule = raising_rule(f"derivative for {aten_name} is not implemented")
     rule.__doc__ = f"Raises eager's error: derivative for {aten_name} is not implemented."
     return rule
 

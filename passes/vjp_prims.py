@@ -612,7 +612,7 @@ def linear(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, w: SSAValue,
 
 # --------------------------------------------------------------------------- creation
 
-not_differentiable(P.IotaOp, P.FullOp, P.BernoulliOp, P.ConstantOp)
+not_differentiable(P.IotaOp, P.FullOp, P.BernoulliOp, P.BernoulliLikeOp, P.ConstantOp)
 
 
 # --------------------------------------------------------------------------- indexing

@@ -72,6 +72,14 @@ class ThunderFunction(torch.autograd.Function):
         ctx.prog = prog
         ctx.set_materialize_grads(False)
         if prog.nondiff_outputs:
+            diff = {id(outs[i]) for i in prog.ct_outputs}
+            if any(id(outs[i]) in diff or outs[i]._is_view() for i in prog.nondiff_outputs):
+                # A tensor that is also a differentiable output (x.sin() and
+                # x.sin().detach(), merged), or a view of an input (x.detach()[0]): autograd
+                # would let it require grad; an alias of its own does not.
+                nd = set(prog.nondiff_outputs)
+                outs = tuple(o.detach() if i in nd and (id(o) in diff or o._is_view()) else o
+                             for i, o in enumerate(outs))
             ctx.mark_non_differentiable(*(outs[i] for i in prog.nondiff_outputs))
         return outs if len(outs) != 1 else outs[0]
 

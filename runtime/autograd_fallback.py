@@ -35,21 +35,25 @@ OPERAND = "$operand"
 """Tag of an encoded operand reference: ``("$operand", i)`` stands for input ``i``."""
 
 
-def encode_refs(value: Any) -> Any:
-    """Replaces each `OperandRef` ``i`` inside a static argument by ``("$operand", i)``."""
+COPIED = "$copied"
+"""The tag `call_on_copies` uses, so that a `call_with_grad` around it leaves its refs."""
+
+
+def encode_refs(value: Any, tag: str = OPERAND) -> Any:
+    """Replaces each `OperandRef` ``i`` inside a static argument by ``(tag, i)``."""
     if isinstance(value, OperandRef):
-        return (OPERAND, int(value))
+        return (tag, int(value))
     if isinstance(value, tuple | list):
-        return tuple(encode_refs(v) for v in value)
+        return tuple(encode_refs(v, tag) for v in value)
     return value
 
 
-def decode_refs(value: Any, inputs: Sequence[Any]) -> Any:
-    """The inverse of `encode_refs`: ``("$operand", i)`` becomes ``inputs[i]``."""
+def decode_refs(value: Any, inputs: Sequence[Any], tag: str = OPERAND) -> Any:
+    """The inverse of `encode_refs`: ``(tag, i)`` becomes ``inputs[i]``."""
     if isinstance(value, tuple):
-        if len(value) == 2 and value[0] == OPERAND and type(value[1]) is int:
+        if len(value) == 2 and value[0] == tag and type(value[1]) is int:
             return inputs[value[1]]
-        return tuple(decode_refs(v, inputs) for v in value)
+        return tuple(decode_refs(v, inputs, tag) for v in value)
     return value
 
 
@@ -166,6 +170,28 @@ def leaf_cotangents(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
     return grads[0] if len(grads) == 1 else grads
 
 
+def call_on_copies(callee: str, *inputs: Any, args: Sequence[Any],
+                   kwargs: Sequence[tuple[str, Any]], mutated: Sequence[int],
+                   layout: Sequence[int] | bool | None) -> tuple[Any, ...]:
+    """Runs ``callee`` with copies of the inputs it writes into (``out=``,
+    ``batch_norm``'s running statistics): the functional form of a call with side effects.
+    Returns its tensors, then the written copies (the program writes them back where the
+    originals came from). ``args``, ``kwargs`` and ``layout`` as for `call_with_grad`, refs
+    encoded with the `COPIED` tag."""
+    vals = list(inputs)
+    for i in mutated:
+        vals[i] = vals[i].clone()
+    out = _callee(callee)(*decode_refs(tuple(args), vals, COPIED),
+                          **{k: decode_refs(v, vals, COPIED) for k, v in kwargs})
+    if layout is None:
+        outs = [out]
+    elif isinstance(layout, bool):
+        outs = list(out)
+    else:
+        outs = [o for o, k in zip(out, layout, strict=True) if k]
+    return (*outs, *(vals[i] for i in mutated))
+
+
 def no_derivative(message: str, *cts: torch.Tensor) -> Any:
     """The backward of an op that eager cannot differentiate: raises eager's error when
     (and only when) a gradient flows through it, as eager does."""
@@ -181,6 +207,6 @@ def inplace_on_copy(callee: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> 
     return out
 
 
-__all__ = ["OPERAND", "GradHandle", "call_with_grad", "decode_refs", "encode_refs",
-           "handle_vjp", "inplace_on_copy", "leaf_cotangents", "leaves_for_grad",
-           "no_derivative"]
+__all__ = ["COPIED", "OPERAND", "GradHandle", "call_on_copies", "call_with_grad",
+           "decode_refs", "encode_refs", "handle_vjp", "inplace_on_copy", "leaf_cotangents",
+           "leaves_for_grad", "no_derivative"]

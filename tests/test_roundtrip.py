@@ -144,6 +144,7 @@ PRIM_SAMPLES: dict[str, list[Sample]] = {
              ([], {"shape": (0,), "fill_value": False, "device": "cuda:3", "dtype": b8}),
              ([], {"shape": (1,), "fill_value": -(2**62), "device": "cpu", "dtype": i64})],
     "bernoulli": [([], {"shape": (4, 4), "p": 0.25, "device": "cpu", "dtype": bf16})],
+    "bernoulli_like": [([T(3, 4)], {"p": 0.75})],
     "take": [([T(4, 3), T(2, dtype=i32)], {"dim": 1})],
     "gather": [([T(4, 3), T(2, 3, dtype=i64)], {"dim": 0})],
     "index_add": [([T(4, 3), T(5, dtype=i64), T(4, 5)], {"dim": 1})],

@@ -55,7 +55,8 @@ def test_direct_rule_table() -> None:
     """The ltorch ops with direct rules, all registered from `vjp_ltorch`, plus torch.call."""
     rules = load_vjp_rules()
     direct = {op.name for op in LTORCH if rules.get(op) is not None
-              and rules[op].__module__ == vjp_ltorch.__name__}
+              and (rules[op].__module__ == vjp_ltorch.__name__
+                   or op in vjp_ltorch.NO_DERIVATIVE_RULES)}
     assert direct == {
         "ltorch.matmul", "ltorch.bmm", "ltorch.linear", "ltorch.relu", "ltorch.gelu",
         "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
@@ -453,3 +454,37 @@ def test_split_with_a_missing_cotangent() -> None:
                              split_size_or_sections=(2, 3), dim=0)
     (got,) = run(prog.finish([dx]), x, rand((2, 3), 1))
     torch.testing.assert_close(got, torch.cat([rand((2, 3), 1), torch.zeros(3, 3, dtype=F64)]))
+
+
+@pytest.mark.parametrize("op", LTORCH, ids=lambda o: o.name)
+def test_differentiability_matches_eager(op: type[ThunderOp]) -> None:
+    """The tracer marks an ltorch op's float results as requiring grad exactly when eager
+    does: torch's function run on meta inputs that require grad says which."""
+    from hypothesis import HealthCheck, find
+
+    from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE
+
+    def has_float(s: Any) -> bool:
+        return any(isinstance(t, torch.Tensor) and t.is_floating_point()
+                   for g in s.operands for t in (g if isinstance(g, list) else [g]))
+
+    try:
+        sample = find(op_inputs(op), has_float, settings=settings(
+            max_examples=50, database=None, suppress_health_check=list(HealthCheck)))
+    except Exception:  # no float operand at all (creation, bitwise ops): nothing to ask
+        pytest.skip(f"{op.name} takes no floating-point tensor")
+
+    def meta(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        m = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        return m.requires_grad_() if t.is_floating_point() else m
+
+    operands = [[meta(t) for t in g] if isinstance(g, list) else meta(g)
+                for g in sample.operands]
+    with torch.enable_grad():
+        out = op.ref(*operands, **sample.params)
+    outs = out if isinstance(out, list | tuple) else [out]
+    ours = [op not in NOT_DIFFERENTIABLE and (o.dtype.is_floating_point or o.dtype.is_complex)
+            for o in outs]
+    assert [o.requires_grad for o in outs] == ours

@@ -275,6 +275,8 @@ class _Compiled:
         fn, source, t = self._codegen(module)
         traces.append(Trace(module, "del-last-used", t, final=True, source=source))
         n_out = len(main_function(module).function_type.outputs)
+        if traced.detach_outputs:
+            fn = _detaching(fn, traced.detach_outputs, n_out)
         return Entry(
             fn=fn,
             n_outputs=n_out,
@@ -286,6 +288,22 @@ class _Compiled:
             prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
         )
+
+
+def _detaching(fn: Callable[..., Any], positions: Sequence[int], n_out: int
+               ) -> Callable[..., Any]:
+    """``fn`` with the outputs at ``positions`` detached (aliases that must not require
+    grad, which the program, run without its ``detach``, returns as views)."""
+    def run(*args: Any) -> Any:
+        outs = fn(*args)
+        if n_out == 1:
+            return outs.detach()
+        outs = list(outs)
+        for i in positions:
+            outs[i] = outs[i].detach()
+        return tuple(outs)
+
+    return run
 
 
 def _codegen_header() -> str:

@@ -133,11 +133,15 @@ def trace_apply(ctx: tracing.TraceContext, cls: Any, *args: Any, **kwargs: Any) 
         primals, mask, yielded = _check_grads(ctx, name, args, needs, grads)
     op = make_function(name, primals, values, mask, body, yielded)
     results = ctx.record(op)
+    for t in fctx.to_save:  # eager checks these tensors' versions when the backward runs
+        if is_proxy(t):
+            ctx.saved.setdefault(t._value, []).append(op)
     new_outs = list(outs)
     for i, r in zip(diff_pos, results, strict=True):
         o = outs[i]
         if id(o) in fctx.dirty:  # an input the forward wrote in place: it is the output
             o._value = r
+            ctx.remember(o)
             new_outs[i] = o
         else:
             new_outs[i] = ctx.wrap(r)

@@ -6,12 +6,14 @@ A proxy is a real ``torch.Tensor`` subclass with no storage (``_make_wrapper_sub
 metadata. Everything else reaches the tracer's ``TorchFunctionMode`` and becomes IR.
 
 Each proxy stands for an SSA value (``_value``). An in-place op rebinds ``_value`` to the
-op's functional result, which is how in-place code is functionalized. ``_base`` links a view
-to the tensor it aliases, so in-place writes through aliases can be rejected.
+op's functional result, which is how in-place code is functionalized. ``_base_proxy`` links a
+view to the tensor it aliases and the tensor keeps its live views (weakly), so in-place
+writes through aliases, or to a tensor whose views are still in use, can be rejected.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -25,7 +27,7 @@ class TensorProxy(torch.Tensor):
 
     _value: SSAValue
     _base_proxy: TensorProxy | None
-    _has_views: bool
+    _views: weakref.WeakSet[TensorProxy] | None
     _name: str
 
     @staticmethod
@@ -39,7 +41,9 @@ class TensorProxy(torch.Tensor):
         )
         r._value = value
         r._base_proxy = base
-        r._has_views = False
+        r._views = None
+        if base is not None:
+            base.add_view(r)
         return r
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -52,6 +56,17 @@ class TensorProxy(torch.Tensor):
             f"thunder_ir: {func} reached torch's dispatcher with a traced tensor. This happens "
             "when code runs outside the tracer's control (for example in a C++ extension or "
             "under torch._C.DisableTorchFunction). Call it outside the jitted function.")
+
+    def add_view(self, view: TensorProxy) -> None:
+        """Remembers a live view of this tensor (weakly: a view user code dropped, such as
+        ``x.flatten()[:3]`` used once, no longer aliases anything)."""
+        if self._views is None:
+            self._views = weakref.WeakSet()
+        self._views.add(view)
+
+    def has_views(self) -> bool:
+        """True while a view of this tensor is alive."""
+        return bool(self._views)
 
     def describe(self) -> str:
         """``TensorProxy(x, "cpu f32[2, 3]")``."""

@@ -690,6 +690,12 @@ def _p_bernoulli(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([], params)
 
 
+@register_inputs(P.BernoulliLikeOp)
+def _p_bernoulli_like(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    x = values(draw, spec.shape(draw, min_side=0), spec.dtype(draw, FLOAT_KIND))
+    return OpSample([x], {"p": draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))})
+
+
 @register_inputs(P.TakeOp)
 def _p_take(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     shape = spec.shape(draw, min_rank=1, min_side=_min_side(spec))

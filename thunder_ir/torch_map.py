@@ -114,7 +114,8 @@ def emit_bound(ctx: TraceContext, op: type[ThunderOp], bound: dict[str, Any],
         if isinstance(v, torch.device):
             v = canonical_device(v)
         params[n] = v
-    out = ctx.wrap(ctx.emit(op, *groups, **params), base)
+    emit = ctx.emit if base is None else ctx.emit_view
+    out = ctx.wrap(emit(op, *groups, **params), base)
     return tuple(out) if isinstance(out, list) else out  # torch returns tuples (split)
 
 
@@ -345,10 +346,7 @@ def _identity(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _alias(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
     root = _root(self)
-    p = TensorProxy(self._value, base=root)
-    if root is not None:
-        root._has_views = True
-    return p
+    return ctx.remember(TensorProxy(self._value, base=root))
 
 
 def _detach(ctx: TraceContext, self: Any) -> Any:
@@ -357,10 +355,7 @@ def _detach(ctx: TraceContext, self: Any) -> Any:
     if self._value not in ctx.active:
         return _alias(ctx, self)
     root = _root(self)
-    p = TensorProxy(ctx.stop_gradient(self._value), base=root)
-    if root is not None:
-        root._has_views = True
-    return p
+    return ctx.remember(TensorProxy(ctx.stop_gradient(self._value), base=root))
 
 
 def _requires_grad_(ctx: TraceContext, self: Any, requires_grad: bool = True) -> Any:
@@ -503,8 +498,9 @@ def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
             enc.append(it)
     if op is None:
         return fallback(ctx, T.__getitem__, (x, index), {})
-    out = ctx.emit(op, ctx.value_of(x), [ctx.value_of(t) for t in tensors],
-                   index=tuple(enc) if isinstance(index, tuple) else enc[0])
+    emit = ctx.emit if tensors else ctx.emit_view  # basic indexing makes a view
+    out = emit(op, ctx.value_of(x), [ctx.value_of(t) for t in tensors],
+               index=tuple(enc) if isinstance(index, tuple) else enc[0])
     return ctx.wrap(out, _root(x) if not tensors else None)
 
 

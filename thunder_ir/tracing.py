@@ -45,7 +45,7 @@ from torch.utils import _pytree as pytree
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from thunder_ir.dialects.autograd import StopGradientOp, make_function
+from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_function
 from thunder_ir.dialects.base import Emitter, OperandRef, ShapeError, ThunderOp, group, to_attr
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
@@ -152,6 +152,8 @@ class TracedProgram:
         input_requires_grad: per program argument, whether it is a gradient source (the
             tensor requires grad, and grad mode was on where the code read it).
         output_requires_grad: per program output, whether eager's result requires grad.
+        detach_outputs: program outputs that are detached aliases of inputs requiring grad
+            (returned through ``.detach()`` so that they do not require grad).
     """
 
     module: ModuleOp
@@ -161,6 +163,7 @@ class TracedProgram:
     writebacks: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)
     input_requires_grad: list[bool] = field(default_factory=list)
     output_requires_grad: list[bool] = field(default_factory=list)
+    detach_outputs: list[int] = field(default_factory=list)
 
 
 def _is_complex(v: SSAValue) -> bool:
@@ -184,6 +187,9 @@ class TraceContext:
         pending: gradient sources met while grad mode was off; they become active if user
             code turns grad mode on (``torch.enable_grad()`` inside a no-grad call).
         inference: values created in inference mode (eager's inference tensors).
+        storage, members, saved: which values share storage, and which ops' backwards
+            saved which values (`note_saved`): an in-place write to a saved value makes
+            eager's backward through that op raise, and so does thunder_ir's.
     """
 
     def __init__(self) -> None:
@@ -200,6 +206,11 @@ class TraceContext:
         self.active: set[SSAValue] = set()
         self.pending: list[SSAValue] = []
         self.inference: set[SSAValue] = set()
+        # Eager's saved-tensor checks: which storage each value lives in (views share
+        # their base's), and the ops whose backward saved each value.
+        self.storage: dict[SSAValue, int] = {}
+        self.members: dict[int, list[SSAValue]] = {}
+        self.saved: dict[SSAValue, list[Operation]] = {}
 
     # ---- inputs
 
@@ -239,6 +250,7 @@ class TraceContext:
         if tensor.is_inference():
             self.inference.add(v)
         p = TensorProxy(v, requires_grad=rg)
+        self.remember(p)
         self.input_proxies.append((p, v, kind))
         return p
 
@@ -294,7 +306,13 @@ class TraceContext:
         raise ThunderTraceError(f"{where(self.loc)}: cannot use {type(x).__name__} "
                                 f"{x!r} as a tensor operand")
 
-    def emit(self, op: type[ThunderOp], *operands: Any, **params: Any) -> Any:
+    def emit_view(self, op: type[ThunderOp], *operands: Any, **params: Any) -> Any:
+        """`emit` for an op whose results are views of its first operand (``x.view``,
+        ``x[0]``): made while grad mode is off, they still require grad in eager."""
+        return self.emit(op, *operands, _view=True, **params)
+
+    def emit(self, op: type[ThunderOp], *operands: Any, _view: bool = False,
+             **params: Any) -> Any:
         """Builds ``op`` at the current user location; shape errors name the location.
 
         Returns its result (a list for several), with eager's gradient rules applied
@@ -314,7 +332,7 @@ class TraceContext:
             built.detach()
             built.erase()
             raise UseFallback
-        tracked = self.track(built, results)
+        tracked = self.track(built, results, view=_view)
         return tracked if isinstance(out, list) else tracked[0]
 
     def record(self, op: Operation, requires_grad: Sequence[bool] | None = None
@@ -326,14 +344,17 @@ class TraceContext:
         return self.track(op, list(op.results), requires_grad)
 
     def track(self, op: Any, results: list[SSAValue],
-              requires_grad: Sequence[bool] | None = None) -> list[SSAValue]:
+              requires_grad: Sequence[bool] | None = None, view: bool = False
+              ) -> list[SSAValue]:
         """Applies eager's autograd rules to a recorded op's results.
 
         A result is active when grad mode is on, an operand is active and the result is
         differentiable (``requires_grad``: eager's own answer per result, for opaque
         calls). A differentiable result computed from an active operand that eager does not
-        mark as requiring grad is cut with ``autograd.stop_gradient``. Returns the values
-        the caller should use in place of ``results``.
+        mark as requiring grad is cut with ``autograd.stop_gradient``. A view made while
+        grad mode is off (``view``, or eager's answer) requires grad in eager but passes no
+        gradient back (`detached_view`). Returns the values the caller should use in place
+        of ``results``.
         """
         if torch.is_inference_mode_enabled():
             self.inference.update(results)
@@ -346,20 +367,38 @@ class TraceContext:
         if grad and self.inference and any(o in self.inference for o in op.operands):
             self._check_inference_inputs(op)
         if requires_grad is None:
-            diff = grad and type(op) not in NOT_DIFFERENTIABLE
+            diff = (grad and type(op) not in NOT_DIFFERENTIABLE) or (view and not grad)
             flags = [diff and _differentiable(r) for r in results]
         else:
-            flags = [grad and f for f in requires_grad]
+            flags = list(requires_grad)
+        if grad and any(flags):
+            self.note_saved(op)
         out: list[SSAValue] = []
         for r, f in zip(results, flags, strict=True):
-            if f:
+            if f and grad:
                 active.add(r)
                 out.append(r)
+            elif f:
+                out.append(self.detached_view(op, r))
             elif _differentiable(r):
                 out.append(self.stop_gradient(r))
             else:
                 out.append(r)
         return out
+
+    def detached_view(self, op: Operation, v: SSAValue) -> SSAValue:
+        """A view made while grad mode is off of a tensor that requires grad: eager marks it
+        as requiring grad, but no gradient flows back through it (an ``autograd.function``
+        with no gradients)."""
+        primals = [o for o in op.operands if o in self.active]
+        body = Block(arg_types=[v.type])
+        fn = make_function("view_without_grad", primals, [v], [], body, [])
+        if self.loc:
+            fn.attributes["loc"] = StringAttr(self.loc)
+        self.block.add_op(fn)
+        r = fn.results[0]
+        self.active.add(r)
+        return r
 
     def stop_gradient(self, v: SSAValue) -> SSAValue:
         """``v`` with its gradient cut (``autograd.stop_gradient``)."""
@@ -402,10 +441,43 @@ class TraceContext:
             return [self.wrap(v, base) for v in value]
         if isinstance(value.type, NumberType):
             raise ThunderTraceError(f"{where(self.loc)}: traced numbers are not supported")
-        p = TensorProxy(value, requires_grad=value in self.active, base=base)
-        if base is not None:
-            base._has_views = True
+        return self.remember(TensorProxy(value, requires_grad=value in self.active, base=base))
+
+    def remember(self, p: TensorProxy) -> TensorProxy:
+        """Notes which storage ``p``'s value lives in (its base's, for a view)."""
+        v = p._value
+        if v not in self.storage:
+            key = id(p._base_proxy if p._base_proxy is not None else p)
+            self.storage[v] = key
+            self.members.setdefault(key, []).append(v)
         return p
+
+    def note_saved(self, op: Operation) -> None:
+        """Records the operands and results eager's backward of ``op`` saves (a meta run of
+        its torch function under ``saved_tensors_hooks``, cached per signature)."""
+        where_saved = _eager_saves(op)
+        if not where_saved:
+            return
+        operands, results = where_saved
+        for i in operands:
+            self.saved.setdefault(op.operands[i], []).append(op)
+        for i in results:
+            self.saved.setdefault(op.results[i], []).append(op)
+
+    def _written(self, target: TensorProxy, skip: set[Operation]) -> None:
+        """An in-place write to ``target``'s storage: every op whose backward saved a value
+        of that storage would, in eager, raise when its backward runs; so will ours."""
+        root = target._base_proxy if target._base_proxy is not None else target
+        for v in self.members.get(id(root), ()):
+            for op in self.saved.pop(v, ()):
+                if op not in skip and "saved_modified" not in op.attributes:
+                    t = v.type
+                    assert isinstance(t, TensorType)
+                    op.attributes["saved_modified"] = StringAttr(
+                        "one of the variables needed for gradient computation has been "
+                        f"modified by an inplace operation: [{t.pretty()}], saved for the "
+                        f"backward of {op.name} at {where(_loc_of(op))}, written in place at "
+                        f"{where(self.loc)}")
 
     def assign(self, target: Any, new: SSAValue, opname: str) -> TensorProxy:
         """Functionalizes an in-place op: ``target`` now stands for ``new``.
@@ -418,13 +490,14 @@ class TraceContext:
         if not is_proxy(target):
             raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} on a tensor that is "
                                     "not traced; pass it as an argument instead")
-        if target._base_proxy is not None or target._has_views:
+        if target._base_proxy is not None or target.has_views():
             raise ThunderTraceError(
                 f"{where(self.loc)}: in-place {opname} on a tensor that shares memory with a "
                 "view is not supported by thunder_ir (the write would have to reach the "
                 "other aliases). Use the out-of-place form, e.g. `y = x.add(1)`, or .clone() "
                 "the view first.")
         old = target._value
+        made = new.owner  # the in-place op's own functional op: its reads are not writes
         tt, nt = old.type, new.type
         assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
         if nt.sizes != tt.sizes:
@@ -444,14 +517,46 @@ class TraceContext:
 
             new = self.emit(OPS["to_dtype"], new, dtype=tt.dtype)
         if old in self.active:
-            if torch.is_grad_enabled():
-                if self.is_leaf(old):
-                    raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                                       f"in-place operation.\n  at {where(self.loc)}")
-            else:
+            if not torch.is_grad_enabled():
                 new = self.keep_identity(old, new)
+            elif self.is_leaf(old):
+                raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                   f"in-place operation.\n  at {where(self.loc)}")
+            elif new not in self.active or not (isinstance(new.owner, Operation)
+                                                 and old in new.owner.operands):
+                new = self.overwrites(old, new)
+        self._written(target, {made} if isinstance(made, Operation) else set())
         target._value = new
+        root = target._base_proxy if target._base_proxy is not None else target
+        self.storage[new] = id(root)
+        self.members.setdefault(id(root), []).append(new)
         return target
+
+    def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
+        """``new`` written over ``old`` in place (``copy_``, ``zero_``, ``fill_``): eager's
+        backward gives the overwritten tensor a zero gradient (not ``None``), and passes
+        the cotangent on to ``new``'s own inputs."""
+        from thunder_ir.dialects.prims import FullOp
+
+        t = old.type
+        assert isinstance(t, TensorType)
+        body = Block(arg_types=[new.type])
+        zeros = FullOp.create(result_types=[t], properties={
+            "shape": to_attr(t.sizes), "fill_value": to_attr(0.0), "device": to_attr(t.dev),
+            "dtype": to_attr(t.dtype)})
+        body.add_op(zeros)
+        primals, mask, grads = [old], [0], [zeros.results[0]]
+        if new in self.active:
+            primals.append(new)
+            mask.append(1)
+            grads.append(body.args[0])
+        fn = make_function("overwrite", primals, [new], mask, body, grads)
+        if self.loc:
+            fn.attributes["loc"] = StringAttr(self.loc)
+        self.block.add_op(fn)
+        r = fn.results[0]
+        self.active.add(r)
+        return r
 
     def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
@@ -478,6 +583,63 @@ class TraceContext:
             yield
         finally:
             self.block, self.emitter, self._numbers = saved
+
+
+def _loc_of(op: Operation) -> str:
+    loc = op.attributes.get("loc")
+    return loc.data if isinstance(loc, StringAttr) else ""
+
+
+_SAVES: dict[Any, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
+
+
+def _eager_saves(op: Operation) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Which operands and results eager's backward of ``op`` saves, by running its torch
+    function on meta tensors (floating-point ones requiring grad) under
+    ``saved_tensors_hooks``; None if it saves none or cannot run (cached per signature)."""
+    if not isinstance(op, ThunderOp) or isinstance(op, FunctionOp):
+        return None  # a custom Function's saved tensors are what its ctx saved
+    try:
+        key: Any = (op.name, tuple(o.type for o in op.operands), str(op.properties))
+        hash(key)
+    except TypeError:
+        return None
+    if key in _SAVES:
+        return _SAVES[key]
+    metas: list[Any] = []
+    for o in op.operands:
+        t = o.type
+        if isinstance(t, TensorType):
+            metas.append(torch.empty(t.sizes, dtype=t.dtype, device="meta",
+                                     requires_grad=_differentiable(o)))
+        elif isinstance(t, NumberType):
+            metas.append(t.python_type(1))
+        else:
+            metas.append(None)
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    result: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    try:
+        with torch._C.DisableTorchFunction(), torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            if isinstance(op, CallOp):
+                out = op.run(metas)
+            else:
+                grouped = group(op.operand_layout(), metas, op._segment_sizes())
+                out = type(op).ref(*grouped, **op.params())
+        outs = list(out) if isinstance(out, list | tuple) else [out]
+        ids = {id(t) for t in saved}
+        operands = tuple(i for i, m in enumerate(metas) if id(m) in ids)
+        results = tuple(i for i, o in enumerate(outs) if id(o) in ids)
+        result = (operands, results) if operands or results else None
+    except Exception:  # a kernel without a meta implementation: nothing known
+        result = None
+    _SAVES[key] = result
+    return result
 
 
 def _not_used_by(op: Operation) -> Callable[[Any], bool]:
@@ -689,6 +851,7 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
             out = fallback(ctx, _inplace_on_copy(), (name, *args), kwargs)
         return ctx.assign(args[0], out._value, name)
     operands: list[SSAValue] = []
+    passed: list[Any] = []  # the tensor (proxy) passed for each operand
     index: dict[int, int] = {}
 
     def encode(x: Any) -> Any:
@@ -698,6 +861,7 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
             if k is None:
                 k = index[id(v)] = len(operands)
                 operands.append(v)
+                passed.append(x)
             return OperandRef(k)
         if isinstance(x, list | tuple | torch.Size):
             return tuple(encode(e) for e in x)
@@ -711,8 +875,8 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
 
     enc_args = [encode(a) for a in args]
     enc_kwargs = {k: encode(v) for k, v in kwargs.items()}
-    grad_mask = None
-    if ctx.active and torch.is_grad_enabled():
+    grad_mask = None  # eager's requires_grad per result needs stand-ins that require grad
+    if ctx.active:
         grad_mask = [v in ctx.active and _differentiable(v) for v in operands]
         if not any(grad_mask):
             grad_mask = None
@@ -736,10 +900,38 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
             ) from None
         raise ThunderTraceError(f"{where(ctx.loc)}: {name} failed on traced inputs "
                                 f"(meta run): {e}") from None
+    if meta.mutated:
+        return _call_on_copies(ctx, name, operands, passed, enc_args, enc_kwargs, meta,
+                               grad_mask is not None)
     op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
                    layout=meta.layout, nograd=meta.nograd)
     results = ctx.record(op, meta.requires_grad if grad_mask is not None else None)
     return meta.rebuild([ctx.wrap(r) for r in results])
+
+
+CALL_ON_COPIES = "thunder_ir.runtime.autograd_fallback.call_on_copies"
+
+
+def _call_on_copies(ctx: TraceContext, name: str, operands: list[SSAValue], passed: list[Any],
+                    args: list[Any], kwargs: dict[str, Any], meta: Any, tracked: bool) -> Any:
+    """A call that writes into operands (``out=``, running statistics), functionalized: it
+    runs on copies of them (`call_on_copies`), and each written tensor then stands for its
+    copy, as after an in-place op (written back to inputs and buffers after the call)."""
+    from thunder_ir.runtime.autograd_fallback import COPIED, encode_refs
+
+    n = len(meta.result_types)
+    op = make_call(
+        CALL_ON_COPIES, operands, [name, *(OperandRef(i) for i in range(len(operands)))],
+        {"args": encode_refs(tuple(args), COPIED),
+         "kwargs": tuple((k, encode_refs(v, COPIED)) for k, v in kwargs.items()),
+         "mutated": meta.mutated, "layout": meta.layout if meta.layout is not None else None},
+        result_types=[*meta.result_types, *(operands[i].type for i in meta.mutated)],
+        layout=True, nograd=meta.nograd)
+    rg = [*meta.requires_grad, *(False for _ in meta.mutated)] if tracked else None
+    results = ctx.record(op, rg)
+    for i, copy in zip(meta.mutated, results[n:], strict=True):
+        ctx.assign(passed[i], copy, name)
+    return meta.rebuild([ctx.wrap(r) for r in results[:n]])
 
 
 def _inplace_on_copy() -> Any:
@@ -856,8 +1048,15 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     leaves, out_spec = pytree.tree_flatten(out, is_leaf=_is_size)
     outputs: list[SSAValue] = []
     out_leaves: list[tuple[str, Any]] = []
+    detach_outputs: list[int] = []
     for leaf in leaves:
         if is_proxy(leaf):
+            base = leaf._base_proxy
+            if (leaf._value not in ctx.active and base is not None and base.requires_grad
+                    and ctx.is_leaf(base._value)):
+                # A detached alias of an input that requires grad (x.detach().view(-1)): run
+                # without its detach, it would come out as a view requiring grad.
+                detach_outputs.append(len(outputs))
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
         else:  # a Python value, or a tensor captured from outside: returned as it is
@@ -869,7 +1068,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             outputs.append(p._value)
     return TracedProgram(ctx.program.finish(outputs), ctx.input_kinds, out_spec, out_leaves,
                          writebacks, ctx.input_requires_grad,
-                         [o in ctx.active for o in outputs])
+                         [o in ctx.active for o in outputs], detach_outputs)
 
 
 __all__ = ["DataDependentError", "HANDLERS", "TraceContext", "TraceMode", "TracedProgram",
