@@ -194,6 +194,7 @@ class MetaCall:
         kind: the sequence's type (``tuple``, ``list`` or a ``torch.return_types`` class).
         nograd: operands that require grad but get no gradient from eager's backward.
         mutated: operands the callee writes into (``out=``, running statistics).
+        views: per result, the operand it is a view of (``None``: a fresh tensor).
     """
 
     result_types: list[Attribute]
@@ -202,6 +203,7 @@ class MetaCall:
     kind: type
     nograd: tuple[int, ...] = ()
     mutated: tuple[int, ...] = ()
+    views: tuple[int | None, ...] = ()
 
     def rebuild(self, results: Sequence[Any]) -> Any:
         """The callee's output structure with ``results`` in place of its tensors."""
@@ -247,8 +249,11 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     if requires_grad is not None and any(rg) and torch.is_grad_enabled():
         nograd = _operands_without_gradient(metas, requires_grad,
                                             [o for o, f in zip(results, rg) if f])
+    bases = {id(m): i for i, m in enumerate(metas) if isinstance(m, torch.Tensor)}
+    views = tuple(bases.get(id(o._base)) if isinstance(o, torch.Tensor) and o._base is not None
+                  else None for o in results)
     return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd,
-                    tuple(sorted(spy.written)))
+                    tuple(sorted(spy.written)), views)
 
 
 class _WriteSpy(TorchDispatchMode):

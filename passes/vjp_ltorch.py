@@ -854,6 +854,24 @@ def masked_fill(g: Grad, out: Outs, ct: Cts, x: SSAValue, mask: SSAValue,
     return [_operand_grad(g, g.ltorch.where(mask, g.const(0.0), _ct0(ct)), x), None]
 
 
+@vjp(C.ClampOp)
+def clamp(g: Grad, out: Outs, ct: Cts, x: SSAValue, min: Any = None, max: Any = None
+          ) -> Grads:
+    """``ct`` where ``min <= x <= max``, zero elsewhere (torch's ``clamp_backward``: an
+    element at a bound passes its gradient)."""
+    if not is_differentiable_value(x):
+        return [None]
+    lt = g.ltorch
+    keep = None
+    if min is not None:
+        keep = lt.ge(x, g.const(min))
+    if max is not None:
+        below = lt.le(x, g.const(max))
+        keep = below if keep is None else lt.logical_and(keep, below)
+    dy = _ct0(ct)
+    return [_grad(g, dy if keep is None else lt.where(keep, dy, g.const(0.0)), x)]
+
+
 @vjp(C.ToDtypeOp)
 def to_dtype(g: Grad, out: Outs, ct: Cts, x: SSAValue, dtype: Any = None) -> Grads:
     """``ct`` converted back to the input's dtype (none from a non-float result)."""
@@ -1056,7 +1074,7 @@ DIRECT_RULES: tuple[type, ...] = (
     N.SoftmaxOp, N.LogSoftmaxOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
-    C.WhereOp, C.MaskedFillOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.ReshapeOp, C.ViewOp,
+    C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.ReshapeOp, C.ViewOp,
     C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp, C.ContiguousOp, C.TransposeOp,
     C.PermuteOp, C.ExpandOp, C.CatOp, C.SplitOp, C.ChunkOp, C.GetitemOp,
 )

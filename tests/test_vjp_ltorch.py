@@ -64,6 +64,7 @@ def test_direct_rule_table() -> None:
         "ltorch.embedding", "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
         "ltorch.add", "ltorch.sub", "ltorch.mul", "ltorch.div", "ltorch.neg", "ltorch.pow",
         "ltorch.exp", "ltorch.sqrt", "ltorch.rsqrt", "ltorch.where", "ltorch.masked_fill",
+        "ltorch.clamp",
         "ltorch.to_dtype", "ltorch.sum", "ltorch.mean", "ltorch.reshape", "ltorch.view",
         "ltorch.flatten", "ltorch.unsqueeze", "ltorch.squeeze", "ltorch.clone",
         "ltorch.contiguous", "ltorch.transpose", "ltorch.permute", "ltorch.expand",

@@ -13,6 +13,7 @@ writes through aliases, or to a tensor whose views are still in use, can be reje
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from typing import Any
 
@@ -28,6 +29,7 @@ class TensorProxy(torch.Tensor):
     _value: SSAValue
     _base_proxy: TensorProxy | None
     _views: weakref.WeakSet[TensorProxy] | None
+    _storage: int
     _name: str
 
     @staticmethod
@@ -44,6 +46,9 @@ class TensorProxy(torch.Tensor):
         r._views = None
         if base is not None:
             base.add_view(r)
+            r._storage = base._storage
+        else:
+            r._storage = next(_STORAGES)
         return r
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -74,6 +79,9 @@ class TensorProxy(torch.Tensor):
         t = self._value.type
         return f'TensorProxy({name}, "{t.pretty()}")'  # type: ignore[attr-defined]
 
+
+_STORAGES = itertools.count()
+"""Storage ids: a view has its base's; never reused (unlike ``id`` of a freed proxy)."""
 
 _DEVICES: dict[str, torch.device] = {}
 

@@ -208,6 +208,7 @@ class TraceContext:
         self.inference: set[SSAValue] = set()
         # Eager's saved-tensor checks: which storage each value lives in (views share
         # their base's), and the ops whose backward saved each value.
+        self.leaf_proxies: set[int] = set()  # the program's inputs: eager's leaves
         self.storage: dict[SSAValue, int] = {}
         self.members: dict[int, list[SSAValue]] = {}
         self.saved: dict[SSAValue, list[Operation]] = {}
@@ -251,6 +252,7 @@ class TraceContext:
             self.inference.add(v)
         p = TensorProxy(v, requires_grad=rg)
         self.remember(p)
+        self.leaf_proxies.add(id(p))
         self.input_proxies.append((p, v, kind))
         return p
 
@@ -335,13 +337,13 @@ class TraceContext:
         tracked = self.track(built, results, view=_view)
         return tracked if isinstance(out, list) else tracked[0]
 
-    def record(self, op: Operation, requires_grad: Sequence[bool] | None = None
-               ) -> list[SSAValue]:
+    def record(self, op: Operation, requires_grad: Sequence[bool] | None = None,
+               view: bool = False) -> list[SSAValue]:
         """Appends a prebuilt op at the current location; its results, tracked."""
         if self.loc:
             op.attributes["loc"] = StringAttr(self.loc)
         self.block.add_op(op)
-        return self.track(op, list(op.results), requires_grad)
+        return self.track(op, list(op.results), requires_grad, view)
 
     def track(self, op: Any, results: list[SSAValue],
               requires_grad: Sequence[bool] | None = None, view: bool = False
@@ -371,8 +373,6 @@ class TraceContext:
             flags = [diff and _differentiable(r) for r in results]
         else:
             flags = list(requires_grad)
-        if grad and any(flags):
-            self.note_saved(op)
         out: list[SSAValue] = []
         for r, f in zip(results, flags, strict=True):
             if f and grad:
@@ -384,6 +384,8 @@ class TraceContext:
                 out.append(self.stop_gradient(r))
             else:
                 out.append(r)
+        if grad and any(flags):
+            self.note_saved(op, out)
         return out
 
     def detached_view(self, op: Operation, v: SSAValue) -> SSAValue:
@@ -447,28 +449,27 @@ class TraceContext:
         """Notes which storage ``p``'s value lives in (its base's, for a view)."""
         v = p._value
         if v not in self.storage:
-            key = id(p._base_proxy if p._base_proxy is not None else p)
-            self.storage[v] = key
-            self.members.setdefault(key, []).append(v)
+            self.storage[v] = p._storage
+            self.members.setdefault(p._storage, []).append(v)
         return p
 
-    def note_saved(self, op: Operation) -> None:
+    def note_saved(self, op: Operation, results: Sequence[SSAValue]) -> None:
         """Records the operands and results eager's backward of ``op`` saves (a meta run of
-        its torch function under ``saved_tensors_hooks``, cached per signature)."""
-        where_saved = _eager_saves(op)
+        its torch function under ``saved_tensors_hooks``, cached per signature);
+        ``results``: the values the program uses for the op's results."""
+        where_saved = _eager_saves(op, [o in self.active for o in op.operands])
         if not where_saved:
             return
-        operands, results = where_saved
+        operands, saved_results = where_saved
         for i in operands:
             self.saved.setdefault(op.operands[i], []).append(op)
-        for i in results:
-            self.saved.setdefault(op.results[i], []).append(op)
+        for i in saved_results:
+            self.saved.setdefault(results[i], []).append(op)
 
     def _written(self, target: TensorProxy, skip: set[Operation]) -> None:
         """An in-place write to ``target``'s storage: every op whose backward saved a value
         of that storage would, in eager, raise when its backward runs; so will ours."""
-        root = target._base_proxy if target._base_proxy is not None else target
-        for v in self.members.get(id(root), ()):
+        for v in self.members.get(target._storage, ()):
             for op in self.saved.pop(v, ()):
                 if op not in skip and "saved_modified" not in op.attributes:
                     t = v.type
@@ -516,10 +517,12 @@ class TraceContext:
             from thunder_ir.dialects.ltorch import OPS
 
             new = self.emit(OPS["to_dtype"], new, dtype=tt.dtype)
+        if not torch.is_grad_enabled() and new in self.active:
+            new = self.stop_gradient(new)  # written under no-grad: the values, no gradient
         if old in self.active:
             if not torch.is_grad_enabled():
                 new = self.keep_identity(old, new)
-            elif self.is_leaf(old):
+            elif id(target) in self.leaf_proxies:
                 raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                    f"in-place operation.\n  at {where(self.loc)}")
             elif new not in self.active or not (isinstance(new.owner, Operation)
@@ -527,9 +530,8 @@ class TraceContext:
                 new = self.overwrites(old, new)
         self._written(target, {made} if isinstance(made, Operation) else set())
         target._value = new
-        root = target._base_proxy if target._base_proxy is not None else target
-        self.storage[new] = id(root)
-        self.members.setdefault(id(root), []).append(new)
+        self.storage[new] = target._storage
+        self.members.setdefault(target._storage, []).append(new)
         return target
 
     def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
@@ -561,8 +563,6 @@ class TraceContext:
     def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
         no-grad): an ``autograd.function`` whose backward passes the cotangent to ``old``."""
-        if new in self.active:
-            new = self.stop_gradient(new)
         body = Block(arg_types=[old.type])
         op = make_function("inplace_update", [old], [new], [0], body, [body.args[0]])
         if self.loc:
@@ -593,25 +593,27 @@ def _loc_of(op: Operation) -> str:
 _SAVES: dict[Any, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
 
 
-def _eager_saves(op: Operation) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _eager_saves(op: Operation, active: Sequence[bool]
+                 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Which operands and results eager's backward of ``op`` saves, by running its torch
-    function on meta tensors (floating-point ones requiring grad) under
+    function on meta tensors (the ``active`` ones requiring grad) under
     ``saved_tensors_hooks``; None if it saves none or cannot run (cached per signature)."""
     if not isinstance(op, ThunderOp) or isinstance(op, FunctionOp):
         return None  # a custom Function's saved tensors are what its ctx saved
     try:
-        key: Any = (op.name, tuple(o.type for o in op.operands), str(op.properties))
+        key: Any = (op.name, tuple(o.type for o in op.operands), str(op.properties),
+                    tuple(active))
         hash(key)
     except TypeError:
         return None
     if key in _SAVES:
         return _SAVES[key]
     metas: list[Any] = []
-    for o in op.operands:
+    for o, a in zip(op.operands, active, strict=True):
         t = o.type
         if isinstance(t, TensorType):
             metas.append(torch.empty(t.sizes, dtype=t.dtype, device="meta",
-                                     requires_grad=_differentiable(o)))
+                                     requires_grad=a and _differentiable(o)))
         elif isinstance(t, NumberType):
             metas.append(t.python_type(1))
         else:
@@ -632,9 +634,10 @@ def _eager_saves(op: Operation) -> tuple[tuple[int, ...], tuple[int, ...]] | Non
                 grouped = group(op.operand_layout(), metas, op._segment_sizes())
                 out = type(op).ref(*grouped, **op.params())
         outs = list(out) if isinstance(out, list | tuple) else [out]
-        ids = {id(t) for t in saved}
+        ids = {id(t._base if t._base is not None else t) for t in saved}  # views: their base
         operands = tuple(i for i, m in enumerate(metas) if id(m) in ids)
-        results = tuple(i for i, o in enumerate(outs) if id(o) in ids)
+        results = tuple(i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and
+                        id(o._base if o._base is not None else o) in ids)
         result = (operands, results) if operands or results else None
     except Exception:  # a kernel without a meta implementation: nothing known
         result = None
@@ -905,8 +908,17 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
                                grad_mask is not None)
     op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
                    layout=meta.layout, nograd=meta.nograd)
-    results = ctx.record(op, meta.requires_grad if grad_mask is not None else None)
-    return meta.rebuild([ctx.wrap(r) for r in results])
+    results = ctx.record(op, meta.requires_grad if grad_mask is not None else None,
+                         view=any(i is not None for i in meta.views))
+    return meta.rebuild([ctx.wrap(r, None if i is None else _root_of(passed[i]))
+                         for r, i in zip(results, meta.views, strict=True)])
+
+
+def _root_of(p: Any) -> TensorProxy | None:
+    """The proxy whose storage ``p`` views (``p`` itself if it is no view)."""
+    if not is_proxy(p):
+        return None
+    return p._base_proxy if p._base_proxy is not None else p
 
 
 CALL_ON_COPIES = "thunder_ir.runtime.autograd_fallback.call_on_copies"
