@@ -798,31 +798,31 @@ def fuzz(max_examples: int) -> settings:
 # --------------------------------------------------------------------------- fuzz tests
 
 
-@fuzz(max_examples=40)
+@fuzz(max_examples=100)
 @given(programs(PURE))
 def test_fuzz_pure_programs(prog: Program) -> None:
     run(prog)
 
 
-@fuzz(max_examples=40)
+@fuzz(max_examples=100)
 @given(programs(GRAD))
 def test_fuzz_grad_modes(prog: Program) -> None:
     run(prog)
 
 
-@fuzz(max_examples=40)
+@fuzz(max_examples=100)
 @given(programs(RANDOM))
 def test_fuzz_random_ops(prog: Program) -> None:
     run(prog)
 
 
-@fuzz(max_examples=40)
+@fuzz(max_examples=100)
 @given(programs(FUNCTIONS))
 def test_fuzz_functions_and_fallbacks(prog: Program) -> None:
     run(prog)
 
 
-@fuzz(max_examples=40)
+@fuzz(max_examples=100)
 @given(programs(EVERYTHING))
 def test_fuzz_everything(prog: Program) -> None:
     run(prog)
@@ -1058,3 +1058,14 @@ def test_counterexample_clamp_gradient_at_the_bound() -> None:
     """Eager's clamp passes the gradient where ``x`` equals the bound: ``[0, 1, 1]``."""
     x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
     check_against_eager(lambda x: torch.clamp(x, min=0.0), x)
+
+
+def test_counterexample_copy_from_a_result_that_saved_the_target() -> None:
+    """Eager's backward raises: ``sin`` saved ``y``, which ``copy_`` then overwrote."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.sin(x)
+        z = torch.sin(y)
+        y.copy_(z)
+        return z
+
+    check_against_eager(f, rand(2, 3))

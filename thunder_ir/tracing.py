@@ -209,6 +209,7 @@ class TraceContext:
         # Eager's saved-tensor checks: which storage each value lives in (views share
         # their base's), and the ops whose backward saved each value.
         self.leaf_proxies: set[int] = set()  # the program's inputs: eager's leaves
+        self.call_start: Operation | None = None  # the last op before this torch call
         self.storage: dict[SSAValue, int] = {}
         self.members: dict[int, list[SSAValue]] = {}
         self.saved: dict[SSAValue, list[Operation]] = {}
@@ -498,7 +499,9 @@ class TraceContext:
                 "other aliases). Use the out-of-place form, e.g. `y = x.add(1)`, or .clone() "
                 "the view first.")
         old = target._value
-        made = new.owner  # the in-place op's own functional op: its reads are not writes
+        # The ops this torch call built (the in-place op's functional form, casts): their
+        # reads are not later writes. A value that existed before (copy_'s source) is not.
+        made = self.ops_of_this_call()
         tt, nt = old.type, new.type
         assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
         if nt.sizes != tt.sizes:
@@ -528,11 +531,20 @@ class TraceContext:
             elif new not in self.active or not (isinstance(new.owner, Operation)
                                                  and old in new.owner.operands):
                 new = self.overwrites(old, new)
-        self._written(target, {made} if isinstance(made, Operation) else set())
+        self._written(target, made)
         target._value = new
         self.storage[new] = target._storage
         self.members.setdefault(target._storage, []).append(new)
         return target
+
+    def ops_of_this_call(self) -> set[Operation]:
+        """The ops recorded since the torch call being traced began (`TraceMode`)."""
+        op = self.block.first_op if self.call_start is None else self.call_start.next_op
+        out: set[Operation] = set()
+        while op is not None:
+            out.add(op)
+            op = op.next_op
+        return out
 
     def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new`` written over ``old`` in place (``copy_``, ``zero_``, ``fill_``): eager's
@@ -763,6 +775,7 @@ class TraceMode(TorchFunctionMode):
         ctx = self.ctx
         if h is not None:
             ctx.loc = user_location()
+            ctx.call_start = ctx.block.last_op
             if _any_autocast():
                 _refuse_autocast(ctx)
             try:
@@ -782,6 +795,7 @@ class TraceMode(TorchFunctionMode):
                 f"{where(ctx.loc)}: {what} needs a traced tensor's value, but {_DATA_HINT}")
         if _any_autocast():
             _refuse_autocast(ctx)
+        ctx.call_start = ctx.block.last_op
         return fallback(ctx, func, args, kwargs)
 
 
