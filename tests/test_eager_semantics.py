@@ -687,3 +687,41 @@ def test_attention_dropout_is_native_with_eagers_draw() -> None:
     jf(q, k, v).sum().backward()
     assert "sdpa_dropout_forward(" in str(thunder_ir.last_traces(jf)[-1])
     assert "torch.matmul(" in str(thunder_ir.last_backward_traces(jf)[-1])
+
+
+def test_failure_and_traced_caches_leave_module_attributes_as_they_were() -> None:
+    """A forward that fails while traced leaves its module's attributes as they were; one
+    that stores a traced tensor on the module (a lazily built cache) does not leave the
+    proxy there."""
+    class Failing(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            self.lin.last = x  # a new attribute on a submodule
+            if x.sum() > 0:
+                return x
+            return self.lin(x)
+
+    m = Failing()
+    with pytest.raises(thunder_ir.DataDependentError):
+        thunder_ir.jit(m)(rand(2, 3))
+    assert m.calls == 0 and not hasattr(m.lin, "last")
+
+    class Cached(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mask_cache: torch.Tensor | None = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.mask_cache is None:
+                self.mask_cache = torch.arange(x.shape[-1]) * 0.5
+            return x * self.mask_cache
+
+    c = Cached()
+    check_against_eager(c, rand(2, 3))
+    thunder_ir.jit(c)(rand(2, 3))
+    assert c.mask_cache is None

@@ -989,6 +989,34 @@ def _arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> l
     return out + list(kwargs)
 
 
+@contextlib.contextmanager
+def _module_attributes_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Leaves no traced tensor behind on the user's modules: if tracing fails, every module
+    gets back the attributes it had; if it succeeds, an attribute that forward set to a
+    traced tensor (a lazily built cache) gets its old value back, since the proxy means
+    nothing outside the trace."""
+    saved = [(m, dict(m.__dict__)) for m in module.modules()]
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        for m, before in saved:
+            now = m.__dict__
+            for k in list(now):
+                if k in before and now[k] is before[k]:
+                    continue
+                if ok and not is_proxy(now[k]):
+                    continue
+                if k in before:
+                    now[k] = before[k]
+                else:
+                    del now[k]
+            if not ok:
+                for k, v in before.items():
+                    now.setdefault(k, v)
+
+
 def _is_size(x: Any) -> bool:
     """``torch.Size`` stays whole in pytrees (unflattened, torch's pytree makes a tuple)."""
     return isinstance(x, torch.Size)
@@ -1059,6 +1087,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_global_state_kept())
+            if module is not None:
+                stack.enter_context(_module_attributes_kept(module))
             stack.enter_context(recording(ctx))
             for factory in TRACING_CONTEXTS:
                 stack.enter_context(factory())
