@@ -62,6 +62,16 @@ def _callee(path: str) -> Callable[..., Any]:
     return resolve_callee(path)
 
 
+def _tensors_of(out: Any, layout: Sequence[int] | bool | None) -> list[Any]:
+    """A callee's tensors, by ``torch.call``'s ``multi``: ``None`` one, ``True`` all of a
+    sequence, else those marked 1."""
+    if layout is None:
+        return [out]
+    if isinstance(layout, bool):
+        return list(out)
+    return [o for o, k in zip(out, layout, strict=True) if k]
+
+
 class GradHandle:
     """The autograd graph of one opaque call: the outputs that carry gradients (by their
     position among the callee's outputs) and the leaves standing for its inputs."""
@@ -110,12 +120,7 @@ def call_with_grad(callee: str, *inputs: Any, args: Sequence[Any],
     with torch.enable_grad():
         out = _callee(callee)(*decode_refs(tuple(args), vals),
                               **{k: decode_refs(v, vals) for k, v in kwargs})
-    if layout is None:
-        outs = [out]
-    elif isinstance(layout, bool):
-        outs = list(out)
-    else:
-        outs = [o for o, k in zip(out, layout, strict=True) if k]
+    outs = _tensors_of(out, layout)
     graph = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
     handle = GradHandle([o for _, o in graph], [i for i, _ in graph], leaves)
     return (*(o.detach() for o in outs), handle)
@@ -183,13 +188,7 @@ def call_on_copies(callee: str, *inputs: Any, args: Sequence[Any],
         vals[i] = vals[i].clone()
     out = _callee(callee)(*decode_refs(tuple(args), vals, COPIED),
                           **{k: decode_refs(v, vals, COPIED) for k, v in kwargs})
-    if layout is None:
-        outs = [out]
-    elif isinstance(layout, bool):
-        outs = list(out)
-    else:
-        outs = [o for o, k in zip(out, layout, strict=True) if k]
-    return (*outs, *(vals[i] for i in mutated))
+    return (*_tensors_of(out, layout), *(vals[i] for i in mutated))
 
 
 def no_derivative(message: str, *cts: torch.Tensor) -> Any:

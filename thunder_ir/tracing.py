@@ -55,7 +55,6 @@ from thunder_ir.dialects.types import (
     TensorType,
     is_complex,
     is_float,
-    number_type,
     type_of_tensor,
 )
 from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, load_vjp_rules
@@ -395,7 +394,12 @@ class TraceContext:
         with no gradients)."""
         primals = [o for o in op.operands if o in self.active]
         body = Block(arg_types=[v.type])
-        fn = make_function("view_without_grad", primals, [v], [], body, [])
+        return self._requires_grad(make_function("view_without_grad", primals, [v], [], body,
+                                                 []))
+
+    def _requires_grad(self, fn: Operation) -> SSAValue:
+        """Records an ``autograd.function`` whose one result requires grad whatever the
+        grad mode (it stands for a tensor eager still tracks); returns the result."""
         if self.loc:
             fn.attributes["loc"] = StringAttr(self.loc)
         self.block.add_op(fn)
@@ -564,25 +568,15 @@ class TraceContext:
             primals.append(new)
             mask.append(1)
             grads.append(body.args[0])
-        fn = make_function("overwrite", primals, [new], mask, body, grads)
-        if self.loc:
-            fn.attributes["loc"] = StringAttr(self.loc)
-        self.block.add_op(fn)
-        r = fn.results[0]
-        self.active.add(r)
-        return r
+        return self._requires_grad(make_function("overwrite", primals, [new], mask, body,
+                                                 grads))
 
     def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
         no-grad): an ``autograd.function`` whose backward passes the cotangent to ``old``."""
         body = Block(arg_types=[old.type])
-        op = make_function("inplace_update", [old], [new], [0], body, [body.args[0]])
-        if self.loc:
-            op.attributes["loc"] = StringAttr(self.loc)
-        self.block.add_op(op)
-        r = op.results[0]
-        self.active.add(r)  # grad mode is off here, but the tensor still requires grad
-        return r
+        return self._requires_grad(make_function("inplace_update", [old], [new], [0], body,
+                                                 [body.args[0]]))
 
     # ---- tracing into a region
 
@@ -1129,5 +1123,4 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
 
 __all__ = ["DataDependentError", "HANDLERS", "TraceContext", "TraceMode", "TracedProgram",
            "ThunderTraceError", "UseFallback", "current", "fallback", "recording",
-           "trace_program", "tracing_now", "user_location", "where", "TensorType",
-           "number_type"]
+           "trace_program", "tracing_now", "user_location", "where"]
