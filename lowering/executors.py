@@ -140,6 +140,16 @@ def get_default_executors() -> tuple[Executor, ...]:
     return tuple(_REGISTRY[n] for n in _DEFAULT_ORDER if _REGISTRY[n].is_available())
 
 
+def executor_ref(e: Any) -> Any:
+    """How a copy of a jitted callable names executor ``e``: by name when it is the
+    registered one (executors hold compiled kernels and need not pickle), else itself."""
+    if isinstance(e, str):
+        return e
+    _load_builtin()
+    registered = _REGISTRY.get(e.name)
+    return e.name if registered is not None and registered is e else e
+
+
 def resolve_executors(executors: Any) -> list[Executor]:
     """Executor objects from objects or names; the torch executor always comes last."""
     _load_builtin()

@@ -1,13 +1,14 @@
 """The compile cache: one dict lookup per call, keyed on everything that changes a program.
 
 The key covers, for every tensor input, parameter and buffer: shape, dtype, device and
-requires_grad; the values of non-tensor inputs; grad mode, default dtype and autocast
-state; every module's training flag; and a global counter that moves whenever any module
-(re)registers a parameter, buffer or submodule (torch's registration hooks), so replaced
-parameters are noticed without re-reading the module tree on each call.
+requires_grad; which tensor arguments share memory (`aliases`); the values of non-tensor
+inputs (floats by ``repr``: ``-0.0`` is not ``0.0``, NaN is NaN); grad mode, default dtype
+and autocast state; and the tokens of the guarded Python state that tracing read (module
+attributes, submodules, hooks, globals, closure cells: `thunder_ir.runtime.guards`).
 
 The key function is generated Python with no loops (the *prologue*): attribute reads into
-one tuple. ``last_prologue_traces`` prints it.
+one tuple. ``last_prologue_traces`` prints it. The cache keeps the `CACHE_CAPACITY` most
+recently used programs.
 """
 
 from __future__ import annotations
@@ -21,22 +22,12 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-_STATE_VERSION = [0]
+CACHE_CAPACITY = 64
+"""Programs kept per jitted callable; the least recently used goes first."""
 
-
-def _bump(*_: Any) -> None:
-    _STATE_VERSION[0] += 1
-
-
-torch.nn.modules.module.register_module_parameter_registration_hook(_bump)
-torch.nn.modules.module.register_module_buffer_registration_hook(_bump)
-torch.nn.modules.module.register_module_module_registration_hook(_bump)
-
-
-def state_version() -> int:
-    """Moves whenever any module registers a parameter, buffer or submodule."""
-    return _STATE_VERSION[0]
-
+RECOMPILE_LIMIT = 8
+"""After this many compiles of one jitted callable, thunder_ir warns (once) and names what
+keeps changing (torch.compile's default limit is 8 too)."""
 
 _autocast_state = torch._C._is_any_autocast_enabled
 
@@ -46,57 +37,100 @@ _counter = itertools.count()
 
 @dataclass
 class Prologue:
-    """The generated key function for one input structure, and its source."""
+    """The generated key function for one input structure and guarded state, its source,
+    and what each element of the key it returns stands for (for recompile warnings)."""
 
     fn: Callable[..., Any]
     source: str
+    labels: list[str] = field(default_factory=list)
 
 
-def make_prologue(n_args: int, modules: Sequence[torch.nn.Module],
-                  state: Sequence[torch.Tensor], all_tensors: bool = False) -> Prologue:
-    """Builds ``key(args) -> tuple`` for flat tensor args plus module state.
+def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
+                  all_tensors: bool = False, tokens: tuple[int, ...] = (),
+                  token_names: Sequence[str] = ()) -> Prologue:
+    """Builds ``key(args) -> tuple`` for flat args plus module state.
 
-    ``args`` are the flat leaves of the call's arguments; the module state (parameters,
-    buffers, training flags) is bound into the function's globals. With ``all_tensors``
-    (the flat fast path: every argument is a tensor) each argument's metadata is read
-    inline instead of through `tensor_meta`.
+    ``args`` are the flat leaves of the call's arguments (``arg_names``: what to call each
+    in messages); the module's parameters and buffers (``state``) are bound into the
+    function's globals, and so are the guard ``tokens`` the state had when the prologue was
+    built (the caller picks the prologue by them). With ``all_tensors`` (the flat fast
+    path: every argument is a tensor) each argument's metadata is read inline instead of
+    through `tensor_meta`.
     """
+    n_args = len(arg_names)
     lines = ["def prologue(args):"]
     if n_args:
         lines.append(f"  ({', '.join(f'a{i}' for i in range(n_args))},) = args")
     parts: list[str] = []
-    for i in range(n_args):
+    labels: list[str] = []
+    for i, name in enumerate(arg_names):
         if all_tensors:
             parts += [f"a{i}.shape", f"a{i}.dtype", f"a{i}.device", f"a{i}.requires_grad"]
+            labels += [f"the shape of argument '{name}'", f"the dtype of argument '{name}'",
+                       f"the device of argument '{name}'",
+                       f"requires_grad of argument '{name}'"]
         else:
             parts.append(f"_meta(a{i})")
-    for i in range(len(state)):
+            labels.append(f"argument '{name}'")
+    if n_args > 1:
+        parts.append(f"_aliases({', '.join(f'a{i}' for i in range(n_args))})")
+        labels.append("which arguments share memory")
+    for i, name in enumerate(state):
         parts += [f"p{i}.shape", f"p{i}.dtype", f"p{i}.device", f"p{i}.requires_grad"]
-    for i in range(len(modules)):
-        parts.append(f"m{i}.training")
-    parts += ["_grad()", "_default_dtype()", "_autocast()", "_version[0]"]
+        labels += [f"the metadata of '{name}'"] * 4
+    parts += ["_grad()", "_default_dtype()", "_autocast()"]
+    labels += ["grad mode", "the default dtype", "autocast"]
+    parts.append("_tokens")  # always last: `thunder_ir.api` re-keys entries by it
+    labels.append(" or ".join(token_names) or "guarded state")
     lines.append(f"  return ({', '.join(parts)},)")
     src = "\n".join(lines) + "\n"
     g: dict[str, Any] = {"_meta": tensor_meta, "_grad": torch.is_grad_enabled,
                          "_default_dtype": torch.get_default_dtype,
-                         "_autocast": _autocast_state, "_version": _STATE_VERSION}
-    g.update({f"p{i}": p for i, p in enumerate(state)})
-    g.update({f"m{i}": m for i, m in enumerate(modules)})
+                         "_autocast": _autocast_state, "_aliases": aliases, "_tokens": tokens}
+    g.update({f"p{i}": p for i, p in enumerate(state.values())})
     filename = f"<thunder_ir prologue {next(_counter)}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     exec(compile(src, filename, "exec"), g)
-    return Prologue(g["prologue"], src)
+    return Prologue(g["prologue"], src, labels)
 
 
 def tensor_meta(x: Any) -> Any:
     """The cache-key part of one argument leaf."""
     if isinstance(x, torch.Tensor):
         return (x.shape, x.dtype, x.device, x.requires_grad)
+    t = type(x)
+    if t is float:  # -0.0 is not 0.0 (x / -0.0 is -inf); NaN is NaN (nan != nan)
+        return (t, x) if x == x and x != 0.0 else (t, repr(x))
     try:
         hash(x)
     except TypeError:
-        return (type(x), id(x))
-    return (type(x), x)
+        return (t, id(x))
+    return (t, x)
+
+
+def _storage_ptr(x: Any) -> int:
+    try:
+        return x.untyped_storage().data_ptr()  # type: ignore[no-any-return]
+    except (AttributeError, RuntimeError, NotImplementedError):  # not a strided tensor
+        return 0
+
+
+def aliases(*leaves: Any) -> Any:
+    """Which argument leaves share memory: None when no two do (the usual case), else per
+    leaf that shares, the first leaf it shares with and whether it is that very tensor."""
+    ptrs = [_storage_ptr(x) if isinstance(x, torch.Tensor) else 0 for x in leaves]
+    used = [p for p in ptrs if p]
+    if len(set(used)) == len(used):
+        return None
+    first: dict[int, int] = {}
+    out = []
+    for i, p in enumerate(ptrs):
+        if not p:
+            continue
+        j = first.setdefault(p, i)
+        if j != i:
+            out.append((i, j, leaves[i] is leaves[j]))
+    return tuple(out)
 
 
 @dataclass
@@ -122,12 +156,30 @@ class CacheStats:
 
 
 class Cache:
-    """Compiled entries keyed by the prologue's tuple."""
+    """Compiled entries keyed by the prologue's tuple, at most `CACHE_CAPACITY` of them.
 
-    def __init__(self) -> None:
+    Until it is full, a hit costs one dict lookup; once full, a hit also moves its entry to
+    the end, so that the least recently used entry is the one evicted."""
+
+    def __init__(self, capacity: int = CACHE_CAPACITY) -> None:
         self.entries: dict[Any, Entry] = {}
         self.stats = CacheStats()
         self.last: Entry | None = None
+        self.capacity = capacity
+        self.full = False
+
+    def insert(self, key: Any, entry: Entry) -> None:
+        """Adds ``entry``, evicting the least recently used one if the cache is full."""
+        entries = self.entries
+        entries.pop(key, None)
+        if len(entries) >= self.capacity:
+            del entries[next(iter(entries))]
+        entries[key] = entry
+        self.full = len(entries) >= self.capacity
+
+    def touch(self, key: Any) -> None:
+        """Marks ``key`` as the most recently used (only matters once the cache is full)."""
+        self.entries[key] = self.entries.pop(key)
 
 
 def flatten_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Any]:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,14 +30,16 @@ from xdsl.pattern_rewriter import (
 from thunder_ir.dialects.program import main_function
 from thunder_ir.passes.pipeline import Pipeline
 from thunder_ir.runtime.cache import (
+    CACHE_CAPACITY,
+    RECOMPILE_LIMIT,
     Cache,
     Entry,
     Prologue,
     flatten_args,
     make_prologue,
-    state_version,
     unflatten_outputs,
 )
+from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
 from thunder_ir.trace import Trace
 from thunder_ir.tracing import ThunderTraceError, TracedProgram, trace_program
 
@@ -130,69 +134,182 @@ def run_pipeline(module: ModuleOp, executors: Sequence[Any],
 
 
 class _Compiled:
-    """The cache and compile path behind a jitted function or module."""
+    """The cache and compile path behind a jitted function or module.
 
-    def __init__(self, fn: Callable[..., Any], module: torch.nn.Module | None,
+    A call: the guards' tokens (module state, globals, closure cells; one tuple compare per
+    group while nothing changed), the prologue for this input structure and those tokens,
+    its key, one dict lookup. A miss takes the lock (one compile per key, whichever thread
+    gets there first), traces, compiles, and adds guards for what the trace read.
+    """
+
+    def __init__(self, fn: Callable[..., Any] | None, module: torch.nn.Module | None,
                  executors: Sequence[Any] | None, transforms: Sequence[Any] | None = None
                  ) -> None:
         self.fn = fn
         self.module = module
+        self._executors_arg = executors
         self.executors = _resolve_executors(executors)
+        self._transforms = transforms
         self.user = _user_transforms(transforms)
         from thunder_ir.passes.remat import AUTO
 
         self.remat_policy: Any = AUTO
-        self.cache = Cache()
-        self._prologues: dict[Any, tuple[int, Prologue]] = {}
         sig_target = module.forward if module is not None else fn
         try:
-            self.signature: inspect.Signature | None = inspect.signature(sig_target)
+            self.signature: inspect.Signature | None = inspect.signature(sig_target)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             self.signature = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """No programs, no guards (a new jitted callable, or a copy of one)."""
+        self.cache = Cache()
+        self._prologues: dict[Any, Prologue] = {}
+        self._lock = threading.RLock()
+        self.guards: list[StateGuard] = []
+        if self.module is not None:
+            self.guards.append(module_guard(self.module))
+        cg = closure_guard(self.fn)
+        if cg is not None:
+            self.guards.append(cg)
+        self._guarded_globals: dict[int, set[str]] = {}
+        self._compiles = 0
+        self._warned = False
+
+    # ---- copies (copy.deepcopy, pickle, torch.save): the compiled programs stay behind
+
+    def __getstate__(self) -> dict[str, Any]:
+        from thunder_ir.lowering.executors import executor_ref
+
+        wrapper = {k: v for k, v in self.__dict__.items()
+                   if k in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__")}
+        return {"fn": self.fn, "module": self.module, "transforms": self._transforms,
+                "executors": None if self._executors_arg is None
+                else [executor_ref(e) for e in self._executors_arg],
+                "remat_policy": self.remat_policy, "wrapper": wrapper}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["fn"], state["module"], state["executors"],  # type: ignore[misc]
+                      state["transforms"])
+        self.remat_policy = state["remat_policy"]
+        self.__dict__.update(state["wrapper"])
 
     # ---- module state
 
-    def _state(self) -> tuple[list[torch.nn.Module], dict[str, torch.Tensor]]:
+    def _state(self) -> dict[str, torch.Tensor]:
         if self.module is None:
-            return [], {}
-        mods = [m for _, m in self.module.named_modules()]
+            return {}
         state: dict[str, torch.Tensor] = dict(self.module.named_parameters())
         state.update(dict(self.module.named_buffers()))
-        return mods, state
+        return state
 
-    def _prologue(self, spec: Any, n: int) -> Prologue:
-        v = state_version()
-        hit = self._prologues.get(spec)
-        if hit is not None and hit[0] == v:
-            return hit[1]
-        mods, state = self._state()
-        pro = make_prologue(n, mods, list(state.values()), all_tensors=isinstance(spec, int))
-        self._prologues[spec] = (v, pro)
+    def _prologue(self, spec: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  n: int, tokens: tuple[int, ...]) -> Prologue:
+        from thunder_ir.tracing import _arg_names
+
+        if len(self._prologues) > 4 * CACHE_CAPACITY:
+            self._prologues.clear()
+        target = self.module.forward if self.module is not None else self.fn
+        assert target is not None
+        names = _leaf_names(_arg_names(target, len(args), kwargs), args, kwargs, n)
+        pro = make_prologue(names, self._state(), all_tensors=isinstance(spec, int),
+                            tokens=tokens, token_names=[g.name for g in self.guards])
+        self._prologues[(spec, tokens)] = pro
         return pro
 
     # ---- calls
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = flatten_args(args, kwargs)
-        pro = self._prologue(spec, len(leaves))
+        guards = self.guards
+        tokens = tuple([g.check() for g in guards]) if guards else ()
+        pro = self._prologues.get((spec, tokens))
+        if pro is None:
+            pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
         key = pro.fn(leaves)
         cache = self.cache
         entry = cache.entries.get(key)
         if entry is None:
-            entry = self._compile(args, kwargs, pro)
-            cache.entries[key] = entry
-            cache.stats.misses += 1
+            entry = self._miss(args, kwargs, leaves, spec, key, pro)
         else:
             cache.stats.hits += 1
+            if cache.full:
+                cache.touch(key)
         cache.last = entry
         outs = entry.fn(*entry.gather(leaves))
         if entry.writebacks:
             self._write_back(entry, leaves, outs)
         return unflatten_outputs(entry, outs)
 
+    def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any],
+              spec: Any, key: Any, pro: Prologue) -> Entry:
+        """Compiles for ``key`` (once: concurrent first calls wait for the one compiling)."""
+        with self._lock:
+            # Another thread may have compiled it, or added guards, while this one waited.
+            tokens = tuple([g.check() for g in self.guards])
+            pro = self._prologues.get((spec, tokens)) or self._prologue(
+                spec, args, kwargs, len(leaves), tokens)
+            key = pro.fn(leaves)
+            entry = self.cache.entries.get(key)
+            if entry is not None:
+                self.cache.stats.hits += 1
+                return entry
+            entry, traced = self._compile(args, kwargs, pro)
+            self.cache.stats.misses += 1
+            if self._guard_reads(traced):
+                tokens = tuple([g.check() for g in self.guards])
+                pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
+                key = pro.fn(leaves)
+                entry.prologue_source = pro.source
+            self._compiles += 1
+            if self._compiles > RECOMPILE_LIMIT and not self._warned:
+                self._warn_recompiles(key, pro)
+            self.cache.insert(key, entry)
+            return entry
+
+    def _guard_reads(self, traced: TracedProgram) -> bool:
+        """Adds guards for the globals the trace read that no guard covers yet; entries
+        compiled before do not depend on them and are re-keyed to match any state of
+        theirs. Returns whether guards were added."""
+        added: list[StateGuard] = []
+        for namespace, names in traced.global_reads:
+            have = self._guarded_globals.setdefault(id(namespace), set())
+            new = names - have
+            if new:
+                have.update(new)
+                added.append(globals_guard(namespace, new))
+        if not added:
+            return False
+        self.guards += added
+        extra = tuple(g.check() for g in added)
+        entries = self.cache.entries
+        rekeyed = {(*k[:-1], k[-1] + extra): e for k, e in entries.items()}
+        entries.clear()
+        entries.update(rekeyed)
+        self._prologues.clear()
+        return True
+
+    def _warn_recompiles(self, key: Any, pro: Prologue) -> None:
+        self._warned = True
+        name = (type(self.module).__name__ if self.module is not None
+                else getattr(self.fn, "__qualname__", repr(self.fn)))
+        what = "its inputs or the state it reads"
+        prev = next(reversed(self.cache.entries), None)
+        if isinstance(prev, tuple) and len(prev) == len(key):
+            for label, old, new in zip(pro.labels, prev, key):
+                if old != new:
+                    what = f"{label} ({_shown(old)} -> {_shown(new)})"
+                    break
+        warnings.warn(
+            f"thunder_ir.jit: {name} has compiled {self._compiles} programs; the last one "
+            f"because of a change in {what}. A value that changes on every call, such as a "
+            "step counter passed as a Python number, compiles a new program each time: pass "
+            "it as a tensor (torch.tensor(step)) instead. The cache keeps the "
+            f"{CACHE_CAPACITY} most recently used programs.", stacklevel=4)
+
     def _write_back(self, entry: Entry, leaves: list[Any], outs: Any) -> None:
         outs_t = outs if entry.n_outputs != 1 else (outs,)
-        _, state = self._state()
+        state = self._state()
         with torch.no_grad():
             for idx, kind in entry.writebacks:
                 target = leaves[kind[1]] if kind[0] == "arg" else state[kind[1]]
@@ -254,7 +371,8 @@ class _Compiled:
             single_output=_single_output(traced, n_out),
             backward_traces=bwd_traces)
 
-    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue) -> Entry:
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue
+                 ) -> tuple[Entry, TracedProgram]:
         if self.signature is not None:
             try:
                 self.signature.bind(*args, **kwargs)
@@ -262,23 +380,25 @@ class _Compiled:
                 name = getattr(self.module or self.fn, "__name__", type(self.module).__name__)
                 raise TypeError(f"{name}.forward() {e}" if self.module is not None
                                 else f"{name}() {e}") from None
-        _, state = self._state()
+        state = self._state()
         t0 = time.perf_counter()
-        traced = trace_program(self.fn, args, kwargs, self.module, state)
+        fn = self.fn if self.module is None else self.module.__call__
+        assert fn is not None
+        traced = trace_program(fn, args, kwargs, self.module, state)
         traces = [Trace(traced.module.clone(), "trace", time.perf_counter() - t0)]
         module = traced.module
         if self.user["ltorch"]:
             traces += Pipeline(self.user["ltorch"], verify=True).run(module)
         if any(traced.output_requires_grad):
-            return self._compile_training(traced, traces, state, pro)
+            return self._compile_training(traced, traces, state, pro), traced
         traces += run_pipeline(module, self.executors, self.user)
-        fn, source, t = self._codegen(module)
+        fn_, source, t = self._codegen(module)
         traces.append(Trace(module, "del-last-used", t, final=True, source=source))
         n_out = len(main_function(module).function_type.outputs)
         if traced.detach_outputs:
-            fn = _detaching(fn, traced.detach_outputs, n_out)
+            fn_ = _detaching(fn_, traced.detach_outputs, n_out)
         return Entry(
-            fn=fn,
+            fn=fn_,
             n_outputs=n_out,
             gather=_make_gather(traced, state),
             output_leaves=traced.output_leaves,
@@ -287,7 +407,30 @@ class _Compiled:
             traces=traces,
             prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
-        )
+        ), traced
+
+
+def _leaf_names(names: Sequence[str], args: tuple[Any, ...], kwargs: dict[str, Any],
+                n: int) -> list[str]:
+    """A name per flat argument leaf, for messages: the parameter's name, with the leaf's
+    index when an argument holds several."""
+    from torch.utils import _pytree as pytree
+
+    if len(names) == n:
+        return list(names)
+    out: list[str] = []
+    for name, value in zip(names, [*args, *kwargs.values()]):
+        k = len(pytree.tree_leaves(value, is_leaf=lambda x: isinstance(x, torch.Size)))
+        out += [name] if k == 1 else [f"{name}[{j}]" for j in range(k)]
+    return out + [f"leaf {i}" for i in range(len(out), n)]
+
+
+def _shown(v: Any) -> str:
+    """A key part, as a warning shows it: a value's repr (without its type tag)."""
+    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], type):
+        v = v[1]
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def _detaching(fn: Callable[..., Any], positions: Sequence[int], n_out: int
@@ -347,6 +490,9 @@ def _resolve_executors(executors: Sequence[Any] | None) -> list[Any]:
     return resolve_executors(executors)
 
 
+_OWN = frozenset({"_model", "_compiled", "__signature__", "training"})
+
+
 class ThunderModule(torch.nn.Module):
     """A jitted module: same forward signature, shares the original's parameters."""
 
@@ -355,6 +501,20 @@ class ThunderModule(torch.nn.Module):
         self._model = model
         self._compiled = compiled
         self.__signature__ = compiled.signature
+
+    # Assigning through the jitted module changes the model (``jm.fc = nn.Linear(...)``,
+    # ``jm.scale = 5.0``), as it would the module itself; the guards see the change.
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _OWN or "_model" not in self.__dict__.get("_modules", {}):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._modules["_model"], name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _OWN:
+            super().__delattr__(name)
+        else:
+            delattr(self._modules["_model"], name)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled(*args, **kwargs)
@@ -380,6 +540,24 @@ class ThunderModule(torch.nn.Module):
 
     def named_modules(self, *args: Any, **kwargs: Any) -> Iterator[Any]:  # type: ignore[override]
         return self._model.named_modules(*args, **kwargs)
+
+
+def _on_the_model(name: str) -> Callable[..., Any]:
+    def method(self: ThunderModule, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._model, name)(*args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``{name}`` of the original module (its state dict is the model's)."
+    return method
+
+
+# State-dict hooks registered on the jitted module act on the model's state dict, which is
+# what ``state_dict``/``load_state_dict`` return and fill.
+for _name in ("register_state_dict_pre_hook", "register_state_dict_post_hook",
+              "_register_state_dict_hook", "register_load_state_dict_pre_hook",
+              "register_load_state_dict_post_hook", "_register_load_state_dict_pre_hook"):
+    if hasattr(torch.nn.Module, _name):
+        setattr(ThunderModule, _name, _on_the_model(_name))
 
 
 def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
@@ -416,7 +594,7 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
     elif not isinstance(remat, RematPolicy):
         raise TypeError(f"remat must be a policy name or a RematPolicy, got {remat!r}")
     if isinstance(fn, torch.nn.Module):
-        compiled = _Compiled(fn.__call__, fn, executors, transforms)
+        compiled = _Compiled(None, fn, executors, transforms)
         compiled.remat_policy = remat
         return ThunderModule(fn, compiled)
     if not callable(fn):
@@ -452,8 +630,15 @@ def last_backward_traces(f: Any) -> list[Trace]:
 
 
 def last_prologue_traces(f: Any) -> list[str]:
-    """The guard (cache-key) code of the last call, as Python source."""
-    return [_last(f).prologue_source]
+    """The guard (cache-key) code of the last call, as Python source: the prologue that
+    builds the key, then each guard on the Python state the programs read (module
+    attributes, submodules, parameters, hooks, globals, closure cells), as checks."""
+    c = _compiled_of(f)
+    src = _last(f).prologue_source
+    if c.guards:
+        src += "\n# The key's _tokens: one per guard below.\n"
+        src += "\n\n".join(g.source() for g in c.guards) + "\n"
+    return [src]
 
 
 def cache_hits(f: Any) -> int:

@@ -1,7 +1,7 @@
 """Tracing: run the user's Python natively with proxies and record every torch call.
 
 `trace_program` flattens the inputs (pytree), makes a proxy per tensor (and per parameter
-and buffer of a module, swapped in with ``torch.func.functional_call``), runs the code
+and buffer of a module, in a shallow copy of the module tree: `_shadow_modules`), runs the code
 under `TraceMode`, and returns a `TracedProgram`: the ``ltorch`` program plus what the
 runtime needs to call it (input and output layout, write-backs).
 
@@ -153,6 +153,8 @@ class TracedProgram:
         output_requires_grad: per program output, whether eager's result requires grad.
         detach_outputs: program outputs that are detached aliases of inputs requiring grad
             (returned through ``.detach()`` so that they do not require grad).
+        global_reads: per module namespace, the global names user code read while traced
+            (the cache guards their values).
     """
 
     module: ModuleOp
@@ -163,6 +165,7 @@ class TracedProgram:
     input_requires_grad: list[bool] = field(default_factory=list)
     output_requires_grad: list[bool] = field(default_factory=list)
     detach_outputs: list[int] = field(default_factory=list)
+    global_reads: list[tuple[dict[str, Any], set[str]]] = field(default_factory=list)
 
 
 def _is_complex(v: SSAValue) -> bool:
@@ -212,6 +215,14 @@ class TraceContext:
         self.storage: dict[SSAValue, int] = {}
         self.members: dict[int, list[SSAValue]] = {}
         self.saved: dict[SSAValue, list[Operation]] = {}
+        # Module namespaces whose globals user code read: id -> (namespace, names).
+        self.global_reads: dict[int, tuple[dict[str, Any], set[str]]] = {}
+        # What tracing ran instead of the user's modules: a copy's id -> the original.
+        self.originals: dict[int, torch.nn.Module] = {}
+        # The sys.settrace hook recording global reads (`_global_reads_recorded`).
+        self.recorder: Callable[..., Any] | None = None
+        # Arguments passed in that share memory: storage id -> how to name them.
+        self.aliased_args: dict[int, str] = {}
 
     # ---- inputs
 
@@ -496,6 +507,13 @@ class TraceContext:
         if not is_proxy(target):
             raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} on a tensor that is "
                                     "not traced; pass it as an argument instead")
+        if target._storage in self.aliased_args and (target._base_proxy is not None
+                                                      or target.has_views()):
+            raise ThunderTraceError(
+                f"{where(self.loc)}: in-place {opname} on an argument that shares memory with "
+                f"another (arguments {self.aliased_args[target._storage]} are views of one "
+                "storage) is not supported by thunder_ir. Pass separate tensors (e.g. "
+                "`.clone()` one of them), or write out of place.")
         if target._base_proxy is not None or target.has_views():
             raise ThunderTraceError(
                 f"{where(self.loc)}: in-place {opname} on a tensor that shares memory with a "
@@ -764,7 +782,16 @@ class TraceMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
+        recorder = self.ctx.recorder
+        if recorder is None:
+            return self._dispatch(func, args, kwargs or {})
+        sys.settrace(None)  # thunder_ir's own code reads no user globals: not recorded
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        finally:
+            sys.settrace(recorder)
+
+    def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         h = HANDLERS.get(func)
         ctx = self.ctx
         if h is not None:
@@ -983,32 +1010,104 @@ def _arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> l
     return out + list(kwargs)
 
 
+def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy]
+                   ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module]]:
+    """A copy of ``root``'s module tree that tracing runs instead of the user's.
+
+    Each module is copied shallowly (same class, its own ``__dict__``) with its parameters
+    and buffers replaced by their proxies (``proxies``: by the real tensor's id, so tied
+    weights stay tied) and its submodules by their copies (a module used in two places is
+    copied once). Hook dicts and config objects are shared. The user's modules are never
+    written: another thread calling the model eagerly while a trace runs sees its real
+    parameters, and whatever ``forward`` assigns to ``self`` while traced (a lazily built
+    cache of traced tensors) is dropped with the copy. Returns the root's copy and a map
+    from each copy's id to its original (hooks called at run time get the original)."""
+    copies: dict[int, torch.nn.Module] = {}
+    originals: dict[int, torch.nn.Module] = {}
+
+    def swap(d: dict[str, Any]) -> dict[str, Any]:
+        return type(d)((k, proxies.get(id(v), v) if v is not None else None)
+                       for k, v in d.items())
+
+    def copy(m: torch.nn.Module) -> torch.nn.Module:
+        c = copies.get(id(m))
+        if c is not None:
+            return c
+        c = object.__new__(type(m))
+        d = dict(m.__dict__)
+        d["_parameters"] = swap(m._parameters)
+        d["_buffers"] = swap(m._buffers)
+        subs = type(m._modules)()
+        d["_modules"] = subs
+        c.__dict__.update(d)
+        copies[id(m)] = c
+        originals[id(c)] = m
+        for k, sub in m._modules.items():
+            subs[k] = copy(sub) if sub is not None else None
+        return c
+
+    return copy(root), originals
+
+
+_USER_PSEUDO_FILES = ("<stdin>", "<string>", "<console>", "<ipython-input")
+
+
+def _reads_globals_of(filename: str, namespace: dict[str, Any], model_files: set[str]
+                      ) -> bool:
+    """Whether the cache guards the globals that code of ``filename`` reads: the user's own
+    files and prompts, and the files defining the traced modules' classes (a model from an
+    installed package); not torch, thunder_ir, the standard library or the packages that
+    tracing itself runs (xdsl, sympy...), nor code those libraries generate with ``exec``
+    (judged by the file of the namespace it runs in)."""
+    if filename in model_files:
+        return True
+    if filename.startswith("<"):
+        if not filename.startswith(_USER_PSEUDO_FILES):
+            return False
+        home = namespace.get("__file__")
+        if home is None:  # a prompt, or exec'd into a namespace of its own
+            return namespace.get("__name__") in (None, "__main__")
+        return _reads_globals_of(str(home), {}, model_files)
+    return not _skip(filename) and not os.path.abspath(filename).startswith(_SITE)
+
+
 @contextlib.contextmanager
-def _module_attributes_kept(module: torch.nn.Module) -> Iterator[None]:
-    """Leaves no traced tensor behind on the user's modules: if tracing fails, every module
-    gets back the attributes it had; if it succeeds, an attribute that forward set to a
-    traced tensor (a lazily built cache) gets its old value back, since the proxy means
-    nothing outside the trace."""
-    saved = [(m, dict(m.__dict__)) for m in module.modules()]
-    ok = False
+def _global_reads_recorded(ctx: TraceContext, module: torch.nn.Module | None
+                           ) -> Iterator[None]:
+    """Records, per module namespace, the global names that user code run by the trace
+    reads (a ``sys.settrace`` hook on calls only, this thread only): the cache guards them
+    (see `thunder_ir.runtime.guards`). A tracer already installed (a debugger, coverage)
+    keeps running."""
+    from thunder_ir.runtime.guards import global_loads
+
+    model_files: set[str] = set()
+    if module is not None:
+        for m in module.modules():
+            code = getattr(type(m).forward, "__code__", None)
+            if code is not None and not _skip(code.co_filename):
+                model_files.add(code.co_filename)
+    reads = ctx.global_reads
+    seen: set[Any] = set()
+    before = sys.gettrace()
+
+    def trace_calls(frame: Any, event: Any, arg: Any) -> Any:
+        code = frame.f_code
+        if code not in seen:
+            seen.add(code)
+            if _reads_globals_of(code.co_filename, frame.f_globals, model_files):
+                names = global_loads(code)
+                if names:
+                    g = frame.f_globals
+                    reads.setdefault(id(g), (g, set()))[1].update(names)
+        return before(frame, event, arg) if before is not None else None
+
+    ctx.recorder = trace_calls
+    sys.settrace(trace_calls)
     try:
         yield
-        ok = True
     finally:
-        for m, before in saved:
-            now = m.__dict__
-            for k in list(now):
-                if k in before and now[k] is before[k]:
-                    continue
-                if ok and not is_proxy(now[k]):
-                    continue
-                if k in before:
-                    now[k] = before[k]
-                else:
-                    del now[k]
-            if not ok:
-                for k, v in before.items():
-                    now.setdefault(k, v)
+        sys.settrace(before)
+        ctx.recorder = None
 
 
 def _is_size(x: Any) -> bool:
@@ -1056,42 +1155,41 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     top = [*args, *kwargs.values()]
     proxied_top = []
     leaf_index = 0
+    by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]] = {}
     for name, value in zip(names, top):
         leaves, spec = pytree.tree_flatten(value, is_leaf=_is_size)
         new_leaves = []
         for j, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
                 nm = name if len(leaves) == 1 else f"{name}_{j}"
-                new_leaves.append(ctx.tensor_input(leaf, nm, ("arg", leaf_index)))
+                new_leaves.append(_input_proxy(ctx, leaf, nm, leaf_index, by_storage))
             else:
                 new_leaves.append(leaf)
             leaf_index += 1
         proxied_top.append(pytree.tree_unflatten(new_leaves, spec))
     p_args = proxied_top[:len(args)]
     p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
-    params = {k for k, _ in module.named_parameters()} if module is not None else set()
-    p_state: dict[str, torch.Tensor] = {}
+    params = {id(v) for v in module.parameters()} if module is not None else set()
+    proxies: dict[int, TensorProxy] = {}
     for k, v in (state or {}).items():
         p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
-        if k in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
+        if id(v) in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
             p._is_param = True  # type: ignore[attr-defined]
-        p_state[k] = p
+        proxies[id(v)] = p
+    call: Callable[..., Any] = fn
+    if module is not None:
+        call, ctx.originals = _shadow_modules(module, proxies)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_global_state_kept())
-            if module is not None:
-                stack.enter_context(_module_attributes_kept(module))
             stack.enter_context(recording(ctx))
             for factory in TRACING_CONTEXTS:
                 stack.enter_context(factory())
+            stack.enter_context(_global_reads_recorded(ctx, module))
             stack.enter_context(TraceMode(ctx))
-            if module is not None:
-                out = torch.func.functional_call(module, p_state, tuple(p_args), p_kwargs,
-                                                 tie_weights=True, strict=False)
-            else:
-                out = fn(*p_args, **p_kwargs)
+            out = call(*p_args, **p_kwargs)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -1118,7 +1216,32 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             outputs.append(p._value)
     return TracedProgram(ctx.program.finish(outputs), ctx.input_kinds, out_spec, out_leaves,
                          writebacks, ctx.input_requires_grad,
-                         [o in ctx.active for o in outputs], detach_outputs)
+                         [o in ctx.active for o in outputs], detach_outputs,
+                         list(ctx.global_reads.values()))
+
+
+def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
+                 by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]]) -> TensorProxy:
+    """The proxy of argument leaf ``index``. Arguments that share memory (the prologue keys
+    on that, see `thunder_ir.runtime.cache.aliases`) are traced as such: the same tensor
+    passed twice is one proxy, so a write through one name is seen through the other; a
+    tensor that shares storage with an earlier argument (a view of it, or both views of one
+    base) is traced as that argument's alias, so writes to either are refused with a clear
+    error instead of being lost."""
+    ptr = tensor.untyped_storage().data_ptr() if tensor.layout == torch.strided else 0
+    first = by_storage.get(ptr) if ptr else None
+    if first is not None and first[0] is tensor:
+        return first[1]  # the program reads it once, from the first leaf
+    p = ctx.tensor_input(tensor, name, ("arg", index))
+    if first is not None:
+        base = first[1]
+        p._base_proxy = base
+        p._storage = base._storage
+        base.add_view(p)
+        ctx.aliased_args[base._storage] = f"'{first[2]}' and '{name}'"
+    elif ptr:
+        by_storage[ptr] = (tensor, p, name)
+    return p
 
 
 __all__ = ["DataDependentError", "HANDLERS", "TraceContext", "TraceMode", "TracedProgram",

@@ -1,0 +1,334 @@
+"""Guards on the Python state a traced program baked in.
+
+Tracing reads more than the call's arguments: a module's plain attributes (``self.scale``,
+``self.use_relu``, ``self.mask_cache``), its submodules, parameters, buffers and hooks, the
+globals and closure cells its code reads, and config objects hanging off those. The
+program is only valid while they are unchanged, so the cache key carries a small integer
+per group of such state (a *token*), and a change gives a new token: a miss, then a new
+trace, or a hit on the program already traced for that state.
+
+A token costs little on a cached call. Each group lists the dicts that hold its state
+(``module.__dict__``, ``_parameters``, hook dicts, a module's globals, a config object's
+``__dict__``) and remembers their versions: CPython bumps a dict's version on every write
+(read here through torch's ``dict_version``), so a cached call compares one tuple of
+integers per group and only re-reads the state when a version moved. Re-reading builds a
+*fingerprint* (primitive values by value, with ``-0.0`` and NaN told apart; other objects
+by identity, kept alive so that identities are not reused) and interns it as the token.
+Closure cells cannot be watched; their contents are fingerprinted on every call.
+"""
+
+from __future__ import annotations
+
+import dis
+import enum
+import types
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+import torch
+
+# ---- dict versions
+
+
+def _snapshot_version(d: dict[Any, Any]) -> Hashable:
+    """Stand-in for ``dict_version`` where torch's is unavailable: the keys and the
+    identities of the values (slower, as precise)."""
+    return (tuple(d), tuple(map(id, d.values())))
+
+
+def _probe_dict_version() -> Callable[[dict[Any, Any]], Hashable]:
+    try:
+        from torch._C._dynamo.guards import dict_version
+    except ImportError:  # pragma: no cover - depends on the torch build
+        return _snapshot_version
+    try:
+        d: dict[str, Any] = {"a": 1}
+        v0 = dict_version(d)
+        same = dict_version(d) == v0
+        d["a"] = object()
+        moved = dict_version(d) != v0
+    except Exception:  # pragma: no cover - depends on the torch build
+        return _snapshot_version
+    return dict_version if same and moved else _snapshot_version
+
+
+dict_version: Callable[[dict[Any, Any]], Hashable] = _probe_dict_version()
+"""A value that changes whenever the dict is written (torch's, else `_snapshot_version`)."""
+
+_summary: Callable[[Iterable[Any]], Any] = sum if dict_version is not _snapshot_version else tuple
+"""What a guard compares of its dicts' versions: their sum where versions are integers that
+only grow (CPython's, drawn from one global counter: any write raises the sum), else the
+tuple of snapshots."""
+
+# ---- fingerprints
+
+_PRIMITIVE = (type(None), bool, int, str, bytes, torch.dtype, torch.device, torch.layout,
+              torch.memory_format)
+
+
+def value_key(v: Any, keep: list[Any]) -> Hashable:
+    """What a guard compares for one Python value: primitives by value (floats by ``repr``,
+    so ``-0.0`` differs from ``0.0`` and NaN equals NaN), tuples of them element-wise,
+    anything else by identity (appended to ``keep`` so its id stays unique while the guard
+    lives). Mutable containers (a list a function appends to) go by identity too: their
+    contents change without a rebinding the guard could see."""
+    t = type(v)
+    if t in _PRIMITIVE:
+        return (t, v)
+    if t is float or t is complex:
+        return (t, repr(v))
+    if isinstance(v, enum.Enum):
+        return (t, v.value)
+    if (t is tuple or t is torch.Size) and len(v) <= 64:
+        return (t, tuple(value_key(x, keep) for x in v))
+    keep.append(v)
+    return ("id", t, id(v))
+
+
+def _config_like(v: Any) -> bool:
+    """An object whose fields model code reads (``self.config.use_cache``): a plain
+    instance with a ``__dict__``, not a module, tensor, function or class."""
+    return (hasattr(v, "__dict__") and not isinstance(
+        v, torch.nn.Module | torch.Tensor | type | types.FunctionType | types.MethodType
+        | types.ModuleType | types.BuiltinFunctionType | Callable))
+
+
+def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]] | None,
+               skip: frozenset[str] = frozenset()) -> Hashable:
+    """The fingerprint of a dict of fields. With ``watched``, a config-like value's own
+    fields (and a plain dict's items) are watched and fingerprinted too, one level down."""
+    out: list[Any] = []
+    for k, v in d.items():
+        if k in skip:
+            continue
+        if watched is not None and _config_like(v):
+            watched.append(v.__dict__)
+            out.append((k, type(v), id(v), fields_key(v.__dict__, keep, None)))
+            keep.append(v)
+        elif watched is not None and type(v) is dict and len(v) <= 64:
+            watched.append(v)
+            out.append((k, "dict", id(v), fields_key(v, keep, None)))
+            keep.append(v)
+        else:
+            out.append((k, value_key(v, keep)))
+    return tuple(out)
+
+
+class StateGuard:
+    """One group of state: the dicts that hold it and how to fingerprint it.
+
+    ``describe(d)`` fills the list of dicts to watch and returns the fingerprint; it runs
+    again whenever a watched dict's version moves (the list itself may change, e.g. when a
+    submodule is added). With ``always`` (closure cells) it runs on every check."""
+
+    __slots__ = ("always", "describe", "dicts", "keep", "name", "render", "tok", "tokens",
+                 "versions")
+
+    def __init__(self, name: str, describe: Callable[[list[Any], list[Any]], Hashable],
+                 render: Callable[[], list[str]], always: bool = False) -> None:
+        self.name = name
+        self.describe = describe
+        self.render = render
+        self.always = always
+        self.dicts: list[Any] = []
+        self.versions: Any = None
+        self.tokens: dict[Hashable, tuple[int, list[Any]]] = {}
+        self.keep: list[Any] = []
+        self.tok = -1
+
+    def check(self) -> int:
+        """The token of the state as it is now."""
+        if not self.always and _summary(map(dict_version, self.dicts)) == self.versions:
+            return self.tok
+        return self.refresh()
+
+    def source(self) -> str:
+        """The guard as readable Python: what the program's validity rests on."""
+        how = ("checked on every call" if self.always else
+               f"re-read when one of its {len(self.dicts)} dicts changes version")
+        lines = [f"# {self.name} ({how}; now token {self.tok})"]
+        lines += [f"check({c})" for c in self.render()]
+        return "\n".join(lines)
+
+    def refresh(self) -> int:
+        dicts: list[Any] = []
+        keep: list[Any] = []
+        fp = self.describe(dicts, keep)
+        self.dicts = dicts
+        self.versions = _summary(map(dict_version, dicts))
+        hit = self.tokens.get(fp)
+        if hit is None:
+            hit = (len(self.tokens), keep)
+            self.tokens[fp] = hit
+        self.tok = hit[0]
+        return self.tok
+
+
+# ---- the state groups
+
+
+def shown(v: Any) -> str:
+    """A guarded value as a check shows it: ``== value`` for primitives, ``is <...>``
+    for objects compared by identity."""
+    if type(v) in _PRIMITIVE or type(v) in (float, complex) or isinstance(v, enum.Enum):
+        return f"== {v!r}"
+    if isinstance(v, torch.Tensor):
+        return f"is <{type(v).__name__} {tuple(v.shape)} {v.dtype} at {id(v):#x}>"
+    if type(v) in (tuple, torch.Size) and len(v) <= 8:
+        return f"== {v!r}"
+    return f"is <{type(v).__name__} at {id(v):#x}>"
+
+
+def _field_checks(prefix: str, d: dict[Any, Any], skip: frozenset[str] = frozenset(),
+                  deep: bool = True) -> list[str]:
+    out: list[Any] = []
+    for k, v in d.items():
+        if k in skip:
+            continue
+        if deep and _config_like(v):
+            out.append(f"{prefix}.{k} {shown(v)}")
+            out += _field_checks(f"{prefix}.{k}", v.__dict__, deep=False)
+        elif deep and type(v) is dict and len(v) <= 64:
+            out.append(f"{prefix}.{k} {shown(v)}")
+            out += [f"{prefix}.{k}[{kk!r}] {shown(vv)}" for kk, vv in v.items()]
+        else:
+            out.append(f"{prefix}.{k} {shown(v)}")
+    return out
+
+
+_MODULE_DICTS = ("_parameters", "_buffers", "_modules", "_forward_hooks",
+                 "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_SKIP_FIELDS = frozenset({
+    *_MODULE_DICTS, "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_non_persistent_buffers_set",
+    "_is_full_backward_hook"})
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks")
+
+
+def module_guard(root: torch.nn.Module) -> StateGuard:
+    """The state of a module tree: each module's class and plain attributes (config objects
+    one level down), its parameters', buffers' and submodules' identities, and every module
+    hook (its own and torch's global ones)."""
+    g = torch.nn.modules.module
+
+    def describe(dicts: list[Any], keep: list[Any]) -> Hashable:
+        out: list[Any] = []
+        for name in _GLOBAL_HOOKS:
+            d = getattr(g, name)
+            dicts.append(d)
+            out.append(tuple(map(id, d.values())))
+            keep.extend(d.values())
+        for m in root.modules():
+            md = m.__dict__
+            dicts.append(md)
+            parts: list[Any] = [id(m), type(m), fields_key(md, keep, dicts, _SKIP_FIELDS)]
+            for name in _MODULE_DICTS:
+                d = md.get(name)
+                if d is None:
+                    continue
+                dicts.append(d)
+                parts.append((name, tuple((k, id(v)) for k, v in d.items())))
+                keep.extend(d.values())
+            keep.append(m)
+            out.append(tuple(parts))
+        return tuple(out)
+
+    def render() -> list[str]:
+        out = []
+        for name in _GLOBAL_HOOKS:
+            hooks = list(getattr(g, name).values())
+            out.append(f"torch.nn.modules.module.{name} == {_names(hooks)}")
+        for path, m in root.named_modules(prefix="self"):
+            out.append(f"type({path}) is {type(m).__qualname__}")
+            out += _field_checks(path, m.__dict__, _SKIP_FIELDS)
+            for name in _MODULE_DICTS:
+                d = m.__dict__.get(name)
+                if d is None:
+                    continue
+                if name in ("_parameters", "_buffers") or name == "_modules":
+                    out += [f"{path}.{k} {shown(v)}" for k, v in d.items()]
+                else:
+                    out.append(f"{path}.{name} == {_names(list(d.values()))}")
+        return out
+
+    return StateGuard("module attributes, submodules, parameters and hooks", describe, render)
+
+
+def _names(fns: list[Any]) -> str:
+    return "[" + ", ".join(getattr(f, "__qualname__", type(f).__name__) for f in fns) + "]"
+
+
+_LOADS: dict[types.CodeType, frozenset[str]] = {}
+
+
+def global_loads(code: types.CodeType) -> frozenset[str]:
+    """The names ``code`` reads as globals (its ``LOAD_GLOBAL`` instructions)."""
+    names = _LOADS.get(code)
+    if names is None:
+        names = frozenset(str(i.argval) for i in dis.get_instructions(code)
+                          if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+        _LOADS[code] = names
+    return names
+
+
+def globals_guard(namespace: dict[str, Any], names: Iterable[str]) -> StateGuard:
+    """The values of ``names`` in one module's globals (dicts and config objects among them
+    one level down). A name not defined there (a builtin) is guarded on staying undefined."""
+    names = tuple(sorted(set(names)))
+
+    def describe(dicts: list[Any], keep: list[Any]) -> Hashable:
+        dicts.append(namespace)
+        missing = object()
+        present = {n: namespace.get(n, missing) for n in names}
+        return tuple((n, "undefined") if v is missing else (n, fields_key({n: v}, keep, dicts))
+                     for n, v in present.items())
+
+    def render() -> list[str]:
+        out = []
+        for n in names:
+            if n not in namespace:
+                out.append(f"{n!r} not in globals()")
+            else:
+                out += _field_checks("globals()", {n: namespace[n]})
+        return [c.replace("globals().", "", 1) if c.startswith("globals().") else c
+                for c in out]
+
+    module = namespace.get("__name__", "?")
+    return StateGuard(f"globals of {module}", describe, render)
+
+
+def closure_guard(fn: Any) -> StateGuard | None:
+    """The contents of ``fn``'s closure cells, checked on every call (cells have no
+    version), or None when it has none."""
+    cells = getattr(fn, "__closure__", None)
+    code = getattr(fn, "__code__", None)
+    if not cells or code is None:
+        return None
+    names = code.co_freevars
+
+    def describe(dicts: list[Any], keep: list[Any]) -> Hashable:
+        out = []
+        for n, c in zip(names, cells):
+            try:
+                out.append((n, value_key(c.cell_contents, keep)))
+            except ValueError:  # an empty cell
+                out.append((n, "empty"))
+        return tuple(out)
+
+    def render() -> list[str]:
+        out = []
+        for n, c in zip(names, cells):
+            try:
+                out.append(f"{n} {shown(c.cell_contents)}")
+            except ValueError:
+                out.append(f"{n} is <empty cell>")
+        return out
+
+    return StateGuard(f"closure of {getattr(fn, '__qualname__', fn)}", describe, render,
+                      always=True)
+
+
+__all__ = ["StateGuard", "closure_guard", "dict_version", "fields_key", "global_loads",
+           "globals_guard", "module_guard", "value_key"]
