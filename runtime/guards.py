@@ -117,51 +117,75 @@ def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]]
 class StateGuard:
     """One group of state: the dicts that hold it and how to fingerprint it.
 
-    ``describe(d)`` fills the list of dicts to watch and returns the fingerprint; it runs
-    again whenever a watched dict's version moves (the list itself may change, e.g. when a
-    submodule is added). With ``always`` (closure cells) it runs on every check."""
+    ``describe(dicts, keep, hooks)`` fills the lists of dicts to watch and returns the
+    fingerprint; it runs again whenever a watched dict changes (the lists themselves may
+    change, e.g. when a submodule is added). ``dicts`` are watched by version. ``hooks``
+    (hook dicts, four per module) are watched more cheaply, by their total length and
+    torch's count of hook handles ever made (``RemovableHandle.next_id``): a hook is added
+    through a new handle and removed by deleting its entry; only when either moved are
+    their versions compared. With ``always`` (closure cells) it runs on every check."""
 
-    __slots__ = ("always", "describe", "dicts", "keep", "name", "render", "tok", "tokens",
-                 "versions")
+    __slots__ = ("always", "describe", "dicts", "epoch", "hook_count", "hook_versions",
+                 "hooks", "keep", "name", "render", "tok", "tokens", "versions")
 
-    def __init__(self, name: str, describe: Callable[[list[Any], list[Any]], Hashable],
+    def __init__(self, name: str,
+                 describe: Callable[[list[Any], list[Any], list[Any]], Hashable],
                  render: Callable[[], list[str]], always: bool = False) -> None:
         self.name = name
         self.describe = describe
         self.render = render
         self.always = always
         self.dicts: list[Any] = []
+        self.hooks: list[Any] = []
         self.versions: Any = None
+        self.hook_versions: Any = None
+        self.hook_count = 0
+        self.epoch = -1
         self.tokens: dict[Hashable, tuple[int, list[Any]]] = {}
         self.keep: list[Any] = []
         self.tok = -1
 
     def check(self) -> int:
         """The token of the state as it is now."""
-        if not self.always and _summary(map(dict_version, self.dicts)) == self.versions:
+        if self.always or _summary(map(dict_version, self.dicts)) != self.versions:
+            return self.refresh()
+        hooks = self.hooks
+        if not hooks or (_Handles.next_id == self.epoch
+                         and sum(map(len, hooks)) == self.hook_count):
             return self.tok
-        return self.refresh()
+        if _summary(map(dict_version, hooks)) != self.hook_versions:
+            return self.refresh()
+        self.epoch = _Handles.next_id  # handles made elsewhere: our hooks are as they were
+        self.hook_count = sum(map(len, hooks))
+        return self.tok
 
     def source(self) -> str:
         """The guard as readable Python: what the program's validity rests on."""
         how = ("checked on every call" if self.always else
-               f"re-read when one of its {len(self.dicts)} dicts changes version")
+               f"re-read when one of its {len(self.dicts) + len(self.hooks)} dicts changes")
         lines = [f"# {self.name} ({how}; now token {self.tok})"]
         lines += [f"check({c})" for c in self.render()]
         return "\n".join(lines)
 
     def refresh(self) -> int:
         dicts: list[Any] = []
+        hooks: list[Any] = []
         keep: list[Any] = []
-        fp = self.describe(dicts, keep)
-        self.dicts = dicts
+        fp = self.describe(dicts, keep, hooks)
+        self.dicts, self.hooks = dicts, hooks
         self.versions = _summary(map(dict_version, dicts))
+        self.hook_versions = _summary(map(dict_version, hooks))
+        self.hook_count = sum(map(len, hooks))
+        self.epoch = _Handles.next_id
         hit = self.tokens.get(fp)
         if hit is None:
             hit = (len(self.tokens), keep)
             self.tokens[fp] = hit
         self.tok = hit[0]
         return self.tok
+
+
+_Handles = torch.utils.hooks.RemovableHandle
 
 
 # ---- the state groups
@@ -198,6 +222,7 @@ def _field_checks(prefix: str, d: dict[Any, Any], skip: frozenset[str] = frozens
 
 _MODULE_DICTS = ("_parameters", "_buffers", "_modules", "_forward_hooks",
                  "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_HOOK_DICTS = frozenset(_MODULE_DICTS[3:])
 _SKIP_FIELDS = frozenset({
     *_MODULE_DICTS, "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
     "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
@@ -213,11 +238,11 @@ def module_guard(root: torch.nn.Module) -> StateGuard:
     hook (its own and torch's global ones)."""
     g = torch.nn.modules.module
 
-    def describe(dicts: list[Any], keep: list[Any]) -> Hashable:
+    def describe(dicts: list[Any], keep: list[Any], hooks: list[Any]) -> Hashable:
         out: list[Any] = []
         for name in _GLOBAL_HOOKS:
             d = getattr(g, name)
-            dicts.append(d)
+            hooks.append(d)
             out.append(tuple(map(id, d.values())))
             keep.extend(d.values())
         for m in root.modules():
@@ -228,7 +253,7 @@ def module_guard(root: torch.nn.Module) -> StateGuard:
                 d = md.get(name)
                 if d is None:
                     continue
-                dicts.append(d)
+                (hooks if name in _HOOK_DICTS else dicts).append(d)
                 parts.append((name, tuple((k, id(v)) for k, v in d.items())))
                 keep.extend(d.values())
             keep.append(m)
@@ -278,7 +303,7 @@ def globals_guard(namespace: dict[str, Any], names: Iterable[str]) -> StateGuard
     one level down). A name not defined there (a builtin) is guarded on staying undefined."""
     names = tuple(sorted(set(names)))
 
-    def describe(dicts: list[Any], keep: list[Any]) -> Hashable:
+    def describe(dicts: list[Any], keep: list[Any], hooks: list[Any]) -> Hashable:
         dicts.append(namespace)
         missing = object()
         present = {n: namespace.get(n, missing) for n in names}
@@ -308,7 +333,7 @@ def closure_guard(fn: Any) -> StateGuard | None:
         return None
     names = code.co_freevars
 
-    def describe(dicts: list[Any], keep: list[Any]) -> Hashable:
+    def describe(dicts: list[Any], keep: list[Any], hooks: list[Any]) -> Hashable:
         out = []
         for n, c in zip(names, cells):
             try:

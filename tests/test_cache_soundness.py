@@ -92,6 +92,12 @@ def _removed_hook(m: Net) -> None:
     m.fc.register_forward_hook(lambda mod, args, out: out - 1)
 
 
+def _hooks_cleared(m: Net) -> None:
+    m.fc.register_forward_hook(lambda mod, args, out: out * 10)
+    m(torch.randn(2, 4))
+    m.fc._forward_hooks.clear()  # no handle involved: the hook count drops
+
+
 def _new_weight(m: Net) -> None:
     m.fc.weight = nn.Parameter(torch.randn(4, 4))
 
@@ -127,6 +133,7 @@ CHANGES: dict[str, Callable[[Net], None]] = {
     "forward pre-hook on the root": _pre_hook,
     "global module hook": _global_hook,
     "hook removed and another added": _removed_hook,
+    "hook dict cleared": _hooks_cleared,
     "train to eval": lambda m: m.eval(),
 }
 
@@ -147,6 +154,20 @@ def test_state_changed_after_first_call_matches_eager(kind: str) -> None:
     finally:
         for h in getattr(m, "_test_handles", ()):
             h.remove()
+
+
+def test_hook_present_at_the_first_call_then_removed() -> None:
+    m = Net()
+    handle = m.fc.register_forward_hook(lambda mod, args, out: out * 10)
+    jm = thunder_ir.jit(m)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(jm(x), m(x))
+    handle.remove()
+    torch.testing.assert_close(jm(x), m(x))
+    nn.Linear(2, 2).register_forward_hook(lambda *a: None)  # a handle made elsewhere
+    misses = thunder_ir.cache_misses(jm)
+    torch.testing.assert_close(jm(x), m(x))
+    assert thunder_ir.cache_misses(jm) == misses
 
 
 def test_assigning_through_the_jitted_module_changes_the_model() -> None:
