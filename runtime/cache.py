@@ -108,7 +108,9 @@ def tensor_meta(x: Any) -> Any:
     return (t, x)
 
 
-def _storage_ptr(x: Any) -> int:
+def storage_ptr(x: Any) -> int:
+    """The address of a tensor's storage, or 0 where it has none to share (meta, sparse,
+    a subclass without storage)."""
     try:
         return x.untyped_storage().data_ptr()  # type: ignore[no-any-return]
     except (AttributeError, RuntimeError, NotImplementedError):  # not a strided tensor
@@ -118,7 +120,7 @@ def _storage_ptr(x: Any) -> int:
 def aliases(*leaves: Any) -> Any:
     """Which argument leaves share memory: None when no two do (the usual case), else per
     leaf that shares, the first leaf it shares with and whether it is that very tensor."""
-    ptrs = [_storage_ptr(x) if isinstance(x, torch.Tensor) else 0 for x in leaves]
+    ptrs = [storage_ptr(x) if isinstance(x, torch.Tensor) else 0 for x in leaves]
     used = [p for p in ptrs if p]
     if len(set(used)) == len(used):
         return None

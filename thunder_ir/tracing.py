@@ -1228,7 +1228,9 @@ def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
     tensor that shares storage with an earlier argument (a view of it, or both views of one
     base) is traced as that argument's alias, so writes to either are refused with a clear
     error instead of being lost."""
-    ptr = tensor.untyped_storage().data_ptr() if tensor.layout == torch.strided else 0
+    from thunder_ir.runtime.cache import storage_ptr
+
+    ptr = storage_ptr(tensor)
     first = by_storage.get(ptr) if ptr else None
     if first is not None and first[0] is tensor:
         return first[1]  # the program reads it once, from the first leaf
