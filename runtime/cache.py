@@ -149,6 +149,8 @@ class Entry:
     single_output: bool
     n_outputs: int = 1
     backward_traces: list[Any] = field(default_factory=list)
+    replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = field(
+        default_factory=list)
 
 
 @dataclass

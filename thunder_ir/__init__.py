@@ -5,8 +5,21 @@
 Python. ``last_traces`` shows every step as Python source.
 """
 
-from thunder_ir import extend
-from thunder_ir.api import (
+import os as _os
+
+# In a source checkout the sibling packages are top-level folders (`dialects/`, `passes/`,
+# `lowering/`, `runtime/`; pyproject.toml maps them to `thunder_ir.*`). When Python finds
+# this folder first (run from the checkout, next to an installed copy), point the package's
+# path at the checkout too, so that `thunder_ir.dialects` and the others resolve here.
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
+_ROOT = _os.path.dirname(_HERE)
+if (not _os.path.isdir(_os.path.join(_HERE, "dialects"))
+        and _os.path.isfile(_os.path.join(_ROOT, "dialects", "__init__.py"))
+        and _os.path.isfile(_os.path.join(_ROOT, "pyproject.toml"))):
+    __path__.append(_ROOT)
+
+from thunder_ir import extend  # noqa: E402
+from thunder_ir.api import (  # noqa: E402
     ThunderModule,
     cache_hits,
     cache_misses,
@@ -16,10 +29,10 @@ from thunder_ir.api import (
     last_traces,
     transform,
 )
-from thunder_ir.extend import TensorProxy
-from thunder_ir.lowering.executors import get_all_executors, get_default_executors
-from thunder_ir.trace import Trace
-from thunder_ir.tracing import DataDependentError, ThunderTraceError
+from thunder_ir.extend import TensorProxy  # noqa: E402
+from thunder_ir.lowering.executors import get_all_executors, get_default_executors  # noqa: E402
+from thunder_ir.trace import Trace  # noqa: E402
+from thunder_ir.tracing import DataDependentError, ThunderTraceError  # noqa: E402
 
 __version__ = "0.1.0"
 

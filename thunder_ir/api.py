@@ -237,7 +237,7 @@ class _Compiled:
                 cache.touch(key)
         cache.last = entry
         outs = entry.fn(*entry.gather(leaves))
-        if entry.writebacks:
+        if entry.writebacks or entry.replays:
             self._write_back(entry, leaves, outs)
         return unflatten_outputs(entry, outs)
 
@@ -309,6 +309,8 @@ class _Compiled:
 
     def _write_back(self, entry: Entry, leaves: list[Any], outs: Any) -> None:
         outs_t = outs if entry.n_outputs != 1 else (outs,)
+        for i, name, args, kwargs in entry.replays:  # x.t_() on an argument: its layout
+            getattr(leaves[i], name)(*args, **kwargs)
         state = self._state()
         with torch.no_grad():
             for idx, kind in entry.writebacks:
@@ -369,7 +371,7 @@ class _Compiled:
             output_leaves=traced.output_leaves, output_spec=traced.output_spec,
             writebacks=traced.writebacks, traces=traces, prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
-            backward_traces=bwd_traces)
+            backward_traces=bwd_traces, replays=traced.replays)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue
                  ) -> tuple[Entry, TracedProgram]:
@@ -407,6 +409,7 @@ class _Compiled:
             traces=traces,
             prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
+            replays=traced.replays,
         ), traced
 
 

@@ -40,10 +40,16 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import hypothesis
 import torch
-from hypothesis import HealthCheck, given
-from hypothesis import strategies as st
+
+try:
+    import hypothesis
+    from hypothesis import HealthCheck, given
+    from hypothesis import strategies as st
+except ImportError as _e:  # the property-testing helpers need the test extra
+    raise ImportError(
+        "thunder_ir.testing needs hypothesis, which comes with the test extra: "
+        "pip install 'thunder-ir[test]' (or pip install hypothesis)") from _e
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue

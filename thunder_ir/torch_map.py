@@ -379,6 +379,46 @@ def _is_inference(ctx: TraceContext, self: Any) -> bool:
     return self._value in ctx.inference
 
 
+def _inplace_view(name: str) -> Any:
+    """``x.t_()``, ``x.transpose_(0, 1)``, ``x.squeeze_()``...: eager changes ``x``'s sizes
+    and strides in place, writing no data. ``x`` then stands for the view's value; a
+    proxy's shape is fixed, so an op that would change it raises, naming the line. On an
+    argument the op is replayed on the caller's tensor after the call (data written to it
+    afterwards lands through the new layout, as in eager)."""
+    functional = getattr(T, name[:-1])
+
+    def handler(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_proxy(self):
+            with torch._C.DisableTorchFunction():
+                return getattr(T, name)(self, *args, **kwargs)
+        h = HANDLERS.get(functional)
+        new = (h(ctx, self, *args, **kwargs) if h is not None
+               else fallback(ctx, functional, (self, *args), kwargs))
+        if tuple(new.shape) != tuple(self.shape):
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: in-place {name} would change a traced tensor's shape from "
+                f"{list(self.shape)} to {list(new.shape)}, which thunder_ir cannot do to the "
+                f"tensor you hold. Write `x = x.{name[:-1]}(...)` instead.")
+        kind = next((k for p, _, k in ctx.input_proxies if p is self), None)
+        if kind is not None and kind[0] != "arg":
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: in-place {name} on a parameter or buffer would change the "
+                f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
+        old, v = self._value, new._value
+        self._value = v
+        ctx.remember(self)
+        if kind is not None:
+            ctx.replays.append((kind[1], name, args, kwargs))
+            ctx.input_proxies = [(p, v if p is self and orig is old else orig, k)
+                                 for p, orig, k in ctx.input_proxies]
+        return self
+
+    return handler
+
+
+for _name in ("t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_"):
+    HANDLERS[getattr(T, _name)] = _inplace_view(_name)
+
 HANDLERS[T.contiguous] = _identity
 HANDLERS[T.requires_grad_] = _requires_grad_
 HANDLERS[T.detach] = _detach

@@ -155,6 +155,8 @@ class TracedProgram:
             (returned through ``.detach()`` so that they do not require grad).
         global_reads: per module namespace, the global names user code read while traced
             (the cache guards their values).
+        replays: in-place metadata ops (``x.t_()``) on argument leaves, replayed on the
+            caller's tensors after each call, before the write-backs.
     """
 
     module: ModuleOp
@@ -166,6 +168,8 @@ class TracedProgram:
     output_requires_grad: list[bool] = field(default_factory=list)
     detach_outputs: list[int] = field(default_factory=list)
     global_reads: list[tuple[dict[str, Any], set[str]]] = field(default_factory=list)
+    replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = field(
+        default_factory=list)
 
 
 def _is_complex(v: SSAValue) -> bool:
@@ -221,6 +225,9 @@ class TraceContext:
         self.originals: dict[int, torch.nn.Module] = {}
         # The sys.settrace hook recording global reads (`_global_reads_recorded`).
         self.recorder: Callable[..., Any] | None = None
+        # In-place metadata ops on arguments (x.t_()), to replay on the caller's tensors:
+        # (argument leaf index, method name, args, kwargs).
+        self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
         # Arguments passed in that share memory: storage id -> how to name them.
         self.aliased_args: dict[int, str] = {}
 
@@ -926,6 +933,8 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
     except ThunderTraceError:
         raise
     except Exception as e:
+        if "out" in kwargs and "cast" in str(e):
+            _raise_out_cast(ctx, name, operands, enc_args, enc_kwargs, kwargs["out"])
         if _is_data_dependent(e):
             raise DataDependentError(
                 f"{where(ctx.loc)}: {name} needs a traced tensor's values (to size its result "
@@ -939,14 +948,54 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
         raise ThunderTraceError(f"{where(ctx.loc)}: {name} failed on traced inputs "
                                 f"(meta run): {e}") from None
     if meta.mutated:
-        return _call_on_copies(ctx, name, operands, passed, enc_args, enc_kwargs, meta,
-                               grad_mask is not None)
+        if "out" in kwargs:
+            _check_out_shapes(ctx, name, kwargs["out"], meta.result_types)
+        result = _call_on_copies(ctx, name, operands, passed, enc_args, enc_kwargs, meta,
+                                 grad_mask is not None)
+        out = kwargs.get("out")
+        if is_proxy(out):  # eager returns the out= tensor itself
+            return out
+        if isinstance(out, tuple | list) and out and all(is_proxy(o) for o in out):
+            return meta.rebuild(list(out))
+        return result
     op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
                    layout=meta.layout, nograd=meta.nograd)
     results = ctx.record(op, meta.requires_grad if grad_mask is not None else None,
                          view=any(i is not None for i in meta.views))
     return meta.rebuild([ctx.wrap(r, None if i is None else _root_of(passed[i]))
                          for r, i in zip(results, meta.views, strict=True)])
+
+
+def _out_tensors(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, tuple | list) else [out]
+
+
+def _check_out_shapes(ctx: TraceContext, name: str, out: Any,
+                      result_types: Sequence[Attribute]) -> None:
+    """Eager resizes an ``out=`` tensor of another shape (the caller's tensor changes
+    shape); thunder_ir keeps its arguments' shapes, so it says so instead."""
+    for o, t in zip(_out_tensors(out), result_types):
+        if is_proxy(o) and isinstance(t, TensorType) and tuple(o.shape) != tuple(t.sizes):
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: {name}(..., out=) would resize the out= tensor from "
+                f"{list(o.shape)} to {list(t.sizes)}, which thunder_ir does not do to a "
+                "traced tensor. Pass an out= tensor of the result's shape, or use the result "
+                "instead of out=.")
+
+
+def _raise_out_cast(ctx: TraceContext, name: str, operands: list[SSAValue], args: list[Any],
+                    kwargs: dict[str, Any], out: Any) -> None:
+    """Eager's error for a result that cannot be cast to the ``out=`` tensor's dtype."""
+    try:
+        meta = meta_call(name, operands, args, {k: v for k, v in kwargs.items() if k != "out"})
+    except Exception:
+        return
+    for o, t in zip(_out_tensors(out), meta.result_types):
+        if (isinstance(o, torch.Tensor) and isinstance(t, TensorType)
+                and not torch.can_cast(t.dtype, o.dtype)):
+            raise RuntimeError(f"result type {_type_name(t.dtype)} can't be cast to the "
+                               f"desired output type {_type_name(o.dtype)}\n"
+                               f"  at {where(ctx.loc)}")
 
 
 def _root_of(p: Any) -> TensorProxy | None:
@@ -1140,6 +1189,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   module: torch.nn.Module | None = None,
                   state: dict[str, torch.Tensor] | None = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module``'s forward with ``state``) into IR."""
+    import thunder_ir.backward_hooks
     import thunder_ir.custom_function
     import thunder_ir.takeover
     import thunder_ir.torch_map  # noqa: F401  (fills HANDLERS)
@@ -1217,7 +1267,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     return TracedProgram(ctx.program.finish(outputs), ctx.input_kinds, out_spec, out_leaves,
                          writebacks, ctx.input_requires_grad,
                          [o in ctx.active for o in outputs], detach_outputs,
-                         list(ctx.global_reads.values()))
+                         list(ctx.global_reads.values()), ctx.replays)
 
 
 def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
