@@ -85,6 +85,9 @@ class ThunderIROptMain(xDSLOptMain):
         arg_parser.add_argument(
             "--print-python", action="store_const", const="python", dest="target",
             help="Print the result as a Python trace (same as -t python)")
+        arg_parser.add_argument(
+            "--traceback", action="store_true",
+            help="On an error, show the Python traceback instead of a one-line diagnostic")
 
 
 def load_plugin(target: str) -> None:
@@ -107,15 +110,97 @@ def load_plugin(target: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``thunder-ir-opt`` console script."""
+    """The ``thunder-ir-opt`` console script.
+
+    Bad input gives a diagnostic on stderr and exit status 1: ``file:line:col: error: ...``
+    for malformed IR, unknown ops and verifier failures, one line for a missing, empty or
+    binary file. ``--traceback`` shows the Python traceback instead."""
     args = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--load", action="append", default=[])
+    pre.add_argument("--traceback", action="store_true")
     known, _ = pre.parse_known_args(args)
     for target in known.load:  # before the driver collects the registered passes
         load_plugin(target)
-    ThunderIROptMain("thunder_ir modular optimizer driver", args=args).run()
+    driver = ThunderIROptMain("thunder_ir modular optimizer driver", args=args)
+    source = driver.args.input_file
+    if source is not None and not known.traceback:
+        problem = _unreadable(source)
+        if problem is not None:
+            print(f"thunder-ir-opt: error: {problem}", file=sys.stderr)
+            return 1
+    try:
+        driver.run()
+    except Exception as e:
+        if known.traceback:
+            raise
+        print(_diagnostic(e, source), file=sys.stderr)
+        return 1
     return 0
+
+
+def _unreadable(path: str) -> str | None:
+    """Why ``path`` cannot be IR text at all (missing, a folder, binary, empty), or None."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return f"cannot read '{path}': {e.strerror or e}"
+    if b"\0" in data:
+        return f"'{path}' is a binary file, not IR text"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"'{path}' is not UTF-8 text (byte {e.start}): not IR"
+    if not text.strip():
+        return f"'{path}' is empty: expected a builtin.module"
+    return None
+
+
+def _diagnostic(e: Exception, source: str | None) -> str:
+    """``file:line:col: error: message`` (with the offending line) for an exception."""
+    from xdsl.utils.exceptions import DiagnosticException, ParseError
+
+    name = source or "<stdin>"
+    if isinstance(e, ParseError):
+        loc = e.span.get_location()
+        where = f"{loc.line}:{loc.col}"
+        context = [ln for ln in e.span.print_with_context().rstrip("\n").splitlines()
+                   if not ln.endswith(where) and ln.strip()]
+        return "\n".join([f"{name}:{where}: error: {e.msg}", *context])
+    if isinstance(e, UnicodeDecodeError):
+        return f"thunder-ir-opt: error: {name} is not UTF-8 text (byte {e.start}): not IR"
+    if isinstance(e, DiagnosticException):
+        msg = " ".join(ln.strip() for ln in str(e).strip().splitlines()) or type(e).__name__
+        return f"{name}:{_failing_op_location(e, source)}: error: {msg}"
+    return f"thunder-ir-opt: error: {type(e).__name__}: {e}"
+
+
+def _failing_op_location(e: Exception, source: str | None) -> str:
+    """``line:col`` of the op a verifier error is about (xDSL's note marks its printed line
+    with carets): where that op's name occurs in the source, else ``1:1``."""
+    import re
+
+    notes = "\n".join(getattr(e, "__notes__", ())).splitlines()
+    marked = next((notes[i - 1] for i in range(1, len(notes))
+                   if notes[i].strip().startswith("^")), "")
+    found = re.search(r'"([A-Za-z_][\w.]*)"\s*\(', marked)
+    if source is None or found is None:
+        return "1:1"
+    try:
+        with open(source, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return "1:1"
+    op = found.group(1)
+    for i, line in enumerate(lines, 1):
+        col = line.find(f'"{op}"')
+        if col < 0:
+            m = re.search(rf"(?<![\w.]){re.escape(op)}\b", line)
+            col = m.start() if m else -1
+        if col >= 0:
+            return f"{i}:{col + 1}"
+    return "1:1"
 
 
 if __name__ == "__main__":
