@@ -509,3 +509,30 @@ def test_state_dict_hooks_registered_on_the_jitted_module() -> None:
     x = torch.randn(2, 8)
     torch.testing.assert_close(jm(x), m(x))
     assert torch.equal(m.fc1.bias, torch.zeros(16))
+
+
+# ---- eager's checks on in-place ops
+
+
+def test_int_tensor_plus_equals_float_raises_eagers_error() -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        a += 1.5
+        return a
+
+    t = torch.zeros(3, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match=r"result type Float can't be cast to the desired "
+                                           r"output type Long\n  at .*test_cache_soundness"):
+        thunder_ir.jit(f)(t)
+    assert torch.equal(t, torch.zeros(3, dtype=torch.int64))
+
+
+def test_inplace_on_a_leaf_that_requires_grad_raises_eagers_error() -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        a.add_(1)
+        return a
+
+    t = torch.zeros(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used "
+                                           "in an in-place operation"):
+        thunder_ir.jit(f)(t)
+    assert torch.equal(t.detach(), torch.zeros(3))

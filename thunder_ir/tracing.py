@@ -96,7 +96,9 @@ def _our_dirs() -> tuple[str, ...]:
         dirs: list[str] = []
         for name in _OUR_PACKAGES:
             mod = importlib.import_module(name)
-            dirs.extend(os.path.abspath(p) + os.sep for p in getattr(mod, "__path__", ()))
+            # The package's own folder (not the checkout root that a source tree's
+            # `thunder_ir.__path__` also holds: the user's files may live there).
+            dirs.append(os.path.dirname(os.path.abspath(str(mod.__file__))) + os.sep)
         _OUR_DIRS = tuple(dirs)
     return _OUR_DIRS
 
