@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,19 +77,27 @@ def _pack(positions: Sequence[int], values: Sequence[Any], size: int) -> tuple[A
     return tuple(out)
 
 
+def _chain(what: str, kind: str, hooks: Sequence[Any], grads: tuple[Any, ...],
+           call: Callable[[Any, tuple[Any, ...]], Any]) -> tuple[Any, ...]:
+    """Each hook in turn may replace the tuple of gradients (eager's length check)."""
+    for hook in hooks:
+        new = call(hook, grads)
+        if new is None:
+            continue
+        if len(new) != len(grads):
+            raise RuntimeError(f"{what} returned an invalid number of {kind}, got {len(new)}, "
+                               f"but expected {len(grads)}")
+        grads = tuple(new)
+    return grads
+
+
 def run_output_hooks(*grads: torch.Tensor, key: int) -> tuple[torch.Tensor, ...]:
     """The module's output gradients arrive: backward pre-hooks may replace them; with no
     input requiring grad, the full backward hooks fire now (with ``None`` input grads)."""
     st: ModuleHooks = _STATE[key]
-    grad_outputs = _pack(st.outputs, grads, st.n_outputs)
-    for hook in st.pre_hooks:
-        new = hook(st.module, grad_outputs)
-        if new is None:
-            continue
-        if len(new) != len(grad_outputs):
-            raise RuntimeError("Backward pre hook returned an invalid number of grad_output, "
-                               f"got {len(new)}, but expected {len(grad_outputs)}")
-        grad_outputs = tuple(new)
+    grad_outputs = _chain("Backward pre hook", "grad_output", st.pre_hooks,
+                          _pack(st.outputs, grads, st.n_outputs),
+                          lambda hook, g: hook(st.module, g))
     st.grad_outputs = grad_outputs
     if st.inputs is None:
         warnings.warn("Full backward hook is firing when gradients are computed with respect "
@@ -110,17 +118,12 @@ def run_input_hooks(*grads: torch.Tensor, key: int) -> tuple[torch.Tensor, ...]:
     output gradients, and may replace them."""
     st: ModuleHooks = _STATE[key]
     assert st.inputs is not None
-    grad_inputs = _pack(st.inputs, grads, st.n_inputs)
-    if st.grad_outputs is None:  # the gradient reached the inputs without the outputs
+    grad_outputs = st.grad_outputs
+    if grad_outputs is None:  # the gradient reached the inputs without the outputs
         return grads
-    for hook in st.hooks:
-        out = hook(st.module, grad_inputs, st.grad_outputs)
-        if out is None:
-            continue
-        if len(out) != len(grad_inputs):
-            raise RuntimeError("Backward hook returned an invalid number of grad_input, got "
-                               f"{len(out)}, but expected {len(grad_inputs)}")
-        grad_inputs = tuple(out)
+    grad_inputs = _chain("Backward hook", "grad_input", st.hooks,
+                         _pack(st.inputs, grads, st.n_inputs),
+                         lambda hook, g: hook(st.module, g, grad_outputs))
     st.grad_outputs = None
     return tuple(_replaced("backward hook", g, grad_inputs[i])
                  for i, g in zip(st.inputs, grads))
