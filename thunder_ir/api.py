@@ -230,7 +230,7 @@ class _Compiled:
         cache = self.cache
         entry = cache.entries.get(key)
         if entry is None:
-            entry = self._miss(args, kwargs, leaves, spec, key, pro)
+            entry = self._miss(args, kwargs, leaves, spec)
         else:
             cache.stats.hits += 1
             if cache.full:
@@ -242,7 +242,7 @@ class _Compiled:
         return unflatten_outputs(entry, outs)
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any],
-              spec: Any, key: Any, pro: Prologue) -> Entry:
+              spec: Any) -> Entry:
         """Compiles for ``key`` (once: concurrent first calls wait for the one compiling)."""
         with self._lock:
             # Another thread may have compiled it, or added guards, while this one waited.
