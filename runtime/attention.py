@@ -18,6 +18,11 @@ def sdpa_dropout_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Te
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, weights)``: attention with dropout, as eager computes it on CPU, and its
     attention weights after dropout (zero where dropped, scaled by ``1 / (1 - p)``)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # as F.scaled_dot_product_attention does before it picks a kernel: the math kernel
+        # given the bool mask itself computes other values
+        attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype,
+                                device=query.device).masked_fill_(~attn_mask, float("-inf"))
     out, weights = torch.ops.aten._scaled_dot_product_attention_math(
         query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
         enable_gqa=enable_gqa)

@@ -1,7 +1,8 @@
 """torch's Python-level functions that no TorchFunctionMode sees, taken over while tracing.
 
-``Function.apply`` and the generator's state functions (``torch.manual_seed``,
-``torch.get_rng_state``, ``torch.set_rng_state``) never reach the tracer's
+``Function.apply``, the generator's state functions (``torch.manual_seed``,
+``torch.get_rng_state``, ``torch.set_rng_state``) and ``torch.compiler.is_compiling``
+(true while this thread traces, as under torch.compile) never reach the tracer's
 ``TorchFunctionMode``: run as they are, they would act once, at trace time, instead of on
 every call. `take_over` replaces such a function, once, by a wrapper that hands the call to
 the tracer's handler when user code in this thread is being traced (the tracer's mode is
@@ -111,5 +112,33 @@ for _owner in (torch, torch.random):
     take_over(_owner, "get_rng_state", _not_user_code(_get_rng_state))
     take_over(_owner, "set_rng_state", _not_user_code(_set_rng_state))
 
+
+# --------------------------------------------------------------------------- "compiling?"
+
+# Library code asks `torch.compiler.is_compiling()` and, if so, skips its eager-only checks
+# (transformers' data-dependent mask shortcuts: `bool(tensor)` on the attention mask). While
+# this thread traces user code the answer is yes, as under torch.compile; other threads,
+# and thunder_ir's own handlers, get torch's answer. The function object stays torch's:
+# Dynamo recognizes it by identity and folds it to True when torch.compile traces (a
+# wrapper in its place would be traced as an unknown call and break the graph), so only
+# its code gains the check; torch._dynamo.is_compiling and torch._utils.is_compiling call
+# it by attribute.
+
+
+def _is_compiling_code() -> bool:  # runs with torch.compiler's globals
+    if torch.jit.is_scripting():
+        return False
+    return _is_compiling_flag or _thunder_ir_traces()  # type: ignore[name-defined]  # noqa: F821
+
+
+def _teach_is_compiling() -> None:
+    fn = torch.compiler.is_compiling
+    if getattr(fn, "__code__", None) is None or "_is_compiling_flag" not in fn.__globals__:
+        return  # another torch: leave it as it is
+    fn.__globals__["_thunder_ir_traces"] = _in_user_code
+    fn.__code__ = _is_compiling_code.__code__
+
+
+_teach_is_compiling()
 
 __all__ = ["take_over"]

@@ -265,10 +265,21 @@ def _relu_like(short: str) -> Callable[..., Any] | None:
 _register([F.relu], _relu_like("relu"))
 _register([F.silu], _relu_like("silu"))
 
-_register([torch.where], op_handler("where"))
 _where = op_handler("where")
 if _where is not None:
     _where_h: Callable[..., Any] = _where
+
+    def _torch_where(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        if len(args) + len(kwargs) == 1:  # torch.where(cond): nonzero(cond, as_tuple=True)
+            raise DataDependentError(
+                f"{where(ctx.loc)}: torch.where(condition) with one argument returns the "
+                "indices where condition holds: how many depends on the values, so the result "
+                "has no shape while tracing. Use the three-argument torch.where(condition, x, "
+                "y) or a mask (x * condition), or run this part (for example, the routing of "
+                "a mixture of experts) outside the jitted function.")
+        return _where_h(ctx, *args, **kwargs)
+
+    _register([torch.where], _torch_where)
 
     def _tensor_where(ctx: TraceContext, self: Any, condition: Any, y: Any) -> Any:
         return _where_h(ctx, condition, self, y)
@@ -740,6 +751,33 @@ def _narrow(ctx: TraceContext, x: Any, dim: int, start: Any, length: int) -> Any
 
 
 _register([torch.narrow, T.narrow], _narrow)
+
+
+def _grouped_mm(ctx: TraceContext, mat_a: Any, mat_b: Any, offs: Any = None,
+                bias: Any = None, out_dtype: Any = None) -> Any:
+    """``torch._grouped_mm`` (mixture-of-experts layers): its result's shape follows from
+    the operands' shapes, whatever the dtype (its meta kernel accepts only bfloat16), and
+    torch computes and differentiates it on the call's real tensors."""
+    a, b = tuple(mat_a.shape), tuple(mat_b.shape)
+    shape: tuple[int, ...]
+    if len(a) == 2 and len(b) == 3:
+        shape = (a[0], b[2])
+    elif len(a) == 3 and len(b) == 3:
+        shape = (a[0], a[1], b[2])
+    elif len(a) == 2 and len(b) == 2 and offs is not None:
+        shape = (offs.shape[0], a[0], b[1])
+    else:
+        raise UseFallback
+    t = mat_a._value.type
+    dtype = out_dtype if out_dtype is not None else t.dtype
+    kwargs = {k: v for k, v in (("offs", offs), ("bias", bias), ("out_dtype", out_dtype))
+              if v is not None}
+    return fallback(ctx, torch._grouped_mm, (mat_a, mat_b), kwargs,
+                    result_type=tensor_type(shape, dtype, t.dev))
+
+
+if hasattr(torch, "_grouped_mm"):
+    _register([torch._grouped_mm], _grouped_mm)
 
 
 def _symbolic_number(fn: Callable[..., Any]) -> Callable[..., Any]:

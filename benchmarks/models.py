@@ -1,0 +1,146 @@
+"""Model-family benchmark: Hugging Face models and torch.nn layers under eager,
+torch.compile and thunder_ir, from one run.
+
+For each family of `tests/test_hf_models.py` (tiny configs: hidden 64, 2 layers, batch 2,
+sequence 16), every variant is first checked against eager (the training loss), then:
+
+* first call: building the variant and its first forward (``fwd``), and its first
+  forward + backward on a fresh copy (``fwd+bwd``): trace and compile included, with
+  Inductor's on-disk cache empty at the start of the run (a fresh
+  ``TORCHINDUCTOR_CACHE_DIR``; torch.compile uses ``fallback_random`` so that its dropout
+  draws are eager's);
+* steady training step (forward, backward, SGD step), timed interleaved
+  (`harness.time_interleaved`) with malloc pinned.
+
+Prints a table and the ratios thunder_ir / torch.compile (first calls) and thunder_ir /
+eager (steady step). Usage::
+
+    python benchmarks/models.py [--families llama,bert,...] [--seconds 1] [--rounds 5]
+                                [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+from harness import pin_malloc, time_interleaved  # noqa: E402
+
+
+def _variant(name: str, model: Any) -> Any:
+    import torch
+
+    import thunder_ir
+
+    if name == "thunder_ir":
+        return thunder_ir.jit(model)
+    if name == "torch.compile":
+        torch._dynamo.reset()
+        return torch.compile(model)
+    return model
+
+
+def _loss(fn: Any, kw: dict[str, Any]) -> Any:
+    return fn(**kw).loss
+
+
+def first_calls(variant: str, build: Callable[[], Any], kw: dict[str, Any]
+                ) -> tuple[float, float]:
+    """Seconds for the first forward (no grad) and the first forward + backward, each on a
+    freshly built variant."""
+    import torch
+
+    model = build().eval()
+    t = time.perf_counter()
+    fn = _variant(variant, model)
+    with torch.no_grad():
+        fn(**{k: v for k, v in kw.items() if k != "labels"})
+    fwd = time.perf_counter() - t
+    model = build().train()
+    t = time.perf_counter()
+    fn = _variant(variant, model)
+    _loss(fn, kw).backward()
+    return fwd, time.perf_counter() - t
+
+
+def _step(fn: Any, opt: Any, kw: dict[str, Any]) -> Callable[[], None]:
+    """One training step: forward, backward, optimizer step."""
+    def run() -> None:
+        opt.zero_grad(set_to_none=True)
+        _loss(fn, kw).backward()
+        opt.step()
+
+    return run
+
+
+def main() -> None:
+    import tempfile
+
+    # torch.compile's first calls from cold on-disk caches (a warm cache hides its compile)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
+    import torch
+    from test_hf_models import FAMILIES, L
+
+    # Inductor draws dropout with its own generator unless told to call torch's: with
+    # fallback_random every variant draws eager's numbers, so all compute one loss
+    torch._inductor.config.fallback_random = True
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--seconds", type=float, default=1.0, help="steady-step time per variant")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    a = ap.parse_args()
+    warnings.simplefilter("ignore")
+    pinned = pin_malloc()
+    variants = ["eager", "thunder_ir"] + ([] if a.no_compile else ["torch.compile"])
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__},"
+          f" malloc {'pinned' if pinned else 'default'}; batch 2, sequence {L}")
+    print(f"{'family':<12}" + "".join(f"{v + ' fwd':>18}{v + ' fwd+bwd':>22}" for v in variants)
+          + "".join(f"{v + ' step':>20}" for v in variants) + "  ratios")
+    for family in a.families.split(","):
+        build_raw, inputs = FAMILIES[family]
+
+        def build(b: Callable[[], Any] = build_raw) -> Any:
+            torch.manual_seed(0)
+            return b()
+
+        kw = inputs(L)
+        firsts = {v: first_calls(v, build, kw) for v in variants}
+        models = {v: build().train() for v in variants}
+        fns = {v: _variant(v, models[v]) for v in variants}
+        ref = None
+        for v in variants:  # every variant's loss is eager's before anything is timed
+            torch.manual_seed(0)  # dropout: the same draws for every variant
+            loss = _loss(fns[v], kw)
+            ref = loss if ref is None else ref
+            if not torch.allclose(loss, ref, atol=1e-5):
+                raise SystemExit(f"{family}: {v}'s loss {loss.item()} is not eager's "
+                                 f"{ref.item()}")
+        # lr 0: the step runs in full but leaves the weights alone, so every timed step
+        # computes what the checked one did
+        opts = {v: torch.optim.SGD(models[v].parameters(), lr=0.0) for v in variants}
+
+        timings, _ = time_interleaved({v: _step(fns[v], opts[v], kw) for v in variants},
+                                      "cpu", a.seconds, a.rounds)
+        cells = "".join(f"{firsts[v][0]:>16.2f} s{firsts[v][1]:>20.2f} s" for v in variants)
+        cells += "".join(f"{timings[v].ms:>17.1f} ms" for v in variants)
+        ratios = [f"step {timings['thunder_ir'].ms / timings['eager'].ms:.2f}x eager"]
+        if "torch.compile" in variants:
+            tc = firsts["torch.compile"]
+            ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "
+                          "than torch.compile")
+        print(f"{family:<12}{cells}  {'; '.join(ratios)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

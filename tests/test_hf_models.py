@@ -1,0 +1,271 @@
+"""The models people bring: Hugging Face transformers families and torch.nn's transformer
+layers under plain ``thunder_ir.jit``, against eager.
+
+Each family is built from a tiny config with random weights (no download: hidden 64, 2
+layers, sequence 16) and fed as a tokenizer feeds it (``input_ids``, an all-ones
+``attention_mask``, ``labels``). For each: the inference output; the training loss and every
+parameter's gradient (``None`` where eager has ``None``) over two steps, the second a cache
+hit; then a step with a new sequence length. Dropout stays on in training: thunder_ir draws
+what eager draws for the same seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import thunder_ir
+
+T = pytest.importorskip("transformers", reason="transformers is in the test extra")
+
+V, H, L = 128, 64, 16
+_DEC = dict(hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=V,
+            max_position_embeddings=64)
+_TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _text(n: int) -> dict[str, torch.Tensor]:
+    ids = torch.randint(3, V, (2, n))
+    return {"input_ids": ids, "attention_mask": torch.ones(2, n, dtype=torch.long),
+            "labels": ids}
+
+
+def _seq2seq(n: int) -> dict[str, torch.Tensor]:
+    return {**_text(n), "decoder_input_ids": torch.randint(3, V, (2, n))}
+
+
+def _speech(n: int) -> dict[str, torch.Tensor]:
+    dec = torch.randint(3, V, (2, n // 2))
+    return {"input_features": torch.randn(2, 16, 64), "decoder_input_ids": dec,
+            "labels": dec}
+
+
+def _image(n: int) -> dict[str, torch.Tensor]:
+    return {"pixel_values": torch.randn(2, 3, 32, 32), "labels": torch.tensor([0, 2])}
+
+
+FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], dict[str, Any]]]] = {
+    "llama": (lambda: T.LlamaForCausalLM(T.LlamaConfig(**_DEC, **_TOKENS)), _text),
+    "qwen2": (lambda: T.Qwen2ForCausalLM(T.Qwen2Config(**_DEC, **_TOKENS)), _text),
+    "gemma": (lambda: T.GemmaForCausalLM(T.GemmaConfig(**_DEC, head_dim=16, **_TOKENS)),
+              _text),
+    "mixtral": (lambda: T.MixtralForCausalLM(T.MixtralConfig(
+        **_DEC, num_local_experts=4, num_experts_per_tok=2, **_TOKENS)), _text),
+    "gpt2": (lambda: T.GPT2LMHeadModel(T.GPT2Config(
+        n_embd=H, n_layer=2, n_head=4, vocab_size=V, n_positions=64, **_TOKENS)), _text),
+    "gpt_neox": (lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+        hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=V, max_position_embeddings=64, **_TOKENS)), _text),
+    "bert": (lambda: T.BertForMaskedLM(T.BertConfig(
+        hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=V, max_position_embeddings=64, pad_token_id=0)), _text),
+    "distilbert": (lambda: T.DistilBertForMaskedLM(T.DistilBertConfig(
+        dim=H, hidden_dim=2 * H, n_layers=2, n_heads=4, vocab_size=V,
+        max_position_embeddings=64, pad_token_id=0)), _text),
+    "t5": (lambda: T.T5ForConditionalGeneration(T.T5Config(
+        d_model=H, d_ff=2 * H, num_layers=2, num_heads=4, d_kv=16, vocab_size=V,
+        pad_token_id=0, eos_token_id=2, decoder_start_token_id=0)), _seq2seq),
+    "bart": (lambda: T.BartForConditionalGeneration(T.BartConfig(
+        d_model=H, encoder_ffn_dim=2 * H, decoder_ffn_dim=2 * H, encoder_layers=2,
+        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        vocab_size=V, max_position_embeddings=64, **_TOKENS,
+        decoder_start_token_id=2)), _seq2seq),
+    "whisper": (lambda: T.WhisperForConditionalGeneration(T.WhisperConfig(
+        d_model=H, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=2 * H, decoder_ffn_dim=2 * H,
+        vocab_size=V, num_mel_bins=16, max_source_positions=32, max_target_positions=32,
+        **_TOKENS, decoder_start_token_id=1)), _speech),
+    "vit": (lambda: T.ViTForImageClassification(T.ViTConfig(
+        hidden_size=H, num_hidden_layers=2, num_attention_heads=4, intermediate_size=2 * H,
+        image_size=32, patch_size=8, num_labels=3)), _image),
+}
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=what)
+
+
+def _same_grads(jitted: nn.Module, eager: nn.Module) -> None:
+    for (k, p), (_, q) in zip(jitted.named_parameters(), eager.named_parameters(),
+                              strict=True):
+        assert (p.grad is None) == (q.grad is None), f"{k}: None gradient differs"
+        if p.grad is not None:
+            _close(p.grad, q.grad, k)
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_hugging_face_family_matches_eager(family: str) -> None:
+    build, inputs = FAMILIES[family]
+    torch.manual_seed(0)
+    model = build()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+
+    model.eval(), eager.eval()
+    kw = inputs(L)
+    with torch.no_grad():
+        _close(jm(**kw).logits, eager(**kw).logits, "inference logits")
+
+    model.train(), eager.train()
+    for step, n in enumerate((L, L, L - 4)):  # two steps of one shape, then a new length
+        kw = inputs(n)
+        torch.manual_seed(step)
+        loss_j = jm(**kw).loss
+        loss_j.backward()
+        torch.manual_seed(step)
+        loss_e = eager(**kw).loss
+        loss_e.backward()
+        _close(loss_j, loss_e, f"loss at step {step}")
+        _same_grads(model, eager)
+        model.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)
+        if step == 1:  # inference, then training: two programs; the second step hits
+            assert thunder_ir.cache_misses(jm) == 2
+
+
+# ---- torch.nn's transformer layers, training
+
+
+class _MHA(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(H, 4, dropout=0.1, batch_first=True)
+        self.register_buffer("mask", torch.ones(L, L, dtype=torch.bool).triu(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x, attn_mask=self.mask)[0]
+
+
+class _CausalEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(H, 4, 2 * H, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(L))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.enc(x, mask=self.mask, is_causal=True)
+
+
+@pytest.mark.parametrize("build", [
+    _MHA, lambda: nn.TransformerEncoderLayer(H, 4, 2 * H, batch_first=True), _CausalEncoder,
+], ids=["MultiheadAttention with attn_mask", "TransformerEncoderLayer",
+        "TransformerEncoder is_causal"])
+def test_torch_nn_transformer_layers_train_as_eager(build: Callable[[], nn.Module]) -> None:
+    torch.manual_seed(0)
+    model = build().train()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for step in range(2):
+        x = torch.randn(2, L, H)
+        torch.manual_seed(step)
+        out_j = jm(x)
+        (out_j * out_j).sum().backward()
+        torch.manual_seed(step)
+        out_e = eager(x)
+        (out_e * out_e).sum().backward()
+        _close(out_j, out_e, f"output at step {step}")
+        _same_grads(model, eager)
+        model.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+# ---- what library code asks, and what cannot be one program
+
+
+def test_is_compiling_is_true_while_tracing_only() -> None:
+    seen: list[bool] = []
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.compiler.is_compiling())
+        return x + 1
+
+    thunder_ir.jit(f)(torch.ones(2))
+    assert seen == [True]
+    assert not torch.compiler.is_compiling()
+
+
+def test_one_argument_where_names_the_line() -> None:
+    def route(x: torch.Tensor) -> torch.Tensor:
+        (idx,) = torch.where(x > 0)
+        return x[idx]
+
+    with pytest.raises(thunder_ir.DataDependentError,
+                       match=r"test_hf_models.py:\d+: torch.where\(condition\) with one "
+                             r"argument .* three-argument torch.where"):
+        thunder_ir.jit(route)(torch.randn(4))
+
+
+def test_grouped_mm_in_float32_trains_as_eager() -> None:
+    x = torch.randn(10, 8)
+    offs = torch.tensor([3, 7, 10], dtype=torch.int32)
+    w_e = torch.randn(3, 8, 8, requires_grad=True)
+    w_j = w_e.detach().clone().requires_grad_()
+
+    def f(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch._grouped_mm(x, w, offs=offs).square().sum()
+
+    out_e = f(x, w_e, offs)
+    out_e.backward()
+    out_j = thunder_ir.jit(f)(x, w_j, offs)
+    out_j.backward()
+    _close(out_j, out_e, "grouped_mm")
+    assert w_e.grad is not None and w_j.grad is not None
+    _close(w_j.grad, w_e.grad, "grouped_mm weight gradient")
+
+
+def test_clip_contrastive_training_matches_eager() -> None:
+    """CLIP's contrastive loss: every gradient, ``None``-ness included, as eager's."""
+    cfg = T.CLIPConfig(
+        text_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, vocab_size=64, max_position_embeddings=16),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=32, patch_size=8),
+        projection_dim=16)
+    torch.manual_seed(0)
+    model = T.CLIPModel(cfg).train()
+    eager = copy.deepcopy(model)
+    kw = dict(input_ids=torch.randint(0, 64, (2, 8)), pixel_values=torch.randn(2, 3, 32, 32),
+              return_loss=True)
+    loss_j = thunder_ir.jit(model)(**kw).loss
+    loss_j.backward()
+    loss_e = eager(**kw).loss
+    loss_e.backward()
+    _close(loss_j, loss_e, "CLIP loss")
+    _same_grads(model, eager)
+
+
+def test_parameter_feeding_only_an_unused_output_gets_none() -> None:
+    class TwoHeads(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Linear(4, 4)
+            self.unused_head = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = self.body(x)
+            return h, self.unused_head(h)
+
+    torch.manual_seed(0)
+    model = TwoHeads()
+    eager = copy.deepcopy(model)
+    x = torch.randn(3, 4)
+    thunder_ir.jit(model)(x)[0].sum().backward()
+    eager(x)[0].sum().backward()
+    _same_grads(model, eager)
+    assert model.unused_head.weight.grad is None
