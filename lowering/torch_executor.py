@@ -132,7 +132,7 @@ def lower_op(op: ThunderOp) -> CallOp:
     params = {k: _shift_refs(v, variadic_start) for k, v in op.params().items()}
     direct = direct_call(op, args, params)
     if direct is not None:
-        from thunder_ir.tracing import torch_name
+        from thunder_ir.frontend.fallback import torch_name
 
         callee = torch_name(type(op).TORCH_FN)  # type: ignore[attr-defined]
         args, params = direct

@@ -29,10 +29,13 @@ from thunder_ir.api import (  # noqa: E402
     last_traces,
     transform,
 )
-from thunder_ir.extend import TensorProxy  # noqa: E402
+from thunder_ir.frontend import (  # noqa: E402
+    DataDependentError,
+    TensorProxy,
+    ThunderTraceError,
+)
 from thunder_ir.lowering.executors import get_all_executors, get_default_executors  # noqa: E402
 from thunder_ir.trace import Trace  # noqa: E402
-from thunder_ir.tracing import DataDependentError, ThunderTraceError  # noqa: E402
 
 __version__ = "0.1.0"
 

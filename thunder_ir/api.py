@@ -28,6 +28,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from thunder_ir.dialects.program import main_function
+from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.passes.pipeline import Pipeline
 from thunder_ir.runtime.cache import (
     CACHE_CAPACITY,
@@ -41,7 +42,6 @@ from thunder_ir.runtime.cache import (
 )
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
 from thunder_ir.trace import Trace
-from thunder_ir.tracing import ThunderTraceError, TracedProgram, trace_program
 
 STAGES = ("ltorch", "prims", "fusion", "backward")
 """Where a user pass runs: on the traced ltorch program (default), after decomposition into
@@ -205,7 +205,7 @@ class _Compiled:
 
     def _prologue(self, spec: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                   n: int, tokens: tuple[int, ...]) -> Prologue:
-        from thunder_ir.tracing import _arg_names
+        from thunder_ir.frontend.tracer import arg_names as _arg_names
 
         if len(self._prologues) > 4 * CACHE_CAPACITY:
             self._prologues.clear()

@@ -26,18 +26,20 @@ import torch
 from torch.utils.hooks import BackwardHook
 from xdsl.ir import Block, Operation, SSAValue
 
-from thunder_ir import tracing
 from thunder_ir.dialects.autograd import make_function
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call
-from thunder_ir.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.context import TraceContext
+from thunder_ir.frontend.errors import user_location, where
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.frontend.takeover import take_over
 from thunder_ir.runtime.hooks import ModuleHooks, keep
-from thunder_ir.takeover import take_over
 
 _HOOKS = "thunder_ir.runtime.hooks."
 
 
-def _hook_point(ctx: tracing.TraceContext, name: str, values: Sequence[SSAValue],
+def _hook_point(ctx: TraceContext, name: str, values: Sequence[SSAValue],
                 callee: str, key: int) -> Operation:
     """An identity ``autograd.function`` over ``values`` whose backward calls ``callee``
     (``key=key``) on the cotangents."""
@@ -69,12 +71,12 @@ class _TracedHandle:
         op.erase()
 
 
-def _register_hook(ctx: tracing.TraceContext, t: Any, fn: Any) -> Any:
+def _register_hook(ctx: TraceContext, t: Any, fn: Any) -> Any:
     if not is_proxy(t):
         return torch.Tensor.register_hook(t, fn)
     if not t.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient"
-                           f"\n  at {tracing.where(ctx.loc)}")
+                           f"\n  at {where(ctx.loc)}")
     v = t._value
     op = _hook_point(ctx, getattr(fn, "__name__", "hook"), [v], "run_tensor_hook", keep(fn))
     (r,) = ctx.record(op)
@@ -97,14 +99,14 @@ def _register_hook(ctx: tracing.TraceContext, t: Any, fn: Any) -> Any:
     return _TracedHandle(op, v, t)
 
 
-tracing.HANDLERS[torch.Tensor.register_hook] = _register_hook
+HANDLERS[torch.Tensor.register_hook] = _register_hook
 
 
-def _module_of(ctx: tracing.TraceContext, module: torch.nn.Module) -> torch.nn.Module:
+def _module_of(ctx: TraceContext, module: torch.nn.Module) -> torch.nn.Module:
     return ctx.originals.get(id(module), module)
 
 
-def _wrap(ctx: tracing.TraceContext, items: Sequence[Any], name: str, callee: str,
+def _wrap(ctx: TraceContext, items: Sequence[Any], name: str, callee: str,
           state: ModuleHooks) -> tuple[list[Any], list[int] | None]:
     """Puts a hook point over the items that carry gradients; returns the new items and
     their positions (None when none does)."""
@@ -129,8 +131,8 @@ def state_key(state: ModuleHooks) -> int:
     return key
 
 
-def _setup_input_hook(ctx: tracing.TraceContext, bw: Any, args: Any) -> Any:
-    ctx.loc = tracing.user_location()
+def _setup_input_hook(ctx: TraceContext, bw: Any, args: Any) -> Any:
+    ctx.loc = user_location()
     state = ModuleHooks(_module_of(ctx, bw.module), list(bw.user_hooks),
                         list(bw.user_pre_hooks), n_inputs=len(args))
     bw._thunder_ir_state = state
@@ -140,8 +142,8 @@ def _setup_input_hook(ctx: tracing.TraceContext, bw: Any, args: Any) -> Any:
     return args if pos is None else (tuple(new) if type(args) is tuple else type(args)(*new))
 
 
-def _setup_output_hook(ctx: tracing.TraceContext, bw: Any, result: Any) -> Any:
-    ctx.loc = tracing.user_location()
+def _setup_output_hook(ctx: TraceContext, bw: Any, result: Any) -> Any:
+    ctx.loc = user_location()
     state: ModuleHooks | None = getattr(bw, "_thunder_ir_state", None)
     if state is None:
         state = ModuleHooks(_module_of(ctx, bw.module), list(bw.user_hooks),

@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
-from thunder_ir import tracing
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import type_of_tensor
+from thunder_ir.frontend.context import TraceContext, current, tracing_now
+from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
 
 Handler = Callable[..., Any]
 
@@ -33,7 +34,7 @@ _TAKEN: dict[tuple[int, str], Callable[..., Any]] = {}
 
 
 def _in_user_code() -> bool:
-    return tracing.tracing_now() and torch._C._len_torch_function_stack() > 0
+    return tracing_now() and torch._C._len_torch_function_stack() > 0
 
 
 def take_over(owner: Any, name: str, handler: Handler) -> None:
@@ -49,7 +50,7 @@ def take_over(owner: Any, name: str, handler: Handler) -> None:
             def method(cls: Any, *args: Any, **kwargs: Any) -> Any:
                 if not _in_user_code():
                     return original(cls, *args, **kwargs)
-                return handler(tracing.current(), cls, *args, **kwargs)
+                return handler(current(), cls, *args, **kwargs)
 
             functools.update_wrapper(method, original)
             setattr(owner, name, classmethod(method))
@@ -60,7 +61,7 @@ def take_over(owner: Any, name: str, handler: Handler) -> None:
             def function(*args: Any, **kwargs: Any) -> Any:
                 if not _in_user_code():
                     return original(*args, **kwargs)
-                return handler(tracing.current(), *args, **kwargs)
+                return handler(current(), *args, **kwargs)
 
             setattr(owner, name, function)
         _TAKEN[(id(owner), name)] = original
@@ -69,9 +70,9 @@ def take_over(owner: Any, name: str, handler: Handler) -> None:
 # --------------------------------------------------------------------------- RNG state
 
 
-def _record(ctx: tracing.TraceContext, callee: str, operands: list[Any], args: list[Any],
+def _record(ctx: TraceContext, callee: str, operands: list[Any], args: list[Any],
             result_types: list[Any]) -> list[Any]:
-    ctx.loc = tracing.user_location()
+    ctx.loc = user_location()
     op = make_call(callee, operands, args, result_types=result_types)
     return ctx.record(op)
 
@@ -87,21 +88,21 @@ def _not_user_code(handler: Handler) -> Handler:
     return run
 
 
-def _manual_seed(ctx: tracing.TraceContext, seed: Any) -> Any:
+def _manual_seed(ctx: TraceContext, seed: Any) -> Any:
     if not isinstance(seed, int):
-        raise tracing.ThunderTraceError(f"{tracing.where(ctx.loc)}: torch.manual_seed needs "
+        raise ThunderTraceError(f"{where(ctx.loc)}: torch.manual_seed needs "
                                         f"an int seed while traced, got {type(seed).__name__}")
     _record(ctx, "torch.random.manual_seed", [], [int(seed)], [])
     return torch.default_generator
 
 
-def _get_rng_state(ctx: tracing.TraceContext) -> Any:
+def _get_rng_state(ctx: TraceContext) -> Any:
     state_type = type_of_tensor(torch.default_generator.get_state())
     (state,) = _record(ctx, "torch.random.get_rng_state", [], [], [state_type])
     return ctx.wrap(state)
 
 
-def _set_rng_state(ctx: tracing.TraceContext, new_state: Any) -> None:
+def _set_rng_state(ctx: TraceContext, new_state: Any) -> None:
     from thunder_ir.dialects.base import OperandRef
 
     _record(ctx, "torch.random.set_rng_state", [ctx.value_of(new_state)], [OperandRef(0)], [])

@@ -9,22 +9,35 @@ Each proxy stands for an SSA value (``_value``). An in-place op rebinds ``_value
 op's functional result, which is how in-place code is functionalized. ``_base_proxy`` links a
 view to the tensor it aliases and the tensor keeps its live views (weakly), so in-place
 writes through aliases, or to a tensor whose views are still in use, can be rejected.
+
+There is one proxy class: `thunder_ir.TensorProxy` and `thunder_ir.extend.TensorProxy` are
+this one. Meta functions of the extension API make detached proxies with
+``TensorProxy(like=x, shape=..., dtype=..., device=...)``.
 """
 
 from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, SSAValue
 
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, canonical_device, tensor_type
 
 
 class TensorProxy(torch.Tensor):
-    """A storage-less tensor standing for an SSA value during tracing."""
+    """A storage-less tensor standing for an SSA value during tracing.
+
+    ``TensorProxy(value, requires_grad=False, base=None)`` wraps an SSA value (``base``: the
+    proxy whose storage it views), as the tracer does. ``TensorProxy(like=x, shape=...,
+    dtype=..., device=...)`` is a proxy with ``x``'s metadata (``x`` a proxy or any tensor,
+    meta tensors included), overridden by whichever of ``shape``, ``dtype`` and ``device``
+    are given; it is attached to no program (what meta functions of the extension API
+    return). ``TensorProxy(shape=..., dtype=...)`` needs no ``like``.
+    """
 
     _value: SSAValue
     _base_proxy: TensorProxy | None
@@ -33,8 +46,12 @@ class TensorProxy(torch.Tensor):
     _name: str
 
     @staticmethod
-    def __new__(cls, value: SSAValue, requires_grad: bool = False,
-                base: TensorProxy | None = None) -> TensorProxy:
+    def __new__(cls, value: SSAValue | None = None, requires_grad: bool = False,
+                base: TensorProxy | None = None, *, like: torch.Tensor | None = None,
+                shape: Sequence[int] | None = None, dtype: torch.dtype | None = None,
+                device: str | torch.device | None = None) -> TensorProxy:
+        if value is None:
+            value, requires_grad = _detached_value(like, shape, dtype, device, requires_grad)
         t = value.type
         assert isinstance(t, TensorType)
         r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
@@ -78,6 +95,34 @@ class TensorProxy(torch.Tensor):
         name = self._value.name_hint or "t"
         t = self._value.type
         return f'TensorProxy({name}, "{t.pretty()}")'  # type: ignore[attr-defined]
+
+
+def _detached_value(like: torch.Tensor | None, shape: Sequence[int] | None,
+                    dtype: torch.dtype | None, device: str | torch.device | None,
+                    requires_grad: bool) -> tuple[SSAValue, bool]:
+    """The value of a proxy made from metadata (``like=``, ``shape=``, ...): an argument of
+    a block of its own, in no program."""
+    if like is None and (shape is None or dtype is None):
+        raise TypeError("TensorProxy() needs like=<tensor>, or shape= and dtype=")
+    if like is not None:
+        t = type_of_any(like)
+        shape = tuple(t.sizes) if shape is None else tuple(shape)
+        dtype = t.dtype if dtype is None else dtype
+        dev = t.dev if device is None else canonical_device(device)
+        requires_grad = requires_grad or bool(like.requires_grad)
+    else:
+        dev = canonical_device(device or "cpu")
+    assert shape is not None and dtype is not None
+    return Block(arg_types=[tensor_type(tuple(shape), dtype, dev)]).args[0], requires_grad
+
+
+def type_of_any(t: torch.Tensor) -> TensorType:
+    """The tensor type of a proxy, or of a real or meta tensor."""
+    if is_proxy(t):
+        ty = t._value.type  # type: ignore[attr-defined]
+        assert isinstance(ty, TensorType)
+        return ty
+    return tensor_type(tuple(t.shape), t.dtype, canonical_device(t.device))
 
 
 _STORAGES = itertools.count()

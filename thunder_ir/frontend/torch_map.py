@@ -7,7 +7,9 @@ Operators' reflected forms (``__radd__``) swap their operands; in-place forms (`
 Calls with irregular conventions (``Tensor.view(*shape)``, ``Tensor.to``, ``torch.max``,
 ``__getitem__``/``__setitem__``, dropout's RNG) have small handlers of their own.
 
-Importing this module fills `thunder_ir.tracing.HANDLERS`.
+Handlers write through the `thunder_ir.frontend.builder.Builder` interface only, so an
+importer of another graph format can reuse them. Importing this module fills
+`thunder_ir.frontend.table.HANDLERS` (`thunder_ir.frontend.tracer` imports it).
 """
 
 from __future__ import annotations
@@ -22,17 +24,11 @@ import torch.nn.functional as F
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch import OPS
 from thunder_ir.dialects.types import canonical_device, tensor_type
-from thunder_ir.proxy import TensorProxy, is_proxy
-from thunder_ir.tracing import (
-    HANDLERS,
-    DataDependentError,
-    ThunderTraceError,
-    TraceContext,
-    UseFallback,
-    fallback,
-    getter,
-    where,
-)
+from thunder_ir.frontend.builder import Builder
+from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
+from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.table import HANDLERS, getter
 
 T = torch.Tensor
 
@@ -86,7 +82,7 @@ def bind(op: type[ThunderOp], args: Sequence[Any], kwargs: dict[str, Any], loc: 
     return bound
 
 
-def emit_bound(ctx: TraceContext, op: type[ThunderOp], bound: dict[str, Any],
+def emit_bound(ctx: Builder, op: type[ThunderOp], bound: dict[str, Any],
                base: TensorProxy | None = None) -> Any:
     """Builds ``op`` from bound arguments; returns proxies for its results."""
     groups: list[Any] = []
@@ -133,7 +129,7 @@ def op_handler(short: str, *, swap: bool = False, view: bool = False,
         return None
     MAPPED.add(short)
 
-    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+    def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         if swap:
             args = (args[1], args[0], *args[2:])
         if varargs is not None and len(args) > 1 and varargs not in kwargs and (
@@ -152,7 +148,7 @@ def register_torch_op(torch_fns: Sequence[Any], op: type[ThunderOp]) -> None:
     to its operands, the rest to its params (see `bind`).
     """
 
-    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+    def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         return emit_bound(ctx, op, bind(op, args, kwargs, ctx.loc))
 
     for f in torch_fns:
@@ -162,7 +158,7 @@ def register_torch_op(torch_fns: Sequence[Any], op: type[ThunderOp]) -> None:
 def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
     """The in-place form of a functional handler."""
 
-    def handler(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+    def handler(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
         out = functional(ctx, self, *args, **kwargs)
         return ctx.assign(self, out._value, name)
 
@@ -255,7 +251,7 @@ def _relu_like(short: str) -> Callable[..., Any] | None:
     if h is None:
         return None
 
-    def handler(ctx: TraceContext, x: Any, *args: Any, inplace: bool = False, **kw: Any) -> Any:
+    def handler(ctx: Builder, x: Any, *args: Any, inplace: bool = False, **kw: Any) -> Any:
         out = h(ctx, x, *args, **kw)
         return ctx.assign(x, out._value, f"{short}(inplace=True)") if inplace else out
 
@@ -269,7 +265,7 @@ _where = op_handler("where")
 if _where is not None:
     _where_h: Callable[..., Any] = _where
 
-    def _torch_where(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+    def _torch_where(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         if len(args) + len(kwargs) == 1:  # torch.where(cond): nonzero(cond, as_tuple=True)
             raise DataDependentError(
                 f"{where(ctx.loc)}: torch.where(condition) with one argument returns the "
@@ -281,7 +277,7 @@ if _where is not None:
 
     _register([torch.where], _torch_where)
 
-    def _tensor_where(ctx: TraceContext, self: Any, condition: Any, y: Any) -> Any:
+    def _tensor_where(ctx: Builder, self: Any, condition: Any, y: Any) -> Any:
         return _where_h(ctx, condition, self, y)
 
     _register([T.where], _tensor_where)
@@ -298,13 +294,13 @@ if _h is not None:
 # --------------------------------------------------------------------------- dtype / device
 
 
-def _to_dtype(ctx: TraceContext, x: Any, dtype: torch.dtype) -> Any:
+def _to_dtype(ctx: Builder, x: Any, dtype: torch.dtype) -> Any:
     if x.dtype == dtype:
         return x
     return emit_bound(ctx, OPS["to_dtype"], {"input": x, "dtype": dtype})
 
 
-def _tensor_to(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+def _tensor_to(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
     dtype = kwargs.pop("dtype", None)
     device = kwargs.pop("device", None)
     for k in ("non_blocking", "copy", "memory_format"):
@@ -327,7 +323,7 @@ def _tensor_to(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _dtype_method(dtype: torch.dtype) -> Callable[..., Any]:
-    def handler(ctx: TraceContext, self: Any, memory_format: Any = None) -> Any:
+    def handler(ctx: Builder, self: Any, memory_format: Any = None) -> Any:
         return _to_dtype(ctx, self, dtype)
 
     return handler
@@ -342,7 +338,7 @@ if "to_dtype" in OPS:
         HANDLERS[_m] = _dtype_method(_dt)
     HANDLERS[T.type_as] = lambda ctx, self, other: _to_dtype(ctx, self, other.dtype)
 
-    def _type(ctx: TraceContext, self: Any, dtype: Any = None, **kw: Any) -> Any:
+    def _type(ctx: Builder, self: Any, dtype: Any = None, **kw: Any) -> Any:
         if dtype is None:
             raise ThunderTraceError(f"{where(ctx.loc)}: Tensor.type() without a dtype returns "
                                     "a string; use .dtype")
@@ -351,16 +347,16 @@ if "to_dtype" in OPS:
     HANDLERS[T.type] = _type
 
 
-def _identity(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+def _identity(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
     return self
 
 
-def _alias(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+def _alias(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
     root = _root(self)
     return ctx.remember(TensorProxy(self._value, base=root))
 
 
-def _detach(ctx: TraceContext, self: Any) -> Any:
+def _detach(ctx: Builder, self: Any) -> Any:
     """``x.detach()``, ``torch.detach(x)``, ``x.data``: an alias of ``x`` that carries no
     gradient (``autograd.stop_gradient`` when ``x`` requires grad)."""
     if self._value not in ctx.active:
@@ -369,7 +365,7 @@ def _detach(ctx: TraceContext, self: Any) -> Any:
     return ctx.remember(TensorProxy(ctx.stop_gradient(self._value), base=root))
 
 
-def _requires_grad_(ctx: TraceContext, self: Any, requires_grad: bool = True) -> Any:
+def _requires_grad_(ctx: Builder, self: Any, requires_grad: bool = True) -> Any:
     if bool(requires_grad) != (self._value in ctx.active):
         raise ThunderTraceError(
             f"{where(ctx.loc)}: requires_grad_({requires_grad}) inside a jitted function "
@@ -378,16 +374,14 @@ def _requires_grad_(ctx: TraceContext, self: Any, requires_grad: bool = True) ->
     return self
 
 
-def _set_grad_enabled(ctx: TraceContext, mode: bool) -> None:
+def _set_grad_enabled(ctx: Builder, mode: bool) -> None:
     """Grad mode switches for real while user code runs (``torch.no_grad()``,
     ``torch.enable_grad()``, ``torch.set_grad_enabled``); each op reads it."""
-    torch._C._set_grad_enabled(mode)
-    if mode and ctx.pending:
-        ctx.activate_pending()
+    ctx.set_grad_enabled(mode)
 
 
-def _is_inference(ctx: TraceContext, self: Any) -> bool:
-    return self._value in ctx.inference
+def _is_inference(ctx: Builder, self: Any) -> bool:
+    return ctx.is_inference(self._value)
 
 
 def _inplace_view(name: str) -> Any:
@@ -398,7 +392,7 @@ def _inplace_view(name: str) -> Any:
     afterwards lands through the new layout, as in eager)."""
     functional = getattr(T, name[:-1])
 
-    def handler(ctx: TraceContext, self: Any, *args: Any, **kwargs: Any) -> Any:
+    def handler(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
         if not is_proxy(self):
             with torch._C.DisableTorchFunction():
                 return getattr(T, name)(self, *args, **kwargs)
@@ -410,19 +404,7 @@ def _inplace_view(name: str) -> Any:
                 f"{where(ctx.loc)}: in-place {name} would change a traced tensor's shape from "
                 f"{list(self.shape)} to {list(new.shape)}, which thunder_ir cannot do to the "
                 f"tensor you hold. Write `x = x.{name[:-1]}(...)` instead.")
-        kind = next((k for p, _, k in ctx.input_proxies if p is self), None)
-        if kind is not None and kind[0] != "arg":
-            raise ThunderTraceError(
-                f"{where(ctx.loc)}: in-place {name} on a parameter or buffer would change the "
-                f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
-        old, v = self._value, new._value
-        self._value = v
-        ctx.remember(self)
-        if kind is not None:
-            ctx.replays.append((kind[1], name, args, kwargs))
-            ctx.input_proxies = [(p, v if p is self and orig is old else orig, k)
-                                 for p, orig, k in ctx.input_proxies]
-        return self
+        return ctx.view_in_place(self, new._value, name, args, kwargs)
 
     return handler
 
@@ -452,7 +434,7 @@ _var_h = op_handler("var")
 if _var_h is not None:
     _var: Callable[..., Any] = _var_h
 
-    def _var_handler(ctx: TraceContext, x: Any, *args: Any, **kw: Any) -> Any:
+    def _var_handler(ctx: Builder, x: Any, *args: Any, **kw: Any) -> Any:
         if "unbiased" in kw:
             kw["correction"] = 1 if kw.pop("unbiased") else 0
         if args and isinstance(args[0], bool):  # var(x, unbiased)
@@ -464,7 +446,7 @@ if _var_h is not None:
 
 
 def _max_like(full: str, with_dim: str, binary: str) -> Callable[..., Any]:
-    def handler(ctx: TraceContext, x: Any, *args: Any, **kw: Any) -> Any:
+    def handler(ctx: Builder, x: Any, *args: Any, **kw: Any) -> Any:
         other = args[0] if args else kw.get("other")
         if isinstance(other, torch.Tensor):
             return op_handler(binary)(ctx, x, other)  # type: ignore[misc]
@@ -505,12 +487,12 @@ _register([torch.clone, T.clone], op_handler("clone"))
 _register([torch.triu, T.triu], op_handler("triu"))
 _register([torch.tril, T.tril], op_handler("tril"))
 if "transpose" in OPS:
-    def _t(ctx: TraceContext, x: Any) -> Any:
+    def _t(ctx: Builder, x: Any) -> Any:
         if x.ndim < 2:
             return x
         return op_handler("transpose", view=True)(ctx, x, 0, 1)  # type: ignore[misc]
 
-    def _mT(ctx: TraceContext, x: Any) -> Any:
+    def _mT(ctx: Builder, x: Any) -> Any:
         return op_handler("transpose", view=True)(ctx, x, -2, -1)  # type: ignore[misc]
 
     _register([torch.t, T.t], _t)
@@ -525,7 +507,7 @@ if "reshape" in OPS:
         ctx, x, tuple(other.shape))
 
 
-def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
+def _getitem(ctx: Builder, x: Any, index: Any) -> Any:
     op = OPS.get("getitem")
     items = index if isinstance(index, tuple) else (index,)
     tensors: list[Any] = []
@@ -565,7 +547,7 @@ def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
     return out
 
 
-def _setitem(ctx: TraceContext, x: Any, index: Any, value: Any) -> None:
+def _setitem(ctx: Builder, x: Any, index: Any, value: Any) -> None:
     if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
         pass  # a boolean mask write keeps the shape: fine as a functional call
     out = fallback(ctx, setitem, (x, index, value), {})
@@ -575,7 +557,7 @@ def _setitem(ctx: TraceContext, x: Any, index: Any, value: Any) -> None:
 HANDLERS[T.__setitem__] = _setitem
 
 
-def _copy_(ctx: TraceContext, x: Any, src: Any, non_blocking: bool = False) -> Any:
+def _copy_(ctx: Builder, x: Any, src: Any, non_blocking: bool = False) -> Any:
     v = src
     if not isinstance(v, torch.Tensor):
         v = op_handler("full_like")(ctx, x, v)  # type: ignore[misc]
@@ -589,7 +571,7 @@ def _copy_(ctx: TraceContext, x: Any, src: Any, non_blocking: bool = False) -> A
 HANDLERS[T.copy_] = _copy_
 
 
-def _fill_(ctx: TraceContext, x: Any, value: Any) -> Any:
+def _fill_(ctx: Builder, x: Any, value: Any) -> Any:
     out = op_handler("full_like")(ctx, x, value)  # type: ignore[misc]
     return ctx.assign(x, out._value, "fill_")
 
@@ -605,7 +587,7 @@ def _creation(short: str, size_param: str | None) -> Callable[..., Any] | None:
     if op is None:
         return None
 
-    def handler(ctx: TraceContext, *args: Any, **kw: Any) -> Any:
+    def handler(ctx: Builder, *args: Any, **kw: Any) -> Any:
         if size_param is not None and args and (
                 isinstance(args[0], int) or (len(args) > 1 and isinstance(args[1], int))):
             args = (tuple(args),) if all(isinstance(a, int) for a in args) else args
@@ -632,7 +614,7 @@ def _like(short: str) -> Callable[..., Any] | None:
     if op is None:
         return None
 
-    def handler(ctx: TraceContext, *args: Any, **kw: Any) -> Any:
+    def handler(ctx: Builder, *args: Any, **kw: Any) -> Any:
         bound = bind(op, args, kw, ctx.loc)
         if bound.get("device") is not None:
             bound["device"] = canonical_device(bound["device"])
@@ -652,7 +634,7 @@ def _new(short: str) -> Callable[..., Any] | None:
     if h is None:
         return None
 
-    def handler(ctx: TraceContext, self: Any, *args: Any, **kw: Any) -> Any:
+    def handler(ctx: Builder, self: Any, *args: Any, **kw: Any) -> Any:
         kw.setdefault("dtype", self.dtype)
         kw.setdefault("device", self.device)
         return h(ctx, *args, **kw)
@@ -681,7 +663,7 @@ _register([F.cross_entropy], op_handler("cross_entropy"))
 _register([F.mse_loss], op_handler("mse_loss"))
 
 
-def _gelu(ctx: TraceContext, x: Any, approximate: str = "none") -> Any:
+def _gelu(ctx: Builder, x: Any, approximate: str = "none") -> Any:
     return op_handler("gelu")(ctx, x, approximate=approximate)  # type: ignore[misc]
 
 
@@ -693,7 +675,7 @@ def _dropout_family(op: type[ThunderOp], inplace: bool) -> Callable[..., Any]:
     """``torch.dropout(input, p, train)`` and its family (what ``F.dropout``'s Python
     wrapper calls after its checks): the identity where eager returns the input itself."""
 
-    def handler(ctx: TraceContext, input: Any, p: float, train: bool) -> Any:
+    def handler(ctx: Builder, input: Any, p: float, train: bool) -> Any:
         if isinstance(p, torch.Tensor) or not 0.0 <= p <= 1.0:
             raise UseFallback  # torch raises its own error
         if not train or p == 0.0 or input.numel() == 0:
@@ -726,7 +708,7 @@ _sdpa_op = op_handler("scaled_dot_product_attention")
 if _sdpa_op is not None:
     _sdpa_h: Callable[..., Any] = _sdpa_op
 
-    def _sdpa(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+    def _sdpa(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
         if isinstance(p, torch.Tensor) or (p and args[0].device.type != "cpu" and any(
                 a._value in ctx.active for a in args[:3] if is_proxy(a))):
@@ -738,7 +720,7 @@ if _sdpa_op is not None:
     HANDLERS[F.scaled_dot_product_attention] = _sdpa
 
 
-def _narrow(ctx: TraceContext, x: Any, dim: int, start: Any, length: int) -> Any:
+def _narrow(ctx: Builder, x: Any, dim: int, start: Any, length: int) -> Any:
     """``narrow`` with a tensor ``start``: its value picks the slice, not the shape, which
     the meta kernel cannot know (it would read the value)."""
     if not isinstance(start, torch.Tensor) or not isinstance(length, int):
@@ -753,7 +735,7 @@ def _narrow(ctx: TraceContext, x: Any, dim: int, start: Any, length: int) -> Any
 _register([torch.narrow, T.narrow], _narrow)
 
 
-def _grouped_mm(ctx: TraceContext, mat_a: Any, mat_b: Any, offs: Any = None,
+def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
                 bias: Any = None, out_dtype: Any = None) -> Any:
     """``torch._grouped_mm`` (mixture-of-experts layers): its result's shape follows from
     the operands' shapes, whatever the dtype (its meta kernel accepts only bfloat16), and
@@ -784,7 +766,7 @@ def _symbolic_number(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.sym_float(3)`` and its siblings reach the tracer's mode with plain numbers
     (a mode sees every call): on numbers they are the Python functions they wrap."""
 
-    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+    def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         if any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values())):
             raise UseFallback
         with torch._C.DisableTorchFunction():
@@ -816,19 +798,16 @@ def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A handler that traces through the Python torch function ``fn``.
 
     ``fn`` runs as a copy whose ``has_torch_function*`` checks say no (so it does not hand
-    itself back to the tracer), under a fresh `TraceMode` (the tracer's own mode is set
-    aside while a handler runs), so every torch call it makes is traced."""
-    from thunder_ir.tracing import TraceMode
-
+    itself back to the tracer), through `Builder.run_python`, so every torch call it makes
+    is traced."""
     scope = dict(fn.__globals__)
     for n in ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"):
         scope[n] = _no_torch_function
     body = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     body.__kwdefaults__ = fn.__kwdefaults__
 
-    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
-        with TraceMode(ctx):
-            return body(*args, **kwargs)
+    def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
+        return ctx.run_python(body, args, kwargs)
 
     return handler
 

@@ -41,11 +41,12 @@ import torch
 from torch.autograd.function import Function, _is_setup_context_defined
 from xdsl.ir import Block, SSAValue
 
-from thunder_ir import tracing
 from thunder_ir.dialects.autograd import make_function
 from thunder_ir.dialects.types import TensorType
-from thunder_ir.proxy import TensorProxy, is_proxy
-from thunder_ir.takeover import take_over
+from thunder_ir.frontend.context import TraceContext
+from thunder_ir.frontend.errors import where
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.takeover import take_over
 
 
 class TracedFunctionCtx:
@@ -86,7 +87,7 @@ def _checkpoint_function() -> Any:
     return CheckpointFunction
 
 
-def trace_apply(ctx: tracing.TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
+def trace_apply(ctx: TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
     """``cls.apply(*args, **kwargs)`` while tracing (see the module doc)."""
     if cls is _checkpoint_function():
         run_function, _preserve_rng, *rest = args
@@ -153,7 +154,7 @@ def _differentiable(v: SSAValue) -> bool:
     return isinstance(t, TensorType) and (t.dtype.is_floating_point or t.dtype.is_complex)
 
 
-def _check_grads(ctx: tracing.TraceContext, name: str, args: Sequence[Any],
+def _check_grads(ctx: TraceContext, name: str, args: Sequence[Any],
                  needs: Sequence[bool], grads: Sequence[Any]
                  ) -> tuple[list[SSAValue], list[int], list[SSAValue]]:
     """The primals (tensor arguments), which of them get a gradient, and those gradients,
@@ -162,7 +163,7 @@ def _check_grads(ctx: tracing.TraceContext, name: str, args: Sequence[Any],
     if len(grads) < n or any(g is not None for g in grads[n:]):
         raise RuntimeError(f"function {name}Backward returned an incorrect number of "
                            f"gradients (expected {n}, got {len(grads)})\n"
-                           f"  at {tracing.where(ctx.loc)}")
+                           f"  at {where(ctx.loc)}")
     primals: list[SSAValue] = []
     mask: list[int] = []
     yielded: list[SSAValue] = []
@@ -173,7 +174,7 @@ def _check_grads(ctx: tracing.TraceContext, name: str, args: Sequence[Any],
                 raise RuntimeError(f"function {name}Backward returned a gradient different "
                                    f"than None at position {i + 1}, but the corresponding "
                                    "forward input was not a Variable\n"
-                                   f"  at {tracing.where(ctx.loc)}")
+                                   f"  at {where(ctx.loc)}")
             continue
         primals.append(a._value)
         if not needs[i] or g is None:
@@ -191,7 +192,7 @@ def _check_grads(ctx: tracing.TraceContext, name: str, args: Sequence[Any],
                 raise RuntimeError(f"Function {name}Backward returned an invalid gradient at "
                                    f"index {i} - got {list(g.shape)} but expected shape "
                                    f"compatible with {list(a.shape)}\n"
-                                   f"  at {tracing.where(ctx.loc)}")
+                                   f"  at {where(ctx.loc)}")
             g = g.sum_to_size(tuple(a.shape))
         if g.dtype != a.dtype:
             g = g.to(a.dtype)

@@ -1,0 +1,112 @@
+"""`Builder`: what a torch-map handler writes through.
+
+A handler (`thunder_ir.frontend.table.HANDLERS`) turns one torch call into IR. It sees the
+program under construction only through this interface: turn arguments into SSA values
+(lifting real tensors to program inputs), emit an op, record a prebuilt one, wrap results
+in proxies, and apply eager's in-place and autograd rules. `TraceContext` implements it
+for tracing Python with a ``TorchFunctionMode``; an importer of another graph format (an FX
+graph) can implement it too and reuse the handler table as it is.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import Operation, SSAValue
+
+from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.types import TensorType, is_complex, is_float
+from thunder_ir.frontend.proxy import TensorProxy
+
+
+def differentiable(v: SSAValue) -> bool:
+    """A value that can carry a gradient: a floating-point or complex tensor."""
+    t = v.type
+    return isinstance(t, TensorType) and (is_float(t.dtype) or is_complex(t.dtype))
+
+
+class Builder(ABC):
+    """The program a handler writes into.
+
+    Attributes:
+        loc: the user's ``file:line`` of the call being handled (ops record it; errors
+            name it).
+        active: values that require grad (eager's autograd rules, see `TraceContext`).
+    """
+
+    loc: str
+    active: set[SSAValue]
+
+    # ---- inputs and values
+
+    @abstractmethod
+    def tensor_input(self, tensor: torch.Tensor, name: str, kind: tuple[Any, ...]
+                     ) -> TensorProxy:
+        """A proxy for a tensor the program takes as an argument (``kind`` says where its
+        value comes from at call time)."""
+
+    @abstractmethod
+    def value_of(self, x: Any) -> SSAValue:
+        """The SSA value of a proxy, a real tensor (lifted to an input) or a number."""
+
+    # ---- ops
+
+    @abstractmethod
+    def emit(self, op: type[ThunderOp], *operands: Any, _view: bool = False,
+             **params: Any) -> Any:
+        """Builds ``op`` at `loc`; its result value (a list for several)."""
+
+    def emit_view(self, op: type[ThunderOp], *operands: Any, **params: Any) -> Any:
+        """`emit` for an op whose results are views of its first operand."""
+        return self.emit(op, *operands, _view=True, **params)
+
+    @abstractmethod
+    def record(self, op: Operation, requires_grad: Sequence[bool] | None = None,
+               view: bool = False) -> list[SSAValue]:
+        """Appends a prebuilt op (an opaque ``torch.call``); the values to use for its
+        results."""
+
+    @abstractmethod
+    def run_python(self, fn: Callable[..., Any], args: Sequence[Any],
+                   kwargs: dict[str, Any]) -> Any:
+        """Runs a Python torch function so that every torch call it makes is handled."""
+
+    # ---- results
+
+    @abstractmethod
+    def wrap(self, value: Any, base: TensorProxy | None = None) -> Any:
+        """Proxies for result values (a list for several); ``base``: the proxy whose
+        storage they view."""
+
+    @abstractmethod
+    def remember(self, p: TensorProxy) -> TensorProxy:
+        """Notes which storage a proxy (made by the handler itself) lives in."""
+
+    # ---- eager's rules
+
+    @abstractmethod
+    def assign(self, target: Any, new: SSAValue, opname: str) -> TensorProxy:
+        """An in-place op: ``target`` stands for ``new`` from now on."""
+
+    @abstractmethod
+    def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,
+                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorProxy:
+        """An in-place metadata op (``x.t_()``): ``target`` stands for its view ``new``."""
+
+    @abstractmethod
+    def stop_gradient(self, v: SSAValue) -> SSAValue:
+        """``v`` with its gradient cut."""
+
+    @abstractmethod
+    def set_grad_enabled(self, mode: bool) -> None:
+        """User code switched grad mode."""
+
+    @abstractmethod
+    def is_inference(self, v: SSAValue) -> bool:
+        """Whether ``v`` is an inference tensor (made in inference mode)."""
+
+
+__all__ = ["Builder", "differentiable"]

@@ -1,0 +1,722 @@
+"""The program under construction while user code runs, and the mode that feeds it.
+
+`TraceContext` is the `Builder` of tracing: it holds the ``ltorch`` program being built
+and applies eager's autograd rules as ops are recorded. Grad mode is real while user code
+runs (``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled`` and
+``torch.inference_mode()`` switch it as they do eagerly). Each value that requires grad is
+*active* (`TraceContext.active`): an op's results are active when grad mode is on, one of
+its operands is active, and the result can carry a gradient (floating point or complex;
+eager's own answer for opaque calls). Where eager would cut the gradient (``detach``,
+``no_grad``, a result that eager marks as not requiring grad) the context records
+``autograd.stop_gradient``, so autodiff, which follows dataflow, sees the same cut. Proxies
+report ``requires_grad`` accordingly.
+
+`TraceMode`, a ``TorchFunctionMode``, routes each torch call user code makes to its
+handler (`thunder_ir.frontend.table.HANDLERS`), to the opaque-call `fallback`, or answers
+it directly (metadata), or raises `DataDependentError` (a read of a tensor's value).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_function
+from thunder_ir.dialects.base import Emitter, ShapeError, ThunderOp, group, to_attr
+from thunder_ir.dialects.prims import ConstantOp
+from thunder_ir.dialects.program import Program
+from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.types import NumberType, TensorType, is_complex, type_of_tensor
+from thunder_ir.frontend.builder import Builder, differentiable
+from thunder_ir.frontend.errors import (
+    DATA_HINT,
+    DataDependentError,
+    ThunderTraceError,
+    UseFallback,
+    dtype_name,
+    user_location,
+    where,
+)
+from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.table import COMPUTED_GETTERS, DATA_DEPENDENT, HANDLERS, METADATA
+from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE
+
+# --------------------------------------------------------------------------- program state
+
+@dataclass
+class TracedProgram:
+    """A traced ``ltorch`` program and how to call it.
+
+    Attributes:
+        module: the IR (one ``func.func`` named ``computation``).
+        input_kinds: per program argument, where its value comes from at call time:
+            ``("arg", i)`` flat user-argument leaf i, ``("param", name)`` a module parameter
+            or buffer, ``("const", tensor)`` a tensor captured from user code.
+        output_spec: pytree spec of the user's output.
+        output_leaves: per output leaf, ``("out", k)`` program output k or ``("value", v)``.
+        writebacks: ``(program output index, input kind)`` for inputs written in place.
+        input_requires_grad: per program argument, whether it is a gradient source (the
+            tensor requires grad, and grad mode was on where the code read it).
+        output_requires_grad: per program output, whether eager's result requires grad.
+        detach_outputs: program outputs that are detached aliases of inputs requiring grad
+            (returned through ``.detach()`` so that they do not require grad).
+        global_reads: per module namespace, the global names user code read while traced
+            (the cache guards their values).
+        replays: in-place metadata ops (``x.t_()``) on argument leaves, replayed on the
+            caller's tensors after each call, before the write-backs.
+    """
+
+    module: ModuleOp
+    input_kinds: list[tuple[Any, ...]]
+    output_spec: Any
+    output_leaves: list[tuple[str, Any]]
+    writebacks: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)
+    input_requires_grad: list[bool] = field(default_factory=list)
+    output_requires_grad: list[bool] = field(default_factory=list)
+    detach_outputs: list[int] = field(default_factory=list)
+    global_reads: list[tuple[dict[str, Any], set[str]]] = field(default_factory=list)
+    replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = field(
+        default_factory=list)
+
+
+def _is_complex(v: SSAValue) -> bool:
+    t = v.type
+    return isinstance(t, TensorType) and is_complex(t.dtype)
+
+
+class TraceContext(Builder):
+    """The program under construction while user code runs.
+
+    Attributes:
+        block: where ops are recorded (the program's body, or a region being traced,
+            such as a custom ``Function``'s backward; see `into`).
+        active: values that require grad (see the module doc).
+        pending: gradient sources met while grad mode was off; they become active if user
+            code turns grad mode on (``torch.enable_grad()`` inside a no-grad call).
+        inference: values created in inference mode (eager's inference tensors).
+        storage, members, saved: which values share storage, and which ops' backwards
+            saved which values (`note_saved`): an in-place write to a saved value makes
+            eager's backward through that op raise, and so does thunder_ir's.
+    """
+
+    def __init__(self) -> None:
+        self.program = Program("computation", [])
+        self.block: Block = self.program.block
+        self.emitter = self.program.emitter
+        self.input_kinds: list[tuple[Any, ...]] = []
+        self.input_requires_grad: list[bool] = []
+        self.input_proxies: list[tuple[TensorProxy, SSAValue, tuple[Any, ...]]] = []
+        self._consts: dict[int, TensorProxy] = {}
+        self._numbers: dict[tuple[type, Any], SSAValue] = {}
+        self._names: set[str] = set()
+        self.loc: str = ""
+        self.active: set[SSAValue] = set()
+        self.pending: list[SSAValue] = []
+        self.inference: set[SSAValue] = set()
+        # Eager's saved-tensor checks: which storage each value lives in (views share
+        # their base's), and the ops whose backward saved each value.
+        self.leaf_proxies: set[int] = set()  # the program's inputs: eager's leaves
+        self.call_start: Operation | None = None  # the last op before this torch call
+        self.storage: dict[SSAValue, int] = {}
+        self.members: dict[int, list[SSAValue]] = {}
+        self.saved: dict[SSAValue, list[Operation]] = {}
+        # Module namespaces whose globals user code read: id -> (namespace, names).
+        self.global_reads: dict[int, tuple[dict[str, Any], set[str]]] = {}
+        # What tracing ran instead of the user's modules: a copy's id -> the original.
+        self.originals: dict[int, torch.nn.Module] = {}
+        # The sys.settrace hook recording global reads (`_global_reads_recorded`).
+        self.recorder: Callable[..., Any] | None = None
+        # In-place metadata ops on arguments (x.t_()), to replay on the caller's tensors:
+        # (argument leaf index, method name, args, kwargs).
+        self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
+        # Arguments passed in that share memory: storage id -> how to name them.
+        self.aliased_args: dict[int, str] = {}
+
+    # ---- inputs
+
+    def _unique(self, name: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "t"
+        if base[0].isdigit():
+            base = "t_" + base
+        n, i = base, 1
+        while n in self._names:
+            n, i = f"{base}_{i}", i + 1
+        self._names.add(n)
+        return n
+
+    def add_input(self, t: Attribute, name: str, kind: tuple[Any, ...]) -> SSAValue:
+        """Appends a program argument."""
+        block = self.program.block
+        v = block.insert_arg(t, len(block.args))
+        v.name_hint = self._unique(name)
+        self.input_kinds.append(kind)
+        self.input_requires_grad.append(False)
+        return v
+
+    def tensor_input(self, tensor: torch.Tensor, name: str, kind: tuple[Any, ...]
+                     ) -> TensorProxy:
+        """A proxy for a tensor the program takes as an argument.
+
+        A tensor that requires grad is a gradient source: active at once when grad mode
+        is on, else pending until user code turns it on."""
+        v = self.add_input(type_of_tensor(tensor), name, kind)
+        rg = tensor.requires_grad
+        if rg:
+            if torch.is_grad_enabled():
+                self.active.add(v)
+                self.input_requires_grad[-1] = True
+            else:
+                self.pending.append(v)
+        if tensor.is_inference():
+            self.inference.add(v)
+        p = TensorProxy(v, requires_grad=rg)
+        self.remember(p)
+        self.leaf_proxies.add(id(p))
+        self.input_proxies.append((p, v, kind))
+        return p
+
+    def lift_constant(self, tensor: torch.Tensor) -> TensorProxy:
+        """A real tensor met during tracing becomes a program argument fed at call time."""
+        p = self._consts.get(id(tensor))
+        if p is None:
+            p = self.tensor_input(tensor, "c", ("const", tensor))
+            self._consts[id(tensor)] = p
+        return p
+
+    def activate_pending(self) -> None:
+        """Grad mode came on: the pending gradient sources become active. Their uses so
+        far (under no-grad) read them through ``autograd.stop_gradient``."""
+        block = self.program.block
+        for v in self.pending:
+            uses = list(v.uses)
+            if uses:
+                sg = StopGradientOp.create(operands=[v], result_types=[v.type])
+                if block.first_op is None:
+                    block.add_op(sg)
+                else:
+                    block.insert_op_before(sg, block.first_op)
+                v.replace_uses_with_if(sg.results[0], _not_used_by(sg))
+            self.active.add(v)
+            self.input_requires_grad[v.index] = True  # type: ignore[attr-defined]
+        self.pending.clear()
+
+    def is_leaf(self, v: SSAValue) -> bool:
+        """True for the program's arguments (eager's leaves: inputs, parameters)."""
+        return v.owner is self.program.block
+
+    # ---- values
+
+    def number(self, value: Any) -> SSAValue:
+        """A Python number as an SSA value (one ``prims.constant`` per distinct value per
+        block; ``0.0`` and ``-0.0`` are distinct)."""
+        key = (type(value), repr(value) if type(value) is float else value)
+        v = self._numbers.get(key)
+        if v is None:
+            v = self.emitter.emit(ConstantOp, value=value)
+            self._numbers[key] = v
+        return v
+
+    def value_of(self, x: Any) -> SSAValue:
+        """The SSA value of a proxy, a real tensor (lifted) or a Python number."""
+        if is_proxy(x):
+            return x._value
+        if isinstance(x, torch.Tensor):
+            return self.lift_constant(x)._value
+        if type(x) in (bool, int, float):
+            return self.number(x)
+        raise ThunderTraceError(f"{where(self.loc)}: cannot use {type(x).__name__} "
+                                f"{x!r} as a tensor operand")
+
+    def emit(self, op: type[ThunderOp], *operands: Any, _view: bool = False,
+             **params: Any) -> Any:
+        """Builds ``op`` at the current user location; shape errors name the location.
+
+        Returns its result (a list for several), with eager's gradient rules applied
+        (`track`)."""
+        self.emitter.loc = StringAttr(self.loc) if self.loc else None
+        try:
+            out = self.emitter.emit(op, *operands, **params)
+        except ShapeError as e:
+            raise ThunderTraceError(f"{where(self.loc)}: {e}") from None
+        results = out if isinstance(out, list) else [out]
+        if not results:
+            return out
+        built = results[0].owner
+        if any(_is_complex(v) for v in (*built.operands, *results)):
+            # ltorch ops and their VJP rules are written for real numbers: complex values
+            # go through torch itself (an opaque call, differentiated by torch).
+            built.detach()
+            built.erase()
+            raise UseFallback
+        tracked = self.track(built, results, view=_view)
+        return tracked if isinstance(out, list) else tracked[0]
+
+    def record(self, op: Operation, requires_grad: Sequence[bool] | None = None,
+               view: bool = False) -> list[SSAValue]:
+        """Appends a prebuilt op at the current location; its results, tracked."""
+        if self.loc:
+            op.attributes["loc"] = StringAttr(self.loc)
+        self.block.add_op(op)
+        return self.track(op, list(op.results), requires_grad, view)
+
+    def track(self, op: Any, results: list[SSAValue],
+              requires_grad: Sequence[bool] | None = None, view: bool = False
+              ) -> list[SSAValue]:
+        """Applies eager's autograd rules to a recorded op's results.
+
+        A result is active when grad mode is on, an operand is active and the result is
+        differentiable (``requires_grad``: eager's own answer per result, for opaque
+        calls). A differentiable result computed from an active operand that eager does not
+        mark as requiring grad is cut with ``autograd.stop_gradient``. A view made while
+        grad mode is off (``view``, or eager's answer) requires grad in eager but passes no
+        gradient back (`detached_view`). Returns the values the caller should use in place
+        of ``results``.
+        """
+        if torch.is_inference_mode_enabled():
+            self.inference.update(results)
+        if self.block is not self.program.block:
+            return results  # a region (a custom backward): no gradients of gradients
+        active = self.active
+        if not active or not any(o in active for o in op.operands):
+            return results
+        grad = torch.is_grad_enabled()
+        if grad and self.inference and any(o in self.inference for o in op.operands):
+            self._check_inference_inputs(op)
+        if requires_grad is None:
+            diff = (grad and type(op) not in NOT_DIFFERENTIABLE) or (view and not grad)
+            flags = [diff and differentiable(r) for r in results]
+        else:
+            flags = list(requires_grad)
+        out: list[SSAValue] = []
+        for r, f in zip(results, flags, strict=True):
+            if f and grad:
+                active.add(r)
+                out.append(r)
+            elif f:
+                out.append(self.detached_view(op, r))
+            elif differentiable(r):
+                out.append(self.stop_gradient(r))
+            else:
+                out.append(r)
+        if grad and any(flags):
+            self.note_saved(op, out)
+        return out
+
+    def detached_view(self, op: Operation, v: SSAValue) -> SSAValue:
+        """A view made while grad mode is off of a tensor that requires grad: eager marks it
+        as requiring grad, but no gradient flows back through it (an ``autograd.function``
+        with no gradients)."""
+        primals = [o for o in op.operands if o in self.active]
+        body = Block(arg_types=[v.type])
+        return self._requires_grad(make_function("view_without_grad", primals, [v], [], body,
+                                                 []))
+
+    def _requires_grad(self, fn: Operation) -> SSAValue:
+        """Records an ``autograd.function`` whose one result requires grad whatever the
+        grad mode (it stands for a tensor eager still tracks); returns the result."""
+        if self.loc:
+            fn.attributes["loc"] = StringAttr(self.loc)
+        self.block.add_op(fn)
+        r = fn.results[0]
+        self.active.add(r)
+        return r
+
+    def stop_gradient(self, v: SSAValue) -> SSAValue:
+        """``v`` with its gradient cut (``autograd.stop_gradient``)."""
+        self.emitter.loc = StringAttr(self.loc) if self.loc else None
+        r: SSAValue = self.emitter.emit(StopGradientOp, v)
+        if v in self.inference:
+            self.inference.add(r)
+        return r
+
+    def _check_inference_inputs(self, op: Any) -> None:
+        """Raises eager's error where an op would save an inference tensor for backward:
+        the op's torch function runs on meta tensors flagged as the traced ones are."""
+        def meta(v: SSAValue) -> Any:
+            t = v.type
+            if isinstance(t, NumberType):
+                return t.python_type(1)
+            assert isinstance(t, TensorType)
+            if v in self.inference:
+                with torch.inference_mode():
+                    return torch.empty(t.sizes, dtype=t.dtype, device="meta")
+            return torch.empty(t.sizes, dtype=t.dtype, device="meta",
+                               requires_grad=v in self.active and differentiable(v))
+
+        metas = [meta(v) for v in op.operands]
+        try:
+            with torch.enable_grad():
+                if isinstance(op, CallOp):
+                    op.run(metas)
+                elif isinstance(op, ThunderOp):
+                    grouped = group(op.operand_layout(), metas, op._segment_sizes())
+                    type(op).ref(*grouped, **{k: v for k, v in op.params().items()
+                                              if v is not None})
+        except RuntimeError as e:
+            if "nference tensor" in str(e):
+                raise RuntimeError(f"{e}\n  at {where(self.loc)}") from None
+
+    def wrap(self, value: Any, base: TensorProxy | None = None) -> Any:
+        """Proxies for op results (a list for several)."""
+        if isinstance(value, list):
+            return [self.wrap(v, base) for v in value]
+        if isinstance(value.type, NumberType):
+            raise ThunderTraceError(f"{where(self.loc)}: traced numbers are not supported")
+        return self.remember(TensorProxy(value, requires_grad=value in self.active, base=base))
+
+    def remember(self, p: TensorProxy) -> TensorProxy:
+        """Notes which storage ``p``'s value lives in (its base's, for a view)."""
+        v = p._value
+        if v not in self.storage:
+            self.storage[v] = p._storage
+            self.members.setdefault(p._storage, []).append(v)
+        return p
+
+    def note_saved(self, op: Operation, results: Sequence[SSAValue]) -> None:
+        """Records the operands and results eager's backward of ``op`` saves (a meta run of
+        its torch function under ``saved_tensors_hooks``, cached per signature);
+        ``results``: the values the program uses for the op's results."""
+        where_saved = _eager_saves(op, [o in self.active for o in op.operands])
+        if not where_saved:
+            return
+        operands, saved_results = where_saved
+        for i in operands:
+            self.saved.setdefault(op.operands[i], []).append(op)
+        for i in saved_results:
+            self.saved.setdefault(results[i], []).append(op)
+
+    def _written(self, target: TensorProxy, skip: set[Operation]) -> None:
+        """An in-place write to ``target``'s storage: every op whose backward saved a value
+        of that storage would, in eager, raise when its backward runs; so will ours."""
+        for v in self.members.get(target._storage, ()):
+            for op in self.saved.pop(v, ()):
+                if op not in skip and "saved_modified" not in op.attributes:
+                    t = v.type
+                    assert isinstance(t, TensorType)
+                    op.attributes["saved_modified"] = StringAttr(
+                        "one of the variables needed for gradient computation has been "
+                        f"modified by an inplace operation: [{t.pretty()}], saved for the "
+                        f"backward of {op.name} at {where(_loc_of(op))}, written in place at "
+                        f"{where(self.loc)}")
+
+    def assign(self, target: Any, new: SSAValue, opname: str) -> TensorProxy:
+        """Functionalizes an in-place op: ``target`` now stands for ``new``.
+
+        Eager's rules for in-place ops apply: the result must be castable to the target's
+        dtype; a leaf that requires grad may not be written while grad mode is on; an
+        inference tensor only inside inference mode. A tensor that requires grad, written
+        while grad mode is off (an EMA update under ``torch.no_grad()``), keeps its place in
+        the autograd graph: later uses still send their gradient to it."""
+        if not is_proxy(target):
+            raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} on a tensor that is "
+                                    "not traced; pass it as an argument instead")
+        if target._storage in self.aliased_args and (target._base_proxy is not None
+                                                      or target.has_views()):
+            raise ThunderTraceError(
+                f"{where(self.loc)}: in-place {opname} on an argument that shares memory with "
+                f"another (arguments {self.aliased_args[target._storage]} are views of one "
+                "storage) is not supported by thunder_ir. Pass separate tensors (e.g. "
+                "`.clone()` one of them), or write out of place.")
+        if target._base_proxy is not None or target.has_views():
+            raise ThunderTraceError(
+                f"{where(self.loc)}: in-place {opname} on a tensor that shares memory with a "
+                "view is not supported by thunder_ir (the write would have to reach the "
+                "other aliases). Use the out-of-place form, e.g. `y = x.add(1)`, or .clone() "
+                "the view first.")
+        old = target._value
+        # The ops this torch call built (the in-place op's functional form, casts): their
+        # reads are not later writes. A value that existed before (copy_'s source) is not.
+        made = self.ops_of_this_call()
+        tt, nt = old.type, new.type
+        assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
+        if nt.sizes != tt.sizes:
+            raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} would change the "
+                                    f"shape {list(tt.sizes)} to {list(nt.sizes)}")
+        if old in self.inference and not torch.is_inference_mode_enabled():
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
+                               "allowed.You can make a clone to get a normal tensor before "
+                               "doing inplace update.See https://github.com/pytorch/rfcs/pull/17 "
+                               f"for more details.\n  at {where(self.loc)}")
+        if nt.dtype != tt.dtype:
+            if not torch.can_cast(nt.dtype, tt.dtype):
+                raise RuntimeError(f"result type {dtype_name(nt.dtype)} can't be cast to the "
+                                   f"desired output type {dtype_name(tt.dtype)}\n"
+                                   f"  at {where(self.loc)}")
+            from thunder_ir.dialects.ltorch import OPS
+
+            new = self.emit(OPS["to_dtype"], new, dtype=tt.dtype)
+        if not torch.is_grad_enabled() and new in self.active:
+            new = self.stop_gradient(new)  # written under no-grad: the values, no gradient
+        if old in self.active:
+            if not torch.is_grad_enabled():
+                new = self.keep_identity(old, new)
+            elif id(target) in self.leaf_proxies:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                   f"in-place operation.\n  at {where(self.loc)}")
+            elif new not in self.active or not (isinstance(new.owner, Operation)
+                                                 and old in new.owner.operands):
+                new = self.overwrites(old, new)
+        self._written(target, made)
+        target._value = new
+        self.storage[new] = target._storage
+        self.members.setdefault(target._storage, []).append(new)
+        return target
+
+    def ops_of_this_call(self) -> set[Operation]:
+        """The ops recorded since the torch call being traced began (`TraceMode`)."""
+        op = self.block.first_op if self.call_start is None else self.call_start.next_op
+        out: set[Operation] = set()
+        while op is not None:
+            out.add(op)
+            op = op.next_op
+        return out
+
+    def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
+        """``new`` written over ``old`` in place (``copy_``, ``zero_``, ``fill_``): eager's
+        backward gives the overwritten tensor a zero gradient (not ``None``), and passes
+        the cotangent on to ``new``'s own inputs."""
+        from thunder_ir.dialects.prims import FullOp
+
+        t = old.type
+        assert isinstance(t, TensorType)
+        body = Block(arg_types=[new.type])
+        zeros = FullOp.create(result_types=[t], properties={
+            "shape": to_attr(t.sizes), "fill_value": to_attr(0.0), "device": to_attr(t.dev),
+            "dtype": to_attr(t.dtype)})
+        body.add_op(zeros)
+        primals, mask, grads = [old], [0], [zeros.results[0]]
+        if new in self.active:
+            primals.append(new)
+            mask.append(1)
+            grads.append(body.args[0])
+        return self._requires_grad(make_function("overwrite", primals, [new], mask, body,
+                                                 grads))
+
+    def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
+        """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
+        no-grad): an ``autograd.function`` whose backward passes the cotangent to ``old``."""
+        body = Block(arg_types=[old.type])
+        return self._requires_grad(make_function("inplace_update", [old], [new], [0], body,
+                                                 [body.args[0]]))
+
+    def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,
+                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorProxy:
+        """An in-place metadata op (``x.t_()``): ``target`` stands for its view ``new`` (of
+        the same shape). On an argument the op is replayed on the caller's tensor after the
+        call; on a parameter or buffer it is refused."""
+        kind = next((k for p, _, k in self.input_proxies if p is target), None)
+        if kind is not None and kind[0] != "arg":
+            raise ThunderTraceError(
+                f"{where(self.loc)}: in-place {name} on a parameter or buffer would change the "
+                f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
+        old = target._value
+        target._value = new
+        self.remember(target)
+        if kind is not None:
+            self.replays.append((kind[1], name, args, kwargs))
+            self.input_proxies = [(p, new if p is target and orig is old else orig, k)
+                                  for p, orig, k in self.input_proxies]
+        return target
+
+    def set_grad_enabled(self, mode: bool) -> None:
+        """Grad mode switches for real while user code runs; each op reads it. Turned on,
+        it makes the pending gradient sources active."""
+        torch._C._set_grad_enabled(mode)
+        if mode and self.pending:
+            self.activate_pending()
+
+    def is_inference(self, v: SSAValue) -> bool:
+        """Whether ``v`` was created in inference mode (eager's inference tensors)."""
+        return v in self.inference
+
+    def run_python(self, fn: Callable[..., Any], args: Sequence[Any],
+                   kwargs: dict[str, Any]) -> Any:
+        """Runs ``fn`` under a fresh `TraceMode` (the tracer's own mode is set aside while
+        a handler runs), so every torch call it makes is traced."""
+        with TraceMode(self):
+            return fn(*args, **kwargs)
+
+    # ---- tracing into a region
+
+    @contextlib.contextmanager
+    def into(self, block: Block) -> Iterator[None]:
+        """Records ops into ``block`` (a region's body) while the context is open."""
+        saved = (self.block, self.emitter, self._numbers)
+        self.block, self.emitter, self._numbers = block, Emitter(block.add_op), {}
+        try:
+            yield
+        finally:
+            self.block, self.emitter, self._numbers = saved
+
+
+def _loc_of(op: Operation) -> str:
+    loc = op.attributes.get("loc")
+    return loc.data if isinstance(loc, StringAttr) else ""
+
+
+_SAVES: dict[Any, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
+
+
+def _eager_saves(op: Operation, active: Sequence[bool]
+                 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """Which operands and results eager's backward of ``op`` saves, by running its torch
+    function on meta tensors (the ``active`` ones requiring grad) under
+    ``saved_tensors_hooks``; None if it saves none or cannot run (cached per signature)."""
+    if not isinstance(op, ThunderOp) or isinstance(op, FunctionOp):
+        return None  # a custom Function's saved tensors are what its ctx saved
+    try:
+        key: Any = (op.name, tuple(o.type for o in op.operands), str(op.properties),
+                    tuple(active))
+        hash(key)
+    except TypeError:
+        return None
+    if key in _SAVES:
+        return _SAVES[key]
+    metas: list[Any] = []
+    for o, a in zip(op.operands, active, strict=True):
+        t = o.type
+        if isinstance(t, TensorType):
+            metas.append(torch.empty(t.sizes, dtype=t.dtype, device="meta",
+                                     requires_grad=a and differentiable(o)))
+        elif isinstance(t, NumberType):
+            metas.append(t.python_type(1))
+        else:
+            metas.append(None)
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    result: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    try:
+        with torch._C.DisableTorchFunction(), torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            if isinstance(op, CallOp):
+                out = op.run(metas)
+            else:
+                grouped = group(op.operand_layout(), metas, op._segment_sizes())
+                out = type(op).ref(*grouped, **op.params())
+        outs = list(out) if isinstance(out, list | tuple) else [out]
+        ids = {id(t._base if t._base is not None else t) for t in saved}  # views: their base
+        operands = tuple(i for i, m in enumerate(metas) if id(m) in ids)
+        results = tuple(i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and
+                        id(o._base if o._base is not None else o) in ids)
+        result = (operands, results) if operands or results else None
+    except Exception:  # a kernel without a meta implementation: nothing known
+        result = None
+    _SAVES[key] = result
+    return result
+
+
+def _not_used_by(op: Operation) -> Callable[[Any], bool]:
+    return lambda use: use.operation is not op
+
+
+_LOCAL = threading.local()
+
+
+def _stack() -> list[TraceContext]:
+    s: list[TraceContext] | None = getattr(_LOCAL, "stack", None)
+    if s is None:
+        s = _LOCAL.stack = []
+    return s
+
+
+def current() -> TraceContext:
+    """The trace being recorded in this thread."""
+    return _stack()[-1]
+
+
+def tracing_now() -> bool:
+    """True while this thread traces user code."""
+    return bool(_stack())
+
+
+@contextlib.contextmanager
+def recording(ctx: TraceContext) -> Iterator[None]:
+    """Makes ``ctx`` this thread's current trace while the context is open."""
+    s = _stack()
+    s.append(ctx)
+    try:
+        yield
+    finally:
+        s.pop()
+
+
+# --------------------------------------------------------------------------- the mode
+
+_T = torch.Tensor
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _repr(self: Any, *a: Any, **k: Any) -> str:
+    return self.describe() if is_proxy(self) else object.__repr__(self)
+
+
+def _refuse_autocast(ctx: TraceContext) -> None:
+    raise ThunderTraceError(
+        f"{where(ctx.loc)}: torch.autocast inside a jitted function is not supported yet: "
+        "thunder_ir does not apply autocast's casting rules to traced ops, so results would "
+        "differ from eager. Cast explicitly instead (e.g. `h.to(torch.bfloat16)` and a "
+        "bfloat16 module), or run that part outside the jitted function.")
+
+
+class TraceMode(TorchFunctionMode):
+    """Routes every torch call made while tracing to its handler."""
+
+    def __init__(self, ctx: TraceContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        recorder = self.ctx.recorder
+        if recorder is None:
+            return self._dispatch(func, args, kwargs or {})
+        sys.settrace(None)  # thunder_ir's own code reads no user globals: not recorded
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        finally:
+            sys.settrace(recorder)
+
+    def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        h = HANDLERS.get(func)
+        ctx = self.ctx
+        if h is not None:
+            ctx.loc = user_location()
+            ctx.call_start = ctx.block.last_op
+            if _any_autocast():
+                _refuse_autocast(ctx)
+            try:
+                return h(ctx, *args, **kwargs)
+            except UseFallback:
+                return fallback(ctx, func, args, kwargs)
+        if func in METADATA or (getattr(func, "__name__", "") == "__get__"
+                                and func not in COMPUTED_GETTERS):
+            with torch._C.DisableTorchFunction():
+                return func(*args, **kwargs)
+        if func in (_T.__repr__, _T.__str__, _T.__format__):
+            return _repr(*args)
+        ctx.loc = user_location()
+        what = DATA_DEPENDENT.get(func)
+        if what is not None:
+            raise DataDependentError(
+                f"{where(ctx.loc)}: {what} needs a traced tensor's value, but {DATA_HINT}")
+        if _any_autocast():
+            _refuse_autocast(ctx)
+        ctx.call_start = ctx.block.last_op
+        return fallback(ctx, func, args, kwargs)
+
+
+# --------------------------------------------------------------------------- fallback

@@ -1,0 +1,245 @@
+"""The fallback: a torch call without an ``ltorch`` op becomes an opaque ``torch.call``.
+
+`fallback` is the handler of every torch callable the table does not name (and of calls a
+handler gives up on with `UseFallback`). The result types, the result structure and which
+results require grad come from running the function on meta tensors. It writes through the
+`Builder` interface, like every handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import Attribute, SSAValue
+
+from thunder_ir.dialects.base import OperandRef, to_attr
+from thunder_ir.dialects.torch import make_call, meta_call
+from thunder_ir.dialects.types import TensorType
+from thunder_ir.frontend.builder import Builder, differentiable
+from thunder_ir.frontend.errors import (
+    DATA_HINT,
+    DataDependentError,
+    ThunderTraceError,
+    dtype_name,
+    where,
+)
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.table import GETTER_NAMES
+
+_TORCH_NAMES: dict[int, str] = {}
+
+
+def torch_name(func: Any) -> str:
+    """The import path of a torch callable (``torch.nn.functional.linear``,
+    ``torch.ops.aten.add.Tensor``)."""
+    if not _TORCH_NAMES:
+        for mod_name, namespace in (("torch.nn.functional", torch.nn.functional),
+                                    ("torch.special", torch.special), ("torch.fft", torch.fft),
+                                    ("torch.linalg", torch.linalg), ("torch", torch)):
+            for k in dir(namespace):
+                if k.startswith("__"):
+                    continue
+                try:
+                    obj = getattr(namespace, k)
+                except Exception:
+                    continue
+                if callable(obj):
+                    _TORCH_NAMES.setdefault(id(obj), f"{mod_name}.{k}")
+        for k in dir(torch.Tensor):
+            obj = getattr(torch.Tensor, k, None)
+            if callable(obj):
+                _TORCH_NAMES.setdefault(id(obj), f"torch.Tensor.{k}")
+        import operator
+
+        _TORCH_NAMES[id(operator.getitem)] = "operator.getitem"  # not `_operator.getitem`
+    name = _TORCH_NAMES.get(id(func))
+    if name is None:
+        if func in GETTER_NAMES:
+            return GETTER_NAMES[func]
+        if isinstance(func, torch._ops.OpOverload):
+            name = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}"
+        elif isinstance(func, torch._ops.OpOverloadPacket):
+            name = f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
+        else:
+            mod = getattr(func, "__module__", None)
+            qual: Any = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+            if not mod or not qual or "<" in qual:
+                raise ThunderTraceError(f"cannot name torch function {func!r}")
+            name = f"{mod}.{qual}"
+        _TORCH_NAMES[id(func)] = name
+    return name
+
+
+_NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
+"""In-place methods whose same-named out-of-place function means something else."""
+
+
+def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
+             result_type: Attribute | None = None) -> Any:
+    """Records an unknown torch function as an opaque ``torch.call``.
+
+    Result types, the result structure (a named tuple, ``None`` entries) and which results
+    require grad come from running the function on meta tensors; a caller that knows the
+    one result's type (a meta kernel that would read a tensor's value) passes it."""
+    name = torch_name(func)
+    if (name.endswith("_") and not name.endswith("__") and args and is_proxy(args[0])
+            and name.startswith(("torch.Tensor.", "torch."))):
+        owner, _, short = name.rpartition(".")
+        functional = None if short in _NOT_FUNCTIONAL else \
+            getattr(torch.Tensor if owner == "torch.Tensor" else torch, short[:-1], None)
+        if functional is not None:
+            out = fallback(ctx, functional, args, kwargs)
+        else:  # uniform_, normal_, zero_...: applied to a copy, drawn as eagerly
+            out = fallback(ctx, _inplace_on_copy(), (name, *args), kwargs)
+        return ctx.assign(args[0], out._value, name)
+    operands: list[SSAValue] = []
+    passed: list[Any] = []  # the tensor (proxy) passed for each operand
+    index: dict[int, int] = {}
+
+    def encode(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            v = ctx.value_of(x)
+            k = index.get(id(v))
+            if k is None:
+                k = index[id(v)] = len(operands)
+                operands.append(v)
+                passed.append(x)
+            return OperandRef(k)
+        if isinstance(x, list | tuple | torch.Size):
+            return tuple(encode(e) for e in x)
+        try:
+            to_attr(x)
+        except TypeError:
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: {name} got an argument thunder_ir cannot record: "
+                f"{type(x).__name__} {x!r}") from None
+        return x
+
+    enc_args = [encode(a) for a in args]
+    enc_kwargs = {k: encode(v) for k, v in kwargs.items()}
+    grad_mask = None  # eager's requires_grad per result needs stand-ins that require grad
+    if ctx.active:
+        grad_mask = [v in ctx.active and differentiable(v) for v in operands]
+        if not any(grad_mask):
+            grad_mask = None
+    if result_type is not None:
+        op = make_call(name, operands, enc_args, enc_kwargs, result_types=[result_type])
+        return ctx.wrap(ctx.record(op)[0])
+    try:
+        meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask)
+    except ThunderTraceError:
+        raise
+    except Exception as e:
+        if "out" in kwargs and "cast" in str(e):
+            _raise_out_cast(ctx, name, operands, enc_args, enc_kwargs, kwargs["out"])
+        if _is_data_dependent(e):
+            raise DataDependentError(
+                f"{where(ctx.loc)}: {name} needs a traced tensor's values (to size its result "
+                f"or to check its inputs), but {DATA_HINT}") from None
+        if "no fake impl or Meta kernel" in str(e):
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: {name} cannot be traced: torch has no meta kernel for it "
+                "(its result's shape is unknown without running it, often because it depends "
+                "on the values). Run it outside the jitted function and pass its result in."
+            ) from None
+        raise ThunderTraceError(f"{where(ctx.loc)}: {name} failed on traced inputs "
+                                f"(meta run): {e}") from None
+    if meta.mutated:
+        if "out" in kwargs:
+            _check_out_shapes(ctx, name, kwargs["out"], meta.result_types)
+        result = _call_on_copies(ctx, name, operands, passed, enc_args, enc_kwargs, meta,
+                                 grad_mask is not None)
+        out = kwargs.get("out")
+        if is_proxy(out):  # eager returns the out= tensor itself
+            return out
+        if isinstance(out, tuple | list) and out and all(is_proxy(o) for o in out):
+            return meta.rebuild(list(out))
+        return result
+    op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
+                   layout=meta.layout, nograd=meta.nograd)
+    results = ctx.record(op, meta.requires_grad if grad_mask is not None else None,
+                         view=any(i is not None for i in meta.views))
+    return meta.rebuild([ctx.wrap(r, None if i is None else _root_of(passed[i]))
+                         for r, i in zip(results, meta.views, strict=True)])
+
+
+def _out_tensors(out: Any) -> list[Any]:
+    return list(out) if isinstance(out, tuple | list) else [out]
+
+
+def _check_out_shapes(ctx: Builder, name: str, out: Any,
+                      result_types: Sequence[Attribute]) -> None:
+    """Eager resizes an ``out=`` tensor of another shape (the caller's tensor changes
+    shape); thunder_ir keeps its arguments' shapes, so it says so instead."""
+    for o, t in zip(_out_tensors(out), result_types):
+        if is_proxy(o) and isinstance(t, TensorType) and tuple(o.shape) != tuple(t.sizes):
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: {name}(..., out=) would resize the out= tensor from "
+                f"{list(o.shape)} to {list(t.sizes)}, which thunder_ir does not do to a "
+                "traced tensor. Pass an out= tensor of the result's shape, or use the result "
+                "instead of out=.")
+
+
+def _raise_out_cast(ctx: Builder, name: str, operands: list[SSAValue], args: list[Any],
+                    kwargs: dict[str, Any], out: Any) -> None:
+    """Eager's error for a result that cannot be cast to the ``out=`` tensor's dtype."""
+    try:
+        meta = meta_call(name, operands, args, {k: v for k, v in kwargs.items() if k != "out"})
+    except Exception:
+        return
+    for o, t in zip(_out_tensors(out), meta.result_types):
+        if (isinstance(o, torch.Tensor) and isinstance(t, TensorType)
+                and not torch.can_cast(t.dtype, o.dtype)):
+            raise RuntimeError(f"result type {dtype_name(t.dtype)} can't be cast to the "
+                               f"desired output type {dtype_name(o.dtype)}\n"
+                               f"  at {where(ctx.loc)}")
+
+
+def _root_of(p: Any) -> TensorProxy | None:
+    """The proxy whose storage ``p`` views (``p`` itself if it is no view)."""
+    if not is_proxy(p):
+        return None
+    return p._base_proxy if p._base_proxy is not None else p
+
+
+CALL_ON_COPIES = "thunder_ir.runtime.autograd_fallback.call_on_copies"
+
+
+def _call_on_copies(ctx: Builder, name: str, operands: list[SSAValue], passed: list[Any],
+                    args: list[Any], kwargs: dict[str, Any], meta: Any, tracked: bool) -> Any:
+    """A call that writes into operands (``out=``, running statistics), functionalized: it
+    runs on copies of them (`call_on_copies`), and each written tensor then stands for its
+    copy, as after an in-place op (written back to inputs and buffers after the call)."""
+    from thunder_ir.runtime.autograd_fallback import COPIED, encode_refs
+
+    n = len(meta.result_types)
+    op = make_call(
+        CALL_ON_COPIES, operands, [name, *(OperandRef(i) for i in range(len(operands)))],
+        {"args": encode_refs(tuple(args), COPIED),
+         "kwargs": tuple((k, encode_refs(v, COPIED)) for k, v in kwargs.items()),
+         "mutated": meta.mutated, "layout": meta.layout if meta.layout is not None else None},
+        result_types=[*meta.result_types, *(operands[i].type for i in meta.mutated)],
+        layout=True, nograd=meta.nograd)
+    rg = [*meta.requires_grad, *(False for _ in meta.mutated)] if tracked else None
+    results = ctx.record(op, rg)
+    for i, copy in zip(meta.mutated, results[n:], strict=True):
+        ctx.assign(passed[i], copy, name)
+    return meta.rebuild([ctx.wrap(r) for r in results[:n]])
+
+
+def _inplace_on_copy() -> Any:
+    from thunder_ir.runtime.autograd_fallback import inplace_on_copy
+
+    return inplace_on_copy
+
+
+def _is_data_dependent(e: Exception) -> bool:
+    """A meta run failed because the result's shape needs a tensor's values."""
+    msg = str(e)
+    return any(m in msg for m in ("data-dependent", "data dependent", "without output_size",
+                                  "cannot be called on meta tensors"))
+
+
+# --------------------------------------------------------------------------- entry point

@@ -1,0 +1,59 @@
+"""The handler table: which torch callables the tracer handles, and how.
+
+`HANDLERS` maps a torch callable to ``handler(builder, *args, **kwargs)``, where
+``builder`` is a `thunder_ir.frontend.builder.Builder`. It is its own module so that the
+modules that fill it (`thunder_ir.frontend.torch_map`, `custom_function`, `takeover`,
+`backward_hooks`, the extension API) and the one that reads it (the tracing mode in
+`thunder_ir.frontend.context`) import it, not each other. `thunder_ir.frontend.tracer`
+imports every module that fills it before it traces.
+
+Also here: the calls that are answered without recording anything (`METADATA`, property
+getters) and those that need a tensor's value (`DATA_DEPENDENT`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+Handler = Callable[..., Any]
+HANDLERS: dict[Any, Handler] = {}
+"""torch callable -> handler(builder, *args, **kwargs); filled by the handler modules."""
+TRACING_CONTEXTS: list[Callable[[], Any]] = []
+"""Factories of context managers entered around user code while it is traced (and only
+then): e.g. the extension API's diversion of ``replaces=`` functions."""
+
+_T = torch.Tensor
+
+
+def getter(name: str) -> Any:
+    """The ``__get__`` of a Tensor property, as torch function handlers receive it."""
+    return getattr(_T, name).__get__
+
+
+COMPUTED_GETTERS = {getter(n) for n in ("T", "mT", "H", "mH", "real", "imag", "data")}
+GETTER_NAMES = {getter("real"): "torch.real", getter("imag"): "torch.imag",
+                getter("H"): "torch.Tensor.adjoint", getter("mH"): "torch.Tensor.adjoint"}
+"""Computed properties without a handler, recorded as the torch function they equal."""
+METADATA: set[Any] = {
+    _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,
+    _T.is_complex, _T.element_size, _T.get_device, _T.is_contiguous, _T.stride,
+    _T.is_signed, _T.storage_offset, _T.is_conj, _T.is_neg, _T.is_same_size,
+    torch.is_floating_point, torch.is_complex, torch.numel, torch.is_conj, torch.is_neg,
+    torch.is_same_size, torch.is_signed,
+}
+DATA_DEPENDENT: dict[Any, str] = {
+    _T.__bool__: "bool(tensor)", _T.item: ".item()", _T.tolist: ".tolist()",
+    _T.__int__: "int(tensor)", _T.__float__: "float(tensor)",
+    _T.__index__: "using a tensor as an index",
+    _T.numpy: ".numpy()", _T.nonzero: ".nonzero()", torch.nonzero: "torch.nonzero",
+    torch.masked_select: "torch.masked_select", _T.masked_select: ".masked_select()",
+    torch.unique: "torch.unique", _T.unique: ".unique()", _T.data_ptr: ".data_ptr()",
+    torch.argwhere: "torch.argwhere", _T.__array__: "numpy conversion",
+    _T.__complex__: "complex(tensor)", torch.is_nonzero: "torch.is_nonzero",
+    _T.equal: ".equal()",
+    torch.equal: "torch.equal", _T.allclose: ".allclose()", torch.allclose: "torch.allclose",
+}
+

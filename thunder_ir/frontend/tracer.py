@@ -1,0 +1,291 @@
+"""Tracing: run the user's Python natively with proxies and record every torch call.
+
+`trace_program` flattens the inputs (pytree), makes a proxy per tensor (and per parameter
+and buffer of a module, in a shallow copy of the module tree: `_shadow_modules`), runs the
+code under `TraceMode`, and returns a `TracedProgram`: the ``ltorch`` program plus what the
+runtime needs to call it (input and output layout, write-backs).
+
+Under `TraceMode` each torch function, tensor method and operator goes to a handler:
+
+* a known op (see `thunder_ir.frontend.torch_map`) becomes its ``ltorch`` op;
+* an unknown one becomes an opaque ``torch.call`` whose result types come from torch's meta
+  kernels (`thunder_ir.frontend.fallback`), so models with ops we lack still run;
+* metadata reads (``.shape``, ``.dtype``, ``.size()``…) answer directly;
+* reads of data (``.item()``, ``bool(t)``…) raise `DataDependentError` naming the user's
+  file:line and what to do instead.
+
+This module imports every module that fills the handler table (`torch_map`,
+`custom_function`, `takeover`, `backward_hooks`), so the table is complete whenever a
+program can be traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from xdsl.ir import SSAValue
+
+from thunder_ir.frontend import backward_hooks, custom_function, takeover, torch_map
+from thunder_ir.frontend.context import TraceContext, TracedProgram, TraceMode, recording
+from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.table import TRACING_CONTEXTS
+from thunder_ir.passes.vjp import load_vjp_rules
+
+HANDLER_MODULES = (torch_map, custom_function, takeover, backward_hooks)
+"""The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
+
+def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> list[str]:
+    try:
+        sig = inspect.signature(fn)
+        names = [p.name for p in sig.parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        var = next((p.name for p in sig.parameters.values() if p.kind == p.VAR_POSITIONAL),
+                   "args")
+    except (TypeError, ValueError):
+        names, var = [], "args"
+    out = [names[i] if i < len(names) else f"{var}{i - len(names)}" for i in range(n_args)]
+    return out + list(kwargs)
+
+
+def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy]
+                   ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module]]:
+    """A copy of ``root``'s module tree that tracing runs instead of the user's.
+
+    Each module is copied shallowly (same class, its own ``__dict__``) with its parameters
+    and buffers replaced by their proxies (``proxies``: by the real tensor's id, so tied
+    weights stay tied) and its submodules by their copies (a module used in two places is
+    copied once). Hook dicts and config objects are shared. The user's modules are never
+    written: another thread calling the model eagerly while a trace runs sees its real
+    parameters, and whatever ``forward`` assigns to ``self`` while traced (a lazily built
+    cache of traced tensors) is dropped with the copy. Returns the root's copy and a map
+    from each copy's id to its original (hooks called at run time get the original)."""
+    copies: dict[int, torch.nn.Module] = {}
+    originals: dict[int, torch.nn.Module] = {}
+
+    def swap(d: dict[str, Any]) -> dict[str, Any]:
+        return type(d)((k, proxies.get(id(v), v) if v is not None else None)
+                       for k, v in d.items())
+
+    def copy(m: torch.nn.Module) -> torch.nn.Module:
+        c = copies.get(id(m))
+        if c is not None:
+            return c
+        c = object.__new__(type(m))
+        d = dict(m.__dict__)
+        d["_parameters"] = swap(m._parameters)
+        d["_buffers"] = swap(m._buffers)
+        subs = type(m._modules)()
+        d["_modules"] = subs
+        c.__dict__.update(d)
+        copies[id(m)] = c
+        originals[id(c)] = m
+        for k, sub in m._modules.items():
+            subs[k] = copy(sub) if sub is not None else None
+        return c
+
+    return copy(root), originals
+
+
+_USER_PSEUDO_FILES = ("<stdin>", "<string>", "<console>", "<ipython-input")
+
+
+def _reads_globals_of(filename: str, namespace: dict[str, Any], model_files: set[str]
+                      ) -> bool:
+    """Whether the cache guards the globals that code of ``filename`` reads: the user's own
+    files and prompts, and the files defining the traced modules' classes (a model from an
+    installed package); not torch, thunder_ir, the standard library or the packages that
+    tracing itself runs (xdsl, sympy...), nor code those libraries generate with ``exec``
+    (judged by the file of the namespace it runs in)."""
+    if filename in model_files:
+        return True
+    if filename.startswith("<"):
+        if not filename.startswith(_USER_PSEUDO_FILES):
+            return False
+        home = namespace.get("__file__")
+        if home is None:  # a prompt, or exec'd into a namespace of its own
+            return namespace.get("__name__") in (None, "__main__")
+        return _reads_globals_of(str(home), {}, model_files)
+    return not skip(filename) and not os.path.abspath(filename).startswith(SITE)
+
+
+@contextlib.contextmanager
+def _global_reads_recorded(ctx: TraceContext, module: torch.nn.Module | None
+                           ) -> Iterator[None]:
+    """Records, per module namespace, the global names that user code run by the trace
+    reads (a ``sys.settrace`` hook on calls only, this thread only): the cache guards them
+    (see `thunder_ir.runtime.guards`). A tracer already installed (a debugger, coverage)
+    keeps running."""
+    from thunder_ir.runtime.guards import global_loads
+
+    model_files: set[str] = set()
+    if module is not None:
+        for m in module.modules():
+            code = getattr(type(m).forward, "__code__", None)
+            if code is not None and not skip(code.co_filename):
+                model_files.add(code.co_filename)
+    reads = ctx.global_reads
+    seen: set[Any] = set()
+    before = sys.gettrace()
+
+    def trace_calls(frame: Any, event: Any, arg: Any) -> Any:
+        code = frame.f_code
+        if code not in seen:
+            seen.add(code)
+            if _reads_globals_of(code.co_filename, frame.f_globals, model_files):
+                names = global_loads(code)
+                if names:
+                    g = frame.f_globals
+                    reads.setdefault(id(g), (g, set()))[1].update(names)
+        return before(frame, event, arg) if before is not None else None
+
+    ctx.recorder = trace_calls
+    sys.settrace(trace_calls)
+    try:
+        yield
+    finally:
+        sys.settrace(before)
+        ctx.recorder = None
+
+
+def _is_size(x: Any) -> bool:
+    """``torch.Size`` stays whole in pytrees (unflattened, torch's pytree makes a tuple)."""
+    return isinstance(x, torch.Size)
+
+
+@contextlib.contextmanager
+def _global_state_kept() -> Iterator[None]:
+    """Restores what user code may leave changed if tracing fails (grad mode, default
+    dtype), and the RNG state always: tracing draws nothing, so the program's first run
+    draws what eager would."""
+    grad = torch.is_grad_enabled()
+    dtype = torch.get_default_dtype()
+    rng = torch.random.get_rng_state()
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        torch.random.set_rng_state(rng)
+        if not ok:
+            torch._C._set_grad_enabled(grad)
+            torch.set_default_dtype(dtype)
+        elif torch.is_grad_enabled() != grad:
+            torch._C._set_grad_enabled(grad)
+
+
+def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+                  module: torch.nn.Module | None = None,
+                  state: dict[str, torch.Tensor] | None = None) -> TracedProgram:
+    """Traces ``fn(*args, **kwargs)`` (or ``module``'s forward with ``state``) into IR."""
+    load_vjp_rules()  # NOT_DIFFERENTIABLE, which `TraceContext.track` reads
+    if torch._C._is_any_autocast_enabled():
+        raise ThunderTraceError(
+            "thunder_ir does not trace under torch.autocast yet: its casting rules are not "
+            "applied to traced ops, so results would differ from eager. Call the jitted "
+            "function outside autocast, or cast the model and inputs (e.g. model.bfloat16()).")
+    ctx = TraceContext()
+    names = arg_names(module.forward if module is not None else fn, len(args), kwargs)
+    top = [*args, *kwargs.values()]
+    proxied_top = []
+    leaf_index = 0
+    by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]] = {}
+    for name, value in zip(names, top):
+        leaves, spec = pytree.tree_flatten(value, is_leaf=_is_size)
+        new_leaves = []
+        for j, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                nm = name if len(leaves) == 1 else f"{name}_{j}"
+                new_leaves.append(_input_proxy(ctx, leaf, nm, leaf_index, by_storage))
+            else:
+                new_leaves.append(leaf)
+            leaf_index += 1
+        proxied_top.append(pytree.tree_unflatten(new_leaves, spec))
+    p_args = proxied_top[:len(args)]
+    p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
+    params = {id(v) for v in module.parameters()} if module is not None else set()
+    proxies: dict[int, TensorProxy] = {}
+    for k, v in (state or {}).items():
+        p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
+        if id(v) in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
+            p._is_param = True  # type: ignore[attr-defined]
+        proxies[id(v)] = p
+    call: Callable[..., Any] = fn
+    if module is not None:
+        call, ctx.originals = _shadow_modules(module, proxies)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # IR is a web of reference cycles: full collections grow with the program
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_global_state_kept())
+            stack.enter_context(recording(ctx))
+            for factory in TRACING_CONTEXTS:
+                stack.enter_context(factory())
+            stack.enter_context(_global_reads_recorded(ctx, module))
+            stack.enter_context(TraceMode(ctx))
+            out = call(*p_args, **p_kwargs)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    leaves, out_spec = pytree.tree_flatten(out, is_leaf=_is_size)
+    outputs: list[SSAValue] = []
+    out_leaves: list[tuple[str, Any]] = []
+    detach_outputs: list[int] = []
+    for leaf in leaves:
+        if is_proxy(leaf):
+            base = leaf._base_proxy
+            if (leaf._value not in ctx.active and base is not None and base.requires_grad
+                    and ctx.is_leaf(base._value)):
+                # A detached alias of an input that requires grad (x.detach().view(-1)): run
+                # without its detach, it would come out as a view requiring grad.
+                detach_outputs.append(len(outputs))
+            out_leaves.append(("out", len(outputs)))
+            outputs.append(leaf._value)
+        else:  # a Python value, or a tensor captured from outside: returned as it is
+            out_leaves.append(("value", leaf))
+    writebacks = []
+    for p, original, kind in ctx.input_proxies:
+        if p._value is not original and kind[0] in ("arg", "param"):
+            writebacks.append((len(outputs), kind))
+            outputs.append(p._value)
+    return TracedProgram(ctx.program.finish(outputs), ctx.input_kinds, out_spec, out_leaves,
+                         writebacks, ctx.input_requires_grad,
+                         [o in ctx.active for o in outputs], detach_outputs,
+                         list(ctx.global_reads.values()), ctx.replays)
+
+
+def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
+                 by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]]) -> TensorProxy:
+    """The proxy of argument leaf ``index``. Arguments that share memory (the prologue keys
+    on that, see `thunder_ir.runtime.cache.aliases`) are traced as such: the same tensor
+    passed twice is one proxy, so a write through one name is seen through the other; a
+    tensor that shares storage with an earlier argument (a view of it, or both views of one
+    base) is traced as that argument's alias, so writes to either are refused with a clear
+    error instead of being lost."""
+    from thunder_ir.runtime.cache import storage_ptr
+
+    ptr = storage_ptr(tensor)
+    first = by_storage.get(ptr) if ptr else None
+    if first is not None and first[0] is tensor:
+        return first[1]  # the program reads it once, from the first leaf
+    p = ctx.tensor_input(tensor, name, ("arg", index))
+    if first is not None:
+        base = first[1]
+        p._base_proxy = base
+        p._storage = base._storage
+        base.add_view(p)
+        ctx.aliased_args[base._storage] = f"'{first[2]}' and '{name}'"
+    elif ptr:
+        by_storage[ptr] = (tensor, p, name)
+    return p
+
+
+__all__ = ["HANDLER_MODULES", "arg_names", "trace_program"]
