@@ -1,36 +1,6 @@
-"""Public testing helpers for decompositions: run, compare against eager, draw inputs.
+"""Checks of decompositions and VJP rules against eager torch, and small strategies.
 
-``check_decomposition(op, operands, params)`` builds a one-op program, decomposes it with
-the registered rule (or ``rule=`` of your own) and compares three results on the same
-inputs:
-
-* ``eager``: the op's torch reference in the inputs' dtypes;
-* ``ref64``: the same reference with floating-point inputs upcast to float64;
-* ``decomposed``: the decomposed program, run op by op with the prims' references.
-
-The rule (STYLE.md, after PyTorch's ``test_decomp.py``): the decomposition's error
-against ``ref64`` may be no worse than eager's error, plus a small tolerance that fits the
-dtype. Integer and bool results must match eager exactly.
-
-``check_vjp(op, operands, params)`` checks a VJP rule the same way against
-``torch.autograd`` in float64.
-
-Property forms draw the inputs: ``check_decomposition_property(op)`` and
-``check_vjp_property(op)`` run the checks on examples from ``op_inputs(op)`` (see
-`thunder_ir.testing_inputs`: a strategy per prim and ltorch op, and `register_inputs` for
-your own ops). On failure hypothesis shrinks the input; the error names the op and shows
-the shrunk `OpSample`::
-
-    from thunder_ir.dialects import ltorch
-    from thunder_ir.testing import check_decomposition_property
-
-    def my_silu(d, x):
-        return d.prims.mul(x, d.ltorch.sigmoid(x))
-
-    check_decomposition_property(ltorch.OPS["silu"], rule=my_silu, max_examples=20)
-
-Smaller strategies (`shapes`, `broadcast_shapes`, `tensors`, `float_dtypes`) help write
-strategies of your own; `type_of` and `number_of` give the IR types of sample values.
+See `thunder_ir.testing` for the overview.
 """
 
 from __future__ import annotations
@@ -40,16 +10,10 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import hypothesis
 import torch
-
-try:
-    import hypothesis
-    from hypothesis import HealthCheck, given
-    from hypothesis import strategies as st
-except ImportError as _e:  # the property-testing helpers need the test extra
-    raise ImportError(
-        "thunder_ir.testing needs hypothesis, which comes with the test extra: "
-        "pip install 'thunder-ir[test]' (or pip install hypothesis)") from _e
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
@@ -58,24 +22,9 @@ from thunder_ir.dialects import ltorch_core
 from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.program import Program
 from thunder_ir.dialects.types import is_float, number_type, type_of_tensor
-from thunder_ir.testing_inputs import (
-    ANY_KIND,
-    BOOL_KIND,
-    DEFAULT_DTYPES,
-    FLOAT_KIND,
-    INT_KIND,
-    NUMERIC_KIND,
-    VJP_DTYPES,
-    InputFn,
-    InputSpec,
+from thunder_ir.testing.inputs import (
     OpSample,
-    away_from_zero,
-    example_inputs,
-    has_inputs,
-    missing_inputs,
     op_inputs,
-    register_inputs,
-    values,
 )
 
 # Absolute tolerance added to eager's error, per result dtype.
@@ -537,21 +486,10 @@ def number_of(value: Any) -> Any:
 
 
 __all__ = [
-    "ANY_KIND",
     "ATOL",
-    "BOOL_KIND",
-    "DEFAULT_DTYPES",
     "DEFAULT_REFERENCES",
-    "FLOAT_KIND",
-    "INT_KIND",
-    "NUMERIC_KIND",
     "RTOL",
-    "VJP_DTYPES",
-    "InputFn",
-    "InputSpec",
-    "OpSample",
     "all_dtypes",
-    "away_from_zero",
     "broadcast_shapes",
     "build_one_op",
     "check_decomposition",
@@ -560,15 +498,9 @@ __all__ = [
     "check_vjp_property",
     "compare",
     "decompose",
-    "example_inputs",
     "float_dtypes",
-    "has_inputs",
-    "missing_inputs",
     "number_of",
-    "type_of",
-    "op_inputs",
-    "register_inputs",
     "shapes",
     "tensors",
-    "values",
+    "type_of",
 ]

@@ -1,0 +1,213 @@
+"""Input strategies of the nn ltorch ops (`thunder_ir.dialects.ltorch_nn`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.testing.inputs import (
+    FLOAT_KIND,
+    NUMERIC_KIND,
+    InputSpec,
+    OpSample,
+    _data,
+    register_inputs,
+    values,
+)
+
+# --------------------------------------------------------------------------- ltorch: nn
+
+def _side(draw: st.DrawFn, lo: int = 1, hi: int = 4) -> int:
+    return draw(st.integers(lo, hi))
+
+
+@register_inputs(N.MatmulOp)
+def _nn_matmul(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """1-D promotion and batch dims broadcast from size 1 or missing, on either side."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    n, k, p = _side(draw), _side(draw), _side(draw)
+    batch = draw(st.lists(st.integers(1, 3), max_size=2))
+    a_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, 2)):]
+    b_batch = [d if draw(st.booleans()) else 1 for d in batch][draw(st.integers(0, 2)):]
+    a = (k,) if draw(st.booleans()) else (*a_batch, n, k)
+    b = (k,) if draw(st.booleans()) else (*b_batch, k, p)
+    return OpSample([values(draw, a, dtype), values(draw, b, dtype)], {})
+
+
+@register_inputs(N.BmmOp)
+def _nn_bmm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    b, n, m, p = _side(draw), _side(draw), _side(draw), _side(draw)
+    return OpSample([values(draw, (b, n, m), dtype), values(draw, (b, m, p), dtype)], {})
+
+
+@register_inputs(N.LinearOp)
+def _nn_linear(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """2-D and 1-D weights, with and without bias."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    batch = draw(st.lists(st.integers(1, 4), max_size=2))
+    n_in, n_out = _side(draw, 1, 6), _side(draw, 1, 6)
+    bias = draw(st.booleans())
+    w: tuple[int, ...]
+    b: tuple[int, ...]
+    if draw(st.booleans()):  # torch allows a bias with a 1-D weight only for a 1-D input
+        batch = [] if bias else batch
+        w, b = (n_in,), ()
+    else:
+        w, b = (n_out, n_in), (n_out,)
+    return OpSample([values(draw, (*batch, n_in), dtype), values(draw, w, dtype),
+                     values(draw, b, dtype) if bias else None], {})
+
+
+@register_inputs(N.ReluOp, N.SigmoidOp, N.GeluOp, N.SiluOp)
+def _nn_activation(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    on_ints = spec.op in (N.ReluOp, N.SigmoidOp)
+    bound = 4.0 if spec.for_vjp else 8.0
+    x = _data(draw, spec, spec.shape(draw), NUMERIC_KIND if on_ints else FLOAT_KIND,
+              -bound, bound)
+    params: dict[str, Any] = {}
+    if issubclass(spec.op, N.GeluOp):
+        approximate = draw(st.sampled_from([None, "none", "tanh"]))
+        if approximate is not None:
+            params["approximate"] = approximate
+    return OpSample([x], params)
+
+
+@register_inputs(N.SiluBackwardOp)
+def _nn_silu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    bound = 4.0 if spec.for_vjp else 8.0
+    shape = spec.shape(draw)
+    x = _data(draw, spec, shape, FLOAT_KIND, -bound, bound)
+    dy = _data(draw, spec, shape, FLOAT_KIND, -bound, bound)
+    return OpSample([dy.to(x.dtype), x], {})
+
+
+@register_inputs(N.SoftmaxOp, N.LogSoftmaxOp)
+def _nn_softmax(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    bound = 5.0 if spec.for_vjp else 20.0
+    x = _data(draw, spec, spec.shape(draw), FLOAT_KIND, -bound, bound)
+    r = max(x.ndim, 1)
+    dtype = None if spec.for_vjp else draw(st.sampled_from([None, torch.float32,
+                                                            torch.float64]))
+    return OpSample([x], {"dim": draw(st.integers(-r, r - 1)), "dtype": dtype})
+
+
+@register_inputs(N.DropoutOp, N.FeatureDropoutOp, N.AlphaDropoutOp, N.FeatureAlphaDropoutOp)
+def _nn_dropout(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    min_rank = 2 if spec.op.FEATURE else 0  # type: ignore[attr-defined]
+    x = _data(draw, spec, spec.shape(draw, min_rank=min_rank), FLOAT_KIND)
+    p = draw(st.sampled_from([0.0, 0.3, 0.5, 1.0]) if spec.for_vjp else st.floats(0.0, 1.0))
+    return OpSample([x], {"p": p, "train": draw(st.booleans())})
+
+
+def _norm_case(draw: st.DrawFn, spec: InputSpec) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """An input and the trailing dims (``normalized_shape``) a norm normalizes over."""
+    batch = spec.shape(draw, max_rank=2)
+    lo = 2 if spec.for_vjp else 1
+    ns = spec.shape(draw, min_rank=1, max_rank=2, min_side=lo)
+    return _data(draw, spec, (*batch, *ns), FLOAT_KIND, -5.0, 5.0), ns
+
+
+@register_inputs(N.LayerNormOp)
+def _nn_layer_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    x, ns = _norm_case(draw, spec)
+    w = values(draw, ns, x.dtype) if draw(st.booleans()) else None
+    b = values(draw, ns, x.dtype) if draw(st.booleans()) else None
+    eps = draw(st.sampled_from([None, 1e-5, 1e-3, 1e-2]))
+    return OpSample([x, w, b], {"normalized_shape": ns, "eps": eps})
+
+
+@register_inputs(N.RmsNormOp)
+def _nn_rms_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    x, ns = _norm_case(draw, spec)
+    w = values(draw, ns, x.dtype) if draw(st.booleans()) else None
+    return OpSample([x, w], {"normalized_shape": ns,
+                             "eps": draw(st.sampled_from([None, 1e-6, 1e-3, 1e-2]))})
+
+
+@register_inputs(N.EmbeddingOp)
+def _nn_embedding(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    num, dim = _side(draw, 2, 6), _side(draw, 1, 5)
+    idx = values(draw, spec.shape(draw, max_rank=2), draw(st.sampled_from([torch.int64,
+                                                                          torch.int32])),
+                 0, num - 1)
+    weight = _data(draw, spec, (num, dim), FLOAT_KIND)
+    return OpSample([idx, weight], {"padding_idx": draw(st.sampled_from([None, 0, 1, -1])),
+                                    "scale_grad_by_freq": draw(st.booleans())})
+
+
+@register_inputs(N.ScaledDotProductAttentionOp)
+def _nn_sdpa(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """(B, H, L, E) queries, keys and values (3-D too), masks, causal, GQA, scale."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    kind = draw(st.sampled_from(["plain", "causal", "bool_mask", "float_mask", "gqa",
+                                 "gqa_causal", "3d"]))
+    b, hk = _side(draw, 1, 2), _side(draw, 1, 2)
+    rep = _side(draw, 2, 3) if kind.startswith("gqa") else 1
+    length, source, e, ev = _side(draw, 1, 5), _side(draw, 1, 5), _side(draw), _side(draw)
+    lead_q, lead_kv = ((b, hk * rep), (b, hk)) if kind != "3d" else ((hk,), (hk,))
+    q = values(draw, (*lead_q, length, e), dtype)
+    k = values(draw, (*lead_kv, source, e), dtype)
+    v = values(draw, (*lead_kv, source, ev), dtype)
+    mask = None
+    if kind.endswith("mask"):
+        shapes = [(length, source), (b, 1, length, source), (1, hk * rep, length, source)]
+        mshape = draw(st.sampled_from(shapes))
+        if kind == "bool_mask":
+            mask = values(draw, mshape, torch.bool)
+            if not spec.for_vjp:
+                mask[..., 0] = True  # no fully masked row: softmax of all -inf is NaN
+        else:
+            mask = values(draw, mshape, dtype)
+    params = {"is_causal": kind.endswith("causal"),
+              "scale": draw(st.sampled_from([None, 0.25])),
+              "enable_gqa": kind.startswith("gqa")}
+    return OpSample([q, k, v, mask], params)
+
+
+@register_inputs(N.CrossEntropyOp)
+def _nn_cross_entropy(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Class-index (with ignored targets) or class-probability targets, (C,), (N, C) and
+    (N, C, d) inputs, class weights, label smoothing and every reduction.
+
+    With ``for_vjp`` class weights come with probability targets only: torch cannot
+    differentiate the weights of class-index targets.
+    """
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    classes = _side(draw, 2, 5)
+    batch = draw(st.sampled_from([(), (3,), (2, 3), (4,)]))
+    shape = (classes,) if not batch else (batch[0], classes, *batch[1:])
+    x = values(draw, shape, dtype, -4.0, 4.0)
+    probabilities = draw(st.booleans())
+    params: dict[str, Any] = {"reduction": draw(st.sampled_from(["mean", "sum", "none"])),
+                              "label_smoothing": draw(st.sampled_from([0.0, 0.1, 0.25]))}
+    if probabilities:
+        target = torch.softmax(values(draw, shape, torch.float64), dim=1 if batch else 0
+                               ).to(dtype)
+    else:
+        ignore = draw(st.sampled_from([-100, 1]))
+        target = values(draw, batch, torch.int64, 0, classes - 1)
+        drop = values(draw, batch, torch.float64, 0.0, 1.0) < 0.3
+        drop.view(-1)[0] = False  # keep one target: an all-ignored mean is NaN
+        target = torch.where(drop, ignore, target)
+        if ignore != -100:
+            target.view(-1)[0] = 0
+        params["ignore_index"] = ignore
+    with_weight = draw(st.booleans()) and (probabilities or not spec.for_vjp)
+    weight = values(draw, (classes,), dtype, 0.2, 2.0) if with_weight else None
+    return OpSample([x, target, weight], params)
+
+
+@register_inputs(N.MseLossOp)
+def _nn_mse_loss(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Same-shape or broadcast targets, optional elementwise weights, every reduction."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    shape = spec.shape(draw)
+    x = values(draw, shape, dtype)
+    target = values(draw, draw(st.sampled_from([shape, shape[1:]])), dtype)
+    weight = values(draw, shape, dtype, 0.1, 2.0) if draw(st.booleans()) else None
+    return OpSample([x, target, weight],
+                    {"reduction": draw(st.sampled_from(["mean", "sum", "none"]))})
