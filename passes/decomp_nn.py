@@ -20,8 +20,8 @@ from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.prims import broadcast_shapes
 from thunder_ir.dialects.types import TensorType, is_float
-from thunder_ir.passes.decomp_core import expand_to, to_dtype
 from thunder_ir.passes.decompositions import Decomposer, decomposes
+from thunder_ir.passes.promotion import expand_to, to_dtype
 
 # --------------------------------------------------------------------------- helpers
 

@@ -25,8 +25,8 @@ from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch_base import LTORCH
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.types import TensorType, number_type, tensor_type
-from thunder_ir.passes.decomp_core import result_dtype
 from thunder_ir.passes.decompositions import load_rules
+from thunder_ir.passes.promotion import result_dtype
 from thunder_ir.runtime.interpreter import run
 from thunder_ir.testing import (
     OpSample,
