@@ -719,4 +719,4 @@ class TraceMode(TorchFunctionMode):
         return fallback(ctx, func, args, kwargs)
 
 
-# --------------------------------------------------------------------------- fallback
+__all__ = ["TraceContext", "TraceMode", "TracedProgram", "current", "recording", "tracing_now"]

@@ -27,7 +27,7 @@ that returns ``None`` for a ``None`` cotangent computes zeros instead, the same 
 of the checkpointed function (rematerialization is the compiler's business; gradients
 and random draws are the same).
 
-``Function.apply`` is taken over once (`thunder_ir.takeover`), on the first trace; outside
+``Function.apply`` is taken over once (`thunder_ir.frontend.takeover`), on the first trace; outside
 a trace (and in other threads) it runs the original code.
 """
 

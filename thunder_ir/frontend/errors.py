@@ -106,3 +106,7 @@ def where(loc: str) -> str:
 
 
 # --------------------------------------------------------------------------- program state
+
+
+__all__ = ["DATA_HINT", "DataDependentError", "ThunderTraceError", "UseFallback", "dtype_name",
+           "skip", "user_location", "where"]

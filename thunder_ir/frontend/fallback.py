@@ -243,3 +243,6 @@ def _is_data_dependent(e: Exception) -> bool:
 
 
 # --------------------------------------------------------------------------- entry point
+
+
+__all__ = ["CALL_ON_COPIES", "fallback", "torch_name"]

@@ -3,7 +3,7 @@
 Most entries are declarative: an ltorch op declares ``SIGNATURE`` (torch's positional
 order across operands and params) and ``DEFAULTS``, and `bind` maps any torch call onto it.
 Operators' reflected forms (``__radd__``) swap their operands; in-place forms (``add_``,
-``__iadd__``) compute the functional op and rebind the proxy (`TraceContext.assign`).
+``__iadd__``) compute the functional op and rebind the proxy (`Builder.assign`).
 Calls with irregular conventions (``Tensor.view(*shape)``, ``Tensor.to``, ``torch.max``,
 ``__getitem__``/``__setitem__``, dropout's RNG) have small handlers of their own.
 
