@@ -140,3 +140,12 @@ def test_one_tensor_proxy_class() -> None:
     from thunder_ir.frontend.proxy import TensorProxy
 
     assert thunder_ir.TensorProxy is TensorProxy and ExtendProxy is TensorProxy
+
+
+def test_handlers_see_only_the_builder() -> None:
+    """The torch map and the fallback write through `Builder`, not the tracing context,
+    so another importer (an FX graph's) can reuse the handler table."""
+    graph = _graph()
+    for name in ("thunder_ir.frontend.torch_map", "thunder_ir.frontend.fallback"):
+        assert "thunder_ir.frontend.builder" in graph[name]
+        assert not graph[name] & {"thunder_ir.frontend.context", "thunder_ir.frontend.tracer"}
