@@ -68,7 +68,18 @@ class ThunderTraceError(RuntimeError):
 
 
 class DataDependentError(ThunderTraceError):
-    """User code needs a tensor's value, which is unknown while tracing."""
+    """User code needs a tensor's value, which is unknown while tracing.
+
+    The message ends by pointing at the ``torch.compile`` backend, which runs such code with
+    graph breaks."""
+
+    GRAPH_BREAKS = ("Code that needs graph breaks runs as it is under "
+                    "torch.compile(fn, backend=thunder_ir.dynamo.ThunderCompiler()): Dynamo "
+                    "runs the data-dependent part in Python and thunder_ir compiles the graphs "
+                    "around it.")
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}\n{self.GRAPH_BREAKS}")
 
 
 class UseFallback(Exception):
@@ -232,6 +243,8 @@ class TraceContext:
         self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
         # Arguments passed in that share memory: storage id -> how to name them.
         self.aliased_args: dict[int, str] = {}
+        # Arguments that require grad and are not leaves (they have a grad_fn).
+        self.nonleaf_inputs: set[SSAValue] = set()
 
     # ---- inputs
 
@@ -262,6 +275,8 @@ class TraceContext:
         is on, else pending until user code turns it on."""
         v = self.add_input(type_of_tensor(tensor), name, kind)
         rg = tensor.requires_grad
+        if rg and tensor.grad_fn is not None:  # not a leaf in eager: an intermediate
+            self.nonleaf_inputs.add(v)
         if rg:
             if torch.is_grad_enabled():
                 self.active.add(v)
@@ -556,6 +571,12 @@ class TraceContext:
         if old in self.active:
             if not torch.is_grad_enabled():
                 new = self.keep_identity(old, new)
+            elif old in self.nonleaf_inputs:
+                raise ThunderTraceError(
+                    f"{where(self.loc)}: in-place {opname} on an argument that requires grad "
+                    "and is not a leaf (it has a grad_fn) is not supported by thunder_ir: its "
+                    "autograd history would have to change outside the program. Pass "
+                    "`x.clone()`, or write out of place.")
             elif id(target) in self.leaf_proxies:
                 raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                    f"in-place operation.\n  at {where(self.loc)}")
@@ -744,6 +765,7 @@ _GETTER_NAMES = {getter("real"): "torch.real", getter("imag"): "torch.imag",
                  getter("H"): "torch.Tensor.adjoint", getter("mH"): "torch.Tensor.adjoint"}
 """Computed properties without a handler, recorded as the torch function they equal."""
 METADATA: set[Any] = {
+    torch.device,  # constructing one (FX code spells device constants as device(...))
     _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,
     _T.is_complex, _T.element_size, _T.get_device, _T.is_contiguous, _T.stride,
     _T.is_signed, _T.storage_offset, _T.is_conj, _T.is_neg, _T.is_same_size,
