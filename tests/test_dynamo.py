@@ -145,15 +145,23 @@ def test_supported_graph_is_one_thunder_partition_called_without_the_prologue() 
         _close(cf(x), f(x))
 
 
-def test_jit_options_reach_the_thunder_partitions() -> None:
+def test_options_reach_thunder_and_inductor_partitions() -> None:
     with pytest.raises(TypeError, match="unsupported options"):
         ThunderCompiler(bogus=1)
-    backend = ThunderCompiler(remat="save-all", executors=["torch"])
+    backend = ThunderCompiler(remat="save-all", executors=["torch"],
+                              torch_inductor_options={"epilogue_fusion": False})
     x = torch.randn(8, requires_grad=True)
-    torch.compile(lambda t: t.sin().cos(), backend=backend)(x).sum().backward()
-    (tm,) = backend.subgraph_infos[0].thunder_compiled_fns
+    out = torch.compile(lambda t: torch.sinc(t.sin()).cos(), backend=backend)(x)
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_()
+    torch.sinc(xe.sin()).cos().sum().backward()
+    _close(x.grad, xe.grad)
+    info = backend.subgraph_infos[0]
+    tm = info.thunder_compiled_fns[0]
     assert tm._compiled.remat_policy.name == "save-all"
-    _close(x.grad, -torch.sin(torch.sin(x)) * torch.cos(x))
+    inductor = info.split_graph_module.inductor_1
+    assert isinstance(inductor, torch._dynamo.eval_frame.OptimizedModule)
+    assert backend.torch_inductor_options == {"epilogue_fusion": False}
 
 
 # ---- the project's models
@@ -312,8 +320,8 @@ def test_thunderfx_and_the_named_backend() -> None:
     out = cfx(x)
     _close(out, model(x))
     out.sum().backward()
-    (fwd,) = cfx.last_traces()
-    (bwd,) = cfx.last_backward_traces()
+    (fwd,) = cfx.last_traces
+    (bwd,) = cfx.last_backward_traces
     assert "augmented_forward" in str(fwd) and "def backward" in str(bwd)
     assert len(cfx.backend.subgraph_infos) == 1
 

@@ -837,6 +837,38 @@ for _fn in _INLINED:
     HANDLERS[_fn] = inline(_fn)
 
 
+def _addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1,
+           out: Any = None) -> Any:
+    """``beta * input + alpha * (mat1 @ mat2)`` as PyTorch's own decomposition writes it
+    (GPT-2's ``Conv1D``); ``beta=0`` ignores ``input`` (NaNs included), as eager does."""
+    if out is not None:
+        raise UseFallback
+    prod = torch.matmul(mat1, mat2)
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod
+    return (input if beta == 1 else input * beta) + prod
+
+
+HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
+
+
+def _tensor(ctx: TraceContext, data: Any, *, dtype: torch.dtype | None = None,
+            device: Any = None, requires_grad: bool = False, pin_memory: bool = False) -> Any:
+    """``torch.tensor(number)``: a zero-dimensional ``full`` (mask code builds such
+    constants); anything else (lists, arrays, tensors) runs on torch."""
+    if type(data) not in (bool, int, float) or requires_grad or pin_memory:
+        raise UseFallback
+    if dtype is None:
+        dtype = (torch.bool if type(data) is bool else torch.int64 if type(data) is int
+                 else torch.get_default_dtype())
+    return HANDLERS[torch.full](ctx, (), data, dtype=dtype, device=device)
+
+
+HANDLERS[torch.tensor] = _tensor
+
+
 # Ops reached through the custom handlers above (torch.max dispatches on its arguments).
 MAPPED.update({"to_dtype", "getitem", "max", "min", "max_dim", "min_dim",
                "full_like", "zeros", "ones", "empty", "full", "arange", "zeros_like",

@@ -143,12 +143,14 @@ class ThunderFXCompiledObject:
         """Every thunder partition of every graph, in the order Dynamo compiled them."""
         return [f for info in self.backend.subgraph_infos for f in info.thunder_compiled_fns]
 
+    @property
     def last_traces(self) -> list[Any]:
         """The forward execution trace that ran last in each thunder partition."""
         from thunder_ir.api import last_traces
 
         return [last_traces(f)[-1] for f in self._ran()]
 
+    @property
     def last_backward_traces(self) -> list[Any]:
         """The backward execution trace of each thunder partition that has one."""
         from thunder_ir.api import last_backward_traces
@@ -174,8 +176,9 @@ def thunderfx(fn: Callable[..., Any], *, torch_inductor_options: dict[str, Any] 
             ``fullgraph`` and ``mode``-free arguments (``dynamic=``, ``fullgraph=``).
 
     Returns:
-        A callable with ``last_traces()`` / ``last_backward_traces()`` over all its thunder
-        partitions and ``backend.subgraph_infos``.
+        A callable whose ``last_traces`` / ``last_backward_traces`` list the execution
+        trace that ran last in each of its thunder partitions, and whose
+        ``backend.subgraph_infos`` describe every graph.
     """
     compile_options: dict[str, Any] = {k: options.pop(k) for k in ("dynamic", "fullgraph")
                                        if k in options}
