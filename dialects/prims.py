@@ -38,6 +38,19 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import BASE_ATTRIBUTES, ShapeError, ThunderOp, op_table
+from thunder_ir.dialects.traits import (
+    RESHAPE,
+    RESTRIDE,
+    VIEW,
+    Creation,
+    Elementwise,
+    Library,
+    Movement,
+    NumberConstant,
+    Random,
+    Reduction,
+    ViewLike,
+)
 from thunder_ir.dialects.types import (
     HandleType,
     NumberType,
@@ -119,7 +132,7 @@ class UnaryOp(ThunderOp):
 
     x = operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     TORCH_FN: ClassVar[Callable[..., Any]]
 
     @classmethod
@@ -415,7 +428,7 @@ class BinaryOp(ThunderOp):
     lhs = operand_def(AnyValue)
     rhs = operand_def(AnyValue)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     TORCH_FN: ClassVar[Callable[..., Any]]
 
     @classmethod
@@ -664,7 +677,7 @@ class WhereOp(ThunderOp):
     lhs = operand_def(AnyValue)
     rhs = operand_def(AnyValue)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
 
     @classmethod
     def infer(cls, c: Any, a: Any, b: Any) -> TensorType:
@@ -714,7 +727,7 @@ class ConvertElementTypeOp(ThunderOp):
     x = operand_def(TensorType)
     dtype = prop_def(Attribute)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
 
     @classmethod
     def infer(cls, x: Any, *, dtype: torch.dtype) -> TensorType:
@@ -736,7 +749,7 @@ class BroadcastInDimOp(ThunderOp):
     shape = prop_def(IntArray)
     broadcast_dims = prop_def(IntArray)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ViewLike(RESTRIDE))
 
     @classmethod
     def infer(cls, x: Any, *, shape: Sequence[int], broadcast_dims: Sequence[int]
@@ -773,7 +786,7 @@ class ReshapeOp(ThunderOp):
     x = operand_def(TensorType)
     shape = prop_def(IntArray)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ViewLike(RESHAPE))
 
     @classmethod
     def infer(cls, x: Any, *, shape: Sequence[int]) -> TensorType:
@@ -797,7 +810,7 @@ class TransposeOp(ThunderOp):
     x = operand_def(TensorType)
     permutation = prop_def(IntArray)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ViewLike(RESTRIDE))
 
     @classmethod
     def infer(cls, x: Any, *, permutation: Sequence[int]) -> TensorType:
@@ -823,7 +836,7 @@ class SliceOp(ThunderOp):
     end_indices = prop_def(IntArray)
     strides = opt_prop_def(IntArray)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ViewLike(VIEW))
 
     @classmethod
     def infer(cls, x: Any, *, start_indices: Sequence[int], end_indices: Sequence[int],
@@ -856,7 +869,7 @@ class SqueezeOp(ThunderOp):
     x = operand_def(TensorType)
     dims = prop_def(IntArray)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), ViewLike(VIEW))
 
     @classmethod
     def infer(cls, x: Any, *, dims: Sequence[int]) -> TensorType:
@@ -882,7 +895,7 @@ class PadOp(ThunderOp):
     padding_value = prop_def(Number)
     padding_config = prop_def(PadConfig)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Movement())
 
     @classmethod
     def infer(cls, x: Any, *, padding_value: Any,
@@ -928,7 +941,7 @@ class CatOp(ThunderOp):
     tensors = var_operand_def(TensorType)
     dim = prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Movement(many=True))
 
     @classmethod
     def infer(cls, tensors: Sequence[Any], *, dim: int) -> TensorType:
@@ -966,7 +979,7 @@ class FlipOp(ThunderOp):
     x = operand_def(TensorType)
     dims = prop_def(IntArray)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Movement())
 
     @classmethod
     def infer(cls, x: Any, *, dims: Sequence[int]) -> TensorType:
@@ -988,7 +1001,7 @@ class ReductionOp(ThunderOp):
     x = operand_def(TensorType)
     dims = prop_def(IntArray)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Reduction())
     TORCH_FN: ClassVar[Callable[..., Any]]
     # An extremum (amax, amin) has no value on an empty dim; a sum or product has one.
     NEEDS_NONEMPTY: ClassVar[bool] = False
@@ -1084,7 +1097,7 @@ class ArgReductionOp(ThunderOp):
     x = operand_def(TensorType)
     dim = prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Reduction(indices=True))
     TORCH_FN: ClassVar[Callable[..., Any]]
 
     @classmethod
@@ -1129,7 +1142,7 @@ class MatmulOp(ThunderOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
 
     @classmethod
     def infer(cls, a: Any, b: Any) -> TensorType:
@@ -1167,7 +1180,7 @@ class LinearOp(ThunderOp):
     weight = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
 
     @classmethod
     def infer(cls, x: Any, w: Any, bias: Any = None) -> TensorType:
@@ -1206,14 +1219,20 @@ def broadcast_shapes(name: str, *shapes: Sequence[int]) -> list[int]:
 # --------------------------------------------------------------------------- creation and RNG
 
 
-class CreationOp(ThunderOp):
-    """Family of ops that make a tensor from static arguments."""
+class FactoryOp(ThunderOp):
+    """Base of the ops that make a tensor from static arguments (creation and RNG)."""
 
     @classmethod
     def _check_device(cls, device: str) -> None:
         if not (device in ("cpu", "meta")
                 or (device.startswith("cuda:") and device[5:].isdigit())):
             raise _err(cls.name, f"device must be cpu, meta or cuda:N, got {device!r}")
+
+
+class CreationOp(FactoryOp):
+    """Family of ops that make a tensor from static arguments, deterministically."""
+
+    traits = traits_def(Creation())
 
 
 @prim()
@@ -1273,7 +1292,7 @@ class FullOp(CreationOp):
 
 
 @prim()
-class BernoulliOp(CreationOp):
+class BernoulliOp(FactoryOp):
     """`%y = prims.bernoulli {shape, p, device, dtype}`: ones with probability ``p``, zeros
     otherwise.
 
@@ -1290,6 +1309,7 @@ class BernoulliOp(CreationOp):
     device = prop_def(StringAttr)
     dtype = prop_def(Attribute)
     out = result_def(TensorType)
+    traits = traits_def(Random())
 
     @classmethod
     def infer(cls, *, shape: Sequence[int], p: float, device: str, dtype: torch.dtype
@@ -1320,6 +1340,7 @@ class BernoulliLikeOp(ThunderOp):
     input = operand_def(TensorType)
     p = prop_def(Number)
     out = result_def(TensorType)
+    traits = traits_def(Random())
 
     @classmethod
     def infer(cls, input: Any, *, p: float) -> TensorType:
@@ -1355,7 +1376,7 @@ class TakeOp(ThunderOp):
     index = operand_def(TensorType)
     dim = prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
 
     @classmethod
     def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
@@ -1383,7 +1404,7 @@ class GatherOp(ThunderOp):
     index = operand_def(TensorType)
     dim = prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
 
     @classmethod
     def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
@@ -1411,7 +1432,7 @@ class IndexAddOp(ThunderOp):
     source = operand_def(TensorType)
     dim = prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
 
     @classmethod
     def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
@@ -1445,7 +1466,7 @@ class ScatterAddOp(ThunderOp):
     src = operand_def(TensorType)
     dim = prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
 
     @classmethod
     def infer(cls, x: Any, index: Any, src: Any, *, dim: int) -> TensorType:
@@ -1480,7 +1501,7 @@ class ConstantOp(ThunderOp):
 
     value = prop_def(Number)
     out = result_def(NumberType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Creation(), NumberConstant())
 
     @classmethod
     def infer(cls, *, value: Any) -> NumberType:
