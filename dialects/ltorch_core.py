@@ -38,6 +38,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
+from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
 from thunder_ir.dialects.torch import substitute
 from thunder_ir.dialects.traits import (
@@ -60,6 +61,10 @@ Dims = DenseArrayBase | IntegerAttr  # an int or a tuple of ints
 DType = Attribute  # an element type (f32, bf16, i64, i1…); see `types.DTYPE_BY_ELEMENT`
 
 
+def _non_none(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
 class CoreOp(LtorchOp):
     """Base of the core ltorch ops: the reference leaves absent (``None``) params out."""
 
@@ -68,6 +73,11 @@ class CoreOp(LtorchOp):
     @classmethod
     def ref(cls, *operands: Any, **params: Any) -> Any:
         return cls.TORCH_FN(*operands, **{k: v for k, v in params.items() if v is not None})
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        return args, _non_none(params)
 
 
 # --------------------------------------------------------------------------- binary
@@ -89,6 +99,14 @@ class BinaryBase(CoreOp):
     @classmethod
     def ref(cls, a: Any, b: Any, **params: Any) -> Any:
         return super().ref(_wrap_number(a, b), b, **params)
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # A number ``input`` is wrapped by `ref`: that call is not direct.
+        if isinstance(op.operands[0].type, NumberType):
+            return None
+        return args, _non_none(params)
 
 
 class BinaryOp(BinaryBase):
@@ -606,6 +624,12 @@ class ReductionFamily(CoreOp):
         return cls.TORCH_FN(input, **{k: v for k, v in params.items()
                                       if v is not None or (k == "dim" and cls.DIM_NONE)})
 
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        return args, {k: v for k, v in params.items()
+                      if v is not None or (k == "dim" and cls.DIM_NONE)}
+
 
 class ReductionOp(ReductionFamily):
     """A reduction to values (sum, mean, amax…)."""
@@ -934,6 +958,12 @@ class MultiResultOp(CoreOp):
     def ref(cls, *operands: Any, **params: Any) -> Any:
         return list(super().ref(*operands, **params))
 
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # The generated code unpacks the sequence torch.split/chunk return.
+        return args, _non_none(params)
+
 
 @ltorch_op(torch.split)
 class SplitOp(MultiResultOp):
@@ -975,6 +1005,12 @@ class JoinOp(CoreOp):
     def ref(cls, tensors: Sequence[Any], **params: Any) -> Any:
         return super().ref(list(tensors), **params)
 
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # torch.cat/stack take the tuple of tensors as is.
+        return args, _non_none(params)
+
 
 @ltorch_op(torch.cat)
 class CatOp(JoinOp):
@@ -1007,6 +1043,13 @@ class GetitemOp(CoreOp):
     @classmethod
     def ref(cls, input: Any, indices: Sequence[Any], index: Any = None) -> Any:
         return input[substitute(index, list(indices))]
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # The index's OperandRefs were shifted to the flat operand positions: the call
+        # substitutes the index tensors itself.
+        return [args[0], params.get("index")], {}
 
 
 # --------------------------------------------------------------------------- creation

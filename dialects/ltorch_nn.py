@@ -40,7 +40,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
-from thunder_ir.dialects.base import ShapeError, from_attr
+from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
 from thunder_ir.dialects.traits import Elementwise, Library, Random, Reduction
 from thunder_ir.dialects.types import TensorType
@@ -83,6 +83,12 @@ class BoundCallOp(NNOp):
     def ref(cls, *operands: Any, **params: Any) -> Any:
         args, kwargs = cls.torch_args(operands, params)
         return cls.TORCH_FN(*args, **kwargs)
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        a, kw = cls.torch_args(args, params)
+        return list(a), kw
 
 
 # --------------------------------------------------------------------------- linear algebra

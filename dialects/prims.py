@@ -153,6 +153,11 @@ class UnaryOp(ThunderOp):
     def ref(cls, x: torch.Tensor) -> torch.Tensor:
         return cls.TORCH_FN(x)
 
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        return args, {}
+
 
 class FloatUnaryOp(UnaryOp):
     """A unary op defined on floating-point tensors only (exp, sin, erf…)."""
@@ -430,6 +435,9 @@ class BinaryOp(ThunderOp):
     out = result_def(TensorType)
     traits = traits_def(Pure(), Elementwise())
     TORCH_FN: ClassVar[Callable[..., Any]]
+    DIRECT: ClassVar[bool] = False
+    """True if ``TORCH_FN(a, b)`` already returns `ref`'s result (dtype included, a number
+    on either side): the torch lowering calls it directly instead of `ref`."""
 
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
@@ -468,6 +476,12 @@ class BinaryOp(ThunderOp):
         # becomes a 0-d tensor of the tensor's dtype, which `_number_fits` makes lossless.
         a, b = _as_tensors(a, b)
         return cls.TORCH_FN(a, b).to(cls.result_dtype(a.dtype))
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # Direct only where torch's function itself gives `ref`'s result (`DIRECT`).
+        return (args, {}) if cls.DIRECT else None
 
 
 class AnyBinaryOp(BinaryOp):
@@ -516,6 +530,7 @@ class AddOp(BinaryOp):
     """`%z = prims.add %a, %b`"""
 
     name = "prims.add"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.sub)
@@ -523,6 +538,7 @@ class SubOp(BinaryOp):
     """`%z = prims.sub %a, %b`"""
 
     name = "prims.sub"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.mul)
@@ -530,6 +546,7 @@ class MulOp(BinaryOp):
     """`%z = prims.mul %a, %b`"""
 
     name = "prims.mul"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(_div)
@@ -544,6 +561,7 @@ class RemainderOp(BinaryOp):
     """`%z = prims.remainder %a, %b`: Python's modulo (sign of the divisor)."""
 
     name = "prims.remainder"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.fmod)
@@ -551,6 +569,7 @@ class FmodOp(BinaryOp):
     """`%z = prims.fmod %a, %b`: C's fmod (sign of the dividend)."""
 
     name = "prims.fmod"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.pow)
@@ -558,6 +577,7 @@ class PowOp(BinaryOp):
     """`%z = prims.pow %a, %b`"""
 
     name = "prims.pow"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.maximum)
@@ -595,6 +615,7 @@ class EqOp(CompareOp):
     """`%z = prims.eq %a, %b` (bool result)"""
 
     name = "prims.eq"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.ne)
@@ -602,6 +623,7 @@ class NeOp(CompareOp):
     """`%z = prims.ne %a, %b` (bool result)"""
 
     name = "prims.ne"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.lt)
@@ -609,6 +631,7 @@ class LtOp(CompareOp):
     """`%z = prims.lt %a, %b` (bool result)"""
 
     name = "prims.lt"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.le)
@@ -616,6 +639,7 @@ class LeOp(CompareOp):
     """`%z = prims.le %a, %b` (bool result)"""
 
     name = "prims.le"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.gt)
@@ -623,6 +647,7 @@ class GtOp(CompareOp):
     """`%z = prims.gt %a, %b` (bool result)"""
 
     name = "prims.gt"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.ge)
@@ -630,6 +655,7 @@ class GeOp(CompareOp):
     """`%z = prims.ge %a, %b` (bool result)"""
 
     name = "prims.ge"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.bitwise_and)
@@ -637,6 +663,7 @@ class BitwiseAndOp(BitwiseOp):
     """`%z = prims.bitwise_and %a, %b`"""
 
     name = "prims.bitwise_and"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.bitwise_or)
@@ -644,6 +671,7 @@ class BitwiseOrOp(BitwiseOp):
     """`%z = prims.bitwise_or %a, %b`"""
 
     name = "prims.bitwise_or"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.bitwise_xor)
@@ -651,6 +679,7 @@ class BitwiseXorOp(BitwiseOp):
     """`%z = prims.bitwise_xor %a, %b`"""
 
     name = "prims.bitwise_xor"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.logical_and)
@@ -658,6 +687,7 @@ class LogicalAndOp(CompareOp):
     """`%z = prims.logical_and %a, %b` (bool result)"""
 
     name = "prims.logical_and"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.logical_or)
@@ -665,6 +695,7 @@ class LogicalOrOp(CompareOp):
     """`%z = prims.logical_or %a, %b` (bool result)"""
 
     name = "prims.logical_or"
+    DIRECT: ClassVar[bool] = True
 
 
 @prim(torch.where)
