@@ -78,10 +78,10 @@ KEPT_OUT: tuple[type[Operation], ...] = (C.ArangeOp, C.EmptyOp, C.MaxOp, C.MinOp
 (creation without a fill value) and the whole-tensor ``max``/``min`` were never given to
 Inductor; fusing them is a decision to measure first."""
 
-FUSIBLE_CLAIMS: frozenset[tuple[str, str]] = frozenset(
-    {("sdpa", "ltorch.scaled_dot_product_attention")}
+FUSIBLE_CLAIMS: frozenset[tuple[str, type[Operation]]] = frozenset(
+    {("sdpa", N.ScaledDotProductAttentionOp)}
 )
-"""``(claimer, op)`` pairs a region may take although another executor claimed the op,
+"""``(claimer, op class)`` pairs a region may take although another executor claimed the op,
 because Inductor runs it with the same kernels: ``make_fx`` turns attention into torch's
 fused attention op (flash attention on CPU), which Inductor calls as a library kernel."""
 
@@ -209,7 +209,7 @@ class InductorExecutor(Executor):
 
     def fuses_claimed(self, op: Operation, claimer: str) -> bool:
         """True for the claims of `FUSIBLE_CLAIMS` (attention claimed by the SDPA executor)."""
-        return (claimer, op.name) in FUSIBLE_CLAIMS
+        return (claimer, type(op)) in FUSIBLE_CLAIMS
 
     def compile_region(self, region: Operation) -> Callable[..., Any]:
         """An Inductor kernel for the region, compiled on its first call.
