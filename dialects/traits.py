@@ -34,7 +34,7 @@ kind               meaning                                                who as
                                                                           or fused)
 `Library`          a call into a library kernel (matmul, attention,       (not recomputed;
                    gather/scatter, a compiled region)                     executors choose)
-`Opaque`           computes what the compiler cannot see (``torch.call``,  (nothing)
+`Opaque`           computes what the compiler cannot see (a torch call,   (nothing)
                    a custom autograd function)
 `Marker`           tells autodiff something and computes nothing          (nothing)
                    (``autograd.stop_gradient``)
