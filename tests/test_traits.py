@@ -185,3 +185,21 @@ def test_the_out_of_tree_op_lowers_to_a_direct_torch_call() -> None:
     LowerToTorchPass().apply(Context(), module)
     (call,) = [op for op in main_function(module).body.block.ops if isinstance(op, CallOp)]
     assert call.callee.data == "torch.nn.functional.softsign"
+
+
+def test_the_torch_lowering_asks_each_family() -> None:
+    """A family's ``torch_call`` answers for the leaves that keep its ``ref``; a leaf with a
+    reference of its own (``ltorch.prod``) or a prim whose torch function needs a re-cast
+    (``prims.div``: not ``DIRECT``) is called through its reference."""
+    p = Program("f", [tensor_type((4, 8), F32)])
+    P = p.emitter.ns(prims.OPS)
+    L = p.emitter.ns(ltorch.OPS)
+    x = p.args[0]
+    outs = [P.add(x, x), P.div(x, x), P.exp(x), L.sum(x, dim=(1,)), L.prod(x, dim=1),
+            L.cat([x, x], dim=0)]
+    module = p.finish(outs)
+    LowerToTorchPass().apply(Context(), module)
+    callees = [op.callee.data for op in main_function(module).body.block.ops
+               if isinstance(op, CallOp)]
+    assert callees == ["torch.add", "thunder_ir.lowering.torch_ops.prims_div", "torch.exp",
+                       "torch.sum", "thunder_ir.lowering.torch_ops.ltorch_prod", "torch.cat"]
