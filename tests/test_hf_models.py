@@ -272,9 +272,9 @@ def test_parameter_feeding_only_an_unused_output_gets_none() -> None:
 
 
 def test_addmm_and_number_tensors_are_native_ops() -> None:
-    """GPT-2's ``Conv1D`` (``torch.addmm``) and mask code's ``torch.tensor(number)``
-    constants become ltorch ops (no torch fallback), with eager's values, dtypes and
-    gradients."""
+    """GPT-2's ``Conv1D`` (``torch.addmm``) and mask code's ``torch.tensor(number)`` and
+    ``torch.tensor([])`` constants trace without the torch fallback, with eager's values,
+    dtypes and gradients."""
 
     def f(b: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
         neg = torch.tensor(torch.finfo(torch.float32).min)
@@ -282,7 +282,9 @@ def test_addmm_and_number_tensors_are_native_ops() -> None:
         half = torch.tensor(0.5, dtype=torch.float64)
         y = torch.addmm(b, x, w) + b.addmm(x, w, beta=0.5, alpha=2.0)
         z = torch.addmm(torch.full_like(b, float("nan")), x, w, beta=0)
-        return torch.where(keep, y, neg) + z, three * 2, half + 1
+        empty, table = torch.tensor([], dtype=torch.float32), torch.tensor([[1, 2], [3, 4]])
+        y = torch.cat([(torch.where(keep, y, neg) + z).flatten(), empty])
+        return y, three * 2, half + 1, table, torch.tensor([1.5, -2.0]) * x[0, :2]
 
     args = [torch.randn(5, requires_grad=True), torch.randn(3, 4, requires_grad=True),
             torch.randn(4, 5, requires_grad=True)]
@@ -296,3 +298,6 @@ def test_addmm_and_number_tensors_are_native_ops() -> None:
     for g, h in zip(got, want, strict=True):
         _close(g, h, "gradient")
     assert "torch.call" not in thunder_ir.last_traces(jf)[0].mlir()
+    table = jf(*args)[3]
+    table.add_(100)  # a fresh tensor on every call, as eager's
+    assert jf(*args)[3].tolist() == [[1, 2], [3, 4]]

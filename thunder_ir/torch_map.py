@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils import _pytree as pytree
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch import OPS
@@ -856,14 +857,24 @@ HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
 
 def _tensor(ctx: TraceContext, data: Any, *, dtype: torch.dtype | None = None,
             device: Any = None, requires_grad: bool = False, pin_memory: bool = False) -> Any:
-    """``torch.tensor(number)``: a zero-dimensional ``full`` (mask code builds such
-    constants); anything else (lists, arrays, tensors) runs on torch."""
-    if type(data) not in (bool, int, float) or requires_grad or pin_memory:
+    """``torch.tensor(data)`` of Python numbers: a number becomes a zero-dimensional
+    ``full``; (nested) lists of numbers, such as the empty ``torch.tensor([])`` of mask
+    code, a constant of the program made by torch itself. Anything holding tensors runs on
+    torch."""
+    if requires_grad or pin_memory:
         raise UseFallback
-    if dtype is None:
-        dtype = (torch.bool if type(data) is bool else torch.int64 if type(data) is int
-                 else torch.get_default_dtype())
-    return HANDLERS[torch.full](ctx, (), data, dtype=dtype, device=device)
+    if type(data) in (bool, int, float):
+        if dtype is None:
+            dtype = (torch.bool if type(data) is bool else torch.int64 if type(data) is int
+                     else torch.get_default_dtype())
+        return HANDLERS[torch.full](ctx, (), data, dtype=dtype, device=device)
+    if not isinstance(data, list | tuple) or not all(
+            type(x) in (bool, int, float) for x in pytree.tree_leaves(data)):
+        raise UseFallback
+    with torch._C.DisableTorchFunction():
+        value = torch.tensor(data, dtype=dtype, device=device)
+    # a fresh tensor on every call, as eager's (the constant itself is never handed out)
+    return HANDLERS[torch.clone](ctx, ctx.lift_constant(value))
 
 
 HANDLERS[torch.tensor] = _tensor
