@@ -71,6 +71,10 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
         fn = thunder_ir.jit(model, executors=executors, remat=a.remat)
     elif variant == "torch.compile":
         fn = torch.compile(model)
+    elif variant == "thunderfx":  # torch.compile with thunder_ir as its backend
+        from thunder_ir.dynamo import ThunderCompiler
+
+        fn = torch.compile(model, backend=ThunderCompiler(remat=a.remat))
     else:
         fn = model
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)

@@ -49,6 +49,7 @@ from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
 from thunder_ir.dialects.base import ShapeError, ThunderOp
+from thunder_ir.dialects.traits import Marker, Opaque
 from thunder_ir.dialects.types import NumberType, TensorType
 
 AnyValue = TensorType | NumberType
@@ -62,7 +63,7 @@ class StopGradientOp(ThunderOp):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Marker())
 
     @classmethod
     def infer(cls, input: Any, **params: Any) -> Attribute:
@@ -99,7 +100,7 @@ class FunctionOp(ThunderOp):
     backward = region_def("single_block")
     outs = var_result_def(TensorType)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    traits = traits_def(RecursiveMemoryEffect())
+    traits = traits_def(RecursiveMemoryEffect(), Opaque())
 
     @classmethod
     def infer(cls, primals: Sequence[Any], values: Sequence[Any], **params: Any

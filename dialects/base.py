@@ -290,6 +290,19 @@ class ThunderOp(IRDLOperation):
             raise NotImplementedError(f"{cls.name} has no reference implementation")
         return fn(*operands, **params)
 
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        """The direct ``TORCH_FN`` call that `ref` makes, as ``(args, kwargs)``, or None.
+
+        ``args`` and ``params`` are the op's operands (as operand references) and static
+        arguments; the torch lowering emits ``TORCH_FN(*args, **kwargs)`` in place of a call
+        to `ref`. A family that defines `ref` defines this beside it, mirroring it exactly;
+        the lowering only asks it of a class whose `ref` is defined at or above the class
+        that defines this (otherwise it calls `ref` itself).
+        """
+        return args, params
+
     # ---- introspection
 
     @classmethod

@@ -30,6 +30,7 @@ from xdsl.irdl import (
 from xdsl.traits import IsolatedFromAbove, IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
+from thunder_ir.dialects.traits import Library
 from thunder_ir.dialects.types import NumberType, TensorType
 
 
@@ -54,7 +55,7 @@ class RegionOp(IRDLOperation):
     kernel = prop_def(StringAttr)
     body = region_def("single_block")
     outs = var_result_def(TensorType | NumberType)
-    traits = traits_def(RecursiveMemoryEffect(), IsolatedFromAbove())
+    traits = traits_def(RecursiveMemoryEffect(), IsolatedFromAbove(), Library())
 
     def verify_(self) -> None:
         block = self.body.block

@@ -38,8 +38,20 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
+from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
 from thunder_ir.dialects.torch import substitute
+from thunder_ir.dialects.traits import (
+    COPY,
+    RESHAPE,
+    RESTRIDE,
+    VIEW,
+    Creation,
+    Elementwise,
+    Movement,
+    Reduction,
+    ViewLike,
+)
 from thunder_ir.dialects.types import NumberType, TensorType
 
 AnyValue = TensorType | NumberType
@@ -47,6 +59,10 @@ Number = IntegerAttr | FloatAttr
 IntArray = DenseArrayBase
 Dims = DenseArrayBase | IntegerAttr  # an int or a tuple of ints
 DType = Attribute  # an element type (f32, bf16, i64, i1…); see `types.DTYPE_BY_ELEMENT`
+
+
+def _non_none(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
 
 
 class CoreOp(LtorchOp):
@@ -57,6 +73,11 @@ class CoreOp(LtorchOp):
     @classmethod
     def ref(cls, *operands: Any, **params: Any) -> Any:
         return cls.TORCH_FN(*operands, **{k: v for k, v in params.items() if v is not None})
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        return args, _non_none(params)
 
 
 # --------------------------------------------------------------------------- binary
@@ -73,11 +94,19 @@ def _wrap_number(v: Any, like: Any) -> Any:
 class BinaryBase(CoreOp):
     """Family base of binary elementwise ops (no operand definitions)."""
 
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
 
     @classmethod
     def ref(cls, a: Any, b: Any, **params: Any) -> Any:
         return super().ref(_wrap_number(a, b), b, **params)
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # A number ``input`` is wrapped by `ref`: that call is not direct.
+        if isinstance(op.operands[0].type, NumberType):
+            return None
+        return args, _non_none(params)
 
 
 class BinaryOp(BinaryBase):
@@ -280,7 +309,7 @@ class UnaryOp(CoreOp):
 
     input = operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input",)
 
 
@@ -525,7 +554,7 @@ class WhereOp(CoreOp):
     input = operand_def(AnyValue)
     other = operand_def(AnyValue)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("condition", "input", "other")
 
 
@@ -539,7 +568,7 @@ class MaskedFillOp(CoreOp):
     mask = operand_def(TensorType)
     value = prop_def(Number)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "mask", "value")
 
 
@@ -553,7 +582,7 @@ class ClampOp(CoreOp):
     min = opt_prop_def(Number)
     max = opt_prop_def(Number)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "min", "max")
     DEFAULTS: ClassVar[dict[str, Any]] = {"min": None, "max": None}
 
@@ -571,16 +600,16 @@ class ToDtypeOp(CoreOp):
     input = operand_def(TensorType)
     dtype = prop_def(DType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dtype")
 
 
 # --------------------------------------------------------------------------- reductions
 
 
-class ReductionOp(CoreOp):
+class ReductionFamily(CoreOp):
     """``%y = ltorch.<op> %input {dim, keepdim, …}``: torch's reductions; ``dim`` absent
-    (or ``()``) reduces every dim."""
+    (or ``()``) reduces every dim. `ReductionOp` and `ArgReductionOp` declare the kind."""
 
     input = operand_def(TensorType)
     out = result_def(TensorType)
@@ -594,6 +623,24 @@ class ReductionOp(CoreOp):
     def ref(cls, input: Any, **params: Any) -> Any:
         return cls.TORCH_FN(input, **{k: v for k, v in params.items()
                                       if v is not None or (k == "dim" and cls.DIM_NONE)})
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        return args, {k: v for k, v in params.items()
+                      if v is not None or (k == "dim" and cls.DIM_NONE)}
+
+
+class ReductionOp(ReductionFamily):
+    """A reduction to values (sum, mean, amax…)."""
+
+    traits = traits_def(Reduction())
+
+
+class ArgReductionOp(ReductionFamily):
+    """A reduction to positions (argmax, argmin): int64."""
+
+    traits = traits_def(Reduction(indices=True))
 
 
 @ltorch_op(torch.sum)
@@ -682,7 +729,7 @@ class ProdOp(ReductionOp):
 
 
 @ltorch_op(torch.argmax)
-class ArgmaxOp(ReductionOp):
+class ArgmaxOp(ArgReductionOp):
     """`%y = ltorch.argmax %input {dim, keepdim}` (int64; flat index when ``dim`` absent)"""
 
     name = "ltorch.argmax"
@@ -692,7 +739,7 @@ class ArgmaxOp(ReductionOp):
 
 
 @ltorch_op(torch.argmin)
-class ArgminOp(ReductionOp):
+class ArgminOp(ArgReductionOp):
     """`%y = ltorch.argmin %input {dim, keepdim}` (int64; flat index when ``dim`` absent)"""
 
     name = "ltorch.argmin"
@@ -729,7 +776,7 @@ class ReductionWithIndicesOp(CoreOp):
     keepdim = opt_prop_def(IntegerAttr)
     values = result_def(TensorType)
     indices = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Reduction(indices=True))
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "keepdim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"keepdim": False}
 
@@ -769,6 +816,7 @@ class ReshapeOp(ShapeOp):
     """`%y = ltorch.reshape %input {shape = array<i64: 4, -1>}` (one -1 allowed)"""
 
     name = "ltorch.reshape"
+    traits = traits_def(ViewLike(RESHAPE))
 
     shape = prop_def(IntArray)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "shape")
@@ -784,6 +832,7 @@ class ViewOp(ShapeOp):
     values as ``reshape``, since the IR has no aliasing"""
 
     name = "ltorch.view"
+    traits = traits_def(ViewLike(RESHAPE))
 
     size = prop_def(IntArray)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "size")
@@ -794,6 +843,7 @@ class PermuteOp(ShapeOp):
     """`%y = ltorch.permute %input {dims}`"""
 
     name = "ltorch.permute"
+    traits = traits_def(ViewLike(RESTRIDE))
 
     dims = prop_def(IntArray)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dims")
@@ -804,6 +854,7 @@ class TransposeOp(ShapeOp):
     """`%y = ltorch.transpose %input {dim0, dim1}`"""
 
     name = "ltorch.transpose"
+    traits = traits_def(ViewLike(RESTRIDE))
 
     dim0 = prop_def(IntegerAttr)
     dim1 = prop_def(IntegerAttr)
@@ -815,6 +866,7 @@ class ContiguousOp(ShapeOp):
     """`%y = ltorch.contiguous %input`: the identity on values"""
 
     name = "ltorch.contiguous"
+    traits = traits_def(ViewLike(COPY))
 
 
 @ltorch_op(torch.clone)
@@ -822,6 +874,7 @@ class CloneOp(ShapeOp):
     """`%y = ltorch.clone %input`: the identity on values"""
 
     name = "ltorch.clone"
+    traits = traits_def(ViewLike(COPY))
 
 
 @ltorch_op(torch.flatten)
@@ -829,6 +882,7 @@ class FlattenOp(ShapeOp):
     """`%y = ltorch.flatten %input {start_dim, end_dim}`"""
 
     name = "ltorch.flatten"
+    traits = traits_def(ViewLike(RESHAPE))
 
     start_dim = opt_prop_def(IntegerAttr)
     end_dim = opt_prop_def(IntegerAttr)
@@ -841,6 +895,7 @@ class UnsqueezeOp(ShapeOp):
     """`%y = ltorch.unsqueeze %input {dim}`"""
 
     name = "ltorch.unsqueeze"
+    traits = traits_def(ViewLike(VIEW))
 
     dim = prop_def(IntegerAttr)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim")
@@ -851,6 +906,7 @@ class SqueezeOp(ShapeOp):
     """`%y = ltorch.squeeze %input {dim}`: ``dim`` an int, a tuple, or absent (all size-1 dims)"""
 
     name = "ltorch.squeeze"
+    traits = traits_def(ViewLike(VIEW))
 
     dim = opt_prop_def(Dims)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim")
@@ -862,6 +918,7 @@ class ExpandOp(ShapeOp):
     """`%y = ltorch.expand %input {size}`: -1 keeps a dim's size"""
 
     name = "ltorch.expand"
+    traits = traits_def(ViewLike(RESTRIDE))
 
     size = prop_def(IntArray)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "size")
@@ -872,6 +929,7 @@ class TriuOp(ShapeOp):
     """`%y = ltorch.triu %input {diagonal}`: zeroes below the ``diagonal``-th diagonal"""
 
     name = "ltorch.triu"
+    traits = traits_def(Elementwise())
 
     diagonal = opt_prop_def(IntegerAttr)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "diagonal")
@@ -883,6 +941,7 @@ class TrilOp(ShapeOp):
     """`%y = ltorch.tril %input {diagonal}`: zeroes above the ``diagonal``-th diagonal"""
 
     name = "ltorch.tril"
+    traits = traits_def(Elementwise())
 
     diagonal = opt_prop_def(IntegerAttr)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "diagonal")
@@ -893,11 +952,17 @@ class MultiResultOp(CoreOp):
     """``%a, %b, … = ltorch.<op> …``: ops with a variable number of results."""
 
     outs = var_result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Movement(many=True))
 
     @classmethod
     def ref(cls, *operands: Any, **params: Any) -> Any:
         return list(super().ref(*operands, **params))
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # The generated code unpacks the sequence torch.split/chunk return.
+        return args, _non_none(params)
 
 
 @ltorch_op(torch.split)
@@ -932,13 +997,19 @@ class JoinOp(CoreOp):
     tensors = var_operand_def(TensorType)
     dim = opt_prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Movement(many=True))
     SIGNATURE: ClassVar[tuple[str, ...]] = ("tensors", "dim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": 0}
 
     @classmethod
     def ref(cls, tensors: Sequence[Any], **params: Any) -> Any:
         return super().ref(list(tensors), **params)
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # torch.cat/stack take the tuple of tensors as is.
+        return args, _non_none(params)
 
 
 @ltorch_op(torch.cat)
@@ -966,12 +1037,19 @@ class GetitemOp(CoreOp):
     indices = var_operand_def(TensorType)
     index = opt_prop_def(Attribute)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Movement())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "index")
 
     @classmethod
     def ref(cls, input: Any, indices: Sequence[Any], index: Any = None) -> Any:
         return input[substitute(index, list(indices))]
+
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        # The index's OperandRefs were shifted to the flat operand positions: the call
+        # substitutes the index tensors itself.
+        return [args[0], params.get("index")], {}
 
 
 # --------------------------------------------------------------------------- creation
@@ -982,7 +1060,7 @@ class CreationOp(CoreOp):
     (device absent: cpu; dtype absent: torch's default for the op)."""
 
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Creation())
     dtype = opt_prop_def(DType)
     device = opt_prop_def(StringAttr)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("size", "dtype", "device")

@@ -40,8 +40,9 @@ from xdsl.irdl import (
 )
 from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
-from thunder_ir.dialects.base import ShapeError, from_attr
+from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
+from thunder_ir.dialects.traits import Elementwise, Library, Random, Reduction
 from thunder_ir.dialects.types import TensorType
 
 Number = IntegerAttr | FloatAttr
@@ -83,6 +84,12 @@ class BoundCallOp(NNOp):
         args, kwargs = cls.torch_args(operands, params)
         return cls.TORCH_FN(*args, **kwargs)
 
+    @classmethod
+    def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        a, kw = cls.torch_args(args, params)
+        return list(a), kw
+
 
 # --------------------------------------------------------------------------- linear algebra
 
@@ -96,7 +103,7 @@ class MatmulOp(NNOp):
     input = operand_def(TensorType)
     other = operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other")
 
 
@@ -109,7 +116,7 @@ class BmmOp(NNOp):
     input = operand_def(TensorType)
     mat2 = operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "mat2")
 
 
@@ -123,7 +130,7 @@ class LinearOp(NNOp):
     weight = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
 
 
@@ -135,7 +142,7 @@ class ActivationOp(NNOp):
 
     input = operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input",)
 
 
@@ -180,7 +187,7 @@ class SiluBackwardOp(NNOp):
     grad_output = operand_def(TensorType)
     input = operand_def(TensorType)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input")
 
 
@@ -202,7 +209,7 @@ class SoftmaxFamilyOp(NNOp):
     dim = prop_def(IntegerAttr)
     dtype = opt_prop_def(Attribute)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Reduction())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "dtype")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dtype": None}
 
@@ -239,6 +246,7 @@ class DropoutFamilyOp(NNOp):
     p = prop_def(Number)
     train = prop_def(Bool)
     out = result_def(TensorType)
+    traits = traits_def(Random())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "p", "train")
     FEATURE: ClassVar[bool] = False
     ALPHA: ClassVar[bool] = False
@@ -292,7 +300,7 @@ class LayerNormOp(BoundCallOp):
     normalized_shape = prop_def(IntArray)
     eps = opt_prop_def(Number)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "normalized_shape", "weight", "bias",
                                              "eps")
@@ -311,7 +319,7 @@ class RmsNormOp(BoundCallOp):
     normalized_shape = prop_def(IntArray)
     eps = opt_prop_def(Number)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "normalized_shape", "weight", "eps")
     DEFAULTS: ClassVar[dict[str, Any]] = {"eps": None}
 
@@ -337,7 +345,7 @@ class EmbeddingOp(NNOp):
     scale_grad_by_freq = opt_prop_def(Bool)
     sparse = opt_prop_def(Bool)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "padding_idx", "max_norm",
                                              "norm_type", "scale_grad_by_freq", "sparse")
     DEFAULTS: ClassVar[dict[str, Any]] = {"padding_idx": None, "max_norm": None,
@@ -381,7 +389,7 @@ class ScaledDotProductAttentionOp(NNOp):
     scale = opt_prop_def(Number)
     enable_gqa = opt_prop_def(Bool)
     out = result_def(TensorType)
-    traits = traits_def(PureWithoutDropout())
+    traits = traits_def(PureWithoutDropout(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("query", "key", "value", "attn_mask", "dropout_p",
                                              "is_causal", "scale", "enable_gqa")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dropout_p": 0.0, "is_causal": False, "scale": None,
@@ -407,7 +415,7 @@ class CrossEntropyOp(NNOp):
     reduction = opt_prop_def(StringAttr)
     label_smoothing = opt_prop_def(Number)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "target", "weight", "size_average",
                                              "ignore_index", "reduce", "reduction",
                                              "label_smoothing")
@@ -430,7 +438,7 @@ class MseLossOp(BoundCallOp):
     reduce = opt_prop_def(Bool)
     reduction = opt_prop_def(StringAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "target", "size_average", "reduce",
                                              "reduction", "weight")
     DEFAULTS: ClassVar[dict[str, Any]] = {"size_average": None, "reduce": None,

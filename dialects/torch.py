@@ -53,6 +53,7 @@ from xdsl.irdl import (
 from xdsl.traits import EffectInstance, MemoryEffect
 
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
+from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import (
     HandleType,
     NumberType,
@@ -108,7 +109,7 @@ class CallOp(ThunderOp):
     nograd = opt_prop_def(DenseArrayBase)  # operands eager's autograd gives no gradient
     outs = var_result_def(TensorType | NumberType | HandleType)
 
-    traits = traits_def(PureIfMarked())
+    traits = traits_def(PureIfMarked(), Opaque())
 
     def call_args(self, values: Sequence[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The positional and keyword arguments of the call, given the operand values."""

@@ -38,49 +38,50 @@ from typing import Any
 import torch
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.traits import is_side_effect_free
+from xdsl.traits import ConstantLike, is_side_effect_free
 
+from thunder_ir.dialects import ltorch_core as C
+from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
 from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.traits import (
+    Creation,
+    Elementwise,
+    Movement,
+    OpKind,
+    Reduction,
+    ViewLike,
+)
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
 
-_PRIMS = (
-    # elementwise
-    "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh asin "
-    "acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite logical_not "
-    "bitwise_not add sub mul div remainder fmod pow maximum minimum atan2 eq ne lt le gt ge "
-    "bitwise_and bitwise_or bitwise_xor logical_and logical_or where convert_element_type "
-    # shape and creation
-    "broadcast_in_dim reshape transpose squeeze slice cat pad flip full iota "
-    # reductions
-    "sum prod amax amin var "
-    # library calls Inductor schedules around (see the module doc)
-    "linear matmul take index_add"
-)
-_LTORCH = (
-    "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh asin "
-    "acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite logical_not "
-    "bitwise_not add sub mul div floor_divide remainder fmod pow maximum minimum atan2 eq ne "
-    "lt le gt ge bitwise_and bitwise_or bitwise_xor logical_and logical_or where masked_fill "
-    "clamp to_dtype relu gelu silu silu_backward sigmoid softmax log_softmax "
-    "reshape view permute transpose unsqueeze squeeze expand flatten contiguous clone cat "
-    "zeros ones full zeros_like ones_like full_like tril triu "
-    "sum mean amax amin prod var "
-    "linear matmul bmm embedding split chunk getitem stack scaled_dot_product_attention"
-)
-FUSIBLE_OPS: frozenset[str] = frozenset(
-    [f"prims.{n}" for n in _PRIMS.split()] + [f"ltorch.{n}" for n in _LTORCH.split()]
-)
-"""Ops this executor fuses. RNG (never fused) and ops not listed here stay out; the torch
+FUSED_KINDS: tuple[type[OpKind], ...] = (Elementwise, ViewLike, Movement, Creation, Reduction)
+"""The kinds of op (`thunder_ir.dialects.traits`) this executor fuses: pointwise math, views
+and copies, data movement, creation and reductions to values (``Reduction(indices=True)``,
+argmax and the like, stay out). RNG (never fused) and opaque calls stay out; the torch
 executor runs them."""
 
-FUSIBLE_CLAIMS: frozenset[tuple[str, str]] = frozenset(
-    {("sdpa", "ltorch.scaled_dot_product_attention")}
+LIBRARY_OPS: tuple[type[Operation], ...] = (
+    P.LinearOp, P.MatmulOp, P.TakeOp, P.IndexAddOp,
+    N.LinearOp, N.MatmulOp, N.BmmOp, N.EmbeddingOp, N.ScaledDotProductAttentionOp,
 )
-"""``(claimer, op)`` pairs a region may take although another executor claimed the op,
+"""`Library` ops Inductor schedules around (see the module doc): ``make_fx`` turns them into
+the ATen calls eager makes, and Inductor calls the same kernels. A rule of this executor,
+keyed by op class: which library kernels it takes is its own choice, not a fact of the op.
+Other library ops (gather, scatter_add, the norms and losses) run eagerly."""
+
+KEPT_OUT: tuple[type[Operation], ...] = (C.ArangeOp, C.EmptyOp, C.MaxOp, C.MinOp)
+"""Ops of a fused kind that this executor leaves to eager torch: ``arange`` and ``empty``
+(creation without a fill value) and the whole-tensor ``max``/``min`` were never given to
+Inductor; fusing them is a decision to measure first."""
+
+FUSIBLE_CLAIMS: frozenset[tuple[str, type[Operation]]] = frozenset(
+    {("sdpa", N.ScaledDotProductAttentionOp)}
+)
+"""``(claimer, op class)`` pairs a region may take although another executor claimed the op,
 because Inductor runs it with the same kernels: ``make_fx`` turns attention into torch's
 fused attention op (flash attention on CPU), which Inductor calls as a library kernel."""
 
@@ -139,6 +140,19 @@ def region_function(region: RegionOp) -> Callable[..., Any]:
     return getattr(fn, "__wrapped__", fn)  # without the no_grad wrapper: callers set it
 
 
+def _fused_op(cls: type[Operation]) -> bool:
+    """True if the kind (or, for library ops, the class) of op class ``cls`` is one this
+    executor fuses."""
+    if issubclass(cls, LIBRARY_OPS):
+        return True
+    kind = cls.get_trait(OpKind)
+    if not isinstance(kind, FUSED_KINDS) or issubclass(cls, KEPT_OUT):
+        return False
+    if isinstance(kind, Reduction):
+        return not kind.indices
+    return not cls.has_trait(ConstantLike)  # number constants are cloned into regions
+
+
 def _has_cxx_compiler() -> bool:
     cxx = os.environ.get("CXX")
     return any(shutil.which(c) for c in ((cxx,) if cxx else ()) + ("g++", "c++", "clang++"))
@@ -172,9 +186,10 @@ class InductorExecutor(Executor):
         return True
 
     def can_fuse(self, op: Operation) -> bool:
-        """Side-effect-free ops of `FUSIBLE_OPS` on tensors of a real device, reading only
-        tensors and constant numbers (a traced number would specialize the kernel)."""
-        if op.name not in FUSIBLE_OPS and not (
+        """Side-effect-free ops of a kind in `FUSED_KINDS` (or in `LIBRARY_OPS`) on tensors
+        of a real device, reading only tensors and constant numbers (a traced number would
+        specialize the kernel)."""
+        if not _fused_op(type(op)) and not (
             isinstance(op, CallOp) and op.callee.data in FUSIBLE_CALLS
         ):
             return False
@@ -194,7 +209,7 @@ class InductorExecutor(Executor):
 
     def fuses_claimed(self, op: Operation, claimer: str) -> bool:
         """True for the claims of `FUSIBLE_CLAIMS` (attention claimed by the SDPA executor)."""
-        return (claimer, op.name) in FUSIBLE_CLAIMS
+        return (claimer, type(op)) in FUSIBLE_CLAIMS
 
     def compile_region(self, region: Operation) -> Callable[..., Any]:
         """An Inductor kernel for the region, compiled on its first call.
@@ -276,5 +291,5 @@ def _inductor_compile(
 register_executor(InductorExecutor(), default=False)
 
 
-__all__ = ["FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "FUSIBLE_OPS", "InductorExecutor", "region_function",
-           "region_program"]
+__all__ = ["FUSED_KINDS", "FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "KEPT_OUT", "LIBRARY_OPS",
+           "InductorExecutor", "region_function", "region_program"]

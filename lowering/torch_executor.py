@@ -36,7 +36,6 @@ import thunder_ir.lowering
 from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call
-from thunder_ir.dialects.types import NumberType
 from thunder_ir.lowering.executors import Executor
 
 # Generated code reaches reference implementations through this module's attributes.
@@ -61,54 +60,30 @@ def wrapper_for(cls: type[ThunderOp]) -> str:
     return name
 
 
-def _non_none(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if v is not None}
+def _definer(cls: type, attr: str) -> type:
+    return next(c for c in cls.__mro__ if attr in c.__dict__)
+
+
+_DIRECT_FAMILY: dict[type, bool] = {}
 
 
 def direct_call(op: ThunderOp, args: list[Any], params: dict[str, Any]
                 ) -> tuple[list[Any], dict[str, Any]] | None:
     """The direct torch call ``op``'s reference makes, as (args, kwargs), or None.
 
-    Each reference implementation shape the dialects use is mirrored here exactly; any
-    other reference is called through `wrapper_for`.
+    Each family says it beside its `ref` (``ThunderOp.torch_call``). A class whose `ref` is
+    defined below the family that answers (a leaf with a reference of its own) is called
+    through `wrapper_for` instead.
     """
     cls = type(op)
     if getattr(cls, "TORCH_FN", None) is None:
         return None
-    ref = cls.ref.__func__.__qualname__  # type: ignore[attr-defined]
-    if ref == "ThunderOp.ref":
-        return args, params
-    if ref in ("CoreOp.ref", "JoinOp.ref", "MultiResultOp.ref"):
-        # JoinOp: torch.cat/stack take the tuple of tensors as is; MultiResultOp: the
-        # sequence torch.split/chunk return is unpacked by the generated code.
-        return args, _non_none(params)
-    if ref == "GetitemOp.ref":
-        # The index's OperandRefs were shifted to the flat operand positions: the call
-        # substitutes the index tensors itself.
-        return [args[0], params.get("index")], {}
-    if ref == "BinaryBase.ref":
-        first = op.operands[0].type
-        return (args, _non_none(params)) if not isinstance(first, NumberType) else None
-    if ref == "ReductionOp.ref" and cls.name.startswith("ltorch."):
-        dim_none = getattr(cls, "DIM_NONE", False)
-        return args, {k: v for k, v in params.items()
-                      if v is not None or (k == "dim" and dim_none)}
-    if ref == "BoundCallOp.ref":
-        a, kw = cls.torch_args(args, params)  # type: ignore[attr-defined]
-        return list(a), kw
-    if ref == "UnaryOp.ref" and cls.name.startswith("prims."):
-        return args, {}
-    if ref == "BinaryOp.ref" and cls.name in _DIRECT:
-        return args, {}
-    return None
-
-
-# Prims whose custom `ref` only re-casts to the dtype torch already returns.
-_DIRECT = frozenset({
-    "prims.add", "prims.sub", "prims.mul", "prims.remainder", "prims.fmod", "prims.pow",
-    "prims.eq", "prims.ne", "prims.lt", "prims.le", "prims.gt", "prims.ge",
-    "prims.bitwise_and", "prims.bitwise_or", "prims.bitwise_xor", "prims.logical_and",
-    "prims.logical_or"})
+    ok = _DIRECT_FAMILY.get(cls)
+    if ok is None:
+        ok = _DIRECT_FAMILY[cls] = issubclass(_definer(cls, "torch_call"), _definer(cls, "ref"))
+    if not ok:
+        return None
+    return cls.torch_call(op, args, params)
 
 
 def lower_op(op: ThunderOp) -> CallOp:

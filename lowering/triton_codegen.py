@@ -44,6 +44,7 @@ from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.traits import Reduction
 from thunder_ir.dialects.types import NumberType, TensorType
 
 MAX_REDUCTION = 8192
@@ -67,53 +68,53 @@ class UnsupportedRegion(Exception):
 
 # --------------------------------------------------------------------------- op tables
 
-# Unary ops: name -> (template on one atom, dtypes it accepts: "float", "num" or "any").
-_UNARY: dict[str, tuple[str, str]] = {
-    "prims.abs": ("tl.abs({x})", "num"),
-    "prims.neg": ("-{x}", "num"),
-    "prims.sign": ("tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))", "float"),
-    "prims.floor": ("tl.floor({x})", "float"),
-    "prims.ceil": ("tl.ceil({x})", "float"),
-    "prims.trunc": ("tl.where({x} < 0, tl.ceil({x}), tl.floor({x}))", "float"),
-    "prims.exp": ("tl.exp({x})", "float"),
-    "prims.exp2": ("tl.exp2({x})", "float"),
-    "prims.expm1": ("expm1({x})", "float"),
-    "prims.log": ("tl.log({x})", "float"),
-    "prims.log1p": ("log1p({x})", "float"),
-    "prims.log2": ("tl.log2({x})", "float"),
-    "prims.sin": ("tl.sin({x})", "float"),
-    "prims.cos": ("tl.cos({x})", "float"),
-    "prims.tanh": ("tanh({x})", "float"),
-    "prims.sqrt": ("tl.sqrt({x})", "float"),
-    "prims.rsqrt": ("tl.rsqrt({x})", "float"),
-    "prims.reciprocal": ("1.0 / {x}", "float"),
-    "prims.erf": ("tl.erf({x})", "float"),
-    "prims.isnan": ("{x} != {x}", "float"),
-    "prims.isinf": ("tl.abs({x}) == float(\"inf\")", "float"),
-    "prims.isfinite": ("tl.abs({x}) < float(\"inf\")", "float"),
-    "prims.logical_not": ("{x} == 0", "any"),
+# Unary ops: op class -> (template on one atom, dtypes it accepts: "float", "num" or "any").
+_UNARY: dict[type[Operation], tuple[str, str]] = {
+    P.AbsOp: ("tl.abs({x})", "num"),
+    P.NegOp: ("-{x}", "num"),
+    P.SignOp: ("tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, 0.0))", "float"),
+    P.FloorOp: ("tl.floor({x})", "float"),
+    P.CeilOp: ("tl.ceil({x})", "float"),
+    P.TruncOp: ("tl.where({x} < 0, tl.ceil({x}), tl.floor({x}))", "float"),
+    P.ExpOp: ("tl.exp({x})", "float"),
+    P.Exp2Op: ("tl.exp2({x})", "float"),
+    P.Expm1Op: ("expm1({x})", "float"),
+    P.LogOp: ("tl.log({x})", "float"),
+    P.Log1pOp: ("log1p({x})", "float"),
+    P.Log2Op: ("tl.log2({x})", "float"),
+    P.SinOp: ("tl.sin({x})", "float"),
+    P.CosOp: ("tl.cos({x})", "float"),
+    P.TanhOp: ("tanh({x})", "float"),
+    P.SqrtOp: ("tl.sqrt({x})", "float"),
+    P.RsqrtOp: ("tl.rsqrt({x})", "float"),
+    P.ReciprocalOp: ("1.0 / {x}", "float"),
+    P.ErfOp: ("tl.erf({x})", "float"),
+    P.IsnanOp: ("{x} != {x}", "float"),
+    P.IsinfOp: ("tl.abs({x}) == float(\"inf\")", "float"),
+    P.IsfiniteOp: ("tl.abs({x}) < float(\"inf\")", "float"),
+    P.LogicalNotOp: ("{x} == 0", "any"),
 }
 _HELPERS = ("expm1", "log1p", "tanh", "max_nan", "min_nan")
 
-# Binary ops: name -> (Python operator or template, dtypes: "float", "num", "any", "bits").
-_BINARY: dict[str, tuple[str, str]] = {
-    "prims.add": ("{a} + {b}", "num"),
-    "prims.sub": ("{a} - {b}", "num"),
-    "prims.mul": ("{a} * {b}", "num"),
-    "prims.div": ("{a} / {b}", "float"),
-    "prims.maximum": ("tl.maximum({a}, {b}{nan})", "num"),
-    "prims.minimum": ("tl.minimum({a}, {b}{nan})", "num"),
-    "prims.eq": ("{a} == {b}", "any"),
-    "prims.ne": ("{a} != {b}", "any"),
-    "prims.lt": ("{a} < {b}", "num"),
-    "prims.le": ("{a} <= {b}", "num"),
-    "prims.gt": ("{a} > {b}", "num"),
-    "prims.ge": ("{a} >= {b}", "num"),
-    "prims.logical_and": ("{a} & {b}", "any"),
-    "prims.logical_or": ("{a} | {b}", "any"),
-    "prims.bitwise_and": ("{a} & {b}", "bits"),
-    "prims.bitwise_or": ("{a} | {b}", "bits"),
-    "prims.bitwise_xor": ("{a} ^ {b}", "bits"),
+# Binary ops: op class -> (Python operator or template, dtypes: "float", "num", "any", "bits").
+_BINARY: dict[type[Operation], tuple[str, str]] = {
+    P.AddOp: ("{a} + {b}", "num"),
+    P.SubOp: ("{a} - {b}", "num"),
+    P.MulOp: ("{a} * {b}", "num"),
+    P.DivOp: ("{a} / {b}", "float"),
+    P.MaximumOp: ("tl.maximum({a}, {b}{nan})", "num"),
+    P.MinimumOp: ("tl.minimum({a}, {b}{nan})", "num"),
+    P.EqOp: ("{a} == {b}", "any"),
+    P.NeOp: ("{a} != {b}", "any"),
+    P.LtOp: ("{a} < {b}", "num"),
+    P.LeOp: ("{a} <= {b}", "num"),
+    P.GtOp: ("{a} > {b}", "num"),
+    P.GeOp: ("{a} >= {b}", "num"),
+    P.LogicalAndOp: ("{a} & {b}", "any"),
+    P.LogicalOrOp: ("{a} | {b}", "any"),
+    P.BitwiseAndOp: ("{a} & {b}", "bits"),
+    P.BitwiseOrOp: ("{a} | {b}", "bits"),
+    P.BitwiseXorOp: ("{a} ^ {b}", "bits"),
 }
 
 # prims.pow with a constant exponent: exponent -> template.
@@ -122,11 +123,11 @@ _POW: dict[float, str] = {
     0.5: "tl.sqrt({x})", -0.5: "tl.rsqrt({x})", -1.0: "1.0 / {x}", -2.0: "1.0 / ({x} * {x})",
 }
 
-_REDUCTIONS = frozenset({"prims.sum", "prims.amax", "prims.amin", "prims.var"})
-_VIEWS = frozenset({"prims.broadcast_in_dim", "prims.transpose", "prims.squeeze",
-                    "prims.reshape"})
-_OTHER = frozenset({"prims.where", "prims.convert_element_type", "prims.full",
-                    "prims.constant", "prims.pow"})
+
+
+def _is_reduction(op: Operation) -> bool:
+    """A reduction the generator schedules (``Reduction`` trait, with a handler)."""
+    return op.has_trait(Reduction) and type(op) in _HANDLERS
 
 
 def _dtype_ok(kind: str, dtype: torch.dtype) -> bool:
@@ -158,29 +159,29 @@ def fusible(op: Operation) -> bool:
 
     Only per-op facts are checked here; the executor adds the device.
     """
-    name = op.name
+    cls = type(op)
     types = [v.type for v in (*op.operands, *op.results)]
     for t in types:
         if isinstance(t, TensorType) and (t.dtype not in TENSOR_DTYPES or t.numel() == 0):
             return False
-    if name in _UNARY:
-        return _dtype_ok(_UNARY[name][1], _tensor(op.operands[0]).dtype)
-    if name in _BINARY:
+    if cls in _UNARY:
+        return _dtype_ok(_UNARY[cls][1], _tensor(op.operands[0]).dtype)
+    if cls in _BINARY:
         operand_dtype = next(t.dtype for t in types if isinstance(t, TensorType))
-        return _dtype_ok(_BINARY[name][1], operand_dtype)
-    if name == "prims.pow":
+        return _dtype_ok(_BINARY[cls][1], operand_dtype)
+    if cls is P.PowOp:
         return (isinstance(op.operands[0].type, TensorType)
                 and _tensor(op.operands[0]).dtype in FLOAT_DTYPES
                 and _constant_exponent(op.operands[1]) is not None)
-    if name in _REDUCTIONS:
+    if _is_reduction(op):
         x = _tensor(op.operands[0])
         dims = _params(op)["dims"]
         if not dims or x.dtype not in FLOAT_DTYPES:
             return False
         return math.prod(x.sizes[d] for d in dims) <= MAX_REDUCTION
-    if name == "prims.reshape":
+    if cls is P.ReshapeOp:
         return _size1_reshape(_tensor(op.operands[0]).sizes, _tensor(op.results[0]).sizes)
-    return name in _VIEWS or name in _OTHER
+    return cls in _HANDLERS or cls is P.ConstantOp
 
 
 def _tensor(v: SSAValue) -> TensorType:
@@ -277,7 +278,7 @@ def _reduction_deps(ops: Sequence[Operation]) -> dict[SSAValue, frozenset[Operat
     deps: dict[SSAValue, frozenset[Operation]] = {}
     empty: frozenset[Operation] = frozenset()
     for op in ops:
-        if op.name in _REDUCTIONS:
+        if _is_reduction(op):
             d: frozenset[Operation] = frozenset((op,))
         else:
             d = empty
@@ -307,7 +308,7 @@ def plan(block: Block, base: str) -> Schedule:
 
     last_of_key: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     for op in ops:
-        if op.name not in _REDUCTIONS:
+        if not _is_reduction(op):
             continue
         key = (_tensor(op.operands[0]).sizes, tuple(sorted(_params(op)["dims"])))
         level = max((owner[r] for r in deps.get(op.operands[0], ())), default=-1)
@@ -330,7 +331,7 @@ def plan(block: Block, base: str) -> Schedule:
     for y in term.values:
         if not isinstance(y.type, TensorType) or isinstance(y, BlockArgument):
             continue
-        if y.owner.name in _REDUCTIONS:  # type: ignore[union-attr]
+        if _is_reduction(y.owner):  # type: ignore[arg-type]
             store(y, owner[y.owner])  # type: ignore[index]
             continue
         sizes = _tensor(y).sizes
@@ -383,7 +384,7 @@ def _foreign_reductions(kern: Kernel, index: int, owner: dict[Operation, int]
         op = v.owner
         if not isinstance(op, Operation):
             continue
-        if op.name in _REDUCTIONS and owner[op] != index:
+        if _is_reduction(op) and owner[op] != index:
             if op not in out:
                 out.append(op)
             continue
@@ -547,12 +548,12 @@ class _KernelWriter:
             return self._load(name, t, m)
         if not isinstance(op, Operation) or op.parent_block() is not self.sched.block:
             raise UnsupportedRegion("the region reads a tensor from outside its body")
-        handler = _HANDLERS.get(op.name)
+        handler = _HANDLERS.get(type(op))
         if handler is not None:
             return handler(self, op, m)
-        if op.name in _UNARY:
+        if type(op) in _UNARY:
             return self._unary(op, m)
-        if op.name in _BINARY:
+        if type(op) in _BINARY:
             return self._binary(op, m)
         raise UnsupportedRegion(f"{op.name} is not supported by the Triton generator")
 
@@ -573,7 +574,7 @@ class _KernelWriter:
         folded = self._fold(op, [x])
         if folded is not None:
             return folded
-        template = _UNARY[op.name][0]
+        template = _UNARY[type(op)][0]
         for h in _HELPERS:
             if template.startswith(h + "("):
                 self.helpers.add(h)
@@ -584,10 +585,10 @@ class _KernelWriter:
         folded = self._fold(op, [a, b])
         if folded is not None:
             return folded
-        template = _BINARY[op.name][0]
+        template = _BINARY[type(op)][0]
         dtype = next(_tensor(o).dtype for o in op.operands if isinstance(o.type, TensorType))
         nan = ", propagate_nan=tl.PropagateNan.ALL" if dtype in FLOAT_DTYPES else ""
-        if op.name in ("prims.logical_and", "prims.logical_or") and dtype != torch.bool:
+        if isinstance(op, P.LogicalAndOp | P.LogicalOrOp) and dtype != torch.bool:
             a = _Val(f"({a.expr} != 0)", torch.bool)
             b = _Val(f"({b.expr} != 0)", torch.bool)
         return self._tmp(template.format(a=a.expr, b=b.expr, nan=nan),
@@ -602,10 +603,10 @@ class _KernelWriter:
         xe = x.expr
         dtype = _tensor(op.results[0]).dtype
         mk = self.mask
-        if op.name == "prims.sum":
+        if isinstance(op, P.SumOp):
             return self._tmp(f"tl.sum(tl.where({mk}, {xe}, 0.0), axis=0)", dtype)
-        if op.name in ("prims.amax", "prims.amin"):
-            fn, fill = ("max_nan", '"-inf"') if op.name == "prims.amax" else ("min_nan", '"inf"')
+        if isinstance(op, P.AmaxOp | P.AminOp):
+            fn, fill = ("max_nan", '"-inf"') if isinstance(op, P.AmaxOp) else ("min_nan", '"inf"')
             self.helpers.add(fn)
             return self._tmp(f"tl.reduce(tl.where({mk}, {xe}, float({fill})), 0, {fn})", dtype)
         # prims.var: a two-pass variance within the row.
@@ -697,19 +698,24 @@ def _scaled(name: str, stride: int) -> str:
     return name if stride == 1 else f"{name} * {stride}"
 
 
-_HANDLERS: dict[str, Callable[[_KernelWriter, Operation, tuple[int | None, ...]], _Val]] = {
-    "prims.sum": _KernelWriter.reduce,
-    "prims.amax": _KernelWriter.reduce,
-    "prims.amin": _KernelWriter.reduce,
-    "prims.var": _KernelWriter.reduce,
-    "prims.where": _KernelWriter.where,
-    "prims.convert_element_type": _KernelWriter.convert,
-    "prims.full": _KernelWriter.full,
-    "prims.pow": _KernelWriter.pow,
-    "prims.broadcast_in_dim": _KernelWriter.broadcast,
-    "prims.transpose": _KernelWriter.transpose,
-    "prims.squeeze": _KernelWriter.squeeze,
-    "prims.reshape": _KernelWriter.reshape,
+_Handler = Callable[[_KernelWriter, Operation, tuple[int | None, ...]], _Val]
+
+# Ops with a writer method of their own: op class -> method. A rule table, keyed by class:
+# what each op becomes in Triton source is this generator's fact, not the op's
+# (``tests/test_traits.py`` checks that every prim is in one table or declared unsupported).
+_HANDLERS: dict[type[Operation], _Handler] = {
+    P.SumOp: _KernelWriter.reduce,
+    P.AmaxOp: _KernelWriter.reduce,
+    P.AminOp: _KernelWriter.reduce,
+    P.VarOp: _KernelWriter.reduce,
+    P.WhereOp: _KernelWriter.where,
+    P.ConvertElementTypeOp: _KernelWriter.convert,
+    P.FullOp: _KernelWriter.full,
+    P.PowOp: _KernelWriter.pow,
+    P.BroadcastInDimOp: _KernelWriter.broadcast,
+    P.TransposeOp: _KernelWriter.transpose,
+    P.SqueezeOp: _KernelWriter.squeeze,
+    P.ReshapeOp: _KernelWriter.reshape,
 }
 
 

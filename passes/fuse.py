@@ -27,8 +27,8 @@ Rules (see ``docs/fusion.md``):
   ``ltorch.dropout``, ``torch.call``) are never fused, and they cut the program into
   segments: no op crosses one, since a region's ops all lie in one segment and the final
   order emits every segment's ops before the op that closes it.
-* A region needs ``min_size`` ops that compute (shape-only ops such as reshape and
-  broadcast do not count); smaller groups stay unfused.
+* A region needs ``min_size`` ops that compute (views and copies, the ops whose trait is
+  ``ViewLike``, such as reshape and broadcast, do not count); smaller groups stay unfused.
 * A region's inputs are the values defined outside and used inside; its outputs are the
   values defined inside and used outside (or returned). ``prims.constant`` numbers used
   inside are cloned into the region instead of being passed in.
@@ -58,32 +58,12 @@ from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.traits import computes_nothing
 
 FALLBACK_EXECUTOR = "torch"
 """The executor that runs what nobody else does. It comes last in priority, so a fusion
 executor may still fuse an ltorch op that only the fallback claimed."""
 
-SHAPE_ONLY_OPS: frozenset[str] = frozenset(
-    {
-        *(f"prims.{n}" for n in ("reshape", "broadcast_in_dim", "transpose", "squeeze", "slice")),
-        *(
-            f"ltorch.{n}"
-            for n in (
-                "reshape",
-                "view",
-                "permute",
-                "transpose",
-                "unsqueeze",
-                "squeeze",
-                "expand",
-                "flatten",
-                "contiguous",
-                "clone",
-            )
-        ),
-    }
-)
-"""Ops that only move or view data: they do not count towards a region's minimum size."""
 
 
 # --------------------------------------------------------------------------- the pass
@@ -265,7 +245,7 @@ def plan_groups(
     out = [
         m
         for m in members.values()
-        if sum(1 for i in m if ops[i].name not in SHAPE_ONLY_OPS) >= min_size
+        if sum(1 for i in m if not computes_nothing(ops[i])) >= min_size
     ]
     out.sort(key=lambda m: m[0])
     return out, colors, preds
@@ -590,7 +570,6 @@ def compile_kernels(module: ModuleOp, executors: Sequence[Any]) -> dict[str, Cal
 
 __all__ = [
     "FALLBACK_EXECUTOR",
-    "SHAPE_ONLY_OPS",
     "FusePass",
     "compile_kernels",
     "fuse_block",

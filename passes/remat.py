@@ -8,7 +8,9 @@ The decision is a minimum cut over real byte sizes (shape x itemsize). Each forw
 ``v`` is an edge ``v_in -> v_out`` whose capacity is what saving ``v`` costs; data
 dependencies and the backward's needs are infinite edges. Values the backward cannot
 recompute (inputs, and results of ops the policy says are not recomputable: matmuls,
-reductions, RNG, opaque torch calls) hang off the source. The cheapest cut is the set of
+reductions, RNG, opaque torch calls) hang off the source. The policy asks each op's traits
+(`thunder_ir.dialects.traits`), so a new op declared on a family base is recomputed as its
+family is. The cheapest cut is the set of
 values to save; everything on the sink side that the backward needs is recomputed there.
 
 A `RematPolicy` says which ops may be recomputed. `MIN_CUT` recomputes every cheap
@@ -28,67 +30,44 @@ from typing import Any
 import networkx as nx
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects.traits import (
+    RESHAPE,
+    RESTRIDE,
+    ViewLike,
+    cheap_to_recompute,
+    free_to_recompute,
+)
 from thunder_ir.dialects.types import NumberType, TensorType
-
-# Ops cheap enough to recompute: elementwise math, casts, shape and creation ops.
-CHEAP_OPS: frozenset[str] = frozenset({
-    # prims
-    *(f"prims.{n}" for n in (
-        "abs neg sign floor ceil round trunc exp exp2 expm1 log log1p log2 sin cos tan tanh asin "
-        "acos atan sinh cosh sqrt rsqrt reciprocal erf erfc isnan isinf isfinite logical_not "
-        "bitwise_not add sub mul div remainder fmod pow maximum minimum atan2 eq ne lt le gt ge "
-        "bitwise_and bitwise_or bitwise_xor logical_and logical_or where convert_element_type "
-        "broadcast_in_dim reshape transpose squeeze slice flip pad constant full iota").split()),
-    # ltorch
-    *(f"ltorch.{n}" for n in (
-        "add sub mul div floor_divide remainder fmod pow maximum minimum atan2 eq ne lt le gt ge "
-        "bitwise_and bitwise_or bitwise_xor logical_and logical_or logical_not bitwise_not neg "
-        "abs exp exp2 expm1 log log1p log2 sin cos tan tanh asin acos atan sinh cosh sqrt rsqrt "
-        "reciprocal sign floor ceil round trunc erf erfc isnan isinf isfinite where masked_fill "
-        "clamp to_dtype reshape view permute transpose contiguous flatten unsqueeze squeeze "
-        "expand getitem clone relu gelu silu sigmoid zeros ones full zeros_like ones_like "
-        "full_like empty arange triu tril").split()),
-})
-
-
-# Ops whose result is a strided view: a reshape of their result usually copies.
-_RESTRIDING: frozenset[str] = frozenset({
-    "prims.transpose", "prims.broadcast_in_dim", "ltorch.permute", "ltorch.transpose",
-    "ltorch.expand"})
-_RESHAPES: frozenset[str] = frozenset({"prims.reshape", "ltorch.reshape", "ltorch.view",
-                                       "ltorch.flatten"})
 
 
 def cheap_elementwise(op: Operation) -> bool:
-    """The default policy: recompute elementwise, cast, shape and creation ops.
+    """The default policy: recompute what is cheap to recompute (elementwise, view,
+    creation and single-tensor movement ops: `traits.cheap_to_recompute`).
 
     A reshape of a transposed or expanded value is the exception: outside a fusion it
     is a copy, which costs a memory pass each time it is recomputed, so its result is
     saved instead (attention's ``transpose(...).reshape(...)``, grouped-query heads'
-    ``expand(...).reshape(...)``).
+    ``expand(...).reshape(...)``). The ops say which they are (``ViewLike(RESHAPE)``,
+    ``ViewLike(RESTRIDE)``).
     """
-    if op.name not in CHEAP_OPS:
+    if not cheap_to_recompute(op):
         return False
-    if op.name in _RESHAPES:
+    view = op.get_trait(ViewLike)
+    if view is not None and view.kind == RESHAPE:
         src = op.operands[0].owner
-        return not (isinstance(src, Operation) and src.name in _RESTRIDING)
+        if isinstance(src, Operation):
+            src_view = src.get_trait(ViewLike)
+            return src_view is None or src_view.kind != RESTRIDE
     return True
-
-
-# Free to recompute: number constants, and shape ops whose result is a view of their
-# operand (no copy).
-FREE_OPS: frozenset[str] = frozenset({
-    "prims.constant", "prims.reshape", "prims.broadcast_in_dim", "prims.transpose", "prims.squeeze",
-    "prims.slice", "ltorch.reshape", "ltorch.view", "ltorch.permute", "ltorch.transpose",
-    "ltorch.unsqueeze", "ltorch.squeeze", "ltorch.expand", "ltorch.flatten"})
 
 
 @dataclass(frozen=True)
 class RematPolicy:
     """Which forward ops the backward may recompute instead of saving their results.
 
-    With ``only_fused``, an op is recomputed only if it is free (`FREE_OPS`: views and
-    constants) or a fusion executor the policy is `bound` to can fuse it."""
+    With ``only_fused``, an op is recomputed only if it is free (`traits.free_to_recompute`:
+    views and number constants) or a fusion executor the policy is `bound` to can fuse
+    it."""
 
     name: str
     recomputable: Callable[[Operation], bool] = field(default=cheap_elementwise)
@@ -103,7 +82,7 @@ class RematPolicy:
         base = self.recomputable
 
         def recomputable(op: Operation) -> bool:
-            return base(op) and (op.name in FREE_OPS or any(f.can_fuse(op) for f in fusers))
+            return base(op) and (free_to_recompute(op) or any(f.can_fuse(op) for f in fusers))
 
         return RematPolicy(self.name, recomputable)
 

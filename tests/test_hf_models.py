@@ -269,3 +269,35 @@ def test_parameter_feeding_only_an_unused_output_gets_none() -> None:
     eager(x)[0].sum().backward()
     _same_grads(model, eager)
     assert model.unused_head.weight.grad is None
+
+
+def test_addmm_and_number_tensors_are_native_ops() -> None:
+    """GPT-2's ``Conv1D`` (``torch.addmm``) and mask code's ``torch.tensor(number)`` and
+    ``torch.tensor([])`` constants trace without the torch fallback, with eager's values,
+    dtypes and gradients."""
+
+    def f(b: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        neg = torch.tensor(torch.finfo(torch.float32).min)
+        keep, three = torch.tensor(True), torch.tensor(3)
+        half = torch.tensor(0.5, dtype=torch.float64)
+        y = torch.addmm(b, x, w) + b.addmm(x, w, beta=0.5, alpha=2.0)
+        z = torch.addmm(torch.full_like(b, float("nan")), x, w, beta=0)
+        empty, table = torch.tensor([], dtype=torch.float32), torch.tensor([[1, 2], [3, 4]])
+        y = torch.cat([(torch.where(keep, y, neg) + z).flatten(), empty])
+        return y, three * 2, half + 1, table, torch.tensor([1.5, -2.0]) * x[0, :2]
+
+    args = [torch.randn(5, requires_grad=True), torch.randn(3, 4, requires_grad=True),
+            torch.randn(4, 5, requires_grad=True)]
+    jf = thunder_ir.jit(f)
+    out, expected = jf(*args), f(*args)
+    for o, e in zip(out, expected, strict=True):
+        assert o.dtype == e.dtype
+        _close(o, e, "value")
+    got = torch.autograd.grad(out[0].sum(), args)
+    want = torch.autograd.grad(expected[0].sum(), args)
+    for g, h in zip(got, want, strict=True):
+        _close(g, h, "gradient")
+    assert "torch.call" not in thunder_ir.last_traces(jf)[0].mlir()
+    table = jf(*args)[3]
+    table.add_(100)  # a fresh tensor on every call, as eager's
+    assert jf(*args)[3].tolist() == [[1, 2], [3, 4]]

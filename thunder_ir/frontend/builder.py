@@ -49,6 +49,10 @@ class Builder(ABC):
         value comes from at call time)."""
 
     @abstractmethod
+    def lift_constant(self, tensor: torch.Tensor) -> TensorProxy:
+        """A real tensor met while building becomes a program input fed at call time."""
+
+    @abstractmethod
     def value_of(self, x: Any) -> SSAValue:
         """The SSA value of a proxy, a real tensor (lifted to an input) or a number."""
 

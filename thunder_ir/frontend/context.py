@@ -141,6 +141,8 @@ class TraceContext(Builder):
         self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
         # Arguments passed in that share memory: storage id -> how to name them.
         self.aliased_args: dict[int, str] = {}
+        # Arguments that require grad and are not leaves (they have a grad_fn).
+        self.nonleaf_inputs: set[SSAValue] = set()
 
     # ---- inputs
 
@@ -171,6 +173,8 @@ class TraceContext(Builder):
         is on, else pending until user code turns it on."""
         v = self.add_input(type_of_tensor(tensor), name, kind)
         rg = tensor.requires_grad
+        if rg and tensor.grad_fn is not None:  # not a leaf in eager: an intermediate
+            self.nonleaf_inputs.add(v)
         if rg:
             if torch.is_grad_enabled():
                 self.active.add(v)
@@ -460,6 +464,12 @@ class TraceContext(Builder):
         if old in self.active:
             if not torch.is_grad_enabled():
                 new = self.keep_identity(old, new)
+            elif old in self.nonleaf_inputs:
+                raise ThunderTraceError(
+                    f"{where(self.loc)}: in-place {opname} on an argument that requires grad "
+                    "and is not a leaf (it has a grad_fn) is not supported by thunder_ir: its "
+                    "autograd history would have to change outside the program. Pass "
+                    "`x.clone()`, or write out of place.")
             elif id(target) in self.leaf_proxies:
                 raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                    f"in-place operation.\n  at {where(self.loc)}")

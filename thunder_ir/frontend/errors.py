@@ -23,7 +23,18 @@ class ThunderTraceError(RuntimeError):
 
 
 class DataDependentError(ThunderTraceError):
-    """User code needs a tensor's value, which is unknown while tracing."""
+    """User code needs a tensor's value, which is unknown while tracing.
+
+    The message ends by pointing at the ``torch.compile`` backend, which runs such code with
+    graph breaks."""
+
+    GRAPH_BREAKS = ("Code that needs graph breaks runs as it is under "
+                    "torch.compile(fn, backend=thunder_ir.dynamo.ThunderCompiler()): Dynamo "
+                    "runs the data-dependent part in Python and thunder_ir compiles the graphs "
+                    "around it.")
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}\n{self.GRAPH_BREAKS}")
 
 
 class UseFallback(Exception):

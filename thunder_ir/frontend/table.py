@@ -38,6 +38,7 @@ GETTER_NAMES = {getter("real"): "torch.real", getter("imag"): "torch.imag",
                 getter("H"): "torch.Tensor.adjoint", getter("mH"): "torch.Tensor.adjoint"}
 """Computed properties without a handler, recorded as the torch function they equal."""
 METADATA: set[Any] = {
+    torch.device,  # constructing one (FX code spells device constants as device(...))
     _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,
     _T.is_complex, _T.element_size, _T.get_device, _T.is_contiguous, _T.stride,
     _T.is_signed, _T.storage_offset, _T.is_conj, _T.is_neg, _T.is_same_size,

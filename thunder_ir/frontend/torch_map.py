@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils import _pytree as pytree
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch import OPS
@@ -814,6 +815,48 @@ def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 for _fn in _INLINED:
     HANDLERS[_fn] = inline(_fn)
+
+
+def _addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1,
+           out: Any = None) -> Any:
+    """``beta * input + alpha * (mat1 @ mat2)`` as PyTorch's own decomposition writes it
+    (GPT-2's ``Conv1D``); ``beta=0`` ignores ``input`` (NaNs included), as eager does."""
+    if out is not None:
+        raise UseFallback
+    prod = torch.matmul(mat1, mat2)
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod
+    return (input if beta == 1 else input * beta) + prod
+
+
+HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
+
+
+def _tensor(ctx: Builder, data: Any, *, dtype: torch.dtype | None = None,
+            device: Any = None, requires_grad: bool = False, pin_memory: bool = False) -> Any:
+    """``torch.tensor(data)`` of Python numbers: a number becomes a zero-dimensional
+    ``full``; (nested) lists of numbers, such as the empty ``torch.tensor([])`` of mask
+    code, a constant of the program made by torch itself. Anything holding tensors runs on
+    torch."""
+    if requires_grad or pin_memory:
+        raise UseFallback
+    if type(data) in (bool, int, float):
+        if dtype is None:
+            dtype = (torch.bool if type(data) is bool else torch.int64 if type(data) is int
+                     else torch.get_default_dtype())
+        return HANDLERS[torch.full](ctx, (), data, dtype=dtype, device=device)
+    if not isinstance(data, list | tuple) or not all(
+            type(x) in (bool, int, float) for x in pytree.tree_leaves(data)):
+        raise UseFallback
+    with torch._C.DisableTorchFunction():
+        value = torch.tensor(data, dtype=dtype, device=device)
+    # a fresh tensor on every call, as eager's (the constant itself is never handed out)
+    return HANDLERS[torch.clone](ctx, ctx.lift_constant(value))
+
+
+HANDLERS[torch.tensor] = _tensor
 
 
 # Ops reached through the custom handlers above (torch.max dispatches on its arguments).

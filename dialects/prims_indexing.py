@@ -1,0 +1,147 @@
+"""Indexing prims: ``take``, ``gather``, ``index_add``, ``scatter_add`` (``Library``: the
+gather/scatter kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from xdsl.dialects.builtin import IntegerAttr
+from xdsl.irdl import operand_def, prop_def, result_def, traits_def
+from xdsl.traits import Pure
+
+from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.prims_base import _dims, _err, _like, _same_device, _tensor, prim
+from thunder_ir.dialects.traits import Library
+from thunder_ir.dialects.types import TensorType
+
+# --------------------------------------------------------------------------- indexing
+
+
+def _index_tensor(name: str, t: Any) -> TensorType:
+    t = _tensor(name, t, "index")
+    if t.dtype not in (torch.int32, torch.int64):
+        raise _err(name, f"index must be int32 or int64, got {t.dtype}")
+    return t
+
+
+@prim()
+class TakeOp(ThunderOp):
+    """`%y = prims.take %x, %index {dim}`: ``index_select`` with a 1-D index."""
+
+    name = "prims.take"
+
+    x = operand_def(TensorType)
+    index = operand_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+    @classmethod
+    def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
+        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
+        _same_device(cls.name, x, idx)
+        _dims(cls.name, (dim,), x.rank)
+        if idx.rank != 1:
+            raise _err(cls.name, f"index must be 1-D, got shape {idx.sizes}")
+        shape = list(x.sizes)
+        shape[dim] = idx.sizes[0]
+        return _like(x, shape=shape)
+
+    @classmethod
+    def ref(cls, x: torch.Tensor, index: torch.Tensor, *, dim: int) -> torch.Tensor:
+        return torch.index_select(x, dim, index)
+
+
+@prim()
+class GatherOp(ThunderOp):
+    """`%y = prims.gather %x, %index {dim}`: ``torch.gather`` (result has the index's shape)."""
+
+    name = "prims.gather"
+
+    x = operand_def(TensorType)
+    index = operand_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+    @classmethod
+    def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
+        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
+        _same_device(cls.name, x, idx)
+        _dims(cls.name, (dim,), x.rank)
+        if idx.rank != x.rank or any(i > s for k, (i, s) in enumerate(zip(idx.sizes, x.sizes))
+                                     if k != dim):
+            raise _err(cls.name, f"index shape {idx.sizes} does not fit input {x.sizes}")
+        return _like(x, shape=idx.sizes)
+
+    @classmethod
+    def ref(cls, x: torch.Tensor, index: torch.Tensor, *, dim: int) -> torch.Tensor:
+        return torch.gather(x, dim, index.to(torch.int64))
+
+
+@prim()
+class IndexAddOp(ThunderOp):
+    """`%y = prims.index_add %x, %index, %source {dim}`: out-of-place ``index_add``."""
+
+    name = "prims.index_add"
+
+    x = operand_def(TensorType)
+    index = operand_def(TensorType)
+    source = operand_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+    @classmethod
+    def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
+        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
+        src = _tensor(cls.name, source, "source")
+        _same_device(cls.name, x, idx, src)
+        _dims(cls.name, (dim,), x.rank)
+        expected = list(x.sizes)
+        if idx.rank != 1:
+            raise _err(cls.name, f"index must be 1-D, got {idx.sizes}")
+        expected[dim] = idx.sizes[0]
+        if list(src.sizes) != expected or src.dtype != x.dtype:
+            raise _err(cls.name, f"source {src.pretty()} does not fit input {x.pretty()} and "
+                                 f"index {idx.sizes} along dim {dim}")
+        return x
+
+    @classmethod
+    def ref(cls, x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, *, dim: int
+            ) -> torch.Tensor:
+        return torch.index_add(x, dim, index, source)
+
+
+@prim()
+class ScatterAddOp(ThunderOp):
+    """`%y = prims.scatter_add %x, %index, %src {dim}`: out-of-place ``scatter_add``."""
+
+    name = "prims.scatter_add"
+
+    x = operand_def(TensorType)
+    index = operand_def(TensorType)
+    src = operand_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+    @classmethod
+    def infer(cls, x: Any, index: Any, src: Any, *, dim: int) -> TensorType:
+        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
+        s = _tensor(cls.name, src, "src")
+        _same_device(cls.name, x, idx, s)
+        _dims(cls.name, (dim,), x.rank)
+        if idx.rank != x.rank or s.rank != x.rank or s.dtype != x.dtype or any(
+                i > t for i, t in zip(idx.sizes, s.sizes)) or any(
+                i > t for k, (i, t) in enumerate(zip(idx.sizes, x.sizes)) if k != dim):
+            raise _err(cls.name, f"index {idx.sizes} and src {s.pretty()} do not fit input "
+                                 f"{x.pretty()}")
+        return x
+
+    @classmethod
+    def ref(cls, x: torch.Tensor, index: torch.Tensor, src: torch.Tensor, *, dim: int
+            ) -> torch.Tensor:
+        return torch.scatter_add(x, dim, index.to(torch.int64), src)

@@ -1,0 +1,379 @@
+"""thunder_ir as a torch.compile backend (``thunder_ir.dynamo``), against eager.
+
+The seed's example (an op with only the torch fallback splits the graph into
+``thunder_0``, ``inductor_1``, ``thunder_2``), the project's Llama- and GPT-2-style models,
+graph breaks (``print``, ``if x.sum() > 0``, ``torch.no_grad()``), a mixture of experts
+with data-dependent routing, Hugging Face models, dynamic shapes, ``thunderfx``, the named
+backend and ``report``'s scripts. Every check compares outputs and gradients (``None``
+where eager has ``None``) with eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import models as M
+import pytest
+import torch
+from torch import nn
+
+import thunder_ir
+from thunder_ir.dynamo import (
+    SplitReasonType,
+    ThunderCompiler,
+    report,
+    thunderfx,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    """Dynamo keeps compiled frames per code object (and stops compiling a code object
+    after a few recompiles): each test starts from a clean slate."""
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    torch._dynamo.reset()
+
+
+def _close(a: Any, b: Any, what: str = "") -> None:
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=what or None)
+
+
+def _same_grads(model: nn.Module, eager: nn.Module) -> None:
+    for (k, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
+                              strict=True):
+        assert (p.grad is None) == (q.grad is None), f"{k}: None gradient differs"
+        if p.grad is not None:
+            _close(p.grad, q.grad, k)
+
+
+def _train_against_eager(model: nn.Module, inputs: Callable[[], dict[str, Any]],
+                         loss_of: Callable[[Any], torch.Tensor], steps: int = 2,
+                         **options: Any) -> ThunderCompiler:
+    """``steps`` training steps through ThunderCompiler and eager; returns the backend."""
+    eager = copy.deepcopy(model)
+    backend = ThunderCompiler(**options)
+    compiled = torch.compile(model, backend=backend)
+    for step in range(steps):
+        kw = inputs()
+        torch.manual_seed(step)
+        loss = loss_of(compiled(**kw))
+        loss.backward()
+        torch.manual_seed(step)
+        expected = loss_of(eager(**kw))
+        expected.backward()
+        _close(loss, expected, f"loss at step {step}")
+        _same_grads(model, eager)
+        model.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)
+    return backend
+
+
+# ---- the seed's example
+
+
+def foo(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    a = torch.sin(x)
+    return a + torch.sinc(a) + torch.cos(y)
+
+
+def test_seed_example_splits_around_the_fallback_op() -> None:
+    backend = ThunderCompiler()
+    opt_foo = torch.compile(foo, backend=backend)
+    x = torch.randn(4, 4, requires_grad=True)
+    y = torch.randn(4, 4, requires_grad=True)
+    out = opt_foo(x, y)
+    assert type(out.grad_fn).__name__ == "ThunderFunctionBackward"
+    xe, ye = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    expected = foo(xe, ye)
+    _close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    _close((x.grad, y.grad), (xe.grad, ye.grad))
+
+    assert len(backend.subgraph_infos) == 1
+    info = backend.subgraph_infos[0]
+    assert "torch.sinc" in str(info.original_graph_module)
+    assert len(info.submodule_to_compiled_functions) == 3
+    assert len(info.thunder_compiled_fns) == 2
+    printed = str(info.split_graph_module)
+    for part in ("(thunder_0): ThunderModule", "(inductor_1): OptimizedModule",
+                 "(thunder_2): ThunderModule", "self.thunder_0(", "self.inductor_1(",
+                 "self.thunder_2("):
+        assert part in printed, part
+    subgraphs = [str(g) for g in info.submodule_to_compiled_functions]
+    assert "torch.sin(" in subgraphs[0] and "torch.sinc(" in subgraphs[1]
+    assert "torch.cos(" in subgraphs[2]
+    (reason,) = info.split_reasons
+    assert reason.reason_type is SplitReasonType.MISSING_OP_SUPPORT
+    assert reason.reason_type.value == 2
+    assert "node with name: sinc" in reason.info and "sinc" in str(reason)
+    assert "automatic torch fallback" in reason.info and reason.exception is None
+
+    first, second = info.thunder_compiled_fns
+    assert "torch.sin(" in str(thunder_ir.last_traces(first)[-1])
+    assert "torch.cos(" in str(thunder_ir.last_backward_traces(first)[-1])
+    fwd2 = str(thunder_ir.last_traces(second)[-1])
+    assert "torch.cos(" in fwd2 and "torch.add(" in fwd2
+    assert "torch.sin(" in str(thunder_ir.last_backward_traces(second)[-1])
+
+
+def test_supported_graph_is_one_thunder_partition_called_without_the_prologue() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2 + x.exp()
+
+    backend = ThunderCompiler()
+    cf = torch.compile(f, backend=backend)
+    for _ in range(3):
+        x = torch.randn(3, 5, requires_grad=True)
+        out = cf(x)
+        _close(out, f(x))
+    (info,) = backend.subgraph_infos
+    (tm,) = info.thunder_compiled_fns
+    assert not info.split_reasons
+    # the first call compiled; the next two ran the program directly (Dynamo guarded them)
+    assert thunder_ir.cache_misses(tm) == 1 and thunder_ir.cache_hits(tm) == 0
+    with torch.no_grad():  # another grad mode: Dynamo recompiles, the program differs
+        _close(cf(x), f(x))
+
+
+def test_options_reach_thunder_and_inductor_partitions() -> None:
+    with pytest.raises(TypeError, match="unsupported options"):
+        ThunderCompiler(bogus=1)
+    backend = ThunderCompiler(remat="save-all", executors=["torch"],
+                              torch_inductor_options={"epilogue_fusion": False})
+    x = torch.randn(8, requires_grad=True)
+    out = torch.compile(lambda t: torch.sinc(t.sin()).cos(), backend=backend)(x)
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_()
+    torch.sinc(xe.sin()).cos().sum().backward()
+    _close(x.grad, xe.grad)
+    info = backend.subgraph_infos[0]
+    tm = info.thunder_compiled_fns[0]
+    assert tm._compiled.remat_policy.name == "save-all"
+    inductor = info.split_graph_module.inductor_1
+    assert isinstance(inductor, torch._dynamo.eval_frame.OptimizedModule)
+    assert backend.torch_inductor_options == {"epilogue_fusion": False}
+
+
+# ---- the project's models
+
+
+def test_llama_style_model_trains_as_eager() -> None:
+    torch.manual_seed(0)
+    model = M.LlamaGPT(M.Config())
+    backend = _train_against_eager(
+        model, lambda: {"idx": torch.randint(0, 96, (2, 16))},
+        lambda logits: logits.float().pow(2).mean())
+    (info,) = backend.subgraph_infos
+    assert len(info.thunder_compiled_fns) == 1 and not info.split_reasons
+
+
+def test_gpt2_style_model_trains_as_eager() -> None:
+    torch.manual_seed(0)
+    model = M.GPT2(M.Config())
+    _train_against_eager(
+        model, lambda: {"idx": torch.randint(0, 96, (2, 16)),
+                        "targets": torch.randint(0, 96, (2, 16))}, lambda out: out[1])
+
+
+class GraphBreaks(nn.Module):
+    """A print, a branch on a tensor's value and a no-grad block: Dynamo's graph breaks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        print("hidden norm computed")
+        if h.sum() > 0:
+            h = h * 2
+        else:
+            h = h - 1
+        with torch.no_grad():
+            scale = h.abs().mean()
+        return self.b(h) / (1 + scale)
+
+
+def test_graph_breaks_run_and_train_as_eager(capsys: pytest.CaptureFixture[str]) -> None:
+    torch.manual_seed(0)
+    model = GraphBreaks()
+    backend = _train_against_eager(model, lambda: {"x": torch.randn(4, 8)},
+                                   lambda y: y.pow(2).sum(), steps=3)
+    assert len(backend.subgraph_infos) >= 2  # Dynamo broke the graph
+    assert capsys.readouterr().out.count("hidden norm computed") == 6  # eager's 3 and ours
+    # the other branch
+    eager = copy.deepcopy(model)
+    with torch.no_grad():
+        model.a.bias.fill_(-100.0)
+        eager.a.bias.fill_(-100.0)
+    compiled = torch.compile(model, backend=ThunderCompiler())
+    x = torch.randn(4, 8)
+    _close(compiled(x), eager(x))
+
+
+class MoE(nn.Module):
+    """A mixture of experts routed with data-dependent shapes (``torch.where(mask)``)."""
+
+    def __init__(self, dim: int = 16, n_experts: int = 4, top_k: int = 2) -> None:
+        super().__init__()
+        self.gate = nn.Linear(dim, n_experts, bias=False)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.SiLU(),
+                                                   nn.Linear(2 * dim, dim))
+                                     for _ in range(n_experts))
+        self.top_k = top_k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        probs = self.gate(x).softmax(-1)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            token, slot = torch.where(chosen == i)
+            if token.numel() == 0:
+                continue
+            out = out.index_add(0, token, expert(x[token]) * weights[token, slot, None])
+        return out
+
+
+def test_mixture_of_experts_with_data_dependent_routing_trains_as_eager() -> None:
+    torch.manual_seed(0)
+    _train_against_eager(MoE(), lambda: {"x": torch.randn(10, 16)},
+                         lambda y: y.pow(2).sum())
+
+
+def test_in_place_write_to_another_partitions_result_goes_to_inductor() -> None:
+    def f(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        acc = torch.zeros_like(x) * x.sum()  # requires grad: not a leaf
+        (rows,) = torch.where(idx > 0)  # graph break: acc enters the next graph
+        acc.index_add_(0, rows, x[rows] * 2)
+        return acc.sin()
+
+    x = torch.randn(6, 3, requires_grad=True)
+    idx = torch.tensor([1, 0, 1, 1, 0, 1])
+    xe = x.detach().clone().requires_grad_()
+    out = torch.compile(f, backend=ThunderCompiler())(x, idx)
+    expected = f(xe, idx)
+    _close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    _close(x.grad, xe.grad)
+
+
+def test_jit_refuses_in_place_on_a_non_leaf_argument_clearly() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x * 3
+
+    a = torch.randn(3, requires_grad=True)
+    with pytest.raises(thunder_ir.ThunderTraceError,
+                       match=r"test_dynamo.py:\d+: in-place mul_ on an argument that requires "
+                             r"grad and is not a leaf"):
+        thunder_ir.jit(f)(a * 1)
+
+
+def test_data_dependent_error_points_at_the_backend() -> None:
+    def route(x: torch.Tensor) -> torch.Tensor:
+        (idx,) = torch.where(x > 0)
+        return x[idx]
+
+    with pytest.raises(thunder_ir.DataDependentError,
+                       match=r"backend=thunder_ir.dynamo.ThunderCompiler\(\)"):
+        thunder_ir.jit(route)(torch.randn(4))
+    x = torch.randn(8)
+    _close(torch.compile(route, backend=ThunderCompiler())(x), route(x))
+
+
+def test_dynamic_shapes_recompile_per_shape_and_match_eager() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x.sin() * x.shape[0]).reshape(-1, 2).sum(0)
+
+    backend = ThunderCompiler()
+    cf = torch.compile(f, backend=backend, dynamic=True)
+    for n in (4, 6, 8):
+        x = torch.randn(n, 2, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        out, expected = cf(x), f(xe)
+        _close(out, expected)
+        out.sum().backward()
+        expected.sum().backward()
+        _close(x.grad, xe.grad)
+
+
+# ---- one-call helper, named backend, report
+
+
+def test_thunderfx_and_the_named_backend() -> None:
+    torch.manual_seed(0)
+    model = M.LLaMAMLP(64, 172)
+    x = torch.randn(2, 4, 64, requires_grad=True)
+    cfx = thunderfx(model)
+    out = cfx(x)
+    _close(out, model(x))
+    out.sum().backward()
+    (fwd,) = cfx.last_traces
+    (bwd,) = cfx.last_backward_traces
+    assert "augmented_forward" in str(fwd) and "def backward" in str(bwd)
+    assert len(cfx.backend.subgraph_infos) == 1
+
+    torch._dynamo.reset()
+    named = torch.compile(model, backend="thunder_ir")
+    y = named(x)
+    _close(y, model(x))
+    assert type(y.grad_fn).__name__ == "ThunderFunctionBackward"
+
+
+def test_report_writes_scripts_that_reproduce_each_graph(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = GraphBreaks()
+    paths = report(model, torch.randn(4, 8), folder=tmp_path)
+    assert len(paths) >= 2
+    text = paths[0].read_text()
+    assert "class Graph(torch.nn.Module)" in text and "INPUTS = [" in text
+    for path in paths:
+        run = subprocess.run([sys.executable, str(path), "--no-benchmark"],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "thunder_ir matches eager" in run.stdout
+    seed = report(foo, torch.randn(4, 4, requires_grad=True), torch.randn(4, 4),
+                  folder=tmp_path / "seed")
+    text = seed[0].read_text()
+    assert "thunder_0, inductor_1, thunder_2" in text and "MISSING_OP_SUPPORT" in text
+    run = subprocess.run([sys.executable, str(seed[0])], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for label in ("eager", "inductor", "thunder_ir"):
+        assert f"{label}:" in run.stdout
+
+
+# ---- Hugging Face models
+
+
+T = pytest.importorskip("transformers", reason="transformers is in the test extra")
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert", "mixtral"])
+def test_hugging_face_family_trains_through_the_backend(family: str) -> None:
+    from test_hf_models import FAMILIES, L
+
+    build, inputs = FAMILIES[family]
+    torch.manual_seed(0)
+    model = build()
+    model.eval()
+    eager = copy.deepcopy(model)
+    kw = inputs(L)
+    with torch.no_grad():
+        _close(torch.compile(model, backend=ThunderCompiler())(**kw).logits,
+               eager(**kw).logits, "inference logits")
+    torch._dynamo.reset()
+    model.train()
+    _train_against_eager(model, lambda: inputs(L), lambda out: out.loss)

@@ -1,0 +1,197 @@
+"""``ThunderCompiler``: thunder_ir as a ``torch.compile`` backend.
+
+Dynamo hands the backend one FX graph per region between graph breaks. Each graph is split
+(`thunder_ir.dynamo.splitter`): what thunder_ir runs natively becomes a `ThunderModule`
+(``thunder_ir.jit`` of the partition's ``GraphModule``, traced by running its generated
+Python under thunder_ir's proxies); the rest is compiled by Inductor. The backend returns
+the split module, whose forward calls the partitions in order.
+
+Dynamo guards the graph's inputs (shapes, strides, dtypes, devices, requires_grad, grad
+mode, the Python state it read), so a partition whose inputs are all tensors runs its
+program after the first call without thunder_ir's own prologue: `_DynamoCompiled`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.fx import GraphModule
+from torch.fx._lazy_graph_module import _LazyGraphModule
+
+from thunder_ir.api import ThunderModule, _Compiled, jit
+from thunder_ir.dynamo.splitter import SplitReason, partition
+from thunder_ir.runtime.cache import unflatten_outputs
+
+
+class _DynamoCompiled(_Compiled):
+    """A partition's compiled program, called without the prologue once Dynamo guards it.
+
+    The first call (and any call whose grad mode differs from it) goes through the usual
+    keyed cache; then, while every argument is a tensor (a graph without symbolic sizes),
+    a call is the program itself: Dynamo has checked what the key would."""
+
+    _fast: tuple[bool, Any] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = self._fast
+        if fast is not None and not kwargs and torch.is_grad_enabled() is fast[0]:
+            entry = fast[1]
+            self.cache.last = entry
+            outs = entry.fn(*entry.gather(args))
+            if entry.writebacks or entry.replays:
+                self._write_back(entry, list(args), outs)
+            return unflatten_outputs(entry, outs)
+        out = super().__call__(*args, **kwargs)
+        if not kwargs and all(type(a) is torch.Tensor or isinstance(a, torch.nn.Parameter)
+                              for a in args):
+            self._fast = (torch.is_grad_enabled(), self.cache.last)
+        return out
+
+
+def _thunder_module(gm: GraphModule, options: dict[str, Any]) -> ThunderModule:
+    tm = jit(gm, **options)
+    compiled = tm._compiled
+    compiled.__class__ = _DynamoCompiled  # same state; calls take the guarded fast path
+    return tm
+
+
+@dataclasses.dataclass
+class SubgraphInfo:
+    """What ``ThunderCompiler`` made of one FX graph that Dynamo handed it.
+
+    Attributes:
+        original_graph_module: the graph as Dynamo gave it.
+        split_graph_module: the graph cut into ``thunder_i`` / ``inductor_i`` submodules,
+            each replaced by its compiled form (this is what runs).
+        thunder_compiled_fns: the `ThunderModule` of each ``thunder_i``, in order
+            (``thunder_ir.last_traces`` works on each).
+        submodule_to_compiled_functions: each partition's ``GraphModule`` -> what runs it.
+        split_reasons: why each node outside thunder_ir's partitions is there.
+    """
+
+    original_graph_module: GraphModule
+    split_graph_module: GraphModule
+    thunder_compiled_fns: list[ThunderModule]
+    submodule_to_compiled_functions: dict[GraphModule, Callable[..., Any]]
+    split_reasons: list[SplitReason]
+
+
+class ThunderCompiler:
+    """A ``torch.compile`` backend that runs what it can with ``thunder_ir.jit``.
+
+    ``torch.compile(model, backend=ThunderCompiler(**jit_options))``. Keyword arguments are
+    ``thunder_ir.jit``'s options (``executors``, ``transforms``, ``remat``), applied to
+    every thunder partition; ``torch_inductor_options`` is passed to Inductor (as
+    ``torch.compile(..., options=...)``) for the partitions thunder_ir does not support.
+
+    After a run, ``subgraph_infos`` holds a `SubgraphInfo` per graph Dynamo compiled.
+    """
+
+    def __init__(self, *, torch_inductor_options: dict[str, Any] | None = None,
+                 **thunder_options: Any) -> None:
+        jit(lambda: None, **thunder_options)  # invalid options fail here, not at run time
+        self.thunder_options = thunder_options
+        self.torch_inductor_options = dict(torch_inductor_options or {})
+        self.subgraph_infos: list[SubgraphInfo] = []
+
+    def __call__(self, gm: GraphModule, sample_args: Sequence[Any]) -> Callable[..., Any]:
+        split_gm, kinds, reasons = partition(gm)
+        original = {name: getattr(split_gm, name) for name in kinds}
+        compiled: dict[GraphModule, Callable[..., Any]] = {}
+        thunder_fns: list[ThunderModule] = []
+        for name, on_thunder in kinds.items():
+            sub = original[name]
+            # A lazy GraphModule generates its code on first use, per class: do it now, on
+            # the module itself, so that tracing's copy of it does not do it alone.
+            _LazyGraphModule.force_recompile(sub)
+            fn: torch.nn.Module
+            if on_thunder:
+                fn = _thunder_module(sub, self.thunder_options)
+                thunder_fns.append(fn)  # type: ignore[arg-type]
+            else:
+                fn = torch.compile(sub, backend="inductor",  # type: ignore[assignment]
+                                   options=self.torch_inductor_options or None)
+            compiled[sub] = fn
+            setattr(split_gm, name, fn)
+        self.subgraph_infos.append(SubgraphInfo(
+            gm, split_gm, thunder_fns, compiled, list(reasons.values())))
+        return split_gm
+
+
+class ThunderFXCompiledObject:
+    """What `thunderfx` returns: the ``torch.compile``d callable and its backend.
+
+    Attributes:
+        backend: the `ThunderCompiler` (``subgraph_infos`` after a call).
+        compiled: the ``torch.compile`` result that a call runs.
+    """
+
+    def __init__(self, fn: Callable[..., Any], backend: ThunderCompiler,
+                 torch_compile_options: dict[str, Any]) -> None:
+        self._fn = fn
+        self.backend = backend
+        self.compiled = torch.compile(fn, backend=backend, **torch_compile_options)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled(*args, **kwargs)
+
+    @property
+    def thunder_fns(self) -> list[ThunderModule]:
+        """Every thunder partition of every graph, in the order Dynamo compiled them."""
+        return [f for info in self.backend.subgraph_infos for f in info.thunder_compiled_fns]
+
+    @property
+    def last_traces(self) -> list[Any]:
+        """The forward execution trace that ran last in each thunder partition."""
+        from thunder_ir.api import last_traces
+
+        return [last_traces(f)[-1] for f in self._ran()]
+
+    @property
+    def last_backward_traces(self) -> list[Any]:
+        """The backward execution trace of each thunder partition that has one."""
+        from thunder_ir.api import last_backward_traces
+
+        return [t[-1] for t in (last_backward_traces(f) for f in self._ran()) if t]
+
+    def _ran(self) -> list[ThunderModule]:
+        fns = [f for f in self.thunder_fns if f._compiled.cache.last is not None]
+        if not fns:
+            raise RuntimeError("no traces yet: call the compiled function first")
+        return fns
+
+
+def thunderfx(fn: Callable[..., Any], *, torch_inductor_options: dict[str, Any] | None = None,
+              **options: Any) -> ThunderFXCompiledObject:
+    """``torch.compile(fn, backend=ThunderCompiler(...))`` in one call.
+
+    Args:
+        fn: a function or ``nn.Module``.
+        torch_inductor_options: Inductor's options for the partitions thunder_ir does not
+            run.
+        options: ``thunder_ir.jit`` options, plus ``torch.compile``'s own ``dynamic``,
+            ``fullgraph`` and ``mode``-free arguments (``dynamic=``, ``fullgraph=``).
+
+    Returns:
+        A callable whose ``last_traces`` / ``last_backward_traces`` list the execution
+        trace that ran last in each of its thunder partitions, and whose
+        ``backend.subgraph_infos`` describe every graph.
+    """
+    compile_options: dict[str, Any] = {k: options.pop(k) for k in ("dynamic", "fullgraph")
+                                       if k in options}
+    backend = ThunderCompiler(torch_inductor_options=torch_inductor_options, **options)
+    return ThunderFXCompiledObject(fn, backend, compile_options)
+
+
+def thunder_backend(gm: GraphModule, example_inputs: Sequence[Any],
+                    options: dict[str, Any] | None = None, **_: Any) -> Callable[..., Any]:
+    """The ``torch.compile(backend="thunder_ir")`` entry point; ``options=`` are
+    `ThunderCompiler`'s keyword arguments."""
+    return ThunderCompiler(**(options or {}))(gm, example_inputs)
+
+
+__all__ = ["SubgraphInfo", "ThunderCompiler", "ThunderFXCompiledObject", "thunder_backend",
+           "thunderfx"]
