@@ -4,7 +4,10 @@ From the traced program to generated code, every step is a ``ModulePass`` over o
 of named functions, each registered by name (``thunder-ir-opt -p`` runs any of them)::
 
     >>> print(pipeline_spec(jit_pipeline(JitOptions(executors=("torch",)))))
-    strip-autograd,claim{executors=torch},decompose-ltorch,cse,dce,lower-claimed{executors=torch},lower-to-torch,del-last-used{executors=torch}
+    strip-autograd,claim,decompose-ltorch,cse,dce,lower-claimed{executors="torch"},
+    lower-to-torch,del-last-used{executors="torch"}
+
+(one line; ``claim``'s default executors are ``("torch",)``).
 
 Training (``JitOptions(training=True, ...)``) begins with ``decompose-for-grad``,
 ``autodiff`` and ``remat-split``, which leaves ``@augmented_forward`` and ``@backward`` in
