@@ -79,3 +79,18 @@ def test_opt_replays_what_jit_runs_for_training(tmp_path: Path,
     got = _replay(fwd[0].mlir(), pipeline_spec(passes), tmp_path, capsys)
     assert got == {**_functions(fwd[-1].mlir()), **_functions(bwd[-1].mlir())}
     assert set(got) == {"augmented_forward", "backward"}
+
+
+def test_training_steps_are_dumped_and_verified(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("THUNDER_IR_DUMP", "1")
+    monkeypatch.setenv("THUNDER_IR_VERIFY", "1")
+    jf = thunder_ir.jit(lambda x: (x.sin() * x).sum())
+    x = torch.randn(3, requires_grad=True)
+    jf(x).backward()
+    err = capsys.readouterr().err
+    for name in ("decompose-for-grad", "autodiff", "remat-split", "lower-to-torch",
+                 "del-last-used"):
+        assert f"// ----- IR after {name} (" in err
+    assert "func.func @joint(" in err and "func.func @backward(" in err
+    torch.testing.assert_close(x.grad, x.detach().sin() + x.detach() * x.detach().cos())
