@@ -49,7 +49,13 @@ from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_functi
 from thunder_ir.dialects.base import Emitter, OperandRef, ShapeError, ThunderOp, group, to_attr
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
-from thunder_ir.dialects.torch import CallOp, make_call, meta_call
+from thunder_ir.dialects.torch import (  # torch_name: also re-exported from here
+    CallOp,
+    UnnamedCallableError,
+    make_call,
+    meta_call,
+    torch_name,
+)
 from thunder_ir.dialects.types import (
     NumberType,
     TensorType,
@@ -761,9 +767,6 @@ def getter(name: str) -> Any:
 
 
 _COMPUTED_GETTERS = {getter(n) for n in ("T", "mT", "H", "mH", "real", "imag", "data")}
-_GETTER_NAMES = {getter("real"): "torch.real", getter("imag"): "torch.imag",
-                 getter("H"): "torch.Tensor.adjoint", getter("mH"): "torch.Tensor.adjoint"}
-"""Computed properties without a handler, recorded as the torch function they equal."""
 METADATA: set[Any] = {
     torch.device,  # constructing one (FX code spells device constants as device(...))
     _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,
@@ -853,50 +856,6 @@ class TraceMode(TorchFunctionMode):
 
 # --------------------------------------------------------------------------- fallback
 
-_TORCH_NAMES: dict[int, str] = {}
-
-
-def torch_name(func: Any) -> str:
-    """The import path of a torch callable (``torch.nn.functional.linear``,
-    ``torch.ops.aten.add.Tensor``)."""
-    if not _TORCH_NAMES:
-        for mod_name, namespace in (("torch.nn.functional", torch.nn.functional),
-                                    ("torch.special", torch.special), ("torch.fft", torch.fft),
-                                    ("torch.linalg", torch.linalg), ("torch", torch)):
-            for k in dir(namespace):
-                if k.startswith("__"):
-                    continue
-                try:
-                    obj = getattr(namespace, k)
-                except Exception:
-                    continue
-                if callable(obj):
-                    _TORCH_NAMES.setdefault(id(obj), f"{mod_name}.{k}")
-        for k in dir(torch.Tensor):
-            obj = getattr(torch.Tensor, k, None)
-            if callable(obj):
-                _TORCH_NAMES.setdefault(id(obj), f"torch.Tensor.{k}")
-        import operator
-
-        _TORCH_NAMES[id(operator.getitem)] = "operator.getitem"  # not `_operator.getitem`
-    name = _TORCH_NAMES.get(id(func))
-    if name is None:
-        if func in _GETTER_NAMES:
-            return _GETTER_NAMES[func]
-        if isinstance(func, torch._ops.OpOverload):
-            name = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}"
-        elif isinstance(func, torch._ops.OpOverloadPacket):
-            name = f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
-        else:
-            mod = getattr(func, "__module__", None)
-            qual: Any = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-            if not mod or not qual or "<" in qual:
-                raise ThunderTraceError(f"cannot name torch function {func!r}")
-            name = f"{mod}.{qual}"
-        _TORCH_NAMES[id(func)] = name
-    return name
-
-
 _NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
 """In-place methods whose same-named out-of-place function means something else."""
 
@@ -908,7 +867,10 @@ def fallback(ctx: TraceContext, func: Any, args: Sequence[Any], kwargs: dict[str
     Result types, the result structure (a named tuple, ``None`` entries) and which results
     require grad come from running the function on meta tensors; a caller that knows the
     one result's type (a meta kernel that would read a tensor's value) passes it."""
-    name = torch_name(func)
+    try:
+        name = torch_name(func)
+    except UnnamedCallableError as e:
+        raise ThunderTraceError(str(e)) from None
     if (name.endswith("_") and not name.endswith("__") and args and is_proxy(args[0])
             and name.startswith(("torch.Tensor.", "torch."))):
         owner, _, short = name.rpartition(".")
