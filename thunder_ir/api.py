@@ -576,6 +576,15 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
         A drop-in replacement that traces on the first call with new input metadata and
         then runs the cached program.
     """
+    return build(fn, _Compiled, executors=executors, transforms=transforms, remat=remat,
+                 **options)
+
+
+def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[_Compiled], *,
+          executors: Sequence[Any] | None = None, transforms: Sequence[Any] | None = None,
+          remat: Any = "auto", **options: Any) -> Any:
+    """`jit` with the compiled callable of class ``cls`` (a `_Compiled`; the torch.compile
+    backend's partitions use one that skips the prologue Dynamo makes redundant)."""
     if options:
         raise TypeError(f"jit() got unsupported options: {', '.join(options)}")
     from thunder_ir.passes.remat import POLICIES, RematPolicy
@@ -588,12 +597,12 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
     elif not isinstance(remat, RematPolicy):
         raise TypeError(f"remat must be a policy name or a RematPolicy, got {remat!r}")
     if isinstance(fn, torch.nn.Module):
-        compiled = _Compiled(None, fn, executors, transforms)
+        compiled = cls(None, fn, executors, transforms)
         compiled.remat_policy = remat
         return ThunderModule(fn, compiled)
     if not callable(fn):
         raise TypeError(f"jit() expects a function or an nn.Module, got {type(fn).__name__}")
-    compiled = _Compiled(fn, None, executors, transforms)
+    compiled = cls(fn, None, executors, transforms)
     compiled.remat_policy = remat
     functools.update_wrapper(compiled, fn)  # type: ignore[arg-type]
     return compiled
