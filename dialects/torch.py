@@ -77,6 +77,77 @@ def resolve_callee(path: str) -> Callable[..., Any]:
     raise ImportError(f"cannot resolve torch.call callee {path!r}")
 
 
+class UnnamedCallableError(ValueError):
+    """A callable has no import path a ``torch.call`` could name."""
+
+
+_TORCH_NAMES: dict[int, str] = {}
+_GETTER_NAMES: dict[Any, str] = {
+    getattr(torch.Tensor, p).__get__: n for p, n in (
+        ("real", "torch.real"), ("imag", "torch.imag"), ("H", "torch.Tensor.adjoint"),
+        ("mH", "torch.Tensor.adjoint"))}
+"""Computed Tensor properties without a handler, named as the torch function they equal."""
+
+
+def torch_name(func: Any) -> str:
+    """The import path of a torch callable (``torch.nn.functional.linear``,
+    ``torch.ops.aten.add.Tensor``): the inverse of `resolve_callee`.
+
+    Raises:
+        UnnamedCallableError: ``func`` has no importable name.
+    """
+    if not _TORCH_NAMES:
+        for mod_name, namespace in (("torch.nn.functional", torch.nn.functional),
+                                    ("torch.special", torch.special), ("torch.fft", torch.fft),
+                                    ("torch.linalg", torch.linalg), ("torch", torch)):
+            for k in dir(namespace):
+                if k.startswith("__"):
+                    continue
+                try:
+                    obj = getattr(namespace, k)
+                except Exception:
+                    continue
+                if callable(obj):
+                    _TORCH_NAMES.setdefault(id(obj), f"{mod_name}.{k}")
+        for k in dir(torch.Tensor):
+            obj = getattr(torch.Tensor, k, None)
+            if callable(obj):
+                _TORCH_NAMES.setdefault(id(obj), f"torch.Tensor.{k}")
+        import operator
+
+        _TORCH_NAMES[id(operator.getitem)] = "operator.getitem"  # not `_operator.getitem`
+    name = _TORCH_NAMES.get(id(func))
+    if name is None:
+        if func in _GETTER_NAMES:
+            return _GETTER_NAMES[func]
+        if isinstance(func, torch._ops.OpOverload):
+            name = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}"
+        elif isinstance(func, torch._ops.OpOverloadPacket):
+            name = f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
+        else:
+            mod = getattr(func, "__module__", None)
+            qual: Any = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+            if not mod or not qual or "<" in qual:
+                raise UnnamedCallableError(f"cannot name torch function {func!r}")
+            name = f"{mod}.{qual}"
+        _TORCH_NAMES[id(func)] = name
+    return name
+
+
+OPERAND = "$operand"
+"""Tag of an encoded operand reference: ``("$operand", i)`` stands for input ``i``."""
+
+
+def encode_refs(value: Any, tag: str = OPERAND) -> Any:
+    """Replaces each `OperandRef` inside a static argument by ``(tag, i)`` (what
+    ``thunder_ir.runtime.autograd_fallback.call_with_grad`` reads)."""
+    if isinstance(value, OperandRef):
+        return (tag, int(value))
+    if isinstance(value, tuple | list):
+        return tuple(encode_refs(v, tag) for v in value)
+    return value
+
+
 def substitute(value: Any, operands: Sequence[Any]) -> Any:
     """Replaces every `OperandRef` inside a static argument by the operand it names."""
     if isinstance(value, OperandRef):

@@ -25,13 +25,19 @@ import builtins
 import functools
 import itertools
 import linecache
+import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 import torch
+from xdsl.context import Context
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects import ltorch as ltorch_dialect
 from thunder_ir.dialects import prims as prims_dialect
@@ -40,6 +46,8 @@ from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.program import main_function
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.lowering.python_printer import CODEGEN_MODULE, print_python, sanitize
+from thunder_ir.lowering.regions import compile_kernels
+from thunder_ir.passes.claim import resolve, spec_with_names
 from thunder_ir.runtime.interpreter import run_block
 
 GENERATED_MODULE = "thunder_ir.generated"
@@ -164,7 +172,7 @@ def no_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def compile_program(
-    module: ModuleOp,
+    module: ModuleOp | func.FuncOp,
     kernels: Mapping[str, Callable[..., Any]] | None = None,
     *,
     header: str | None = None,
@@ -185,7 +193,7 @@ def compile_program(
     Raises:
         ValueError: two fusion regions share a kernel name and no kernel is given for it.
     """
-    fn_op = main_function(module)
+    fn_op = module if isinstance(module, func.FuncOp) else main_function(module)
     given = dict(kernels or {})
     made: dict[str, RegionOp] = {}
     scope: dict[str, Any] = {"__name__": GENERATED_MODULE, "__builtins__": builtins}
@@ -204,7 +212,7 @@ def compile_program(
                 scope[name] = interpreted_kernel(op)
         elif isinstance(op, ThunderOp) and not isinstance(op, CallOp):
             bind_op(type(op))
-    source = print_python(module, header, free_after_last_use=True)
+    source = print_python(fn_op, header, free_after_last_use=True)
     fn_name = sanitize(fn_op.sym_name.data)
     filename = f"<thunder_ir generated {fn_name} #{next(_COUNTER)}>"
     code = compile(source, filename, "exec")
@@ -215,8 +223,46 @@ def compile_program(
     return fn, source
 
 
+@dataclass(frozen=True)
+class DelLastUsedPass(ModulePass):
+    """Code generation: each function of the program becomes Python source (freeing each
+    value after its last use) and the function it defines, its fusion regions compiled by
+    their executors. The IR is left as it is; ``programs`` holds, per function name,
+    ``(fn, source, seconds)``.
+
+    Args:
+        executors: the executors in use (objects or names): the fusion executors compile
+            the regions.
+    """
+
+    name = "del-last-used"
+    executors: tuple[Any, ...] = ()
+    programs: dict[str, tuple[Callable[..., Any], str, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        executors = resolve(self.executors)
+        fusion = any(e.is_fusion for e in executors)
+        for fn_op in op.ops:
+            if not isinstance(fn_op, func.FuncOp):
+                continue
+            start = time.perf_counter()
+            kernels = compile_kernels(fn_op, executors) if fusion else {}
+            fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER)
+            self.programs[fn_op.sym_name.data] = (fn, source, time.perf_counter() - start)
+
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        return spec_with_names(self, include_default=include_default)
+
+
+CODEGEN_HEADER = "# Constructed by del-last-used (Python code generation)"
+"""The first line of generated source."""
+
+
 __all__ = [
+    "CODEGEN_HEADER",
     "GENERATED_MODULE",
+    "DelLastUsedPass",
     "NAMESPACES",
     "bind_op",
     "compile_program",

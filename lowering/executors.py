@@ -34,8 +34,11 @@ from xdsl.pattern_rewriter import (
     PatternRewriteWalker,
     RewritePattern,
 )
+from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.passes.claim import EXECUTOR_LOOKUPS, resolve, spec_with_names
+from thunder_ir.passes.vjp import EXECUTOR_VJP_RULES
 
 
 class Executor:
@@ -112,9 +115,19 @@ def register_executor(ex: Executor, *, default: bool = False, priority: int | No
                       ) -> Executor:
     """Registers an executor by name; ``default=True`` adds it to the default list."""
     _REGISTRY[ex.name] = ex
+    publish_vjp_rules(ex)
     if default and ex.name not in _DEFAULT_ORDER:
         _DEFAULT_ORDER.insert(len(_DEFAULT_ORDER) if priority is None else priority, ex.name)
     return ex
+
+
+def publish_vjp_rules(ex: Executor) -> None:
+    """Enters ``ex``'s own VJP rules (an overridden ``vjp_rule``) in the VJP table's
+    executor entries (`thunder_ir.passes.vjp.EXECUTOR_VJP_RULES`), under its name."""
+    if type(ex).vjp_rule is not Executor.vjp_rule:
+        EXECUTOR_VJP_RULES[ex.name] = ex.vjp_rule
+    elif EXECUTOR_VJP_RULES.get(ex.name) is not None:
+        del EXECUTOR_VJP_RULES[ex.name]
 
 
 def get_executor(name: str) -> Executor:
@@ -160,6 +173,7 @@ def resolve_executors(executors: Any) -> list[Executor]:
     for e in out:
         if not isinstance(e, Executor):
             raise TypeError(f"executors must be Executor objects or names, got {e!r}")
+        publish_vjp_rules(e)
         if not e.is_available():
             raise ValueError(f"executor {e.name!r} cannot run on this machine "
                              "(its package or device is missing)")
@@ -172,6 +186,7 @@ def resolve_executors(executors: Any) -> list[Executor]:
 
 
 _LOADED = [False]
+EXECUTOR_LOOKUPS.append(get_executor)  # passes name executors; this registry resolves them
 
 
 def _load_builtin() -> None:
@@ -225,12 +240,16 @@ class LowerClaimedPass(ModulePass):
     that executor returns; the rest are left for ``lower-to-torch``."""
 
     name = "lower-claimed"
-    executors: tuple[Executor, ...] = ()
+    executors: tuple[Any, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        custom = {e.name: e for e in self.executors if type(e).lower is not Executor.lower}
+        custom = {e.name: e for e in resolve(self.executors)
+                  if type(e).lower is not Executor.lower}
         if not custom:
             return
         PatternRewriteWalker(GreedyRewritePatternApplier([_LowerClaimed(custom)],
                                                          dce_enabled=False),
                              apply_recursively=False).rewrite_module(op)
+
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        return spec_with_names(self, include_default=include_default)

@@ -20,7 +20,7 @@ run without grad): a call costs a few µs, with no guards and no runtime wrapper
 kernel is specialized to its inputs' strides, so each stride layout gets its own compiled
 variant. Compiling is slow (about a second per region
 on 2 CPU cores; Inductor's on-disk FX graph cache makes a later process load it instead),
-so `thunder_ir.passes.fuse.compile_kernels` caches kernels by the region's structure: the
+so `thunder_ir.lowering.regions.compile_kernels` caches kernels by the region's structure: the
 repeated layers of a model compile once. Should tracing or Inductor fail on a region, that
 region runs the Python function eagerly, with a warning.
 

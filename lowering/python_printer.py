@@ -482,7 +482,7 @@ def _walk(op: Operation) -> Iterable[Operation]:
 
 
 def print_python(
-    module: ModuleOp,
+    module: ModuleOp | func.FuncOp,
     header: str | None = None,
     *,
     free_after_last_use: bool = False,
@@ -501,7 +501,7 @@ def print_python(
         The source text, ending in a newline. Executing it defines the function, given
         the fusion kernels it calls as globals.
     """
-    fn = main_function(module)
+    fn = module if isinstance(module, func.FuncOp) else main_function(module)
     return _PythonPrinter(fn, locations=locations).print(header, free_after_last_use)
 
 

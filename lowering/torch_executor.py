@@ -1,11 +1,10 @@
 """The torch executor: it claims ltorch ops it runs directly and lowers ops to torch calls.
 
-Two passes:
-
-* ``claim-torch`` marks (``claimed = "torch"``) the ltorch ops this executor implements
-  with one torch call, so ``decompose-ltorch`` leaves them whole. Without fusion, one eager
-  kernel (``F.softmax``) beats the five prims it decomposes into, so by default the torch
-  executor claims every ltorch op it has a direct implementation for; ``claims`` narrows it.
+* Claiming (the ``claim`` pass, `thunder_ir.passes.claim`) marks (``claimed = "torch"``)
+  the ltorch ops this executor implements with one torch call, so ``decompose-ltorch``
+  leaves them whole. Without fusion, one eager kernel (``F.softmax``) beats the five prims
+  it decomposes into, so by default the torch executor claims every ltorch op it has a
+  direct implementation for; ``claims`` narrows it.
 * ``lower-to-torch`` rewrites each remaining ``ltorch``/``prims`` op into a ``torch.call``:
   the op's torch function when its reference *is* that call (``torch.exp(t0)``,
   ``torch.nn.functional.linear(x, w, None)``), else the op's reference implementation,
@@ -17,12 +16,12 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -35,8 +34,9 @@ from xdsl.pattern_rewriter import (
 import thunder_ir.lowering
 from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
 from thunder_ir.dialects.fusion import RegionOp
-from thunder_ir.dialects.torch import CallOp, make_call
+from thunder_ir.dialects.torch import CallOp, make_call, torch_name
 from thunder_ir.lowering.executors import Executor
+from thunder_ir.passes.claim import ClaimPass  # noqa: F401  (its home before passes/claim.py)
 
 # Generated code reaches reference implementations through this module's attributes.
 torch_ops = types.ModuleType(
@@ -107,8 +107,6 @@ def lower_op(op: ThunderOp) -> CallOp:
     params = {k: _shift_refs(v, variadic_start) for k, v in op.params().items()}
     direct = direct_call(op, args, params)
     if direct is not None:
-        from thunder_ir.frontend.fallback import torch_name
-
         callee = torch_name(type(op).TORCH_FN)  # type: ignore[attr-defined]
         args, params = direct
         defaults = getattr(type(op), "DEFAULTS", {})
@@ -161,43 +159,6 @@ class TorchExecutor(Executor):
         if self.claims is not None:
             return self.claims(op)
         return getattr(type(op), "TORCH_FN", None) is not None
-
-
-class _Claim(RewritePattern):
-    def __init__(self, executors: tuple[Any, ...]) -> None:
-        self.executors = executors
-
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        from thunder_ir.dialects.ltorch_base import LtorchOp
-
-        if not isinstance(op, LtorchOp) or "claimed" in op.attributes:
-            return
-        for ex in self.executors:
-            if ex.can_claim(op):
-                # An executor may replace what it claims (thunder_ir.extend's execution
-                # transforms): ``expand(op) -> (ops, results) | None``. The walker does not
-                # revisit inserted ops, so they are claimed here.
-                new = ex.expand(op)
-                if new is None:
-                    op.attributes["claimed"] = StringAttr(ex.name)
-                    rewriter.has_done_action = True
-                    return
-                new_ops, results = new
-                rewriter.replace(op, new_ops, results)
-                for o in new_ops:
-                    self.match_and_rewrite(o, rewriter)
-                return
-
-
-@dataclass(frozen=True)
-class ClaimPass(ModulePass):
-    """Executors, in priority order, claim the ltorch ops they run whole."""
-
-    name = "claim"
-    executors: tuple[Any, ...] = field(default_factory=lambda: (TorchExecutor(),))
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(_Claim(self.executors), apply_recursively=False).rewrite_module(op)
 
 
 class _Lower(RewritePattern):

@@ -21,13 +21,14 @@ Steps (each a function here; `thunder_ir.api` records a trace after each):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -35,15 +36,18 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 from xdsl.traits import is_side_effect_free
+from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import TensorType
+from thunder_ir.passes.claim import executor_spec, spec_with_names
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 from thunder_ir.passes.strip_autograd import strip_autograd
 from thunder_ir.passes.vjp import (
+    EXECUTOR_VJP_RULES,
     NOT_DIFFERENTIABLE,
     Cotangents,
     Grad,
@@ -152,11 +156,12 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
                 executors: Sequence[Any] = ()) -> Joint:
     """Builds the joint forward/backward program (see the module doc).
 
-    ``executors`` (in priority order) may supply their own rule for an op through
-    ``vjp_rule(op)``; otherwise the VJP table's rule applies.
+    ``executors`` (objects or names, in priority order) may supply their own rule for an
+    op (their entries in `EXECUTOR_VJP_RULES`); otherwise the VJP table's rule applies.
     """
     rules = load_vjp_rules()
-    overriding = [e for e in executors if type(e).vjp_rule is not _base_vjp_rule()]
+    overriding = [EXECUTOR_VJP_RULES[n] for n in executor_spec(executors)
+                  if n in EXECUTOR_VJP_RULES]
     fwd = main_function(module)
     block = fwd.body.block
     ret = block.last_op
@@ -200,7 +205,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
         if modified is not None:  # eager's backward of this op raises: so does ours
             rule = raising_rule(modified.data)  # type: ignore[attr-defined]
         else:
-            rule = next((r for e in overriding if (r := e.vjp_rule(op)) is not None), None) \
+            rule = next((r for lookup in overriding if (r := lookup(op)) is not None), None) \
                 or rules.get(type(op))
         if rule is None:
             if type(op) in NOT_DIFFERENTIABLE:
@@ -231,12 +236,6 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
     strip_autograd(joint)
     return Joint(joint, len(block.args), len(outs), n_fwd - n_markers, grad_inputs,
                  ct_outputs, reaches)
-
-
-def _base_vjp_rule() -> Any:
-    from thunder_ir.lowering.executors import Executor
-
-    return Executor.vjp_rule
 
 
 # --------------------------------------------------------------------------- 3. split
@@ -323,3 +322,128 @@ def run_autodiff(module: ModuleOp, requires_grad: Sequence[bool], policy: Any = 
     """Joint then split, for a program whose ltorch ops already have rules or prims."""
     joint = build_joint(module, requires_grad, executors)
     return joint, split(joint, policy)
+
+
+# --------------------------------------------------------------------------- the passes
+#
+# The program is one module. Before ``autodiff`` it holds the traced function; ``autodiff``
+# replaces it by ``@joint`` (its layout in ``thunder.*`` attributes), and ``remat-split``
+# replaces that by ``@augmented_forward`` and ``@backward``, which every later pass and the
+# code generation handle function by function.
+
+FORWARD = "augmented_forward"
+"""The name of the training program's forward function."""
+BACKWARD = "backward"
+"""The name of the training program's backward function."""
+_JOINT_ATTRS = ("n_inputs", "n_outputs", "n_forward_ops", "grad_inputs", "ct_outputs",
+                "reaches")
+
+
+def _replace_function(module: ModuleOp, old: func.FuncOp, new: Sequence[func.FuncOp]) -> None:
+    """Puts ``new`` (functions of other modules) where ``old`` was, and erases ``old``."""
+    block = module.body.block
+    for fn in new:
+        fn.detach()
+        block.insert_op_before(fn, old)
+    block.erase_op(old)
+
+
+def _set_layout(fn: func.FuncOp, layout: dict[str, Any]) -> None:
+    from thunder_ir.dialects.base import to_attr
+
+    for k, v in layout.items():
+        fn.attributes[f"thunder.{k}"] = to_attr(v)
+
+
+def layout_of(fn: func.FuncOp) -> dict[str, Any]:
+    """The ``thunder.*`` attributes of a function, as Python values (``n_inputs`` ...)."""
+    from thunder_ir.dialects.base import from_attr
+
+    return {k.removeprefix("thunder."): from_attr(v) for k, v in fn.attributes.items()
+            if k.startswith("thunder.")}
+
+
+def joint_of(module: ModuleOp) -> Joint:
+    """The `Joint` that ``autodiff`` left in ``module`` (its ``@joint`` function)."""
+    fn = main_function(module)
+    lay = layout_of(fn)
+    missing = [k for k in _JOINT_ATTRS if k not in lay]
+    if fn.sym_name.data != "joint" or missing:
+        raise ValueError("remat-split needs the @joint function autodiff makes "
+                         f"(missing: {', '.join(missing) or 'the function'})")
+    return Joint(module, lay["n_inputs"], lay["n_outputs"], lay["n_forward_ops"],
+                 list(lay["grad_inputs"]), list(lay["ct_outputs"]),
+                 [tuple(r) for r in lay["reaches"]])
+
+
+@dataclass(frozen=True)
+class DecomposeForGradPass(ModulePass):
+    """Decomposes the ltorch ops that have no direct VJP rule into prims."""
+
+    name = "decompose-for-grad"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        decompose_for_grad(op)
+
+
+@dataclass(frozen=True)
+class AutodiffPass(ModulePass):
+    """Replaces the program's function by the joint forward/backward ``@joint``.
+
+    Args:
+        requires_grad: per function argument, whether it requires grad (empty: all do).
+        executors: executors (objects or names) whose own VJP rules apply.
+    """
+
+    name = "autodiff"
+    requires_grad: tuple[bool, ...] = ()
+    executors: tuple[Any, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fn = main_function(op)
+        rg = self.requires_grad or (True,) * len(fn.args)
+        joint = build_joint(op, rg, self.executors)
+        jfn = main_function(joint.module)
+        _set_layout(jfn, {"n_inputs": joint.n_inputs, "n_outputs": joint.n_outputs,
+                          "n_forward_ops": joint.n_forward_ops,
+                          "grad_inputs": tuple(joint.grad_inputs),
+                          "ct_outputs": tuple(joint.ct_outputs),
+                          "reaches": tuple(joint.reaches)})
+        _replace_function(op, fn, [jfn])
+
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        return spec_with_names(self, include_default=include_default)
+
+
+@dataclass(frozen=True)
+class RematSplitPass(ModulePass):
+    """Splits ``@joint`` into ``@augmented_forward`` and ``@backward`` with a remat plan.
+
+    Args:
+        policy: a remat policy name (``auto``, ``min-cut``, ``save-all``) or a
+            `thunder_ir.passes.remat.RematPolicy`.
+        executors: the executors in use (objects or names; ``auto`` asks their fusers).
+    """
+
+    name = "remat-split"
+    policy: Any = "auto"
+    executors: tuple[Any, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from thunder_ir.passes.claim import resolve
+        from thunder_ir.passes.remat import POLICIES
+
+        policy = POLICIES[self.policy] if isinstance(self.policy, str) else self.policy
+        joint = joint_of(op)
+        parts = split(joint, policy.bound(resolve(self.executors)))
+        fwd, bwd = main_function(parts.forward), main_function(parts.backward)
+        _set_layout(bwd, {"n_inputs": joint.n_inputs, "n_outputs": joint.n_outputs,
+                          "n_residuals": parts.n_residuals,
+                          "grad_inputs": tuple(joint.grad_inputs),
+                          "ct_outputs": tuple(joint.ct_outputs),
+                          "reaches": tuple(joint.reaches)})
+        _replace_function(op, main_function(op), [fwd, bwd])
+
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        policy = self.policy if isinstance(self.policy, str) else self.policy.name
+        return spec_with_names(replace(self, policy=policy), include_default=include_default)

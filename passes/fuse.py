@@ -3,8 +3,9 @@
 Why this pass exists: run eagerly, every prim is its own kernel that reads its inputs from
 memory and writes its result back. A fusion executor (Inductor, nvFuser, Triton) compiles a
 group of elementwise, shape and reduction ops into one kernel that keeps the intermediates
-in registers and cache. This pass decides the groups; `compile_kernels` has each region's
-executor compile it, once per distinct region.
+in registers and cache. This pass decides the groups; the lowering
+(`thunder_ir.lowering.regions.compile_kernels`) has each region's executor compile it,
+once per distinct region.
 
 Rules (see ``docs/fusion.md``):
 
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import heapq
 import re
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,13 +52,14 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.traits import IsTerminator, is_side_effect_free
+from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
-from thunder_ir.dialects.program import main_function
 from thunder_ir.dialects.traits import computes_nothing
+from thunder_ir.passes.claim import resolve, spec_with_names
 
 FALLBACK_EXECUTOR = "torch"
 """The executor that runs what nobody else does. It comes last in priority, so a fusion
@@ -92,17 +93,12 @@ class FusePass(ModulePass):
             if isinstance(fn, func.FuncOp):
                 fuse_block(fn.body.block, executors, self.min_size)
 
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        return spec_with_names(self, include_default=include_default)
+
 
 def _fusion_executors(executors: Iterable[Any]) -> tuple[Any, ...]:
-    out = []
-    for e in executors:
-        if isinstance(e, str):
-            from thunder_ir.lowering.executors import get_executor
-
-            e = get_executor(e)
-        if e.is_fusion:
-            out.append(e)
-    return tuple(out)
+    return tuple(e for e in resolve(executors) if e.is_fusion)
 
 
 # --------------------------------------------------------------------------- grouping
@@ -480,99 +476,9 @@ def prims_body(region: RegionOp) -> Block:
     return block
 
 
-# --------------------------------------------------------------------------- kernels
-
-
-def region_key(region: RegionOp) -> tuple[Any, ...]:
-    """A structural key of a region: equal keys compute the same function.
-
-    It covers the executor, the input types and each body op's name, properties, result
-    types and which earlier values it reads; names, source locations and the kernel name
-    do not count, so the repeated layers of a model share one key.
-    """
-    body = region.body.block
-    num: dict[SSAValue, int] = {a: i for i, a in enumerate(body.args)}
-    outer: dict[SSAValue, Any] = {}
-    items: list[Any] = [region.executor.data, tuple(a.type for a in body.args)]
-    for op in body.ops:
-        reads = tuple(num[v] if v in num else _outer_key(v, outer) for v in op.operands)
-        items.append(
-            (
-                op.name,
-                tuple(sorted(op.properties.items())),
-                reads,
-                tuple(r.type for r in op.results),
-            )
-        )
-        for r in op.results:
-            num[r] = len(num)
-    return tuple(items)
-
-
-def _outer_key(v: SSAValue, memo: dict[SSAValue, Any]) -> Any:
-    """The key of a value a region reads from outside without passing it in (CSE can
-    replace a region's constant by an equal one outside): its defining ops' structure."""
-    hit = memo.get(v)
-    if hit is None:
-        owner = v.owner
-        if not isinstance(owner, Operation):
-            raise ValueError("fusion.region reads a block argument from outside its body")
-        hit = (
-            "outer",
-            owner.name,
-            tuple(sorted(owner.properties.items())),
-            tuple(_outer_key(o, memo) for o in owner.operands),
-            tuple(r.type for r in owner.results),
-            owner.results.index(v),
-        )
-        memo[v] = hit
-    return hit
-
-
-_KERNELS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Callable[..., Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def compile_kernels(module: ModuleOp, executors: Sequence[Any]) -> dict[str, Callable[..., Any]]:
-    """Compiles every ``fusion.region`` of a program with the executor it names.
-
-    Kernels are cached per executor by `region_key`, across programs: identical regions
-    (the layers of a model, the same region in two compilations) compile once.
-
-    Args:
-        module: the program.
-        executors: the executors in use; a region naming another executor is left to the
-            code generator's interpreter.
-
-    Returns:
-        Kernel name -> callable taking the region's inputs and returning its output (one)
-        or a tuple of outputs (several), as `thunder_ir.lowering.codegen` calls them.
-    """
-    by_name = {e.name: e for e in executors if e.is_fusion}
-    kernels: dict[str, Callable[..., Any]] = {}
-    for op in main_function(module).body.block.ops:
-        if not isinstance(op, RegionOp):
-            continue
-        ex = by_name.get(op.executor.data)
-        if ex is None:
-            continue
-        cache = _KERNELS.get(ex)
-        if cache is None:
-            cache = _KERNELS[ex] = {}
-        key = region_key(op)
-        fn = cache.get(key)
-        if fn is None:
-            fn = cache[key] = ex.compile_region(op)
-        kernels[op.kernel.data] = fn
-    return kernels
-
-
 __all__ = [
     "FALLBACK_EXECUTOR",
     "FusePass",
-    "compile_kernels",
     "fuse_block",
     "plan_groups",
-    "region_key",
 ]

@@ -40,7 +40,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from thunder_ir.passes.registry import make_passes
-from thunder_ir.trace import Trace
+from thunder_ir.passes.trace import Trace
 
 VERIFY_ENV = "THUNDER_IR_VERIFY"
 DUMP_ENV = "THUNDER_IR_DUMP"
@@ -218,6 +218,56 @@ def dump_hook(stream: TextIO | None = None) -> Hook:
     return dump
 
 
+# --------------------------------------------------------------------------- functions
+
+
+@dataclass(frozen=True)
+class OnEachFunction(ModulePass):
+    """Runs a pass on each function of the program as a module of its own, then verifies
+    the program; it shows under the pass's own name.
+
+    A program is one module of named functions (``@computation``; in training
+    ``@augmented_forward`` and ``@backward``). A user pass is written for a module with one
+    function (``main_function``): this runs it once per function, as ``jit`` always has.
+
+    Args:
+        pass_: the pass.
+        functions: the names of the functions it runs on (empty: every function).
+        verify: verify the program after the pass (a broken result names the pass).
+    """
+
+    name = "on-each-function"
+    pass_: ModulePass
+    functions: tuple[str, ...] = ()
+    verify: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.pass_.name)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from xdsl.dialects import func
+
+        fns = [f for f in op.ops if isinstance(f, func.FuncOp)
+               and (not self.functions or f.sym_name.data in self.functions)]
+        if len(fns) == 1 and fns[0] is op.body.block.first_op is op.body.block.last_op:
+            self.pass_.apply(ctx, op)
+        else:
+            block = op.body.block
+            for fn in fns:
+                after = fn.next_op
+                fn.detach()
+                alone = ModuleOp([fn])
+                self.pass_.apply(ctx, alone)
+                for new in list(alone.ops):
+                    new.detach()
+                    if after is None:
+                        block.add_op(new)
+                    else:
+                        block.insert_op_before(new, after)
+        if self.verify:
+            verify_module(op, self.pass_.name)
+
+
 # --------------------------------------------------------------------------- pipeline
 
 
@@ -323,6 +373,7 @@ __all__ = [
     "DUMP_ENV",
     "VERIFY_ENV",
     "Hook",
+    "OnEachFunction",
     "PassVerificationError",
     "Pipeline",
     "TraceRecorder",

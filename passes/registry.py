@@ -41,6 +41,16 @@ _BUILTINS: dict[str, str] = {
     "dce": "thunder_ir.passes.cse_dce:DCEPass",
     "canonicalize": "thunder_ir.passes.canonicalize:CanonicalizePass",
     "strip-autograd": "thunder_ir.passes.strip_autograd:StripAutogradPass",
+    "claim": "thunder_ir.passes.claim:ClaimPass",
+    "fuse": "thunder_ir.passes.fuse:FusePass",
+    "decompose-for-grad": "thunder_ir.passes.autodiff:DecomposeForGradPass",
+    "autodiff": "thunder_ir.passes.autodiff:AutodiffPass",
+    "remat-split": "thunder_ir.passes.autodiff:RematSplitPass",
+    # The lowering's passes, named here (not imported) so that every step of `jit` has a
+    # name in `thunder-ir-opt` and in pipeline specs.
+    "lower-claimed": "thunder_ir.lowering.executors:LowerClaimedPass",
+    "lower-to-torch": "thunder_ir.lowering.torch_executor:LowerToTorchPass",
+    "del-last-used": "thunder_ir.lowering.codegen:DelLastUsedPass",
 }
 
 _FACTORIES: dict[str, type[ModulePass] | PassFactory] = {}

@@ -583,7 +583,7 @@ HANDLE_VJP = "thunder_ir.runtime.autograd_fallback.handle_vjp"
 def _static_args(op: CallOp) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]:
     """The call's args and kwargs with every `OperandRef` encoded for `call_with_grad`
     (which substitutes its own differentiable copies of the inputs)."""
-    from thunder_ir.runtime.autograd_fallback import encode_refs
+    from thunder_ir.dialects.torch import encode_refs
 
     args = encode_refs(from_attr(op.args))
     kwargs = () if op.kwargs is None else tuple(

@@ -28,24 +28,10 @@ from typing import Any
 
 import torch
 
-from thunder_ir.dialects.base import OperandRef
-from thunder_ir.dialects.torch import resolve_callee
-
-OPERAND = "$operand"
-"""Tag of an encoded operand reference: ``("$operand", i)`` stands for input ``i``."""
-
+from thunder_ir.dialects.torch import OPERAND, encode_refs, resolve_callee
 
 COPIED = "$copied"
 """The tag `call_on_copies` uses, so that a `call_with_grad` around it leaves its refs."""
-
-
-def encode_refs(value: Any, tag: str = OPERAND) -> Any:
-    """Replaces each `OperandRef` ``i`` inside a static argument by ``(tag, i)``."""
-    if isinstance(value, OperandRef):
-        return (tag, int(value))
-    if isinstance(value, tuple | list):
-        return tuple(encode_refs(v, tag) for v in value)
-    return value
 
 
 def decode_refs(value: Any, inputs: Sequence[Any], tag: str = OPERAND) -> Any:

@@ -37,7 +37,8 @@ from thunder_ir.lowering.codegen import compile_program
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.lowering.inductor_executor import region_program
 from thunder_ir.lowering.python_printer import print_python
-from thunder_ir.passes.fuse import FusePass, compile_kernels, fuse_block, region_key
+from thunder_ir.lowering.regions import compile_kernels, region_key
+from thunder_ir.passes.fuse import FusePass, fuse_block
 from thunder_ir.passes.pipeline import verify_module
 from thunder_ir.runtime.interpreter import run
 

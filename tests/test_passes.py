@@ -91,8 +91,10 @@ class EntryPointPass(ModulePass):
 
 
 def test_builtin_passes_are_registered() -> None:
-    assert {"decompose-ltorch", "cse", "dce", "canonicalize"} <= set(registry.available_passes())
-    for n in ("decompose-ltorch", "cse", "dce", "canonicalize"):
+    assert {"decompose-ltorch", "cse", "dce", "canonicalize", "claim", "fuse", "lower-claimed",
+            "lower-to-torch", "decompose-for-grad", "autodiff", "remat-split",
+            "del-last-used"} <= set(registry.available_passes())
+    for n in registry.available_passes():
         cls = registry.get_pass(n)
         assert issubclass(cls, ModulePass) and cls.name == n
 
@@ -102,7 +104,9 @@ def test_unknown_pass_lists_the_available_ones() -> None:
         registry.get_pass("cs")
     msg = str(e.value)
     assert "unknown pass 'cs'" in msg and "Did you mean 'cse'" in msg
-    assert "canonicalize, cse, dce, decompose-ltorch" in msg
+    assert ("autodiff, canonicalize, claim, cse, dce, decompose-for-grad, decompose-ltorch, "
+            "del-last-used, fuse, lower-claimed, lower-to-torch, remat-split, "
+            "strip-autograd") in msg
 
 
 def test_register_pass_by_call() -> None:

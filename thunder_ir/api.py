@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from xdsl.context import Context
+from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -29,7 +30,10 @@ from xdsl.pattern_rewriter import (
 
 from thunder_ir.dialects.program import main_function
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
-from thunder_ir.passes.pipeline import Pipeline
+from thunder_ir.lowering.codegen import DelLastUsedPass
+from thunder_ir.passes.autodiff import BACKWARD, FORWARD, layout_of
+from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot
+from thunder_ir.pipeline import JitOptions, jit_pipeline
 from thunder_ir.runtime.cache import (
     CACHE_CAPACITY,
     RECOMPILE_LIMIT,
@@ -98,39 +102,51 @@ def _user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModuleP
     return out
 
 
-def run_pipeline(module: ModuleOp, executors: Sequence[Any],
-                 user: dict[str, list[ModulePass]] | None = None) -> list[Trace]:
-    """Runs the program pipeline on ``module``; returns a trace per pass.
+class _Recorder:
+    """The hook that records the traces of a `jit_pipeline` run: one per pass, split by
+    function once the program holds a forward and a backward (``last_traces`` shows
+    ``@augmented_forward``, ``last_backward_traces`` ``@backward``). Code generation's
+    traces are made from its results afterwards (`_final_traces`)."""
 
-    strip-autograd (autodiff's markers, when nothing differentiates them) -> claim
-    (operator executors) -> decompose what nobody claimed -> [user "prims" passes]
-    -> cse -> dce -> fuse (fusion executors) -> [user "fusion" passes] -> lower-claimed
-    (executors' own lowerings) -> lower-to-torch. User passes always run verified: a pass
-    that breaks the IR raises an error naming it and the op.
-    """
-    from thunder_ir.lowering.executors import LowerClaimedPass
-    from thunder_ir.lowering.torch_executor import ClaimPass, LowerToTorchPass
-    from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
-    from thunder_ir.passes.registry import get_pass
-    from thunder_ir.passes.strip_autograd import StripAutogradPass
+    def __init__(self, passes: Sequence[ModulePass], forward: list[Trace]) -> None:
+        self._passes = iter(passes)
+        self.forward = forward
+        self.backward: list[Trace] = []
 
-    user = user or {}
-    traces = Pipeline([StripAutogradPass(), ClaimPass(tuple(executors)),
-                       DecomposeLtorchPass()]).run(module)
-    if user.get("prims"):
-        traces += Pipeline(user["prims"], verify=True).run(module)
-    # Clean up while ops are still Pure ltorch/prims ops (torch.call is opaque to CSE/DCE):
-    # VJP rules leave unused values behind, and repeated subexpressions should fuse once.
-    traces += Pipeline([get_pass("cse")(), get_pass("dce")()]).run(module)
-    fusion = tuple(e for e in executors if e.is_fusion)
-    if fusion:
-        from thunder_ir.passes.fuse import FusePass
+    def __call__(self, pass_name: str, module: ModuleOp, duration_s: float) -> None:
+        p = next(self._passes)
+        if isinstance(p, DelLastUsedPass):
+            return
+        if len(module.body.block.ops) == 1:
+            self.forward.append(Trace(snapshot(module), pass_name, duration_s))
+            return
+        only = p.functions if isinstance(p, OnEachFunction) else ()
+        for fn in list(snapshot(module).ops):
+            if not isinstance(fn, func.FuncOp) or (only and fn.sym_name.data not in only):
+                continue
+            fn.detach()
+            out = self.backward if fn.sym_name.data == BACKWARD else self.forward
+            out.append(Trace(ModuleOp([fn]), pass_name, duration_s))
 
-        traces += Pipeline([FusePass(fusion)]).run(module)
-    if user.get("fusion"):
-        traces += Pipeline(user["fusion"], verify=True).run(module)
-    traces += Pipeline([LowerClaimedPass(tuple(executors)), LowerToTorchPass()]).run(module)
-    return traces
+
+def _final_traces(module: ModuleOp, codegen: DelLastUsedPass, recorder: _Recorder
+                  ) -> dict[str, tuple[Callable[..., Any], func.FuncOp]]:
+    """Appends each function's execution trace (its generated source) to its list;
+    returns ``name -> (generated function, function op)``."""
+    fns = [f for f in module.ops if isinstance(f, func.FuncOp)]
+    out: dict[str, tuple[Callable[..., Any], func.FuncOp]] = {}
+    for f in fns:
+        name = f.sym_name.data
+        fn, source, t = codegen.programs[name]
+        if len(fns) > 1:
+            f.detach()
+            ir = ModuleOp([f])
+        else:
+            ir = module
+        target = recorder.backward if name == BACKWARD else recorder.forward
+        target.append(Trace(ir, "del-last-used", t, final=True, source=source))
+        out[name] = (fn, f)
+    return out
 
 
 class _Compiled:
@@ -317,54 +333,26 @@ class _Compiled:
                 target = leaves[kind[1]] if kind[0] == "arg" else state[kind[1]]
                 target.copy_(outs_t[idx])
 
-    def _codegen(self, module: Any) -> tuple[Callable[..., Any], str, float]:
-        from thunder_ir.lowering.codegen import compile_program
-
-        t = time.perf_counter()
-        kernels: dict[str, Callable[..., Any]] = {}
-        if any(e.is_fusion for e in self.executors):
-            from thunder_ir.passes.fuse import compile_kernels
-
-            kernels = compile_kernels(module, self.executors)
-        fn, source = compile_program(module, kernels=kernels, header=_codegen_header())
-        return fn, source, time.perf_counter() - t
-
-    def _compile_training(self, traced: TracedProgram, traces: list[Trace],
+    def _compile_training(self, traced: TracedProgram, programs: dict[str, Any],
+                          traces: list[Trace], bwd_traces: list[Trace],
                           state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
-        """Autodiff, remat and split, then each half through the inference pipeline."""
-        from thunder_ir.passes.autodiff import build_joint, decompose_for_grad, split
+        """The entry of a training program (``@augmented_forward`` and ``@backward``)."""
         from thunder_ir.runtime.autograd import TrainingProgram, make_runner
 
-        module = traced.module
-        t = time.perf_counter()
-        decompose_for_grad(module)
-        traces.append(Trace(module.clone(), "decompose-for-grad", time.perf_counter() - t))
-        t = time.perf_counter()
-        joint = build_joint(module, traced.input_requires_grad, self.executors)
-        traces.append(Trace(joint.module.clone(), "autodiff", time.perf_counter() - t))
-        t = time.perf_counter()
-        parts = split(joint, self.remat_policy.bound(self.executors))
-        dt = time.perf_counter() - t
-        traces.append(Trace(parts.forward.clone(), "remat-split", dt))
-        bwd_traces = [Trace(parts.backward.clone(), "remat-split", dt)]
-        traces += run_pipeline(parts.forward, self.executors, self.user)
-        fwd_fn, fwd_src, t = self._codegen(parts.forward)
-        traces.append(Trace(parts.forward, "del-last-used", t, final=True, source=fwd_src))
-        if self.user["backward"]:
-            bwd_traces += Pipeline(self.user["backward"], verify=True).run(parts.backward)
-        bwd_traces += run_pipeline(parts.backward, self.executors, self.user)
-        bwd_fn, bwd_src, t = self._codegen(parts.backward)
-        bwd_traces.append(Trace(parts.backward, "del-last-used", t, final=True,
-                                source=bwd_src))
-        n_out = joint.n_outputs
-        out_types = main_function(joint.module).function_type.outputs.data
+        fwd_fn, fwd_op = programs[FORWARD]
+        bwd_fn, bwd_op = programs[BACKWARD]
+        lay = layout_of(bwd_op)
+        n_out = lay["n_outputs"]
+        ct_outputs, grad_inputs = list(lay["ct_outputs"]), list(lay["grad_inputs"])
+        out_types = fwd_op.function_type.outputs.data
         prog = TrainingProgram(
-            forward=fwd_fn, backward=bwd_fn, n_inputs=joint.n_inputs, n_outputs=n_out,
-            n_residuals=parts.n_residuals, grad_inputs=joint.grad_inputs,
-            ct_outputs=joint.ct_outputs,
-            nondiff_outputs=[i for i in range(n_out) if i not in joint.ct_outputs],
-            backward_n_outputs=len(joint.grad_inputs), reaches=joint.reaches,
-            ct_meta=[(t.sizes, t.dtype, t.dev) for t in (out_types[i] for i in joint.ct_outputs)])
+            forward=fwd_fn, backward=bwd_fn, n_inputs=lay["n_inputs"], n_outputs=n_out,
+            n_residuals=lay["n_residuals"], grad_inputs=grad_inputs,
+            ct_outputs=ct_outputs,
+            nondiff_outputs=[i for i in range(n_out) if i not in ct_outputs],
+            backward_n_outputs=len(grad_inputs),
+            reaches=[tuple(r) for r in lay["reaches"]],
+            ct_meta=[(t.sizes, t.dtype, t.dev) for t in (out_types[i] for i in ct_outputs)])
         return Entry(
             fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
             gather=_make_gather(traced, state),
@@ -389,14 +377,21 @@ class _Compiled:
         traced = trace_program(fn, args, kwargs, self.module, state)
         traces = [Trace(traced.module.clone(), "trace", time.perf_counter() - t0)]
         module = traced.module
-        if self.user["ltorch"]:
-            traces += Pipeline(self.user["ltorch"], verify=True).run(module)
-        if any(traced.output_requires_grad):
-            return self._compile_training(traced, traces, state, pro), traced
-        traces += run_pipeline(module, self.executors, self.user)
-        fn_, source, t = self._codegen(module)
-        traces.append(Trace(module, "del-last-used", t, final=True, source=source))
-        n_out = len(main_function(module).function_type.outputs)
+        training = any(traced.output_requires_grad)
+        passes = jit_pipeline(JitOptions(
+            executors=tuple(self.executors), training=training,
+            requires_grad=tuple(traced.input_requires_grad), remat=self.remat_policy,
+            user=self.user))
+        recorder = _Recorder(passes, traces)
+        Pipeline(passes, record=False, hooks=[recorder]).run(module)
+        codegen = passes[-1]
+        assert isinstance(codegen, DelLastUsedPass)
+        programs = _final_traces(module, codegen, recorder)
+        if training:
+            return self._compile_training(traced, programs, traces, recorder.backward,
+                                          state, pro), traced
+        fn_, fn_op = programs[main_function(module).sym_name.data]
+        n_out = len(fn_op.function_type.outputs)
         if traced.detach_outputs:
             fn_ = _detaching(fn_, traced.detach_outputs, n_out)
         return Entry(
@@ -450,10 +445,6 @@ def _detaching(fn: Callable[..., Any], positions: Sequence[int], n_out: int
         return tuple(outs)
 
     return run
-
-
-def _codegen_header() -> str:
-    return "# Constructed by del-last-used (Python code generation)"
 
 
 def _single_output(traced: TracedProgram, n_outputs: int) -> bool:
@@ -585,6 +576,15 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
         A drop-in replacement that traces on the first call with new input metadata and
         then runs the cached program.
     """
+    return build(fn, _Compiled, executors=executors, transforms=transforms, remat=remat,
+                 **options)
+
+
+def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[_Compiled], *,
+          executors: Sequence[Any] | None = None, transforms: Sequence[Any] | None = None,
+          remat: Any = "auto", **options: Any) -> Any:
+    """`jit` with the compiled callable of class ``cls`` (a `_Compiled`; the torch.compile
+    backend's partitions use one that skips the prologue Dynamo makes redundant)."""
     if options:
         raise TypeError(f"jit() got unsupported options: {', '.join(options)}")
     from thunder_ir.passes.remat import POLICIES, RematPolicy
@@ -597,12 +597,12 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
     elif not isinstance(remat, RematPolicy):
         raise TypeError(f"remat must be a policy name or a RematPolicy, got {remat!r}")
     if isinstance(fn, torch.nn.Module):
-        compiled = _Compiled(None, fn, executors, transforms)
+        compiled = cls(None, fn, executors, transforms)
         compiled.remat_policy = remat
         return ThunderModule(fn, compiled)
     if not callable(fn):
         raise TypeError(f"jit() expects a function or an nn.Module, got {type(fn).__name__}")
-    compiled = _Compiled(fn, None, executors, transforms)
+    compiled = cls(fn, None, executors, transforms)
     compiled.remat_policy = remat
     functools.update_wrapper(compiled, fn)  # type: ignore[arg-type]
     return compiled
@@ -654,6 +654,6 @@ def cache_misses(f: Any) -> int:
     return _compiled_of(f).cache.stats.misses
 
 
-__all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform", "run_pipeline",
+__all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform",
            "transform", "cache_hits", "cache_misses", "jit",
            "last_backward_traces", "last_prologue_traces", "last_traces"]

@@ -36,9 +36,15 @@ class PythonTarget(Target):
     name: ClassVar[str] = "python"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        from xdsl.dialects import func
+
         from thunder_ir.lowering.python_printer import print_python
 
-        output.write(print_python(module))
+        fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
+        if len(fns) > 1:  # a training program: each function in turn
+            output.write("\n\n".join(print_python(f) for f in fns))
+        else:
+            output.write(print_python(module))
 
 
 class ThunderIROptMain(xDSLOptMain):

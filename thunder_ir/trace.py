@@ -1,43 +1,13 @@
-"""`Trace`: one snapshot of a program, as the pass that made it left it.
+"""`Trace`: one snapshot of a program (see `thunder_ir.passes.trace`).
 
-``str(trace)`` prints the program as Python source in the reference system's style
-(``t3 = prims.mul(t1, t2)  # t3: "cpu f32[8, 784]"``); ``trace.mlir()`` prints MLIR text
-that parses back to the same IR; ``trace.ir`` is the xDSL module itself.
+Importing this module installs the lowering's Python printer, so ``str(trace)`` prints
+the program as Python source.
 """
 
-from __future__ import annotations
+from thunder_ir.lowering.python_printer import print_python
+from thunder_ir.passes.trace import PYTHON_PRINTERS, Trace
 
-from dataclasses import dataclass
+if print_python not in PYTHON_PRINTERS:
+    PYTHON_PRINTERS.append(print_python)
 
-from xdsl.dialects.builtin import ModuleOp
-
-
-@dataclass
-class Trace:
-    """A program snapshot: its IR, the pass that produced it and how long that took."""
-
-    ir: ModuleOp
-    pass_name: str = "trace"
-    duration_s: float = 0.0
-    final: bool = False  # the execution trace: prints with `del` after last uses
-    source: str | None = None  # for the execution trace: the exact source that runs
-
-    def mlir(self) -> str:
-        """MLIR text of the program (parses back with `thunder_ir.dialects.program.parse`)."""
-        return str(self.ir)
-
-    def python(self) -> str:
-        """The program as Python source (what ``str(trace)`` returns)."""
-        from thunder_ir.lowering.python_printer import print_python
-
-        header = (f"# Constructed by {self.pass_name} "
-                  f"(took {self.duration_s * 1000:.0f} milliseconds)")
-        if self.source is not None:
-            return self.source
-        return print_python(self.ir, header=header, free_after_last_use=self.final)
-
-    def __str__(self) -> str:
-        return self.python()
-
-    def __repr__(self) -> str:
-        return self.python()
+__all__ = ["Trace"]

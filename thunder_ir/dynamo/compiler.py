@@ -21,7 +21,7 @@ import torch
 from torch.fx import GraphModule
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from thunder_ir.api import ThunderModule, _Compiled, jit
+from thunder_ir.api import ThunderModule, _Compiled, build, jit
 from thunder_ir.dynamo.splitter import SplitReason, partition
 from thunder_ir.runtime.cache import unflatten_outputs
 
@@ -52,10 +52,7 @@ class _DynamoCompiled(_Compiled):
 
 
 def _thunder_module(gm: GraphModule, options: dict[str, Any]) -> ThunderModule:
-    tm = jit(gm, **options)
-    compiled = tm._compiled
-    compiled.__class__ = _DynamoCompiled  # same state; calls take the guarded fast path
-    return tm
+    return build(gm, _DynamoCompiled, **options)  # type: ignore[no-any-return]
 
 
 @dataclasses.dataclass

@@ -2,8 +2,9 @@
 
 `fallback` is the handler of every torch callable the table does not name (and of calls a
 handler gives up on with `UseFallback`). The result types, the result structure and which
-results require grad come from running the function on meta tensors. It writes through the
-`Builder` interface, like every handler.
+results require grad come from running the function on meta tensors; the callee is named by
+`thunder_ir.dialects.torch.torch_name`. It writes through the `Builder` interface, like
+every handler.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from xdsl.ir import Attribute, SSAValue
 
 from thunder_ir.dialects.base import OperandRef, to_attr
-from thunder_ir.dialects.torch import make_call, meta_call
+from thunder_ir.dialects.torch import UnnamedCallableError, make_call, meta_call, torch_name
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend.builder import Builder, differentiable
 from thunder_ir.frontend.errors import (
@@ -26,51 +27,6 @@ from thunder_ir.frontend.errors import (
     where,
 )
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
-from thunder_ir.frontend.table import GETTER_NAMES
-
-_TORCH_NAMES: dict[int, str] = {}
-
-
-def torch_name(func: Any) -> str:
-    """The import path of a torch callable (``torch.nn.functional.linear``,
-    ``torch.ops.aten.add.Tensor``)."""
-    if not _TORCH_NAMES:
-        for mod_name, namespace in (("torch.nn.functional", torch.nn.functional),
-                                    ("torch.special", torch.special), ("torch.fft", torch.fft),
-                                    ("torch.linalg", torch.linalg), ("torch", torch)):
-            for k in dir(namespace):
-                if k.startswith("__"):
-                    continue
-                try:
-                    obj = getattr(namespace, k)
-                except Exception:
-                    continue
-                if callable(obj):
-                    _TORCH_NAMES.setdefault(id(obj), f"{mod_name}.{k}")
-        for k in dir(torch.Tensor):
-            obj = getattr(torch.Tensor, k, None)
-            if callable(obj):
-                _TORCH_NAMES.setdefault(id(obj), f"torch.Tensor.{k}")
-        import operator
-
-        _TORCH_NAMES[id(operator.getitem)] = "operator.getitem"  # not `_operator.getitem`
-    name = _TORCH_NAMES.get(id(func))
-    if name is None:
-        if func in GETTER_NAMES:
-            return GETTER_NAMES[func]
-        if isinstance(func, torch._ops.OpOverload):
-            name = f"torch.ops.{func.namespace}.{func._opname}.{func._overloadname}"
-        elif isinstance(func, torch._ops.OpOverloadPacket):
-            name = f"torch.ops.{func._qualified_op_name.replace('::', '.')}"
-        else:
-            mod = getattr(func, "__module__", None)
-            qual: Any = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-            if not mod or not qual or "<" in qual:
-                raise ThunderTraceError(f"cannot name torch function {func!r}")
-            name = f"{mod}.{qual}"
-        _TORCH_NAMES[id(func)] = name
-    return name
-
 
 _NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
 """In-place methods whose same-named out-of-place function means something else."""
@@ -83,7 +39,10 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
     Result types, the result structure (a named tuple, ``None`` entries) and which results
     require grad come from running the function on meta tensors; a caller that knows the
     one result's type (a meta kernel that would read a tensor's value) passes it."""
-    name = torch_name(func)
+    try:
+        name = torch_name(func)
+    except UnnamedCallableError as e:
+        raise ThunderTraceError(str(e)) from None
     if (name.endswith("_") and not name.endswith("__") and args and is_proxy(args[0])
             and name.startswith(("torch.Tensor.", "torch."))):
         owner, _, short = name.rpartition(".")
@@ -245,4 +204,4 @@ def _is_data_dependent(e: Exception) -> bool:
 # --------------------------------------------------------------------------- entry point
 
 
-__all__ = ["CALL_ON_COPIES", "fallback", "torch_name"]
+__all__ = ["CALL_ON_COPIES", "fallback"]

@@ -34,9 +34,6 @@ def getter(name: str) -> Any:
 
 
 COMPUTED_GETTERS = {getter(n) for n in ("T", "mT", "H", "mH", "real", "imag", "data")}
-GETTER_NAMES = {getter("real"): "torch.real", getter("imag"): "torch.imag",
-                getter("H"): "torch.Tensor.adjoint", getter("mH"): "torch.Tensor.adjoint"}
-"""Computed properties without a handler, recorded as the torch function they equal."""
 METADATA: set[Any] = {
     torch.device,  # constructing one (FX code spells device constants as device(...))
     _T.size, _T.dim, _T.numel, _T.nelement, _T.ndimension, _T.__len__, _T.is_floating_point,

@@ -1,0 +1,54 @@
+"""`Trace`: one snapshot of a program, as the pass that made it left it.
+
+``str(trace)`` prints the program as Python source in the reference system's style
+(``t3 = prims.mul(t1, t2)  # t3: "cpu f32[8, 784]"``); ``trace.mlir()`` prints MLIR text
+that parses back to the same IR; ``trace.ir`` is the xDSL module itself.
+
+The pipeline records traces (`thunder_ir.passes.pipeline`); the Python printer belongs to
+the lowering, which installs it in `PYTHON_PRINTERS` (``thunder_ir.trace`` does so when
+``thunder_ir`` is imported), so that recording a trace needs nothing from the lowering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import ModuleOp
+
+PYTHON_PRINTERS: list[Callable[..., str]] = []
+"""``print(module, header=..., free_after_last_use=...) -> source``; the last one prints."""
+
+
+@dataclass
+class Trace:
+    """A program snapshot: its IR, the pass that produced it and how long that took."""
+
+    ir: ModuleOp
+    pass_name: str = "trace"
+    duration_s: float = 0.0
+    final: bool = False  # the execution trace: prints with `del` after last uses
+    source: str | None = None  # for the execution trace: the exact source that runs
+
+    def mlir(self) -> str:
+        """MLIR text of the program (parses back with `thunder_ir.dialects.program.parse`)."""
+        return str(self.ir)
+
+    def python(self) -> str:
+        """The program as Python source (what ``str(trace)`` returns)."""
+        if self.source is not None:
+            return self.source
+        if not PYTHON_PRINTERS:
+            return self.mlir()
+        header = (f"# Constructed by {self.pass_name} "
+                  f"(took {self.duration_s * 1000:.0f} milliseconds)")
+        return PYTHON_PRINTERS[-1](self.ir, header=header, free_after_last_use=self.final)
+
+    def __str__(self) -> str:
+        return self.python()
+
+    def __repr__(self) -> str:
+        return self.python()
+
+
+__all__ = ["PYTHON_PRINTERS", "Trace"]

@@ -1,0 +1,96 @@
+"""The pipeline ``jit`` runs is `jit_pipeline`'s list of registered passes: printed as a
+spec, ``thunder-ir-opt -p`` replays it on the traced program's IR, and ``last_traces``
+shows a trace per pass under the same names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from xdsl.dialects import func
+
+import thunder_ir
+from thunder_ir.dialects.program import parse
+from thunder_ir.lowering.executors import resolve_executors
+from thunder_ir.opt import main
+from thunder_ir.passes.registry import get_pass, make_passes
+from thunder_ir.pipeline import JitOptions, jit_pipeline, pipeline_spec
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 16)
+        self.proj = torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(torch.nn.functional.gelu(self.fc(x))).softmax(-1)
+
+
+def _functions(text: str) -> dict[str, str]:
+    return {f.sym_name.data: str(f) for f in parse(text).ops if isinstance(f, func.FuncOp)}
+
+
+def _replay(mlir: str, spec: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+            ) -> dict[str, str]:
+    src = tmp_path / "trace0.mlir"
+    src.write_text(mlir)
+    capsys.readouterr()
+    assert main(["-p", spec, str(src)]) in (0, None)
+    return _functions(capsys.readouterr().out)
+
+
+def test_every_pass_of_the_jit_pipeline_is_registered() -> None:
+    ex = tuple(resolve_executors(None))
+    for training in (False, True):
+        passes = jit_pipeline(JitOptions(executors=ex, training=training,
+                                         requires_grad=(True,)))
+        spec = pipeline_spec(passes)
+        assert [type(p) for p in make_passes(spec)] == [type(p) for p in passes]
+        assert all(get_pass(p.name) is type(p) for p in passes)
+
+
+def test_opt_replays_what_jit_runs_for_inference(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    m = MLP().eval().requires_grad_(False)
+    jm = thunder_ir.jit(m)
+    jm(torch.randn(2, 8))
+    traces = thunder_ir.last_traces(jm)
+    passes = jit_pipeline(JitOptions(executors=tuple(resolve_executors(None))))
+    assert [t.pass_name for t in traces] == ["trace", *(p.name for p in passes)]
+    got = _replay(traces[0].mlir(), pipeline_spec(passes), tmp_path, capsys)
+    assert got == _functions(traces[-1].mlir())
+
+
+def test_opt_replays_what_jit_runs_for_training(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    m = MLP()
+    jm = thunder_ir.jit(m)
+    x = torch.randn(2, 8)
+    jm(x).sum().backward()
+    fwd, bwd = thunder_ir.last_traces(jm), thunder_ir.last_backward_traces(jm)
+    rg = (False, *(True for _ in m.parameters()))
+    passes = jit_pipeline(JitOptions(executors=tuple(resolve_executors(None)),
+                                     training=True, requires_grad=rg))
+    names = [p.name for p in passes]
+    assert [t.pass_name for t in fwd] == ["trace", *names]
+    assert [t.pass_name for t in bwd] == names[names.index("remat-split"):]
+    got = _replay(fwd[0].mlir(), pipeline_spec(passes), tmp_path, capsys)
+    assert got == {**_functions(fwd[-1].mlir()), **_functions(bwd[-1].mlir())}
+    assert set(got) == {"augmented_forward", "backward"}
+
+
+def test_training_steps_are_dumped_and_verified(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("THUNDER_IR_DUMP", "1")
+    monkeypatch.setenv("THUNDER_IR_VERIFY", "1")
+    jf = thunder_ir.jit(lambda x: (x.sin() * x).sum())
+    x = torch.randn(3, requires_grad=True)
+    jf(x).backward()
+    err = capsys.readouterr().err
+    for name in ("decompose-for-grad", "autodiff", "remat-split", "lower-to-torch",
+                 "del-last-used"):
+        assert f"// ----- IR after {name} (" in err
+    assert "func.func @joint(" in err and "func.func @backward(" in err
+    torch.testing.assert_close(x.grad, x.detach().sin() + x.detach() * x.detach().cos())

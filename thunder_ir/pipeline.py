@@ -1,0 +1,96 @@
+"""The pipeline ``jit`` runs: `jit_pipeline` returns it as a tuple of registered passes.
+
+From the traced program to generated code, every step is a ``ModulePass`` over one module
+of named functions, each registered by name (``thunder-ir-opt -p`` runs any of them)::
+
+    >>> print(pipeline_spec(jit_pipeline(JitOptions(executors=("torch",)))))
+    strip-autograd,claim,decompose-ltorch,cse,dce,lower-claimed{executors="torch"},
+    lower-to-torch,del-last-used{executors="torch"}
+
+(one line; ``claim``'s default executors are ``("torch",)``).
+
+Training (``JitOptions(training=True, ...)``) begins with ``decompose-for-grad``,
+``autodiff`` and ``remat-split``, which leaves ``@augmented_forward`` and ``@backward`` in
+the module; every later pass works on both. User passes run at their stage
+(`thunder_ir.api.STAGES`), each on every function as a module of its own and verified
+(`thunder_ir.passes.pipeline.OnEachFunction`); backward-stage passes see ``@backward`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from xdsl.passes import ModulePass
+
+from thunder_ir.lowering.codegen import DelLastUsedPass
+from thunder_ir.lowering.executors import LowerClaimedPass
+from thunder_ir.lowering.torch_executor import LowerToTorchPass
+from thunder_ir.passes.autodiff import (
+    BACKWARD,
+    AutodiffPass,
+    DecomposeForGradPass,
+    RematSplitPass,
+)
+from thunder_ir.passes.claim import ClaimPass, resolve
+from thunder_ir.passes.cse_dce import CSEPass, DCEPass
+from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
+from thunder_ir.passes.fuse import FusePass
+from thunder_ir.passes.pipeline import OnEachFunction
+from thunder_ir.passes.strip_autograd import StripAutogradPass
+
+
+@dataclass(frozen=True)
+class JitOptions:
+    """What decides the pipeline of one compilation.
+
+    Attributes:
+        executors: executor objects or names, in priority order (the torch executor last).
+        training: differentiate the program (some output requires grad).
+        requires_grad: per program argument, whether it requires grad (training).
+        remat: the remat policy (a name or a `thunder_ir.passes.remat.RematPolicy`).
+        user: user passes by stage (``ltorch``, ``prims``, ``fusion``, ``backward``).
+    """
+
+    executors: tuple[Any, ...] = ("torch",)
+    training: bool = False
+    requires_grad: tuple[bool, ...] = ()
+    remat: Any = "auto"
+    user: Mapping[str, Sequence[ModulePass]] = field(default_factory=dict)
+
+
+def _user(passes: Sequence[ModulePass], functions: tuple[str, ...] = ()
+          ) -> list[ModulePass]:
+    return [OnEachFunction(p, functions) for p in passes]
+
+
+def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
+    """Every pass ``jit`` runs after tracing, in order, for ``options``."""
+    ex = tuple(options.executors)
+    user = options.user
+    passes: list[ModulePass] = _user(user.get("ltorch", ()))
+    if options.training:
+        passes += [DecomposeForGradPass(),
+                   AutodiffPass(tuple(options.requires_grad), ex),
+                   RematSplitPass(options.remat, ex)]
+        passes += _user(user.get("backward", ()), (BACKWARD,))
+    passes += [StripAutogradPass(), ClaimPass(ex), DecomposeLtorchPass()]
+    passes += _user(user.get("prims", ()))
+    # Clean up while ops are still Pure ltorch/prims ops (torch.call is opaque to CSE/DCE):
+    # VJP rules leave unused values behind, and repeated subexpressions should fuse once.
+    passes += [CSEPass(), DCEPass()]
+    fusion = tuple(e for e in resolve(ex) if e.is_fusion)
+    if fusion:
+        passes.append(FusePass(fusion))
+    passes += _user(user.get("fusion", ()))
+    passes += [LowerClaimedPass(ex), LowerToTorchPass(), DelLastUsedPass(ex)]
+    return tuple(passes)
+
+
+def pipeline_spec(passes: Sequence[ModulePass]) -> str:
+    """The passes as one ``thunder-ir-opt -p`` spec (executors by name)."""
+    return ",".join(str(p.spec()) for p in passes)
+
+
+__all__ = ["JitOptions", "jit_pipeline", "pipeline_spec"]
