@@ -57,7 +57,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Operation, ParametrizedAttribute, SSAValue
+from xdsl.ir import Attribute, Operation, ParametrizedAttribute
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
@@ -523,13 +523,6 @@ class OpNamespace:
 def op_table(ops: Sequence[type[ThunderOp]]) -> dict[str, type[ThunderOp]]:
     """Maps each op's short name (``add`` for ``prims.add``) to its class."""
     return {op.name.split(".", 1)[1]: op for op in ops}
-
-
-def is_number(v: Any) -> bool:
-    """True if ``v`` is a Python number value (an SSA value of number type)."""
-    from thunder_ir.dialects.types import NumberType
-
-    return isinstance(v, SSAValue) and isinstance(v.type, NumberType)
 
 
 __all__ = [

@@ -316,14 +316,6 @@ def live_ops(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[Oper
     return keep
 
 
-def run_autodiff(module: ModuleOp, requires_grad: Sequence[bool], policy: Any = None,
-                 ctx: Context | None = None, executors: Sequence[Any] = ()
-                 ) -> tuple[Joint, Split]:
-    """Joint then split, for a program whose ltorch ops already have rules or prims."""
-    joint = build_joint(module, requires_grad, executors)
-    return joint, split(joint, policy)
-
-
 # --------------------------------------------------------------------------- the passes
 #
 # The program is one module. Before ``autodiff`` it holds the traced function; ``autodiff``
