@@ -229,6 +229,31 @@ def test_grouped_mm_in_float32_trains_as_eager() -> None:
     _close(w_j.grad, w_e.grad, "grouped_mm weight gradient")
 
 
+def test_transformers_grouped_mm_fallback_runs_as_one_grouped_mm() -> None:
+    """transformers' experts call its ``grouped_mm_fallback`` custom op while a compiler
+    traces them (a Python loop over the experts): thunder_ir runs it as one
+    ``torch._grouped_mm``, with the custom op's values and gradients."""
+    import transformers.integrations.moe  # noqa: F401  (registers the custom op)
+
+    def f(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch.ops.transformers.grouped_mm_fallback(x, w, offs).sin()
+
+    offs = torch.tensor([3, 7, 10], dtype=torch.int64)
+    # 8 columns: torch._grouped_mm's 16-byte layout; 5: transformers' loop, as eager can
+    for n in (8, 5):
+        x = torch.randn(10, 8, requires_grad=True)
+        w = torch.randn(3, 8, n, requires_grad=True)
+        jf = thunder_ir.jit(f)
+        out, expected = jf(x, w, offs), f(x, w, offs)
+        _close(out, expected, "grouped_mm_fallback")
+        got = torch.autograd.grad(out.square().sum(), (x, w))
+        want = torch.autograd.grad(expected.square().sum(), (x, w))
+        _close(got[0], want[0], "input gradient")
+        _close(got[1], want[1], "weight gradient")
+        trace = str(thunder_ir.last_traces(jf)[-1])
+        assert "thunder_ir.frontend.torch_map.grouped_mm'" in trace
+
+
 def test_clip_contrastive_training_matches_eager() -> None:
     """CLIP's contrastive loss: every gradient, ``None``-ness included, as eager's."""
     cfg = T.CLIPConfig(

@@ -48,7 +48,13 @@ from thunder_ir.frontend.errors import (
 )
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
-from thunder_ir.frontend.table import COMPUTED_GETTERS, DATA_DEPENDENT, HANDLERS, METADATA
+from thunder_ir.frontend.table import (
+    COMPUTED_GETTERS,
+    DATA_DEPENDENT,
+    HANDLERS,
+    METADATA,
+    library_handler,
+)
 from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE
 
 # --------------------------------------------------------------------------- program state
@@ -718,6 +724,8 @@ class TraceMode(TorchFunctionMode):
                 return func(*args, **kwargs)
         if func in (_T.__repr__, _T.__str__, _T.__format__):
             return _repr(*args)
+        if library_handler(func) is not None:  # now in HANDLERS
+            return self._dispatch(func, args, kwargs)
         ctx.loc = user_location()
         what = DATA_DEPENDENT.get(func)
         if what is not None:

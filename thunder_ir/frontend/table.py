@@ -25,6 +25,26 @@ TRACING_CONTEXTS: list[Callable[[], Any]] = []
 """Factories of context managers entered around user code while it is traced (and only
 then): e.g. the extension API's diversion of ``replaces=`` functions."""
 
+LIBRARY_HANDLERS: dict[str, Handler] = {}
+"""Handlers of libraries' custom ops, by qualified name (``"transformers::grouped_mm_fallback"``):
+a library registers its ops when it is imported, so they are looked up by name on their
+first call (`library_handler`) and then kept in `HANDLERS`."""
+
+
+def library_handler(func: Any) -> Handler | None:
+    """The handler of a library's custom op known by name, or None."""
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        name = func._qualified_op_name
+    elif isinstance(func, torch._ops.OpOverload):
+        name = func._schema.name
+    else:
+        return None
+    h = LIBRARY_HANDLERS.get(name)
+    if h is not None:
+        HANDLERS[func] = h
+    return h
+
+
 _T = torch.Tensor
 
 

@@ -29,7 +29,7 @@ from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
-from thunder_ir.frontend.table import HANDLERS, getter
+from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter
 
 T = torch.Tensor
 
@@ -736,6 +736,21 @@ def _narrow(ctx: Builder, x: Any, dim: int, start: Any, length: int) -> Any:
 _register([torch.narrow, T.narrow], _narrow)
 
 
+def _aligned(t: torch.Tensor) -> bool:
+    """``torch._grouped_mm``'s layout rule: 16-byte aligned data and strides."""
+    size = t.element_size()
+    return t.data_ptr() % 16 == 0 and all(
+        s == 1 or (s * size) % 16 == 0 for s in t.stride())
+
+
+def grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """``torch._grouped_mm(input, weight, offs=offs)`` where its layout rule holds, else
+    transformers' ``grouped_mm_fallback`` (the same product, expert by expert)."""
+    if _aligned(input) and _aligned(weight):
+        return torch._grouped_mm(input, weight, offs=offs.to(torch.int32))
+    return torch.ops.transformers.grouped_mm_fallback(input, weight, offs)
+
+
 def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
                 bias: Any = None, out_dtype: Any = None) -> Any:
     """``torch._grouped_mm`` (mixture-of-experts layers): its result's shape follows from
@@ -761,6 +776,19 @@ def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
 
 if hasattr(torch, "_grouped_mm"):
     _register([torch._grouped_mm], _grouped_mm)
+
+    def _grouped_mm_fallback(ctx: Builder, input: Any, weight: Any, offs: Any) -> Any:
+        """transformers' ``grouped_mm_fallback`` custom op, which its mixture-of-experts
+        layers call instead of ``torch._grouped_mm`` while a compiler traces them (in
+        float32: Inductor's limit): the same product, one expert's ``weight`` per group of
+        rows ending at ``offs``, run by `grouped_mm` (eager's own kernel for these layers)
+        rather than the op's Python loop over the experts."""
+        t = input._value.type
+        shape = (int(input.shape[0]), int(weight.shape[2]))
+        return fallback(ctx, grouped_mm, (input, weight, offs), {},
+                        result_type=tensor_type(shape, t.dtype, t.dev))
+
+    LIBRARY_HANDLERS["transformers::grouped_mm_fallback"] = _grouped_mm_fallback
 
 
 def _symbolic_number(fn: Callable[..., Any]) -> Callable[..., Any]:
