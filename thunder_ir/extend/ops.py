@@ -27,6 +27,7 @@ from xdsl.traits import Pure
 from thunder_ir.dialects.base import OperandRef, ShapeError
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.torch import substitute
+from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import NumberType, TensorType
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ def _make_op_class(op_name: str, params: tuple[tuple[str, Any], ...] | None,
         "name": op_name,
         "__module__": "thunder_ir.extend",
         "__doc__": f"The operator ``{op_name}`` (registered with thunder_ir.extend).",
-        "traits": traits_def(Pure()),
+        "traits": traits_def(Pure(), Opaque()),
     }
     if params is None:
         fields["inputs"] = var_operand_def(TensorType | NumberType)
