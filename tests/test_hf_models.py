@@ -326,3 +326,33 @@ def test_addmm_and_number_tensors_are_native_ops() -> None:
     table = jf(*args)[3]
     table.add_(100)  # a fresh tensor on every call, as eager's
     assert jf(*args)[3].tolist() == [[1, 2], [3, 4]]
+
+
+def test_constant_pad_and_gather_are_native_ops() -> None:
+    """Causal-LM losses shift labels with ``F.pad(labels, (0, 1), value=-100)``; BERT
+    gathers its token-type ids: both trace without the torch fallback, as eager computes
+    them (negative padding narrows; the result is a new tensor)."""
+
+    def f(x: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor, src: torch.Tensor
+          ) -> tuple[torch.Tensor, ...]:
+        return (nn.functional.pad(x, (1, 2), value=-1.0),
+                nn.functional.pad(x, (0, 0, -1, 1)), nn.functional.pad(x, (-1, -1)),
+                nn.functional.pad(labels, (0, 1), value=-100),
+                torch.gather(src, 1, idx) * 2 + src.gather(-2, idx[:1].clamp(max=1)))
+
+    args = (torch.randn(3, 4, requires_grad=True), torch.randint(0, 5, (2, 6)),
+            torch.randint(0, 3, (2, 3)), torch.randn(2, 3, requires_grad=True))
+    jf = thunder_ir.jit(f)
+    out, expected = jf(*args), f(*args)
+    for o, e in zip(out, expected, strict=True):
+        assert o.dtype == e.dtype and o._base is None
+        _close(o, e, "value")
+    grads = [o.float().sum() for o in out if o.requires_grad]
+    want = [e.float().sum() for e in expected if e.requires_grad]
+    got_g = torch.autograd.grad(sum(grads), (args[0], args[3]))
+    want_g = torch.autograd.grad(sum(want), (args[0], args[3]))
+    for g, h in zip(got_g, want_g, strict=True):
+        _close(g, h, "gradient")
+    assert "torch.call" not in thunder_ir.last_traces(jf)[0].mlir()
+    int32 = (args[0], args[1], args[2].int(), args[3])  # torch runs it, as eager does
+    _close(jf(*int32)[4], f(*int32)[4], "int32 index")

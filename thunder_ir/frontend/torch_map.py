@@ -862,6 +862,54 @@ def _addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1,
 HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
 
 
+def _constant_pad(input: Any, pad: Sequence[int], mode: str = "constant",
+                  value: Any = None) -> Any:
+    """``F.pad`` in ``"constant"`` mode (causal-LM losses shift their labels with it) as
+    ``full`` blocks joined by ``cat``; negative padding narrows. Other modes run on torch."""
+    if mode != "constant" or len(pad) % 2 or len(pad) // 2 > input.dim():
+        raise UseFallback
+    out, fresh = input, False
+    fill = 0 if value is None else value
+    for i in range(len(pad) // 2):
+        dim = input.dim() - 1 - i
+        left, right = pad[2 * i], pad[2 * i + 1]
+        if left < 0 or right < 0:
+            keep = slice(max(-left, 0), out.shape[dim] + min(right, 0))
+            out = out[tuple(keep if k == dim else slice(None) for k in range(out.dim()))]
+            left, right = max(left, 0), max(right, 0)
+        parts = []
+        for n in (left, right):
+            shape = list(out.shape)
+            shape[dim] = n
+            parts.append(torch.full(shape, fill, dtype=out.dtype, device=out.device)
+                         if n else None)
+        if left or right:
+            out = torch.cat([t for t in (parts[0], out, parts[1]) if t is not None], dim)
+            fresh = True
+    return out if fresh else out.clone()  # a new tensor, as eager's
+
+
+HANDLERS[F.pad] = HANDLERS[torch._C._nn.pad] = inline(_constant_pad)
+
+
+def _gather(ctx: Builder, input: Any, dim: int, index: Any, *, sparse_grad: bool = False,
+            out: Any = None) -> Any:
+    """``torch.gather`` as ``prims.gather`` (BERT's token-type ids); an index that is not
+    int64, ``sparse_grad`` or ``out=`` run on torch."""
+    if (sparse_grad or out is not None or not is_proxy(input)
+            or not isinstance(index, torch.Tensor) or index.dtype != torch.int64
+            or not isinstance(dim, int) or input.dim() == 0 or index.dim() != input.dim()):
+        raise UseFallback  # (zero-dimensional operands too: torch's own rules)
+    from thunder_ir.dialects.prims import GatherOp
+
+    rank = input.dim()
+    return ctx.wrap(ctx.emit(GatherOp, ctx.value_of(input), ctx.value_of(index),
+                             dim=dim + rank if dim < 0 else dim))
+
+
+HANDLERS[torch.gather] = HANDLERS[T.gather] = _gather
+
+
 def _tensor(ctx: Builder, data: Any, *, dtype: torch.dtype | None = None,
             device: Any = None, requires_grad: bool = False, pin_memory: bool = False) -> Any:
     """``torch.tensor(data)`` of Python numbers: a number becomes a zero-dimensional
