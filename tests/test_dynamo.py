@@ -377,3 +377,41 @@ def test_hugging_face_family_trains_through_the_backend(family: str) -> None:
     torch._dynamo.reset()
     model.train()
     _train_against_eager(model, lambda: inputs(L), lambda out: out.loss)
+
+
+def test_autocast_graphs_run_on_inductor_and_other_calls_on_thunder_ir() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x @ w).relu().sum(-1)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8, requires_grad=True)
+    backend = ThunderCompiler()
+    cf = torch.compile(f, backend=backend)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, expected = cf(x, w), f(x, w)
+    assert out.dtype == expected.dtype == torch.bfloat16
+    _close(out.float(), expected.float())
+    info = backend.subgraph_infos[0]
+    assert not info.thunder_compiled_fns and info.split_reasons
+    assert all(r.reason_type is SplitReasonType.UNSUPPORTED_NODE for r in info.split_reasons)
+    assert "called under torch.autocast" in info.split_reasons[0].info
+    out = cf(x, w)  # outside autocast: Dynamo compiles again, for thunder_ir
+    _close(out, f(x, w))
+    assert len(backend.subgraph_infos[-1].thunder_compiled_fns) == 1
+
+
+def test_inference_mode_bf16_fullgraph_and_named_backend_options() -> None:
+    torch.manual_seed(0)
+    model = M.LlamaGPT(M.Config())
+    idx = torch.randint(0, 96, (2, 16))
+    with torch.inference_mode():
+        _close(torch.compile(model, backend=ThunderCompiler())(idx), model(idx))
+    torch._dynamo.reset()
+    _close(torch.compile(model, backend=ThunderCompiler(), fullgraph=True)(idx), model(idx))
+    torch._dynamo.reset()
+    named = torch.compile(model, backend="thunder_ir", options={"remat": "save-all"})
+    _close(named(idx), model(idx))
+    torch._dynamo.reset()
+    bf16 = M.LlamaGPT(M.Config()).bfloat16()
+    out = torch.compile(bf16, backend=ThunderCompiler())(idx)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, bf16(idx), atol=2e-2, rtol=2e-2)

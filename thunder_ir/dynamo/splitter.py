@@ -100,13 +100,16 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
 
     reasons: dict[Node, SplitReason] = {}
     graph = gm.graph
-    if any(n.op == "call_function" and n.target in _AUTOCAST for n in graph.nodes):
+    inside = torch._C._is_any_autocast_enabled()
+    if inside or any(n.op == "call_function" and n.target in _AUTOCAST for n in graph.nodes):
         # thunder_ir refuses autocast, and an autocast region must stay whole: Inductor
-        # runs the graph.
+        # runs the graph (Dynamo guards the autocast state: called outside autocast, the
+        # code compiles again, for thunder_ir).
+        why = "is called under" if inside else "enters"
         for n in graph.nodes:
             if n.op not in ("placeholder", "get_attr", "output"):
                 reasons[n] = SplitReason(SplitReasonType.UNSUPPORTED_NODE,
-                                         f"{_describe(n)}: the graph enters torch.autocast, "
+                                         f"{_describe(n)}: the graph {why} torch.autocast, "
                                          "which thunder_ir does not trace")
         return reasons
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
