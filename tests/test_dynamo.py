@@ -11,6 +11,7 @@ where eager has ``None``) with eager PyTorch.
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 import warnings
@@ -116,6 +117,7 @@ def test_seed_example_splits_around_the_fallback_op() -> None:
     assert reason.reason_type is SplitReasonType.MISSING_OP_SUPPORT
     assert reason.reason_type.value == 2
     assert "node with name: sinc" in reason.info and "sinc" in str(reason)
+    assert re.search(r"\(at .*test_dynamo.py:\d+\)", reason.info)  # the user's line
     assert "automatic torch fallback" in reason.info and reason.exception is None
 
     first, second = info.thunder_compiled_fns

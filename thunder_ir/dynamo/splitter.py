@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import operator
+import re
 from typing import Any
 
 import torch
@@ -85,8 +86,14 @@ def _example(node: Node) -> Any:
     return node.meta.get("example_value", node.meta.get("val"))
 
 
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
 def _describe(node: Node) -> str:
-    return f"node with name: {node.name} and target: {node.target}"
+    """The node, and the user's line that made it (the innermost frame Dynamo recorded)."""
+    where = _FRAME.findall(node.meta.get("stack_trace") or "")
+    at = f" (at {where[-1][0]}:{where[-1][1]})" if where else ""
+    return f"node with name: {node.name} and target: {node.target}{at}"
 
 
 def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
