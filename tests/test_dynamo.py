@@ -417,3 +417,20 @@ def test_inference_mode_bf16_fullgraph_and_named_backend_options() -> None:
     out = torch.compile(bf16, backend=ThunderCompiler())(idx)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out, bf16(idx), atol=2e-2, rtol=2e-2)
+
+
+def test_parameters_after_adamw_steps_match_eager() -> None:
+    torch.manual_seed(0)
+    model = M.LlamaGPT(M.Config())
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=ThunderCompiler())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, eager)]
+    for step in range(3):
+        idx = torch.randint(0, 96, (2, 16))
+        for fn, opt in ((compiled, opts[0]), (eager, opts[1])):
+            opt.zero_grad(set_to_none=True)
+            fn(idx).float().pow(2).mean().backward()
+            opt.step()
+    for (k, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
+                              strict=True):
+        _close(p, q, k)
