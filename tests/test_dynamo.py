@@ -425,7 +425,7 @@ def test_parameters_after_adamw_steps_match_eager() -> None:
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend=ThunderCompiler())
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, eager)]
-    for step in range(3):
+    for _ in range(3):
         idx = torch.randint(0, 96, (2, 16))
         for fn, opt in ((compiled, opts[0]), (eager, opts[1])):
             opt.zero_grad(set_to_none=True)
