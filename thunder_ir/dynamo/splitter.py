@@ -251,6 +251,8 @@ def partition(gm: GraphModule, max_rounds: int = 8
         n.meta[_ORIGIN] = n
     for _ in range(max_rounds):
         split_gm, kinds = split(gm, reasons)
+        if not reasons:  # one partition, whose inputs are the graph's: already probed
+            return split_gm, kinds, reasons
         new: dict[Node, SplitReason] = {}
         for name, on_thunder in kinds.items():
             if on_thunder:
