@@ -37,6 +37,7 @@ from xdsl.irdl import (
     prop_def,
     result_def,
     traits_def,
+    var_result_def,
 )
 from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
@@ -443,6 +444,184 @@ class MseLossOp(BoundCallOp):
                                              "reduction", "weight")
     DEFAULTS: ClassVar[dict[str, Any]] = {"size_average": None, "reduce": None,
                                           "reduction": "mean"}
+
+
+# --------------------------------------------------------------------------- backward kernels
+#
+# Emitted by VJP rules (never traced from user code): each is one torch kernel that eager's
+# autograd runs, where the composition it stands for is several small ops; each decomposes
+# into prims for fusion executors (`thunder_ir.passes.decomp_nn`).
+
+
+def gelu_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                  approximate: str | None = None) -> torch.Tensor:
+    """``grad_output * gelu'(input)`` with torch's one kernel."""
+    return torch.ops.aten.gelu_backward(grad_output, input, approximate=approximate or "none")
+
+
+@ltorch_op(gelu_backward)
+class GeluBackwardOp(NNOp):
+    """`%dx = ltorch.gelu_backward %grad_output, %input {approximate?}`: ``grad_output *
+    (Φ(x) + x φ(x))``, or the derivative of the tanh approximation"""
+
+    name = "ltorch.gelu_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    approximate = opt_prop_def(StringAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "approximate")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"approximate": "none"}
+
+
+def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
+                     input_dtype: torch.dtype) -> torch.Tensor:
+    """``y * (dy - sum(dy * y, dim))`` on softmax's result ``y`` (torch's kernel)."""
+    return torch.ops.aten._softmax_backward_data(grad_output, output, dim, input_dtype)
+
+
+def log_softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
+                         input_dtype: torch.dtype) -> torch.Tensor:
+    """``dy - exp(y) * sum(dy, dim)`` on log_softmax's result ``y`` (torch's kernel)."""
+    return torch.ops.aten._log_softmax_backward_data(grad_output, output, dim, input_dtype)
+
+
+class SoftmaxBackwardFamilyOp(NNOp):
+    """``%dx = ltorch.<op> %grad_output, %output {dim, input_dtype}``: the gradient of
+    (log-)softmax from its result, as ``input_dtype``"""
+
+    grad_output = operand_def(TensorType)
+    output = operand_def(TensorType)
+    dim = prop_def(IntegerAttr)
+    input_dtype = prop_def(Attribute)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Reduction())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "output", "dim", "input_dtype")
+
+
+@ltorch_op(softmax_backward)
+class SoftmaxBackwardOp(SoftmaxBackwardFamilyOp):
+    """`%dx = ltorch.softmax_backward %dy, %y {dim, input_dtype}`"""
+
+    name = "ltorch.softmax_backward"
+
+
+@ltorch_op(log_softmax_backward)
+class LogSoftmaxBackwardOp(SoftmaxBackwardFamilyOp):
+    """`%dx = ltorch.log_softmax_backward %dy, %y {dim, input_dtype}`"""
+
+    name = "ltorch.log_softmax_backward"
+
+
+def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                        normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+                        bias: torch.Tensor | None = None, eps: float | None = None,
+                        output_mask: Sequence[bool] = (True, True, True)
+                        ) -> list[torch.Tensor]:
+    """The gradients ``output_mask`` asks for, of (input, weight, bias): the statistics
+    from ``native_layer_norm``, then torch's backward kernel (two kernels)."""
+    shape = list(normalized_shape)
+    eps = 1e-5 if eps is None else eps
+    _, mean, rstd = torch.native_layer_norm(input, shape, weight, bias, eps)
+    mask = [bool(m) for m in output_mask]
+    grads = torch.ops.aten.native_layer_norm_backward(
+        grad_output, input, shape, mean, rstd, weight, bias, mask)
+    return [gr for gr, m in zip(grads, mask) if m]
+
+
+@ltorch_op(layer_norm_backward)
+class LayerNormBackwardOp(BoundCallOp):
+    """`%dx, %dw, %db = ltorch.layer_norm_backward %dy, %x[, %weight][, %bias]
+    {normalized_shape, eps, output_mask}`: one result per true entry of ``output_mask``
+    (input, weight, bias)"""
+
+    name = "ltorch.layer_norm_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    normalized_shape = prop_def(IntArray)
+    eps = opt_prop_def(Number)
+    output_mask = prop_def(IntArray)
+    outs = var_result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "normalized_shape",
+                                             "weight", "bias", "eps", "output_mask")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"eps": 1e-5}
+
+
+def embedding_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
+                       padding_idx: int | None = None, scale_grad_by_freq: bool | None = None
+                       ) -> torch.Tensor:
+    """The dense gradient of ``embedding``'s weight (torch's kernel)."""
+    pad = -1 if padding_idx is None else padding_idx
+    return torch.ops.aten.embedding_dense_backward(
+        grad_output, indices, num_weights, pad, bool(scale_grad_by_freq))
+
+
+@ltorch_op(embedding_backward)
+class EmbeddingBackwardOp(NNOp):
+    """`%dw = ltorch.embedding_backward %dy, %indices {num_weights, padding_idx?,
+    scale_grad_by_freq?}`: each cotangent row added into row ``indices[i]`` of zeros
+    ``[num_weights, ...]``; row ``padding_idx`` stays zero; ``scale_grad_by_freq`` divides
+    a row by how often its index occurs"""
+
+    name = "ltorch.embedding_backward"
+
+    grad_output = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    num_weights = prop_def(IntegerAttr)
+    padding_idx = opt_prop_def(IntegerAttr)
+    scale_grad_by_freq = opt_prop_def(Bool)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "indices", "num_weights",
+                                             "padding_idx", "scale_grad_by_freq")
+
+
+_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def cross_entropy_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor,
+                      weight: torch.Tensor | None = None, reduction: str | None = None,
+                      ignore_index: int | None = None) -> torch.Tensor:
+    """The gradient of ``cross_entropy`` with class-index targets and no label smoothing,
+    as eager computes it: ``log_softmax``, ``nll_loss``'s backward (its total weight from
+    ``nll_loss_forward`` when the reduction is the mean), ``log_softmax``'s backward."""
+    red = _REDUCTIONS[reduction or "mean"]
+    ignore = -100 if ignore_index is None else ignore_index
+    cdim = 1 if input.dim() >= 2 else 0
+    logp = torch.log_softmax(input, cdim)
+    if red == 1:
+        total = torch.ops.aten.nll_loss_forward(logp, target, weight, red, ignore)[1]
+    else:
+        total = logp.new_empty(())
+    g = torch.ops.aten.nll_loss_backward(grad_output, logp, target, weight, red, ignore, total)
+    return torch.ops.aten._log_softmax_backward_data(g, logp, cdim, input.dtype)
+
+
+@ltorch_op(cross_entropy_backward)
+class CrossEntropyBackwardOp(BoundCallOp):
+    """`%dx = ltorch.cross_entropy_backward %dloss, %input, %target[, %weight] {reduction,
+    ignore_index}`: the gradient of ``cross_entropy``'s ``[N, C]`` or ``[C]`` input, with
+    class-index targets and no label smoothing"""
+
+    name = "ltorch.cross_entropy_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    target = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    reduction = opt_prop_def(StringAttr)
+    ignore_index = opt_prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "target", "weight",
+                                             "reduction", "ignore_index")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"reduction": "mean", "ignore_index": -100}
 
 
 def legacy_reduction(reduction: str | None, size_average: bool | None,

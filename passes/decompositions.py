@@ -78,6 +78,7 @@ def decompose_op(op: ThunderOp, emitter: Emitter) -> Any:
 
 def load_rules() -> dict[type[ThunderOp], Rule]:
     """Imports every rule module (registering its rules) and returns the table."""
+    import thunder_ir.passes.decomp_backward
     import thunder_ir.passes.decomp_core
     import thunder_ir.passes.decomp_nn  # noqa: F401
 

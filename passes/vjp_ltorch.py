@@ -200,29 +200,12 @@ def relu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
 
 @vjp(N.GeluOp)
 def gelu(g: Grad, out: Outs, ct: Cts, x: SSAValue, approximate: str | None = None) -> Grads:
-    """``ct * (Φ(x) + x φ(x))``, or the derivative of the tanh approximation."""
+    """``gelu_backward(ct, x)``: ``ct * (Φ(x) + x φ(x))``, or the derivative of the tanh
+    approximation, one op (eager's one kernel; prims for a fusion executor)."""
     if not is_differentiable_value(x):
         return [None]
-    lt = g.ltorch
-    xc, dy = _up(g, x), _up(g, ct[0])  # type: ignore[arg-type]
-    if approximate == "tanh":
-        beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
-        x2 = lt.mul(xc, xc)
-        one = g.const(1.0)
-        # inner = beta (x + kappa x³); d inner/dx = beta (1 + 3 kappa x²)
-        inner = lt.mul(lt.mul(xc, lt.add(lt.mul(x2, g.const(kappa)), one)), g.const(beta))
-        th = lt.tanh(inner)
-        left = lt.mul(lt.add(th, one), g.const(0.5))
-        dinner = lt.mul(lt.add(lt.mul(x2, g.const(3.0 * kappa)), one), g.const(beta))
-        right = lt.mul(lt.mul(lt.mul(xc, g.const(0.5)), lt.sub(one, lt.mul(th, th))), dinner)
-        d = lt.add(left, right)
-    else:
-        cdf = lt.mul(lt.add(lt.erf(lt.mul(xc, g.const(1.0 / math.sqrt(2.0)))), g.const(1.0)),
-                     g.const(0.5))
-        pdf = lt.mul(lt.exp(lt.mul(lt.mul(xc, xc), g.const(-0.5))),
-                     g.const(1.0 / math.sqrt(2.0 * math.pi)))
-        d = lt.add(cdf, lt.mul(xc, pdf))
-    return [_grad(g, lt.mul(dy, d), x)]
+    params = {} if approximate in (None, "none") else {"approximate": approximate}
+    return [_grad(g, g.ltorch.gelu_backward(ct[0], x, **params), x)]
 
 
 @vjp(N.SiluOp)
@@ -261,25 +244,25 @@ def tanh(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
 @vjp(N.SoftmaxOp)
 def softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
             dtype: torch.dtype | None = None) -> Grads:
-    """``y * (ct - sum(ct * y, dim))`` on the result ``y``."""
+    """``softmax_backward(ct, y)`` on the result ``y``: ``y * (ct - sum(ct * y, dim))``."""
     if not is_differentiable_value(x):
         return [None]
-    lt = g.ltorch
-    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
-    s = lt.sum(lt.mul(dy, y), dim=dim, keepdim=True)
-    return [_grad(g, lt.mul(y, lt.sub(dy, s)), x)]
+    y = out[0]
+    dx = g.ltorch.softmax_backward(_cast(g, ct[0], _t(y).dtype), y, dim=dim,  # type: ignore[arg-type]
+                                   input_dtype=_t(y).dtype)
+    return [_grad(g, dx, x)]
 
 
 @vjp(N.LogSoftmaxOp)
 def log_softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
                 dtype: torch.dtype | None = None) -> Grads:
-    """``ct - exp(y) * sum(ct, dim)`` on the result ``y``."""
+    """``log_softmax_backward(ct, y)`` on the result ``y``: ``ct - exp(y) sum(ct, dim)``."""
     if not is_differentiable_value(x):
         return [None]
-    lt = g.ltorch
-    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
-    s = lt.sum(dy, dim=dim, keepdim=True)
-    return [_grad(g, lt.sub(dy, lt.mul(lt.exp(y), s)), x)]
+    y = out[0]
+    dx = g.ltorch.log_softmax_backward(_cast(g, ct[0], _t(y).dtype), y,  # type: ignore[arg-type]
+                                       dim=dim, input_dtype=_t(y).dtype)
+    return [_grad(g, dx, x)]
 
 
 # --------------------------------------------------------------------------- normalization
@@ -295,33 +278,21 @@ def _norm_dims(x: TensorType, normalized_shape: Sequence[int]) -> tuple[list[int
 def layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
                bias: SSAValue | None, normalized_shape: Sequence[int],
                eps: float | None = None) -> Grads:
-    """Recomputes mean and rstd from ``x``; with ``x̂ = (x - mean) * rstd`` and
-    ``gy = ct * weight``: ``dx = rstd * (gy - mean(gy) - x̂ mean(gy x̂))``,
-    ``dweight = sum(ct x̂)``, ``dbias = sum(ct)`` over the leading dims."""
-    lt = g.ltorch
-    xt = _t(x)
-    dims, lead = _norm_dims(xt, normalized_shape)
-    nd = tuple(dims)
-    cd = _acc(_t(out[0]).dtype)
-    eps = 1e-5 if eps is None else float(eps)
-    xc = _cast(g, x, cd)
-    dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
-    mean = lt.mean(xc, dim=nd, keepdim=True)
-    diff = lt.sub(xc, mean)
-    var = lt.mean(lt.mul(diff, diff), dim=nd, keepdim=True)
-    rstd = lt.rsqrt(lt.add(var, g.const(eps)))
-    xhat = lt.mul(diff, rstd)
-    dx = dw = db = None
-    if is_differentiable_value(x):
-        gy = dy if weight is None else lt.mul(dy, _cast(g, weight, cd))
-        m1 = lt.mean(gy, dim=nd, keepdim=True)
-        m2 = lt.mean(lt.mul(gy, xhat), dim=nd, keepdim=True)
-        dx = _grad(g, lt.mul(rstd, lt.sub(lt.sub(gy, m1), lt.mul(xhat, m2))), x)
-    if weight is not None:
-        dw = _grad(g, _sum_dims(g, lt.mul(dy, xhat), lead), weight)
-    if bias is not None:
-        db = _grad(g, _sum_dims(g, dy, lead), bias)
-    return [dx, dw, db]
+    """``layer_norm_backward``, which recomputes mean and rstd from ``x`` (see its
+    decomposition for the formulas), asked for the gradients that are needed."""
+    mask = (is_differentiable_value(x), weight is not None and is_differentiable_value(weight),
+            bias is not None and is_differentiable_value(bias))
+    if not any(mask):
+        return [None, None, None]
+    params: dict[str, Any] = {"normalized_shape": tuple(normalized_shape),
+                              "output_mask": tuple(int(m) for m in mask)}
+    if eps is not None:
+        params["eps"] = float(eps)
+    grads = iter(g.ltorch.layer_norm_backward(
+        _cast(g, ct[0], _t(out[0]).dtype), x, weight,  # type: ignore[arg-type]
+        bias if mask[2] else None, **params))
+    dx, dw, db = (next(grads) if m else None for m in mask)
+    return [_grad(g, dx, x), _grad(g, dw, weight), _grad(g, db, bias)]
 
 
 @vjp(N.RmsNormOp)
@@ -357,30 +328,20 @@ def embedding(g: Grad, out: Outs, ct: Cts, indices: SSAValue, weight: SSAValue,
               padding_idx: int | None = None, max_norm: float | None = None,
               norm_type: float | None = None, scale_grad_by_freq: bool | None = None,
               sparse: bool | None = None) -> Grads:
-    """Adds the cotangent rows into zeros of the weight's shape at the looked-up indices
-    (``index_add``). Rows of ``padding_idx`` get no gradient; ``scale_grad_by_freq``
+    """``embedding_backward``: the cotangent rows added into zeros of the weight's shape at
+    the looked-up indices. Rows of ``padding_idx`` get no gradient; ``scale_grad_by_freq``
     divides each row by how often its index occurs. ``sparse`` still gives a dense
     gradient."""
     if not is_differentiable_value(weight):
         return [None, None]
-    p = g.prims
-    it, wt = _t(indices), _t(weight)
-    n, num = it.numel(), wt.sizes[0]
-    row_shape = (n, *wt.sizes[1:])
-    cd = _acc(wt.dtype)
-    flat = indices if it.rank == 1 else p.reshape(indices, shape=(n,))
-    rows = p.reshape(_up(g, ct[0]), shape=row_shape)  # type: ignore[arg-type]
+    num = _t(weight).sizes[0]
+    params: dict[str, Any] = {"num_weights": num}
     if padding_idx is not None:
-        pad = padding_idx + num if padding_idx < 0 else padding_idx
-        keep = p.broadcast_in_dim(p.ne(flat, g.const(pad)), shape=row_shape, broadcast_dims=[0])
-        rows = p.where(keep, rows, g.const(0.0))
+        params["padding_idx"] = padding_idx + num if padding_idx < 0 else padding_idx
     if scale_grad_by_freq:
-        ones = p.full(shape=(n,), fill_value=1.0, device=wt.dev, dtype=cd)
-        zeros = p.full(shape=(num,), fill_value=0.0, device=wt.dev, dtype=cd)
-        freq = p.take(p.index_add(zeros, flat, ones, dim=0), flat, dim=0)
-        rows = p.div(rows, p.broadcast_in_dim(freq, shape=row_shape, broadcast_dims=[0]))
-    zeros = p.full(shape=wt.sizes, fill_value=0.0, device=wt.dev, dtype=cd)
-    return [None, _grad(g, p.index_add(zeros, flat, rows, dim=0), weight)]
+        params["scale_grad_by_freq"] = True
+    dw = g.ltorch.embedding_backward(ct[0], indices, **params)
+    return [None, _grad(g, dw, weight)]
 
 
 # --------------------------------------------------------------------------- attention
@@ -458,20 +419,17 @@ def scaled_dot_product_attention(
         sf = math.sqrt(abs(s))
         scores = lt.matmul(lt.mul(qc, g.const(-sf if s < 0 else sf)),
                            lt.mul(_mT(g, kc), g.const(sf)))
-    masked = False
     if is_causal:
         length, source = qt.sizes[-2], kt.sizes[-2]
         tri = lt.tril(lt.ones(size=(length, source), dtype=torch.bool, device=qt.dev))
         scores = lt.where(tri, scores, _neg_inf(g))
-        masked = True
     if attn_mask is not None:
         if _t(attn_mask).dtype == torch.bool:
             scores = lt.where(attn_mask, scores, _neg_inf(g))
         else:
             scores = lt.add(scores, _cast(g, attn_mask, cd))
-        masked = True
     probs = lt.softmax(scores, dim=-1)
-    if masked:
+    if attn_mask is not None:  # a causal mask alone never masks a whole row
         empty = lt.eq(lt.amax(scores, dim=-1, keepdim=True), _neg_inf(g))
         probs = lt.where(empty, g.const(0.0), probs)
     dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
@@ -485,7 +443,7 @@ def scaled_dot_product_attention(
         dp = lt.where(lt.ne(wd, g.const(0.0)),
                       lt.mul(dp, g.const(1.0 / (1.0 - float(dropout_p or 0.0)) if keep else 0.0)),
                       g.const(0.0))
-    ds = lt.mul(probs, lt.sub(dp, lt.sum(lt.mul(dp, probs), dim=-1, keepdim=True)))
+    ds = lt.softmax_backward(dp, probs, dim=-1, input_dtype=cd)
     ds_scaled = lt.mul(ds, g.const(s))
     dq = lt.matmul(ds_scaled, kc)
     dk = lt.matmul(_mT(g, ds_scaled), qc)
@@ -507,14 +465,24 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
                   ignore_index: int | None = None, reduce: bool | None = None,
                   reduction: str | None = None, label_smoothing: float | None = None
                   ) -> Grads:
-    """With ``p = softmax(x)`` along the class dim and ``a`` the (smoothed, weighted,
-    unignored) target distribution, ``dx = c (p sum(a) - a)`` where ``c`` is the loss
-    cotangent per sample (divided by the mean's denominator). Probability targets also
-    get ``dtarget = -c (1 - ls) w log p`` and the class weights ``dw = -sum(c t' log p)``;
-    class-index targets and their weights get ``None`` (torch: not differentiable)."""
+    """Class-index targets without label smoothing, input ``[N, C]`` or ``[C]``:
+    ``cross_entropy_backward`` (eager's kernels). Otherwise, with ``p = softmax(x)`` along
+    the class dim and ``a`` the (smoothed, weighted, unignored) target distribution,
+    ``dx = c (p sum(a) - a)`` where ``c`` is the loss cotangent per sample (divided by the
+    mean's denominator). Probability targets also get ``dtarget = -c (1 - ls) w log p``
+    and the class weights ``dw = -sum(c t' log p)``; class-index targets and their weights
+    get ``None`` (torch: not differentiable)."""
     lt = g.ltorch
     red = N.legacy_reduction(reduction, size_average, reduce)
     xt, tt = _t(x), _t(target)
+    if not is_float(tt.dtype) and not label_smoothing and xt.rank <= 2:
+        if not is_differentiable_value(x):
+            return [None, None, None]
+        params: dict[str, Any] = {"reduction": red}
+        if ignore_index is not None:
+            params["ignore_index"] = ignore_index
+        dx = lt.cross_entropy_backward(ct[0], x, target, weight, **params)
+        return [_grad(g, dx, x), None, None]
     cd = _acc(xt.dtype)
     cdim = 1 if xt.rank >= 2 else 0
     classes = xt.sizes[cdim]

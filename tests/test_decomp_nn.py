@@ -129,6 +129,18 @@ EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
     (N.CrossEntropyOp, [torch.randn(3, 4), torch.tensor([0, -100, 3]), torch.rand(4)],
      {"reduction": "sum", "label_smoothing": 0.1}),
     (N.MseLossOp, [_X, _X.flip(0), None], {"reduction": "none"}),
+    (N.GeluBackwardOp, [torch.randn(2, 3, 4), _X], {"approximate": "tanh"}),
+    (N.SoftmaxBackwardOp, [torch.randn(2, 3, 4), _X.softmax(-1)],
+     {"dim": -1, "input_dtype": torch.float32}),
+    (N.LogSoftmaxBackwardOp, [torch.randn(2, 3, 4), _X.log_softmax(0)],
+     {"dim": 0, "input_dtype": torch.float32}),
+    (N.LayerNormBackwardOp, [torch.randn(2, 3, 4), _X, torch.randn(4), None],
+     {"normalized_shape": (4,), "eps": 1e-3, "output_mask": (1, 1, 0)}),
+    (N.EmbeddingBackwardOp, [torch.randn(2, 2, 4), torch.tensor([[1, 0], [2, 2]])],
+     {"num_weights": 3, "padding_idx": 0}),
+    (N.CrossEntropyBackwardOp, [torch.tensor(0.5), torch.randn(3, 4),
+                                torch.tensor([0, -100, 3]), torch.rand(4)],
+     {"reduction": "mean"}),
 ]
 
 

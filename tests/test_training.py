@@ -286,15 +286,34 @@ def test_live_ops_drops_dead_cotangents_and_keeps_effects() -> None:
     assert live_ops(ops, [out]) == [used.owner, rng.owner, out.owner]
 
 
-def test_embedding_backward_adds_into_fresh_zeros_in_place() -> None:
-    emb = nn.Embedding(10, 4)
-    tm = thunder_ir.jit(emb)
-    idx = torch.tensor([[1, 2, 1], [0, 9, 1]])
-    tm(idx).square().sum().backward()
-    ref = copy.deepcopy(emb)
-    ref(idx).square().sum().backward()
-    torch.testing.assert_close(emb.weight.grad, ref.weight.grad)
-    assert "torch_ops.index_add_into(" in str(thunder_ir.last_backward_traces(tm)[-1])
+def test_embedding_backward_is_eagers_kernel() -> None:
+    """The weight's gradient is torch's ``embedding_dense_backward`` (one kernel), with
+    padding and frequency scaling as eager."""
+    for kw in ({}, {"padding_idx": 1}, {"scale_grad_by_freq": True}):
+        emb = nn.Embedding(10, 4, **kw)
+        tm = thunder_ir.jit(emb)
+        idx = torch.tensor([[1, 2, 1], [0, 9, 1]])
+        tm(idx).square().sum().backward()
+        ref = copy.deepcopy(emb)
+        ref.weight.grad = None
+        ref(idx).square().sum().backward()
+        torch.testing.assert_close(emb.weight.grad, ref.weight.grad)
+        bwd = str(thunder_ir.last_backward_traces(tm)[-1])
+        assert "embedding_backward(" in bwd and "index_add" not in bwd, bwd
+
+
+def test_take_backward_adds_into_fresh_zeros_in_place() -> None:
+    def f(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return (x[idx] * 2.0).sum()
+
+    x = torch.randn(6, 3, requires_grad=True)
+    idx = torch.tensor([1, 4, 1])
+    jf = thunder_ir.jit(f)
+    jf(x, idx).backward()
+    xe = x.detach().clone().requires_grad_()
+    f(xe, idx).backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    assert "index_add_into(" in str(thunder_ir.last_backward_traces(jf)[-1])
 
 
 # --------------------------------------------------------------------------- autograd bridge
@@ -389,6 +408,62 @@ def test_slicing_backward_is_one_pad() -> None:
     bwd = "\n".join(ln for ln in str(thunder_ir.last_backward_traces(jf)[-1]).splitlines()
                     if not ln.lstrip().startswith("#"))
     assert bwd.count("prims_pad(") == 1 and "cat(" not in bwd and "zeros(" not in bwd, bwd
+
+
+def _ln(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, (16,), w[0], b[0], 1e-3).square().sum(-1)
+
+
+def _ln_weight_only(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (F.layer_norm(x, (16,), w[0].detach(), b[0]).square().sum(-1)
+            + F.layer_norm(x * w, (4, 16)).square().mean())
+
+
+def _gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x) * F.gelu(x * w, approximate="tanh") + b
+
+
+def _softmaxes(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (torch.softmax(x * w, -1) * torch.log_softmax(x + b, 0)
+            + torch.softmax(x, -1, dtype=torch.float64).to(x.dtype))
+
+
+def _cross_entropy(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    t = torch.tensor([3, -100, 15, 0])
+    cw = w[0].detach().abs() + 0.5
+    return (F.cross_entropy(x * w, t) + F.cross_entropy(x + b, t, weight=cw, reduction="sum")
+            + F.cross_entropy(x, t.abs() % 16, ignore_index=0, reduction="none").sum())
+
+
+def _embedding(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    idx = torch.tensor([[1, 2, 1], [0, 3, 1]])
+    return (F.embedding(idx, x, padding_idx=1) * w[0]).square().sum() + F.embedding(
+        idx, x, scale_grad_by_freq=True).mean() + b.sum()
+
+
+@pytest.mark.parametrize("fn,kernel", [
+    (_ln, "layer_norm_backward("), (_ln_weight_only, "layer_norm_backward("),
+    (_gelu, "gelu_backward("), (_softmaxes, "softmax_backward("),
+    (_cross_entropy, "cross_entropy_backward("), (_embedding, "embedding_backward(")],
+    ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_backward_kernels_match_eager(fn: Any, kernel: str, dtype: torch.dtype) -> None:
+    """Layer norm, GELU, (log-)softmax, cross entropy and embedding differentiate to
+    torch's own backward kernels (as eager's autograd runs them): gradients, ``None``
+    gradients and dtypes are eager's, in float32 and bfloat16."""
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    gen = torch.Generator().manual_seed(0)
+    leaves = [torch.randn(4, 16, generator=gen).to(dtype).requires_grad_() for _ in range(3)]
+    same = [t.detach().clone().requires_grad_() for t in leaves]
+    jf = thunder_ir.jit(fn)
+    jf(*leaves).sum().backward()
+    fn(*same).sum().backward()
+    for got, want in zip(leaves, same, strict=True):
+        assert (got.grad is None) == (want.grad is None)
+        if got.grad is not None:
+            assert got.grad.dtype == want.grad.dtype
+            torch.testing.assert_close(got.grad, want.grad, atol=tol, rtol=tol)
+    assert kernel in str(thunder_ir.last_backward_traces(jf)[-1])
 
 
 def test_silu_backward_is_one_kernel() -> None:

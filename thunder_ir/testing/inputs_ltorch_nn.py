@@ -211,3 +211,77 @@ def _nn_mse_loss(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     weight = values(draw, shape, dtype, 0.1, 2.0) if draw(st.booleans()) else None
     return OpSample([x, target, weight],
                     {"reduction": draw(st.sampled_from(["mean", "sum", "none"]))})
+
+
+# --------------------------------------------------------------------------- backward kernels
+
+
+@register_inputs(N.GeluBackwardOp)
+def _nn_gelu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    shape = spec.shape(draw)
+    x = _data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0)
+    dy = _data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0).to(x.dtype)
+    approximate = draw(st.sampled_from([None, "none", "tanh"]))
+    return OpSample([dy, x], {} if approximate is None else {"approximate": approximate})
+
+
+@register_inputs(N.SoftmaxBackwardOp, N.LogSoftmaxBackwardOp)
+def _nn_softmax_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """The result of (log-)softmax of a random input, and a random cotangent."""
+    shape = spec.shape(draw)
+    x = _data(draw, spec, shape, FLOAT_KIND, -5.0, 5.0)
+    r = max(x.ndim, 1)
+    dim = draw(st.integers(-r, r - 1))
+    log = spec.op is N.LogSoftmaxBackwardOp
+    y = (torch.log_softmax if log else torch.softmax)(x.detach(), dim)
+    dy = _data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    return OpSample([dy, y.requires_grad_(x.requires_grad)],
+                    {"dim": dim, "input_dtype": x.dtype})
+
+
+@register_inputs(N.LayerNormBackwardOp)
+def _nn_layer_norm_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Affine or not, and every non-empty choice of gradients that the affine params
+    allow."""
+    x, ns = _norm_case(draw, spec)
+    w = values(draw, ns, x.dtype) if draw(st.booleans()) else None
+    b = values(draw, ns, x.dtype) if draw(st.booleans()) else None
+    dy = _data(draw, spec, tuple(x.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    mask = (True, w is not None and draw(st.booleans()), b is not None and draw(st.booleans()))
+    if not draw(st.booleans()) and (mask[1] or mask[2]):
+        mask = (False, *mask[1:])
+    eps = draw(st.sampled_from([None, 1e-5, 1e-3]))
+    return OpSample([dy, x, w, b], {"normalized_shape": ns, "eps": eps,
+                                    "output_mask": tuple(int(m) for m in mask)})
+
+
+@register_inputs(N.EmbeddingBackwardOp)
+def _nn_embedding_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    num, dim = _side(draw, 2, 6), _side(draw, 1, 5)
+    shape = spec.shape(draw, max_rank=2)
+    idx = values(draw, shape, draw(st.sampled_from([torch.int64, torch.int32])), 0, num - 1)
+    dy = _data(draw, spec, (*shape, dim), FLOAT_KIND)
+    return OpSample([dy, idx], {"num_weights": num,
+                                "padding_idx": draw(st.sampled_from([None, 0, 1])),
+                                "scale_grad_by_freq": draw(st.booleans())})
+
+
+@register_inputs(N.CrossEntropyBackwardOp)
+def _nn_cross_entropy_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """(C,) and (N, C) inputs, ignored targets, class weights, every reduction."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    classes = _side(draw, 2, 5)
+    batch = draw(st.sampled_from([(), (3,), (4,)]))
+    x = values(draw, (*batch, classes), dtype, -4.0, 4.0)
+    reduction = draw(st.sampled_from(["mean", "sum", "none"]))
+    ignore = draw(st.sampled_from([-100, 1]))
+    target = values(draw, batch, torch.int64, 0, classes - 1)
+    drop = values(draw, batch, torch.float64, 0.0, 1.0) < 0.3
+    drop.view(-1)[0] = False  # keep one target: an all-ignored mean is NaN
+    target = torch.where(drop, ignore, target)
+    if ignore != -100:
+        target.view(-1)[0] = 0
+    weight = values(draw, (classes,), dtype, 0.2, 2.0) if draw(st.booleans()) else None
+    dloss = values(draw, batch if reduction == "none" else (), dtype, -2.0, 2.0)
+    return OpSample([dloss, x, target, weight],
+                    {"reduction": reduction, "ignore_index": ignore})

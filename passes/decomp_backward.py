@@ -1,0 +1,197 @@
+"""Decompositions of the backward kernels that VJP rules emit (``ltorch.gelu_backward``,
+``softmax_backward``, ``log_softmax_backward``, ``layer_norm_backward``,
+``embedding_backward``, ``cross_entropy_backward``; ``silu_backward`` sits beside silu in
+`thunder_ir.passes.decomp_nn`).
+
+The torch executor runs each as eager's own backward kernel; a fusion executor gets these
+prims instead. The rules are written with ``d.ltorch`` (other ops' rules, inlined: torch's
+broadcasting and promotion) in the accumulation dtype (float32 for float16/bfloat16), and
+end in the op's exact result type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import SSAValue
+
+from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects.types import TensorType
+from thunder_ir.passes.decompositions import Decomposer, decomposes
+from thunder_ir.passes.promotion import to_dtype
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _acc(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+def _t(v: SSAValue) -> TensorType:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def _types(op: type[N.NNOp], *operands: Any, **params: Any) -> list[TensorType]:
+    """The result types of ``op`` on these operands (its cached shape rule)."""
+    out = op.infer(*[None if v is None else v.type for v in operands], **params)
+    return list(out) if isinstance(out, list) else [out]  # type: ignore[list-item]
+
+
+def _num(d: Decomposer, value: float | int) -> SSAValue:
+    return d.prims.constant(value=value)
+
+
+@decomposes(N.GeluBackwardOp)
+def gelu_backward(d: Decomposer, dy: SSAValue, x: SSAValue, approximate: str | None = None
+                  ) -> SSAValue:
+    """``dy * (Φ(x) + x φ(x))``; with ``approximate="tanh"``, the derivative of
+    ``x/2 (1 + tanh(β (x + κ x³)))``."""
+    (out,) = _types(N.GeluBackwardOp, dy, x, approximate=approximate)
+    lt = d.ltorch
+    cd = _acc(out.dtype)
+    xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
+    one = _num(d, 1.0)
+    if approximate == "tanh":
+        beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
+        x2 = lt.mul(xc, xc)
+        inner = lt.mul(lt.mul(xc, lt.add(lt.mul(x2, _num(d, kappa)), one)), _num(d, beta))
+        th = lt.tanh(inner)
+        left = lt.mul(lt.add(th, one), _num(d, 0.5))
+        dinner = lt.mul(lt.add(lt.mul(x2, _num(d, 3.0 * kappa)), one), _num(d, beta))
+        right = lt.mul(lt.mul(lt.mul(xc, _num(d, 0.5)), lt.sub(one, lt.mul(th, th))), dinner)
+        deriv = lt.add(left, right)
+    else:
+        cdf = lt.mul(lt.add(lt.erf(lt.mul(xc, _num(d, 1.0 / math.sqrt(2.0)))), one),
+                     _num(d, 0.5))
+        pdf = lt.mul(lt.exp(lt.mul(lt.mul(xc, xc), _num(d, -0.5))),
+                     _num(d, 1.0 / math.sqrt(2.0 * math.pi)))
+        deriv = lt.add(cdf, lt.mul(xc, pdf))
+    return to_dtype(d, lt.mul(g, deriv), out.dtype)
+
+
+def _softmax_backward(d: Decomposer, op: type[N.NNOp], dy: SSAValue, y: SSAValue, dim: int,
+                      input_dtype: torch.dtype, log: bool) -> SSAValue:
+    (out,) = _types(op, dy, y, dim=dim, input_dtype=input_dtype)
+    lt = d.ltorch
+    cd = _acc(_t(y).dtype)
+    yc, g = to_dtype(d, y, cd), to_dtype(d, dy, cd)
+    if log:  # dy - exp(y) sum(dy)
+        dx = lt.sub(g, lt.mul(lt.exp(yc), lt.sum(g, dim=(dim,), keepdim=True)))
+    else:  # y (dy - sum(dy y))
+        dx = lt.mul(yc, lt.sub(g, lt.sum(lt.mul(g, yc), dim=(dim,), keepdim=True)))
+    return to_dtype(d, dx, out.dtype)
+
+
+@decomposes(N.SoftmaxBackwardOp)
+def softmax_backward(d: Decomposer, dy: SSAValue, y: SSAValue, dim: int,
+                     input_dtype: torch.dtype) -> SSAValue:
+    return _softmax_backward(d, N.SoftmaxBackwardOp, dy, y, dim, input_dtype, log=False)
+
+
+@decomposes(N.LogSoftmaxBackwardOp)
+def log_softmax_backward(d: Decomposer, dy: SSAValue, y: SSAValue, dim: int,
+                         input_dtype: torch.dtype) -> SSAValue:
+    return _softmax_backward(d, N.LogSoftmaxBackwardOp, dy, y, dim, input_dtype, log=True)
+
+
+@decomposes(N.LayerNormBackwardOp)
+def layer_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue, weight: SSAValue | None,
+                        bias: SSAValue | None, normalized_shape: Sequence[int],
+                        output_mask: Sequence[int], eps: float | None = None
+                        ) -> list[SSAValue]:
+    """Recomputes ``mean`` and ``rstd`` from ``x``; with ``x̂ = (x - mean) rstd`` and
+    ``gy = dy weight``: ``dx = rstd (gy - mean(gy) - x̂ mean(gy x̂))``,
+    ``dweight = sum(dy x̂)``, ``dbias = sum(dy)`` over the leading dims."""
+    types = _types(N.LayerNormBackwardOp, dy, x, weight, bias,
+                   normalized_shape=normalized_shape, output_mask=output_mask, eps=eps)
+    lt = d.ltorch
+    xt = _t(x)
+    k = len(normalized_shape)
+    nd, lead = tuple(range(xt.rank - k, xt.rank)), tuple(range(xt.rank - k))
+    cd = _acc(_t(dy).dtype)
+    xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
+    mean = lt.mean(xc, dim=nd, keepdim=True)
+    diff = lt.sub(xc, mean)
+    var = lt.mean(lt.mul(diff, diff), dim=nd, keepdim=True)
+    rstd = lt.rsqrt(lt.add(var, _num(d, 1e-5 if eps is None else float(eps))))
+    xhat = lt.mul(diff, rstd)
+    grads: list[SSAValue] = []
+    if output_mask[0]:
+        gy = g if weight is None else lt.mul(g, to_dtype(d, weight, cd))
+        m1 = lt.mean(gy, dim=nd, keepdim=True)
+        m2 = lt.mean(lt.mul(gy, xhat), dim=nd, keepdim=True)
+        grads.append(lt.mul(rstd, lt.sub(lt.sub(gy, m1), lt.mul(xhat, m2))))
+    if output_mask[1]:
+        dw = lt.mul(g, xhat)
+        grads.append(lt.sum(dw, dim=lead) if lead else dw)
+    if output_mask[2]:
+        grads.append(lt.sum(g, dim=lead) if lead else g)
+    return [to_dtype(d, v, t.dtype) for v, t in zip(grads, types, strict=True)]
+
+
+@decomposes(N.EmbeddingBackwardOp)
+def embedding_backward(d: Decomposer, dy: SSAValue, indices: SSAValue, num_weights: int,
+                       padding_idx: int | None = None, scale_grad_by_freq: bool | None = None
+                       ) -> SSAValue:
+    """Adds the cotangent rows into zeros at the looked-up indices (``index_add``); rows of
+    ``padding_idx`` add nothing; ``scale_grad_by_freq`` divides each row by how often its
+    index occurs."""
+    (out,) = _types(N.EmbeddingBackwardOp, dy, indices, num_weights=num_weights,
+                    padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
+    p = d.prims
+    it = _t(indices)
+    n = it.numel()
+    row_shape = (n, *out.sizes[1:])
+    cd = _acc(out.dtype)
+    flat = indices if it.rank == 1 else p.reshape(indices, shape=(n,))
+    rows = p.reshape(to_dtype(d, dy, cd), shape=row_shape)
+    if padding_idx is not None:
+        keep = p.broadcast_in_dim(p.ne(flat, _num(d, padding_idx)), shape=row_shape,
+                                  broadcast_dims=[0])
+        rows = p.where(keep, rows, _num(d, 0.0))
+    if scale_grad_by_freq:
+        ones = p.full(shape=(n,), fill_value=1.0, device=out.dev, dtype=cd)
+        counts = p.full(shape=(num_weights,), fill_value=0.0, device=out.dev, dtype=cd)
+        freq = p.take(p.index_add(counts, flat, ones, dim=0), flat, dim=0)
+        rows = p.div(rows, p.broadcast_in_dim(freq, shape=row_shape, broadcast_dims=[0]))
+    zeros = p.full(shape=out.sizes, fill_value=0.0, device=out.dev, dtype=cd)
+    return to_dtype(d, p.index_add(zeros, flat, rows, dim=0), out.dtype)
+
+
+@decomposes(N.CrossEntropyBackwardOp)
+def cross_entropy_backward(d: Decomposer, dloss: SSAValue, x: SSAValue, target: SSAValue,
+                           weight: SSAValue | None, reduction: str | None = None,
+                           ignore_index: int | None = None) -> SSAValue:
+    """With ``p = softmax(x)`` along the class dim, ``w_t`` the target's class weight (1
+    without weights) and ``c`` the loss cotangent per sample (the mean's divided by the
+    summed weights of the unignored targets): ``dx = c w_t (p - onehot(t))``, zero for
+    ignored targets."""
+    (out,) = _types(N.CrossEntropyBackwardOp, dloss, x, target, weight, reduction=reduction,
+                    ignore_index=ignore_index)
+    lt = d.ltorch
+    red = reduction or "mean"
+    xt = _t(x)
+    cd = _acc(xt.dtype)
+    cdim = 1 if xt.rank >= 2 else 0
+    classes = xt.sizes[cdim]
+    col = tuple(classes if i == cdim else 1 for i in range(xt.rank))
+    arange = lt.reshape(lt.arange(end=classes, dtype=torch.int64, device=xt.dev), shape=col)
+    tcol = lt.unsqueeze(target, dim=cdim)
+    valid = lt.ne(tcol, _num(d, -100 if ignore_index is None else ignore_index))
+    hot = lt.to_dtype(lt.eq(tcol, arange), dtype=cd)
+    if weight is not None:
+        hot = lt.mul(hot, lt.reshape(to_dtype(d, weight, cd), shape=col))
+    a = lt.where(valid, hot, _num(d, 0.0))
+    c = to_dtype(d, dloss, cd)
+    if red == "none":
+        c = lt.unsqueeze(c, dim=cdim)
+    elif red == "mean":  # nll_loss's denominator: the summed weights of unignored targets
+        c = lt.div(c, lt.sum(a))
+    p = lt.softmax(to_dtype(d, x, cd), dim=cdim)
+    dx = lt.mul(c, lt.sub(lt.mul(p, lt.sum(a, dim=(cdim,), keepdim=True)), a))
+    return to_dtype(d, dx, out.dtype)
