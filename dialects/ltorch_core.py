@@ -799,6 +799,29 @@ class MinDimOp(ReductionWithIndicesOp):
     name = "ltorch.min_dim"
 
 
+@ltorch_op(torch.topk)
+class TopkOp(CoreOp):
+    """`%values, %indices = ltorch.topk %input {k, dim, largest, sorted}`: the ``k``
+    largest (or smallest) elements along ``dim`` and their positions"""
+
+    name = "ltorch.topk"
+
+    input = operand_def(TensorType)
+    k = prop_def(IntegerAttr)
+    dim = opt_prop_def(IntegerAttr)
+    largest = opt_prop_def(IntegerAttr)
+    sorted = opt_prop_def(IntegerAttr)
+    values = result_def(TensorType)
+    indices = result_def(TensorType)
+    traits = traits_def(Pure(), Reduction(indices=True))
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "k", "dim", "largest", "sorted")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"dim": -1, "largest": True, "sorted": True}
+
+    @classmethod
+    def ref(cls, *operands: Any, **params: Any) -> Any:
+        return tuple(super().ref(*operands, **params))
+
+
 # --------------------------------------------------------------------------- shape ops
 
 

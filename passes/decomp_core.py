@@ -467,6 +467,60 @@ _with_indices("amax", "argmax", L.MaxDimOp)
 _with_indices("amin", "argmin", L.MinDimOp)
 
 
+@decomposes(L.TopkOp)
+def topk(d: Decomposer, x: SSAValue, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True) -> list[SSAValue]:
+    """``k`` rounds of selection along ``dim``, each taking the first untaken position of
+    the extreme among the untaken elements; NaN counts as larger than any number, as in
+    torch. ``O(k n)``: a fusion executor's alternative to the torch executor's kernel."""
+    t = ttype(x)
+    p = d.prims
+    if t.rank == 0:  # torch: the element itself and index 0, for k 0 or 1
+        return [x, full(d, (), 0, torch.int64, t.dev)]
+    shape = t.sizes
+    ax = norm_dim(dim, t.rank)
+    rest = [i for i in range(t.rank) if i != ax]
+    if t.dtype.is_floating_point:
+        fill: Any = -math.inf if largest else math.inf
+        nan = p.ne(x, x)
+    else:
+        info = torch.iinfo(t.dtype)
+        fill, nan = (info.min if largest else info.max), None
+    pos = p.broadcast_in_dim(p.iota(length=shape[ax], start=0, step=1, device=t.dev,
+                                    dtype=torch.int64), shape=shape, broadcast_dims=[ax])
+    taken = full(d, shape, False, torch.bool, t.dev)
+    values, indices = [], []
+    for _ in range(k):
+        free = p.logical_not(taken)
+        numbers = free if nan is None else p.logical_and(free, p.logical_not(nan))
+        m = getattr(p, "amax" if largest else "amin")(
+            p.where(numbers, x, const(d, fill)), dims=(ax,))
+        hit = p.logical_and(numbers, p.eq(x, p.broadcast_in_dim(m, shape=shape,
+                                                               broadcast_dims=rest)))
+        if nan is not None:  # NaNs first when largest, last when smallest
+            nans = p.logical_and(free, nan)
+            use = _any(d, nans, ax) if largest else p.logical_not(_any(d, numbers, ax))
+            hit = p.where(p.broadcast_in_dim(use, shape=shape, broadcast_dims=rest), nans, hit)
+        i = keep_dims(d, p.argmax(p.convert_element_type(hit, dtype=torch.uint8), dim=ax),
+                      shape, (ax,), True)
+        taken = p.logical_or(taken, p.eq(pos, p.broadcast_in_dim(
+            i, shape=shape, broadcast_dims=list(range(t.rank)))))
+        values.append(p.gather(x, i, dim=ax))
+        indices.append(i)
+    if not values:
+        empty = tuple(0 if j == ax else n for j, n in enumerate(shape))
+        return [full(d, empty, 0, t.dtype, t.dev), full(d, empty, 0, torch.int64, t.dev)]
+    if len(values) == 1:
+        return [values[0], indices[0]]
+    return [p.cat(values, dim=ax), p.cat(indices, dim=ax)]
+
+
+def _any(d: Decomposer, mask: SSAValue, dim: int) -> SSAValue:
+    """Whether ``mask`` holds a true element along ``dim`` (the dim reduced away)."""
+    return d.prims.ne(d.prims.amax(d.prims.convert_element_type(mask, dtype=torch.uint8),
+                                   dims=(dim,)), const(d, 0))
+
+
 def _argext(prim: str, op: type[ThunderOp]) -> None:
     """Registers argmax/argmin: along ``dim``, or over the flattened tensor."""
 

@@ -888,6 +888,20 @@ def mean(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any = None, keepdim: Any
     return [_grad(g, _unreduce(g, dy, x, dim, keepdim), x)]
 
 
+@vjp(C.TopkOp)
+def topk(g: Grad, out: Outs, ct: Cts, x: SSAValue, k: int, dim: int = -1,
+         largest: bool = True, sorted: bool = True) -> Grads:
+    """The values' cotangent scattered into zeros at the selected positions (eager's
+    ``value_selecting_reduction_backward``); the indices carry none."""
+    if not is_differentiable_value(x) or ct[0] is None:
+        return [None]
+    xt = _t(x)
+    if xt.rank == 0:  # the element itself
+        return [_grad(g, ct[0], x)]
+    zeros = g.prims.full(shape=xt.sizes, fill_value=0.0, device=xt.dev, dtype=xt.dtype)
+    return [g.prims.scatter_add(zeros, out[1], ct[0], dim=dim % xt.rank)]
+
+
 def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Grads:
     """``ct`` reshaped to the input's shape (reshape, view, flatten, unsqueeze, squeeze);
     ``ct`` itself for clone and contiguous."""
@@ -1042,8 +1056,8 @@ DIRECT_RULES: tuple[type, ...] = (
     N.SoftmaxOp, N.LogSoftmaxOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
-    C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.ReshapeOp, C.ViewOp,
-    C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp, C.ContiguousOp, C.TransposeOp,
-    C.PermuteOp, C.ExpandOp, C.CatOp, C.SplitOp, C.ChunkOp, C.GetitemOp,
+    C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.TopkOp,
+    C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp, C.ContiguousOp,
+    C.TransposeOp, C.PermuteOp, C.ExpandOp, C.CatOp, C.SplitOp, C.ChunkOp, C.GetitemOp,
 )
 """The ltorch ops this module gives direct rules (the rest are decomposed first)."""

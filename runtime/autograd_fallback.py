@@ -153,12 +153,19 @@ def leaf_cotangents(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
     again; it is freed with the handle."""
     found: Sequence[torch.Tensor | None] = (None,) * len(leaves)
     if pairs:
-        found = torch.autograd.grad([o for o, _ in pairs], list(leaves),
-                                    [c for _, c in pairs], allow_unused=True,
-                                    retain_graph=True)
+        # torch.autograd.grad without its Python checks of the cotangents' shapes (symbolic
+        # comparisons that cost more than a small graph's backward): the program gives
+        # each output a cotangent of the output's own type.
+        found = _run_backward(tuple(o for o, _ in pairs), tuple(c for _, c in pairs),
+                              True, False, tuple(leaves), True, False)
     grads = tuple(torch.zeros_like(leaf) if gr is None else gr
                   for leaf, gr in zip(leaves, found))
     return grads[0] if len(grads) == 1 else grads
+
+
+_run_backward = torch.autograd.Variable._execution_engine.run_backward  # type: ignore[attr-defined]
+"""The autograd engine's entry (``outputs, cotangents, retain_graph, create_graph, inputs,
+allow_unused, accumulate_grad``), as ``torch.autograd.grad`` calls it."""
 
 
 def call_on_copies(callee: str, *inputs: Any, args: Sequence[Any],

@@ -60,7 +60,7 @@ EXPECTED = {
     "acos", "atan", "sinh", "cosh", "sqrt", "rsqrt", "reciprocal", "sign", "floor", "ceil",
     "round", "trunc", "erf", "erfc", "isnan", "isinf", "isfinite", "where", "masked_fill",
     "clamp", "to_dtype", "sum", "mean", "var", "amax", "amin", "prod", "max", "max_dim",
-    "min", "min_dim", "argmax", "argmin", "reshape", "view", "permute", "transpose",
+    "min", "min_dim", "topk", "argmax", "argmin", "reshape", "view", "permute", "transpose",
     "contiguous", "flatten", "unsqueeze", "squeeze", "expand", "split", "chunk", "cat",
     "stack", "getitem", "clone", "arange", "zeros", "ones", "full", "zeros_like",
     "ones_like", "full_like", "empty", "triu", "tril",

@@ -468,6 +468,16 @@ if "max" in OPS:
 if "min" in OPS:
     _register([torch.min, T.min], _max_like("min", "min_dim", "minimum"))
 
+_topk_h = op_handler("topk")
+if _topk_h is not None:
+    _topk: Callable[..., Any] = _topk_h
+
+    def _topk_handler(ctx: Builder, x: Any, *args: Any, **kw: Any) -> Any:
+        """``torch.topk``: ``(values, indices)`` as torch's named tuple."""
+        return torch.return_types.topk(tuple(_topk(ctx, x, *args, **kw)))
+
+    _register([torch.topk, T.topk], _topk_handler)
+
 # --------------------------------------------------------------------------- shape ops
 
 _register([torch.reshape, T.reshape], op_handler("reshape", view=True, varargs="shape"))
@@ -936,7 +946,7 @@ HANDLERS[torch.tensor] = _tensor
 
 
 # Ops reached through the custom handlers above (torch.max dispatches on its arguments).
-MAPPED.update({"to_dtype", "getitem", "max", "min", "max_dim", "min_dim",
+MAPPED.update({"to_dtype", "getitem", "max", "min", "max_dim", "min_dim", "topk",
                "full_like", "zeros", "ones", "empty", "full", "arange", "zeros_like",
                "ones_like"} & set(OPS))
 

@@ -255,6 +255,27 @@ def _lt_arg_reductions(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([x], {"dim": dim, "keepdim": draw(st.booleans())})
 
 
+@register_inputs(L.TopkOp)
+def _lt_topk(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Distinct values (the order of ties is torch's to choose), sometimes a NaN or an
+    infinity, every ``k`` from 0 to the dim's size, largest and smallest."""
+    shape = spec.shape(draw)
+    dtype = spec.dtype(draw, NUMERIC_KIND)
+    n = math.prod(shape)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(draw(
+        st.integers(0, 2**16)))).to(torch.float64) - n // 2
+    x = perm.reshape(shape).to(dtype)
+    if is_float(dtype) and n > 1 and not spec.for_vjp and draw(st.booleans()):
+        x.view(-1)[draw(st.integers(0, n - 1))] = draw(st.sampled_from(
+            [math.nan, math.inf, -math.inf]))
+    r = max(x.ndim, 1)
+    dim = draw(st.integers(-r, r - 1))
+    size = shape[dim % r] if shape else 1
+    k = draw(st.integers(1 if spec.for_vjp else 0, size))
+    return OpSample([x],
+                    {"k": k, "dim": dim, "largest": draw(st.booleans())})
+
+
 # --------------------------------------------------------------------------- ltorch: shape ops
 
 
