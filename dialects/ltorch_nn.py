@@ -44,7 +44,7 @@ from xdsl.traits import EffectInstance, MemoryEffect, Pure
 from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
 from thunder_ir.dialects.traits import Elementwise, Library, Random, Reduction
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, tensor_type
 
 Number = IntegerAttr | FloatAttr
 Bool = IntegerAttr
@@ -133,6 +133,86 @@ class LinearOp(NNOp):
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """``torch._grouped_mm``'s layout rule: 16-byte aligned data; of the last two dims
+    one has stride 1 and the other a stride of a multiple of 16 bytes, as every other dim
+    has; nothing empty."""
+    if t.numel() == 0 or t.data_ptr() % 16:
+        return False
+    per = 16 // t.element_size()
+    *batch, a, b = t.stride()
+    inner = (b == 1 and a > 0 and a % per == 0) or (a == 1 and b > 0 and b % per == 0)
+    return inner and all(s > 0 and s % per == 0 for s in batch)
+
+
+def grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor
+               ) -> torch.Tensor:
+    """One matrix product per group, the groups ending at ``offs`` (cumulative sizes):
+    ``[M, K] x [E, K, N] -> [M, N]`` splits the rows of ``input`` (one ``weight[e]`` per
+    group; rows past ``offs[-1]`` are zero), ``[K, M] x [M, N] -> [E, K, N]`` the shared
+    dim. ``torch._grouped_mm`` where its dtype and layout rules hold, else a loop of
+    ``mm`` over the groups (transformers' ``grouped_mm_fallback``)."""
+    if (input.dtype in (torch.float32, torch.bfloat16) and input.device.type != "meta"
+            and hasattr(torch, "_grouped_mm") and _aligned(input) and _aligned(weight)):
+        out = torch._grouped_mm(input, weight, offs=offs.to(torch.int32))
+        if weight.dim() == 3 and offs.numel():  # rows past the last group: torch leaves them
+            if out.device.type == "cpu":
+                last = int(offs[-1])
+                if last < out.shape[0]:
+                    out[last:] = 0
+            else:  # without reading the offsets back to the host
+                past = torch.arange(out.shape[0], device=out.device) >= offs[-1]
+                out = out.masked_fill(past[:, None], 0)
+        return out
+    if offs.device.type == "meta":  # no sizes to read: the result's shape and autograd
+        if weight.dim() == 3:
+            return input @ weight.sum(0)
+        return (input @ weight).expand(offs.shape[0], input.shape[0], weight.shape[1])
+    ends = offs.tolist()
+    starts = [0, *ends[:-1]]
+    if weight.dim() == 3:
+        parts = [input[a:b] @ weight[e] for e, (a, b) in enumerate(zip(starts, ends))]
+        last = ends[-1] if ends else 0
+        parts.append(input.new_zeros(input.shape[0] - last, weight.shape[2]))
+        return torch.cat(parts)
+    if not ends:
+        return input.new_zeros(0, input.shape[0], weight.shape[1])
+    return torch.stack([input[:, a:b] @ weight[a:b] for a, b in zip(starts, ends)])
+
+
+@ltorch_op(grouped_mm)
+class GroupedMmOp(NNOp):
+    """`%y = ltorch.grouped_mm %input, %weight, %offs`: a matrix product per group of
+    ``input``'s rows (``[M, K] x [E, K, N] -> [M, N]``) or of the shared dim
+    (``[K, M] x [M, N] -> [E, K, N]``), the groups ending at the cumulative sizes
+    ``offs`` (``[E]``, integers; read only when the op runs). Mixture-of-experts layers:
+    ``torch._grouped_mm`` and transformers' ``grouped_mm_fallback``."""
+
+    name = "ltorch.grouped_mm"
+
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    offs = operand_def(TensorType)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "offs")
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        """From the shapes alone (torch's meta kernel takes bfloat16 only)."""
+        a, b, offs = operand_types
+        if not all(isinstance(t, TensorType) for t in operand_types):
+            raise ShapeError(f"{cls.name}: input, weight and offs must be tensors")
+        ok = offs.rank == 1 and offs.dtype in (torch.int32, torch.int64) and (
+            a.dtype == b.dtype) and a.rank == 2
+        if ok and b.rank == 3 and b.sizes[0] == offs.sizes[0] and a.sizes[1] == b.sizes[1]:
+            return tensor_type((a.sizes[0], b.sizes[2]), a.dtype, a.dev)
+        if ok and b.rank == 2 and a.sizes[1] == b.sizes[0]:
+            return tensor_type((offs.sizes[0], a.sizes[0], b.sizes[1]), a.dtype, a.dev)
+        raise ShapeError(f"{cls.name}: takes [M, K] x [E, K, N] or [K, M] x [M, N] with "
+                         f"int offs [E] of one dtype, got {a}, {b}, {offs}")
 
 
 # --------------------------------------------------------------------------- activations

@@ -109,6 +109,43 @@ def linear(d: Decomposer, x: SSAValue, w: SSAValue, bias: SSAValue | None) -> SS
     return d.prims.linear(x, w, bias)
 
 
+@decomposes(N.GroupedMmOp)
+def grouped_mm(d: Decomposer, a: SSAValue, b: SSAValue, offs: SSAValue) -> SSAValue:
+    """Each group's product over the whole grouped dim, its rows (or, for ``[K, M] x
+    [M, N]``, its columns of ``a``) outside the group zeroed: ``E`` full products, for a
+    fusion executor (the torch executor runs ``torch._grouped_mm``)."""
+    p = d.prims
+    at, bt, ot = _t(a), _t(b), _t(offs)
+    out = _result(N.GroupedMmOp, a, b, offs)
+    rows = bt.rank == 3
+    m = at.sizes[0] if rows else at.sizes[1]
+    pos = p.iota(length=m, start=0, step=1, device=at.dev, dtype=torch.int64)
+    ends = to_dtype(d, offs, torch.int64)
+    start: SSAValue = p.full(shape=(m,), fill_value=0, device=at.dev, dtype=torch.int64)
+    parts: list[SSAValue] = []
+    for e in range(ot.sizes[0]):
+        at_e = p.full(shape=(1,), fill_value=e, device=at.dev, dtype=torch.int64)
+        end = p.broadcast_in_dim(p.take(ends, at_e, dim=0), shape=(m,), broadcast_dims=[0])
+        inside = p.logical_and(p.ge(pos, start), p.lt(pos, end))
+        start = end
+        if rows:  # rows of the product inside the group
+            w = p.reshape(p.take(b, at_e, dim=0), shape=bt.sizes[1:])
+            keep = p.broadcast_in_dim(inside, shape=out.sizes, broadcast_dims=[0])
+            parts.append(p.where(keep, p.matmul(a, w), _num(d, 0.0)))
+        else:  # columns of a inside the group
+            keep = p.broadcast_in_dim(inside, shape=at.sizes, broadcast_dims=[1])
+            prod = p.matmul(p.where(keep, a, _num(d, 0.0)), b)
+            parts.append(p.reshape(prod, shape=(1, *out.sizes[1:])))
+    if not parts:
+        return p.full(shape=out.sizes, fill_value=0.0, device=out.dev, dtype=out.dtype)
+    if not rows:
+        return parts[0] if len(parts) == 1 else p.cat(parts, dim=0)
+    total = parts[0]
+    for part in parts[1:]:
+        total = p.add(total, part)
+    return total
+
+
 # --------------------------------------------------------------------------- activations
 
 

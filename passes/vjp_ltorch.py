@@ -157,6 +157,25 @@ def bmm(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue) -> Grads:
     return [da, db]
 
 
+@vjp(N.GroupedMmOp)
+def grouped_mm(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue, offs: SSAValue
+               ) -> Grads:
+    """Grouped products again: for ``[M, K] x [E, K, N]``, ``da = gmm(ct, b^T)`` and
+    ``db = gmm(a^T, ct)`` (``[K, M] x [M, N]``); for ``[K, M] x [M, N]``,
+    ``da = gmm(b, ct^T)^T`` and ``db = gmm(a^T, ct)``. ``offs`` gets none."""
+    lt = g.ltorch
+    dy = ct[0]
+    at = lt.transpose(a, dim0=0, dim1=1)
+    db = lt.grouped_mm(at, dy, offs) if is_differentiable_value(b) else None
+    da = None
+    if is_differentiable_value(a):
+        if _t(b).rank == 3:
+            da = lt.grouped_mm(dy, _mT(g, b), offs)
+        else:
+            da = lt.transpose(lt.grouped_mm(b, _mT(g, dy), offs), dim0=0, dim1=1)  # type: ignore[arg-type]
+    return [_grad(g, da, a), _grad(g, db, b), None]
+
+
 @vjp(N.LinearOp)
 def linear(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue | None
            ) -> Grads:
@@ -1052,7 +1071,8 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
 
 
 DIRECT_RULES: tuple[type, ...] = (
-    N.MatmulOp, N.BmmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp, N.SigmoidOp, C.TanhOp,
+    N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp,
+    N.SigmoidOp, C.TanhOp,
     N.SoftmaxOp, N.LogSoftmaxOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,

@@ -109,6 +109,7 @@ _KV = torch.randn(1, 2, 5, 2)
 EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
     (N.MatmulOp, [_X, torch.randn(4, 2)], {}),
     (N.BmmOp, [_X, torch.randn(2, 4, 2)], {}),
+    (N.GroupedMmOp, [torch.randn(5, 4), torch.randn(2, 4, 3), torch.tensor([1, 4])], {}),
     (N.LinearOp, [_X, torch.randn(5, 4), None], {}),
     (N.ReluOp, [_X], {}),
     (N.GeluOp, [_X], {"approximate": "tanh"}),

@@ -231,8 +231,9 @@ def test_grouped_mm_in_float32_trains_as_eager() -> None:
 
 def test_transformers_grouped_mm_fallback_runs_as_one_grouped_mm() -> None:
     """transformers' experts call its ``grouped_mm_fallback`` custom op while a compiler
-    traces them (a Python loop over the experts): thunder_ir runs it as one
-    ``torch._grouped_mm``, with the custom op's values and gradients."""
+    traces them (a Python loop over the experts): thunder_ir runs it as
+    ``ltorch.grouped_mm`` (one ``torch._grouped_mm`` where its layout rule holds), with the
+    custom op's values and gradients, and differentiates it to two grouped products."""
     import transformers.integrations.moe  # noqa: F401  (registers the custom op)
 
     def f(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -250,8 +251,40 @@ def test_transformers_grouped_mm_fallback_runs_as_one_grouped_mm() -> None:
         want = torch.autograd.grad(expected.square().sum(), (x, w))
         _close(got[0], want[0], "input gradient")
         _close(got[1], want[1], "weight gradient")
-        trace = str(thunder_ir.last_traces(jf)[-1])
-        assert "thunder_ir.frontend.torch_map.grouped_mm'" in trace
+        fwd = str(thunder_ir.last_traces(jf)[-1])
+        bwd = str(thunder_ir.last_backward_traces(jf)[-1])
+        assert "grouped_mm(" in fwd and "call_with_grad" not in fwd, fwd
+        assert bwd.count("grouped_mm(") == 2 and "handle_vjp" not in bwd, bwd
+
+
+@pytest.mark.parametrize("sizes,extra", [((3, 0, 4), 2), ((0, 5), 0), ((2,), 1)])
+@pytest.mark.parametrize("k,n", [(8, 8), (5, 3)], ids=["aligned", "loop"])
+def test_grouped_mm_forms_differentiate_as_their_loops(sizes: tuple[int, ...], extra: int,
+                                                         k: int, n: int) -> None:
+    """``torch._grouped_mm``'s two grouped forms as ``ltorch.grouped_mm``: values and both
+    gradients equal those of the loop over the groups (empty groups, rows past the last
+    group), with torch's kernel where its layout rule holds and the loop elsewhere."""
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    m = sum(sizes) + extra
+    bounds = list(zip([0, *offs.tolist()[:-1]], offs.tolist()))
+
+    def rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x[a:b] @ w[e] for e, (a, b) in enumerate(bounds)]
+                         + [x.new_zeros(extra, w.shape[2])])
+
+    def shared(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.stack([x[:, a:b] @ y[a:b] for a, b in bounds])
+
+    cases = [(rows, (m, k), (len(sizes), k, n)), (shared, (k, m), (m, n))]
+    for loop, sa, sb in cases:
+        a, b = torch.randn(sa, requires_grad=True), torch.randn(sb, requires_grad=True)
+        jf = thunder_ir.jit(lambda a, b: torch._grouped_mm(a, b, offs=offs))
+        out, want = jf(a, b), loop(a, b)
+        _close(out, want, f"{loop.__name__} values")
+        ct = torch.randn_like(want)
+        for g, w in zip(torch.autograd.grad(out, (a, b), ct),
+                        torch.autograd.grad(want, (a, b), ct), strict=True):
+            _close(g, w, f"{loop.__name__} gradient")
 
 
 def test_clip_contrastive_training_matches_eager() -> None:

@@ -58,8 +58,8 @@ def test_direct_rule_table() -> None:
               and (rules[op].__module__ == vjp_ltorch.__name__
                    or op in vjp_ltorch.NO_DERIVATIVE_RULES)}
     assert direct == {
-        "ltorch.matmul", "ltorch.bmm", "ltorch.linear", "ltorch.relu", "ltorch.gelu",
-        "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
+        "ltorch.matmul", "ltorch.bmm", "ltorch.grouped_mm", "ltorch.linear", "ltorch.relu",
+        "ltorch.gelu", "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
         "ltorch.log_softmax", "ltorch.layer_norm", "ltorch.rms_norm",
         "ltorch.embedding", "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
         "ltorch.add", "ltorch.sub", "ltorch.mul", "ltorch.div", "ltorch.neg", "ltorch.pow",

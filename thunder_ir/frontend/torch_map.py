@@ -746,27 +746,16 @@ def _narrow(ctx: Builder, x: Any, dim: int, start: Any, length: int) -> Any:
 _register([torch.narrow, T.narrow], _narrow)
 
 
-def _aligned(t: torch.Tensor) -> bool:
-    """``torch._grouped_mm``'s layout rule: 16-byte aligned data and strides."""
-    size = t.element_size()
-    return t.data_ptr() % 16 == 0 and all(
-        s == 1 or (s * size) % 16 == 0 for s in t.stride())
-
-
-def grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """``torch._grouped_mm(input, weight, offs=offs)`` where its layout rule holds, else
-    transformers' ``grouped_mm_fallback`` (the same product, expert by expert)."""
-    if _aligned(input) and _aligned(weight):
-        return torch._grouped_mm(input, weight, offs=offs.to(torch.int32))
-    return torch.ops.transformers.grouped_mm_fallback(input, weight, offs)
-
-
 def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
                 bias: Any = None, out_dtype: Any = None) -> Any:
-    """``torch._grouped_mm`` (mixture-of-experts layers): its result's shape follows from
-    the operands' shapes, whatever the dtype (its meta kernel accepts only bfloat16), and
-    torch computes and differentiates it on the call's real tensors."""
+    """``torch._grouped_mm`` (mixture-of-experts layers): ``ltorch.grouped_mm`` for the
+    grouped forms (``offs``, no bias, no other output dtype); otherwise the fallback, with
+    the result's shape from the operands' shapes (torch's meta kernel accepts only
+    bfloat16)."""
     a, b = tuple(mat_a.shape), tuple(mat_b.shape)
+    if (offs is not None and bias is None and out_dtype is None and len(a) == 2
+            and len(b) in (2, 3)):
+        return _grouped_mm_op(ctx, mat_a, mat_b, offs)
     shape: tuple[int, ...]
     if len(a) == 2 and len(b) == 3:
         shape = (a[0], b[2])
@@ -784,21 +773,14 @@ def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
                     result_type=tensor_type(shape, dtype, t.dev))
 
 
-if hasattr(torch, "_grouped_mm"):
+_grouped_mm_op_h = op_handler("grouped_mm")
+if hasattr(torch, "_grouped_mm") and _grouped_mm_op_h is not None:
+    _grouped_mm_op: Callable[..., Any] = _grouped_mm_op_h
     _register([torch._grouped_mm], _grouped_mm)
-
-    def _grouped_mm_fallback(ctx: Builder, input: Any, weight: Any, offs: Any) -> Any:
-        """transformers' ``grouped_mm_fallback`` custom op, which its mixture-of-experts
-        layers call instead of ``torch._grouped_mm`` while a compiler traces them (in
-        float32: Inductor's limit): the same product, one expert's ``weight`` per group of
-        rows ending at ``offs``, run by `grouped_mm` (eager's own kernel for these layers)
-        rather than the op's Python loop over the experts."""
-        t = input._value.type
-        shape = (int(input.shape[0]), int(weight.shape[2]))
-        return fallback(ctx, grouped_mm, (input, weight, offs), {},
-                        result_type=tensor_type(shape, t.dtype, t.dev))
-
-    LIBRARY_HANDLERS["transformers::grouped_mm_fallback"] = _grouped_mm_fallback
+    # transformers' mixture-of-experts layers call its ``grouped_mm_fallback`` custom op
+    # instead of ``torch._grouped_mm`` while a compiler traces them (in float32: Inductor's
+    # limit): the same product, one expert's weight per group of rows ending at ``offs``.
+    LIBRARY_HANDLERS["transformers::grouped_mm_fallback"] = _grouped_mm_op_h
 
 
 def _symbolic_number(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -44,6 +44,20 @@ def _nn_bmm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([values(draw, (b, n, m), dtype), values(draw, (b, m, p), dtype)], {})
 
 
+@register_inputs(N.GroupedMmOp)
+def _nn_grouped_mm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Both forms, empty groups, rows past the last group, int32 and int64 offsets."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    e, k, n = _side(draw, 1, 3), _side(draw), _side(draw)
+    sizes = [draw(st.integers(0, 3)) for _ in range(e)]
+    m = sum(sizes) + draw(st.integers(0, 2))
+    offs_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(offs_dtype)
+    if draw(st.booleans()):
+        return OpSample([values(draw, (m, k), dtype), values(draw, (e, k, n), dtype), offs], {})
+    return OpSample([values(draw, (k, m), dtype), values(draw, (m, n), dtype), offs], {})
+
+
 @register_inputs(N.LinearOp)
 def _nn_linear(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     """2-D and 1-D weights, with and without bias."""
