@@ -92,7 +92,8 @@ class LtorchOp(ThunderOp):
         meta_params = {k: ("meta" if k == "device" else v) for k, v in params.items()}
         try:
             out = cls.ref(*metas, **meta_params)
-        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
+            # (torch's meta functions check their inputs with asserts too)
             shapes = ", ".join(pretty_type(t) for t in flat)
             raise ShapeError(f"{cls.name}: invalid inputs ({shapes}): {e}") from None
         dev = cls.result_device(flat, params)

@@ -226,6 +226,7 @@ LTORCH_SAMPLES: dict[str, list[Any]] = {
              ([T(2, 3, dtype=i64)], {})],
     "argmax": [([T(2, 3)], {"dim": 1})],
     "max_dim": [([T(2, 3)], {"dim": 1, "keepdim": True})],
+    "topk": [([T(2, 5)], {"k": 2, "dim": 1, "largest": False})],
     "min_dim": [([T(2, 3)], {"dim": 0})],
     "reshape": [([T(2, 3)], {"shape": (3, -1)})],
     "view": [([T(2, 3)], {"size": (6,)})],
@@ -276,6 +277,17 @@ LTORCH_SAMPLES: dict[str, list[Any]] = {
                                                           "label_smoothing": 0.1}),
                       ([T(4, 3), T(4, dtype=i64), T(3)], {"ignore_index": 1})],
     "mse_loss": [([T(2, 3), T(2, 3), None], {"reduction": "none"})],
+    "grouped_mm": [([T(6, 4), T(3, 4, 5), T(3, dtype=i32)], {}),
+                   ([T(4, 6), T(6, 5), T(3, dtype=i64)], {})],
+    "gelu_backward": [([T(2, 3), T(2, 3)], {"approximate": "tanh"})],
+    "softmax_backward": [([T(2, 3), T(2, 3)], {"dim": 1, "input_dtype": f32})],
+    "log_softmax_backward": [([T(2, 3), T(2, 3)], {"dim": 0, "input_dtype": f32})],
+    "layer_norm_backward": [([T(2, 4), T(2, 4), T(4), None],
+                             {"normalized_shape": (4,), "output_mask": (1, 1, 0)})],
+    "embedding_backward": [([T(2, 3, 4), T(2, 3, dtype=i64)], {"num_weights": 5,
+                                                               "padding_idx": 0})],
+    "cross_entropy_backward": [([T(), T(4, 3), T(4, dtype=i64), T(3)],
+                                {"reduction": "mean", "ignore_index": 1})],
 }
 
 GENERIC_OPERANDS = [T(2, 3), T(2, 3, dtype=i64), T(2, 3, dtype=b8)]
