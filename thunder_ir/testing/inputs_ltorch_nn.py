@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -256,8 +257,18 @@ def _nn_softmax_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(N.LayerNormBackwardOp)
 def _nn_layer_norm_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     """Affine or not, and every non-empty choice of gradients that the affine params
-    allow."""
+    allow. Each normalized group has at least 3 elements and a spread (a ramp added):
+    with 2 (the input's gradient is then zero up to ``eps``) or a near-zero variance,
+    cancellation leaves rounding beyond any fixed tolerance, in eager's kernel as in the
+    decomposition."""
     x, ns = _norm_case(draw, spec)
+    n = math.prod(ns)
+    if n < 3:
+        ns, n = (*ns[:-1], 3 * ns[-1]), 3 * n
+        x = x.repeat_interleave(3, dim=-1)
+    ramp = torch.linspace(-2.0, 2.0, n, dtype=torch.float64)[torch.randperm(
+        n, generator=torch.Generator().manual_seed(draw(st.integers(0, 2**16))))]
+    x = (x.to(torch.float64) + ramp.reshape(ns)).to(x.dtype)
     w = values(draw, ns, x.dtype) if draw(st.booleans()) else None
     b = values(draw, ns, x.dtype) if draw(st.booleans()) else None
     dy = _data(draw, spec, tuple(x.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
