@@ -389,3 +389,28 @@ def test_constant_pad_and_gather_are_native_ops() -> None:
     assert "torch.call" not in thunder_ir.last_traces(jf)[0].mlir()
     int32 = (args[0], args[1], args[2].int(), args[3])  # torch runs it, as eager does
     _close(jf(*int32)[4], f(*int32)[4], "int32 index")
+
+
+def test_topk_index_select_and_square_are_native_ops() -> None:
+    """Mixture-of-experts routers pick experts with ``topk``; ``index_select`` and
+    ``square`` are common too: each traces without the torch fallback, with eager's
+    values, indices, named-tuple fields, dtypes and gradients."""
+
+    def f(x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        values, indices = torch.topk(x.softmax(-1), 2)
+        low = x.topk(3, dim=0, largest=False)
+        return (values * 2, indices, low.values.square(), low.indices,
+                torch.index_select(x, 0, idx) + x.index_select(-1, idx.int() % 4).sum(),
+                torch.square(idx))
+
+    x = torch.randn(5, 4, requires_grad=True)
+    idx = torch.tensor([1, 4, 1])
+    jf = thunder_ir.jit(f)
+    out, expected = jf(x, idx), f(x, idx)
+    for o, e in zip(out, expected, strict=True):
+        assert o.dtype == e.dtype
+        _close(o, e, "value")
+    got = torch.autograd.grad(sum(o.sum() for o in out if o.requires_grad), x)
+    want = torch.autograd.grad(sum(e.sum() for e in expected if e.requires_grad), x)
+    _close(got[0], want[0], "gradient")
+    assert "torch.call" not in thunder_ir.last_traces(jf)[0].mlir()

@@ -902,6 +902,35 @@ def _gather(ctx: Builder, input: Any, dim: int, index: Any, *, sparse_grad: bool
 HANDLERS[torch.gather] = HANDLERS[T.gather] = _gather
 
 
+def _index_select(ctx: Builder, input: Any, dim: int, index: Any, *, out: Any = None) -> Any:
+    """``torch.index_select`` as ``prims.take`` (a 1-D integer index); ``out=``, scalar
+    operands and other indices run on torch."""
+    if (out is not None or not is_proxy(input) or not isinstance(index, torch.Tensor)
+            or index.dtype not in (torch.int64, torch.int32) or index.dim() != 1
+            or not isinstance(dim, int) or input.dim() == 0):
+        raise UseFallback
+    from thunder_ir.dialects.prims import TakeOp
+
+    rank = input.dim()
+    return ctx.wrap(ctx.emit(TakeOp, ctx.value_of(input), ctx.value_of(index),
+                             dim=dim + rank if dim < 0 else dim))
+
+
+HANDLERS[torch.index_select] = HANDLERS[T.index_select] = _index_select
+
+_pow_h = op_handler("pow")
+if _pow_h is not None:
+    _pow: Callable[..., Any] = _pow_h
+
+    def _square(ctx: Builder, input: Any, *, out: Any = None) -> Any:
+        """``torch.square``: ``pow(input, 2)``, as torch defines it."""
+        if out is not None:
+            raise UseFallback
+        return _pow(ctx, input, 2)
+
+    HANDLERS[torch.square] = HANDLERS[T.square] = _square
+
+
 def _tensor(ctx: Builder, data: Any, *, dtype: torch.dtype | None = None,
             device: Any = None, requires_grad: bool = False, pin_memory: bool = False) -> Any:
     """``torch.tensor(data)`` of Python numbers: a number becomes a zero-dimensional
