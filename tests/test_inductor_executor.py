@@ -259,3 +259,31 @@ def test_masked_attention_trains_inside_a_region() -> None:
         torch.testing.assert_close(a.grad, b.grad, atol=1e-4, rtol=1e-4)
     bwd = str(thunder_ir.last_backward_traces(jf)[-1])
     assert "sdpa_backward_cpu(" in bwd and _kernels(bwd) == ["inductorFusion0"], bwd
+
+
+def test_backward_kernels_fuse_into_the_backward_region() -> None:
+    """The backward kernels VJP rules emit (embedding, layer norm, GELU, cross entropy)
+    join the backward's region: one Inductor region, gradients as eager's."""
+    import copy
+
+    from torch import nn
+    from torch.nn import functional as F
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(20, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 10))
+    ref = copy.deepcopy(model)
+
+    def loss(m: nn.Module, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(m(x).flatten(0, 1), t, ignore_index=3)
+
+    x, t = torch.randint(0, 20, (4, 5)), torch.randint(0, 10, (20,))
+    jl = thunder_ir.jit(lambda x, t: loss(model, x, t),
+                        executors=["torch_compile", *get_default_executors()])
+    got, want = jl(x, t), loss(ref, x, t)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+    bwd = thunder_ir.last_backward_traces(jl)[-1]
+    assert len(_kernels(bwd)) == 1, str(bwd)
