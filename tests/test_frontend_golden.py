@@ -32,9 +32,10 @@ def test_linear_gelu_sum() -> None:
     first, last = _traces(f, torch.randn(2, 3), torch.randn(4, 3))
     assert first == _golden('''
         import torch
-        from thunder_ir.lowering.codegen import ltorch, no_grad
+        from thunder_ir.runtime import namespace as tir
+        from thunder_ir.runtime.namespace import ltorch
 
-        @no_grad
+        @tir.no_grad
         def computation(x, w):
           # x: "cpu f32[2, 3]"
           # w: "cpu f32[4, 3]"
@@ -48,9 +49,9 @@ def test_linear_gelu_sum() -> None:
     assert last == _golden('''
         import torch
         import torch.nn.functional
-        from thunder_ir.lowering.codegen import no_grad
+        from thunder_ir.runtime import namespace as tir
 
-        @no_grad
+        @tir.no_grad
         def computation(x, w):
           # x: "cpu f32[2, 3]"
           # w: "cpu f32[4, 3]"
@@ -73,9 +74,10 @@ def test_indexing_softmax_cast() -> None:
                        torch.randn(2, 3))
     assert first == _golden('''
         import torch
-        from thunder_ir.lowering.codegen import ltorch, no_grad
+        from thunder_ir.runtime import namespace as tir
+        from thunder_ir.runtime.namespace import ltorch
 
-        @no_grad
+        @tir.no_grad
         def computation(x):
           # x: "cpu f32[2, 3]"
           t0 = ltorch.getitem(x, [], index=(slice(None, None, None), slice(1, None, None), None))  # t0: "cpu f32[2, 2, 1]"

@@ -251,7 +251,7 @@ def test_transformers_grouped_mm_fallback_runs_as_one_grouped_mm() -> None:
         _close(got[0], want[0], "input gradient")
         _close(got[1], want[1], "weight gradient")
         trace = str(thunder_ir.last_traces(jf)[-1])
-        assert "thunder_ir.frontend.torch_map.grouped_mm'" in trace
+        assert "thunder_ir.runtime.namespace.grouped_mm'" in trace
 
 
 def test_clip_contrastive_training_matches_eager() -> None:

@@ -30,6 +30,7 @@ from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, Us
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter
+from thunder_ir.runtime.namespace import export
 
 T = torch.Tensor
 
@@ -541,8 +542,10 @@ def _getitem(ctx: Builder, x: Any, index: Any) -> Any:
 HANDLERS[T.__getitem__] = _getitem
 
 
+@export
 def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
-    """Functional ``x[index] = value``: a copy of ``x`` with the write applied."""
+    """Functional ``x[index] = value``: a copy of ``x`` with the write applied (generated
+    code calls it as ``tir.setitem``)."""
     out = x.clone()
     out[index] = value
     return out
@@ -743,9 +746,11 @@ def _aligned(t: torch.Tensor) -> bool:
         s == 1 or (s * size) % 16 == 0 for s in t.stride())
 
 
+@export
 def grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     """``torch._grouped_mm(input, weight, offs=offs)`` where its layout rule holds, else
-    transformers' ``grouped_mm_fallback`` (the same product, expert by expert)."""
+    transformers' ``grouped_mm_fallback`` (the same product, expert by expert); generated
+    code calls it as ``tir.grouped_mm``."""
     if _aligned(input) and _aligned(weight):
         return torch._grouped_mm(input, weight, offs=offs.to(torch.int32))
     return torch.ops.transformers.grouped_mm_fallback(input, weight, offs)
