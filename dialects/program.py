@@ -1,8 +1,10 @@
 """Programs: how a traced computation sits in IR, and the parsing context.
 
-A program is a ``builtin.module`` holding one ``func.func`` (``@computation`` unless named
-otherwise). Function arguments and op results carry name hints (``%x``, ``%t_fc_1_weight``)
-that both the MLIR and the Python printers use. ``func.return`` lists the outputs.
+A program is a ``builtin.module`` of named ``func.func``s: `FORWARD` (the traced function;
+in training the forward that also returns the residuals), `BACKWARD` in training, and the
+cache key's `PROLOGUE`. Function arguments and op results carry name hints (``%x``,
+``%t_fc_1_weight``) that both the MLIR and the Python printers use. ``func.return`` lists
+the outputs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from xdsl.dialects.builtin import Builtin, ModuleOp
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
 from thunder_ir.dialects.base import Emitter
+
+FORWARD = "forward"
+"""The program's forward function: the traced function (inference), or in training the
+forward that returns its outputs, then the residuals the backward reads."""
+BACKWARD = "backward"
+"""The training program's backward function."""
 
 
 class Program:

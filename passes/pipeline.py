@@ -226,8 +226,8 @@ class OnEachFunction(ModulePass):
     """Runs a pass on each function of the program as a module of its own, then verifies
     the program; it shows under the pass's own name.
 
-    A program is one module of named functions (``@computation``; in training
-    ``@augmented_forward`` and ``@backward``). A user pass is written for a module with one
+    A program is one module of named functions (``@forward``; in training ``@forward`` and
+    ``@backward``). A user pass is written for a module with one
     function (``main_function``): this runs it once per function, as ``jit`` always has.
 
     Args:

@@ -34,4 +34,4 @@ def test_main_job_trains_to_90_percent() -> None:
     original = float(after[1].split("guessed")[1].split("%")[0])
     assert jitted >= 90.0
     assert jitted == original
-    assert "def augmented_forward(" in text and "def backward(" in text
+    assert "def forward(" in text and "def backward(" in text

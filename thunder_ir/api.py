@@ -28,10 +28,10 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
-from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.program import BACKWARD, FORWARD, main_function
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.lowering.codegen import DelLastUsedPass
-from thunder_ir.passes.autodiff import BACKWARD, FORWARD, layout_of
+from thunder_ir.passes.autodiff import layout_of
 from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot
 from thunder_ir.pipeline import JitOptions, jit_pipeline
 from thunder_ir.runtime.cache import (
@@ -105,7 +105,7 @@ def _user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModuleP
 class _Recorder:
     """The hook that records the traces of a `jit_pipeline` run: one per pass, split by
     function once the program holds a forward and a backward (``last_traces`` shows
-    ``@augmented_forward``, ``last_backward_traces`` ``@backward``). Code generation's
+    ``@forward``, ``last_backward_traces`` ``@backward``). Code generation's
     traces are made from its results afterwards (`_final_traces`)."""
 
     def __init__(self, passes: Sequence[ModulePass], forward: list[Trace]) -> None:
@@ -336,7 +336,7 @@ class _Compiled:
     def _compile_training(self, traced: TracedProgram, programs: dict[str, Any],
                           traces: list[Trace], bwd_traces: list[Trace],
                           state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
-        """The entry of a training program (``@augmented_forward`` and ``@backward``)."""
+        """The entry of a training program (``@forward`` and ``@backward``)."""
         from thunder_ir.runtime.autograd import TrainingProgram, make_runner
 
         fwd_fn, fwd_op = programs[FORWARD]
