@@ -43,7 +43,7 @@ from thunder_ir.dialects import ltorch as ltorch_dialect
 from thunder_ir.dialects import prims as prims_dialect
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
-from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.program import main_function, program_functions
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.lowering.python_printer import print_python, sanitize
 from thunder_ir.lowering.regions import compile_kernels
@@ -200,8 +200,8 @@ def compile_program(
 class DelLastUsedPass(ModulePass):
     """Code generation: each function of the program becomes Python source (freeing each
     value after its last use) and the function it defines, its fusion regions compiled by
-    their executors. The IR is left as it is; ``programs`` holds, per function name,
-    ``(fn, source, seconds)``.
+    their executors (``@prologue`` aside: the cache compiled it before tracing). The IR is
+    left as it is; ``programs`` holds, per function name, ``(fn, source, seconds)``.
 
     Args:
         executors: the executors in use (objects or names): the fusion executors compile
@@ -216,9 +216,7 @@ class DelLastUsedPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         executors = resolve(self.executors)
         fusion = any(e.is_fusion for e in executors)
-        for fn_op in op.ops:
-            if not isinstance(fn_op, func.FuncOp):
-                continue
+        for fn_op in program_functions(op):
             start = time.perf_counter()
             kernels = compile_kernels(fn_op, executors) if fusion else {}
             fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER)

@@ -24,6 +24,7 @@ from thunder_ir.dialects import ltorch, prims
 from thunder_ir.dialects import traits as T
 from thunder_ir.dialects.autograd import Autograd
 from thunder_ir.dialects.fusion import Fusion, RegionOp
+from thunder_ir.dialects.guard import Guard
 from thunder_ir.dialects.ltorch import Ltorch
 from thunder_ir.dialects.prims import Prims
 from thunder_ir.dialects.program import Program, main_function
@@ -35,7 +36,7 @@ from thunder_ir.lowering.torch_executor import LowerToTorchPass
 from thunder_ir.passes.fuse import fuse_block
 from thunder_ir.passes.remat import MIN_CUT, cheap_elementwise, plan_remat
 
-DIALECTS: tuple[Dialect, ...] = (Prims, Ltorch, Torch, Autograd, Fusion)
+DIALECTS: tuple[Dialect, ...] = (Prims, Ltorch, Torch, Autograd, Fusion, Guard)
 ALL_OPS: list[type[Operation]] = [op for d in DIALECTS for op in d.operations]
 F32 = torch.float32
 
