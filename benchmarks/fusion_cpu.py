@@ -43,7 +43,7 @@ def scaling() -> None:
     t_ = tensor_type((4, 8), torch.float32)
     w_ = tensor_type((8, 8), torch.float32)
     for n in (1000, 5000, 10000, 20000):
-        p = Program("computation", [t_, w_], ["x", "w"])
+        p = Program("forward", [t_, w_], ["x", "w"])
         P = p.emitter.ns(prims.OPS)
         x, w = p.args
         cur, prev, k = x, x, 0

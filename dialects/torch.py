@@ -81,6 +81,26 @@ class UnnamedCallableError(ValueError):
     """A callable has no import path a ``torch.call`` could name."""
 
 
+RUNTIME_NAMESPACE = "thunder_ir.runtime.namespace"
+"""The one module whose callables generated code calls besides torch's (as ``tir.<name>``):
+`thunder_ir.runtime.namespace`, where whoever defines such a callable registers it."""
+
+
+def runtime_callee(name: str) -> str:
+    """The callee path of ``name`` in the runtime namespace (``"call_with_grad"`` ->
+    ``"thunder_ir.runtime.namespace.call_with_grad"``), for a pass to name in the IR."""
+    return f"{RUNTIME_NAMESPACE}.{name}"
+
+
+_NAMED: dict[int, tuple[Any, str]] = {}
+
+
+def name_callee(func: Any, path: str) -> None:
+    """Makes `torch_name` answer ``path`` for ``func`` (a callable registered in the runtime
+    namespace is named there, not where it is defined)."""
+    _NAMED[id(func)] = (func, path)
+
+
 _TORCH_NAMES: dict[int, str] = {}
 _GETTER_NAMES: dict[Any, str] = {
     getattr(torch.Tensor, p).__get__: n for p, n in (
@@ -96,6 +116,9 @@ def torch_name(func: Any) -> str:
     Raises:
         UnnamedCallableError: ``func`` has no importable name.
     """
+    named = _NAMED.get(id(func))
+    if named is not None:
+        return named[1]
     if not _TORCH_NAMES:
         for mod_name, namespace in (("torch.nn.functional", torch.nn.functional),
                                     ("torch.special", torch.special), ("torch.fft", torch.fft),
@@ -398,5 +421,6 @@ def type_of_meta(v: Any, device: str) -> Attribute:
 
 Torch = Dialect("torch", [CallOp], [])
 
-__all__ = ["CallOp", "MetaCall", "Torch", "make_call", "meta_call", "meta_value",
-           "resolve_callee", "substitute", "type_of_meta"]
+__all__ = ["RUNTIME_NAMESPACE", "CallOp", "MetaCall", "Torch", "make_call", "meta_call",
+           "meta_value", "name_callee", "resolve_callee", "runtime_callee", "substitute",
+           "type_of_meta"]

@@ -5,8 +5,8 @@ looking its name up in a list of its own, so a new op declared on a family base 
 passes' behaviour from its family, and no pass holds a list to forget (xDSL's
 ``xdsl.traits``; tinygrad's ``GroupOp``).
 
-Every op of the ``prims``, ``ltorch``, ``torch``, ``autograd`` and ``fusion`` dialects
-carries exactly one **kind** (an instance of a subclass of `OpKind`), except terminators
+Every op of the ``prims``, ``ltorch``, ``torch``, ``autograd``, ``fusion`` and ``guard``
+dialects carries exactly one **kind** (an instance of a subclass of `OpKind`), except terminators
 (``tests/test_traits.py`` holds this). A family base declares the kind its leaves share. xDSL
 collects the traits of every class in the MRO into one set, so a leaf cannot override its
 family's kind: where leaves differ, the family is split into bases that each declare one
@@ -38,6 +38,8 @@ kind               meaning                                                who as
                    a custom autograd function)
 `Marker`           tells autodiff something and computes nothing          (nothing)
                    (``autograd.stop_gradient``)
+`Guard`            reads what the cache key covers, or assembles the key  (nothing: passes
+                   (the ``guard`` dialect of ``@prologue``)               leave it alone)
 =================  =====================================================  ====================
 
 ``prims.constant`` also carries xDSL's `ConstantLike`: remat recomputes it for free.
@@ -140,6 +142,12 @@ class Marker(OpKind):
     """Tells autodiff something about its operand; computes nothing."""
 
 
+@dataclass(frozen=True)
+class Guard(OpKind):
+    """Reads what the cache key covers (an argument's metadata, grad mode, the guard
+    tokens) or assembles the key: the ops of ``@prologue``, which no pass transforms."""
+
+
 class NumberConstant(ConstantLike):
     """xDSL's `ConstantLike` for ``prims.constant``: a number baked into the program."""
 
@@ -179,6 +187,7 @@ __all__ = [
     "VIEW",
     "Creation",
     "Elementwise",
+    "Guard",
     "Library",
     "Marker",
     "Movement",

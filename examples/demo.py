@@ -26,7 +26,7 @@ from thunder_ir.trace import Trace
 
 def build_demo_program() -> Program:
     """x: f32[8, 64], w: f32[32, 64] -> linear(softmax(silu(x) * x), w)."""
-    prog = Program("computation", [tensor_type((8, 64), torch.float32),
+    prog = Program("forward", [tensor_type((8, 64), torch.float32),
                                    tensor_type((32, 64), torch.float32)], ["x", "w"])
     L = prog.emitter.ns(ltorch.OPS)
     x, w = prog.args

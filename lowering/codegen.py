@@ -6,23 +6,24 @@ runs. `compile_program` keeps that promise literally: it prints the program with
 ``exec``s that very text. The text is registered in `linecache` under a unique file name,
 so tracebacks, ``inspect.getsource`` and debuggers show the generated lines.
 
-The printed source imports its op namespaces from this module::
+The printed source imports everything it calls besides torch from one module, the
+generated-code namespace (`thunder_ir.runtime.namespace`)::
 
-    from thunder_ir.lowering.codegen import ltorch, prims
+    from thunder_ir.runtime import namespace as tir
+    from thunder_ir.runtime.namespace import ltorch, prims
 
-Each namespace is a module object whose attribute per op (``prims.mul``) is that op's
-reference implementation, called exactly as printed: operands grouped by definition
-(a list for a variadic operand, ``None`` for an absent optional one), params as keywords.
-Ops are bound once, as attributes, so generated code does no per-op dictionary look-ups
-of its own. Fusion kernels are globals of the generated code, named as the region's
-kernel: executors pass compiled ones in ``kernels``; any other region runs its body with
-the reference interpreter.
+This module makes and registers there the op namespaces: module objects whose attribute
+per op (``prims.mul``) is that op's reference implementation, called exactly as printed:
+operands grouped by definition (a list for a variadic operand, ``None`` for an absent
+optional one), params as keywords. Ops are bound once, as attributes, so generated code
+does no per-op dictionary look-ups of its own. Fusion kernels are globals of the
+generated code, named as the region's kernel: executors pass compiled ones in ``kernels``;
+any other region runs its body with the reference interpreter.
 """
 
 from __future__ import annotations
 
 import builtins
-import functools
 import itertools
 import linecache
 import time
@@ -32,7 +33,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-import torch
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -43,11 +43,12 @@ from thunder_ir.dialects import ltorch as ltorch_dialect
 from thunder_ir.dialects import prims as prims_dialect
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
-from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.program import main_function, program_functions
 from thunder_ir.dialects.torch import CallOp
-from thunder_ir.lowering.python_printer import CODEGEN_MODULE, print_python, sanitize
+from thunder_ir.lowering.python_printer import print_python, sanitize
 from thunder_ir.lowering.regions import compile_kernels
 from thunder_ir.passes.claim import resolve, spec_with_names
+from thunder_ir.runtime import namespace as tir
 from thunder_ir.runtime.interpreter import run_block
 
 GENERATED_MODULE = "thunder_ir.generated"
@@ -76,13 +77,15 @@ def op_impl(cls: type[ThunderOp]) -> Callable[..., Any]:
 
 
 def namespace(dialect: str) -> ModuleType:
-    """The namespace of a dialect's ops, created empty on first use."""
+    """The namespace of a dialect's ops, created empty on first use and registered in the
+    generated-code namespace under the dialect's name (``tir.prims``)."""
     ns = NAMESPACES.get(dialect)
     if ns is None:
         ns = ModuleType(
-            f"{CODEGEN_MODULE}.{dialect}",
+            f"{tir.__name__}.{dialect}",
             f"Reference implementations of the {dialect} ops, as generated code calls them.",
         )
+        tir.register(dialect, ns)
         NAMESPACES[dialect] = ns
     return ns
 
@@ -117,14 +120,6 @@ prims = _bind_table("prims", prims_dialect.OPS)
 ltorch = _bind_table("ltorch", ltorch_dialect.OPS)
 
 
-def __getattr__(name: str) -> ModuleType:
-    """``from thunder_ir.lowering.codegen import <dialect>`` for dialects bound later."""
-    ns = NAMESPACES.get(name)
-    if ns is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return ns
-
-
 # --------------------------------------------------------------------------- kernels
 
 
@@ -147,28 +142,6 @@ def interpreted_kernel(region: RegionOp) -> Callable[..., Any]:
 
 
 # --------------------------------------------------------------------------- compile
-
-
-def no_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``torch.no_grad()`` for generated code, without a context-manager object per call.
-
-    The decorated function runs with grad mode off and restores it afterwards; when grad
-    mode is already off it is a plain call.
-    """
-    is_enabled = torch.is_grad_enabled
-    set_enabled = torch._C._set_grad_enabled
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any) -> Any:
-        if not is_enabled():
-            return fn(*args)
-        set_enabled(False)
-        try:
-            return fn(*args)
-        finally:
-            set_enabled(True)
-
-    return wrapper
 
 
 def compile_program(
@@ -227,8 +200,8 @@ def compile_program(
 class DelLastUsedPass(ModulePass):
     """Code generation: each function of the program becomes Python source (freeing each
     value after its last use) and the function it defines, its fusion regions compiled by
-    their executors. The IR is left as it is; ``programs`` holds, per function name,
-    ``(fn, source, seconds)``.
+    their executors (``@prologue`` aside: the cache compiled it before tracing). The IR is
+    left as it is; ``programs`` holds, per function name, ``(fn, source, seconds)``.
 
     Args:
         executors: the executors in use (objects or names): the fusion executors compile
@@ -243,9 +216,7 @@ class DelLastUsedPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         executors = resolve(self.executors)
         fusion = any(e.is_fusion for e in executors)
-        for fn_op in op.ops:
-            if not isinstance(fn_op, func.FuncOp):
-                continue
+        for fn_op in program_functions(op):
             start = time.perf_counter()
             kernels = compile_kernels(fn_op, executors) if fusion else {}
             fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER)

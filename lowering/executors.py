@@ -39,6 +39,7 @@ from xdsl.utils.arg_spec import ArgSpec
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.passes.claim import EXECUTOR_LOOKUPS, resolve, spec_with_names
 from thunder_ir.passes.vjp import EXECUTOR_VJP_RULES
+from thunder_ir.runtime import namespace
 
 
 class Executor:
@@ -206,6 +207,18 @@ def _load_builtin() -> None:
         except ImportError as e:
             if e.name != module:  # a missing optional dependency inside is fine
                 continue
+
+
+def _builtin_callee(name: str) -> Any:
+    """A name of the generated-code namespace that a built-in executor registers, found by
+    loading them (printed source run in a process that compiled nothing), or None."""
+    if _LOADED[0]:
+        return None
+    _load_builtin()
+    return getattr(namespace, name, None)
+
+
+namespace.add_resolver(_builtin_callee)
 
 
 class _LowerClaimed(RewritePattern):

@@ -46,7 +46,7 @@ from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
-from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.torch import CallOp, runtime_callee
 from thunder_ir.dialects.traits import (
     Creation,
     Elementwise,
@@ -91,8 +91,8 @@ fused attention op (flash attention on CPU), which Inductor calls as a library k
 
 FUSIBLE_CALLS: frozenset[str] = frozenset(
     {
-        "thunder_ir.lowering.sdpa_executor.sdpa_forward_cpu",
-        "thunder_ir.lowering.sdpa_executor.sdpa_backward_cpu",
+        runtime_callee("sdpa_forward_cpu"),
+        runtime_callee("sdpa_backward_cpu"),
     }
 )
 """Pure ``torch.call`` callees a region may hold: functions of ATen ops that ``make_fx``

@@ -5,10 +5,11 @@ type::
 
     # Constructed by decompose-ltorch (took 1 milliseconds)
     import torch
-    from thunder_ir.lowering.codegen import prims
+    from thunder_ir.runtime import namespace as tir
+    from thunder_ir.runtime.namespace import prims
 
-    @torch.no_grad()
-    def computation(x, t_fc_1_weight):
+    @tir.no_grad
+    def forward(x, t_fc_1_weight):
       # x: "cpu f32[8, 784]"
       # t_fc_1_weight: "cpu f32[10, 784]"
       t0 = prims.mul(x, 2.0)  # t0: "cpu f32[8, 784]"
@@ -23,7 +24,8 @@ How each kind of op prints:
   operand, ``[a, b]`` for a variadic one); params are keywords, absent ones left out.
   ``prims.constant`` is never printed: its value appears wherever it is used.
 * ``torch.call``: the call itself, ``torch.nn.functional.linear(x, w, None)``, with
-  ``import torch.nn.functional`` among the imports.
+  ``import torch.nn.functional`` among the imports; a callee of the generated-code
+  namespace (`thunder_ir.runtime.namespace`) as ``tir.call_with_grad(...)``.
 * ``fusion.region``: ``(t1, t4) = nvFusion0(t0)`` (``t1 = nvFusion0(t0)`` for one
   result), with the ops of its body as comments beneath it. Kernels take their inputs
   positionally and return their one output itself, or a tuple of several.
@@ -56,17 +58,18 @@ from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import main_function
-from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, CallOp
 from thunder_ir.dialects.types import pretty_type
+from thunder_ir.runtime.namespace import ALIAS, IMPORT
 
-CODEGEN_MODULE = "thunder_ir.lowering.codegen"
-"""The module the printed source imports op namespaces (``prims``, ``ltorch``) from."""
+_IN_NAMESPACE = RUNTIME_NAMESPACE + "."
 
 INDENT = "  "
 
 # Names the generated code itself refers to; values never take them. (Other builtins may
 # be shadowed: generated code uses only these.)
-_ALWAYS_RESERVED = frozenset({*keyword.kwlist, "float", "slice", "torch", "prims", "ltorch"})
+_ALWAYS_RESERVED = frozenset({*keyword.kwlist, "float", "slice", "torch", ALIAS, "prims",
+                              "ltorch"})
 _NOT_IDENT = re.compile(r"\W")
 
 
@@ -137,6 +140,14 @@ def callee_module(path: str) -> str:
             break
         _CALLEE_MODULES[path] = mod
     return mod
+
+
+def callee_expr(path: str) -> str:
+    """How generated code names a ``torch.call`` callee: ``tir.<name>`` for a callable of
+    the generated-code namespace, else its import path."""
+    if path.startswith(_IN_NAMESPACE):
+        return f"{ALIAS}.{path[len(_IN_NAMESPACE):]}"
+    return path
 
 
 # --------------------------------------------------------------------------- naming
@@ -253,8 +264,14 @@ class _PythonPrinter:
         """Collects what a top-level op needs: imports and names values must not take."""
         if isinstance(op, CallOp):
             path = op.callee.data
-            self.modules.add(callee_module(path))
-            reserved.add(path.split(".", 1)[0])
+            if path.startswith("thunder_ir.") and not path.startswith(_IN_NAMESPACE):
+                raise ValueError(
+                    f"python printer: the callee {path!r} is a thunder_ir function outside "
+                    f"the generated-code namespace; register it there "
+                    f"({RUNTIME_NAMESPACE}.register) and name it by its path there")
+            if not path.startswith(_IN_NAMESPACE):
+                self.modules.add(callee_module(path))
+                reserved.add(path.split(".", 1)[0])
         elif isinstance(op, RegionOp):
             kernel = op.kernel.data
             if not kernel.isidentifier() or keyword.iskeyword(kernel):
@@ -299,7 +316,7 @@ class _PythonPrinter:
                 parts += [
                     f"{k}={py_literal(from_attr(v), refs)}" for k, v in op.kwargs.data.items()
                 ]
-            return f"{op.callee.data}({', '.join(parts)})"
+            return f"{callee_expr(op.callee.data)}({', '.join(parts)})"
         if isinstance(op, RegionOp):
             return f"{op.kernel.data}({', '.join(self.expr(v) for v in op.inputs)})"
         if isinstance(op, ThunderOp):
@@ -430,10 +447,11 @@ class _PythonPrinter:
             head.extend(header.rstrip("\n").splitlines())
         head.append("import torch")
         head.extend(f"import {m}" for m in sorted(self.modules) if m != "torch")
-        imported = ", ".join(sorted({*self.namespaces, "no_grad"}))
-        head.append(f"from {CODEGEN_MODULE} import {imported}")
+        head.append(IMPORT)
+        if self.namespaces:
+            head.append(f"from {RUNTIME_NAMESPACE} import {', '.join(sorted(self.namespaces))}")
         head.append("")
-        head.append("@no_grad")
+        head.append(f"@{ALIAS}.no_grad")
         head.append(f"def {self.fn_name}({', '.join(args)}):")
         return "\n".join(head + lines) + "\n"
 
@@ -505,4 +523,4 @@ def print_python(
     return _PythonPrinter(fn, locations=locations).print(header, free_after_last_use)
 
 
-__all__ = ["CODEGEN_MODULE", "callee_module", "print_python", "py_literal", "sanitize"]
+__all__ = ["callee_expr", "callee_module", "print_python", "py_literal", "sanitize"]

@@ -16,6 +16,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.fusion import RegionOp
+from thunder_ir.dialects.program import program_functions
 
 
 def region_key(region: RegionOp) -> tuple[Any, ...]:
@@ -87,8 +88,7 @@ def compile_kernels(module: ModuleOp | func.FuncOp, executors: Sequence[Any]
     """
     by_name = {e.name: e for e in executors if e.is_fusion}
     kernels: dict[str, Callable[..., Any]] = {}
-    fns = [module] if isinstance(module, func.FuncOp) else [
-        f for f in module.ops if isinstance(f, func.FuncOp)]
+    fns = [module] if isinstance(module, func.FuncOp) else program_functions(module)
     for op in (op for f in fns for op in f.body.block.ops):
         if not isinstance(op, RegionOp):
             continue

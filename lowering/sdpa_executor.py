@@ -49,14 +49,15 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_nn import ScaledDotProductAttentionOp
-from thunder_ir.dialects.torch import make_call
+from thunder_ir.dialects.torch import make_call, runtime_callee
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
+from thunder_ir.runtime import namespace
 
-SDPA_BACKWARD = "thunder_ir.lowering.sdpa_executor.sdpa_backward"
+SDPA_BACKWARD = runtime_callee("sdpa_backward")
 """The callee of the backward ``torch.call`` this executor's VJP rule emits."""
-SDPA_FORWARD_CPU = "thunder_ir.lowering.sdpa_executor.sdpa_forward_cpu"
-SDPA_BACKWARD_CPU = "thunder_ir.lowering.sdpa_executor.sdpa_backward_cpu"
+SDPA_FORWARD_CPU = runtime_callee("sdpa_forward_cpu")
+SDPA_BACKWARD_CPU = runtime_callee("sdpa_backward_cpu")
 """The forward and backward callees when the statistics are saved (`saves_statistics`)."""
 
 PATHS = ("flash_cpu", "flash_cuda", "efficient_cuda", "math")
@@ -195,6 +196,7 @@ def _sum_to(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return (t.sum(dims, keepdim=True) if dims else t).reshape(shape)
 
 
+@namespace.export
 def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
                   value: torch.Tensor, attn_mask: torch.Tensor | None = None, *,
                   is_causal: bool = False, scale: float | None = None,
@@ -249,6 +251,7 @@ def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     return dq, dk, dv
 
 
+@namespace.export
 def sdpa_forward_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attn_mask: torch.Tensor | None = None, *, is_causal: bool = False,
                      scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,6 +263,7 @@ def sdpa_forward_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return out, lse
 
 
+@namespace.export
 def sdpa_backward_cpu(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
                       value: torch.Tensor, out: torch.Tensor, logsumexp: torch.Tensor,
                       attn_mask: torch.Tensor | None = None, *, is_causal: bool = False,

@@ -8,13 +8,11 @@
 * ``lower-to-torch`` rewrites each remaining ``ltorch``/``prims`` op into a ``torch.call``:
   the op's torch function when its reference *is* that call (``torch.exp(t0)``,
   ``torch.nn.functional.linear(x, w, None)``), else the op's reference implementation,
-  published under ``thunder_ir.lowering.torch_ops`` so generated code can import it.
+  registered in the generated-code namespace as ``<dialect>_<op>`` (``tir.prims_sum``).
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,33 +29,69 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
-import thunder_ir.lowering
+from thunder_ir.dialects import ltorch as ltorch_dialect
+from thunder_ir.dialects import prims as prims_dialect
 from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call, torch_name
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.passes.claim import ClaimPass  # noqa: F401  (its home before passes/claim.py)
-
-# Generated code reaches reference implementations through this module's attributes.
-torch_ops = types.ModuleType(
-    "thunder_ir.lowering.torch_ops", "Reference implementations callable from generated code."
-)
-sys.modules["thunder_ir.lowering.torch_ops"] = torch_ops
-thunder_ir.lowering.torch_ops = torch_ops  # type: ignore[attr-defined]
+from thunder_ir.runtime import namespace
 
 _WRAPPERS: dict[type, str] = {}
 
 
+def wrapper_name(cls: type[ThunderOp]) -> str:
+    """The name ``cls``'s reference implementation has in the generated-code namespace
+    (``prims.sum`` -> ``prims_sum``)."""
+    return cls.name.replace(".", "_", 1)
+
+
 def wrapper_for(cls: type[ThunderOp]) -> str:
-    """The import path of ``cls``'s reference implementation, for generated code."""
-    name = _WRAPPERS.get(cls)
-    if name is None:
-        dialect, short = cls.name.split(".", 1)
-        attr = f"{dialect}_{short}"
-        setattr(torch_ops, attr, cls.ref)
-        name = f"thunder_ir.lowering.torch_ops.{attr}"
-        _WRAPPERS[cls] = name
-    return name
+    """The callee path of ``cls``'s reference implementation (registered in the
+    generated-code namespace on first use: ``tir.prims_sum`` in generated code)."""
+    path = _WRAPPERS.get(cls)
+    if path is None:
+        path = _WRAPPERS[cls] = namespace.register(wrapper_name(cls), cls.ref)
+    return path
+
+
+def _is_helper(fn: Any) -> bool:
+    """A torch function of an op that is a helper of thunder_ir's dialects (``_to_dtype``)."""
+    return getattr(fn, "__module__", "").startswith("thunder_ir.dialects.")
+
+
+def helper_name(fn: Callable[..., Any]) -> str:
+    """The name a dialect's helper has in the generated-code namespace (``to_dtype``)."""
+    return fn.__name__.lstrip("_")
+
+
+def torch_callee(fn: Callable[..., Any]) -> str:
+    """The callee path of a direct call of an op's torch function: its import path, or for
+    a helper of thunder_ir's dialects, its path in the generated-code namespace."""
+    if _is_helper(fn):
+        return namespace.register(helper_name(fn), fn)
+    return torch_name(fn)
+
+
+def _resolve_wrapper(name: str) -> Any:
+    """What generated code calls as ``tir.<name>`` for an in-tree op, found by name (for
+    printed source run before anything lowered the op): an op's reference implementation
+    (`wrapper_name`) or its torch function that is a dialect's helper (`helper_name`)."""
+    tables = {"prims": prims_dialect.OPS, "ltorch": ltorch_dialect.OPS}
+    dialect, _, short = name.partition("_")
+    cls = tables.get(dialect, {}).get(short)
+    if cls is not None and wrapper_name(cls) == name:
+        return cls.ref
+    for table in tables.values():
+        for cls in table.values():
+            fn = getattr(cls, "TORCH_FN", None)
+            if fn is not None and _is_helper(fn) and helper_name(fn) == name:
+                return fn
+    return None
+
+
+namespace.add_resolver(_resolve_wrapper)
 
 
 def _definer(cls: type, attr: str) -> type:
@@ -107,7 +141,7 @@ def lower_op(op: ThunderOp) -> CallOp:
     params = {k: _shift_refs(v, variadic_start) for k, v in op.params().items()}
     direct = direct_call(op, args, params)
     if direct is not None:
-        callee = torch_name(type(op).TORCH_FN)  # type: ignore[attr-defined]
+        callee = torch_callee(type(op).TORCH_FN)  # type: ignore[attr-defined]
         args, params = direct
         defaults = getattr(type(op), "DEFAULTS", {})
         # Defaults are left out, except dim=None next to keepdim (sum(x, None, keepdim=True)
@@ -181,7 +215,7 @@ def index_add_into(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
     return x.index_add_(dim, index, source)
 
 
-torch_ops.index_add_into = index_add_into  # type: ignore[attr-defined]
+INDEX_ADD_INTO = namespace.register("index_add_into", index_add_into)
 
 
 def _into_fresh(op: ThunderOp) -> CallOp | None:
@@ -198,7 +232,7 @@ def _into_fresh(op: ThunderOp) -> CallOp | None:
         isinstance(owner, CallOp) and owner.callee.data == wrapper_for(FullOp))
     if not fresh or not target.has_one_use():
         return None
-    call = make_call("thunder_ir.lowering.torch_ops.index_add_into", list(op.operands),
+    call = make_call(INDEX_ADD_INTO, list(op.operands),
                      [OperandRef(0), OperandRef(1), OperandRef(2)], {"dim": op.params()["dim"]},
                      result_types=[op.results[0].type])
     if "loc" in op.attributes:

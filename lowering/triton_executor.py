@@ -47,9 +47,19 @@ from thunder_ir.lowering.triton_codegen import (
     structural_key,
 )
 from thunder_ir.passes.fuse import fuses_decomposed, prims_body
+from thunder_ir.runtime import namespace
 
-_CE_FORWARD = "thunder_ir.lowering.triton_kernels.cross_entropy_forward"
-_CE_BACKWARD = "thunder_ir.lowering.triton_kernels.cross_entropy_backward"
+
+def _kernel(name: str) -> Any:
+    from thunder_ir.lowering import triton_kernels  # needs triton: loaded on first use
+
+    return getattr(triton_kernels, name)
+
+
+_CE_FORWARD = namespace.register_lazy("cross_entropy_forward",
+                                      lambda: _kernel("cross_entropy_forward"))
+_CE_BACKWARD = namespace.register_lazy("cross_entropy_backward",
+                                       lambda: _kernel("cross_entropy_backward"))
 
 
 def _interpreting() -> bool:

@@ -40,7 +40,7 @@ from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import Emitter
-from thunder_ir.dialects.program import Program, main_function
+from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_function
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.claim import executor_spec, spec_with_names
@@ -277,7 +277,7 @@ def split(joint: Joint, policy: Any = None) -> Split:
     plan = plan_remat(fwd_args, fwd_ops, bwd_ops, grads, policy)
 
     # Forward: every forward op still needed for outputs or residuals (DCE runs later).
-    fprog = Program("augmented_forward", [a.type for a in fwd_args],
+    fprog = Program(FORWARD, [a.type for a in fwd_args],
                     [a.name_hint for a in fwd_args])
     fvm: dict[SSAValue, SSAValue] = dict(zip(fwd_args, fprog.args))
     for op in fwd_ops:
@@ -286,7 +286,7 @@ def split(joint: Joint, policy: Any = None) -> Split:
     forward = fprog.finish([fvm[v] for v in user_outs] + [fvm[v] for v in residuals])
 
     # Backward: residuals and cotangents in; recomputed forward ops, then the backward ops.
-    bprog = Program("backward", [v.type for v in residuals] + [c.type for c in ct_args],
+    bprog = Program(BACKWARD, [v.type for v in residuals] + [c.type for c in ct_args],
                     [v.name_hint for v in residuals] + [c.name_hint for c in ct_args])
     bvm: dict[SSAValue, SSAValue] = dict(zip(residuals + ct_args, bprog.args))
     for op in plan.recompute:
@@ -320,13 +320,9 @@ def live_ops(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[Oper
 #
 # The program is one module. Before ``autodiff`` it holds the traced function; ``autodiff``
 # replaces it by ``@joint`` (its layout in ``thunder.*`` attributes), and ``remat-split``
-# replaces that by ``@augmented_forward`` and ``@backward``, which every later pass and the
+# replaces that by ``@forward`` and ``@backward``, which every later pass and the
 # code generation handle function by function.
 
-FORWARD = "augmented_forward"
-"""The name of the training program's forward function."""
-BACKWARD = "backward"
-"""The name of the training program's backward function."""
 _JOINT_ATTRS = ("n_inputs", "n_outputs", "n_forward_ops", "grad_inputs", "ct_outputs",
                 "reaches")
 
@@ -409,7 +405,7 @@ class AutodiffPass(ModulePass):
 
 @dataclass(frozen=True)
 class RematSplitPass(ModulePass):
-    """Splits ``@joint`` into ``@augmented_forward`` and ``@backward`` with a remat plan.
+    """Splits ``@joint`` into ``@forward`` and ``@backward`` with a remat plan.
 
     Args:
         policy: a remat policy name (``auto``, ``min-cut``, ``save-all``) or a

@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
@@ -58,6 +57,7 @@ from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
+from thunder_ir.dialects.program import program_functions
 from thunder_ir.dialects.traits import computes_nothing
 from thunder_ir.passes.claim import resolve, spec_with_names
 
@@ -89,9 +89,8 @@ class FusePass(ModulePass):
         executors = _fusion_executors(self.executors)
         if not executors:
             return
-        for fn in op.ops:
-            if isinstance(fn, func.FuncOp):
-                fuse_block(fn.body.block, executors, self.min_size)
+        for fn in program_functions(op):
+            fuse_block(fn.body.block, executors, self.min_size)
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         return spec_with_names(self, include_default=include_default)

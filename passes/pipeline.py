@@ -158,6 +158,14 @@ def snapshot(module: ModuleOp) -> ModuleOp:
         return module.clone()
 
 
+def snapshot_function(fn: Operation) -> ModuleOp:
+    """A deep copy of one function of a module, as a module of its own (see `snapshot`)."""
+    try:
+        return ModuleOp([_clone_op(fn, {})])
+    except _GenericCloneNeeded:
+        return ModuleOp([fn.clone()])
+
+
 def _clone_op(op: Operation, mapper: dict[SSAValue, SSAValue]) -> Operation:
     if op.successors:
         raise _GenericCloneNeeded
@@ -226,9 +234,10 @@ class OnEachFunction(ModulePass):
     """Runs a pass on each function of the program as a module of its own, then verifies
     the program; it shows under the pass's own name.
 
-    A program is one module of named functions (``@computation``; in training
-    ``@augmented_forward`` and ``@backward``). A user pass is written for a module with one
-    function (``main_function``): this runs it once per function, as ``jit`` always has.
+    A program is one module of named functions (``@forward``; in training ``@forward`` and
+    ``@backward``; last, the cache key's ``@prologue``, which this leaves alone). A user
+    pass is written for a module with one function (``main_function``): this runs it once
+    per function, as ``jit`` always has.
 
     Args:
         pass_: the pass.
@@ -245,10 +254,10 @@ class OnEachFunction(ModulePass):
         object.__setattr__(self, "name", self.pass_.name)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from xdsl.dialects import func
+        from thunder_ir.dialects.program import program_functions
 
-        fns = [f for f in op.ops if isinstance(f, func.FuncOp)
-               and (not self.functions or f.sym_name.data in self.functions)]
+        fns = [f for f in program_functions(op)
+               if not self.functions or f.sym_name.data in self.functions]
         if len(fns) == 1 and fns[0] is op.body.block.first_op is op.body.block.last_op:
             self.pass_.apply(ctx, op)
         else:
@@ -381,6 +390,7 @@ __all__ = [
     "gc_paused",
     "run_passes",
     "snapshot",
+    "snapshot_function",
     "verify_hook",
     "verify_module",
 ]

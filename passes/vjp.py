@@ -29,6 +29,7 @@ from typing import Any
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
+from thunder_ir.dialects.torch import runtime_callee
 from thunder_ir.dialects.types import TensorType, ttype
 
 VjpRule = Callable[..., list[Any]]
@@ -145,7 +146,7 @@ def backpropagate(g: Grad, op: Operation, rule: VjpRule, cts: Cotangents,
                 cts.accumulate(v, gv)
 
 
-RAISE = "thunder_ir.runtime.autograd_fallback.no_derivative"
+RAISE = runtime_callee("no_derivative")
 """The callee of a backward that raises eager's error (`raising_rule`)."""
 
 

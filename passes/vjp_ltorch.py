@@ -39,7 +39,7 @@ from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
 from thunder_ir.dialects.prims import broadcast_shapes
-from thunder_ir.dialects.torch import CallOp, make_call
+from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
 from thunder_ir.dialects.types import TensorType, is_float
 from thunder_ir.passes.vjp import (
     Grad,
@@ -381,7 +381,7 @@ def _unrepeat_heads(g: Grad, v: SSAValue, rep: int) -> SSAValue:
     return g.ltorch.sum(x, dim=-3)
 
 
-SDPA_DROPOUT_FORWARD = "thunder_ir.runtime.attention.sdpa_dropout_forward"
+SDPA_DROPOUT_FORWARD = runtime_callee("sdpa_dropout_forward")
 
 
 def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
@@ -561,9 +561,9 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
 # --------------------------------------------------------------------------- torch.call
 
 
-CALL_WITH_GRAD = "thunder_ir.runtime.autograd_fallback.call_with_grad"
+CALL_WITH_GRAD = runtime_callee("call_with_grad")
 """The callee a differentiated fallback call runs in the forward (records torch's graph)."""
-HANDLE_VJP = "thunder_ir.runtime.autograd_fallback.handle_vjp"
+HANDLE_VJP = runtime_callee("handle_vjp")
 """The callee of its backward (cotangents through that graph)."""
 
 

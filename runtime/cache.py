@@ -6,16 +6,15 @@ inputs (floats by ``repr``: ``-0.0`` is not ``0.0``, NaN is NaN); grad mode, def
 and autocast state; and the tokens of the guarded Python state that tracing read (module
 attributes, submodules, hooks, globals, closure cells: `thunder_ir.runtime.guards`).
 
-The key function is generated Python with no loops (the *prologue*): attribute reads into
-one tuple. ``last_prologue_traces`` prints it. The cache keeps the `CACHE_CAPACITY` most
-recently used programs.
+The key function (the *prologue*, `thunder_ir.runtime.prologue`) is built as IR and
+generated from it as Python with no loops: attribute reads into one tuple.
+``last_prologue_traces`` prints it. The cache keeps the `CACHE_CAPACITY` most recently used
+programs.
 """
 
 from __future__ import annotations
 
-import itertools
-import linecache
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,70 +27,6 @@ CACHE_CAPACITY = 64
 RECOMPILE_LIMIT = 8
 """After this many compiles of one jitted callable, thunder_ir warns (once) and names what
 keeps changing (torch.compile's default limit is 8 too)."""
-
-_autocast_state = torch._C._is_any_autocast_enabled
-
-
-_counter = itertools.count()
-
-
-@dataclass
-class Prologue:
-    """The generated key function for one input structure and guarded state, its source,
-    and what each element of the key it returns stands for (for recompile warnings)."""
-
-    fn: Callable[..., Any]
-    source: str
-    labels: list[str] = field(default_factory=list)
-
-
-def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
-                  all_tensors: bool = False, tokens: tuple[int, ...] = (),
-                  token_names: Sequence[str] = ()) -> Prologue:
-    """Builds ``key(args) -> tuple`` for flat args plus module state.
-
-    ``args`` are the flat leaves of the call's arguments (``arg_names``: what to call each
-    in messages); the module's parameters and buffers (``state``) are bound into the
-    function's globals, and so are the guard ``tokens`` the state had when the prologue was
-    built (the caller picks the prologue by them). With ``all_tensors`` (the flat fast
-    path: every argument is a tensor) each argument's metadata is read inline instead of
-    through `tensor_meta`.
-    """
-    n_args = len(arg_names)
-    lines = ["def prologue(args):"]
-    if n_args:
-        lines.append(f"  ({', '.join(f'a{i}' for i in range(n_args))},) = args")
-    parts: list[str] = []
-    labels: list[str] = []
-    for i, name in enumerate(arg_names):
-        if all_tensors:
-            parts += [f"a{i}.shape", f"a{i}.dtype", f"a{i}.device", f"a{i}.requires_grad"]
-            labels += [f"the shape of argument '{name}'", f"the dtype of argument '{name}'",
-                       f"the device of argument '{name}'",
-                       f"requires_grad of argument '{name}'"]
-        else:
-            parts.append(f"_meta(a{i})")
-            labels.append(f"argument '{name}'")
-    if n_args > 1:
-        parts.append(f"_aliases({', '.join(f'a{i}' for i in range(n_args))})")
-        labels.append("which arguments share memory")
-    for i, name in enumerate(state):
-        parts += [f"p{i}.shape", f"p{i}.dtype", f"p{i}.device", f"p{i}.requires_grad"]
-        labels += [f"the metadata of '{name}'"] * 4
-    parts += ["_grad()", "_default_dtype()", "_autocast()"]
-    labels += ["grad mode", "the default dtype", "autocast"]
-    parts.append("_tokens")  # always last: `thunder_ir.api` re-keys entries by it
-    labels.append(" or ".join(token_names) or "guarded state")
-    lines.append(f"  return ({', '.join(parts)},)")
-    src = "\n".join(lines) + "\n"
-    g: dict[str, Any] = {"_meta": tensor_meta, "_grad": torch.is_grad_enabled,
-                         "_default_dtype": torch.get_default_dtype,
-                         "_autocast": _autocast_state, "_aliases": aliases, "_tokens": tokens}
-    g.update({f"p{i}": p for i, p in enumerate(state.values())})
-    filename = f"<thunder_ir prologue {next(_counter)}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    exec(compile(src, filename, "exec"), g)
-    return Prologue(g["prologue"], src, labels)
 
 
 def tensor_meta(x: Any) -> Any:

@@ -324,7 +324,7 @@ def test_thunderfx_and_the_named_backend() -> None:
     out.sum().backward()
     (fwd,) = cfx.last_traces
     (bwd,) = cfx.last_backward_traces
-    assert "augmented_forward" in str(fwd) and "def backward" in str(bwd)
+    assert "def forward" in str(fwd) and "def backward" in str(bwd)
     assert len(cfx.backend.subgraph_infos) == 1
 
     torch._dynamo.reset()

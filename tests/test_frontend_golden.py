@@ -32,10 +32,11 @@ def test_linear_gelu_sum() -> None:
     first, last = _traces(f, torch.randn(2, 3), torch.randn(4, 3))
     assert first == _golden('''
         import torch
-        from thunder_ir.lowering.codegen import ltorch, no_grad
+        from thunder_ir.runtime import namespace as tir
+        from thunder_ir.runtime.namespace import ltorch
 
-        @no_grad
-        def computation(x, w):
+        @tir.no_grad
+        def forward(x, w):
           # x: "cpu f32[2, 3]"
           # w: "cpu f32[4, 3]"
           t0 = ltorch.transpose(w, dim0=0, dim1=1)  # t0: "cpu f32[3, 4]"
@@ -48,10 +49,10 @@ def test_linear_gelu_sum() -> None:
     assert last == _golden('''
         import torch
         import torch.nn.functional
-        from thunder_ir.lowering.codegen import no_grad
+        from thunder_ir.runtime import namespace as tir
 
-        @no_grad
-        def computation(x, w):
+        @tir.no_grad
+        def forward(x, w):
           # x: "cpu f32[2, 3]"
           # w: "cpu f32[4, 3]"
           t0 = torch.transpose(w, dim0=0, dim1=1)  # t0: "cpu f32[3, 4]"
@@ -73,10 +74,11 @@ def test_indexing_softmax_cast() -> None:
                        torch.randn(2, 3))
     assert first == _golden('''
         import torch
-        from thunder_ir.lowering.codegen import ltorch, no_grad
+        from thunder_ir.runtime import namespace as tir
+        from thunder_ir.runtime.namespace import ltorch
 
-        @no_grad
-        def computation(x):
+        @tir.no_grad
+        def forward(x):
           # x: "cpu f32[2, 3]"
           t0 = ltorch.getitem(x, [], index=(slice(None, None, None), slice(1, None, None), None))  # t0: "cpu f32[2, 2, 1]"
           t1 = ltorch.softmax(t0, dim=-1)  # t1: "cpu f32[2, 2, 1]"
@@ -91,7 +93,7 @@ def test_module_parameters_are_named_inputs() -> None:
     with torch.no_grad():
         tm(torch.randn(5, 3))
     first = str(thunder_ir.last_traces(tm)[0])
-    assert "def computation(input, t_weight, t_bias):" in first
+    assert "def forward(input, t_weight, t_bias):" in first
     assert ("t0 = ltorch.linear(input, t_weight, t_bias)  # t0: \"cpu f32[5, 2]\""
             in first)
 

@@ -149,9 +149,10 @@ def test_dataflow_neighbours_fuse_across_an_unrelated_op() -> None:
         print_python(m)
         == """\
 import torch
-from thunder_ir.lowering.codegen import no_grad, prims
+from thunder_ir.runtime import namespace as tir
+from thunder_ir.runtime.namespace import prims
 
-@no_grad
+@tir.no_grad
 def computation(x, w):
   # x: "cpu f32[4, 8]"
   # w: "cpu f32[8, 8]"

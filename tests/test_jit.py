@@ -33,7 +33,7 @@ def test_llamamlp_matches_eager_and_prints_like_the_seed() -> None:
     x = torch.randn(2, 16, 64)
     assert _max_dev(tm(x), m(x)) <= 1e-6
     src = str(thunder_ir.last_traces(tm)[-1])
-    assert "def computation(x, t_fc_1_weight, t_fc_2_weight, t_proj_weight):" in src
+    assert "def forward(x, t_fc_1_weight, t_fc_2_weight, t_proj_weight):" in src
     assert '# x: "cpu f32[2, 16, 64]"' in src
     assert "del " in src
 
@@ -327,7 +327,7 @@ def test_traces_list_every_pass_and_final_trace_reexecutes() -> None:
     assert src == traces[-1].source  # exactly the code that runs
     g: dict = {}
     exec(compile(src, "<trace>", "exec"), g)
-    again = g["computation"](x, m.fc_1.weight, m.fc_2.weight, m.proj.weight)
+    again = g["forward"](x, m.fc_1.weight, m.fc_2.weight, m.proj.weight)
     torch.testing.assert_close(again, out)
 
 

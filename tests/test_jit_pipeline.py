@@ -32,6 +32,10 @@ def _functions(text: str) -> dict[str, str]:
     return {f.sym_name.data: str(f) for f in parse(text).ops if isinstance(f, func.FuncOp)}
 
 
+def _prologue(trace: thunder_ir.Trace) -> str:
+    return _functions(trace.mlir())["prologue"]
+
+
 def _replay(mlir: str, spec: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
             ) -> dict[str, str]:
     src = tmp_path / "trace0.mlir"
@@ -60,7 +64,9 @@ def test_opt_replays_what_jit_runs_for_inference(tmp_path: Path,
     passes = jit_pipeline(JitOptions(executors=tuple(resolve_executors(None))))
     assert [t.pass_name for t in traces] == ["trace", *(p.name for p in passes)]
     got = _replay(traces[0].mlir(), pipeline_spec(passes), tmp_path, capsys)
-    assert got == _functions(traces[-1].mlir())
+    # the program module: @forward, then the cache key's @prologue, which no pass changes
+    assert list(_functions(traces[0].mlir())) == ["forward", "prologue"]
+    assert got == {**_functions(traces[-1].mlir()), "prologue": _prologue(traces[0])}
 
 
 def test_opt_replays_what_jit_runs_for_training(tmp_path: Path,
@@ -77,8 +83,9 @@ def test_opt_replays_what_jit_runs_for_training(tmp_path: Path,
     assert [t.pass_name for t in fwd] == ["trace", *names]
     assert [t.pass_name for t in bwd] == names[names.index("remat-split"):]
     got = _replay(fwd[0].mlir(), pipeline_spec(passes), tmp_path, capsys)
-    assert got == {**_functions(fwd[-1].mlir()), **_functions(bwd[-1].mlir())}
-    assert set(got) == {"augmented_forward", "backward"}
+    assert got == {**_functions(fwd[-1].mlir()), **_functions(bwd[-1].mlir()),
+                   "prologue": _prologue(fwd[0])}
+    assert list(got) == ["forward", "backward", "prologue"]
 
 
 def test_training_steps_are_dumped_and_verified(monkeypatch: pytest.MonkeyPatch,
@@ -93,4 +100,8 @@ def test_training_steps_are_dumped_and_verified(monkeypatch: pytest.MonkeyPatch,
                  "del-last-used"):
         assert f"// ----- IR after {name} (" in err
     assert "func.func @joint(" in err and "func.func @backward(" in err
+    # after code generation the program module holds @forward, @backward and @prologue
+    last = err[err.index("// ----- IR after del-last-used"):]
+    assert [f in last for f in ("@forward(", "@backward(", "@prologue(")] == [True] * 3
+    assert last.index("@backward(") < last.index("@prologue(")
     torch.testing.assert_close(x.grad, x.detach().sin() + x.detach() * x.detach().cos())

@@ -63,9 +63,10 @@ def test_prims_program_golden() -> None:
         == """\
 # Constructed by test (took 1 milliseconds)
 import torch
-from thunder_ir.lowering.codegen import no_grad, prims
+from thunder_ir.runtime import namespace as tir
+from thunder_ir.runtime.namespace import prims
 
-@no_grad
+@tir.no_grad
 def computation(x, t_fc_1_weight):
   # x: "cpu f32[8, 784]"
   # t_fc_1_weight: "cpu f32[10, 784]"
@@ -82,9 +83,10 @@ def test_free_after_last_use_golden() -> None:
         text
         == """\
 import torch
-from thunder_ir.lowering.codegen import no_grad, prims
+from thunder_ir.runtime import namespace as tir
+from thunder_ir.runtime.namespace import prims
 
-@no_grad
+@tir.no_grad
 def computation(x, t_fc_1_weight):
   # x: "cpu f32[8, 784]"
   # t_fc_1_weight: "cpu f32[10, 784]"
@@ -136,9 +138,10 @@ def test_ltorch_ops_golden() -> None:
         text
         == """\
 import torch
-from thunder_ir.lowering.codegen import ltorch, no_grad
+from thunder_ir.runtime import namespace as tir
+from thunder_ir.runtime.namespace import ltorch
 
-@no_grad
+@tir.no_grad
 def computation(x, w, bias):
   # x: "cpu f32[3, 5]"
   # w: "cpu f32[4, 5]"
@@ -164,9 +167,9 @@ def test_torch_call_golden() -> None:
         == """\
 import torch
 import torch.nn.functional
-from thunder_ir.lowering.codegen import no_grad
+from thunder_ir.runtime import namespace as tir
 
-@no_grad
+@tir.no_grad
 def computation(x, w):
   # x: "cpu f32[3, 5]"
   # w: "cpu f32[4, 5]"
@@ -183,9 +186,10 @@ def test_fusion_region_golden() -> None:
         text
         == """\
 import torch
-from thunder_ir.lowering.codegen import no_grad, prims
+from thunder_ir.runtime import namespace as tir
+from thunder_ir.runtime.namespace import prims
 
-@no_grad
+@tir.no_grad
 def computation(a, b):
   # a: "cpu f32[4, 3]"
   # b: "cpu f32[4, 3]"

@@ -74,8 +74,8 @@ def _saves_statistics(jf: Any) -> bool:
     """Whether the forward kept the log-sum-exp: it calls `sdpa_forward_cpu` and the
     backward `sdpa_backward_cpu`, which recomputes no attention forward."""
     fwd, bwd = str(thunder_ir.last_traces(jf)[-1]), _backward_source(jf)
-    saved = "thunder_ir.lowering.sdpa_executor.sdpa_forward_cpu(" in fwd
-    assert saved == ("thunder_ir.lowering.sdpa_executor.sdpa_backward_cpu(" in bwd), bwd
+    saved = "tir.sdpa_forward_cpu(" in fwd
+    assert saved == ("tir.sdpa_backward_cpu(" in bwd), bwd
     if saved:
         assert "scaled_dot_product_attention(" not in fwd, fwd  # attention runs once
         assert "sdpa_backward(" not in bwd, bwd
@@ -87,7 +87,7 @@ def _assert_fused_backward(jf: Any, only_attention: bool = True) -> None:
     (a function that is just the attention) it recomputes no probabilities: no softmax,
     no matmul."""
     src = _backward_source(jf)
-    assert _saves_statistics(jf) or "thunder_ir.lowering.sdpa_executor.sdpa_backward(" in src
+    assert _saves_statistics(jf) or "tir.sdpa_backward(" in src
     assert "softmax" not in src, src
     if only_attention:
         assert "matmul" not in src, src

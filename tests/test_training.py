@@ -313,7 +313,7 @@ def test_take_backward_adds_into_fresh_zeros_in_place() -> None:
     xe = x.detach().clone().requires_grad_()
     f(xe, idx).backward()
     torch.testing.assert_close(x.grad, xe.grad)
-    assert "index_add_into(" in str(thunder_ir.last_backward_traces(jf)[-1])
+    assert "tir.index_add_into(" in str(thunder_ir.last_backward_traces(jf)[-1])
 
 
 # --------------------------------------------------------------------------- autograd bridge

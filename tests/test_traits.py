@@ -24,6 +24,7 @@ from thunder_ir.dialects import ltorch, prims
 from thunder_ir.dialects import traits as T
 from thunder_ir.dialects.autograd import Autograd
 from thunder_ir.dialects.fusion import Fusion, RegionOp
+from thunder_ir.dialects.guard import Guard
 from thunder_ir.dialects.ltorch import Ltorch
 from thunder_ir.dialects.prims import Prims
 from thunder_ir.dialects.program import Program, main_function
@@ -35,7 +36,7 @@ from thunder_ir.lowering.torch_executor import LowerToTorchPass
 from thunder_ir.passes.fuse import fuse_block
 from thunder_ir.passes.remat import MIN_CUT, cheap_elementwise, plan_remat
 
-DIALECTS: tuple[Dialect, ...] = (Prims, Ltorch, Torch, Autograd, Fusion)
+DIALECTS: tuple[Dialect, ...] = (Prims, Ltorch, Torch, Autograd, Fusion, Guard)
 ALL_OPS: list[type[Operation]] = [op for d in DIALECTS for op in d.operations]
 F32 = torch.float32
 
@@ -201,5 +202,5 @@ def test_the_torch_lowering_asks_each_family() -> None:
     LowerToTorchPass().apply(Context(), module)
     callees = [op.callee.data for op in main_function(module).body.block.ops
                if isinstance(op, CallOp)]
-    assert callees == ["torch.add", "thunder_ir.lowering.torch_ops.prims_div", "torch.exp",
-                       "torch.sum", "thunder_ir.lowering.torch_ops.ltorch_prod", "torch.cat"]
+    assert callees == ["torch.add", "thunder_ir.runtime.namespace.prims_div", "torch.exp",
+                       "torch.sum", "thunder_ir.runtime.namespace.ltorch_prod", "torch.cat"]

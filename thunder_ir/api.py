@@ -28,23 +28,27 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
-from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.program import (
+    BACKWARD,
+    FORWARD,
+    program_functions,
+    prologue_function,
+)
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.lowering.codegen import DelLastUsedPass
-from thunder_ir.passes.autodiff import BACKWARD, FORWARD, layout_of
-from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot
+from thunder_ir.passes.autodiff import layout_of
+from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot, snapshot_function
 from thunder_ir.pipeline import JitOptions, jit_pipeline
 from thunder_ir.runtime.cache import (
     CACHE_CAPACITY,
     RECOMPILE_LIMIT,
     Cache,
     Entry,
-    Prologue,
     flatten_args,
-    make_prologue,
     unflatten_outputs,
 )
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
+from thunder_ir.runtime.prologue import Prologue, make_prologue
 from thunder_ir.trace import Trace
 
 STAGES = ("ltorch", "prims", "fusion", "backward")
@@ -103,10 +107,10 @@ def _user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModuleP
 
 
 class _Recorder:
-    """The hook that records the traces of a `jit_pipeline` run: one per pass, split by
-    function once the program holds a forward and a backward (``last_traces`` shows
-    ``@augmented_forward``, ``last_backward_traces`` ``@backward``). Code generation's
-    traces are made from its results afterwards (`_final_traces`)."""
+    """The hook that records the traces of a `jit_pipeline` run: one per pass and function
+    (``last_traces`` shows ``@forward``, ``last_backward_traces`` ``@backward``; the
+    ``@prologue`` no pass changes is left out). Code generation's traces are made from its
+    results afterwards (`_final_traces`)."""
 
     def __init__(self, passes: Sequence[ModulePass], forward: list[Trace]) -> None:
         self._passes = iter(passes)
@@ -117,28 +121,26 @@ class _Recorder:
         p = next(self._passes)
         if isinstance(p, DelLastUsedPass):
             return
-        if len(module.body.block.ops) == 1:
-            self.forward.append(Trace(snapshot(module), pass_name, duration_s))
-            return
         only = p.functions if isinstance(p, OnEachFunction) else ()
-        for fn in list(snapshot(module).ops):
-            if not isinstance(fn, func.FuncOp) or (only and fn.sym_name.data not in only):
+        for fn in program_functions(module):
+            name = fn.sym_name.data
+            if only and name not in only:
                 continue
-            fn.detach()
-            out = self.backward if fn.sym_name.data == BACKWARD else self.forward
-            out.append(Trace(ModuleOp([fn]), pass_name, duration_s))
+            out = self.backward if name == BACKWARD else self.forward
+            out.append(Trace(snapshot_function(fn), pass_name, duration_s))
 
 
 def _final_traces(module: ModuleOp, codegen: DelLastUsedPass, recorder: _Recorder
                   ) -> dict[str, tuple[Callable[..., Any], func.FuncOp]]:
     """Appends each function's execution trace (its generated source) to its list;
     returns ``name -> (generated function, function op)``."""
-    fns = [f for f in module.ops if isinstance(f, func.FuncOp)]
+    fns = program_functions(module)
+    alone = len(module.body.block.ops) == 1
     out: dict[str, tuple[Callable[..., Any], func.FuncOp]] = {}
     for f in fns:
         name = f.sym_name.data
         fn, source, t = codegen.programs[name]
-        if len(fns) > 1:
+        if not alone:
             f.detach()
             ir = ModuleOp([f])
         else:
@@ -277,6 +279,7 @@ class _Compiled:
                 pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
                 key = pro.fn(leaves)
                 entry.prologue_source = pro.source
+                _put_prologue(entry.traces[0].ir, pro)  # what the cache now keys it by
             self._compiles += 1
             if self._compiles > RECOMPILE_LIMIT and not self._warned:
                 self._warn_recompiles(key, pro)
@@ -336,7 +339,7 @@ class _Compiled:
     def _compile_training(self, traced: TracedProgram, programs: dict[str, Any],
                           traces: list[Trace], bwd_traces: list[Trace],
                           state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
-        """The entry of a training program (``@augmented_forward`` and ``@backward``)."""
+        """The entry of a training program (``@forward`` and ``@backward``)."""
         from thunder_ir.runtime.autograd import TrainingProgram, make_runner
 
         fwd_fn, fwd_op = programs[FORWARD]
@@ -375,8 +378,10 @@ class _Compiled:
         fn = self.fn if self.module is None else self.module.__call__
         assert fn is not None
         traced = trace_program(fn, args, kwargs, self.module, state)
-        traces = [Trace(traced.module.clone(), "trace", time.perf_counter() - t0)]
+        t_trace = time.perf_counter() - t0
         module = traced.module
+        _put_prologue(module, pro)
+        traces = [Trace(snapshot(module), "trace", t_trace)]
         training = any(traced.output_requires_grad)
         passes = jit_pipeline(JitOptions(
             executors=tuple(self.executors), training=training,
@@ -390,7 +395,7 @@ class _Compiled:
         if training:
             return self._compile_training(traced, programs, traces, recorder.backward,
                                           state, pro), traced
-        fn_, fn_op = programs[main_function(module).sym_name.data]
+        fn_, fn_op = programs[FORWARD]
         n_out = len(fn_op.function_type.outputs)
         if traced.detach_outputs:
             fn_ = _detaching(fn_, traced.detach_outputs, n_out)
@@ -406,6 +411,20 @@ class _Compiled:
             single_output=_single_output(traced, n_out),
             replays=traced.replays,
         ), traced
+
+
+def _put_prologue(module: ModuleOp, pro: Prologue) -> None:
+    """Makes a copy of ``pro``'s ``@prologue`` the last function of the program ``module``
+    (in place of the one it holds)."""
+    new = prologue_function(pro.ir)
+    assert new is not None
+    old = prologue_function(module)
+    if old is not None:
+        module.body.block.erase_op(old)
+    copy = snapshot_function(new).body.block.first_op
+    assert copy is not None
+    copy.detach()
+    module.body.block.add_op(copy)
 
 
 def _leaf_names(names: Sequence[str], args: tuple[Any, ...], kwargs: dict[str, Any],

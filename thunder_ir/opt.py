@@ -31,18 +31,22 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 
 @dataclass(frozen=True)
 class PythonTarget(Target):
-    """``-t python``: prints the program as the Python source of a trace."""
+    """``-t python``: prints the program as the Python source of a trace (each function in
+    turn; ``@prologue`` as the cache's generated key function)."""
 
     name: ClassVar[str] = "python"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from xdsl.dialects import func
 
+        from thunder_ir.dialects.program import PROLOGUE
         from thunder_ir.lowering.python_printer import print_python
+        from thunder_ir.runtime.prologue import prologue_source
 
         fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
-        if len(fns) > 1:  # a training program: each function in turn
-            output.write("\n\n".join(print_python(f) for f in fns))
+        if len(fns) > 1 or (fns and fns[0].sym_name.data == PROLOGUE):
+            output.write("\n\n".join(prologue_source(f) if f.sym_name.data == PROLOGUE
+                                      else print_python(f) for f in fns))
         else:
             output.write(print_python(module))
 

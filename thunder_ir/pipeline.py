@@ -10,7 +10,7 @@ of named functions, each registered by name (``thunder-ir-opt -p`` runs any of t
 (one line; ``claim``'s default executors are ``("torch",)``).
 
 Training (``JitOptions(training=True, ...)``) begins with ``decompose-for-grad``,
-``autodiff`` and ``remat-split``, which leaves ``@augmented_forward`` and ``@backward`` in
+``autodiff`` and ``remat-split``, which leaves ``@forward`` and ``@backward`` in
 the module; every later pass works on both. User passes run at their stage
 (`thunder_ir.api.STAGES`), each on every function as a module of its own and verified
 (`thunder_ir.passes.pipeline.OnEachFunction`); backward-stage passes see ``@backward`` only.
@@ -24,11 +24,11 @@ from typing import Any
 
 from xdsl.passes import ModulePass
 
+from thunder_ir.dialects.program import BACKWARD
 from thunder_ir.lowering.codegen import DelLastUsedPass
 from thunder_ir.lowering.executors import LowerClaimedPass
 from thunder_ir.lowering.torch_executor import LowerToTorchPass
 from thunder_ir.passes.autodiff import (
-    BACKWARD,
     AutodiffPass,
     DecomposeForGradPass,
     RematSplitPass,

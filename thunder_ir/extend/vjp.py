@@ -10,11 +10,13 @@ import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects.base import OperandRef, group
-from thunder_ir.dialects.torch import make_call
+from thunder_ir.dialects.torch import make_call, runtime_callee
 from thunder_ir.extend.ops import _OP_CLASSES, OperatorOp
 from thunder_ir.passes.vjp import Grad, is_differentiable_value
+from thunder_ir.runtime.namespace import export
 
 
+@export
 def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
                  segments: Sequence[int], ct_outputs: Sequence[int],
                  grad_inputs: Sequence[int]) -> Any:
@@ -47,8 +49,8 @@ def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
     return leaf_cotangents(pairs, leaves)
 
 
-_OPERATOR_VJP = "thunder_ir.extend.operator_vjp"
-"""The callee of the backward's ``torch.call`` (the public name, as traces print it)."""
+_OPERATOR_VJP = runtime_callee("operator_vjp")
+"""The callee of the backward's ``torch.call`` (``tir.operator_vjp`` in traces)."""
 _REF = "$operand"
 
 

@@ -28,7 +28,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from thunder_ir.dialects.autograd import make_function
 from thunder_ir.dialects.base import OperandRef
-from thunder_ir.dialects.torch import make_call
+from thunder_ir.dialects.torch import make_call, runtime_callee
 from thunder_ir.frontend.context import TraceContext
 from thunder_ir.frontend.errors import user_location, where
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
@@ -36,15 +36,13 @@ from thunder_ir.frontend.table import HANDLERS
 from thunder_ir.frontend.takeover import take_over
 from thunder_ir.runtime.hooks import ModuleHooks, keep
 
-_HOOKS = "thunder_ir.runtime.hooks."
-
 
 def _hook_point(ctx: TraceContext, name: str, values: Sequence[SSAValue],
                 callee: str, key: int) -> Operation:
     """An identity ``autograd.function`` over ``values`` whose backward calls ``callee``
     (``key=key``) on the cotangents."""
     body = Block(arg_types=[v.type for v in values])
-    call = make_call(_HOOKS + callee, list(body.args),
+    call = make_call(runtime_callee(callee), list(body.args),
                      [OperandRef(i) for i in range(len(values))], {"key": key},
                      result_types=[v.type for v in values],
                      layout=None if callee == "run_tensor_hook" else True)

@@ -33,7 +33,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_function
 from thunder_ir.dialects.base import Emitter, ShapeError, ThunderOp, group, to_attr
 from thunder_ir.dialects.prims import ConstantOp
-from thunder_ir.dialects.program import Program
+from thunder_ir.dialects.program import FORWARD, Program
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import NumberType, TensorType, is_complex, type_of_tensor
 from thunder_ir.frontend.builder import Builder, differentiable
@@ -64,7 +64,7 @@ class TracedProgram:
     """A traced ``ltorch`` program and how to call it.
 
     Attributes:
-        module: the IR (one ``func.func`` named ``computation``).
+        module: the IR (one ``func.func`` named ``forward``).
         input_kinds: per program argument, where its value comes from at call time:
             ``("arg", i)`` flat user-argument leaf i, ``("param", name)`` a module parameter
             or buffer, ``("const", tensor)`` a tensor captured from user code.
@@ -116,7 +116,7 @@ class TraceContext(Builder):
     """
 
     def __init__(self) -> None:
-        self.program = Program("computation", [])
+        self.program = Program(FORWARD, [])
         self.block: Block = self.program.block
         self.emitter = self.program.emitter
         self.input_kinds: list[tuple[Any, ...]] = []

@@ -16,7 +16,13 @@ import torch
 from xdsl.ir import Attribute, SSAValue
 
 from thunder_ir.dialects.base import OperandRef, to_attr
-from thunder_ir.dialects.torch import UnnamedCallableError, make_call, meta_call, torch_name
+from thunder_ir.dialects.torch import (
+    UnnamedCallableError,
+    make_call,
+    meta_call,
+    runtime_callee,
+    torch_name,
+)
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend.builder import Builder, differentiable
 from thunder_ir.frontend.errors import (
@@ -163,7 +169,7 @@ def _root_of(p: Any) -> TensorProxy | None:
     return p._base_proxy if p._base_proxy is not None else p
 
 
-CALL_ON_COPIES = "thunder_ir.runtime.autograd_fallback.call_on_copies"
+CALL_ON_COPIES = runtime_callee("call_on_copies")
 
 
 def _call_on_copies(ctx: Builder, name: str, operands: list[SSAValue], passed: list[Any],

@@ -30,6 +30,7 @@ from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, Us
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter
+from thunder_ir.runtime.namespace import export
 
 T = torch.Tensor
 
@@ -551,8 +552,10 @@ def _getitem(ctx: Builder, x: Any, index: Any) -> Any:
 HANDLERS[T.__getitem__] = _getitem
 
 
+@export
 def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
-    """Functional ``x[index] = value``: a copy of ``x`` with the write applied."""
+    """Functional ``x[index] = value``: a copy of ``x`` with the write applied (generated
+    code calls it as ``tir.setitem``)."""
     out = x.clone()
     out[index] = value
     return out

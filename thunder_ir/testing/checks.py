@@ -20,7 +20,7 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core
 from thunder_ir.dialects.base import Emitter, ThunderOp
-from thunder_ir.dialects.program import Program
+from thunder_ir.dialects.program import FORWARD, Program
 from thunder_ir.dialects.types import is_float, number_type, type_of_tensor
 from thunder_ir.testing.inputs import (
     OpSample,
@@ -69,7 +69,7 @@ def build_one_op(op: type[ThunderOp], operands: Sequence[Any], params: dict[str,
     """A program computing ``op`` on ``operands`` (grouped; tensors become arguments,
     Python numbers become ``prims.constant``). Returns it with its tensor arguments."""
     tensors = [v for v in _flat(operands) if isinstance(v, torch.Tensor)]
-    prog = Program("computation", [type_of_tensor(t) for t in tensors],
+    prog = Program(FORWARD, [type_of_tensor(t) for t in tensors],
                    [f"a{i}" for i in range(len(tensors))])
     e: Emitter = prog.emitter
     grouped = _operand_values(e, operands, iter(prog.args))

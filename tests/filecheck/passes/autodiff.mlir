@@ -5,13 +5,13 @@
 // the gradients of the inputs that require grad (%x, not %y). Its layout (how many
 // inputs, outputs and forward ops; which inputs get gradients) is in thunder.* attributes.
 
-func.func @computation(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
+func.func @forward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
   %0 = "prims.mul"(%x, %y) : (!prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
   %1 = "prims.exp"(%0) : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
   func.return %1 : !prims.tensor<4xf32, cpu>
 }
 
-// CHECK-NOT:   @computation
+// CHECK-NOT:   @forward
 // CHECK:       func.func @joint(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>, %ct: !prims.tensor<4xf32, cpu>) -> (!prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>)
 // CHECK-SAME:  thunder.n_inputs = 2 : i64, thunder.n_outputs = 1 : i64, thunder.n_forward_ops = 2 : i64, thunder.grad_inputs = array<i64: 0>, thunder.ct_outputs = array<i64: 0>, thunder.reaches = [array<i64: 0>]
 // CHECK-NEXT:  %[[M:.*]] = "prims.mul"(%x, %y)

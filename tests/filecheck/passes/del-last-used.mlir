@@ -4,7 +4,7 @@
 // Code generation compiles each function of the program (here a forward and a
 // backward) to Python and leaves the IR as it is; -t python prints each function.
 
-func.func @augmented_forward(%x: !prims.tensor<4xf32, cpu>) -> (!prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>) {
+func.func @forward(%x: !prims.tensor<4xf32, cpu>) -> (!prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>) {
   %0 = "torch.call"(%x) <{callee = "torch.exp", args = [#prims.operand<0>]}> : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
   func.return %0, %0 : !prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>
 }
@@ -13,14 +13,14 @@ func.func @backward(%e: !prims.tensor<4xf32, cpu>, %ct: !prims.tensor<4xf32, cpu
   func.return %0 : !prims.tensor<4xf32, cpu>
 }
 
-// CHECK-LABEL: func.func @augmented_forward
+// CHECK-LABEL: func.func @forward
 // CHECK-NEXT:  %[[E:.*]] = "torch.call"(%x) <{callee = "torch.exp", args = [#prims.operand<0>]}>
 // CHECK-NEXT:  func.return %[[E]], %[[E]]
 // CHECK-LABEL: func.func @backward
 // CHECK-NEXT:  %[[G:.*]] = "torch.call"(%ct, %e) <{callee = "torch.mul", args = [#prims.operand<0>, #prims.operand<1>]}>
 // CHECK-NEXT:  func.return %[[G]]
 
-// PY: def augmented_forward(x):
+// PY: def forward(x):
 // PY:   torch.exp(x)
 // PY: def backward(e, ct):
 // PY:   torch.mul(ct, e)

@@ -1,20 +1,20 @@
 // RUN: thunder-ir-opt -p 'autodiff{requires_grad=true,false},remat-split{policy=save-all}' %s | filecheck %s
 // RUN: thunder-ir-opt -p 'autodiff{requires_grad=true,false},remat-split{policy=min-cut}' %s | filecheck %s --check-prefix=MINCUT
 
-// remat-split replaces @joint by @augmented_forward (outputs, then residuals) and
+// remat-split replaces @joint by @forward (outputs, then residuals) and
 // @backward (residuals and cotangents in, gradients out) in the same module. The
 // backward's dead ops (the gradient of %y, which needs none) are gone. save-all saves
 // what the backward reads (%y and exp's result); min-cut recomputes the cheap elementwise
 // chain from the inputs instead, when that saves bytes.
 
-func.func @computation(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
+func.func @forward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
   %0 = "prims.mul"(%x, %y) : (!prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
   %1 = "prims.exp"(%0) : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
   func.return %1 : !prims.tensor<4xf32, cpu>
 }
 
 // CHECK-NOT:   @joint
-// CHECK:       func.func @augmented_forward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>)
+// CHECK:       func.func @forward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>)
 // CHECK-NEXT:  %[[M:.*]] = "prims.mul"(%x, %y)
 // CHECK-NEXT:  %[[E:.*]] = "prims.exp"(%[[M]])
 // CHECK-NEXT:  func.return %[[E]], %y, %[[E]]
@@ -24,7 +24,7 @@ func.func @computation(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, c
 // CHECK-NEXT:  %[[DX:.*]] = "prims.mul"(%[[D]], %y)
 // CHECK-NEXT:  func.return %[[DX]]
 
-// MINCUT:      func.func @augmented_forward
+// MINCUT:      func.func @forward
 // MINCUT:      func.return %{{.*}}, %x, %y
 // MINCUT:      func.func @backward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>, %ct: !prims.tensor<4xf32, cpu>)
 // MINCUT-NEXT: %[[M:.*]] = "prims.mul"(%x, %y)

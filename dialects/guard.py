@@ -1,0 +1,271 @@
+"""The ``guard`` dialect: the ops of ``@prologue``, the function that computes a call's
+cache key.
+
+The prologue takes the call's flat argument leaves and returns one tuple: each leaf's
+metadata (or value), which leaves share memory, every parameter's and buffer's metadata,
+grad mode, the default dtype, autocast, and the tokens of the guarded Python state
+(`thunder_ir.runtime.guards`). Each op reads one of those; ``guard.key`` makes the tuple::
+
+    func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
+      %0, %1, %2, %3 = "guard.tensor_meta"(%a0) <{label = "x"}> : ...
+      %4 = "guard.leaf_meta"(%a1) <{label = "scale"}> : (!guard.value) -> !guard.value
+      %5 = "guard.aliases"(%a0, %a1) : ...
+      %6, %7, %8, %9 = "guard.param_meta"() <{index = 0 : i64, label = "fc.weight"}> : ...
+      %10 = "guard.grad_mode"() : () -> !guard.value
+      ...
+      %k = "guard.key"(%0, %1, ..., %13) : (...) -> !guard.value
+      func.return %k : !guard.value
+    }
+
+Every value is a Python object (``!guard.value``). Each op knows the Python expression
+that reads it (`GuardOp.python`), so the prologue's generated code
+(`thunder_ir.runtime.prologue`) is one straight-line tuple expression, as fast as a
+hand-written one; and what each element of the key stands for (`GuardOp.labels`), for the
+warning that names what keeps recompiling. The names the expressions use besides the
+arguments (``a0``…) are the prologue's globals: ``p<index>`` the parameters and buffers,
+``_meta``, ``_aliases``, ``_grad``, ``_default_dtype``, ``_autocast`` and ``_tokens``.
+
+The ops are ``Pure`` reads of the call's inputs and the thread's state: no pass rewrites
+the prologue (the pipeline skips ``@prologue``; see `thunder_ir.dialects.program`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from xdsl.dialects.builtin import I64, ArrayAttr, DenseArrayBase, IntegerAttr, StringAttr, i64
+from xdsl.ir import Dialect, ParametrizedAttribute, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import Pure
+
+from thunder_ir.dialects import traits as T
+
+# --------------------------------------------------------------------------- the type
+
+
+@irdl_attr_definition
+class ValueType(ParametrizedAttribute, TypeAttribute):
+    """``!guard.value``: a Python object (an argument leaf, a shape, a dtype, the key)."""
+
+    name = "guard.value"
+
+
+VALUE = ValueType()
+
+_META = ("shape", "dtype", "device", "requires_grad")
+
+
+class GuardOp(IRDLOperation):
+    """Base of the guard ops: a Pure read for the cache key (kind `Guard`)."""
+
+    traits = traits_def(Pure(), T.Guard())
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        """One Python expression per result, given the operands' expressions."""
+        raise NotImplementedError(self.name)
+
+    def labels(self) -> list[str]:
+        """What each result stands for in a message (``"grad mode"``)."""
+        raise NotImplementedError(self.name)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+@irdl_op_definition
+class TensorMetaOp(GuardOp):
+    """`%shape, %dtype, %device, %requires_grad = "guard.tensor_meta"(%a0) <{label = "x"}>`:
+    a tensor argument's metadata, read inline (``a0.shape, a0.dtype, ...``)."""
+
+    name = "guard.tensor_meta"
+
+    arg = operand_def(ValueType)
+    label = prop_def(StringAttr)
+    shape = result_def(ValueType)
+    dtype = result_def(ValueType)
+    device = result_def(ValueType)
+    requires_grad = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return [f"{operands[0]}.{m}" for m in _META]
+
+    def labels(self) -> list[str]:
+        name = self.label.data
+        return [f"the shape of argument '{name}'", f"the dtype of argument '{name}'",
+                f"the device of argument '{name}'", f"requires_grad of argument '{name}'"]
+
+
+@irdl_op_definition
+class LeafMetaOp(GuardOp):
+    """`%m = "guard.leaf_meta"(%a1) <{label = "scale"}>`: one argument leaf's key part
+    (`thunder_ir.runtime.cache.tensor_meta`: a tensor's metadata, a number's value)."""
+
+    name = "guard.leaf_meta"
+
+    arg = operand_def(ValueType)
+    label = prop_def(StringAttr)
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return [f"_meta({operands[0]})"]
+
+    def labels(self) -> list[str]:
+        return [f"argument '{self.label.data}'"]
+
+
+@irdl_op_definition
+class AliasesOp(GuardOp):
+    """`%m = "guard.aliases"(%a0, %a1)`: which argument leaves share memory
+    (`thunder_ir.runtime.cache.aliases`; None when none do)."""
+
+    name = "guard.aliases"
+
+    args = var_operand_def(ValueType)
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return [f"_aliases({', '.join(operands)})"]
+
+    def labels(self) -> list[str]:
+        return ["which arguments share memory"]
+
+
+# --------------------------------------------------------------------------- module state
+
+
+@irdl_op_definition
+class ParamMetaOp(GuardOp):
+    """`%shape, %dtype, %device, %requires_grad = "guard.param_meta"() <{index = 0,
+    label = "fc.weight"}>`: a parameter's or buffer's metadata (the prologue's global
+    ``p<index>``)."""
+
+    name = "guard.param_meta"
+
+    index = prop_def(IntegerAttr[I64])
+    label = prop_def(StringAttr)
+    shape = result_def(ValueType)
+    dtype = result_def(ValueType)
+    device = result_def(ValueType)
+    requires_grad = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        p = f"p{self.index.value.data}"
+        return [f"{p}.{m}" for m in _META]
+
+    def labels(self) -> list[str]:
+        return [f"the metadata of '{self.label.data}'"] * len(_META)
+
+
+# --------------------------------------------------------------------------- thread state
+
+
+class _StateOp(GuardOp):
+    """A read of the thread's state: ``EXPR`` is its Python, ``LABEL`` what it is."""
+
+    EXPR: ClassVar[str] = ""
+    LABEL: ClassVar[str] = ""
+
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return [self.EXPR]
+
+    def labels(self) -> list[str]:
+        return [self.LABEL]
+
+
+@irdl_op_definition
+class GradModeOp(_StateOp):
+    """`%g = "guard.grad_mode"()`: whether grad mode is on (``torch.is_grad_enabled()``)."""
+
+    name = "guard.grad_mode"
+    EXPR: ClassVar[str] = "_grad()"
+    LABEL: ClassVar[str] = "grad mode"
+
+
+@irdl_op_definition
+class DefaultDtypeOp(_StateOp):
+    """`%d = "guard.default_dtype"()`: ``torch.get_default_dtype()``."""
+
+    name = "guard.default_dtype"
+    EXPR: ClassVar[str] = "_default_dtype()"
+    LABEL: ClassVar[str] = "the default dtype"
+
+
+@irdl_op_definition
+class AutocastOp(_StateOp):
+    """`%a = "guard.autocast"()`: whether any autocast is enabled."""
+
+    name = "guard.autocast"
+    EXPR: ClassVar[str] = "_autocast()"
+    LABEL: ClassVar[str] = "autocast"
+
+
+@irdl_op_definition
+class TokensOp(GuardOp):
+    """`%t = "guard.tokens"() <{tokens = array<i64: 0, 2>, names = ["globals of m"]}>`: the
+    tokens the guarded Python state had when the prologue was built (one per guard; the
+    caller picks the prologue by them), bound as the global ``_tokens``."""
+
+    name = "guard.tokens"
+
+    tokens = prop_def(DenseArrayBase)
+    names = prop_def(ArrayAttr[StringAttr])
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return ["_tokens"]
+
+    def labels(self) -> list[str]:
+        return [" or ".join(n.data for n in self.names.data) or "guarded state"]
+
+    def values(self) -> tuple[int, ...]:
+        """The tokens, as the tuple ``_tokens`` is bound to."""
+        return tuple(int(v) for v in self.tokens.get_values())
+
+
+# --------------------------------------------------------------------------- the key
+
+
+@irdl_op_definition
+class KeyOp(GuardOp):
+    """`%k = "guard.key"(%0, %1, ...)`: the cache key, the tuple of its operands."""
+
+    name = "guard.key"
+
+    parts = var_operand_def(ValueType)
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return [f"({', '.join(operands)},)"]
+
+    def labels(self) -> list[str]:
+        return ["the key"]
+
+
+def tokens_attr(tokens: Sequence[int]) -> DenseArrayBase:
+    """The ``tokens`` property of `TokensOp`."""
+    return DenseArrayBase.from_list(i64, list(tokens))
+
+
+def names_attr(names: Sequence[str]) -> ArrayAttr[StringAttr]:
+    """The ``names`` property of `TokensOp`."""
+    return ArrayAttr([StringAttr(n) for n in names])
+
+
+Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, ParamMetaOp, GradModeOp,
+                          DefaultDtypeOp, AutocastOp, TokensOp, KeyOp], [ValueType])
+
+__all__ = ["VALUE", "AliasesOp", "AutocastOp", "DefaultDtypeOp", "GradModeOp", "Guard",
+           "GuardOp", "KeyOp", "LeafMetaOp", "ParamMetaOp", "TensorMetaOp", "TokensOp",
+           "ValueType", "names_attr", "tokens_attr"]

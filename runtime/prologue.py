@@ -1,0 +1,214 @@
+"""The prologue: the cache key function, built as IR (``func.func @prologue`` of ``guard``
+ops) and compiled from it.
+
+`build_prologue` makes the function from what the key covers: the flat argument leaves
+(named for messages), the module's parameters and buffers, and the guard tokens.
+`prologue_source` generates its Python from the IR: no loops, attribute reads into one
+tuple (each op says its expression, `thunder_ir.dialects.guard.GuardOp.python`)::
+
+    def prologue(args):
+      (a0, a1,) = args
+      return (a0.shape, a0.dtype, a0.device, a0.requires_grad, _meta(a1), _aliases(a0, a1),
+              p0.shape, p0.dtype, p0.device, p0.requires_grad, _grad(), _default_dtype(),
+              _autocast(), _tokens,)
+
+`compile_prologue` executes that text with the prologue's globals bound: the parameters
+and buffers as ``p<i>``, the tokens as ``_tokens``, and the helpers (``_meta`` and
+``_aliases`` from the generated-code namespace, torch's grad-mode, default-dtype and
+autocast getters). `make_prologue` does all three. The prologue is built before tracing
+(the cache looks the call up with it); a compile appends a copy of its function to the
+program module, as its last function.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Block, Operation, Region, SSAValue
+
+from thunder_ir.dialects import guard as G
+from thunder_ir.dialects.program import PROLOGUE, prologue_function
+from thunder_ir.runtime import namespace
+
+_counter = itertools.count()
+
+_autocast_state = torch._C._is_any_autocast_enabled
+
+
+@dataclass
+class Prologue:
+    """The key function for one input structure and guarded state: the function, its
+    source and the IR both come from (a module holding ``@prologue``)."""
+
+    fn: Callable[..., Any]
+    source: str
+    ir: ModuleOp
+
+    @property
+    def labels(self) -> list[str]:
+        """What each element of the key stands for (for recompile warnings)."""
+        return prologue_labels(self.ir)
+
+
+# --------------------------------------------------------------------------- building
+
+
+_INDEX: dict[int, IntegerAttr[Any]] = {}
+"""``index`` properties by value (building an ``IntegerAttr`` costs about 25 µs)."""
+
+
+def _index(i: int) -> IntegerAttr[Any]:
+    attr = _INDEX.get(i)
+    if attr is None:
+        attr = _INDEX[i] = IntegerAttr(i, i64)
+    return attr
+
+
+def _op(cls: type[Operation], operands: Sequence[SSAValue] = (), n_results: int = 1,
+        **properties: Any) -> Operation:
+    return cls.create(operands=list(operands), result_types=[G.VALUE] * n_results,
+                      properties=properties)
+
+
+def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
+                   all_tensors: bool = False, tokens: Sequence[int] = (),
+                   token_names: Sequence[str] = ()) -> ModuleOp:
+    """The module holding ``func.func @prologue(leaves...) -> key``.
+
+    Args:
+        arg_names: a name per flat argument leaf (for messages).
+        state_names: the module's parameters and buffers, in the order they are bound
+            (``p0``, ``p1``...).
+        all_tensors: every leaf is a tensor (the flat fast path): their metadata is read
+            inline (`guard.tensor_meta`) rather than through ``tensor_meta``
+            (`guard.leaf_meta`).
+        tokens: the guard tokens the prologue is built for; ``token_names`` the guards'.
+    """
+    block = Block(arg_types=[G.VALUE] * len(arg_names))
+    for i, a in enumerate(block.args):
+        a.name_hint = f"a{i}"
+    parts: list[SSAValue] = []
+
+    def add(op: Operation) -> None:
+        block.add_op(op)
+        parts.extend(op.results)
+
+    for a, name in zip(block.args, arg_names):
+        label = StringAttr(name)
+        add(_op(G.TensorMetaOp, [a], 4, label=label) if all_tensors
+            else _op(G.LeafMetaOp, [a], label=label))
+    if len(arg_names) > 1:
+        add(_op(G.AliasesOp, block.args))
+    for i, name in enumerate(state_names):
+        add(_op(G.ParamMetaOp, (), 4, index=_index(i), label=StringAttr(name)))
+    for cls in (G.GradModeOp, G.DefaultDtypeOp, G.AutocastOp):
+        add(_op(cls))
+    # always last: `thunder_ir.api` re-keys entries by it
+    add(_op(G.TokensOp, tokens=G.tokens_attr(tokens), names=G.names_attr(token_names)))
+    key = _op(G.KeyOp, parts)
+    block.add_op(key)
+    block.add_op(func.ReturnOp(key.results[0]))
+    fn = func.FuncOp(PROLOGUE, ([G.VALUE] * len(arg_names), [G.VALUE]), Region(block))
+    return ModuleOp([fn])
+
+
+# --------------------------------------------------------------------------- code generation
+
+
+def _function(module: ModuleOp | func.FuncOp) -> func.FuncOp:
+    fn = module if isinstance(module, func.FuncOp) else prologue_function(module)
+    if fn is None:
+        raise ValueError("the module holds no @prologue")
+    return fn
+
+
+def _generate(fn: func.FuncOp, state: Sequence[Any] | None
+              ) -> tuple[str, dict[str, Any]]:
+    """The prologue's Python, and (given ``state``) the globals it reads; one walk."""
+    block = fn.body.block
+    exprs: dict[SSAValue, str] = {a: f"a{i}" for i, a in enumerate(block.args)}
+    lines = ["def prologue(args):"]
+    if block.args:
+        lines.append(f"  ({', '.join(exprs[a] for a in block.args)},) = args")
+    g: dict[str, Any] = {"_meta": namespace.tensor_meta, "_aliases": namespace.aliases,
+                         "_grad": torch.is_grad_enabled,
+                         "_default_dtype": torch.get_default_dtype,
+                         "_autocast": _autocast_state, "_tokens": ()}
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            lines.append(f"  return {exprs[op.operands[0]]}")
+            continue
+        if not isinstance(op, G.GuardOp):
+            raise ValueError(f"@prologue holds {op.name}, which is not a guard op")
+        for r, e in zip(op.results, op.python([exprs[v] for v in op.operands]), strict=True):
+            exprs[r] = e
+        if state is None:
+            continue
+        if isinstance(op, G.ParamMetaOp):
+            i = op.index.value.data
+            g[f"p{i}"] = state[i]
+        elif isinstance(op, G.TokensOp):
+            g["_tokens"] = op.values()
+    return "\n".join(lines) + "\n", g
+
+
+def prologue_source(module: ModuleOp | func.FuncOp) -> str:
+    """The Python of ``@prologue``: ``def prologue(args)`` returning the key as one tuple
+    expression (the ops' expressions inlined; nothing is assigned but the arguments)."""
+    return _generate(_function(module), None)[0]
+
+
+def prologue_labels(module: ModuleOp | func.FuncOp) -> list[str]:
+    """What each element of the key stands for, in order."""
+    fn = _function(module)
+    labels: dict[SSAValue, str] = {}
+    key: G.KeyOp | None = None
+    for op in fn.body.block.ops:
+        if isinstance(op, G.KeyOp):
+            key = op
+        elif isinstance(op, G.GuardOp):
+            labels.update(zip(op.results, op.labels(), strict=True))
+    if key is None:
+        return []
+    return [labels.get(v, f"part {i} of the key") for i, v in enumerate(key.parts)]
+
+
+def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any]) -> dict[str, Any]:
+    """The globals the prologue's Python reads: the helpers, ``p<i>`` (``state[i]``, the
+    parameters and buffers) and ``_tokens``."""
+    return _generate(_function(module), state)[1]
+
+
+def compile_prologue(module: ModuleOp, state: Sequence[Any]) -> Prologue:
+    """The prologue's function, compiled from its IR (``state``: the tensors ``p<i>``)."""
+    src, g = _generate(_function(module), state)
+    filename = f"<thunder_ir prologue {next(_counter)}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), g)
+    return Prologue(g["prologue"], src, module)
+
+
+def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
+                  all_tensors: bool = False, tokens: tuple[int, ...] = (),
+                  token_names: Sequence[str] = ()) -> Prologue:
+    """Builds ``key(args) -> tuple`` for flat args plus module state (`build_prologue`,
+    then `compile_prologue`).
+
+    ``args`` are the flat leaves of the call's arguments (``arg_names``: what to call each
+    in messages); the module's parameters and buffers (``state``) are bound into the
+    function's globals, and so are the guard ``tokens`` the state had when the prologue was
+    built (the caller picks the prologue by them).
+    """
+    module = build_prologue(arg_names, list(state), all_tensors, tokens, token_names)
+    return compile_prologue(module, list(state.values()))
+
+
+__all__ = ["Prologue", "build_prologue", "compile_prologue", "make_prologue",
+           "prologue_globals", "prologue_labels", "prologue_source"]
