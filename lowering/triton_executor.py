@@ -56,9 +56,9 @@ def _kernel(name: str) -> Any:
     return getattr(triton_kernels, name)
 
 
-_CE_FORWARD = namespace.register_lazy("cross_entropy_forward",
+_CE_FORWARD = namespace.register_lazy("triton_cross_entropy_forward",
                                       lambda: _kernel("cross_entropy_forward"))
-_CE_BACKWARD = namespace.register_lazy("cross_entropy_backward",
+_CE_BACKWARD = namespace.register_lazy("triton_cross_entropy_backward",
                                        lambda: _kernel("cross_entropy_backward"))
 
 

@@ -54,6 +54,8 @@ IMPORT = f"from {RUNTIME_NAMESPACE.rsplit('.', 1)[0]} import namespace as {ALIAS
 
 _REGISTERED: dict[str, Any] = {}
 _LAZY: dict[str, Callable[[], Any]] = {}
+_LOADED: set[str] = set()
+"""Names registered by their lazy loader (`register_lazy` may name them again)."""
 _RESOLVERS: list[Callable[[str], Any]] = []
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,6 +85,9 @@ def register(name: str, obj: Any) -> str:
                          f"({getattr(old, '__qualname__', old)!r}); pick another name")
     if old is None and globals().get(name, obj) is not obj:
         raise ValueError(f"namespace: {name!r} is a name of the namespace module itself")
+    if name in _LAZY:  # (the loader pops its name before registering what it loaded)
+        raise ValueError(f"namespace: {name!r} is already registered (to be loaded on first "
+                         "use); pick another name")
     _REGISTERED[name] = obj
     globals()[name] = obj
     path = callee(name)
@@ -99,6 +104,10 @@ def export(fn: F) -> F:
 def register_lazy(name: str, loader: Callable[[], Any]) -> str:
     """Registers ``name`` to the object ``loader()`` returns, loaded on its first use (for
     callables of modules that need an optional package). Returns the callee path."""
+    if name in _REGISTERED and name not in _LOADED:
+        raise ValueError(f"namespace: {name!r} is already registered "
+                         f"({getattr(_REGISTERED[name], '__qualname__', _REGISTERED[name])!r}); "
+                         "pick another name")
     if name not in _REGISTERED:
         _LAZY[name] = loader
     return callee(name)
@@ -120,6 +129,8 @@ def __getattr__(name: str) -> Any:
     """A name registered lazily or answered by a resolver: loaded once, then an attribute."""
     loader = _LAZY.pop(name, None)
     obj = loader() if loader is not None else None
+    if loader is not None:
+        _LOADED.add(name)
     if obj is None and not name.startswith("__"):
         obj = next((o for r in _RESOLVERS if (o := r(name)) is not None), None)
     if obj is None:

@@ -70,6 +70,42 @@ def test_lazy_names_and_resolvers() -> None:
         _ = tir.ns_test_missing  # type: ignore[attr-defined]
 
 
+def test_a_lazy_name_is_not_taken_twice() -> None:
+    """A name registered to be loaded later is as taken as any other (the Triton
+    executor's cross-entropy kernels once shared a name with an op's torch function, and
+    generated code called the wrong one)."""
+    tir.register_lazy("ns_test_lazy_taken", lambda: abs)
+    with pytest.raises(ValueError, match="already registered"):
+        tir.register("ns_test_lazy_taken", round)
+    tir.register("ns_test_eager_taken", round)
+    with pytest.raises(ValueError, match="already registered"):
+        tir.register_lazy("ns_test_eager_taken", lambda: abs)
+    assert tir.ns_test_lazy_taken is abs  # type: ignore[attr-defined]
+    tir.register_lazy("ns_test_lazy_taken", lambda: abs)  # naming it again: no clash
+
+
+def test_every_op_helper_has_a_name_of_its_own() -> None:
+    """The torch functions of in-tree ops that are dialect helpers, and the ops' wrappers,
+    register under names no other callable of the namespace holds."""
+    from thunder_ir.dialects import ltorch, prims
+    from thunder_ir.lowering import torch_executor as te
+    from thunder_ir.lowering import triton_executor  # noqa: F401  (its lazy names)
+
+    names: dict[str, object] = {}
+    for table in (prims.OPS, ltorch.OPS):
+        for cls in table.values():
+            fn = getattr(cls, "TORCH_FN", None)
+            if fn is not None and te._is_helper(fn):
+                assert names.setdefault(te.helper_name(fn), fn) is fn, te.helper_name(fn)
+            assert names.setdefault(te.wrapper_name(cls), cls) is cls
+    registered = tir.registered()
+    for name, obj in names.items():
+        assert name not in tir._LAZY, f"{name!r} is also a name loaded on first use"
+        if name in registered:
+            owner = registered[name]
+            assert owner is obj or owner == getattr(obj, "ref", None), name
+
+
 def test_the_runtime_lowering_and_frontend_register_what_generated_code_calls() -> None:
     for name in ("no_grad", "call_with_grad", "handle_vjp", "call_on_copies", "no_derivative",
                  "inplace_on_copy", "sdpa_dropout_forward", "run_tensor_hook",
