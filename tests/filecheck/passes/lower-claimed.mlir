@@ -11,7 +11,7 @@ func.func @forward(%x: !prims.tensor<4x5xf32, cpu>, %t: !prims.tensor<4xi64, cpu
 }
 
 // CHECK-LABEL: func.func @forward
-// CHECK-NEXT:  %[[C:.*]] = "torch.call"(%x, %t) <{callee = "thunder_ir.runtime.namespace.cross_entropy_forward", args = [#prims.operand<0>, #prims.operand<1>], kwargs = {ignore_index = -100 : i64, reduction = "mean", label_smoothing = 0.000000e+00 : f64}}>
+// CHECK-NEXT:  %[[C:.*]] = "torch.call"(%x, %t) <{callee = "thunder_ir.runtime.namespace.triton_cross_entropy_forward", args = [#prims.operand<0>, #prims.operand<1>], kwargs = {ignore_index = -100 : i64, reduction = "mean", label_smoothing = 0.000000e+00 : f64}}>
 // CHECK-NEXT:  func.return %[[C]]
 
 // TORCH:       "ltorch.cross_entropy"(%x, %t)
