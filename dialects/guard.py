@@ -2,7 +2,8 @@
 cache key.
 
 The prologue takes the call's flat argument leaves and returns one tuple: each leaf's
-metadata (or value), which leaves share memory, every parameter's and buffer's metadata,
+metadata (or value), which leaves share memory, every parameter's and buffer's metadata
+(one op for all of them, its elements spliced into the key),
 grad mode, the default dtype, autocast, and the tokens of the guarded Python state
 (`thunder_ir.runtime.guards`). Each op reads one of those; ``guard.key`` makes the tuple::
 
@@ -10,10 +11,10 @@ grad mode, the default dtype, autocast, and the tokens of the guarded Python sta
       %0, %1, %2, %3 = "guard.tensor_meta"(%a0) <{label = "x"}> : ...
       %4 = "guard.leaf_meta"(%a1) <{label = "scale"}> : (!guard.value) -> !guard.value
       %5 = "guard.aliases"(%a0, %a1) : ...
-      %6, %7, %8, %9 = "guard.param_meta"() <{index = 0 : i64, label = "fc.weight"}> : ...
-      %10 = "guard.grad_mode"() : () -> !guard.value
+      %6 = "guard.state_meta"() <{names = ["fc.weight", "fc.bias"]}> : ...
+      %7 = "guard.grad_mode"() : () -> !guard.value
       ...
-      %k = "guard.key"(%0, %1, ..., %13) : (...) -> !guard.value
+      %k = "guard.key"(%0, %1, ..., %10) : (...) -> !guard.value
       func.return %k : !guard.value
     }
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from xdsl.dialects.builtin import I64, ArrayAttr, DenseArrayBase, IntegerAttr, StringAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, i64
 from xdsl.ir import Dialect, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
@@ -75,8 +76,14 @@ class GuardOp(IRDLOperation):
         raise NotImplementedError(self.name)
 
     def labels(self) -> list[str]:
-        """What each result stands for in a message (``"grad mode"``)."""
+        """What each element of the key the op's results make stands for in a message
+        (``"grad mode"``), in order."""
         raise NotImplementedError(self.name)
+
+    def widths(self) -> list[int]:
+        """How many elements of the key each result makes: one, unless its expression is a
+        comma-separated run spliced into the key's tuple (`StateMetaOp`)."""
+        return [1] * len(self.results)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -144,26 +151,26 @@ class AliasesOp(GuardOp):
 
 
 @irdl_op_definition
-class ParamMetaOp(GuardOp):
-    """`%shape, %dtype, %device, %requires_grad = "guard.param_meta"() <{index = 0,
-    label = "fc.weight"}>`: a parameter's or buffer's metadata (the prologue's global
-    ``p<index>``)."""
+class StateMetaOp(GuardOp):
+    """`%state = "guard.state_meta"() <{names = ["fc.weight", "fc.bias"]}>`: the metadata
+    of every parameter and buffer (the prologue's globals ``p0``, ``p1``... in ``names``'
+    order): shape, dtype, device and requires_grad of each, spliced into the key as
+    ``4 * len(names)`` elements. One op for the whole state, so that a module of many
+    parameters costs one op to build and copy."""
 
-    name = "guard.param_meta"
+    name = "guard.state_meta"
 
-    index = prop_def(IntegerAttr[I64])
-    label = prop_def(StringAttr)
-    shape = result_def(ValueType)
-    dtype = result_def(ValueType)
-    device = result_def(ValueType)
-    requires_grad = result_def(ValueType)
+    names = prop_def(ArrayAttr[StringAttr])
+    state = result_def(ValueType)
 
     def python(self, operands: Sequence[str]) -> list[str]:
-        p = f"p{self.index.value.data}"
-        return [f"{p}.{m}" for m in _META]
+        return [", ".join(f"p{i}.{m}" for i in range(len(self.names.data)) for m in _META)]
 
     def labels(self) -> list[str]:
-        return [f"the metadata of '{self.label.data}'"] * len(_META)
+        return [f"the metadata of '{n.data}'" for n in self.names.data for _ in _META]
+
+    def widths(self) -> list[int]:
+        return [len(_META) * len(self.names.data)]
 
 
 # --------------------------------------------------------------------------- thread state
@@ -263,9 +270,9 @@ def names_attr(names: Sequence[str]) -> ArrayAttr[StringAttr]:
     return ArrayAttr([StringAttr(n) for n in names])
 
 
-Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, ParamMetaOp, GradModeOp,
+Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, StateMetaOp, GradModeOp,
                           DefaultDtypeOp, AutocastOp, TokensOp, KeyOp], [ValueType])
 
 __all__ = ["VALUE", "AliasesOp", "AutocastOp", "DefaultDtypeOp", "GradModeOp", "Guard",
-           "GuardOp", "KeyOp", "LeafMetaOp", "ParamMetaOp", "TensorMetaOp", "TokensOp",
+           "GuardOp", "KeyOp", "LeafMetaOp", "StateMetaOp", "TensorMetaOp", "TokensOp",
            "ValueType", "names_attr", "tokens_attr"]

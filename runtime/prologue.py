@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from thunder_ir.dialects import guard as G
@@ -58,17 +58,6 @@ class Prologue:
 
 
 # --------------------------------------------------------------------------- building
-
-
-_INDEX: dict[int, IntegerAttr[Any]] = {}
-"""``index`` properties by value (building an ``IntegerAttr`` costs about 25 µs)."""
-
-
-def _index(i: int) -> IntegerAttr[Any]:
-    attr = _INDEX.get(i)
-    if attr is None:
-        attr = _INDEX[i] = IntegerAttr(i, i64)
-    return attr
 
 
 def _op(cls: type[Operation], operands: Sequence[SSAValue] = (), n_results: int = 1,
@@ -106,8 +95,8 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
             else _op(G.LeafMetaOp, [a], label=label))
     if len(arg_names) > 1:
         add(_op(G.AliasesOp, block.args))
-    for i, name in enumerate(state_names):
-        add(_op(G.ParamMetaOp, (), 4, index=_index(i), label=StringAttr(name)))
+    if state_names:
+        add(_op(G.StateMetaOp, names=G.names_attr(state_names)))
     for cls in (G.GradModeOp, G.DefaultDtypeOp, G.AutocastOp):
         add(_op(cls))
     # always last: `thunder_ir.api` re-keys entries by it
@@ -151,9 +140,8 @@ def _generate(fn: func.FuncOp, state: Sequence[Any] | None
             exprs[r] = e
         if state is None:
             continue
-        if isinstance(op, G.ParamMetaOp):
-            i = op.index.value.data
-            g[f"p{i}"] = state[i]
+        if isinstance(op, G.StateMetaOp):
+            g.update((f"p{i}", t) for i, t in enumerate(state))
         elif isinstance(op, G.TokensOp):
             g["_tokens"] = op.values()
     return "\n".join(lines) + "\n", g
@@ -168,16 +156,19 @@ def prologue_source(module: ModuleOp | func.FuncOp) -> str:
 def prologue_labels(module: ModuleOp | func.FuncOp) -> list[str]:
     """What each element of the key stands for, in order."""
     fn = _function(module)
-    labels: dict[SSAValue, str] = {}
+    labels: dict[SSAValue, list[str]] = {}
     key: G.KeyOp | None = None
     for op in fn.body.block.ops:
         if isinstance(op, G.KeyOp):
             key = op
         elif isinstance(op, G.GuardOp):
-            labels.update(zip(op.results, op.labels(), strict=True))
+            flat = iter(op.labels())
+            for r, w in zip(op.results, op.widths(), strict=True):
+                labels[r] = [next(flat) for _ in range(w)]
     if key is None:
         return []
-    return [labels.get(v, f"part {i} of the key") for i, v in enumerate(key.parts)]
+    return [lab for i, v in enumerate(key.parts)
+            for lab in labels.get(v, [f"part {i} of the key"])]
 
 
 def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any]) -> dict[str, Any]:

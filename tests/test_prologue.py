@@ -110,12 +110,14 @@ def test_the_prologue_is_guard_ops_each_with_one_expression_per_result() -> None
     assert fn is not None and fn.sym_name.data == PROLOGUE
     ops = list(fn.body.block.ops)
     assert [type(op) for op in ops] == [
-        G.TensorMetaOp, G.ParamMetaOp, G.ParamMetaOp, G.GradModeOp, G.DefaultDtypeOp,
+        G.TensorMetaOp, G.StateMetaOp, G.GradModeOp, G.DefaultDtypeOp,
         G.AutocastOp, G.TokensOp, G.KeyOp, func.ReturnOp]
     for op in ops[:-1]:
         assert isinstance(op, G.GuardOp) and op.__doc__
-        assert len(op.python(["a"] * len(op.operands))) == len(op.results)
-        assert len(op.labels()) == len(op.results)
+        exprs = op.python(["a"] * len(op.operands))
+        assert len(exprs) == len(op.widths()) == len(op.results)
+        assert len(op.labels()) == sum(op.widths())
+        assert [e.count(",") + 1 for e in exprs] == op.widths() or isinstance(op, G.KeyOp)
 
 
 def test_a_prologue_parsed_from_text_and_a_foreign_op_in_it() -> None:

@@ -16,13 +16,13 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
   %0 = "guard.leaf_meta"(%a0) <{label = "x"}> : (!guard.value) -> !guard.value
   %1 = "guard.leaf_meta"(%a1) <{label = "scale"}> : (!guard.value) -> !guard.value
   %2 = "guard.aliases"(%a0, %a1) : (!guard.value, !guard.value) -> !guard.value
-  %3, %4, %5, %6 = "guard.param_meta"() <{index = 0 : i64, label = "weight"}> : () -> (!guard.value, !guard.value, !guard.value, !guard.value)
-  %7 = "guard.grad_mode"() : () -> !guard.value
-  %8 = "guard.default_dtype"() : () -> !guard.value
-  %9 = "guard.autocast"() : () -> !guard.value
-  %10 = "guard.tokens"() <{tokens = array<i64: 0, 1>, names = ["module attributes", "globals of model"]}> : () -> !guard.value
-  %11 = "guard.key"(%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10) : (!guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value) -> !guard.value
-  func.return %11 : !guard.value
+  %3 = "guard.state_meta"() <{names = ["weight"]}> : () -> !guard.value
+  %4 = "guard.grad_mode"() : () -> !guard.value
+  %5 = "guard.default_dtype"() : () -> !guard.value
+  %6 = "guard.autocast"() : () -> !guard.value
+  %7 = "guard.tokens"() <{tokens = array<i64: 0, 1>, names = ["module attributes", "globals of model"]}> : () -> !guard.value
+  %8 = "guard.key"(%0, %1, %2, %3, %4, %5, %6, %7) : (!guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value) -> !guard.value
+  func.return %8 : !guard.value
 }
 
 // CHECK-LABEL: func.func @forward
@@ -30,7 +30,7 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
 // CHECK-NEXT:    %[[X:.*]] = "guard.leaf_meta"(%a0) <{label = "x"}> : (!guard.value) -> !guard.value
 // CHECK-NEXT:    %[[S:.*]] = "guard.leaf_meta"(%a1) <{label = "scale"}> : (!guard.value) -> !guard.value
 // CHECK-NEXT:    %[[A:.*]] = "guard.aliases"(%a0, %a1) : (!guard.value, !guard.value) -> !guard.value
-// CHECK-NEXT:    %[[P:.*]], %{{.*}}, %{{.*}}, %{{.*}} = "guard.param_meta"() <{index = 0 : i64, label = "weight"}>
+// CHECK-NEXT:    %[[P:.*]] = "guard.state_meta"() <{names = ["weight"]}> : () -> !guard.value
 // CHECK-NEXT:    "guard.grad_mode"() : () -> !guard.value
 // CHECK-NEXT:    "guard.default_dtype"() : () -> !guard.value
 // CHECK-NEXT:    "guard.autocast"() : () -> !guard.value
@@ -49,7 +49,7 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
 // JIT-NEXT:    "guard.leaf_meta"(%a0) <{label = "x"}>
 // JIT-NEXT:    "guard.leaf_meta"(%a1) <{label = "scale"}>
 // JIT-NEXT:    "guard.aliases"(%a0, %a1)
-// JIT-NEXT:    "guard.param_meta"() <{index = 0 : i64, label = "weight"}>
+// JIT-NEXT:    "guard.state_meta"() <{names = ["weight"]}>
 // JIT-NEXT:    "guard.grad_mode"()
 // JIT-NEXT:    "guard.default_dtype"()
 // JIT-NEXT:    "guard.autocast"()
