@@ -20,30 +20,15 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.types import TensorType
+from thunder_ir.passes.decomp_nn import _acc, _num, _t
 from thunder_ir.passes.decompositions import Decomposer, decomposes
 from thunder_ir.passes.promotion import to_dtype
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in _LOW_PRECISION else dtype
-
-
-def _t(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
 
 
 def _types(op: type[N.NNOp], *operands: Any, **params: Any) -> list[TensorType]:
     """The result types of ``op`` on these operands (its cached shape rule)."""
     out = op.infer(*[None if v is None else v.type for v in operands], **params)
     return list(out) if isinstance(out, list) else [out]  # type: ignore[list-item]
-
-
-def _num(d: Decomposer, value: float | int) -> SSAValue:
-    return d.prims.constant(value=value)
 
 
 @decomposes(N.GeluBackwardOp)

@@ -183,6 +183,20 @@ def _nn_sdpa(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([q, k, v, mask], params)
 
 
+def _class_targets(draw: st.DrawFn, batch: tuple[int, ...], classes: int
+                   ) -> tuple[torch.Tensor, int]:
+    """Class-index targets of shape ``batch``, about a third ignored (never all of them:
+    an all-ignored mean is NaN), and the ``ignore_index`` (-100, or a class)."""
+    ignore = draw(st.sampled_from([-100, 1]))
+    target = values(draw, batch, torch.int64, 0, classes - 1)
+    drop = values(draw, batch, torch.float64, 0.0, 1.0) < 0.3
+    drop.view(-1)[0] = False
+    target = torch.where(drop, ignore, target)
+    if ignore != -100:
+        target.view(-1)[0] = 0
+    return target, ignore
+
+
 @register_inputs(N.CrossEntropyOp)
 def _nn_cross_entropy(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     """Class-index (with ignored targets) or class-probability targets, (C,), (N, C) and
@@ -203,14 +217,7 @@ def _nn_cross_entropy(draw: st.DrawFn, spec: InputSpec) -> OpSample:
         target = torch.softmax(values(draw, shape, torch.float64), dim=1 if batch else 0
                                ).to(dtype)
     else:
-        ignore = draw(st.sampled_from([-100, 1]))
-        target = values(draw, batch, torch.int64, 0, classes - 1)
-        drop = values(draw, batch, torch.float64, 0.0, 1.0) < 0.3
-        drop.view(-1)[0] = False  # keep one target: an all-ignored mean is NaN
-        target = torch.where(drop, ignore, target)
-        if ignore != -100:
-            target.view(-1)[0] = 0
-        params["ignore_index"] = ignore
+        target, params["ignore_index"] = _class_targets(draw, batch, classes)
     with_weight = draw(st.booleans()) and (probabilities or not spec.for_vjp)
     weight = values(draw, (classes,), dtype, 0.2, 2.0) if with_weight else None
     return OpSample([x, target, weight], params)
@@ -299,13 +306,7 @@ def _nn_cross_entropy_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     batch = draw(st.sampled_from([(), (3,), (4,)]))
     x = values(draw, (*batch, classes), dtype, -4.0, 4.0)
     reduction = draw(st.sampled_from(["mean", "sum", "none"]))
-    ignore = draw(st.sampled_from([-100, 1]))
-    target = values(draw, batch, torch.int64, 0, classes - 1)
-    drop = values(draw, batch, torch.float64, 0.0, 1.0) < 0.3
-    drop.view(-1)[0] = False  # keep one target: an all-ignored mean is NaN
-    target = torch.where(drop, ignore, target)
-    if ignore != -100:
-        target.view(-1)[0] = 0
+    target, ignore = _class_targets(draw, batch, classes)
     weight = values(draw, (classes,), dtype, 0.2, 2.0) if draw(st.booleans()) else None
     dloss = values(draw, batch if reduction == "none" else (), dtype, -2.0, 2.0)
     return OpSample([dloss, x, target, weight],
