@@ -47,6 +47,9 @@ from thunder_ir.dialects.traits import Elementwise, Library, Random, Reduction
 from thunder_ir.dialects.types import TensorType, tensor_type
 
 Number = IntegerAttr | FloatAttr
+_aten = torch.ops.aten
+"""(The backward kernels below call ATen overloads directly: ``torch.ops`` packets resolve
+their overload on every call, a few microseconds that a 2-ms training step notices.)"""
 Bool = IntegerAttr
 IntArray = DenseArrayBase
 
@@ -254,7 +257,7 @@ class SiluOp(ActivationOp):
 
 def silu_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``grad_output * silu'(input)`` with torch's one fused kernel."""
-    return torch.ops.aten.silu_backward(grad_output, input)
+    return _aten.silu_backward.default(grad_output, input)
 
 
 @ltorch_op(silu_backward)
@@ -536,7 +539,7 @@ class MseLossOp(BoundCallOp):
 def gelu_backward(grad_output: torch.Tensor, input: torch.Tensor,
                   approximate: str | None = None) -> torch.Tensor:
     """``grad_output * gelu'(input)`` with torch's one kernel."""
-    return torch.ops.aten.gelu_backward(grad_output, input, approximate=approximate or "none")
+    return _aten.gelu_backward.default(grad_output, input, approximate=approximate or "none")
 
 
 @ltorch_op(gelu_backward)
@@ -558,13 +561,13 @@ class GeluBackwardOp(NNOp):
 def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
                      input_dtype: torch.dtype) -> torch.Tensor:
     """``y * (dy - sum(dy * y, dim))`` on softmax's result ``y`` (torch's kernel)."""
-    return torch.ops.aten._softmax_backward_data(grad_output, output, dim, input_dtype)
+    return torch._softmax_backward_data(grad_output, output, dim, input_dtype)
 
 
 def log_softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
                          input_dtype: torch.dtype) -> torch.Tensor:
     """``dy - exp(y) * sum(dy, dim)`` on log_softmax's result ``y`` (torch's kernel)."""
-    return torch.ops.aten._log_softmax_backward_data(grad_output, output, dim, input_dtype)
+    return torch._log_softmax_backward_data(grad_output, output, dim, input_dtype)
 
 
 class SoftmaxBackwardFamilyOp(NNOp):
@@ -605,7 +608,7 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     eps = 1e-5 if eps is None else eps
     _, mean, rstd = torch.native_layer_norm(input, shape, weight, bias, eps)
     mask = [bool(m) for m in output_mask]
-    grads = torch.ops.aten.native_layer_norm_backward(
+    grads = _aten.native_layer_norm_backward.default(
         grad_output, input, shape, mean, rstd, weight, bias, mask)
     return [gr for gr, m in zip(grads, mask) if m]
 
@@ -638,7 +641,7 @@ def embedding_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_wei
                        ) -> torch.Tensor:
     """The dense gradient of ``embedding``'s weight (torch's kernel)."""
     pad = -1 if padding_idx is None else padding_idx
-    return torch.ops.aten.embedding_dense_backward(
+    return _aten.embedding_dense_backward.default(
         grad_output, indices, num_weights, pad, bool(scale_grad_by_freq))
 
 
@@ -676,11 +679,11 @@ def cross_entropy_backward(grad_output: torch.Tensor, input: torch.Tensor, targe
     cdim = 1 if input.dim() >= 2 else 0
     logp = torch.log_softmax(input, cdim)
     if red == 1:
-        total = torch.ops.aten.nll_loss_forward(logp, target, weight, red, ignore)[1]
+        total = _aten.nll_loss_forward.default(logp, target, weight, red, ignore)[1]
     else:
         total = logp.new_empty(())
-    g = torch.ops.aten.nll_loss_backward(grad_output, logp, target, weight, red, ignore, total)
-    return torch.ops.aten._log_softmax_backward_data(g, logp, cdim, input.dtype)
+    g = _aten.nll_loss_backward.default(grad_output, logp, target, weight, red, ignore, total)
+    return torch._log_softmax_backward_data(g, logp, cdim, input.dtype)
 
 
 @ltorch_op(cross_entropy_backward)
