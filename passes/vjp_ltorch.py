@@ -165,8 +165,9 @@ def grouped_mm(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue, offs: SSAV
     ``da = gmm(b, ct^T)^T`` and ``db = gmm(a^T, ct)``. ``offs`` gets none."""
     lt = g.ltorch
     dy = ct[0]
-    at = lt.transpose(a, dim0=0, dim1=1)
-    db = lt.grouped_mm(at, dy, offs) if is_differentiable_value(b) else None
+    db = None
+    if is_differentiable_value(b):
+        db = lt.grouped_mm(lt.transpose(a, dim0=0, dim1=1), dy, offs)
     da = None
     if is_differentiable_value(a):
         if _t(b).rank == 3:

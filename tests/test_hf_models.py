@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 import thunder_ir
+from thunder_ir.frontend import ThunderTraceError
 
 T = pytest.importorskip("transformers", reason="transformers is in the test extra")
 
@@ -414,3 +415,23 @@ def test_topk_index_select_and_square_are_native_ops() -> None:
     want = torch.autograd.grad(sum(e.sum() for e in expected if e.requires_grad), x)
     _close(got[0], want[0], "gradient")
     assert "torch.call" not in thunder_ir.last_traces(jf)[0].mlir()
+
+
+def test_bad_topk_and_grouped_mm_arguments_name_the_line() -> None:
+    """Where eager raises (``k`` past the dim; operands that do not fit), tracing raises
+    a clear error naming the user's line."""
+
+    def f(x: torch.Tensor) -> Any:
+        return torch.topk(x, 9)
+
+    with pytest.raises(RuntimeError, match="out of range"):
+        f(torch.randn(3, 4))
+    with pytest.raises(ThunderTraceError, match=r"test_hf_models.py:\d+: ltorch.topk"):
+        thunder_ir.jit(f)(torch.randn(3, 4))
+
+    def g(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch._grouped_mm(x, w, offs=offs)
+
+    with pytest.raises(ThunderTraceError, match=r"test_hf_models.py:\d+: ltorch.grouped_mm"):
+        thunder_ir.jit(g)(torch.randn(4, 3), torch.randn(2, 5, 2),
+                          torch.tensor([1, 4], dtype=torch.int32))
