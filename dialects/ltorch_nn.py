@@ -312,6 +312,15 @@ class LogSoftmaxOp(SoftmaxFamilyOp):
     name = "ltorch.log_softmax"
 
 
+@ltorch_op(torch._safe_softmax)
+class SafeSoftmaxOp(SoftmaxFamilyOp):
+    """`%y = ltorch.safe_softmax %x {dim = -1}`: softmax, with zeros (not NaN) along rows
+    that are ``-inf`` throughout (fully masked attention rows, as torch's attention kernels
+    give them)"""
+
+    name = "ltorch.safe_softmax"
+
+
 # --------------------------------------------------------------------------- dropout
 
 

@@ -216,6 +216,19 @@ def log_softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None 
     return _softmax(d, x, dim, True, dtype or _t(x).dtype)
 
 
+@decomposes(N.SafeSoftmaxOp)
+def safe_softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = None
+                 ) -> SSAValue:
+    """Softmax, then zeros along the rows whose every element is ``-inf``."""
+    t = _t(x)
+    y = _softmax(d, x, dim, False, dtype or t.dtype)
+    if t.rank == 0:
+        return d.prims.where(d.prims.eq(x, _num(d, -math.inf)), _num(d, 0.0), y)
+    dim = _dim(dim, t.rank)
+    empty = d.prims.eq(d.prims.amax(x, dims=[dim]), _num(d, -math.inf))
+    return d.prims.where(_unreduce(d, empty, t.sizes, [dim]), _num(d, 0.0), y)
+
+
 # --------------------------------------------------------------------------- dropout
 
 

@@ -73,17 +73,34 @@ class Grad:
         """Whether a forward value needs a gradient (depends on an input that requires
         grad); rules of opaque ops ask it so as to differentiate only what they must."""
 
-    def replace_forward(self, old: Operation, new: Operation,
+    def in_forward(self, before: Operation) -> Grad:
+        """A builder whose ops go into the forward, just before the forward op ``before``
+        (with its source location): for a rule that computes its op's results itself, in
+        steps whose intermediates its backward reads. Finish with `replace_forward`."""
+        block = before.parent_block()
+        assert block is not None
+
+        def insert(op: Operation) -> None:
+            block.insert_op_before(op, before)
+            self.forward_inserted += 1
+
+        fwd = Grad(Emitter(insert))
+        fwd.emitter.loc = before.attributes.get("loc")
+        return fwd
+
+    def replace_forward(self, old: Operation, new: Operation | None,
                         results: Sequence[SSAValue], erase: bool = False) -> None:
-        """Changes what the forward computes: puts ``new`` just before the forward op
-        ``old`` and sends every use of ``old``'s results to ``results`` (program outputs
-        too). For a rule whose backward wants more than the forward op gives, such as
-        attention's log-sum-exp. ``old`` is left dead for DCE, or erased (``erase``: an op
-        with effects, which DCE keeps, must not run twice)."""
+        """Changes what the forward computes: puts ``new`` (if any: ops built with
+        `in_forward` are in place already) just before the forward op ``old`` and sends
+        every use of ``old``'s results to ``results`` (program outputs too). For a rule
+        whose backward wants more than the forward op gives, such as attention's
+        log-sum-exp. ``old`` is left dead for DCE, or erased (``erase``: an op with
+        effects, which DCE keeps, must not run twice)."""
         block = old.parent_block()
         assert block is not None
-        block.insert_op_before(new, old)
-        self.forward_inserted += 1
+        if new is not None:
+            block.insert_op_before(new, old)
+            self.forward_inserted += 1
         for o, n in zip(old.results, results, strict=True):
             o.replace_all_uses_with(n)
             self.replaced[o] = n

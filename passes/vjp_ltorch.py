@@ -273,6 +273,14 @@ def softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
     return [_grad(g, dx, x)]
 
 
+@vjp(N.SafeSoftmaxOp)
+def safe_softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
+                 dtype: torch.dtype | None = None) -> Grads:
+    """As softmax's (torch's derivative too): fully masked rows have zero results, so
+    they get zero gradients."""
+    return softmax(g, out, ct, x, dim, dtype)
+
+
 @vjp(N.LogSoftmaxOp)
 def log_softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
                 dtype: torch.dtype | None = None) -> Grads:
@@ -388,8 +396,9 @@ SDPA_DROPOUT_FORWARD = runtime_callee("sdpa_dropout_forward")
 def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
                             attn_mask: SSAValue | None, dropout_p: float, is_causal: bool,
                             scale: float | None, enable_gqa: bool) -> SSAValue:
-    """Attention with dropout in training: the forward becomes eager's own kernel, which
-    also returns the weights after dropout (the draw is eager's); returns those weights."""
+    """Attention with dropout in training, in a dtype `_dropout_steps` does not take: the
+    forward becomes eager's own kernel, which also returns the weights after dropout (the
+    draw is eager's); returns those weights."""
     from thunder_ir.dialects.types import tensor_type
 
     op = out.owner
@@ -408,61 +417,109 @@ def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v:
     return call.results[1]
 
 
+def _dropout_steps(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
+                   attn_mask: SSAValue | None, p: float, is_causal: bool, s: float, rep: int
+                   ) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue, SSAValue]:
+    """Attention with dropout in training, float32 or float64: the forward becomes the
+    steps of eager's math kernel (the kernel ATen runs whenever attention drops out), one
+    ltorch op each, so its values and its draw are eager's bit for bit and its
+    probabilities and dropout noise are there for the backward to read (the kernel
+    returns neither). ATen's math kernel, step for step: ``q`` and ``kᵀ`` each scaled by
+    ``√|s|``; a bool or causal mask as an additive ``0 / -inf`` mask; ``_safe_softmax``;
+    ``dropout`` as ATen draws it (``bernoulli_(1 - p)`` in the probabilities' shape,
+    divided by ``1 - p``). Returns ``(probs, noise, weights, k, v)``, ``k`` and ``v``
+    with grouped heads repeated."""
+    op = out.owner
+    assert isinstance(op, N.ScaledDotProductAttentionOp)
+    f = g.in_forward(op)
+    lt = f.ltorch
+    qt, kt = _t(q), _t(k)
+    if rep > 1:
+        k, v = _repeat_heads(f, k, rep), _repeat_heads(f, v, rep)
+    sf = math.sqrt(abs(s))
+    scores = lt.matmul(lt.mul(q, f.const(-sf if s < 0 else sf)),
+                       lt.mul(_mT(f, k), f.const(sf)))
+    mask = attn_mask
+    if is_causal:
+        mask = lt.tril(lt.ones(size=(qt.sizes[-2], kt.sizes[-2]), dtype=torch.bool,
+                               device=qt.dev))
+    if mask is not None:
+        if _t(mask).dtype == torch.bool:  # as ATen converts it: + 0 kept, + -inf masked
+            mask = lt.where(mask, f.const(0.0), _neg_inf(f))
+        scores = lt.add(scores, mask)
+    probs = lt.safe_softmax(scores, dim=-1)
+    noise = lt.div(f.prims.bernoulli_like(probs, p=1.0 - p), f.const(1.0 - p))
+    weights = lt.mul(probs, noise)
+    g.replace_forward(op, None, [lt.matmul(weights, v)], erase=True)
+    return probs, noise, weights, k, v
+
+
 @vjp(N.ScaledDotProductAttentionOp)
 def scaled_dot_product_attention(
         g: Grad, out: Outs, ct: Cts, q: SSAValue, k: SSAValue, v: SSAValue,
         attn_mask: SSAValue | None, dropout_p: float | None = None,
         is_causal: bool | None = None, scale: float | None = None,
         enable_gqa: bool | None = None) -> Grads:
-    """Recomputes the probabilities ``P = softmax(q k^T s + mask)`` and back-propagates:
-    ``dv = P^T ct``, ``dS = P (ct v^T - rowsum(P ∘ ct v^T)) s``, ``dq = dS k``,
-    ``dk = dS^T q``; a float mask gets ``dS`` summed to its shape. Fully masked rows have
-    zero probabilities, as torch's math kernel (``_safe_softmax``) gives them. With
-    dropout, the forward runs eager's kernel, which returns the weights after dropout
-    ``W``: ``dv = W^T ct`` and ``ct v^T`` is masked and scaled as ``W`` was."""
+    """``dv = Pᵀ ct``, ``dS = P (ct vᵀ - rowsum(P ∘ ct vᵀ)) s``, ``dq = dS k``,
+    ``dk = dSᵀ q`` on the probabilities ``P = safe_softmax(q kᵀ s + mask)`` (fully masked
+    rows are zero, as torch's kernels give them); a float mask gets ``dS`` summed to its
+    shape. Without dropout the forward stays eager's kernel and the backward recomputes
+    ``P``. With dropout (noise ``N``: zero where dropped, ``1 / (1 - p)`` elsewhere) the
+    backward reads ``W = P ∘ N`` for ``dv = Wᵀ ct`` and scales ``ct vᵀ`` by ``N``: in
+    float32 and float64 the forward computes ``P`` and ``N`` in ltorch ops
+    (`_dropout_steps`); in other dtypes it runs eager's kernel, which returns ``W``, and
+    the backward recomputes ``P`` and reads ``N`` off ``W``."""
     lt = g.ltorch
-    dropped = None
-    if dropout_p:
-        dropped = _attention_with_weights(g, out[0], q, k, v, attn_mask, float(dropout_p),
-                                          bool(is_causal), scale, bool(enable_gqa))
     qt, kt, vt = _t(q), _t(k), _t(v)
     cd = _acc(qt.dtype)
-    qc, kc, vc = (_cast(g, a, cd) for a in (q, k, v))
+    p = float(dropout_p or 0.0)
     rep = 1
     if enable_gqa and qt.rank >= 3 and qt.sizes[-3] != kt.sizes[-3]:
         rep = qt.sizes[-3] // kt.sizes[-3]
-        kc, vc = _repeat_heads(g, kc, rep), _repeat_heads(g, vc, rep)
     s = 1.0 / math.sqrt(qt.sizes[-1]) if scale is None else float(scale)
-    if dropped is None:
-        scores = lt.mul(lt.matmul(qc, _mT(g, kc)), g.const(s))
-    else:  # recompute the probabilities exactly as eager's math kernel computed them
-        sf = math.sqrt(abs(s))
-        scores = lt.matmul(lt.mul(qc, g.const(-sf if s < 0 else sf)),
-                           lt.mul(_mT(g, kc), g.const(sf)))
-    if is_causal:
-        length, source = qt.sizes[-2], kt.sizes[-2]
-        tri = lt.tril(lt.ones(size=(length, source), dtype=torch.bool, device=qt.dev))
-        scores = lt.where(tri, scores, _neg_inf(g))
-    if attn_mask is not None:
-        if _t(attn_mask).dtype == torch.bool:
-            scores = lt.where(attn_mask, scores, _neg_inf(g))
-        else:
-            scores = lt.add(scores, _cast(g, attn_mask, cd))
-    probs = lt.softmax(scores, dim=-1)
-    if attn_mask is not None:  # a causal mask alone never masks a whole row
-        empty = lt.eq(lt.amax(scores, dim=-1, keepdim=True), _neg_inf(g))
-        probs = lt.where(empty, g.const(0.0), probs)
     dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
-    dp = lt.matmul(dy, _mT(g, vc))
-    if dropped is None:
-        dv = lt.matmul(_mT(g, probs), dy)
-    else:  # the forward's weights after dropout: zero where dropped, P / (1 - p) elsewhere
-        wd = _cast(g, dropped, cd)
-        dv = lt.matmul(_mT(g, wd), dy)
-        keep = float(dropout_p or 0.0) < 1.0
-        dp = lt.where(lt.ne(wd, g.const(0.0)),
-                      lt.mul(dp, g.const(1.0 / (1.0 - float(dropout_p or 0.0)) if keep else 0.0)),
-                      g.const(0.0))
+    if 0.0 < p < 1.0 and qt.dtype in (torch.float32, torch.float64) \
+            and kt.dtype == vt.dtype == qt.dtype:
+        probs, noise, weights, kc, vc = _dropout_steps(g, out[0], q, k, v, attn_mask, p,
+                                                       bool(is_causal), s, rep)
+        qc = q
+        dv = lt.matmul(_mT(g, weights), dy)
+        dp = lt.mul(lt.matmul(dy, _mT(g, vc)), noise)
+    else:
+        dropped = None
+        if p:
+            dropped = _attention_with_weights(g, out[0], q, k, v, attn_mask, p,
+                                              bool(is_causal), scale, bool(enable_gqa))
+        qc, kc, vc = (_cast(g, a, cd) for a in (q, k, v))
+        if rep > 1:
+            kc, vc = _repeat_heads(g, kc, rep), _repeat_heads(g, vc, rep)
+        if dropped is None:
+            scores = lt.mul(lt.matmul(qc, _mT(g, kc)), g.const(s))
+        else:  # recompute the probabilities exactly as eager's math kernel computed them
+            sf = math.sqrt(abs(s))
+            scores = lt.matmul(lt.mul(qc, g.const(-sf if s < 0 else sf)),
+                               lt.mul(_mT(g, kc), g.const(sf)))
+        if is_causal:
+            length, source = qt.sizes[-2], kt.sizes[-2]
+            tri = lt.tril(lt.ones(size=(length, source), dtype=torch.bool, device=qt.dev))
+            scores = lt.where(tri, scores, _neg_inf(g))
+        if attn_mask is not None:
+            if _t(attn_mask).dtype == torch.bool:
+                scores = lt.where(attn_mask, scores, _neg_inf(g))
+            else:
+                scores = lt.add(scores, _cast(g, attn_mask, cd))
+        # a causal mask alone never masks a whole row
+        probs = lt.safe_softmax(scores, dim=-1) if attn_mask is not None \
+            else lt.softmax(scores, dim=-1)
+        dp = lt.matmul(dy, _mT(g, vc))
+        if dropped is None:
+            dv = lt.matmul(_mT(g, probs), dy)
+        else:  # the forward's weights after dropout: zero where dropped, P / (1 - p) elsewhere
+            wd = _cast(g, dropped, cd)
+            dv = lt.matmul(_mT(g, wd), dy)
+            dp = lt.where(lt.ne(wd, g.const(0.0)),
+                          lt.mul(dp, g.const(1.0 / (1.0 - p) if p < 1.0 else 0.0)),
+                          g.const(0.0))
     ds = lt.softmax_backward(dp, probs, dim=-1, input_dtype=cd)
     ds_scaled = lt.mul(ds, g.const(s))
     dq = lt.matmul(ds_scaled, kc)
@@ -1074,7 +1131,7 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
 DIRECT_RULES: tuple[type, ...] = (
     N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp,
     N.SigmoidOp, C.TanhOp,
-    N.SoftmaxOp, N.LogSoftmaxOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
+    N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
     C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.TopkOp,

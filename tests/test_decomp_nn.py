@@ -118,6 +118,7 @@ EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
     (N.SigmoidOp, [_X], {}),
     (N.SoftmaxOp, [_X], {"dim": -1, "dtype": torch.float64}),
     (N.LogSoftmaxOp, [_X], {"dim": 0}),
+    (N.SafeSoftmaxOp, [_X.index_fill(1, torch.tensor([1]), -math.inf)], {"dim": -1}),
     (N.DropoutOp, [_X], {"p": 0.25, "train": True}),
     (N.FeatureDropoutOp, [_X], {"p": 0.5, "train": True}),
     (N.AlphaDropoutOp, [_X], {"p": 0.25, "train": True}),

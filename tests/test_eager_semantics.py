@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -675,18 +676,61 @@ def test_errors_in_library_code_name_the_full_path(tmp_path) -> None:
         sys.path.remove(str(tmp_path))
 
 
-def test_attention_dropout_is_native_with_eagers_draw() -> None:
-    """SDPA with dropout in training: eager's kernel runs the forward (its draw), the
-    backward is thunder_ir's attention rule (shown in the backward trace)."""
-    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True)
+_ATTN_MASKS: dict[str, Callable[[], torch.Tensor | str | None]] = {
+    "none": lambda: None,
+    "causal": lambda: "causal",
+    "bool": lambda: torch.rand(2, 1, 5, 5, generator=torch.Generator().manual_seed(5)) > 0.3,
+    "bool_empty_row": lambda: torch.tensor([True] * 5).expand(5, 5).clone().index_fill_(
+        0, torch.tensor([2]), False),
+    "float": lambda: rand(2, 1, 5, 5, seed=6),
+}
 
-    q, k, v = rand(2, 3, 5, 4), rand(2, 3, 5, 4, seed=1), rand(2, 3, 5, 4, seed=2)
-    check_against_eager(f, q, k, v, exact=True)
+
+@pytest.mark.parametrize("mask", list(_ATTN_MASKS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_attention_dropout_is_native_with_eagers_draw(mask: str, dtype: torch.dtype) -> None:
+    """SDPA with dropout in training: eager's values and draw, thunder_ir's backward. In
+    float32 and float64 the forward is the steps of eager's math kernel (probabilities and
+    noise saved, nothing recomputed); in other dtypes it is that kernel itself."""
+    m = _ATTN_MASKS[mask]()
+    causal = isinstance(m, str)
+    gqa = mask == "none"  # grouped heads: 4 query heads share 2 key/value heads
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *mask: torch.Tensor
+          ) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, mask[0] if mask else None,
+                                              dropout_p=0.25, is_causal=causal,
+                                              enable_gqa=gqa)
+
+    heads = 2 if gqa else 4
+    q = rand(2, 4, 5, 4).detach().to(dtype).requires_grad_()
+    k, v = (rand(2, heads, 5, 4, seed=s).detach().to(dtype).requires_grad_() for s in (1, 2))
+    extra = () if m is None or causal else (m.to(dtype) if m.is_floating_point() else m,)
+    check_against_eager(f, q, k, v, *extra, exact=True)
     jf = thunder_ir.jit(f)
-    jf(q, k, v).sum().backward()
-    assert "sdpa_dropout_forward(" in str(thunder_ir.last_traces(jf)[-1])
-    assert "torch.matmul(" in str(thunder_ir.last_backward_traces(jf)[-1])
+    jf(q, k, v, *extra).sum().backward()
+    fwd = str(thunder_ir.last_traces(jf)[-1])
+    bwd = str(thunder_ir.last_backward_traces(jf)[-1])
+    if dtype == torch.bfloat16:
+        assert "sdpa_dropout_forward(" in fwd
+    else:
+        assert "torch._safe_softmax(" in fwd and "bernoulli_like(" in fwd
+        assert "softmax(" not in bwd.replace("softmax_backward(", "")  # nothing recomputed
+    assert "softmax_backward(" in bwd
+
+
+def test_safe_softmax_traces_natively() -> None:
+    """``torch._safe_softmax`` (torch's attention softmax): zeros along fully masked rows,
+    values and gradients as eager's."""
+    rows = torch.tensor([[True], [False], [True]])
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch._safe_softmax(x.masked_fill(rows, float("-inf")), -1)
+
+    check_against_eager(f, rand(3, 4))
+    jf = thunder_ir.jit(f)
+    jf(rand(3, 4))
+    assert "torch._safe_softmax(" in str(thunder_ir.last_traces(jf)[-1])
 
 
 def test_failure_and_traced_caches_leave_module_attributes_as_they_were() -> None:

@@ -280,6 +280,7 @@ LTORCH_SAMPLES: dict[str, list[Any]] = {
     "grouped_mm": [([T(6, 4), T(3, 4, 5), T(3, dtype=i32)], {}),
                    ([T(4, 6), T(6, 5), T(3, dtype=i64)], {})],
     "gelu_backward": [([T(2, 3), T(2, 3)], {"approximate": "tanh"})],
+    "safe_softmax": [([T(2, 3)], {"dim": -1})],
     "softmax_backward": [([T(2, 3), T(2, 3)], {"dim": 1, "input_dtype": f32})],
     "log_softmax_backward": [([T(2, 3), T(2, 3)], {"dim": 0, "input_dtype": f32})],
     "layer_norm_backward": [([T(2, 4), T(2, 4), T(4), None],

@@ -60,7 +60,7 @@ def test_direct_rule_table() -> None:
     assert direct == {
         "ltorch.matmul", "ltorch.bmm", "ltorch.grouped_mm", "ltorch.linear", "ltorch.relu",
         "ltorch.gelu", "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
-        "ltorch.log_softmax", "ltorch.layer_norm", "ltorch.rms_norm",
+        "ltorch.log_softmax", "ltorch.safe_softmax", "ltorch.layer_norm", "ltorch.rms_norm",
         "ltorch.embedding", "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
         "ltorch.add", "ltorch.sub", "ltorch.mul", "ltorch.div", "ltorch.neg", "ltorch.pow",
         "ltorch.exp", "ltorch.sqrt", "ltorch.rsqrt", "ltorch.where", "ltorch.masked_fill",
@@ -155,18 +155,29 @@ def test_attention_fully_masked_rows_get_zero_gradients() -> None:
               [rand((1, 2, 3, 4), 0), rand((1, 2, 4, 4), 1), rand((1, 2, 4, 4), 2), mask])
 
 
-def test_attention_rule_with_dropout_runs_eagers_kernel_forward() -> None:
-    """With dropout the rule replaces the forward op by eager's math kernel, which also
-    returns the weights after dropout; the backward reads them."""
-    q = rand((1, 1, 2, 2), 0)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_attention_rule_with_dropout_computes_its_forward(dtype: torch.dtype) -> None:
+    """With dropout the rule replaces the forward op. In float32: by the steps of eager's
+    math kernel, whose probabilities and noise the backward reads; in bfloat16: by eager's
+    math kernel itself, which also returns the weights after dropout."""
+    q = rand((1, 1, 2, 2), 0).to(dtype)
     prog = Program("p", [type_of_tensor(q)] * 3)
     y = prog.emitter.emit(N.ScaledDotProductAttentionOp, *prog.args, None, dropout_p=0.1)
-    grads = vjp_ltorch.scaled_dot_product_attention(Grad(prog.emitter), [y], [y], *prog.args,
-                                                    None, dropout_p=0.1)
+    g = Grad(prog.emitter)
+    grads = vjp_ltorch.scaled_dot_product_attention(g, [y], [y], *prog.args, None,
+                                                    dropout_p=0.1)
     ops = list(prog.block.ops)
     assert not any(isinstance(o, N.ScaledDotProductAttentionOp) for o in ops)
-    forward = next(o for o in ops if isinstance(o, CallOp))
-    assert forward.callee.data == vjp_ltorch.SDPA_DROPOUT_FORWARD
+    n_forward = 1 + g.forward_inserted  # the attention op, replaced
+    forward = ops[:n_forward]
+    if dtype == torch.float32:
+        names = [o.name for o in forward]
+        assert "ltorch.safe_softmax" in names and "prims.bernoulli_like" in names
+        assert not any(isinstance(o, CallOp) for o in ops)
+        assert not any(o.name == "ltorch.safe_softmax" for o in ops[n_forward:])
+    else:
+        (call,) = forward
+        assert isinstance(call, CallOp) and call.callee.data == vjp_ltorch.SDPA_DROPOUT_FORWARD
     assert all(gr is not None for gr in grads[:3])
 
 

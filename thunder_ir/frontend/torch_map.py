@@ -670,6 +670,7 @@ _register([torch.softmax, F.softmax, T.softmax, torch.special.softmax],
           op_handler("softmax"))
 _register([torch.log_softmax, F.log_softmax, T.log_softmax, torch.special.log_softmax],
           op_handler("log_softmax"))
+_register([torch._safe_softmax], op_handler("safe_softmax"))
 _register([F.layer_norm, torch.layer_norm], op_handler("layer_norm"))
 _register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
 _register([F.embedding], op_handler("embedding"))

@@ -110,6 +110,20 @@ def _nn_softmax(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([x], {"dim": draw(st.integers(-r, r - 1)), "dtype": dtype})
 
 
+@register_inputs(N.SafeSoftmaxOp)
+def _nn_safe_softmax(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Softmax's samples; outside VJP checks, some rows are ``-inf`` throughout."""
+    sample = _nn_softmax(draw, spec)
+    x, dim = sample.operands[0], sample.params["dim"]
+    if not spec.for_vjp and x.ndim and draw(st.booleans()):
+        rows = list(x.shape)
+        rows[dim] = 1
+        seed = draw(st.integers(0, 2**16))
+        masked = torch.rand(rows, generator=torch.Generator().manual_seed(seed)) < 0.5
+        sample.operands[0] = x.masked_fill(masked, float("-inf"))
+    return sample
+
+
 @register_inputs(N.DropoutOp, N.FeatureDropoutOp, N.AlphaDropoutOp, N.FeatureAlphaDropoutOp)
 def _nn_dropout(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     min_rank = 2 if spec.op.FEATURE else 0  # type: ignore[attr-defined]
