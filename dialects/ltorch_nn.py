@@ -400,6 +400,47 @@ class LayerNormOp(BoundCallOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"eps": 1e-5}
 
 
+def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int],
+                      weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                      eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(out, mean, rstd)``: torch's layer-norm kernel (``F.layer_norm`` runs it too)."""
+    return _aten.native_layer_norm.default(input, list(normalized_shape), weight, bias, eps)
+
+
+@ltorch_op(native_layer_norm)
+class NativeLayerNormOp(BoundCallOp):
+    """`%y, %mean, %rstd = ltorch.native_layer_norm %x[, %weight][, %bias]
+    {normalized_shape, eps}`: layer norm and the statistics its backward reads, shaped as
+    ``x`` with the normalized dims kept as 1s. The layer-norm VJP rule puts it in the
+    forward. Float32 and float64 only: of float16 and bfloat16 inputs, CPU kernels return
+    the statistics in the input's dtype, CUDA kernels in float32."""
+
+    name = "ltorch.native_layer_norm"
+
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    normalized_shape = prop_def(IntArray)
+    eps = prop_def(Number)
+    out = result_def(TensorType)
+    mean = result_def(TensorType)
+    rstd = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "normalized_shape", "weight", "bias",
+                                             "eps")
+    NO_GRAD_RESULTS: ClassVar[tuple[int, ...]] = (1, 2)
+    """The statistics do not require grad (eager's neither)."""
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        x = operand_types[0]
+        if isinstance(x, TensorType) and x.dtype not in (torch.float32, torch.float64):
+            raise ShapeError(f"{cls.name}: takes float32 or float64 input, got {x.dtype} "
+                             "(whose statistics' dtype depends on the device)")
+        return super().infer(*operand_types, **params)
+
+
 @ltorch_op(F.rms_norm)
 class RmsNormOp(BoundCallOp):
     """`%y = ltorch.rms_norm %x[, %weight] {normalized_shape, eps?}`: ``eps`` absent means
@@ -607,15 +648,18 @@ class LogSoftmaxBackwardOp(SoftmaxBackwardFamilyOp):
 
 
 def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
-                        normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
-                        bias: torch.Tensor | None = None, eps: float | None = None,
-                        output_mask: Sequence[bool] = (True, True, True)
-                        ) -> list[torch.Tensor]:
-    """The gradients ``output_mask`` asks for, of (input, weight, bias): the statistics
-    from ``native_layer_norm``, then torch's backward kernel (two kernels)."""
+                        normalized_shape: Sequence[int], mean: torch.Tensor | None = None,
+                        rstd: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+                        bias: torch.Tensor | None = None,
+                        output_mask: Sequence[bool] = (True, True, True),
+                        eps: float | None = None) -> list[torch.Tensor]:
+    """The gradients ``output_mask`` asks for, of (input, weight, bias): torch's backward
+    kernel on the forward's statistics (``native_layer_norm``'s ``mean`` and ``rstd``),
+    recomputed from ``input`` when not given."""
     shape = list(normalized_shape)
-    eps = 1e-5 if eps is None else eps
-    _, mean, rstd = torch.native_layer_norm(input, shape, weight, bias, eps)
+    if mean is None or rstd is None:
+        _, mean, rstd = torch.native_layer_norm(input, shape, weight, bias,
+                                                1e-5 if eps is None else eps)
     mask = [bool(m) for m in output_mask]
     grads = _aten.native_layer_norm_backward.default(
         grad_output, input, shape, mean, rstd, weight, bias, mask)
@@ -624,9 +668,11 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
 
 @ltorch_op(layer_norm_backward)
 class LayerNormBackwardOp(BoundCallOp):
-    """`%dx, %dw, %db = ltorch.layer_norm_backward %dy, %x[, %weight][, %bias]
-    {normalized_shape, eps, output_mask}`: one result per true entry of ``output_mask``
-    (input, weight, bias)"""
+    """`%dx, %dw, %db = ltorch.layer_norm_backward %dy, %x[, %weight][, %bias][, %mean,
+    %rstd] {normalized_shape, output_mask, eps?}`: one result per true entry of
+    ``output_mask`` (input, weight, bias). ATen's kernel on the forward's statistics
+    (``native_layer_norm``'s), recomputed from ``x`` (with ``eps``, default ``1e-5``) when
+    absent."""
 
     name = "ltorch.layer_norm_backward"
 
@@ -634,6 +680,8 @@ class LayerNormBackwardOp(BoundCallOp):
     input = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
     bias = opt_operand_def(TensorType)
+    mean = opt_operand_def(TensorType)
+    rstd = opt_operand_def(TensorType)
     normalized_shape = prop_def(IntArray)
     eps = opt_prop_def(Number)
     output_mask = prop_def(IntArray)
@@ -641,8 +689,8 @@ class LayerNormBackwardOp(BoundCallOp):
     traits = traits_def(Pure(), Library())
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "normalized_shape",
-                                             "weight", "bias", "eps", "output_mask")
-    DEFAULTS: ClassVar[dict[str, Any]] = {"eps": 1e-5}
+                                             "mean", "rstd", "weight", "bias", "output_mask",
+                                             "eps")
 
 
 def embedding_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,

@@ -124,7 +124,8 @@ class Joint:
 def _active(fn_ops: Sequence[Operation], sources: Sequence[SSAValue]) -> dict[SSAValue, int]:
     """Values that require grad: those computed from a source by ops that carry gradients,
     each with the set of sources its gradient reaches (bit ``k`` for ``sources[k]``; it can
-    be empty where eager's gradient is undefined)."""
+    be empty where eager's gradient is undefined). An op's ``NO_GRAD_RESULTS`` (positions)
+    never require grad, as eager's (layer norm's statistics)."""
     active = {v: 1 << k for k, v in enumerate(sources)}
     for op in fn_ops:
         if type(op) in NOT_DIFFERENTIABLE or not any(o in active for o in op.operands):
@@ -132,8 +133,9 @@ def _active(fn_ops: Sequence[Operation], sources: Sequence[SSAValue]) -> dict[SS
         deps = 0
         for o in _gradient_operands(op):
             deps |= active.get(o, 0)
-        for r in op.results:
-            if is_differentiable_value(r):
+        no_grad = getattr(op, "NO_GRAD_RESULTS", ())
+        for i, r in enumerate(op.results):
+            if is_differentiable_value(r) and i not in no_grad:
                 active[r] = deps
     return active
 

@@ -86,13 +86,13 @@ def log_softmax_backward(d: Decomposer, dy: SSAValue, y: SSAValue, dim: int,
 
 @decomposes(N.LayerNormBackwardOp)
 def layer_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue, weight: SSAValue | None,
-                        bias: SSAValue | None, normalized_shape: Sequence[int],
-                        output_mask: Sequence[int], eps: float | None = None
-                        ) -> list[SSAValue]:
-    """Recomputes ``mean`` and ``rstd`` from ``x``; with ``x̂ = (x - mean) rstd`` and
+                        bias: SSAValue | None, mean: SSAValue | None, rstd: SSAValue | None,
+                        normalized_shape: Sequence[int], output_mask: Sequence[int],
+                        eps: float | None = None) -> list[SSAValue]:
+    """With ``x̂ = (x - mean) rstd`` (the statistics given, or recomputed from ``x``) and
     ``gy = dy weight``: ``dx = rstd (gy - mean(gy) - x̂ mean(gy x̂))``,
     ``dweight = sum(dy x̂)``, ``dbias = sum(dy)`` over the leading dims."""
-    types = _types(N.LayerNormBackwardOp, dy, x, weight, bias,
+    types = _types(N.LayerNormBackwardOp, dy, x, weight, bias, mean, rstd,
                    normalized_shape=normalized_shape, output_mask=output_mask, eps=eps)
     lt = d.ltorch
     xt = _t(x)
@@ -100,10 +100,14 @@ def layer_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue, weight: SSAVal
     nd, lead = tuple(range(xt.rank - k, xt.rank)), tuple(range(xt.rank - k))
     cd = _acc(_t(dy).dtype)
     xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
-    mean = lt.mean(xc, dim=nd, keepdim=True)
-    diff = lt.sub(xc, mean)
-    var = lt.mean(lt.mul(diff, diff), dim=nd, keepdim=True)
-    rstd = lt.rsqrt(lt.add(var, _num(d, 1e-5 if eps is None else float(eps))))
+    if mean is None or rstd is None:
+        mean = lt.mean(xc, dim=nd, keepdim=True)
+        diff = lt.sub(xc, mean)
+        var = lt.mean(lt.mul(diff, diff), dim=nd, keepdim=True)
+        rstd = lt.rsqrt(lt.add(var, _num(d, 1e-5 if eps is None else float(eps))))
+    else:
+        diff = lt.sub(xc, to_dtype(d, mean, cd))
+        rstd = to_dtype(d, rstd, cd)
     xhat = lt.mul(diff, rstd)
     grads: list[SSAValue] = []
     if output_mask[0]:

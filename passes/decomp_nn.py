@@ -295,21 +295,44 @@ def _affine(d: Decomposer, y: SSAValue, weight: SSAValue | None, bias: SSAValue 
     return y
 
 
-@decomposes(N.LayerNormOp)
-def layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None, bias: SSAValue | None,
-               normalized_shape: Sequence[int], eps: float | None = None) -> SSAValue:
-    out = _result(N.LayerNormOp, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
+def _layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None, bias: SSAValue | None,
+                normalized_shape: Sequence[int], eps: float | None, out_dtype: torch.dtype
+                ) -> tuple[SSAValue, SSAValue, SSAValue]:
+    """``(y, mean, rstd)``, the statistics reduced over the normalized dims."""
     t = _t(x)
     dims = _norm_dims(N.LayerNormOp.name, t, normalized_shape)
     n = math.prod(normalized_shape)
-    xc = to_dtype(d, x, _acc(out.dtype))
+    xc = to_dtype(d, x, _acc(out_dtype))
     mean = d.prims.div(d.prims.sum(xc, dims=dims), _num(d, float(n)))
     diff = d.prims.sub(xc, _unreduce(d, mean, t.sizes, dims))
     var = d.prims.div(d.prims.sum(d.prims.mul(diff, diff), dims=dims), _num(d, float(n)))
     eps = 1e-5 if eps is None else float(eps)
     rstd = d.prims.rsqrt(d.prims.add(var, _num(d, eps)))
     y = _affine(d, d.prims.mul(diff, _unreduce(d, rstd, t.sizes, dims)), weight, bias)
-    return to_dtype(d, y, out.dtype)
+    return to_dtype(d, y, out_dtype), mean, rstd
+
+
+@decomposes(N.LayerNormOp)
+def layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None, bias: SSAValue | None,
+               normalized_shape: Sequence[int], eps: float | None = None) -> SSAValue:
+    out = _result(N.LayerNormOp, x, weight, bias, normalized_shape=normalized_shape, eps=eps)
+    return _layer_norm(d, x, weight, bias, normalized_shape, eps, out.dtype)[0]
+
+
+@decomposes(N.NativeLayerNormOp)
+def native_layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
+                      bias: SSAValue | None, normalized_shape: Sequence[int], eps: float
+                      ) -> list[SSAValue]:
+    """Layer norm, and its statistics reshaped with the normalized dims kept as 1s."""
+    types = N.NativeLayerNormOp.infer(*[None if v is None else v.type for v in (x, weight, bias)],
+                                      normalized_shape=normalized_shape, eps=eps)
+    assert isinstance(types, list)
+    out, mean_t, rstd_t = types
+    assert isinstance(out, TensorType) and isinstance(mean_t, TensorType) \
+        and isinstance(rstd_t, TensorType)
+    y, mean, rstd = _layer_norm(d, x, weight, bias, normalized_shape, eps, out.dtype)
+    return [y, to_dtype(d, d.prims.reshape(mean, shape=mean_t.sizes), mean_t.dtype),
+            to_dtype(d, d.prims.reshape(rstd, shape=rstd_t.sizes), rstd_t.dtype)]
 
 
 @decomposes(N.RmsNormOp)

@@ -302,25 +302,57 @@ def _norm_dims(x: TensorType, normalized_shape: Sequence[int]) -> tuple[list[int
     return list(range(x.rank - k, x.rank)), list(range(x.rank - k))
 
 
-@vjp(N.LayerNormOp)
-def layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
-               bias: SSAValue | None, normalized_shape: Sequence[int],
-               eps: float | None = None) -> Grads:
-    """``layer_norm_backward``, which recomputes mean and rstd from ``x`` (see its
-    decomposition for the formulas), asked for the gradients that are needed."""
+def _layer_norm_grads(g: Grad, dy: SSAValue, x: SSAValue, weight: SSAValue | None,
+                      bias: SSAValue | None, normalized_shape: Sequence[int],
+                      eps: float | None, stats: tuple[SSAValue, SSAValue] | None) -> Grads:
+    """``layer_norm_backward`` (torch's kernel) asked for the gradients that are needed,
+    on the forward's statistics ``(mean, rstd)`` or, without them, recomputing them."""
     mask = (is_differentiable_value(x), weight is not None and is_differentiable_value(weight),
             bias is not None and is_differentiable_value(bias))
     if not any(mask):
         return [None, None, None]
     params: dict[str, Any] = {"normalized_shape": tuple(normalized_shape),
                               "output_mask": tuple(int(m) for m in mask)}
-    if eps is not None:
+    if eps is not None and stats is None:
         params["eps"] = float(eps)
-    grads = iter(g.ltorch.layer_norm_backward(
-        _cast(g, ct[0], _t(out[0]).dtype), x, weight,  # type: ignore[arg-type]
-        bias if mask[2] else None, **params))
+    mean, rstd = stats if stats is not None else (None, None)
+    grads = iter(g.ltorch.layer_norm_backward(dy, x, weight, bias if mask[2] else None,
+                                              mean, rstd, **params))
     dx, dw, db = (next(grads) if m else None for m in mask)
     return [_grad(g, dx, x), _grad(g, dw, weight), _grad(g, db, bias)]
+
+
+@vjp(N.LayerNormOp)
+def layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
+               bias: SSAValue | None, normalized_shape: Sequence[int],
+               eps: float | None = None) -> Grads:
+    """``layer_norm_backward``. In float32 and float64 the forward becomes
+    ``native_layer_norm``, the same kernel, which also returns the mean and rstd that the
+    backward reads; in other dtypes the backward recomputes them."""
+    dy = _cast(g, ct[0], _t(out[0]).dtype)  # type: ignore[arg-type]
+    stats = None
+    if _t(x).dtype in (torch.float32, torch.float64) and any(
+            v is not None and is_differentiable_value(v) for v in (x, weight, bias)):
+        op = out[0].owner
+        assert isinstance(op, N.LayerNormOp)
+        y, mean, rstd = g.in_forward(op).ltorch.native_layer_norm(
+            x, weight, bias, normalized_shape=tuple(normalized_shape),
+            eps=1e-5 if eps is None else float(eps))
+        g.replace_forward(op, None, [y], erase=True)
+        stats = (mean, rstd)
+    return _layer_norm_grads(g, dy, x, weight, bias, normalized_shape, eps, stats)
+
+
+@vjp(N.NativeLayerNormOp)
+def native_layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
+                      bias: SSAValue | None, normalized_shape: Sequence[int], eps: float
+                      ) -> Grads:
+    """``layer_norm_backward`` on its own statistics (which, as in torch, carry no
+    gradient)."""
+    if ct[0] is None:
+        return [None, None, None]
+    return _layer_norm_grads(g, _cast(g, ct[0], _t(out[0]).dtype), x, weight, bias,
+                             normalized_shape, eps, (out[1], out[2]))
 
 
 @vjp(N.RmsNormOp)
@@ -1131,7 +1163,8 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
 DIRECT_RULES: tuple[type, ...] = (
     N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp,
     N.SigmoidOp, C.TanhOp,
-    N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.RmsNormOp, N.EmbeddingOp,
+    N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.NativeLayerNormOp,
+    N.RmsNormOp, N.EmbeddingOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
     C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.TopkOp,

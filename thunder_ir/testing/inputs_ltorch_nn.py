@@ -149,6 +149,18 @@ def _nn_layer_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([x, w, b], {"normalized_shape": ns, "eps": eps})
 
 
+@register_inputs(N.NativeLayerNormOp)
+def _nn_native_layer_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Layer norm's samples in float32 or float64 (the op's dtypes), ``eps`` given."""
+    sample = _nn_layer_norm(draw, spec)
+    dtype = torch.float64 if spec.for_vjp else draw(st.sampled_from([torch.float32,
+                                                                      torch.float64]))
+    sample.operands = [None if t is None else t.to(dtype) for t in sample.operands]
+    if sample.params["eps"] is None:
+        sample.params["eps"] = 1e-5
+    return sample
+
+
 @register_inputs(N.RmsNormOp)
 def _nn_rms_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     x, ns = _norm_case(draw, spec)
@@ -297,8 +309,14 @@ def _nn_layer_norm_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     if not draw(st.booleans()) and (mask[1] or mask[2]):
         mask = (False, *mask[1:])
     eps = draw(st.sampled_from([None, 1e-5, 1e-3]))
-    return OpSample([dy, x, w, b], {"normalized_shape": ns, "eps": eps,
-                                    "output_mask": tuple(int(m) for m in mask)})
+    mean = rstd = None
+    if x.dtype in (torch.float32, torch.float64) and draw(st.booleans()):
+        # the statistics as the forward's native_layer_norm gives them
+        _, mean, rstd = torch.native_layer_norm(
+            x.detach(), list(ns), None, None, 1e-5 if eps is None else eps)
+    return OpSample([dy, x, w, b, mean, rstd],
+                    {"normalized_shape": ns, "eps": eps,
+                     "output_mask": tuple(int(m) for m in mask)})
 
 
 @register_inputs(N.EmbeddingBackwardOp)
