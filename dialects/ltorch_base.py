@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+import torch
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition
 
@@ -74,8 +75,10 @@ class LtorchOp(ThunderOp):
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        # the default dtype too: Python floats and factories without a dtype follow it
         key: tuple[Any, ...] | None = (
-            cls, _freeze(operand_types), _freeze(sorted(params.items())))
+            cls, _freeze(operand_types), _freeze(sorted(params.items())),
+            torch.get_default_dtype())
         try:
             hit = _INFER_CACHE.get(key)
         except TypeError:  # unhashable param: skip the cache

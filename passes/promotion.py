@@ -41,8 +41,9 @@ def _combine(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dty
 def result_dtype(*types: Any) -> torch.dtype:
     """torch's promoted dtype of operands of these types (cached): ``torch.result_type``
     for any number of operands. Dim tensors outrank 0-d tensors, which outrank numbers,
-    unless a lower group has a higher kind (bool < int < float)."""
-    key = tuple(types)
+    unless a lower group has a higher kind (bool < int < float). A float number counts
+    as the default dtype, which is part of the cache key."""
+    key = (torch.get_default_dtype(), *types)
     dt = _PROMOTE_CACHE.get(key)
     if dt is None:
         dims: torch.dtype | None = None

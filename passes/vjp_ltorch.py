@@ -477,7 +477,7 @@ def _dropout_steps(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue
                                device=qt.dev))
     if mask is not None:
         if _t(mask).dtype == torch.bool:  # as ATen converts it: + 0 kept, + -inf masked
-            mask = lt.where(mask, f.const(0.0), _neg_inf(f))
+            mask = _cast(f, lt.where(mask, f.const(0.0), _neg_inf(f)), qt.dtype)
         scores = lt.add(scores, mask)
     probs = lt.safe_softmax(scores, dim=-1)
     noise = lt.div(f.prims.bernoulli_like(probs, p=1.0 - p), f.const(1.0 - p))

@@ -536,3 +536,24 @@ def test_inplace_on_a_leaf_that_requires_grad_raises_eagers_error() -> None:
                                            "in an in-place operation"):
         thunder_ir.jit(f)(t)
     assert torch.equal(t.detach(), torch.zeros(3))
+
+
+def test_shape_rules_follow_the_default_dtype() -> None:
+    """Result types that depend on the default dtype (Python floats, factories without a
+    dtype) are inferred again under another default, not taken from a cache filled under
+    the first: each call's dtypes are eager's."""
+    mask = torch.tensor([[True, False], [False, True]])
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.where(mask, 0.0, -1.0) * torch.ones(2)
+
+    x = torch.randn(2, 2)
+    assert thunder_ir.jit(f)(x).dtype == f(x).dtype == torch.float32
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out, ref = thunder_ir.jit(f)(x), f(x)
+        assert out.dtype == ref.dtype == torch.float64
+        torch.testing.assert_close(out, ref)
+    finally:
+        torch.set_default_dtype(default)

@@ -695,12 +695,13 @@ def test_attention_dropout_is_native_with_eagers_draw(mask: str, dtype: torch.dt
     m = _ATTN_MASKS[mask]()
     causal = isinstance(m, str)
     gqa = mask == "none"  # grouped heads: 4 query heads share 2 key/value heads
+    scale = -0.3 if mask == "bool" else None  # ATen scales q by -√|s| and kᵀ by √|s|
 
     def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *mask: torch.Tensor
           ) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, mask[0] if mask else None,
                                               dropout_p=0.25, is_causal=causal,
-                                              enable_gqa=gqa)
+                                              scale=scale, enable_gqa=gqa)
 
     heads = 2 if gqa else 4
     q = rand(2, 4, 5, 4).detach().to(dtype).requires_grad_()
@@ -717,6 +718,26 @@ def test_attention_dropout_is_native_with_eagers_draw(mask: str, dtype: torch.dt
         assert "torch._safe_softmax(" in fwd and "bernoulli_like(" in fwd
         assert "softmax(" not in bwd.replace("softmax_backward(", "")  # nothing recomputed
     assert "softmax_backward(" in bwd
+
+
+def test_attention_dropout_keeps_the_query_dtype_under_a_float64_default() -> None:
+    """The bool mask becomes an additive mask in the query's dtype, whatever the default
+    dtype (a float64 mask would promote float32 scores), also after a first compile under
+    the float32 default (shape rules are cached per default dtype)."""
+    mask = torch.rand(5, 5, generator=torch.Generator().manual_seed(3)) > 0.3
+
+    def f(q: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, q, q, mask, dropout_p=0.5)
+
+    q = rand(2, 5, 4)
+    check_against_eager(f, q, exact=True)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = check_against_eager(f, q, exact=True)
+    finally:
+        torch.set_default_dtype(default)
+    assert out.jitted.dtype == torch.float32
 
 
 def test_safe_softmax_traces_natively() -> None:
