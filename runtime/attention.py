@@ -4,7 +4,10 @@
 runs on CPU (ATen picks its math kernel whenever attention drops out), called directly so
 that it also returns the attention weights after dropout. The draw, the output and the
 generator's state afterwards are eager's; the backward (`thunder_ir.passes.vjp_ltorch`'s
-attention rule) reads the dropped positions from those weights.
+attention rule) reads the dropped positions from those weights. The rule uses it for
+float16 and bfloat16 (the kernel's upcast follows a global flag) and for ``dropout_p`` of
+1; in float32 and float64 it writes the kernel's steps as ltorch ops instead, which also
+give the backward the probabilities.
 """
 
 from __future__ import annotations
