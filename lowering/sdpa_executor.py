@@ -411,7 +411,8 @@ class SdpaExecutor(Executor):
 
     def vjp_rule(self, op: Operation) -> Callable[..., Any] | None:
         """`sdpa_vjp` for attention ops without dropout; None (the table) for everything
-        else (the table's rule runs eager's dropout kernel and saves its weights)."""
+        else (the table's rule computes attention with dropout as eager's math kernel
+        does, and saves what its backward reads)."""
         if not isinstance(op, ScaledDotProductAttentionOp) or op.params()["dropout_p"]:
             return None
         return sdpa_vjp
