@@ -529,6 +529,29 @@ class ScaledDotProductAttentionOp(NNOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dropout_p": 0.0, "is_causal": False, "scale": None,
                                           "enable_gqa": False}
 
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        """torch's meta kernel, which also broadcasts the result with a mask of more
+        dims than the scores: every CPU kernel adds the mask to the scores in place, so
+        eager raises there, and so does this rule."""
+        q, k, _, mask = operand_types
+        if isinstance(mask, TensorType) and isinstance(q, TensorType) \
+                and isinstance(k, TensorType) and q.rank >= 2 and k.rank >= 2:
+            kb = list(k.sizes[:-2])
+            if params.get("enable_gqa") and q.rank >= 3 and kb:
+                kb[-1] = q.sizes[-3]  # grouped key heads are repeated to the query's
+            try:
+                scores = (*torch.broadcast_shapes(q.sizes[:-2], tuple(kb)), q.sizes[-2],
+                          k.sizes[-2])
+                fits = tuple(torch.broadcast_shapes(mask.sizes, scores)) == scores
+            except RuntimeError:
+                fits = True  # the meta kernel reports what does not broadcast
+            if not fits:
+                raise ShapeError(f"{cls.name}: attn_mask {list(mask.sizes)} does not "
+                                 f"broadcast to the attention scores' shape {list(scores)} "
+                                 "(torch adds it to them in place and raises too)")
+        return super().infer(*operand_types, **params)
+
 
 # --------------------------------------------------------------------------- losses
 

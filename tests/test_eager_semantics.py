@@ -740,6 +740,21 @@ def test_attention_dropout_keeps_the_query_dtype_under_a_float64_default() -> No
     assert out.jitted.dtype == torch.float32
 
 
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_attention_mask_with_more_dims_than_the_scores_raises_as_eager(dropout_p: float
+                                                                       ) -> None:
+    """Eager adds the mask to the scores in place: a ``[1, 1, L, S]`` mask on 3-d inputs
+    raises there (torch's meta kernel would broadcast); jitted, the error names the line."""
+    mask = torch.rand(1, 1, 5, 5, generator=torch.Generator().manual_seed(4)) > 0.3
+
+    def f(q: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, q, q, mask, dropout_p=dropout_p)
+
+    check_against_eager(f, rand(4, 5, 8))
+    with pytest.raises(thunder_ir.ThunderTraceError, match=r"test_eager_semantics\.py:"):
+        thunder_ir.jit(f)(rand(4, 5, 8))
+
+
 def test_safe_softmax_traces_natively() -> None:
     """``torch._safe_softmax`` (torch's attention softmax): zeros along fully masked rows,
     values and gradients as eager's."""
