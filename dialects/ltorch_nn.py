@@ -748,43 +748,72 @@ class EmbeddingBackwardOp(NNOp):
 _REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
 
-def cross_entropy_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor,
-                      weight: torch.Tensor | None = None, reduction: str | None = None,
-                      ignore_index: int | None = None) -> torch.Tensor:
-    """The gradient of ``cross_entropy`` with class-index targets and no label smoothing,
-    as eager computes it: ``log_softmax``, ``nll_loss``'s backward (its total weight from
-    ``nll_loss_forward`` when the reduction is the mean), ``log_softmax``'s backward."""
-    red = _REDUCTIONS[reduction or "mean"]
-    ignore = -100 if ignore_index is None else ignore_index
-    cdim = 1 if input.dim() >= 2 else 0
-    logp = torch.log_softmax(input, cdim)
-    if red == 1:
-        total = _aten.nll_loss_forward.default(logp, target, weight, red, ignore)[1]
-    else:
-        total = logp.new_empty(())
-    g = _aten.nll_loss_backward.default(grad_output, logp, target, weight, red, ignore, total)
-    return torch._log_softmax_backward_data(g, logp, cdim, input.dtype)
+def nll_loss_forward(input: torch.Tensor, target: torch.Tensor,
+                     weight: torch.Tensor | None = None, reduction: str | None = None,
+                     ignore_index: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, total_weight)``: torch's ``nll_loss`` kernel on log-probabilities (how
+    ``cross_entropy`` ends), ``total_weight`` the summed class weights of the unignored
+    targets (zero for reduction ``"none"`` on a batch)."""
+    return _aten.nll_loss_forward.default(input, target, weight,
+                                          _REDUCTIONS[reduction or "mean"],
+                                          -100 if ignore_index is None else ignore_index)
 
 
-@ltorch_op(cross_entropy_backward)
-class CrossEntropyBackwardOp(BoundCallOp):
-    """`%dx = ltorch.cross_entropy_backward %dloss, %input, %target[, %weight] {reduction,
-    ignore_index}`: the gradient of ``cross_entropy``'s ``[N, C]`` or ``[C]`` input, with
-    class-index targets and no label smoothing"""
+@ltorch_op(nll_loss_forward)
+class NllLossForwardOp(NNOp):
+    """`%loss, %total_weight = ltorch.nll_loss_forward %logp, %target[, %weight]
+    {reduction, ignore_index}`: class-index targets, ``[N, C]`` or ``[C]`` log-probabilities.
+    The cross-entropy VJP rule puts it in the forward, after ``log_softmax``, as eager's
+    ``cross_entropy`` runs them."""
 
-    name = "ltorch.cross_entropy_backward"
+    name = "ltorch.nll_loss_forward"
 
-    grad_output = operand_def(TensorType)
     input = operand_def(TensorType)
     target = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
     reduction = opt_prop_def(StringAttr)
     ignore_index = opt_prop_def(IntegerAttr)
     out = result_def(TensorType)
+    total_weight = result_def(TensorType)
     traits = traits_def(Pure(), Library())
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "target", "weight",
-                                             "reduction", "ignore_index")
-    DEFAULTS: ClassVar[dict[str, Any]] = {"reduction": "mean", "ignore_index": -100}
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "target", "weight", "reduction",
+                                             "ignore_index")
+    NO_GRAD_RESULTS: ClassVar[tuple[int, ...]] = (1,)
+    """The total weight does not require grad (eager's neither)."""
+
+
+def nll_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor,
+                      total_weight: torch.Tensor, weight: torch.Tensor | None = None,
+                      reduction: str | None = None, ignore_index: int | None = None
+                      ) -> torch.Tensor:
+    """The gradient of ``nll_loss_forward``'s log-probabilities (torch's kernel)."""
+    return _aten.nll_loss_backward.default(grad_output, input, target, weight,
+                                           _REDUCTIONS[reduction or "mean"],
+                                           -100 if ignore_index is None else ignore_index,
+                                           total_weight)
+
+
+@ltorch_op(nll_loss_backward)
+class NllLossBackwardOp(NNOp):
+    """`%dlogp = ltorch.nll_loss_backward %dloss, %logp, %target, %total_weight[, %weight]
+    {reduction, ignore_index}`: ``-dloss w_t`` at each unignored target's class (divided by
+    ``total_weight`` for the mean), zero elsewhere"""
+
+    name = "ltorch.nll_loss_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    target = operand_def(TensorType)
+    total_weight = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    reduction = opt_prop_def(StringAttr)
+    ignore_index = opt_prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "target", "total_weight",
+                                             "weight", "reduction", "ignore_index")
+    NO_GRAD_OPERANDS: ClassVar[tuple[str, ...]] = ("total_weight",)
+    """Eager refuses a total weight that requires grad (it has no derivative)."""
 
 
 def legacy_reduction(reduction: str | None, size_average: bool | None,

@@ -67,11 +67,11 @@ executor runs them."""
 LIBRARY_OPS: tuple[type[Operation], ...] = (
     P.LinearOp, P.MatmulOp, P.TakeOp, P.IndexAddOp,
     N.LinearOp, N.MatmulOp, N.BmmOp, N.EmbeddingOp, N.ScaledDotProductAttentionOp,
-    N.LayerNormBackwardOp, N.EmbeddingBackwardOp, N.CrossEntropyBackwardOp,
+    N.LayerNormBackwardOp, N.EmbeddingBackwardOp, N.NllLossBackwardOp,
 )
 """`Library` ops Inductor schedules around (see the module doc): ``make_fx`` turns them into
 the ATen calls eager makes, and Inductor calls the same kernels or, for the backward
-kernels VJP rules emit (layer norm, embedding, cross entropy), decomposes them into the
+kernels VJP rules emit (layer norm, embedding, nll loss), decomposes them into the
 loops it fuses with their neighbours. A rule of this executor, keyed by op class: which
 library kernels it takes is its own choice, not a fact of the op. Other library ops
 (gather, scatter_add, the forward norms and losses, ``grouped_mm``, whose group sizes are

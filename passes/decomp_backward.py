@@ -1,6 +1,6 @@
 """Decompositions of the backward kernels that VJP rules emit (``ltorch.gelu_backward``,
 ``softmax_backward``, ``log_softmax_backward``, ``layer_norm_backward``,
-``embedding_backward``, ``cross_entropy_backward``; ``silu_backward`` sits beside silu in
+``embedding_backward``, ``nll_loss_backward``; ``silu_backward`` sits beside silu in
 `thunder_ir.passes.decomp_nn`).
 
 The torch executor runs each as eager's own backward kernel; a fusion executor gets these
@@ -152,19 +152,19 @@ def embedding_backward(d: Decomposer, dy: SSAValue, indices: SSAValue, num_weigh
     return to_dtype(d, p.index_add(zeros, flat, rows, dim=0), out.dtype)
 
 
-@decomposes(N.CrossEntropyBackwardOp)
-def cross_entropy_backward(d: Decomposer, dloss: SSAValue, x: SSAValue, target: SSAValue,
-                           weight: SSAValue | None, reduction: str | None = None,
-                           ignore_index: int | None = None) -> SSAValue:
-    """With ``p = softmax(x)`` along the class dim, ``w_t`` the target's class weight (1
-    without weights) and ``c`` the loss cotangent per sample (the mean's divided by the
-    summed weights of the unignored targets): ``dx = c w_t (p - onehot(t))``, zero for
-    ignored targets."""
-    (out,) = _types(N.CrossEntropyBackwardOp, dloss, x, target, weight, reduction=reduction,
-                    ignore_index=ignore_index)
+@decomposes(N.NllLossBackwardOp)
+def nll_loss_backward(d: Decomposer, dloss: SSAValue, logp: SSAValue, target: SSAValue,
+                      total_weight: SSAValue, weight: SSAValue | None,
+                      reduction: str | None = None, ignore_index: int | None = None
+                      ) -> SSAValue:
+    """With ``w_t`` the target's class weight (1 without weights) and ``c`` the loss
+    cotangent per sample (the mean's divided by ``total_weight``):
+    ``dlogp = -c w_t onehot(t)``, zero for ignored targets."""
+    (out,) = _types(N.NllLossBackwardOp, dloss, logp, target, total_weight, weight,
+                    reduction=reduction, ignore_index=ignore_index)
     lt = d.ltorch
     red = reduction or "mean"
-    xt = _t(x)
+    xt = _t(logp)
     cd = _acc(xt.dtype)
     cdim = 1 if xt.rank >= 2 else 0
     classes = xt.sizes[cdim]
@@ -179,8 +179,6 @@ def cross_entropy_backward(d: Decomposer, dloss: SSAValue, x: SSAValue, target: 
     c = to_dtype(d, dloss, cd)
     if red == "none":
         c = lt.unsqueeze(c, dim=cdim)
-    elif red == "mean":  # nll_loss's denominator: the summed weights of unignored targets
-        c = lt.div(c, lt.sum(a))
-    p = lt.softmax(to_dtype(d, x, cd), dim=cdim)
-    dx = lt.mul(c, lt.sub(lt.mul(p, lt.sum(a, dim=(cdim,), keepdim=True)), a))
-    return to_dtype(d, dx, out.dtype)
+    elif red == "mean":
+        c = lt.div(c, to_dtype(d, total_weight, cd))
+    return to_dtype(d, lt.neg(lt.mul(c, a)), out.dtype)

@@ -475,24 +475,34 @@ def cross_entropy(d: Decomposer, x: SSAValue, target: SSAValue, weight: SSAValue
     return to_dtype(d, loss, out.dtype)
 
 
+def _targets(d: Decomposer, target: SSAValue, w: SSAValue | None, ignore: int,
+             dtype: torch.dtype) -> tuple[SSAValue, SSAValue, SSAValue | None, SSAValue]:
+    """``(valid, safe, wt, total)`` of class-index targets: which are not ignored, the
+    targets with ignored ones at class 0, each target's class weight (``None`` without
+    weights) and ``nll_loss``'s total weight (the unignored targets' summed weights, or
+    their count)."""
+    tt = _t(target)
+    valid = d.prims.ne(target, _num(d, ignore))
+    safe = d.prims.where(valid, target, _num(d, 0))  # ignored entries index class 0
+    if w is None:
+        return valid, safe, None, _sum_all(
+            d, d.prims.convert_element_type(valid, dtype=dtype))
+    wt = d.prims.take(w, d.prims.reshape(safe, shape=[tt.numel()]), dim=0)
+    wt = d.prims.reshape(wt, shape=list(tt.sizes))
+    return valid, safe, wt, _sum_all(d, d.prims.where(valid, wt, _num(d, 0.0)))
+
+
 def _ce_indices(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | None,
                 cdim: int, classes: int, ls: float, red: str, ignore: int) -> SSAValue:
     """Cross entropy with class-index targets (torch's ``nll_loss`` + label smoothing)."""
     tt, lt = _t(target), _t(logp)
-    valid = d.prims.ne(target, _num(d, ignore))
-    safe = d.prims.where(valid, target, _num(d, 0))  # ignored entries index class 0
+    valid, safe, wt, total = _targets(d, target, w, ignore, lt.dtype)
     idx = d.prims.reshape(safe, shape=[*tt.sizes[:cdim], 1, *tt.sizes[cdim:]])
     picked = d.prims.squeeze(d.prims.gather(logp, idx, dim=cdim), dims=[cdim])
     nll = d.prims.neg(picked)
-    denom: SSAValue | None = None
-    if w is not None:
-        wt = d.prims.take(w, d.prims.reshape(safe, shape=[tt.numel()]), dim=0)
-        wt = d.prims.reshape(wt, shape=list(tt.sizes))
+    if wt is not None:
         nll = d.prims.mul(nll, wt)
-        if red == "mean":
-            denom = _sum_all(d, d.prims.where(valid, wt, _num(d, 0.0)))
-    elif red == "mean":
-        denom = _sum_all(d, d.prims.convert_element_type(valid, dtype=lt.dtype))
+    denom = total if red == "mean" else None
     zero = _num(d, 0.0)
     loss = _reduce(d, d.prims.where(valid, nll, zero), red, denom)
     if ls == 0.0:
@@ -502,6 +512,33 @@ def _ce_indices(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | N
     smooth = _reduce(d, d.prims.where(valid, smooth, zero), red, denom)
     return d.prims.add(d.prims.mul(loss, _num(d, 1.0 - ls)),
                        d.prims.mul(smooth, _num(d, ls / classes)))
+
+
+@decomposes(N.NllLossForwardOp)
+def nll_loss_forward(d: Decomposer, logp: SSAValue, target: SSAValue, weight: SSAValue | None,
+                     reduction: str | None = None, ignore_index: int | None = None
+                     ) -> list[SSAValue]:
+    """`_ce_indices` without smoothing, and the total weight (zero for ``"none"`` on a
+    batch)."""
+    types = N.NllLossForwardOp.infer(*[None if v is None else v.type
+                                       for v in (logp, target, weight)],
+                                     reduction=reduction, ignore_index=ignore_index)
+    assert isinstance(types, list)
+    out, total_t = types
+    assert isinstance(out, TensorType) and isinstance(total_t, TensorType)
+    red = reduction or "mean"
+    lt = _t(logp)
+    cd = _acc(lt.dtype)
+    cdim = 1 if lt.rank >= 2 else 0
+    ignore = -100 if ignore_index is None else ignore_index
+    w = None if weight is None else to_dtype(d, weight, cd)
+    loss = _ce_indices(d, to_dtype(d, logp, cd), target, w, cdim, lt.sizes[cdim], 0.0, red,
+                       ignore)
+    if red == "none" and lt.rank == 2:  # ATen's batched "none" leaves it zero
+        total = d.prims.full(shape=(), fill_value=0.0, device=total_t.dev, dtype=cd)
+    else:
+        total = _targets(d, target, w, ignore, cd)[3]
+    return [to_dtype(d, loss, out.dtype), to_dtype(d, total, total_t.dtype)]
 
 
 def _ce_probabilities(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | None,

@@ -355,6 +355,22 @@ def native_layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue
                              normalized_shape, eps, (out[1], out[2]))
 
 
+@vjp(N.NllLossForwardOp)
+def nll_loss_forward(g: Grad, out: Outs, ct: Cts, logp: SSAValue, target: SSAValue,
+                     weight: SSAValue | None, reduction: str | None = None,
+                     ignore_index: int | None = None) -> Grads:
+    """``nll_loss_backward`` on the total weight (which, as in torch, carries no
+    gradient); targets and class weights get ``None``."""
+    if ct[0] is None or not is_differentiable_value(logp):
+        return [None, None, None]
+    params: dict[str, Any] = {k: v for k, v in (("reduction", reduction),
+                                                ("ignore_index", ignore_index))
+                              if v is not None}
+    dlogp = g.ltorch.nll_loss_backward(_cast(g, ct[0], _t(out[0]).dtype), logp, target,
+                                       out[1], weight, **params)
+    return [_grad(g, dlogp, logp), None, None]
+
+
 @vjp(N.RmsNormOp)
 def rms_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
              normalized_shape: Sequence[int], eps: float | None = None) -> Grads:
@@ -574,8 +590,10 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
                   ignore_index: int | None = None, reduce: bool | None = None,
                   reduction: str | None = None, label_smoothing: float | None = None
                   ) -> Grads:
-    """Class-index targets without label smoothing, input ``[N, C]`` or ``[C]``:
-    ``cross_entropy_backward`` (eager's kernels). Otherwise, with ``p = softmax(x)`` along
+    """Class-index targets without label smoothing, input ``[N, C]`` or ``[C]``: the
+    forward becomes ``log_softmax`` then ``nll_loss_forward``, as eager's ``cross_entropy``
+    runs them, and the backward is their backward kernels on the saved log-probabilities
+    and total weight, as eager's autograd runs them. Otherwise, with ``p = softmax(x)`` along
     the class dim and ``a`` the (smoothed, weighted, unignored) target distribution,
     ``dx = c (p sum(a) - a)`` where ``c`` is the loss cotangent per sample (divided by the
     mean's denominator). Probability targets also get ``dtarget = -c (1 - ls) w log p``
@@ -590,7 +608,16 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
         params: dict[str, Any] = {"reduction": red}
         if ignore_index is not None:
             params["ignore_index"] = ignore_index
-        dx = lt.cross_entropy_backward(ct[0], x, target, weight, **params)
+        op = out[0].owner
+        assert isinstance(op, N.CrossEntropyOp)
+        cdim = 1 if xt.rank >= 2 else 0
+        f = g.in_forward(op).ltorch
+        logp = f.log_softmax(x, dim=cdim)
+        loss, total = f.nll_loss_forward(logp, target, weight, **params)
+        g.replace_forward(op, None, [loss], erase=True)
+        dlogp = lt.nll_loss_backward(_cast(g, ct[0], xt.dtype), logp, target,  # type: ignore[arg-type]
+                                     total, weight, **params)
+        dx = lt.log_softmax_backward(dlogp, logp, dim=cdim, input_dtype=xt.dtype)
         return [_grad(g, dx, x), None, None]
     cd = _acc(xt.dtype)
     cdim = 1 if xt.rank >= 2 else 0
@@ -1165,7 +1192,7 @@ DIRECT_RULES: tuple[type, ...] = (
     N.SigmoidOp, C.TanhOp,
     N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.NativeLayerNormOp,
     N.RmsNormOp, N.EmbeddingOp,
-    N.ScaledDotProductAttentionOp, N.CrossEntropyOp,
+    N.ScaledDotProductAttentionOp, N.CrossEntropyOp, N.NllLossForwardOp,
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
     C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.TopkOp,
     C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp, C.ContiguousOp,

@@ -144,8 +144,10 @@ EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
      {"normalized_shape": (3, 4), "output_mask": (1, 0, 1)}),
     (N.EmbeddingBackwardOp, [torch.randn(2, 2, 4), torch.tensor([[1, 0], [2, 2]])],
      {"num_weights": 3, "padding_idx": 0}),
-    (N.CrossEntropyBackwardOp, [torch.tensor(0.5), torch.randn(3, 4),
-                                torch.tensor([0, -100, 3]), torch.rand(4)],
+    (N.NllLossForwardOp, [torch.randn(3, 4).log_softmax(1), torch.tensor([0, -100, 3]),
+                          torch.rand(4)], {"reduction": "mean"}),
+    (N.NllLossBackwardOp, [torch.tensor(0.5), torch.randn(3, 4).log_softmax(1),
+                           torch.tensor([0, -100, 3]), torch.tensor(1.5), torch.rand(4)],
      {"reduction": "mean"}),
 ]
 

@@ -290,8 +290,10 @@ LTORCH_SAMPLES: dict[str, list[Any]] = {
     "native_layer_norm": [([T(2, 4), T(4), None], {"normalized_shape": (4,), "eps": 1e-5})],
     "embedding_backward": [([T(2, 3, 4), T(2, 3, dtype=i64)], {"num_weights": 5,
                                                                "padding_idx": 0})],
-    "cross_entropy_backward": [([T(), T(4, 3), T(4, dtype=i64), T(3)],
-                                {"reduction": "mean", "ignore_index": 1})],
+    "nll_loss_forward": [([T(4, 3), T(4, dtype=i64), T(3)], {"ignore_index": 1}),
+                         ([T(3), T(dtype=i64), None], {"reduction": "none"})],
+    "nll_loss_backward": [([T(), T(4, 3), T(4, dtype=i64), T(), T(3)],
+                           {"reduction": "mean", "ignore_index": 1})],
 }
 
 GENERIC_OPERANDS = [T(2, 3), T(2, 3, dtype=i64), T(2, 3, dtype=b8)]

@@ -330,16 +330,34 @@ def _nn_embedding_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
                                 "scale_grad_by_freq": draw(st.booleans())})
 
 
-@register_inputs(N.CrossEntropyBackwardOp)
-def _nn_cross_entropy_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    """(C,) and (N, C) inputs, ignored targets, class weights, every reduction."""
+def _nll_case(draw: st.DrawFn, spec: InputSpec
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, dict[str, Any]]:
+    """Log-probabilities ``(C,)`` or ``(N, C)``, class-index targets (some ignored), class
+    weights (not in VJP checks: torch cannot differentiate them), every reduction."""
     dtype = spec.dtype(draw, FLOAT_KIND)
     classes = _side(draw, 2, 5)
     batch = draw(st.sampled_from([(), (3,), (4,)]))
     x = values(draw, (*batch, classes), dtype, -4.0, 4.0)
+    logp = torch.log_softmax(x, -1)
     reduction = draw(st.sampled_from(["mean", "sum", "none"]))
     target, ignore = _class_targets(draw, batch, classes)
-    weight = values(draw, (classes,), dtype, 0.2, 2.0) if draw(st.booleans()) else None
-    dloss = values(draw, batch if reduction == "none" else (), dtype, -2.0, 2.0)
-    return OpSample([dloss, x, target, weight],
-                    {"reduction": reduction, "ignore_index": ignore})
+    weight = values(draw, (classes,), dtype, 0.2, 2.0) \
+        if not spec.for_vjp and draw(st.booleans()) else None
+    return logp, target, weight, {"reduction": reduction, "ignore_index": ignore}
+
+
+@register_inputs(N.NllLossForwardOp)
+def _nn_nll_loss_forward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    logp, target, weight, params = _nll_case(draw, spec)
+    return OpSample([logp, target, weight], params)
+
+
+@register_inputs(N.NllLossBackwardOp)
+def _nn_nll_loss_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """The total weight as the forward's ``nll_loss_forward`` gives it."""
+    logp, target, weight, params = _nll_case(draw, spec)
+    total = N.nll_loss_forward(logp.detach(), target, weight, **params)[1]
+    batch = logp.shape[:-1]
+    dloss = values(draw, batch if params["reduction"] == "none" else (), logp.dtype, -2.0,
+                   2.0)
+    return OpSample([dloss, logp, target, total, weight], params)
