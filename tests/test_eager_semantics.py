@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -753,6 +754,54 @@ def test_attention_mask_with_more_dims_than_the_scores_raises_as_eager(dropout_p
     check_against_eager(f, rand(4, 5, 8))
     with pytest.raises(thunder_ir.ThunderTraceError, match=r"test_eager_semantics\.py:"):
         thunder_ir.jit(f)(rand(4, 5, 8))
+
+
+_CLASS_WEIGHTS = torch.rand(5, generator=torch.Generator().manual_seed(1))
+_NLL_CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "batch": lambda x, t: F.nll_loss(F.log_softmax(x, 1), t),
+    "batch_weighted_sum": lambda x, t: F.nll_loss(F.log_softmax(x, 1), t.clamp(min=0),
+                                                  _CLASS_WEIGHTS, reduction="sum",
+                                                  ignore_index=2),
+    "one_sample_none": lambda x, t: F.nll_loss(F.log_softmax(x[0], 0), t[0],
+                                               reduction="none"),
+    "legacy_size_average": lambda x, t: F.nll_loss(F.log_softmax(x, 1), t,
+                                                   size_average=False),
+    "spatial_fallback": lambda x, t: F.nll_loss(F.log_softmax(x, 1)[None].transpose(1, 2),
+                                                t[None]),
+}
+
+
+@pytest.mark.parametrize("case", list(_NLL_CASES))
+def test_nll_loss_is_eagers_kernel(case: str) -> None:
+    """``F.nll_loss`` on ``[N, C]`` or ``[C]`` log-probabilities traces to
+    ``ltorch.nll_loss_forward``: eager's values and gradients exactly (its kernels, forward
+    and backward); other shapes take the fallback."""
+    x = rand(6, 5)
+    t = torch.tensor([0, 4, -100, 2, 2, 1])
+    check_against_eager(_NLL_CASES[case], x, t, exact=True)
+    jf = thunder_ir.jit(_NLL_CASES[case])
+    jf(x, t).sum().backward()
+    native = "nll_loss_forward(" in str(thunder_ir.last_traces(jf)[-1])
+    assert native == (case != "spatial_fallback")
+
+
+@pytest.mark.parametrize("loss", [F.cross_entropy,
+                                  lambda x, t, w: F.nll_loss(F.log_softmax(x, 1), t, w)],
+                         ids=["cross_entropy", "nll_loss"])
+def test_class_weights_that_require_grad_raise_as_eager(loss: Any) -> None:
+    """Eager refuses class weights that require grad with class-index targets; under
+    ``no_grad`` it computes the loss."""
+    x, w = rand(4, 3), rand(3, seed=1).abs()
+    t = torch.tensor([0, 1, 2, 0])
+    check_against_eager(loss, x, t, w)
+    with pytest.raises(thunder_ir.ThunderTraceError, match=r"not differentiable .*'weight'"):
+        thunder_ir.jit(loss)(x, t, w)
+
+    def no_grad_loss(x: torch.Tensor, t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return loss(x, t, w)
+
+    check_against_eager(no_grad_loss, x, t, w, backward=False)
 
 
 def test_safe_softmax_traces_natively() -> None:

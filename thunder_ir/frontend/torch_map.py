@@ -24,6 +24,7 @@ from torch.utils import _pytree as pytree
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch import OPS
+from thunder_ir.dialects.ltorch_nn import legacy_reduction
 from thunder_ir.dialects.types import canonical_device, tensor_type
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
@@ -674,7 +675,63 @@ _register([torch._safe_softmax], op_handler("safe_softmax"))
 _register([F.layer_norm, torch.layer_norm], op_handler("layer_norm"))
 _register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
 _register([F.embedding], op_handler("embedding"))
-_register([F.cross_entropy], op_handler("cross_entropy"))
+
+
+def _warn_legacy(size_average: Any, reduce: Any) -> None:
+    """Eager's deprecation warning for a loss's ``size_average`` / ``reduce``."""
+    if size_average is not None or reduce is not None:
+        from torch.nn import _reduction
+
+        _reduction.legacy_get_string(size_average, reduce)
+
+
+def _check_class_weights(ctx: Builder, target: Any, weight: Any) -> None:
+    """Eager's ``nll_loss`` refuses class weights that require grad with class-index
+    targets (while grad mode is on): so does the trace, naming the line."""
+    if (is_proxy(weight) and weight._value in ctx.active and torch.is_grad_enabled()
+            and isinstance(target, torch.Tensor) and not target.is_floating_point()):
+        raise ThunderTraceError(
+            f"{where(ctx.loc)}: the function 'nll_loss_forward' is not differentiable with "
+            "respect to argument 'weight' (eager raises this too): pass class weights that "
+            "do not require grad, e.g. weight.detach()")
+
+
+_cross_entropy_op = op_handler("cross_entropy")
+
+
+def _cross_entropy(ctx: Builder, input: Any, target: Any, weight: Any = None, *args: Any,
+                   **kwargs: Any) -> Any:
+    """``F.cross_entropy``: ``ltorch.cross_entropy``, after eager's check of the weights
+    and its deprecation warning for ``size_average`` / ``reduce``."""
+    _check_class_weights(ctx, target, weight)
+    _warn_legacy(kwargs.get("size_average", args[0] if args else None),
+                 kwargs.get("reduce", args[2] if len(args) > 2 else None))
+    return _cross_entropy_op(ctx, input, target, weight, *args, **kwargs)  # type: ignore[misc]
+
+
+_nll_loss_op = op_handler("nll_loss_forward")
+
+
+def _nll_loss(ctx: Builder, input: Any, target: Any, weight: Any = None,
+              size_average: bool | None = None, ignore_index: int = -100,
+              reduce: bool | None = None, reduction: str = "mean") -> Any:
+    """``F.nll_loss`` on ``[N, C]`` or ``[C]`` log-probabilities with class-index targets:
+    ``ltorch.nll_loss_forward``, eager's kernel (its loss; the total weight stays
+    internal). Other shapes (``[N, C, d1, ...]``) and probability targets take the
+    fallback."""
+    if not (is_proxy(input) and isinstance(target, torch.Tensor)) or input.dim() not in (1, 2) \
+            or target.is_floating_point():
+        raise UseFallback
+    _check_class_weights(ctx, target, weight)
+    _warn_legacy(size_average, reduce)
+    red = legacy_reduction(reduction, size_average, reduce)
+    loss, _ = _nll_loss_op(ctx, input, target, weight, reduction=red,  # type: ignore[misc]
+                           ignore_index=ignore_index)
+    return loss
+
+
+_register([F.cross_entropy], _cross_entropy)
+_register([F.nll_loss], _nll_loss)
 _register([F.mse_loss], op_handler("mse_loss"))
 
 
