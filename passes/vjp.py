@@ -202,6 +202,7 @@ def load_vjp_rules() -> dict[type[ThunderOp], VjpRule]:
     """Imports every VJP rule module (registering its rules) and returns the table."""
     import thunder_ir.passes.vjp_autograd
     import thunder_ir.passes.vjp_ltorch
+    import thunder_ir.passes.vjp_ltorch_core
     import thunder_ir.passes.vjp_prims  # noqa: F401
 
     return VJP_RULES

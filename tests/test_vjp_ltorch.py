@@ -27,10 +27,12 @@ from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
 from thunder_ir.dialects.torch import CallOp, make_call, resolve_callee, substitute
 from thunder_ir.dialects.types import is_float, type_of_tensor
-from thunder_ir.passes import vjp_ltorch
+from thunder_ir.passes import vjp_ltorch, vjp_ltorch_core
 from thunder_ir.passes.vjp import VJP_RULES, Grad, load_vjp_rules
 from thunder_ir.runtime.interpreter import run
 from thunder_ir.testing import OpSample, check_vjp, check_vjp_property, op_inputs, values
+
+DIRECT_RULES = (*vjp_ltorch.DIRECT_RULES, *vjp_ltorch_core.DIRECT_RULES)
 
 SETTINGS = settings(max_examples=8, deadline=None)
 MAX_EXAMPLES = 8
@@ -52,11 +54,13 @@ side = st.integers(1, 4)
 
 
 def test_direct_rule_table() -> None:
-    """The ltorch ops with direct rules, all registered from `vjp_ltorch`, plus torch.call."""
+    """The ltorch ops with direct rules, all registered from `vjp_ltorch` (nn ops) and
+    `vjp_ltorch_core` (core ops), plus torch.call."""
     rules = load_vjp_rules()
+    modules = {vjp_ltorch.__name__, vjp_ltorch_core.__name__}
     direct = {op.name for op in LTORCH if rules.get(op) is not None
-              and (rules[op].__module__ == vjp_ltorch.__name__
-                   or op in vjp_ltorch.NO_DERIVATIVE_RULES)}
+              and (rules[op].__module__ in modules
+                   or op in vjp_ltorch_core.NO_DERIVATIVE_RULES)}
     assert direct == {
         "ltorch.matmul", "ltorch.bmm", "ltorch.grouped_mm", "ltorch.linear", "ltorch.relu",
         "ltorch.gelu", "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
@@ -74,17 +78,17 @@ def test_direct_rule_table() -> None:
         "ltorch.cat", "ltorch.split", "ltorch.chunk", "ltorch.getitem",
         "ltorch.floor_divide",  # eager: "derivative ... is not implemented", at backward
     }
-    assert direct == {op.name for op in (*vjp_ltorch.DIRECT_RULES,
-                                         *vjp_ltorch.NO_DERIVATIVE_RULES)}
+    assert direct == {op.name for op in (*DIRECT_RULES, *vjp_ltorch_core.NO_DERIVATIVE_RULES)}
+    assert not set(vjp_ltorch.DIRECT_RULES) & set(vjp_ltorch_core.DIRECT_RULES)
     assert VJP_RULES[CallOp] is vjp_ltorch.torch_call
-    for op in (*vjp_ltorch.DIRECT_RULES, *vjp_ltorch.NO_DERIVATIVE_RULES):
+    for op in (*DIRECT_RULES, *vjp_ltorch_core.NO_DERIVATIVE_RULES):
         assert rules[op].__doc__, f"{op.name}'s rule has no docstring"
 
 
 # --------------------------------------------------------------------------- properties
 
 
-@pytest.mark.parametrize("op", vjp_ltorch.DIRECT_RULES, ids=lambda o: o.name)
+@pytest.mark.parametrize("op", DIRECT_RULES, ids=lambda o: o.name)
 def test_vjp_matches_autograd(op: type[ThunderOp]) -> None:
     """Whatever the op's VJP strategy draws: 1-D and broadcast batched matmuls, 1-D or 2-D
     linear weights, gelu's approximations, softmax dims, dropout probabilities and training
@@ -465,7 +469,7 @@ def test_split_with_a_missing_cotangent() -> None:
     x = rand((5, 3), 0)
     prog = Program("p", [type_of_tensor(x), type_of_tensor(rand((2, 3), 1))])
     ys = prog.emitter.emit(C.SplitOp, prog.args[0], split_size_or_sections=(2, 3), dim=0)
-    (dx,) = vjp_ltorch.split(Grad(prog.emitter), ys, [prog.args[1], None], prog.args[0],
+    (dx,) = vjp_ltorch_core.split(Grad(prog.emitter), ys, [prog.args[1], None], prog.args[0],
                              split_size_or_sections=(2, 3), dim=0)
     (got,) = run(prog.finish([dx]), x, rand((2, 3), 1))
     torch.testing.assert_close(got, torch.cat([rand((2, 3), 1), torch.zeros(3, 3, dtype=F64)]))
