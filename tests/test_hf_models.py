@@ -12,6 +12,7 @@ what eager draws for the same seed.
 from __future__ import annotations
 
 import copy
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -86,6 +87,34 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], dict[str, Any
     "vit": (lambda: T.ViTForImageClassification(T.ViTConfig(
         hidden_size=H, num_hidden_layers=2, num_attention_heads=4, intermediate_size=2 * H,
         image_size=32, patch_size=8, num_labels=3)), _image),
+    # the families the issue found failing besides the twelve above, and ones whose
+    # attention or experts differ: soft-capping (Gemma 2), shared experts (Qwen2-MoE),
+    # ALiBi (Bloom), relative positions (DeBERTa-v2), shifted windows (Swin)
+    "mistral": (lambda: T.MistralForCausalLM(T.MistralConfig(**_DEC, **_TOKENS)), _text),
+    "phi3": (lambda: T.Phi3ForCausalLM(T.Phi3Config(**_DEC, **_TOKENS)), _text),
+    "gemma2": (lambda: T.Gemma2ForCausalLM(T.Gemma2Config(**_DEC, head_dim=16, **_TOKENS)),
+               _text),
+    "qwen2_moe": (lambda: T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(
+        **_DEC, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, **_TOKENS)), _text),
+    "opt": (lambda: T.OPTForCausalLM(T.OPTConfig(
+        hidden_size=H, ffn_dim=2 * H, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=V, max_position_embeddings=64, word_embed_proj_dim=H, **_TOKENS)), _text),
+    "falcon": (lambda: T.FalconForCausalLM(T.FalconConfig(
+        hidden_size=H, num_hidden_layers=2, num_attention_heads=4, vocab_size=V,
+        **_TOKENS)), _text),
+    "bloom": (lambda: T.BloomForCausalLM(T.BloomConfig(
+        hidden_size=H, n_layer=2, n_head=4, vocab_size=V, **_TOKENS)), _text),
+    "roberta": (lambda: T.RobertaForMaskedLM(T.RobertaConfig(
+        hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=V, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2)), _text),
+    "deberta_v2": (lambda: T.DebertaV2ForMaskedLM(T.DebertaV2Config(
+        hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=V, max_position_embeddings=64, pad_token_id=0)), _text),
+    "swin": (lambda: T.SwinForImageClassification(T.SwinConfig(
+        embed_dim=16, depths=[1, 1], num_heads=[2, 2], image_size=32, patch_size=4,
+        window_size=4, num_labels=3)), _image),
 }
 
 
@@ -199,6 +228,35 @@ def test_is_compiling_is_true_while_tracing_only() -> None:
     thunder_ir.jit(f)(torch.ones(2))
     assert seen == [True]
     assert not torch.compiler.is_compiling()
+
+
+def test_is_compiling_is_per_thread_and_reaches_library_checks() -> None:
+    """While one thread traces, library checks in that thread (torch's aliases,
+    transformers' own) say it is compiling; another thread, asking at the same moment, gets
+    torch's answer (no)."""
+    from transformers.utils import is_torchdynamo_compiling
+
+    inside, release = threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        seen["torch.compiler"] = torch.compiler.is_compiling()
+        seen["torch._dynamo"] = torch._dynamo.is_compiling()
+        seen["transformers"] = is_torchdynamo_compiling()
+        inside.set()
+        release.wait(10)
+        return x + 1
+
+    tracer = threading.Thread(target=lambda: thunder_ir.jit(f)(torch.ones(2)))
+    tracer.start()
+    try:
+        assert inside.wait(10)
+        elsewhere = (torch.compiler.is_compiling(), is_torchdynamo_compiling())
+    finally:
+        release.set()
+        tracer.join()
+    assert seen == {"torch.compiler": True, "torch._dynamo": True, "transformers": True}
+    assert elsewhere == (False, False)
 
 
 def test_one_argument_where_names_the_line() -> None:
