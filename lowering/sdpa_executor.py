@@ -33,10 +33,14 @@ attention (``enable_gqa``) repeats the key/value heads and sums their gradients 
 3-D inputs gain a batch dim of one.
 
 A floating-point mask's gradient is computed only when the mask may carry one
-(`may_need_grad`: it derives from a floating-point program input). Then the fused CPU
-backward, which returns no mask gradient, gives way to the math path; memory-efficient
-attention on CUDA returns it itself. A causal or padding mask built from int/bool inputs
-or constants costs nothing extra.
+(`may_need_grad`: it derives from a floating-point program input). On CPU, where eager
+then runs its math kernel (a learned position bias, as in Swin or T5-style models), the
+VJP table's rule takes the op in float32 and float64 (`runs_math_kernel`, which asks
+eager's selector; also broadcast key/value heads and 3-D inputs): the forward
+becomes that kernel's steps and the backward reads the saved probabilities, with eager's
+values. Otherwise the fused CPU backward, which returns no mask gradient, gives way to
+the math path; memory-efficient attention on CUDA returns it itself. A causal or padding
+mask built from int/bool inputs or constants costs nothing extra.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from thunder_ir.dialects.ltorch_nn import ScaledDotProductAttentionOp
 from thunder_ir.dialects.torch import make_call, runtime_callee
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
+from thunder_ir.passes.vjp_ltorch import runs_math_kernel
+from thunder_ir.passes.vjp_ltorch import scaled_dot_product_attention as attention_rule
 from thunder_ir.runtime import namespace
 
 SDPA_BACKWARD = runtime_callee("sdpa_backward")
@@ -280,11 +286,13 @@ def sdpa_backward_cpu(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Te
 
 
 def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue | None,
-                     is_causal: bool, scale: float | None) -> bool:
+                     is_causal: bool, scale: float | None, mask_grad: bool | None = None
+                     ) -> bool:
     """True when torch runs CPU flash attention for operands of these types (4-D, equal
     batch and head counts, no mask gradient): then the forward can keep the log-sum-exp
     for the backward (`sdpa_forward_cpu`). Asks torch's own selector on empty tensors of
-    the operands' shapes and dtypes."""
+    the operands' shapes and dtypes. ``mask_grad``: whether the mask needs a gradient
+    (default: whether it may, `may_need_grad`)."""
     types = [x.type for x in (q, k, v)] + ([attn_mask.type] if attn_mask is not None else [])
     tensors = [t for t in types if isinstance(t, TensorType) and t.dev == "cpu"]
     if len(tensors) != len(types):
@@ -293,7 +301,7 @@ def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue 
     if tq.rank != 4 or tk.rank != 4 or tv.rank != 4 or tq.sizes[:2] != tk.sizes[:2] \
             or tk.sizes[:3] != tv.sizes[:3]:
         return False
-    if attn_mask is not None and may_need_grad(attn_mask):
+    if attn_mask is not None and (may_need_grad(attn_mask) if mask_grad is None else mask_grad):
         return False
     empty = [torch.empty(t.sizes, dtype=t.dtype) for t in tensors]
     mask = _float_mask(empty[3], tq.dtype) if attn_mask is not None else None
@@ -371,19 +379,26 @@ def sdpa_vjp(g: Any, out: list[SSAValue], ct: list[SSAValue | None], q: SSAValue
     """The VJP of ``ltorch.scaled_dot_product_attention`` through `sdpa_backward`.
 
     Emits ``dq, dk, dv = sdpa_backward(ct, q, k, v[, mask], is_causal=…, scale=…,
-    enable_gqa=…)``. A floating-point mask that may carry a gradient (`may_need_grad`)
-    adds ``mask_grad=True`` and a fourth result, its cotangent.
+    enable_gqa=…)``. A floating-point mask that carries a gradient (`may_need_grad`, and
+    autodiff's ``g.active``: it depends on an input that requires grad) adds
+    ``mask_grad=True`` and a fourth result, its cotangent.
     """
     if dropout_p:
         raise ValueError(f"{ScaledDotProductAttentionOp.name}: sdpa_vjp has no dropout; the "
                          "VJP table's attention rule handles dropout_p > 0")
+    if runs_math_kernel(g, q, k, v, attn_mask, 0.0, bool(is_causal), scale, bool(enable_gqa)):
+        # eager runs its math kernel (on CPU: a mask that requires grad, broadcast heads,
+        # 3-D inputs): the table's rule writes that kernel's steps and saves the
+        # probabilities, as eager's autograd does
+        return attention_rule(g, out, ct, q, k, v, attn_mask, dropout_p, is_causal, scale,
+                              enable_gqa)
     assert ct[0] is not None
-    if saves_statistics(q, k, v, attn_mask, bool(is_causal), scale):
+    mask_grad = attn_mask is not None and may_need_grad(attn_mask) and g.active(attn_mask)
+    if saves_statistics(q, k, v, attn_mask, bool(is_causal), scale, mask_grad):
         return _sdpa_vjp_saving(g, out[0], ct[0], q, k, v, attn_mask, bool(is_causal), scale)
     operands = [ct[0], q, k, v] + ([attn_mask] if attn_mask is not None else [])
     kwargs = {**_attention_kwargs(bool(is_causal), scale), "enable_gqa": bool(enable_gqa)}
     result_types = [q.type, k.type, v.type]
-    mask_grad = attn_mask is not None and may_need_grad(attn_mask)
     if mask_grad:
         assert attn_mask is not None
         kwargs["mask_grad"] = True

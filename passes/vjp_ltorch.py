@@ -404,7 +404,7 @@ SDPA_DROPOUT_FORWARD = runtime_callee("sdpa_dropout_forward")
 def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
                             attn_mask: SSAValue | None, dropout_p: float, is_causal: bool,
                             scale: float | None, enable_gqa: bool) -> SSAValue:
-    """Attention with dropout in training, in a dtype `_dropout_steps` does not take: the
+    """Attention with dropout in training, in a dtype `_math_steps` does not take: the
     forward becomes eager's own kernel, which also returns the weights after dropout (the
     draw is eager's); returns those weights."""
     from thunder_ir.dialects.types import tensor_type
@@ -425,18 +425,19 @@ def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v:
     return call.results[1]
 
 
-def _dropout_steps(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
-                   attn_mask: SSAValue | None, p: float, is_causal: bool, s: float, rep: int
-                   ) -> tuple[SSAValue, SSAValue, SSAValue, SSAValue, SSAValue]:
-    """Attention with dropout in training, float32 or float64: the forward becomes the
-    steps of eager's math kernel (the kernel ATen runs whenever attention drops out), one
-    ltorch op each, so its values and its draw are eager's bit for bit and its
-    probabilities and dropout noise are there for the backward to read (the kernel
-    returns neither). ATen's math kernel, step for step: ``q`` and ``kᵀ`` each scaled by
-    ``√|s|``; a bool or causal mask as an additive ``0 / -inf`` mask; ``_safe_softmax``;
-    ``dropout`` as ATen draws it (``bernoulli_(1 - p)`` in the probabilities' shape,
-    divided by ``1 - p``). Returns ``(probs, noise, weights, k, v)``, ``k`` and ``v``
-    with grouped heads repeated."""
+def _math_steps(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
+                attn_mask: SSAValue | None, p: float, is_causal: bool, s: float, rep: int
+                ) -> tuple[SSAValue, SSAValue | None, SSAValue, SSAValue, SSAValue]:
+    """Attention in training where eager runs its math kernel (`runs_math_kernel`),
+    float32 or float64: the forward becomes that kernel's steps, one ltorch op each, so
+    its values and its draw are eager's bit for bit and its probabilities and dropout
+    noise are there for the backward to read (the kernel returns neither), as eager's
+    autograd saves them. ATen's math kernel, step for step: ``q`` and ``kᵀ`` each scaled
+    by ``√|s|``; a bool or causal mask as an additive ``0 / -inf`` mask; ``_safe_softmax``;
+    with ``p > 0``, ``dropout`` as ATen draws it (``bernoulli_(1 - p)`` in the
+    probabilities' shape, divided by ``1 - p``). Returns ``(probs, noise, weights, k,
+    v)``: ``noise`` is None without dropout (``weights`` are then the probabilities),
+    ``k`` and ``v`` have grouped heads repeated."""
     op = out.owner
     assert isinstance(op, N.ScaledDotProductAttentionOp)
     f = g.in_forward(op)
@@ -455,11 +456,58 @@ def _dropout_steps(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue
         if _t(mask).dtype == torch.bool:  # as ATen converts it: + 0 kept, + -inf masked
             mask = _cast(f, lt.where(mask, f.const(0.0), _neg_inf(f)), qt.dtype)
         scores = lt.add(scores, mask)
-    probs = lt.safe_softmax(scores, dim=-1)
-    noise = lt.div(f.prims.bernoulli_like(probs, p=1.0 - p), f.const(1.0 - p))
-    weights = lt.mul(probs, noise)
+    probs = weights = lt.safe_softmax(scores, dim=-1)
+    noise = None
+    if p > 0.0:
+        noise = lt.div(f.prims.bernoulli_like(probs, p=1.0 - p), f.const(1.0 - p))
+        weights = lt.mul(probs, noise)
     g.replace_forward(op, None, [lt.matmul(weights, v)], erase=True)
     return probs, noise, weights, k, v
+
+
+def eager_attention_backend(q: SSAValue, k: SSAValue, v: SSAValue,
+                            attn_mask: SSAValue | None, mask_grad: bool, dropout_p: float,
+                            is_causal: bool, scale: float | None, enable_gqa: bool) -> int:
+    """The kernel eager's ``scaled_dot_product_attention`` picks for operands of these
+    types (a ``torch.nn.attention.SDPBackend`` value): torch's own selector,
+    ``torch._fused_sdp_choice``, asked on tensors of the operands' shapes, dtypes and device
+    that allocate one row each, the mask requiring grad when ``mask_grad`` (which the
+    selector weighs)."""
+    def like(x: SSAValue, requires_grad: bool = False) -> torch.Tensor:
+        t = _t(x)
+        strides = (0,) * (t.rank - 1) + (1,) if t.rank else ()
+        return torch.empty_strided(t.sizes, strides, dtype=t.dtype, device=t.dev,
+                                   requires_grad=requires_grad)
+
+    mask = like(attn_mask, mask_grad) if attn_mask is not None else None
+    return int(torch._fused_sdp_choice(like(q), like(k), like(v), mask, dropout_p, is_causal,
+                                       scale=scale, enable_gqa=enable_gqa))
+
+
+_SDP_MATH: int = torch.nn.attention.SDPBackend.MATH.value
+
+
+def runs_math_kernel(g: Grad, q: SSAValue, k: SSAValue, v: SSAValue,
+                     attn_mask: SSAValue | None, p: float, is_causal: bool,
+                     scale: float | None, enable_gqa: bool) -> bool:
+    """Whether eager runs attention as its math kernel, in a dtype `_math_steps` takes
+    (float32, float64, one dtype throughout): whenever attention drops out (``0 < p < 1``),
+    and on CPU whenever eager's selector picks that kernel (`eager_attention_backend`): a
+    float mask that requires grad (the fused CPU kernel gives the mask no gradient), key
+    and value heads broadcast against the query's (multi-query attention without
+    ``enable_gqa``), 3-D inputs."""
+    qt = _t(q)
+    if qt.dtype not in (torch.float32, torch.float64) or not _t(k).dtype == _t(v).dtype \
+            == qt.dtype:
+        return False
+    if 0.0 < p < 1.0:
+        return True
+    if p != 0.0 or qt.dev != "cpu":
+        return False
+    mask_grad = attn_mask is not None and is_differentiable_value(attn_mask) \
+        and g.active(attn_mask)
+    return eager_attention_backend(q, k, v, attn_mask, mask_grad, 0.0, is_causal, scale,
+                                   enable_gqa) == _SDP_MATH
 
 
 @vjp(N.ScaledDotProductAttentionOp)
@@ -471,12 +519,14 @@ def scaled_dot_product_attention(
     """``dv = Pᵀ ct``, ``dS = P (ct vᵀ - rowsum(P ∘ ct vᵀ)) s``, ``dq = dS k``,
     ``dk = dSᵀ q`` on the probabilities ``P = safe_softmax(q kᵀ s + mask)`` (fully masked
     rows are zero, as torch's kernels give them); a float mask gets ``dS`` summed to its
-    shape. Without dropout the forward stays eager's kernel and the backward recomputes
-    ``P``. With dropout (noise ``N``: zero where dropped, ``1 / (1 - p)`` elsewhere) the
-    backward reads ``W = P ∘ N`` for ``dv = Wᵀ ct`` and scales ``ct vᵀ`` by ``N``: in
-    float32 and float64 the forward computes ``P`` and ``N`` in ltorch ops
-    (`_dropout_steps`); in other dtypes it runs eager's kernel, which returns ``W``, and
-    the backward recomputes ``P`` and reads ``N`` off ``W``."""
+    shape. Where eager runs its math kernel (with dropout, or on CPU where its selector
+    picks it: `runs_math_kernel`) the forward computes ``P`` (and with dropout the
+    noise ``N``: zero where dropped, ``1 / (1 - p)`` elsewhere) in that kernel's steps as
+    ltorch ops (`_math_steps`), and the backward reads ``W = P ∘ N`` (or ``P``) for
+    ``dv = Wᵀ ct`` and scales ``ct vᵀ`` by ``N``. Otherwise the forward stays eager's
+    kernel and the backward recomputes ``P``; with dropout in other dtypes that kernel
+    is eager's math kernel called whole, which returns ``W``, and the backward reads
+    ``N`` off ``W``."""
     lt = g.ltorch
     qt, kt, vt = _t(q), _t(k), _t(v)
     cd = _acc(qt.dtype)
@@ -486,13 +536,15 @@ def scaled_dot_product_attention(
         rep = qt.sizes[-3] // kt.sizes[-3]
     s = 1.0 / math.sqrt(qt.sizes[-1]) if scale is None else float(scale)
     dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
-    if 0.0 < p < 1.0 and qt.dtype in (torch.float32, torch.float64) \
-            and kt.dtype == vt.dtype == qt.dtype:
-        probs, noise, weights, kc, vc = _dropout_steps(g, out[0], q, k, v, attn_mask, p,
-                                                       bool(is_causal), s, rep)
+    if runs_math_kernel(g, q, k, v, attn_mask, p, bool(is_causal), scale,
+                        bool(enable_gqa)):
+        probs, noise, weights, kc, vc = _math_steps(g, out[0], q, k, v, attn_mask, p,
+                                                    bool(is_causal), s, rep)
         qc = q
         dv = lt.matmul(_mT(g, weights), dy)
-        dp = lt.mul(lt.matmul(dy, _mT(g, vc)), noise)
+        dp = lt.matmul(dy, _mT(g, vc))
+        if noise is not None:
+            dp = lt.mul(dp, noise)
     else:
         dropped = None
         if p:

@@ -721,6 +721,60 @@ def test_attention_dropout_is_native_with_eagers_draw(mask: str, dtype: torch.dt
     assert "softmax_backward(" in bwd
 
 
+@pytest.mark.parametrize("case", ["broadcast_bias", "full_bias", "gqa", "3d", "causal_q_only"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_attention_with_a_mask_that_requires_grad_is_eagers_math_kernel(
+        case: str, dtype: torch.dtype) -> None:
+    """A float mask that requires grad (a learned position bias: Swin, T5-style models):
+    on CPU eager runs its math kernel and saves its probabilities. In float32 and float64
+    the forward is that kernel's steps (eager's values bit for bit) and the backward reads
+    the probabilities, nothing recomputed; the bias gets eager's gradient. In bfloat16 the
+    SDPA executor's backward differentiates the math kernel."""
+    heads, kv_heads = (4, 2) if case == "gqa" else (2, 2)
+    shape = (5, 4) if case == "3d" else (2, heads, 5, 4)
+    kv_shape = (5, 4) if case == "3d" else (2, kv_heads, 5, 4)
+    bias_shape = {"broadcast_bias": (1, heads, 5, 5), "full_bias": (2, heads, 5, 5),
+                  "gqa": (heads, 5, 5), "3d": (5, 5), "causal_q_only": (5, 5)}[case]
+
+    def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
+          ) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, bias.tanh() * 2, scale=0.4,
+                                              enable_gqa=case == "gqa")
+
+    if case == "3d":
+        shape, kv_shape = (3, *shape), (3, *kv_shape)
+    q = rand(*shape).detach().to(dtype).requires_grad_()
+    k, v = (rand(*kv_shape, seed=s).detach().to(dtype).requires_grad_(case != "causal_q_only")
+            for s in (1, 2))
+    bias = rand(*bias_shape, seed=3).detach().to(dtype).requires_grad_()
+    math_steps = dtype != torch.bfloat16
+    check_against_eager(f, q, k, v, bias, exact=math_steps)
+    jf = thunder_ir.jit(f)
+    jf(q, k, v, bias).sum().backward()
+    fwd = str(thunder_ir.last_traces(jf)[-1])
+    bwd = str(thunder_ir.last_backward_traces(jf)[-1])
+    if math_steps:
+        assert "torch._safe_softmax(" in fwd, fwd
+        assert "softmax(" not in bwd.replace("softmax_backward(", ""), bwd
+        assert "sdpa_backward(" not in bwd, bwd
+    else:
+        assert "sdpa_backward(" in bwd and "mask_grad=True" in bwd, bwd
+
+
+def test_attention_with_a_mask_that_needs_no_grad_keeps_the_fused_kernel() -> None:
+    """The same float mask without grad: eager runs its fused CPU kernel, and so does the
+    jitted forward, saving the log-sum-exp for the fused backward."""
+    def f(q: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, q, q, bias)
+
+    q, bias = rand(2, 2, 5, 4), rand(1, 2, 5, 5, seed=3).detach()
+    check_against_eager(f, q, bias)
+    jf = thunder_ir.jit(f)
+    jf(q, bias).sum().backward()
+    assert "sdpa_forward_cpu(" in str(thunder_ir.last_traces(jf)[-1])
+    assert "sdpa_backward_cpu(" in str(thunder_ir.last_backward_traces(jf)[-1])
+
+
 def test_attention_dropout_keeps_the_query_dtype_under_a_float64_default() -> None:
     """The bool mask becomes an additive mask in the query's dtype, whatever the default
     dtype (a float64 mask would promote float32 scores), also after a first compile under

@@ -31,6 +31,11 @@ _DEC = dict(hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, vocab_size=V,
             max_position_embeddings=64)
 _TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+_ENC = dict(hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2,
+            num_attention_heads=4, vocab_size=V, max_position_embeddings=64, pad_token_id=0)
+_BART = dict(d_model=H, encoder_ffn_dim=2 * H, decoder_ffn_dim=2 * H, encoder_layers=2,
+             decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+             vocab_size=V, max_position_embeddings=64)
 
 
 def _text(n: int) -> dict[str, torch.Tensor]:
@@ -65,9 +70,7 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], dict[str, Any
     "gpt_neox": (lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
         hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
         vocab_size=V, max_position_embeddings=64, **_TOKENS)), _text),
-    "bert": (lambda: T.BertForMaskedLM(T.BertConfig(
-        hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
-        vocab_size=V, max_position_embeddings=64, pad_token_id=0)), _text),
+    "bert": (lambda: T.BertForMaskedLM(T.BertConfig(**_ENC)), _text),
     "distilbert": (lambda: T.DistilBertForMaskedLM(T.DistilBertConfig(
         dim=H, hidden_dim=2 * H, n_layers=2, n_heads=4, vocab_size=V,
         max_position_embeddings=64, pad_token_id=0)), _text),
@@ -75,10 +78,7 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], dict[str, Any
         d_model=H, d_ff=2 * H, num_layers=2, num_heads=4, d_kv=16, vocab_size=V,
         pad_token_id=0, eos_token_id=2, decoder_start_token_id=0)), _seq2seq),
     "bart": (lambda: T.BartForConditionalGeneration(T.BartConfig(
-        d_model=H, encoder_ffn_dim=2 * H, decoder_ffn_dim=2 * H, encoder_layers=2,
-        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-        vocab_size=V, max_position_embeddings=64, **_TOKENS,
-        decoder_start_token_id=2)), _seq2seq),
+        **_BART, **_TOKENS, decoder_start_token_id=2)), _seq2seq),
     "whisper": (lambda: T.WhisperForConditionalGeneration(T.WhisperConfig(
         d_model=H, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=2 * H, decoder_ffn_dim=2 * H,
@@ -105,16 +105,52 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], dict[str, Any
         **_TOKENS)), _text),
     "bloom": (lambda: T.BloomForCausalLM(T.BloomConfig(
         hidden_size=H, n_layer=2, n_head=4, vocab_size=V, **_TOKENS)), _text),
-    "roberta": (lambda: T.RobertaForMaskedLM(T.RobertaConfig(
-        hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
-        vocab_size=V, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
-        eos_token_id=2)), _text),
-    "deberta_v2": (lambda: T.DebertaV2ForMaskedLM(T.DebertaV2Config(
-        hidden_size=H, intermediate_size=2 * H, num_hidden_layers=2, num_attention_heads=4,
-        vocab_size=V, max_position_embeddings=64, pad_token_id=0)), _text),
+    "roberta": (lambda: T.RobertaForMaskedLM(T.RobertaConfig(**_ENC, bos_token_id=1,
+                                                             eos_token_id=2)), _text),
+    "deberta_v2": (lambda: T.DebertaV2ForMaskedLM(T.DebertaV2Config(**_ENC)), _text),
     "swin": (lambda: T.SwinForImageClassification(T.SwinConfig(
         embed_dim=16, depths=[1, 1], num_heads=[2, 2], image_size=32, patch_size=4,
         window_size=4, num_labels=3)), _image),
+    # more of what people bring: relatives of the families above, each with its own
+    # modeling code in transformers
+    "phi": (lambda: T.PhiForCausalLM(T.PhiConfig(**_DEC, **_TOKENS)), _text),
+    "qwen3": (lambda: T.Qwen3ForCausalLM(T.Qwen3Config(**_DEC, head_dim=16, **_TOKENS)),
+              _text),
+    "gemma3": (lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(**_DEC, head_dim=16,
+                                                             **_TOKENS)), _text),
+    "olmo": (lambda: T.OlmoForCausalLM(T.OlmoConfig(**_DEC, **_TOKENS)), _text),
+    "stablelm": (lambda: T.StableLmForCausalLM(T.StableLmConfig(**_DEC, **_TOKENS)), _text),
+    "starcoder2": (lambda: T.Starcoder2ForCausalLM(T.Starcoder2Config(**_DEC, **_TOKENS)),
+                   _text),
+    "gptj": (lambda: T.GPTJForCausalLM(T.GPTJConfig(
+        n_embd=H, n_layer=2, n_head=4, vocab_size=V, n_positions=64, rotary_dim=8,
+        **_TOKENS)), _text),
+    "gpt_bigcode": (lambda: T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(
+        n_embd=H, n_layer=2, n_head=4, vocab_size=V, n_positions=64, **_TOKENS)), _text),
+    "xlm_roberta": (lambda: T.XLMRobertaForMaskedLM(T.XLMRobertaConfig(**_ENC)), _text),
+    "electra": (lambda: T.ElectraForMaskedLM(T.ElectraConfig(**_ENC, embedding_size=32)),
+                _text),
+    "albert": (lambda: T.AlbertForMaskedLM(T.AlbertConfig(**_ENC, embedding_size=32)), _text),
+    "mpnet": (lambda: T.MPNetForMaskedLM(T.MPNetConfig(**_ENC)), _text),
+    "mobilebert": (lambda: T.MobileBertForMaskedLM(T.MobileBertConfig(
+        **_ENC, embedding_size=32, intra_bottleneck_size=32, true_hidden_size=32)), _text),
+    "mbart": (lambda: T.MBartForConditionalGeneration(T.MBartConfig(**_BART, **_TOKENS)),
+              _seq2seq),
+    "pegasus": (lambda: T.PegasusForConditionalGeneration(T.PegasusConfig(
+        **_BART, **_TOKENS, decoder_start_token_id=0)), _seq2seq),
+    "marian": (lambda: T.MarianMTModel(T.MarianConfig(
+        **_BART, **_TOKENS, decoder_start_token_id=0)), _seq2seq),
+    "mt5": (lambda: T.MT5ForConditionalGeneration(T.MT5Config(
+        d_model=H, d_ff=2 * H, num_layers=2, num_heads=4, d_kv=16, vocab_size=V,
+        pad_token_id=0, eos_token_id=2, decoder_start_token_id=0)), _seq2seq),
+    "deit": (lambda: T.DeiTForImageClassification(T.DeiTConfig(
+        hidden_size=H, num_hidden_layers=2, num_attention_heads=4, intermediate_size=2 * H,
+        image_size=32, patch_size=8, num_labels=3)), _image),
+    "convnext": (lambda: T.ConvNextForImageClassification(T.ConvNextConfig(
+        num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=3, image_size=32)),
+        _image),
+    "resnet": (lambda: T.ResNetForImageClassification(T.ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], num_labels=3)), _image),
 }
 
 

@@ -185,11 +185,25 @@ def test_float_mask_built_from_a_bool_input_needs_no_gradient() -> None:
 
 
 def test_float_mask_requiring_grad_gets_its_gradient() -> None:
+    """On CPU eager runs its math kernel for a mask that requires grad: in float32 the
+    executor leaves the op to the table's rule, whose forward is that kernel's steps and
+    whose backward reads the saved probabilities (bfloat16, where `sdpa_backward` gives the
+    mask's gradient itself, is in test_eager_semantics)."""
     mask = torch.randn(L, S, requires_grad=True)
     jf = _check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                 *_qkv(), mask)
+    assert "torch._safe_softmax(" in str(thunder_ir.last_traces(jf)[-1])
+    bwd = _backward_source(jf)
+    assert "sdpa_backward" not in bwd and "softmax(" not in bwd.replace("softmax_backward(", "")
+
+
+def test_float_mask_that_requires_no_grad_keeps_the_fused_kernels() -> None:
+    """A float mask passed as an input that does not require grad asks for no gradient
+    (autodiff knows it is inactive): the forward keeps the log-sum-exp, as with no mask."""
+    jf = _check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                *_qkv(), torch.randn(L, S))
     _assert_fused_backward(jf)
-    assert "mask_grad=True" in _backward_source(jf)
+    assert _saves_statistics(jf) and "mask_grad" not in _backward_source(jf)
 
 
 def test_grouped_query_attention() -> None:
@@ -201,9 +215,24 @@ def test_grouped_query_attention() -> None:
 
 
 def test_unbatched_inputs() -> None:
-    jf = _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-                *_qkv(batched=False))
-    _assert_fused_backward(jf)
+    """3-D inputs: eager's selector picks its math kernel, so the forward is that kernel's
+    steps (eager's values exactly) and the backward reads the saved probabilities."""
+    q, k, v = _qkv(batched=False)
+    jf = _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+    assert torch.equal(jf(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    assert "torch._safe_softmax(" in str(thunder_ir.last_traces(jf)[-1])
+    assert "sdpa_backward" not in _backward_source(jf)
+
+
+def test_broadcast_key_value_heads_are_eagers_math_kernel() -> None:
+    """Multi-query attention written as broadcasting (one key/value head, no
+    ``enable_gqa``: Falcon): eager runs its math kernel, and so does the jitted forward,
+    step for step; the key/value gradients are summed over the broadcast heads."""
+    q, k, v = _qkv(heads_kv=1)
+    jf = _check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                q, k, v)
+    assert torch.equal(jf(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert "sdpa_backward" not in _backward_source(jf)
 
 
 def test_attention_inside_a_block() -> None:
