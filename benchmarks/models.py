@@ -15,7 +15,7 @@ sequence 16), every variant is first checked against eager (the training loss), 
 Prints a table and the ratios thunder_ir / torch.compile (first calls) and thunder_ir /
 eager (steady step). Usage::
 
-    python benchmarks/models.py [--families llama,bert,...] [--seconds 1] [--rounds 5]
+    python benchmarks/models.py [--families llama,bert,...] [--seconds 3] [--rounds 5]
                                 [--no-compile]
 """
 
@@ -96,7 +96,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--families", default=",".join(FAMILIES))
-    ap.add_argument("--seconds", type=float, default=1.0, help="steady-step time per variant")
+    ap.add_argument("--seconds", type=float, default=3.0, help="steady-step time per variant")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     a = ap.parse_args()
@@ -107,40 +107,54 @@ def main() -> None:
           f" malloc {'pinned' if pinned else 'default'}; batch 2, sequence {L}")
     print(f"{'family':<12}" + "".join(f"{v + ' fwd':>18}{v + ' fwd+bwd':>22}" for v in variants)
           + "".join(f"{v + ' step':>20}" for v in variants) + "  ratios")
+    failed: list[str] = []
     for family in a.families.split(","):
-        build_raw, inputs = FAMILIES[family]
+        try:
+            print(f"{family:<12}{_row(family, variants, a.seconds, a.rounds)}", flush=True)
+        except Exception as e:  # one family's failure is its row; the run goes on
+            failed.append(family)
+            print(f"{family:<12}FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
-        def build(b: Callable[[], Any] = build_raw) -> Any:
-            torch.manual_seed(0)
-            return b()
 
-        kw = inputs(L)
-        firsts = {v: first_calls(v, build, kw) for v in variants}
-        models = {v: build().train() for v in variants}
-        fns = {v: _variant(v, models[v]) for v in variants}
-        ref = None
-        for v in variants:  # every variant's loss is eager's before anything is timed
-            torch.manual_seed(0)  # dropout: the same draws for every variant
-            loss = _loss(fns[v], kw)
-            ref = loss if ref is None else ref
-            if not torch.allclose(loss, ref, atol=1e-5):
-                raise SystemExit(f"{family}: {v}'s loss {loss.item()} is not eager's "
-                                 f"{ref.item()}")
-        # lr 0: the step runs in full but leaves the weights alone, so every timed step
-        # computes what the checked one did
-        opts = {v: torch.optim.SGD(models[v].parameters(), lr=0.0) for v in variants}
+def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
+    """One family's cells: every variant's loss checked against eager's, then its first
+    calls and its steady step."""
+    import torch
+    from test_hf_models import FAMILIES, L
 
-        timings, _ = time_interleaved({v: _step(fns[v], opts[v], kw) for v in variants},
-                                      "cpu", a.seconds, a.rounds)
-        cells = "".join(f"{firsts[v][0]:>16.2f} s{firsts[v][1]:>20.2f} s" for v in variants)
-        cells += "".join(f"{timings[v].ms:>17.1f} ms" for v in variants)
-        ratios = [f"step {timings['thunder_ir'].ms / timings['eager'].ms:.2f}x eager"]
-        if "torch.compile" in variants:
-            tc = firsts["torch.compile"]
-            ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "
-                          "than torch.compile")
-        print(f"{family:<12}{cells}  {'; '.join(ratios)}", flush=True)
+    build_raw, inputs = FAMILIES[family]
 
+    def build(b: Callable[[], Any] = build_raw) -> Any:
+        torch.manual_seed(0)
+        return b()
+
+    kw = inputs(L)
+    firsts = {v: first_calls(v, build, kw) for v in variants}
+    models = {v: build().train() for v in variants}
+    fns = {v: _variant(v, models[v]) for v in variants}
+    ref = None
+    for v in variants:  # every variant's loss is eager's before anything is timed
+        torch.manual_seed(0)  # dropout: the same draws for every variant
+        loss = _loss(fns[v], kw)
+        ref = loss if ref is None else ref
+        if not torch.allclose(loss, ref, atol=1e-5):
+            raise AssertionError(f"{v}'s loss {loss.item()} is not eager's {ref.item()}")
+    # lr 0: the step runs in full but leaves the weights alone, so every timed step
+    # computes what the checked one did
+    opts = {v: torch.optim.SGD(models[v].parameters(), lr=0.0) for v in variants}
+
+    timings, _ = time_interleaved({v: _step(fns[v], opts[v], kw) for v in variants},
+                                  "cpu", seconds, rounds)
+    cells = "".join(f"{firsts[v][0]:>16.2f} s{firsts[v][1]:>20.2f} s" for v in variants)
+    cells += "".join(f"{timings[v].ms:>17.1f} ms" for v in variants)
+    ratios = [f"step {timings['thunder_ir'].ms / timings['eager'].ms:.2f}x eager"]
+    if "torch.compile" in variants:
+        tc = firsts["torch.compile"]
+        ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "
+                      "than torch.compile")
+    return f"{cells}  {'; '.join(ratios)}"
 
 if __name__ == "__main__":
     main()
