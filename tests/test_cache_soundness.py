@@ -557,3 +557,19 @@ def test_shape_rules_follow_the_default_dtype() -> None:
         torch.testing.assert_close(out, ref)
     finally:
         torch.set_default_dtype(default)
+
+
+def test_a_replaced_buffer_is_read_and_updated_after_the_first_call() -> None:
+    """Running statistics replaced by a new tensor after the first call: the next call
+    compiles again (the program binds the state it reads and writes), normalizes with the
+    new tensor and updates it, as eager does."""
+    bn = torch.nn.BatchNorm1d(3)
+    eager = copy.deepcopy(bn)
+    jm = thunder_ir.jit(bn)
+    x = torch.randn(4, 3)
+    jm(x), eager(x)
+    bn.running_mean = torch.full((3,), 5.0)
+    eager.running_mean = torch.full((3,), 5.0)
+    assert torch.equal(jm(x), eager(x))
+    assert torch.equal(bn.running_mean, eager.running_mean)
+    assert thunder_ir.cache_misses(jm) == 2

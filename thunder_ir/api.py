@@ -330,11 +330,9 @@ class _Compiled:
         outs_t = outs if entry.n_outputs != 1 else (outs,)
         for i, name, args, kwargs in entry.replays:  # x.t_() on an argument: its layout
             getattr(leaves[i], name)(*args, **kwargs)
-        state = self._state()
         with torch.no_grad():
-            for idx, kind in entry.writebacks:
-                target = leaves[kind[1]] if kind[0] == "arg" else state[kind[1]]
-                target.copy_(outs_t[idx])
+            for idx, (where, target) in entry.writebacks:
+                (leaves[target] if where == "arg" else target).copy_(outs_t[idx])
 
     def _compile_training(self, traced: TracedProgram, programs: dict[str, Any],
                           traces: list[Trace], bwd_traces: list[Trace],
@@ -360,7 +358,7 @@ class _Compiled:
             fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
             gather=_make_gather(traced, state),
             output_leaves=traced.output_leaves, output_spec=traced.output_spec,
-            writebacks=traced.writebacks, traces=traces, prologue_source=pro.source,
+            writebacks=_bind_writebacks(traced, state), traces=traces, prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
             backward_traces=bwd_traces, replays=traced.replays)
 
@@ -405,7 +403,7 @@ class _Compiled:
             gather=_make_gather(traced, state),
             output_leaves=traced.output_leaves,
             output_spec=traced.output_spec,
-            writebacks=traced.writebacks,
+            writebacks=_bind_writebacks(traced, state),
             traces=traces,
             prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
@@ -476,6 +474,16 @@ def _is_leaf_spec(spec: Any) -> bool:
     from torch.utils import _pytree as pytree
 
     return isinstance(spec, pytree.TreeSpec) and spec.is_leaf()
+
+
+def _bind_writebacks(traced: TracedProgram, state: dict[str, torch.Tensor]
+                     ) -> list[tuple[int, tuple[str, Any]]]:
+    """The program's in-place writes, each ``(output index, ("arg", leaf index))`` or
+    ``(output index, ("tensor", the parameter or buffer))``: bound once, as `_make_gather`
+    binds the state it reads (a replaced parameter or buffer fails the guards, so the call
+    compiles again), so that a call does not collect the module's state."""
+    return [(idx, kind if kind[0] == "arg" else ("tensor", state[kind[1]]))
+            for idx, kind in traced.writebacks]
 
 
 def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
