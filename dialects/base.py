@@ -291,6 +291,14 @@ class ThunderOp(IRDLOperation):
         return fn(*operands, **params)
 
     @classmethod
+    def eager_ref(cls, *operands: Any, **params: Any) -> Any:
+        """What eager runs for the op, where the frontend asks what eager's autograd saves
+        (run on meta tensors): `ref`, unless the op is the functional form of a call that
+        eager makes in place and whose backward saves other tensors (batch norm's running
+        statistics)."""
+        return cls.ref(*operands, **params)
+
+    @classmethod
     def torch_call(cls, op: ThunderOp, args: list[Any], params: dict[str, Any]
                    ) -> tuple[list[Any], dict[str, Any]] | None:
         """The direct ``TORCH_FN`` call that `ref` makes, as ``(args, kwargs)``, or None.

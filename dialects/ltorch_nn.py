@@ -1,5 +1,5 @@
-"""ltorch ops, neural-network families: linear algebra, activations, softmax,
-normalization, dropout, embedding, attention and losses.
+"""ltorch ops, neural-network families: linear algebra, convolution, pooling,
+activations, softmax, normalization, dropout, embedding, attention and losses.
 
 Operands are the tensor arguments in torch's order; params are the other arguments, named
 as torch names them. ``SIGNATURE`` lists torch's positional order across both, and
@@ -218,6 +218,75 @@ class GroupedMmOp(NNOp):
                          f"int offs [E] of one dtype, got {a}, {b}, {offs}")
 
 
+# --------------------------------------------------------------------------- convolution
+
+
+def convolution(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                stride: Sequence[int] = (1,), padding: Sequence[int] = (0,),
+                dilation: Sequence[int] = (1,), groups: int = 1) -> torch.Tensor:
+    """``F.conv1d`` / ``conv2d`` / ``conv3d`` on a batched input with explicit padding: the
+    ATen op they call, so its kernel and values are theirs."""
+    n = len(stride)
+    return _aten.convolution.default(input, weight, bias, list(stride), list(padding),
+                                     list(dilation), False, [0] * n, groups)
+
+
+@ltorch_op(convolution)
+class ConvolutionOp(BoundCallOp):
+    """`%y = ltorch.convolution %x, %w[, %bias] {stride, padding, dilation, groups}`: an
+    N-d convolution (cross-correlation) of a batched ``[N, C_in, *spatial]`` input with a
+    ``[C_out, C_in / groups, *kernel]`` weight; one entry per spatial dim in each list."""
+
+    name = "ltorch.convolution"
+
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    stride = prop_def(IntArray)
+    padding = prop_def(IntArray)
+    dilation = prop_def(IntArray)
+    groups = prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias", "stride", "padding",
+                                             "dilation", "groups")
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def max_pool2d_with_indices(input: torch.Tensor, kernel_size: Sequence[int],
+                            stride: Sequence[int], padding: Sequence[int],
+                            dilation: Sequence[int], ceil_mode: bool
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values, indices)``: 2-d max pooling of a batched input, with each maximum's
+    index into its input plane (the first in the window where several are equal), as
+    ``F.max_pool2d`` computes it when its input requires grad."""
+    return _aten.max_pool2d_with_indices.default(input, list(kernel_size), list(stride),
+                                                 list(padding), list(dilation), ceil_mode)
+
+
+@ltorch_op(max_pool2d_with_indices)
+class MaxPool2dWithIndicesOp(NNOp):
+    """`%y, %indices = ltorch.max_pool2d_with_indices %x {kernel_size, stride, padding,
+    dilation, ceil_mode}`: ``[N, C, H, W]`` in; the maxima and their int64 indices into
+    each ``H x W`` plane out."""
+
+    name = "ltorch.max_pool2d_with_indices"
+
+    input = operand_def(TensorType)
+    kernel_size = prop_def(IntArray)
+    stride = prop_def(IntArray)
+    padding = prop_def(IntArray)
+    dilation = prop_def(IntArray)
+    ceil_mode = prop_def(Bool)
+    out = result_def(TensorType)
+    indices = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "kernel_size", "stride", "padding",
+                                             "dilation", "ceil_mode")
+
+
 # --------------------------------------------------------------------------- activations
 
 
@@ -273,6 +342,29 @@ class SiluBackwardOp(NNOp):
     out = result_def(TensorType)
     traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input")
+
+
+def threshold_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                       threshold: float) -> torch.Tensor:
+    """``grad_output`` where ``input > threshold``, else 0, with torch's one kernel (relu's
+    backward on its result, as eager's autograd runs it)."""
+    return _aten.threshold_backward.default(grad_output, input, threshold)
+
+
+@ltorch_op(threshold_backward)
+class ThresholdBackwardOp(NNOp):
+    """`%dx = ltorch.threshold_backward %grad_output, %input {threshold}`: ``grad_output``
+    where ``input > threshold``, else 0. Emitted by relu's VJP rule (on relu's result): one
+    eager kernel where the composition is two."""
+
+    name = "ltorch.threshold_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    threshold = prop_def(Number)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "threshold")
 
 
 @ltorch_op(torch.sigmoid)
@@ -439,6 +531,74 @@ class NativeLayerNormOp(BoundCallOp):
             raise ShapeError(f"{cls.name}: takes float32 or float64 input, got {x.dtype} "
                              "(whose statistics' dtype depends on the device)")
         return super().infer(*operand_types, **params)
+
+
+def native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None = None,
+                      bias: torch.Tensor | None = None,
+                      running_mean: torch.Tensor | None = None,
+                      running_var: torch.Tensor | None = None, training: bool = False,
+                      momentum: float = 0.1, eps: float = 1e-5) -> list[torch.Tensor]:
+    """Batch norm as ``F.batch_norm`` computes it, functional: ``[out]`` in evaluation;
+    in training ``[out, mean, invstd]`` (the batch statistics the backward reads), then,
+    with running statistics, their updated values (eager writes them in place)."""
+    if not training:
+        return [_aten._native_batch_norm_legit_no_training.default(
+            input, weight, bias, running_mean, running_var, momentum, eps)[0]]
+    if running_mean is None:
+        return list(_aten._native_batch_norm_legit.no_stats(input, weight, bias, True,
+                                                              momentum, eps))
+    return list(_aten._native_batch_norm_legit_functional.default(
+        input, weight, bias, running_mean, running_var, True, momentum, eps))
+
+
+@ltorch_op(native_batch_norm)
+class NativeBatchNormOp(NNOp):
+    """`%y, %stats... = ltorch.native_batch_norm %x[, %weight][, %bias][, %running_mean,
+    %running_var] {training, momentum, eps}`: batch norm over every dim but the channel
+    dim (1). Results: the output; in training also the batch mean and inverse standard
+    deviation (``[C]``), and with running statistics their updated values, which the
+    frontend writes back to the buffers. Float32 and float64 only (as `NativeLayerNormOp`:
+    the statistics' dtype of lower precisions depends on the device)."""
+
+    name = "ltorch.native_batch_norm"
+
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    running_mean = opt_operand_def(TensorType)
+    running_var = opt_operand_def(TensorType)
+    training = prop_def(Bool)
+    momentum = prop_def(Number)
+    eps = prop_def(Number)
+    out = result_def(TensorType)
+    stats = var_result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias", "running_mean",
+                                             "running_var", "training", "momentum", "eps")
+    NO_GRAD_RESULTS: ClassVar[tuple[int, ...]] = (1, 2, 3, 4)
+    """The statistics do not require grad (eager's neither)."""
+    NO_GRAD_OPERANDS: ClassVar[tuple[str, ...]] = ("running_mean", "running_var")
+    """Running statistics are buffers; eager gives them no gradient."""
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        x = operand_types[0]
+        if isinstance(x, TensorType) and x.dtype not in (torch.float32, torch.float64):
+            raise ShapeError(f"{cls.name}: takes float32 or float64 input, got {x.dtype} "
+                             "(whose statistics' dtype depends on the device)")
+        out = super().infer(*operand_types, **params)
+        return out if isinstance(out, list) else [out]
+
+    @classmethod
+    def eager_ref(cls, input: Any, weight: Any = None, bias: Any = None,
+                  running_mean: Any = None, running_var: Any = None, training: bool = False,
+                  momentum: float = 0.1, eps: float = 1e-5) -> Any:
+        """``torch.batch_norm``, which eager runs (writing the running statistics in place):
+        its backward saves the running statistics, so a later write to them makes eager's
+        backward raise, and ours."""
+        return torch.batch_norm(input, weight, bias, running_mean, running_var, training,
+                                momentum, eps, False)
 
 
 @ltorch_op(F.rms_norm)
@@ -714,6 +874,119 @@ class LayerNormBackwardOp(BoundCallOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "normalized_shape",
                                              "mean", "rstd", "weight", "bias", "output_mask",
                                              "eps")
+
+
+def convolution_backward(grad_output: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
+                         stride: Sequence[int], padding: Sequence[int],
+                         dilation: Sequence[int], groups: int, output_mask: Sequence[bool]
+                         ) -> list[torch.Tensor]:
+    """The gradients ``output_mask`` asks for, of (input, weight, bias): torch's backward
+    kernel, as eager's autograd runs it."""
+    mask = [bool(m) for m in output_mask]
+    grads = _aten.convolution_backward.default(
+        grad_output, input, weight, [weight.shape[0]] if mask[2] else None, list(stride),
+        list(padding), list(dilation), False, [0] * len(stride), groups, mask)
+    return [gr for gr, m in zip(grads, mask) if m]
+
+
+@ltorch_op(convolution_backward)
+class ConvolutionBackwardOp(NNOp):
+    """`%dx, %dw, %db = ltorch.convolution_backward %dy, %x, %w {stride, padding, dilation,
+    groups, output_mask}`: one result per true entry of ``output_mask`` (input, weight,
+    bias)."""
+
+    name = "ltorch.convolution_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    stride = prop_def(IntArray)
+    padding = prop_def(IntArray)
+    dilation = prop_def(IntArray)
+    groups = prop_def(IntegerAttr)
+    output_mask = prop_def(IntArray)
+    outs = var_result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "weight", "stride",
+                                             "padding", "dilation", "groups", "output_mask")
+
+
+def max_pool2d_with_indices_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                                     indices: torch.Tensor, kernel_size: Sequence[int],
+                                     stride: Sequence[int], padding: Sequence[int],
+                                     dilation: Sequence[int], ceil_mode: bool
+                                     ) -> torch.Tensor:
+    """Each output's gradient added at its maximum's index: torch's backward kernel, as
+    eager's autograd runs it."""
+    return _aten.max_pool2d_with_indices_backward.default(
+        grad_output, input, list(kernel_size), list(stride), list(padding), list(dilation),
+        ceil_mode, indices)
+
+
+@ltorch_op(max_pool2d_with_indices_backward)
+class MaxPool2dWithIndicesBackwardOp(NNOp):
+    """`%dx = ltorch.max_pool2d_with_indices_backward %dy, %x, %indices {kernel_size,
+    stride, padding, dilation, ceil_mode}`: ``dy`` added into zeros shaped as ``x`` at
+    ``indices``."""
+
+    name = "ltorch.max_pool2d_with_indices_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    kernel_size = prop_def(IntArray)
+    stride = prop_def(IntArray)
+    padding = prop_def(IntArray)
+    dilation = prop_def(IntArray)
+    ceil_mode = prop_def(Bool)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "indices", "kernel_size",
+                                             "stride", "padding", "dilation", "ceil_mode")
+
+def native_batch_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                               weight: torch.Tensor | None = None,
+                               running_mean: torch.Tensor | None = None,
+                               running_var: torch.Tensor | None = None,
+                               save_mean: torch.Tensor | None = None,
+                               save_invstd: torch.Tensor | None = None,
+                               training: bool = False, eps: float = 1e-5,
+                               output_mask: Sequence[bool] = (True, True, True)
+                               ) -> list[torch.Tensor]:
+    """The gradients ``output_mask`` asks for, of (input, weight, bias): torch's backward
+    kernel on the forward's batch statistics (training) or the running ones (evaluation),
+    as eager's autograd runs it."""
+    mask = [bool(m) for m in output_mask]
+    grads = _aten.native_batch_norm_backward.default(
+        grad_output, input, weight, running_mean, running_var, save_mean, save_invstd,
+        training, eps, mask)
+    return [gr for gr, m in zip(grads, mask) if m]
+
+
+@ltorch_op(native_batch_norm_backward)
+class NativeBatchNormBackwardOp(NNOp):
+    """`%dx, %dw, %db = ltorch.native_batch_norm_backward %dy, %x[, %weight][,
+    %running_mean, %running_var][, %save_mean, %save_invstd] {training, eps,
+    output_mask}`: one result per true entry of ``output_mask`` (input, weight, bias)."""
+
+    name = "ltorch.native_batch_norm_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    running_mean = opt_operand_def(TensorType)
+    running_var = opt_operand_def(TensorType)
+    save_mean = opt_operand_def(TensorType)
+    save_invstd = opt_operand_def(TensorType)
+    training = prop_def(Bool)
+    eps = prop_def(Number)
+    output_mask = prop_def(IntArray)
+    outs = var_result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "weight", "running_mean",
+                                             "running_var", "save_mean", "save_invstd",
+                                             "training", "eps", "output_mask")
 
 
 def embedding_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,

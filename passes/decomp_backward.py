@@ -1,7 +1,8 @@
 """Decompositions of the backward kernels that VJP rules emit (``ltorch.gelu_backward``,
 ``softmax_backward``, ``log_softmax_backward``, ``layer_norm_backward``,
-``embedding_backward``, ``nll_loss_backward``; ``silu_backward`` sits beside silu in
-`thunder_ir.passes.decomp_nn`).
+``embedding_backward``, ``nll_loss_backward``, ``convolution_backward``,
+``native_batch_norm_backward``, ``max_pool2d_with_indices_backward``; ``silu_backward``
+sits beside silu in `thunder_ir.passes.decomp_nn`).
 
 The torch executor runs each as eager's own backward kernel; a fusion executor gets these
 prims instead. The rules are written with ``d.ltorch`` (other ops' rules, inlined: torch's
@@ -11,6 +12,7 @@ end in the op's exact result type.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +22,7 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.types import TensorType
-from thunder_ir.passes.decomp_nn import _acc, _num, _t
+from thunder_ir.passes.decomp_nn import _acc, _channels, _num, _t, unfold
 from thunder_ir.passes.decompositions import Decomposer, decomposes
 from thunder_ir.passes.promotion import to_dtype
 
@@ -120,6 +122,117 @@ def layer_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue, weight: SSAVal
         grads.append(lt.sum(dw, dim=lead) if lead else dw)
     if output_mask[2]:
         grads.append(lt.sum(g, dim=lead) if lead else g)
+    return [to_dtype(d, v, t.dtype) for v, t in zip(grads, types, strict=True)]
+
+
+@decomposes(N.ConvolutionBackwardOp)
+def convolution_backward(d: Decomposer, dy: SSAValue, x: SSAValue, w: SSAValue,
+                         stride: Sequence[int], padding: Sequence[int],
+                         dilation: Sequence[int], groups: int, output_mask: Sequence[int]
+                         ) -> list[SSAValue]:
+    """Through the forward's im2col (`decomp_nn.unfold`): ``dw = dy colsᵀ`` over the
+    batch; ``dx`` is the patches' gradient ``wᵀ dy``, each tap's part scattered back
+    through its strided slice (an interior pad) and summed, with the padding cropped;
+    ``db = sum(dy)``."""
+    p = d.prims
+    types = _types(N.ConvolutionBackwardOp, dy, x, w, stride=stride, padding=padding,
+                   dilation=dilation, groups=groups, output_mask=output_mask)
+    xt, wt, yt = _t(x), _t(w), _t(dy)
+    cd = _acc(yt.dtype)
+    n, c, c_out, kernel, g = xt.sizes[0], xt.sizes[1], wt.sizes[0], wt.sizes[2:], int(groups)
+    nd, out = len(kernel), yt.sizes[2:]
+    taps = (c // g) * math.prod(kernel)
+    dyg = p.reshape(to_dtype(d, dy, cd), shape=(n, g, c_out // g, math.prod(out)))
+    grads: list[SSAValue] = []
+    if output_mask[0]:
+        wg = p.reshape(to_dtype(d, w, cd), shape=(g, c_out // g, taps))
+        dcols = p.matmul(p.transpose(wg, permutation=(0, 2, 1)), dyg)
+        dpatches = p.reshape(dcols, shape=(n, c, math.prod(kernel), *out))
+        padded = [s + 2 * q for s, q in zip(xt.sizes[2:], padding, strict=True)]
+        dx: SSAValue | None = None
+        for t, offsets in enumerate(itertools.product(*(range(k) for k in kernel))):
+            part = p.reshape(p.slice(dpatches, start_indices=[0, 0, t, *[0] * nd],
+                                     end_indices=[n, c, t + 1, *out]), shape=(n, c, *out))
+            config = [(0, 0, 0), (0, 0, 0)]
+            for o, m, st, dl, size in zip(offsets, out, stride, dilation, padded, strict=True):
+                lo = o * dl
+                config.append((lo, size - lo - (m - 1) * st - 1, st - 1))
+            part = p.pad(part, padding_value=0.0, padding_config=config)
+            dx = part if dx is None else p.add(dx, part)
+        assert dx is not None
+        if any(padding):
+            dx = p.pad(dx, padding_value=0.0,
+                       padding_config=[(0, 0, 0)] * 2 + [(-q, -q, 0) for q in padding])
+        grads.append(dx)
+    if output_mask[1]:
+        patches, _ = unfold(d, to_dtype(d, x, cd), kernel, stride, padding, dilation)
+        cols = p.reshape(patches, shape=(n, g, taps, math.prod(out)))
+        a = p.reshape(p.transpose(dyg, permutation=(1, 2, 0, 3)),
+                      shape=(g, c_out // g, n * math.prod(out)))
+        b = p.reshape(p.transpose(cols, permutation=(1, 0, 3, 2)),
+                      shape=(g, n * math.prod(out), taps))
+        grads.append(p.reshape(p.matmul(a, b), shape=tuple(wt.sizes)))
+    if output_mask[2]:
+        grads.append(p.sum(to_dtype(d, dy, cd), dims=[0, *range(2, 2 + nd)]))
+    return [to_dtype(d, v, t.dtype) for v, t in zip(grads, types, strict=True)]
+
+
+@decomposes(N.MaxPool2dWithIndicesBackwardOp)
+def max_pool2d_with_indices_backward(d: Decomposer, dy: SSAValue, x: SSAValue,
+                                     indices: SSAValue, kernel_size: Sequence[int],
+                                     stride: Sequence[int], padding: Sequence[int],
+                                     dilation: Sequence[int], ceil_mode: bool) -> SSAValue:
+    """``dy`` added into zeros at ``indices``, per input plane (a ``scatter_add``)."""
+    p = d.prims
+    (out,) = _types(N.MaxPool2dWithIndicesBackwardOp, dy, x, indices, kernel_size=kernel_size,
+                    stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    xt, yt = _t(x), _t(dy)
+    n, c, h, w = xt.sizes
+    cd = _acc(yt.dtype)
+    m = math.prod(yt.sizes[2:])
+    zeros = p.full(shape=(n, c, h * w), fill_value=0.0, device=xt.dev, dtype=cd)
+    grads = p.scatter_add(zeros, p.reshape(indices, shape=(n, c, m)),
+                          p.reshape(to_dtype(d, dy, cd), shape=(n, c, m)), dim=2)
+    return to_dtype(d, p.reshape(grads, shape=(n, c, h, w)), out.dtype)
+
+@decomposes(N.NativeBatchNormBackwardOp)
+def native_batch_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue,
+                               weight: SSAValue | None, running_mean: SSAValue | None,
+                               running_var: SSAValue | None, save_mean: SSAValue | None,
+                               save_invstd: SSAValue | None, training: bool, eps: float,
+                               output_mask: Sequence[int]) -> list[SSAValue]:
+    """With ``x̂ = (x - mean) invstd`` per channel (the batch statistics in training, the
+    running ones in evaluation) and ``M`` elements per channel: in training
+    ``dx = weight invstd (dy - sum(dy) / M - x̂ sum(dy x̂) / M)``, in evaluation
+    ``dx = weight invstd dy``; ``dweight = sum(dy x̂)``, ``dbias = sum(dy)``."""
+    types = _types(N.NativeBatchNormBackwardOp, dy, x, weight, running_mean, running_var,
+                   save_mean, save_invstd, training=training, eps=eps, output_mask=output_mask)
+    lt = d.ltorch
+    xt = _t(x)
+    rank, dims = xt.rank, (0, *range(2, xt.rank))
+    count = math.prod(xt.sizes) // xt.sizes[1]
+    if training:
+        assert save_mean is not None and save_invstd is not None
+        mean, invstd = save_mean, save_invstd
+    else:
+        assert running_mean is not None and running_var is not None
+        mean, invstd = running_mean, lt.rsqrt(lt.add(running_var, _num(d, float(eps))))
+    xhat = lt.mul(lt.sub(x, _channels(d, mean, rank)), _channels(d, invstd, rank))
+    sum_dy = lt.sum(dy, dim=dims)
+    sum_dy_xhat = lt.sum(lt.mul(dy, xhat), dim=dims)
+    grads: list[SSAValue] = []
+    if output_mask[0]:
+        scale = invstd if weight is None else lt.mul(invstd, weight)
+        inner = dy
+        if training:
+            mean_dy = _channels(d, lt.div(sum_dy, _num(d, float(count))), rank)
+            mean_dy_xhat = lt.div(sum_dy_xhat, _num(d, float(count)))
+            inner = lt.sub(lt.sub(dy, mean_dy), lt.mul(xhat, _channels(d, mean_dy_xhat, rank)))
+        grads.append(lt.mul(inner, _channels(d, scale, rank)))
+    if output_mask[1]:
+        grads.append(sum_dy_xhat)
+    if output_mask[2]:
+        grads.append(sum_dy)
     return [to_dtype(d, v, t.dtype) for v, t in zip(grads, types, strict=True)]
 
 

@@ -1,5 +1,5 @@
-"""Decompositions of the neural-network ltorch families (linear algebra, activations,
-softmax, dropout, normalization, embedding, attention, losses) into prims.
+"""Decompositions of the neural-network ltorch families (linear algebra, convolution,
+pooling, activations, softmax, dropout, normalization, embedding, attention, losses) into prims.
 
 Numerics follow torch's CPU kernels where it matters: softmax subtracts the row maximum,
 and statistics of float16/bfloat16 inputs (softmax, norms, attention, losses) are computed
@@ -9,6 +9,7 @@ result type, which it reads from the op's own shape rule (`_result`).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -146,6 +147,101 @@ def grouped_mm(d: Decomposer, a: SSAValue, b: SSAValue, offs: SSAValue) -> SSAVa
     return total
 
 
+# --------------------------------------------------------------------------- convolution
+
+
+def _taps(d: Decomposer, x: SSAValue, kernel: Sequence[int], stride: Sequence[int],
+          dilation: Sequence[int], out: Sequence[int]) -> SSAValue:
+    """``[N, C, T, *out]``: one strided slice of the (padded) ``x`` per kernel tap, taps in
+    row-major kernel order (``T = prod(kernel)``)."""
+    p = d.prims
+    sizes = _t(x).sizes
+    taps: list[SSAValue] = []
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        start = [0, 0, *(o * dl for o, dl in zip(offsets, dilation, strict=True))]
+        end = [sizes[0], sizes[1],
+               *(a + (m - 1) * st + 1 for a, m, st in zip(start[2:], out, stride, strict=True))]
+        tap = p.slice(x, start_indices=start, end_indices=end, strides=[1, 1, *stride])
+        taps.append(p.reshape(tap, shape=(sizes[0], sizes[1], 1, *out)))
+    return taps[0] if len(taps) == 1 else p.cat(taps, dim=2)
+
+
+def unfold(d: Decomposer, x: SSAValue, kernel: Sequence[int], stride: Sequence[int],
+           padding: Sequence[int], dilation: Sequence[int]) -> tuple[SSAValue, list[int]]:
+    """The patches a convolution multiplies, ``[N, C, T, *out]`` (`_taps` of ``x``
+    zero-padded), and the output's spatial sizes."""
+    if any(padding):
+        x = d.prims.pad(x, padding_value=0.0,
+                        padding_config=[(0, 0, 0)] * 2 + [(q, q, 0) for q in padding])
+    sizes = _t(x).sizes
+    out = [(sizes[2 + i] - dl * (k - 1) - 1) // st + 1
+           for i, (k, st, dl) in enumerate(zip(kernel, stride, dilation, strict=True))]
+    return _taps(d, x, kernel, stride, dilation, out), out
+
+
+@decomposes(N.ConvolutionOp)
+def convolution(d: Decomposer, x: SSAValue, w: SSAValue, bias: SSAValue | None,
+                stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                groups: int) -> SSAValue:
+    """As im2col: the input's patches (`unfold`) times the weight, one product per group,
+    plus the bias; float16/bfloat16 accumulate in float32, as torch's kernels do."""
+    p = d.prims
+    out_t = _result(N.ConvolutionOp, x, w, bias, stride=stride, padding=padding,
+                    dilation=dilation, groups=groups)
+    xt, wt = _t(x), _t(w)
+    cd = _acc(out_t.dtype)
+    n, c, c_out, kernel, g = xt.sizes[0], xt.sizes[1], wt.sizes[0], wt.sizes[2:], int(groups)
+    patches, out = unfold(d, to_dtype(d, x, cd), kernel, stride, padding, dilation)
+    taps = (c // g) * math.prod(kernel)
+    cols = p.reshape(patches, shape=(n, g, taps, math.prod(out)))
+    wg = p.reshape(to_dtype(d, w, cd), shape=(g, c_out // g, taps))
+    y = p.reshape(p.matmul(wg, cols), shape=(n, c_out, *out))
+    if bias is not None:
+        y = p.add(y, p.broadcast_in_dim(to_dtype(d, bias, cd), shape=(n, c_out, *out),
+                                        broadcast_dims=[1]))
+    return to_dtype(d, y, out_t.dtype)
+
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+@decomposes(N.MaxPool2dWithIndicesOp)
+def max_pool2d_with_indices(d: Decomposer, x: SSAValue, kernel_size: Sequence[int],
+                            stride: Sequence[int], padding: Sequence[int],
+                            dilation: Sequence[int], ceil_mode: bool) -> list[SSAValue]:
+    """Each window's taps (`_taps` of ``x`` padded with ``-inf`` as far as the last window
+    reaches), their maximum, and the first tap that attains it (torch's kernel keeps the
+    first) turned into an index into the input plane."""
+    p, lt = d.prims, d.ltorch
+    types = N.MaxPool2dWithIndicesOp.infer(
+        x.type, kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation,
+        ceil_mode=ceil_mode)
+    assert isinstance(types, list)
+    out_t = types[0]
+    assert isinstance(out_t, TensorType)
+    xt = _t(x)
+    h, w = xt.sizes[2:]
+    out = out_t.sizes[2:]
+    reach = [(m - 1) * st + dl * (k - 1) + 1
+             for m, st, dl, k in zip(out, stride, dilation, kernel_size, strict=True)]
+    config = [(q, r - size - q, 0) for q, r, size in zip(padding, reach, (h, w), strict=True)]
+    fill = -math.inf if xt.dtype.is_floating_point else torch.iinfo(xt.dtype).min
+    xp = p.pad(x, padding_value=fill, padding_config=[(0, 0, 0)] * 2 + config)
+    taps = _taps(d, xp, kernel_size, stride, dilation, out)
+    values = p.amax(taps, dims=[2])
+    tap = p.argmax(taps, dim=2)
+    kh = lt.floor_divide(tap, _num(d, kernel_size[1]))
+    kw = lt.sub(tap, lt.mul(kh, _num(d, kernel_size[1])))
+    dev = xt.dev
+    rows = p.reshape(p.iota(length=out[0], start=-padding[0], step=stride[0], device=dev,
+                            dtype=torch.int64), shape=(1, 1, out[0], 1))
+    cols = p.reshape(p.iota(length=out[1], start=-padding[1], step=stride[1], device=dev,
+                            dtype=torch.int64), shape=(1, 1, 1, out[1]))
+    row = lt.add(rows, lt.mul(kh, _num(d, dilation[0])))
+    col = lt.add(cols, lt.mul(kw, _num(d, dilation[1])))
+    return [values, lt.add(lt.mul(row, _num(d, w)), col)]
+
 # --------------------------------------------------------------------------- activations
 
 
@@ -193,6 +289,16 @@ def silu_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue) -> SSAValue
     one = _num(d, 1.0)
     ds = d.prims.mul(s, d.prims.add(d.prims.mul(xc, d.prims.sub(one, s)), one))
     return to_dtype(d, d.prims.mul(dy, ds), dtype)
+
+
+@decomposes(N.ThresholdBackwardOp)
+def threshold_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue, threshold: float
+                       ) -> SSAValue:
+    """``where(x <= threshold, 0, dy)`` (a NaN input passes the gradient, as torch's)."""
+    dtype = _result(N.ThresholdBackwardOp, grad_output, x, threshold=threshold).dtype
+    lt = d.ltorch
+    return to_dtype(d, lt.where(lt.le(x, _num(d, threshold)), _num(d, 0.0), grad_output),
+                    dtype)
 
 
 @decomposes(N.SigmoidOp)
@@ -333,6 +439,52 @@ def native_layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
     y, mean, rstd = _layer_norm(d, x, weight, bias, normalized_shape, eps, out.dtype)
     return [y, to_dtype(d, d.prims.reshape(mean, shape=mean_t.sizes), mean_t.dtype),
             to_dtype(d, d.prims.reshape(rstd, shape=rstd_t.sizes), rstd_t.dtype)]
+
+
+def _channels(d: Decomposer, v: SSAValue, rank: int) -> SSAValue:
+    """A per-channel ``[C]`` value shaped to broadcast over ``[N, C, *spatial]``."""
+    c = _t(v).sizes[0]
+    return d.ltorch.reshape(v, shape=(1, c, *([1] * (rank - 2))))
+
+
+@decomposes(N.NativeBatchNormOp)
+def native_batch_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
+                      bias: SSAValue | None, running_mean: SSAValue | None,
+                      running_var: SSAValue | None, training: bool, momentum: float,
+                      eps: float) -> list[SSAValue]:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` per channel, over every other dim:
+    in training the batch's mean and biased variance (returned with ``1 / sqrt(var +
+    eps)``, and the running statistics moved by ``momentum``, the variance unbiased, as
+    torch updates them), in evaluation the running statistics."""
+    lt = d.ltorch
+    xt = _t(x)
+    dims = (0, *range(2, xt.rank))
+    mean = var = invstd = None
+    if training:
+        mean = lt.mean(x, dim=dims)
+        diff = lt.sub(x, _channels(d, mean, xt.rank))
+        var = lt.mean(lt.mul(diff, diff), dim=dims)
+        invstd = lt.rsqrt(lt.add(var, _num(d, float(eps))))
+        y = lt.mul(diff, _channels(d, invstd, xt.rank))
+    else:
+        assert running_mean is not None and running_var is not None
+        scale = lt.rsqrt(lt.add(running_var, _num(d, float(eps))))
+        y = lt.mul(lt.sub(x, _channels(d, running_mean, xt.rank)),
+                   _channels(d, scale, xt.rank))
+    if weight is not None:
+        y = lt.mul(y, _channels(d, weight, xt.rank))
+    if bias is not None:
+        y = lt.add(y, _channels(d, bias, xt.rank))
+    if not training:
+        return [y]
+    assert mean is not None and var is not None and invstd is not None
+    results = [y, mean, invstd]
+    if running_mean is not None and running_var is not None:
+        m, count = float(momentum), math.prod(xt.sizes) // xt.sizes[1]
+        unbiased = lt.mul(var, _num(d, count / max(count - 1, 1)))
+        results += [lt.add(lt.mul(running_mean, _num(d, 1.0 - m)), lt.mul(mean, _num(d, m))),
+                    lt.add(lt.mul(running_var, _num(d, 1.0 - m)), lt.mul(unbiased, _num(d, m)))]
+    return results
 
 
 @decomposes(N.RmsNormOp)

@@ -172,10 +172,11 @@ def linear(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue
 
 @vjp(N.ReluOp)
 def relu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
-    """``ct`` where the result is positive (torch's ``threshold_backward`` on the result)."""
+    """``ct`` where the result is positive: ``threshold_backward`` on the result, eager's
+    kernel."""
     if not is_differentiable_value(x):
         return [None]
-    return [g.ltorch.where(g.ltorch.le(out[0], g.const(0)), g.const(0.0), ct[0])]
+    return [g.ltorch.threshold_backward(ct[0], out[0], threshold=0)]
 
 
 @vjp(N.GeluOp)
@@ -313,6 +314,61 @@ def native_layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue
         return [None, None, None]
     return _layer_norm_grads(g, _cast(g, ct[0], _t(out[0]).dtype), x, weight, bias,
                              normalized_shape, eps, (out[1], out[2]))
+
+
+def _needed(g: Grad, *operands: SSAValue | None) -> tuple[bool, ...]:
+    """Per operand, whether its gradient is needed: a floating-point value that requires
+    grad (what eager's autograd passes its backward kernels as ``output_mask``)."""
+    return tuple(v is not None and is_differentiable_value(v) and g.active(v)
+                 for v in operands)
+
+
+@vjp(N.ConvolutionOp)
+def convolution(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue | None,
+                stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                groups: int) -> Grads:
+    """``convolution_backward`` (torch's kernel, as eager's autograd runs it) asked for the
+    gradients that are needed."""
+    mask = _needed(g, x, w, bias)
+    if ct[0] is None or not any(mask):
+        return [None, None, None]
+    grads = iter(g.ltorch.convolution_backward(
+        ct[0], x, w, stride=tuple(stride), padding=tuple(padding), dilation=tuple(dilation),
+        groups=int(groups), output_mask=tuple(int(m) for m in mask)))
+    return [next(grads) if m else None for m in mask]
+
+
+@vjp(N.MaxPool2dWithIndicesOp)
+def max_pool2d_with_indices(g: Grad, out: Outs, ct: Cts, x: SSAValue,
+                            kernel_size: Sequence[int], stride: Sequence[int],
+                            padding: Sequence[int], dilation: Sequence[int], ceil_mode: bool
+                            ) -> Grads:
+    """``max_pool2d_with_indices_backward`` on the forward's indices (torch's kernel, as
+    eager's autograd runs it)."""
+    if ct[0] is None or not is_differentiable_value(x):
+        return [None]
+    return [g.ltorch.max_pool2d_with_indices_backward(
+        ct[0], x, out[1], kernel_size=tuple(kernel_size), stride=tuple(stride),
+        padding=tuple(padding), dilation=tuple(dilation), ceil_mode=bool(ceil_mode))]
+
+
+@vjp(N.NativeBatchNormOp)
+def native_batch_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
+                      bias: SSAValue | None, running_mean: SSAValue | None,
+                      running_var: SSAValue | None, training: bool, momentum: float,
+                      eps: float) -> Grads:
+    """``native_batch_norm_backward`` (torch's kernel, as eager's autograd runs it): in
+    training on the forward's batch statistics, in evaluation on the running ones. The
+    running statistics, and every result but the output, carry no gradient."""
+    mask = _needed(g, x, weight, bias)
+    if ct[0] is None or not any(mask):
+        return [None] * 5
+    stats = (out[1], out[2]) if training else (None, None)
+    running = (None, None) if training else (running_mean, running_var)
+    grads = iter(g.ltorch.native_batch_norm_backward(
+        ct[0], x, weight, *running, *stats, training=bool(training), eps=float(eps),
+        output_mask=tuple(int(m) for m in mask)))
+    return [*(next(grads) if m else None for m in mask), None, None]
 
 
 @vjp(N.NllLossForwardOp)
@@ -751,7 +807,8 @@ DIRECT_RULES: tuple[type, ...] = (
     N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp,
     N.SigmoidOp, C.TanhOp,
     N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.NativeLayerNormOp,
-    N.RmsNormOp, N.EmbeddingOp,
+    N.RmsNormOp, N.EmbeddingOp, N.ConvolutionOp, N.NativeBatchNormOp,
+    N.MaxPool2dWithIndicesOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp, N.NllLossForwardOp,
 )
 """The ltorch ops this module gives direct rules (the rest are decomposed first; the core

@@ -347,8 +347,11 @@ def test_every_ltorch_op_is_reachable_from_torch() -> None:
 
     # the backward kernels (and the forward that saves layer norm's statistics) are
     # emitted by autodiff, not traced from user code
-    assert unmapped_ops() == ["ltorch.contiguous", "ltorch.embedding_backward",
+    assert unmapped_ops() == ["ltorch.contiguous", "ltorch.convolution_backward",
+                              "ltorch.embedding_backward",
                               "ltorch.gelu_backward", "ltorch.layer_norm_backward",
-                              "ltorch.log_softmax_backward", "ltorch.native_layer_norm",
+                              "ltorch.log_softmax_backward",
+                              "ltorch.max_pool2d_with_indices_backward",
+                              "ltorch.native_batch_norm_backward", "ltorch.native_layer_norm",
                               "ltorch.nll_loss_backward", "ltorch.silu_backward",
-                              "ltorch.softmax_backward"]
+                              "ltorch.softmax_backward", "ltorch.threshold_backward"]

@@ -370,8 +370,8 @@ class TraceContext(Builder):
                     op.run(metas)
                 elif isinstance(op, ThunderOp):
                     grouped = group(op.operand_layout(), metas, op._segment_sizes())
-                    type(op).ref(*grouped, **{k: v for k, v in op.params().items()
-                                              if v is not None})
+                    type(op).eager_ref(*grouped, **{k: v for k, v in op.params().items()
+                                                    if v is not None})
         except RuntimeError as e:
             if "nference tensor" in str(e):
                 raise RuntimeError(f"{e}\n  at {where(self.loc)}") from None
@@ -409,7 +409,11 @@ class TraceContext(Builder):
         """An in-place write to ``target``'s storage: every op whose backward saved a value
         of that storage would, in eager, raise when its backward runs; so will ours."""
         for v in self.members.get(target._storage, ()):
-            for op in self.saved.pop(v, ()):
+            ops = self.saved.pop(v, ())
+            kept = [op for op in ops if op in skip]  # the writing call's own ops (batch norm
+            if kept:  # saves the running statistics it updates): a later write still counts
+                self.saved[v] = kept
+            for op in ops:
                 if op not in skip and "saved_modified" not in op.attributes:
                     t = v.type
                     assert isinstance(t, TensorType)
@@ -622,7 +626,7 @@ def _eager_saves(op: Operation, active: Sequence[bool]
                 out = op.run(metas)
             else:
                 grouped = group(op.operand_layout(), metas, op._segment_sizes())
-                out = type(op).ref(*grouped, **op.params())
+                out = type(op).eager_ref(*grouped, **op.params())
         outs = list(out) if isinstance(out, list | tuple) else [out]
         ids = {id(t._base if t._base is not None else t) for t in saved}  # views: their base
         operands = tuple(i for i, m in enumerate(metas) if id(m) in ids)

@@ -489,6 +489,24 @@ _register([torch.permute, T.permute], op_handler("permute", view=True, varargs="
 _register([torch.transpose, torch.swapaxes, T.transpose, T.swapaxes],
           op_handler("transpose", view=True))
 _register([torch.flatten, T.flatten], op_handler("flatten", view=True))
+_view = HANDLERS[T.view]
+
+
+def _unflatten(ctx: Builder, input: Any, dim: Any, sizes: Any) -> Any:
+    """``unflatten(dim, sizes)``: the view of ``input`` with ``dim`` split into ``sizes``
+    (one ``-1`` allowed), as eager's; other arguments take the fallback."""
+    if not is_proxy(input) or not isinstance(dim, int) or isinstance(dim, bool) \
+            or not isinstance(sizes, Sequence) or input.dim() == 0 \
+            or not -input.dim() <= dim < input.dim():
+        raise UseFallback
+    split = _int_tuple(sizes, len(sizes))
+    if not split:
+        raise UseFallback
+    d = dim % input.dim()
+    return _view(ctx, input, (*input.shape[:d], *split, *input.shape[d + 1:]))
+
+
+_register([torch.unflatten, T.unflatten], _unflatten)
 _register([torch.unsqueeze, T.unsqueeze], op_handler("unsqueeze", view=True))
 _register([torch.squeeze, T.squeeze], op_handler("squeeze", view=True))
 _register([T.expand], op_handler("expand", view=True, varargs="size"))
@@ -673,6 +691,143 @@ _register([torch.log_softmax, F.log_softmax, T.log_softmax, torch.special.log_so
           op_handler("log_softmax"))
 _register([torch._safe_softmax], op_handler("safe_softmax"))
 _register([F.layer_norm, torch.layer_norm], op_handler("layer_norm"))
+
+
+def _int_tuple(v: Any, n: int) -> tuple[int, ...] | None:
+    """``v`` (an int or ``n`` ints) as ``n`` ints, or None for anything else."""
+    vs = (v,) * n if isinstance(v, int) else tuple(v) if isinstance(v, Sequence) else ()
+    ok = len(vs) == n and all(isinstance(x, int) and not isinstance(x, bool) for x in vs)
+    return vs if ok else None
+
+
+_convolution_op = op_handler("convolution")
+
+
+def _conv(n: int) -> Callable[..., Any]:
+    """``F.conv{n}d``: ``ltorch.convolution`` for a batched input. An unbatched input, a
+    ``"same"`` padding that torch would pad unevenly, or arguments that are not plain
+    ints take the fallback (eager's kernel, checks and errors)."""
+
+    def handler(ctx: Builder, input: Any, weight: Any, bias: Any = None, stride: Any = 1,
+                padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Any:
+        if not (is_proxy(input) and is_proxy(weight) and (bias is None or is_proxy(bias))) \
+                or input.dim() != n + 2 or weight.dim() != n + 2 \
+                or not isinstance(groups, int) or isinstance(groups, bool):
+            raise UseFallback
+        st, dil = _int_tuple(stride, n), _int_tuple(dilation, n)
+        if st is None or dil is None:
+            raise UseFallback
+        pad: tuple[int, ...] | None
+        if padding == "valid":
+            pad = (0,) * n
+        elif padding == "same":
+            total = [d * (k - 1) for d, k in zip(dil, weight.shape[2:])]
+            if any(s != 1 for s in st) or any(t % 2 for t in total):
+                raise UseFallback  # eager's error, or its uneven padding
+            pad = tuple(t // 2 for t in total)
+        else:
+            pad = _int_tuple(padding, n)
+        if pad is None:
+            raise UseFallback
+        return _convolution_op(ctx, input, weight, bias, stride=st,  # type: ignore[misc]
+                               padding=pad, dilation=dil, groups=groups)
+
+    return handler
+
+
+_register([F.conv1d], _conv(1))
+_register([F.conv2d], _conv(2))
+_register([F.conv3d], _conv(3))
+
+_max_pool2d_op = op_handler("max_pool2d_with_indices")
+
+
+def _max_pool2d(ctx: Builder, input: Any, kernel_size: Any, stride: Any = None,
+                padding: Any = 0, dilation: Any = 1, ceil_mode: Any = False,
+                return_indices: Any = False) -> Any:
+    """``F.max_pool2d`` (with or without indices) and ``torch.max_pool2d`` on a batched
+    input: ``ltorch.max_pool2d_with_indices``, whose indices eager's autograd also keeps
+    for the backward. An unbatched input or arguments that are not plain ints take the
+    fallback."""
+    k = _int_tuple(kernel_size, 2)
+    st = k if stride is None or (isinstance(stride, Sequence) and not stride) \
+        else _int_tuple(stride, 2)
+    pad, dil = _int_tuple(padding, 2), _int_tuple(dilation, 2)
+    if not is_proxy(input) or input.dim() != 4 or k is None or st is None or pad is None \
+            or dil is None or not isinstance(ceil_mode, bool):
+        raise UseFallback
+    values, indices = _max_pool2d_op(ctx, input, kernel_size=k,  # type: ignore[misc]
+                                     stride=st, padding=pad, dilation=dil,
+                                     ceil_mode=ceil_mode)
+    return (values, indices) if return_indices else values
+
+
+def _max_pool2d_with_indices(ctx: Builder, input: Any, kernel_size: Any, stride: Any = None,
+                             padding: Any = 0, dilation: Any = 1, ceil_mode: Any = False,
+                             return_indices: Any = True) -> Any:
+    return _max_pool2d(ctx, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+_register([F.max_pool2d, torch.max_pool2d], _max_pool2d)
+_register([F.max_pool2d_with_indices], _max_pool2d_with_indices)
+
+
+def _plane_mean_2d(x: torch.Tensor) -> torch.Tensor:
+    return x.mean((-1, -2), keepdim=True)
+
+
+def _plane_mean_1d(x: torch.Tensor) -> torch.Tensor:
+    return x.unsqueeze(-2).mean((-1, -2), keepdim=True).squeeze(-2)
+
+
+def _adaptive_avg_pool(n: int) -> Callable[..., Any]:
+    """``F.adaptive_avg_pool{n}d`` to output size 1: the mean over the pooled dims, the ops
+    ATen itself runs for that case (``unsqueeze`` first in 1-d). Other output sizes take
+    the fallback."""
+    mean = _plane_mean_2d if n == 2 else _plane_mean_1d
+
+    def handler(ctx: Builder, input: Any, output_size: Any) -> Any:
+        if not is_proxy(input) or input.dim() not in (n + 1, n + 2):
+            raise UseFallback
+        sizes = (output_size,) * n if isinstance(output_size, int) else tuple(output_size)
+        sizes = tuple(input.shape[-n + i] if v is None else v for i, v in enumerate(sizes))
+        if len(sizes) != n or any(v != 1 for v in sizes):
+            raise UseFallback
+        return ctx.run_python(mean, (input,), {})
+
+    return handler
+
+
+_register([F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d], _adaptive_avg_pool(2))
+_register([torch.adaptive_avg_pool1d], _adaptive_avg_pool(1))
+
+_batch_norm_op = op_handler("native_batch_norm")
+
+
+def _batch_norm(ctx: Builder, input: Any, weight: Any, bias: Any, running_mean: Any,
+                running_var: Any, training: Any, momentum: Any, eps: Any,
+                cudnn_enabled: Any = True) -> Any:
+    """``torch.batch_norm`` (what ``F.batch_norm`` calls after its checks, which run as
+    they are): ``ltorch.native_batch_norm`` on float32/float64 tensors, the running
+    statistics' updates written back as eager writes them in place. Other dtypes and
+    arguments take the fallback."""
+    stats = [t for t in (running_mean, running_var) if t is not None]
+    params = [t for t in (weight, bias) if t is not None]
+    if not is_proxy(input) or input.dtype not in (torch.float32, torch.float64) \
+            or input.dim() < 2 or len(stats) == 1 or (not training and not stats) \
+            or any(not is_proxy(t) or t.dtype != input.dtype for t in (*params, *stats)) \
+            or not all(isinstance(v, int | float) for v in (momentum, eps)):
+        raise UseFallback
+    results = _batch_norm_op(ctx, input, weight, bias, running_mean,  # type: ignore[misc]
+                             running_var, training=bool(training), momentum=float(momentum),
+                             eps=float(eps))
+    if training and stats:
+        ctx.assign(running_mean, results[3]._value, "batch_norm")
+        ctx.assign(running_var, results[4]._value, "batch_norm")
+    return results[0]
+
+
+_register([torch.batch_norm], _batch_norm)
 _register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
 _register([F.embedding], op_handler("embedding"))
 
@@ -864,8 +1019,8 @@ for _n in dir(torch):
 
 # --------------------------------------------------------------------------- inlined Python
 
-_INLINED = (F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
-            F.feature_alpha_dropout, F.multi_head_attention_forward,
+_INLINED = (F.batch_norm, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d,
+            F.alpha_dropout, F.feature_alpha_dropout, F.multi_head_attention_forward,
             F.triplet_margin_with_distance_loss, F.linear_cross_entropy)
 """torch functions written in Python that the tracer runs as they are, recording the torch
 calls they make (their argument checks and warnings are eager's own), instead of recording

@@ -238,7 +238,13 @@ def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
     rule = rule or load_vjp_rules()[op]
     groups = [_upcast(g) for g in operands]
     leaves = [v for v in _flat(groups) if isinstance(v, torch.Tensor)]
-    diff = [v for v in leaves if is_float(v.dtype)]
+    # operands eager refuses to see requiring grad (the op's NO_GRAD_OPERANDS: running
+    # statistics, a loss's total weight) stay constant, and the rule must give them none
+    names = [n for n, _ in op.operand_layout()]
+    constant = set(getattr(op, "NO_GRAD_OPERANDS", ()))
+    fixed = {id(v) for n, g in zip(names, groups, strict=True) if n in constant
+             for v in _flat([g]) if isinstance(v, torch.Tensor)}
+    diff = [v for v in leaves if is_float(v.dtype) and id(v) not in fixed]
     req = [v.detach().requires_grad_(True) for v in diff]
     swap = {id(a): b for a, b in zip(diff, req)}
 
@@ -273,9 +279,13 @@ def check_vjp(op: type[ThunderOp], operands: Sequence[Any],
         f"{op.name}: the rule returned {len(grads)} entries for {len(grouped)} operand groups")
     # Pair each differentiable tensor operand with the rule's cotangent for it.
     got_vals: list[Any] = []
-    for g, gr in zip(grouped, grads):
+    for name, g, gr in zip(names, grouped, grads, strict=True):
         vals = g if isinstance(g, list) else [g]
         grs = gr if isinstance(gr, list) else [gr] * len(vals) if gr is None else [gr]
+        if name in constant:
+            assert all(x is None for x in grs), (
+                f"{op.name}: the rule gives {name} a cotangent; eager gives it none")
+            continue
         for v, gv in zip(vals, grs):
             if v is not None and v in prog.args and is_float(v.type.dtype):
                 got_vals.append(gv)

@@ -91,6 +91,17 @@ def _nn_activation(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     return OpSample([x], params)
 
 
+@register_inputs(N.ThresholdBackwardOp)
+def _nn_threshold_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Inputs at, above and below the threshold (relu's results: zeros among positives)."""
+    shape = spec.shape(draw)
+    x = _data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0)
+    if draw(st.booleans()):
+        x = x.clamp(min=0)
+    dy = _data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    return OpSample([dy, x], {"threshold": draw(st.sampled_from([0, 0.5, -1.0]))})
+
+
 @register_inputs(N.SiluBackwardOp)
 def _nn_silu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     bound = 4.0 if spec.for_vjp else 8.0
@@ -159,6 +170,127 @@ def _nn_native_layer_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     if sample.params["eps"] is None:
         sample.params["eps"] = 1e-5
     return sample
+
+
+def _conv_case(draw: st.DrawFn, spec: InputSpec) -> tuple[torch.Tensor, torch.Tensor,
+                                                           dict[str, Any]]:
+    """A batched input, a weight and the params of a 1-, 2- or 3-d convolution: groups,
+    strides, dilations and paddings, every output size at least 1."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    nd = draw(st.integers(1, 3 if not spec.for_vjp else 2))
+    g = draw(st.integers(1, 2))
+    c_in, c_out = g * _side(draw, 1, 2), g * _side(draw, 1, 2)
+    kernel = [_side(draw, 1, 3) for _ in range(nd)]
+    stride = [_side(draw, 1, 2) for _ in range(nd)]
+    dilation = [_side(draw, 1, 2) for _ in range(nd)]
+    padding = [draw(st.integers(0, 1)) for _ in range(nd)]
+    spatial = [max(dl * (k - 1) + 1 - 2 * q, 1) + draw(st.integers(0, 3))
+               for k, dl, q in zip(kernel, dilation, padding)]
+    x = values(draw, (_side(draw, 1, 2), c_in, *spatial), dtype)
+    w = values(draw, (c_out, c_in // g, *kernel), dtype)
+    return x, w, {"stride": tuple(stride), "padding": tuple(padding),
+                  "dilation": tuple(dilation), "groups": g}
+
+
+@register_inputs(N.ConvolutionOp)
+def _nn_convolution(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """With and without bias (see `_conv_case`)."""
+    x, w, params = _conv_case(draw, spec)
+    bias = values(draw, (w.shape[0],), x.dtype) if draw(st.booleans()) else None
+    return OpSample([x, w, bias], params)
+
+
+@register_inputs(N.ConvolutionBackwardOp)
+def _nn_convolution_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """Every non-empty choice of gradients, on an output gradient of the output's shape."""
+    x, w, params = _conv_case(draw, spec)
+    out = N.convolution(x.to("meta"), w.to("meta"), None, **params)
+    dy = _data(draw, spec, tuple(out.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    mask = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()).filter(any))
+    return OpSample([dy, x, w], {**params, "output_mask": tuple(int(m) for m in mask)})
+
+
+
+def _max_pool_case(draw: st.DrawFn, spec: InputSpec) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A batched ``[N, C, H, W]`` input and max-pooling params: padding at most half the
+    kernel (torch's rule), strides, dilations, ``ceil_mode``; ties (a relu'd input) too.
+    The input spans at least one dilated kernel, so that no window lies in the padding
+    alone (torch's kernels then give an index outside the input)."""
+    dtype = spec.dtype(draw, FLOAT_KIND)
+    kernel = [_side(draw, 1, 3) for _ in range(2)]
+    stride = [_side(draw, 1, 3) for _ in range(2)]
+    dilation = [_side(draw, 1, 2) for _ in range(2)]
+    padding = [draw(st.integers(0, k // 2)) for k in kernel]
+    spatial = [dl * (k - 1) + 1 + draw(st.integers(0, 4)) for k, dl in zip(kernel, dilation)]
+    x = _data(draw, spec, (_side(draw, 1, 2), _side(draw, 1, 3), *spatial), FLOAT_KIND,
+              -3.0, 3.0).to(dtype)
+    if not spec.for_vjp and draw(st.booleans()):
+        x = x.clamp(min=0)  # ties: every window of zeros
+    return x, {"kernel_size": tuple(kernel), "stride": tuple(stride),
+               "padding": tuple(padding), "dilation": tuple(dilation),
+               "ceil_mode": draw(st.booleans())}
+
+
+@register_inputs(N.MaxPool2dWithIndicesOp)
+def _nn_max_pool2d_with_indices(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    x, params = _max_pool_case(draw, spec)
+    return OpSample([x], params)
+
+
+@register_inputs(N.MaxPool2dWithIndicesBackwardOp)
+def _nn_max_pool2d_with_indices_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """The forward's indices, and an output gradient of the output's shape."""
+    x, params = _max_pool_case(draw, spec)
+    out, indices = N.max_pool2d_with_indices(x, **params)
+    dy = _data(draw, spec, tuple(out.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    return OpSample([dy, x, indices], params)
+
+def _batch_norm_case(draw: st.DrawFn, spec: InputSpec) -> tuple[list[Any], dict[str, Any]]:
+    """``[x, weight, bias, running_mean, running_var]`` and the params, float32 or float64
+    (the op's dtypes): affine or not, with or without running statistics (always with them
+    in evaluation), at least 2 values per channel, each channel spread (a ramp added)."""
+    dtype = torch.float64 if spec.for_vjp else draw(st.sampled_from([torch.float32,
+                                                                      torch.float64]))
+    c = _side(draw, 1, 3)
+    shape = (_side(draw, 1, 3), c, *[_side(draw, 1, 3) for _ in range(draw(st.integers(0, 2)))])
+    if math.prod(shape) // c < 2:
+        shape = (shape[0] * 2, *shape[1:])
+    x = _data(draw, spec, shape, FLOAT_KIND, -3.0, 3.0).to(dtype)
+    x = x + torch.linspace(-1.0, 1.0, x.numel(), dtype=dtype).reshape(shape)
+    training = draw(st.booleans())
+    stats = not training or draw(st.booleans())
+    w = values(draw, (c,), dtype) if draw(st.booleans()) else None
+    b = values(draw, (c,), dtype) if draw(st.booleans()) else None
+    rm = values(draw, (c,), dtype) if stats else None
+    rv = (values(draw, (c,), dtype).abs() + 0.5) if stats else None
+    return [x, w, b, rm, rv], {"training": training,
+                               "momentum": draw(st.sampled_from([0.1, 0.5])),
+                               "eps": draw(st.sampled_from([1e-5, 1e-3]))}
+
+
+@register_inputs(N.NativeBatchNormOp)
+def _nn_native_batch_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    operands, params = _batch_norm_case(draw, spec)
+    return OpSample(operands, params)
+
+
+@register_inputs(N.NativeBatchNormBackwardOp)
+def _nn_native_batch_norm_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """The statistics the forward saves (training) or the running ones (evaluation), and
+    every non-empty choice of gradients the affine params allow."""
+    (x, w, b, rm, rv), params = _batch_norm_case(draw, spec)
+    training = params["training"]
+    save = [None, None]
+    if training:
+        save = N.native_batch_norm(x, w, b, rm, rv, **params)[1:3]
+    dy = _data(draw, spec, tuple(x.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    mask = (True, w is not None and draw(st.booleans()), draw(st.booleans()))
+    if not draw(st.booleans()) and (mask[1] or mask[2]):
+        mask = (False, *mask[1:])
+    running = (None, None) if training else (rm, rv)
+    return OpSample([dy, x, w, *running, *save],
+                    {"training": training, "eps": params["eps"],
+                     "output_mask": tuple(int(m) for m in mask)})
 
 
 @register_inputs(N.RmsNormOp)
