@@ -92,8 +92,12 @@ class Builder(ABC):
     # ---- eager's rules
 
     @abstractmethod
-    def assign(self, target: Any, new: SSAValue, opname: str) -> TensorProxy:
-        """An in-place op: ``target`` stands for ``new`` from now on."""
+    def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
+               ) -> TensorProxy:
+        """An in-place op: ``target`` stands for ``new`` from now on. ``keep_saved``: the
+        call's own ops saved ``target`` itself for their backward, not its value before
+        the write (eager's batch norm saves the running statistics it updates), so a later
+        in-place write still makes their backward raise."""
 
     @abstractmethod
     def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,

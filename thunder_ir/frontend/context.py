@@ -405,13 +405,17 @@ class TraceContext(Builder):
         for i in saved_results:
             self.saved.setdefault(results[i], []).append(op)
 
-    def _written(self, target: TensorProxy, skip: set[Operation]) -> None:
+    def _written(self, target: TensorProxy, skip: set[Operation],
+                 keep_saved: bool = False) -> None:
         """An in-place write to ``target``'s storage: every op whose backward saved a value
-        of that storage would, in eager, raise when its backward runs; so will ours."""
+        of that storage would, in eager, raise when its backward runs; so will ours. The
+        writing call's own ops (``skip``) saved the value before the write, which eager
+        clones for an in-place op, so their records go; with ``keep_saved`` they stay
+        (see `Builder.assign`)."""
         for v in self.members.get(target._storage, ()):
             ops = self.saved.pop(v, ())
-            kept = [op for op in ops if op in skip]  # the writing call's own ops (batch norm
-            if kept:  # saves the running statistics it updates): a later write still counts
+            kept = [op for op in ops if op in skip] if keep_saved else []
+            if kept:
                 self.saved[v] = kept
             for op in ops:
                 if op not in skip and "saved_modified" not in op.attributes:
@@ -423,7 +427,8 @@ class TraceContext(Builder):
                         f"backward of {op.name} at {where(_loc_of(op))}, written in place at "
                         f"{where(self.loc)}")
 
-    def assign(self, target: Any, new: SSAValue, opname: str) -> TensorProxy:
+    def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
+               ) -> TensorProxy:
         """Functionalizes an in-place op: ``target`` now stands for ``new``.
 
         Eager's rules for in-place ops apply: the result must be castable to the target's
@@ -486,7 +491,7 @@ class TraceContext(Builder):
             elif new not in self.active or not (isinstance(new.owner, Operation)
                                                  and old in new.owner.operands):
                 new = self.overwrites(old, new)
-        self._written(target, made)
+        self._written(target, made, keep_saved)
         target._value = new
         self.storage[new] = target._storage
         self.members.setdefault(target._storage, []).append(new)

@@ -821,9 +821,9 @@ def _batch_norm(ctx: Builder, input: Any, weight: Any, bias: Any, running_mean: 
     results = _batch_norm_op(ctx, input, weight, bias, running_mean,  # type: ignore[misc]
                              running_var, training=bool(training), momentum=float(momentum),
                              eps=float(eps))
-    if training and stats:
-        ctx.assign(running_mean, results[3]._value, "batch_norm")
-        ctx.assign(running_var, results[4]._value, "batch_norm")
+    if training and stats:  # eager's backward saves the running statistics themselves
+        ctx.assign(running_mean, results[3]._value, "batch_norm", keep_saved=True)
+        ctx.assign(running_var, results[4]._value, "batch_norm", keep_saved=True)
     return results[0]
 
 
