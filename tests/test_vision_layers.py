@@ -270,6 +270,21 @@ def test_batch_norm_in_evaluation_uses_the_running_statistics(grad: bool) -> Non
         assert torch.equal(b, c)
 
 
+def test_batch_norm_training_under_no_grad_updates_the_running_statistics() -> None:
+    """``train()`` mode under ``no_grad`` (warming up statistics): normalized by the batch,
+    running statistics and ``num_batches_tracked`` updated, as eager."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 3, 6, 6)
+            assert torch.equal(jm(x), eager(x))
+    for (name, b), c in zip(model.named_buffers(), eager.buffers(), strict=True):
+        assert torch.equal(b, c), name
+
+
 def test_batch_norm_in_bfloat16_runs_through_the_fallback() -> None:
     """Batch norm in a dtype whose statistics' dtype depends on the device takes the torch
     fallback: eager's values, gradients and running statistics."""
