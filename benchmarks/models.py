@@ -5,7 +5,10 @@ For each family of `tests/test_hf_models.py` (tiny configs: hidden 64, 2 layers,
 sequence 16), every variant is first checked against eager (the training loss), then:
 
 * first call: building the variant and its first forward (``fwd``), and its first
-  forward + backward on a fresh copy (``fwd+bwd``): trace and compile included, with
+  forward + backward on a fresh copy (``fwd+bwd``): trace and compile included, each
+  from a collected heap (``gc.collect()`` first: a full collection that the previous
+  variant's garbage made due costs 0.5-1.4 s on a heap of 800k objects, and would
+  otherwise land in whichever first call came next), with
   Inductor's on-disk and in-memory caches empty for each family (a family whose graphs
   another one compiled already, XLM-RoBERTa after RoBERTa, would otherwise hit them;
   torch.compile uses ``fallback_random`` so that its dropout draws are eager's);
@@ -22,6 +25,7 @@ eager (steady step). Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import platform
 import sys
@@ -50,7 +54,29 @@ def _variant(name: str, model: Any) -> Any:
 
 
 def _loss(fn: Any, kw: dict[str, Any]) -> Any:
-    return fn(**kw).loss
+    """A Hugging Face model's loss; for a torch.nn layer (a tensor out), its squares' sum."""
+    out = fn(**kw)
+    return out.loss if hasattr(out, "loss") else (out * out).sum()
+
+
+def _families() -> dict[str, tuple[Callable[[], Any], Callable[[int], dict[str, Any]]]]:
+    """Every family of `tests/test_hf_models.py`: its Hugging Face families, then its
+    torch.nn transformer layers (input ``x``: batch 2, sequence ``L``, width ``H``)."""
+    import torch
+    from test_hf_models import _MHA, FAMILIES, H, _CausalEncoder
+
+    def inputs(name: str) -> Callable[[int], dict[str, Any]]:
+        def make(n: int) -> dict[str, Any]:
+            return {name: torch.randn(2, n, H, generator=torch.Generator().manual_seed(0))}
+
+        return make
+
+    def encoder_layer() -> Any:
+        return torch.nn.TransformerEncoderLayer(H, 4, 2 * H, batch_first=True)
+
+    return {**FAMILIES, "nn_mha": (_MHA, inputs("x")),
+            "nn_encoder_layer": (encoder_layer, inputs("src")),
+            "nn_causal_encoder": (_CausalEncoder, inputs("x"))}
 
 
 def first_calls(variant: str, build: Callable[[], Any], kw: dict[str, Any]
@@ -77,12 +103,14 @@ def _first_calls(variant: str, build: Callable[[], Any], kw: dict[str, Any]
     import torch
 
     model = build().eval()
+    gc.collect()
     t = time.perf_counter()
     fn = _variant(variant, model)
     with torch.no_grad():
         fn(**{k: v for k, v in kw.items() if k != "labels"})
     fwd = time.perf_counter() - t
     model = build().train()
+    gc.collect()
     t = time.perf_counter()
     fn = _variant(variant, model)
     _loss(fn, kw).backward()
@@ -105,14 +133,14 @@ def main() -> None:
     # torch.compile's first calls from cold on-disk caches (a warm cache hides its compile)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))
     import torch
-    from test_hf_models import FAMILIES, L
+    from test_hf_models import L
 
     # Inductor draws dropout with its own generator unless told to call torch's: with
     # fallback_random every variant draws eager's numbers, so all compute one loss
     torch._inductor.config.fallback_random = True
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--families", default=",".join(_families()))
     ap.add_argument("--seconds", type=float, default=3.0, help="steady-step time per variant")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
@@ -139,9 +167,9 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
     """One family's cells: every variant's loss checked against eager's, then its first
     calls and its steady step."""
     import torch
-    from test_hf_models import FAMILIES, L
+    from test_hf_models import L
 
-    build_raw, inputs = FAMILIES[family]
+    build_raw, inputs = _families()[family]
 
     def build(b: Callable[[], Any] = build_raw) -> Any:
         torch.manual_seed(0)
@@ -162,7 +190,7 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
     # computes what the checked one did
     opts = {v: torch.optim.SGD(models[v].parameters(), lr=0.0) for v in variants}
 
-    timings, _ = time_interleaved({v: _step(fns[v], opts[v], kw) for v in variants},
+    timings, others = time_interleaved({v: _step(fns[v], opts[v], kw) for v in variants},
                                   "cpu", seconds, rounds)
     cells = "".join(f"{firsts[v][0]:>16.2f} s{firsts[v][1]:>20.2f} s" for v in variants)
     cells += "".join(f"{timings[v].ms:>17.1f} ms" for v in variants)
@@ -171,6 +199,8 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
         tc = firsts["torch.compile"]
         ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "
                       "than torch.compile")
+    if others is not None:  # CPU time other processes took while the steps were timed
+        ratios.append(f"other processes {others:.2f} CPUs busy")
     return f"{cells}  {'; '.join(ratios)}"
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ what eager draws for the same seed.
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import warnings
 from collections.abc import Callable
@@ -454,6 +455,32 @@ def test_addmm_and_number_tensors_are_native_ops() -> None:
     table = jf(*args)[3]
     table.add_(100)  # a fresh tensor on every call, as eager's
     assert jf(*args)[3].tolist() == [[1, 2], [3, 4]]
+
+
+def test_baddbmm_is_a_native_op_with_eagers_values_gradients_and_errors() -> None:
+    """``torch.baddbmm`` (``nn.MultiheadAttention`` adds its float mask with it) traces
+    without the torch fallback: eager's values and gradients, broadcast ``input``, ``beta``
+    and ``alpha``, ``beta=0`` ignoring NaNs; mixed dtypes raise eager's error."""
+
+    def f(m: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        nan = torch.full((3, 4, 5), float("nan"))
+        return (torch.baddbmm(m, a, b) + m.baddbmm(a, b, beta=0.5, alpha=-2.0)
+                + torch.baddbmm(nan, a, b, beta=0))
+
+    args = [torch.randn(4, 5, requires_grad=True), torch.randn(3, 4, 6, requires_grad=True),
+            torch.randn(3, 6, 5, requires_grad=True)]
+    jf = thunder_ir.jit(f)
+    out, expected = jf(*args), f(*args)
+    _close(out, expected, "value")
+    for g, h in zip(torch.autograd.grad(out.sum(), args),
+                    torch.autograd.grad(expected.sum(), args), strict=True):
+        _close(g, h, "gradient")
+    assert "torch.call" not in thunder_ir.last_traces(jf)[0].mlir()
+    mixed = (torch.randn(4, 5, dtype=torch.float64), args[1].detach(), args[2].detach())
+    with pytest.raises(RuntimeError) as eager_error:
+        torch.baddbmm(*mixed)
+    with pytest.raises(RuntimeError, match=re.escape(str(eager_error.value)[:40])):
+        thunder_ir.jit(torch.baddbmm)(*mixed)
 
 
 def test_constant_pad_and_gather_are_native_ops() -> None:

@@ -1070,6 +1070,25 @@ def _addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1,
 HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
 
 
+def _baddbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1,
+             out: Any = None) -> Any:
+    """``beta * input + alpha * (batch1 @ batch2)`` with ``bmm`` (its shape checks are
+    eager's), as `_addmm` (``nn.MultiheadAttention`` adds its float mask with it). Mixed
+    dtypes, which eager refuses, take the fallback and get eager's error."""
+    if out is not None or not isinstance(input, torch.Tensor) \
+            or not input.dtype == batch1.dtype == batch2.dtype:
+        raise UseFallback
+    prod = torch.bmm(batch1, batch2)
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod
+    return (input if beta == 1 else input * beta) + prod
+
+
+HANDLERS[torch.baddbmm] = HANDLERS[T.baddbmm] = inline(_baddbmm)
+
+
 def _constant_pad(input: Any, pad: Sequence[int], mode: str = "constant",
                   value: Any = None) -> Any:
     """``F.pad`` in ``"constant"`` mode (causal-LM losses shift their labels with it) as
