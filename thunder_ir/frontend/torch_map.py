@@ -1053,39 +1053,33 @@ for _fn in _INLINED:
     HANDLERS[_fn] = inline(_fn)
 
 
+def _add_product(input: Any, prod: Any, beta: Any, alpha: Any) -> Any:
+    """``beta * input + alpha * prod`` as PyTorch's own decomposition of ``addmm`` writes
+    it; ``beta=0`` ignores ``input`` (NaNs included), as eager does."""
+    prod = prod if alpha == 1 else prod * alpha
+    return prod if beta == 0 else (input if beta == 1 else input * beta) + prod
+
+
 def _addmm(input: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1,
            out: Any = None) -> Any:
-    """``beta * input + alpha * (mat1 @ mat2)`` as PyTorch's own decomposition writes it
-    (GPT-2's ``Conv1D``); ``beta=0`` ignores ``input`` (NaNs included), as eager does."""
+    """``torch.addmm`` (GPT-2's ``Conv1D``) as `_add_product` of ``matmul``."""
     if out is not None:
         raise UseFallback
-    prod = torch.matmul(mat1, mat2)
-    if alpha != 1:
-        prod = prod * alpha
-    if beta == 0:
-        return prod
-    return (input if beta == 1 else input * beta) + prod
-
-
-HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
+    return _add_product(input, torch.matmul(mat1, mat2), beta, alpha)
 
 
 def _baddbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1,
              out: Any = None) -> Any:
-    """``beta * input + alpha * (batch1 @ batch2)`` with ``bmm`` (its shape checks are
-    eager's), as `_addmm` (``nn.MultiheadAttention`` adds its float mask with it). Mixed
-    dtypes, which eager refuses, take the fallback and get eager's error."""
+    """``torch.baddbmm`` (``nn.MultiheadAttention`` adds its float mask with it) as
+    `_add_product` of ``bmm`` (eager's shape checks). Mixed dtypes, which eager refuses,
+    take the fallback and get eager's error."""
     if out is not None or not isinstance(input, torch.Tensor) \
             or not input.dtype == batch1.dtype == batch2.dtype:
         raise UseFallback
-    prod = torch.bmm(batch1, batch2)
-    if alpha != 1:
-        prod = prod * alpha
-    if beta == 0:
-        return prod
-    return (input if beta == 1 else input * beta) + prod
+    return _add_product(input, torch.bmm(batch1, batch2), beta, alpha)
 
 
+HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
 HANDLERS[torch.baddbmm] = HANDLERS[T.baddbmm] = inline(_baddbmm)
 
 
