@@ -987,6 +987,8 @@ class NativeBatchNormBackwardOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "weight", "running_mean",
                                              "running_var", "save_mean", "save_invstd",
                                              "training", "eps", "output_mask")
+    # eager's kernel refuses running statistics that require grad, as the forward's does
+    NO_GRAD_OPERANDS: ClassVar[tuple[str, ...]] = ("running_mean", "running_var")
 
 
 def embedding_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
