@@ -944,6 +944,7 @@ class MaxPool2dWithIndicesBackwardOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "indices", "kernel_size",
                                              "stride", "padding", "dilation", "ceil_mode")
 
+
 def native_batch_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
                                weight: torch.Tensor | None = None,
                                running_mean: torch.Tensor | None = None,
