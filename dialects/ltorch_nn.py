@@ -226,9 +226,10 @@ def convolution(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
                 dilation: Sequence[int] = (1,), groups: int = 1) -> torch.Tensor:
     """``F.conv1d`` / ``conv2d`` / ``conv3d`` on a batched input with explicit padding: the
     ATen op they call, so its kernel and values are theirs."""
-    n = len(stride)
-    return _aten.convolution.default(input, weight, bias, list(stride), list(padding),
-                                     list(dilation), False, [0] * n, groups)
+    # torch's generated binding of the same ATen op: half the per-call cost of the
+    # ``torch.ops.aten`` overload (boxed arguments) on a cached call
+    return torch.convolution(input, weight, bias, stride, padding, dilation, False,
+                             (0,) * len(stride), groups)
 
 
 @ltorch_op(convolution)
@@ -262,8 +263,8 @@ def max_pool2d_with_indices(input: torch.Tensor, kernel_size: Sequence[int],
     """``(values, indices)``: 2-d max pooling of a batched input, with each maximum's
     index into its input plane (the first in the window where several are equal), as
     ``F.max_pool2d`` computes it when its input requires grad."""
-    return _aten.max_pool2d_with_indices.default(input, list(kernel_size), list(stride),
-                                                 list(padding), list(dilation), ceil_mode)
+    return torch._C._nn.max_pool2d_with_indices(input, kernel_size, stride, padding, dilation,
+                                                ceil_mode)
 
 
 @ltorch_op(max_pool2d_with_indices)
@@ -496,7 +497,7 @@ def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int],
                       weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                       eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(out, mean, rstd)``: torch's layer-norm kernel (``F.layer_norm`` runs it too)."""
-    return _aten.native_layer_norm.default(input, list(normalized_shape), weight, bias, eps)
+    return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
 
 
 @ltorch_op(native_layer_norm)
@@ -542,11 +543,10 @@ def native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None = None,
     in training ``[out, mean, invstd]`` (the batch statistics the backward reads), then,
     with running statistics, their updated values (eager writes them in place)."""
     if not training:
-        return [_aten._native_batch_norm_legit_no_training.default(
+        return [torch._native_batch_norm_legit_no_training(
             input, weight, bias, running_mean, running_var, momentum, eps)[0]]
     if running_mean is None:
-        return list(_aten._native_batch_norm_legit.no_stats(input, weight, bias, True,
-                                                              momentum, eps))
+        return list(torch._native_batch_norm_legit(input, weight, bias, True, momentum, eps))
     return list(_aten._native_batch_norm_legit_functional.default(
         input, weight, bias, running_mean, running_var, True, momentum, eps))
 

@@ -122,15 +122,27 @@ class Cache:
 
 
 def flatten_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
-    """Flat leaves of (args, kwargs) and the structure; fast path for plain tensors."""
-    if not kwargs:
-        for a in args:
-            if not isinstance(a, torch.Tensor):
+    """Flat leaves of (args, kwargs) and the structure; fast paths for tensors: positional
+    ones (the structure is their number), and keyword ones too (the number and the
+    keywords, in order: ``model(input_ids=..., labels=...)``). `all_tensors` tells them."""
+    for a in args:
+        if not isinstance(a, torch.Tensor):
+            break
+    else:
+        if not kwargs:
+            return list(args), len(args)
+        for v in kwargs.values():
+            if not isinstance(v, torch.Tensor):
                 break
         else:
-            return list(args), len(args)
+            return [*args, *kwargs.values()], (len(args), tuple(kwargs))
     leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_size)
     return leaves, spec
+
+
+def all_tensors(spec: Any) -> bool:
+    """Whether `flatten_args` took a fast path: every leaf is a tensor."""
+    return type(spec) is int or type(spec) is tuple
 
 
 def _is_size(x: Any) -> bool:

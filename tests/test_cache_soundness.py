@@ -333,6 +333,26 @@ def test_same_tensor_as_two_arguments_with_a_write() -> None:
     assert thunder_ir.cache_misses(j) == 2
 
 
+def _asymmetric(a: torch.Tensor, b: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+    return a * scale + b.T
+
+
+def test_keyword_order_is_part_of_the_key() -> None:
+    """``f(a=x, b=y)`` and ``f(b=y, a=x)`` flatten to the same leaves in another order:
+    the second call must not run the program compiled for the first with its arguments
+    swapped (tensor keywords take the fast path; a float keyword the general one)."""
+    j = thunder_ir.jit(_asymmetric)
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    for kwargs in ({"a": x, "b": y}, {"b": y, "a": x}, {"b": x, "a": y},
+                   {"a": x, "b": y, "scale": 3.0}, {"scale": 3.0, "b": y, "a": x}):
+        torch.testing.assert_close(j(**kwargs), _asymmetric(**kwargs), rtol=0, atol=0)
+    torch.testing.assert_close(j(x, b=y), _asymmetric(x, b=y), rtol=0, atol=0)
+    torch.testing.assert_close(j(x, y), _asymmetric(x, y), rtol=0, atol=0)
+    hits = thunder_ir.cache_hits(j)
+    j(b=y, a=x)  # an order seen before hits its program
+    assert thunder_ir.cache_hits(j) == hits + 1
+
+
 def test_views_of_one_another_as_arguments() -> None:
     j = thunder_ir.jit(_write_a_read_b)
     t = torch.zeros(4)
