@@ -39,6 +39,9 @@ class TrainingProgram:
     backward_n_outputs: int
     reaches: list[tuple[int, ...]] = field(default_factory=list)
     ct_meta: list[tuple[tuple[int, ...], torch.dtype, str]] = field(default_factory=list)
+    tensor_residuals: bool = False
+    """Every residual is typed a tensor (no opaque call's graph, no number): they are
+    saved as they come, without sorting them per call."""
 
 
 def _as_tuple(x: Any, n: int) -> tuple[Any, ...]:
@@ -53,34 +56,15 @@ class ThunderFunction(torch.autograd.Function):
         n_total = prog.n_outputs + prog.n_residuals
         res = _as_tuple(prog.forward(*inputs), n_total)
         outs, residuals = res[:prog.n_outputs], res[prog.n_outputs:]
-        saved: list[torch.Tensor] = []
-        layout: list[tuple[int, Any, int]] = []  # (residual index, handle or None, count)
-        others = []
-        for i, r in enumerate(residuals):
-            if isinstance(r, torch.Tensor):
-                saved.append(r)
-                layout.append((i, None, 1))
-            elif isinstance(r, GradHandle):
-                ts = r.tensors()
-                saved.extend(ts)
-                layout.append((i, r, len(ts)))
-            else:
-                others.append((i, r))
-        ctx.save_for_backward(*saved)
-        ctx.layout = layout
-        ctx.others = others
         ctx.prog = prog
-        ctx.set_materialize_grads(False)
+        ctx.materialize_grads = False  # (what set_materialize_grads(False) sets)
+        if prog.tensor_residuals:
+            ctx.save_for_backward(*residuals)
+            ctx.layout = None
+        else:
+            _save_mixed(ctx, residuals)
         if prog.nondiff_outputs:
-            diff = {id(outs[i]) for i in prog.ct_outputs}
-            if any(id(outs[i]) in diff or outs[i]._is_view() for i in prog.nondiff_outputs):
-                # A tensor that is also a differentiable output (x.sin() and
-                # x.sin().detach(), merged), or a view of an input (x.detach()[0]): autograd
-                # would let it require grad; an alias of its own does not.
-                nd = set(prog.nondiff_outputs)
-                outs = tuple(o.detach() if i in nd and (id(o) in diff or o._is_view()) else o
-                             for i, o in enumerate(outs))
-            ctx.mark_non_differentiable(*(outs[i] for i in prog.nondiff_outputs))
+            outs = _mark_nondiff(ctx, prog, outs)
         return outs if len(outs) != 1 else outs[0]
 
     @staticmethod
@@ -95,14 +79,7 @@ class ThunderFunction(torch.autograd.Function):
         present = [grads[i] is not None for i in prog.ct_outputs]
         if not any(present):
             return tuple(result)
-        saved = ctx.saved_tensors
-        residuals: list[Any] = [None] * (len(ctx.layout) + len(ctx.others))
-        k = 0
-        for i, handle, n in ctx.layout:
-            residuals[i] = saved[k] if handle is None else handle.from_tensors(saved[k:k + n])
-            k += n
-        for i, v in ctx.others:
-            residuals[i] = v
+        residuals = ctx.saved_tensors if ctx.layout is None else _unpack_mixed(ctx)
         cts = []
         for i, p in zip(prog.ct_outputs, present):
             g = grads[i]
@@ -113,10 +90,87 @@ class ThunderFunction(torch.autograd.Function):
                 cts.append(torch.zeros(shape, dtype=dtype, device=device))
         out = prog.backward(*residuals, *cts)
         grads_in = _as_tuple(out, prog.backward_n_outputs)
+        if all(present):  # (an input no differentiated output depends on gets None)
+            for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):
+                if reach:
+                    result[pos + 1] = g
+            return tuple(result)
         for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):
             if any(present[j] for j in reach):
                 result[pos + 1] = g
         return tuple(result)
+
+
+def _save_mixed(ctx: Any, residuals: Sequence[Any]) -> None:
+    """Saves tensors, opaque calls' graphs (through their tensors) and other values."""
+    saved: list[torch.Tensor] = []
+    layout: list[tuple[int, Any, int]] = []  # (residual index, handle or None, count)
+    others = []
+    for i, r in enumerate(residuals):
+        if isinstance(r, torch.Tensor):
+            saved.append(r)
+            layout.append((i, None, 1))
+        elif isinstance(r, GradHandle):
+            ts = r.tensors()
+            saved.extend(ts)
+            layout.append((i, r, len(ts)))
+        else:
+            others.append((i, r))
+    ctx.save_for_backward(*saved)
+    ctx.layout = layout
+    ctx.others = others
+
+
+def _unpack_mixed(ctx: Any) -> list[Any]:
+    """The residuals `_save_mixed` saved, in their order."""
+    saved = ctx.saved_tensors
+    residuals: list[Any] = [None] * (len(ctx.layout) + len(ctx.others))
+    k = 0
+    for i, handle, n in ctx.layout:
+        residuals[i] = saved[k] if handle is None else handle.from_tensors(saved[k:k + n])
+        k += n
+    for i, v in ctx.others:
+        residuals[i] = v
+    return residuals
+
+
+def _mark_nondiff(ctx: Any, prog: TrainingProgram, outs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Marks the outputs that carry no gradient non-differentiable (returns the outputs,
+    some replaced by aliases of their own)."""
+    diff = {id(outs[i]) for i in prog.ct_outputs}
+    if any(id(outs[i]) in diff or outs[i]._is_view() for i in prog.nondiff_outputs):
+        # A tensor that is also a differentiable output (x.sin() and
+        # x.sin().detach(), merged), or a view of an input (x.detach()[0]): autograd
+        # would let it require grad; an alias of its own does not.
+        nd = set(prog.nondiff_outputs)
+        outs = tuple(o.detach() if i in nd and (id(o) in diff or o._is_view()) else o
+                     for i, o in enumerate(outs))
+    ctx.mark_non_differentiable(*(outs[i] for i in prog.nondiff_outputs))
+    return outs
+
+
+def _direct_apply() -> Callable[..., Any] | None:
+    """``ThunderFunction``'s C++ ``apply`` without ``Function.apply``'s Python steps (a
+    quarter of a small program's cached call), or None where this torch lacks one of
+    them. Its result is called only while no functorch transform is active, on inputs
+    with functorch's dead wrappers unwrapped: what ``Function.apply`` does then."""
+    try:
+        c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, ThunderFunction)
+        from torch._functorch.utils import unwrap_dead_wrappers
+        active = torch._C._are_functorch_transforms_active
+    except (AttributeError, ImportError, KeyError):  # pragma: no cover - torch build
+        return None
+    apply = ThunderFunction.apply
+
+    def run(prog: TrainingProgram, inputs: tuple[Any, ...]) -> Any:
+        if active():
+            return apply(prog, *inputs)
+        return c_apply(prog, *unwrap_dead_wrappers(inputs))
+
+    return run
+
+
+_APPLY = _direct_apply()
 
 
 def make_runner(prog: TrainingProgram, enable_grad: bool = False) -> Callable[..., Any]:
@@ -124,17 +178,20 @@ def make_runner(prog: TrainingProgram, enable_grad: bool = False) -> Callable[..
 
     ``enable_grad``: record even when called with grad mode off (the traced code turned it
     on itself, with ``torch.enable_grad()``)."""
-    apply = ThunderFunction.apply
+    fn_apply = ThunderFunction.apply
+    direct = _APPLY
 
     def run(*inputs: Any) -> Any:
-        return apply(prog, *inputs)
+        if direct is not None:
+            return direct(prog, inputs)
+        return fn_apply(prog, *inputs)
 
     if not enable_grad:
         return run
 
     def run_with_grad(*inputs: Any) -> Any:
         with torch.enable_grad():
-            return apply(prog, *inputs)
+            return run(*inputs)
 
     return run_with_grad
 

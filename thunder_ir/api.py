@@ -34,6 +34,7 @@ from thunder_ir.dialects.program import (
     program_functions,
     prologue_function,
 )
+from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.lowering.codegen import DelLastUsedPass
 from thunder_ir.passes.autodiff import layout_of
@@ -363,7 +364,8 @@ class _Compiled:
             nondiff_outputs=[i for i in range(n_out) if i not in ct_outputs],
             backward_n_outputs=len(grad_inputs),
             reaches=[tuple(r) for r in lay["reaches"]],
-            ct_meta=[(t.sizes, t.dtype, t.dev) for t in (out_types[i] for i in ct_outputs)])
+            ct_meta=[(t.sizes, t.dtype, t.dev) for t in (out_types[i] for i in ct_outputs)],
+            tensor_residuals=all(isinstance(t, TensorType) for t in out_types[n_out:]))
         return Entry(
             fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
             gather=_make_gather(traced, state),
