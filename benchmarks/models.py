@@ -13,7 +13,9 @@ sequence 16), every variant is first checked against eager (the training loss), 
   another one compiled already, XLM-RoBERTa after RoBERTa, would otherwise hit them;
   torch.compile uses ``fallback_random`` so that its dropout draws are eager's);
 * steady training step (forward, backward, SGD step), timed interleaved
-  (`harness.time_interleaved`) with malloc pinned.
+  (`harness.time_interleaved`) with malloc pinned; besides the ratio of the medians, the
+  median and range of the per-round ratios (each round runs every variant back to back,
+  so a round's ratio is free of the machine's slower and faster spells).
 
 Prints a table and the ratios thunder_ir / torch.compile (first calls) and thunder_ir /
 eager (steady step). Usage::
@@ -28,6 +30,7 @@ import argparse
 import gc
 import os
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -194,7 +197,10 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
                                   "cpu", seconds, rounds)
     cells = "".join(f"{firsts[v][0]:>16.2f} s{firsts[v][1]:>20.2f} s" for v in variants)
     cells += "".join(f"{timings[v].ms:>17.1f} ms" for v in variants)
-    ratios = [f"step {timings['thunder_ir'].ms / timings['eager'].ms:.2f}x eager"]
+    # each round ran every variant back to back: its ratio cancels the machine's slow drift
+    paired = sorted(t / e for t, e in zip(timings["thunder_ir"].rounds, timings["eager"].rounds))
+    ratios = [f"step {timings['thunder_ir'].ms / timings['eager'].ms:.2f}x eager (per round "
+              f"{statistics.median(paired):.2f}x, {paired[0]:.2f}-{paired[-1]:.2f})"]
     if "torch.compile" in variants:
         tc = firsts["torch.compile"]
         ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "

@@ -256,6 +256,16 @@ def test_snapshot_is_a_faithful_independent_copy() -> None:
     assert str(copy) == str(module) == str(module.clone())
     copy.verify()
     assert all(a is not b for a, b in zip(copy.walk(), module.walk(), strict=True))
+    # every field `Operation.create` sets, as it sets it (the copy bypasses it)
+    for a, b in zip(copy.walk(), module.walk(), strict=True):
+        assert type(a) is type(b) and a.properties == b.properties
+        assert a.attributes == b.attributes and a.location == b.location
+        assert a.properties is not b.properties and a.attributes is not b.attributes
+        assert [r.type for r in a.results] == [r.type for r in b.results]
+        assert all(r.owner is a and r.index == i for i, r in enumerate(a.results))
+        for i, v in enumerate(a.operands):  # the copy's uses, not the original's
+            assert any(u.operation is a and u.index == i for u in v.uses)
+        assert a.parent is None if b.parent is None else a.parent is not b.parent
     names_before = str(module)
     DCEPass().apply(CTX, copy)
     CSEPass().apply(CTX, copy)
