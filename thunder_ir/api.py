@@ -236,7 +236,10 @@ class _Compiled:
         target = self.module.forward if self.module is not None else self.fn
         assert target is not None
         names = _leaf_names(_arg_names(target, len(args), kwargs), args, kwargs, n)
-        structure = self._structures.setdefault(spec, len(self._structures))
+        structure = self._structures.get(spec)
+        if structure is None:
+            with self._lock:  # two threads' new structures must not get one number
+                structure = self._structures.setdefault(spec, len(self._structures))
         pro = make_prologue(names, self._state(), all_tensors=all_tensors(spec),
                             tokens=(structure, *tokens),
                             token_names=["argument structure", *(g.name for g in self.guards)])
