@@ -50,6 +50,26 @@ Number = IntegerAttr | FloatAttr
 _aten = torch.ops.aten
 """(The backward kernels below call ATen overloads directly: ``torch.ops`` packets resolve
 their overload on every call, a few microseconds that a 2-ms training step notices.)"""
+
+
+def _kernel(name: str, overload: str = "default") -> Any:
+    """The C++ callable of ``torch.ops.aten.<name>.<overload>``: what the overload's
+    ``__call__`` calls, without its Python frame (a cached call makes one per op)."""
+    op = getattr(getattr(_aten, name), overload)
+    return getattr(op, "_op", op)
+
+
+_K__NATIVE_BATCH_NORM_LEGIT_FUNCTIONAL = _kernel("_native_batch_norm_legit_functional")
+_K_CONVOLUTION_BACKWARD = _kernel("convolution_backward")
+_K_EMBEDDING_DENSE_BACKWARD = _kernel("embedding_dense_backward")
+_K_GELU_BACKWARD = _kernel("gelu_backward")
+_K_MAX_POOL2D_WITH_INDICES_BACKWARD = _kernel("max_pool2d_with_indices_backward")
+_K_NATIVE_BATCH_NORM_BACKWARD = _kernel("native_batch_norm_backward")
+_K_NATIVE_LAYER_NORM_BACKWARD = _kernel("native_layer_norm_backward")
+_K_NLL_LOSS_BACKWARD = _kernel("nll_loss_backward")
+_K_NLL_LOSS_FORWARD = _kernel("nll_loss_forward")
+_K_SILU_BACKWARD = _kernel("silu_backward")
+_K_THRESHOLD_BACKWARD = _kernel("threshold_backward")
 Bool = IntegerAttr
 IntArray = DenseArrayBase
 
@@ -327,7 +347,7 @@ class SiluOp(ActivationOp):
 
 def silu_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
     """``grad_output * silu'(input)`` with torch's one fused kernel."""
-    return _aten.silu_backward.default(grad_output, input)
+    return _K_SILU_BACKWARD(grad_output, input)
 
 
 @ltorch_op(silu_backward)
@@ -349,7 +369,7 @@ def threshold_backward(grad_output: torch.Tensor, input: torch.Tensor,
                        threshold: float) -> torch.Tensor:
     """``grad_output`` where ``input > threshold``, else 0, with torch's one kernel (relu's
     backward on its result, as eager's autograd runs it)."""
-    return _aten.threshold_backward.default(grad_output, input, threshold)
+    return _K_THRESHOLD_BACKWARD(grad_output, input, threshold)
 
 
 @ltorch_op(threshold_backward)
@@ -547,7 +567,7 @@ def native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None = None,
             input, weight, bias, running_mean, running_var, momentum, eps)[0]]
     if running_mean is None:
         return list(torch._native_batch_norm_legit(input, weight, bias, True, momentum, eps))
-    return list(_aten._native_batch_norm_legit_functional.default(
+    return list(_K__NATIVE_BATCH_NORM_LEGIT_FUNCTIONAL(
         input, weight, bias, running_mean, running_var, True, momentum, eps))
 
 
@@ -772,7 +792,7 @@ class MseLossOp(BoundCallOp):
 def gelu_backward(grad_output: torch.Tensor, input: torch.Tensor,
                   approximate: str | None = None) -> torch.Tensor:
     """``grad_output * gelu'(input)`` with torch's one kernel."""
-    return _aten.gelu_backward.default(grad_output, input, approximate=approximate or "none")
+    return _K_GELU_BACKWARD(grad_output, input, approximate=approximate or "none")
 
 
 @ltorch_op(gelu_backward)
@@ -844,7 +864,7 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
         _, mean, rstd = torch.native_layer_norm(input, shape, weight, bias,
                                                 1e-5 if eps is None else eps)
     mask = [bool(m) for m in output_mask]
-    grads = _aten.native_layer_norm_backward.default(
+    grads = _K_NATIVE_LAYER_NORM_BACKWARD(
         grad_output, input, shape, mean, rstd, weight, bias, mask)
     return [gr for gr, m in zip(grads, mask) if m]
 
@@ -883,7 +903,7 @@ def convolution_backward(grad_output: torch.Tensor, input: torch.Tensor, weight:
     """The gradients ``output_mask`` asks for, of (input, weight, bias): torch's backward
     kernel, as eager's autograd runs it."""
     mask = [bool(m) for m in output_mask]
-    grads = _aten.convolution_backward.default(
+    grads = _K_CONVOLUTION_BACKWARD(
         grad_output, input, weight, [weight.shape[0]] if mask[2] else None, list(stride),
         list(padding), list(dilation), False, [0] * len(stride), groups, mask)
     return [gr for gr, m in zip(grads, mask) if m]
@@ -918,7 +938,7 @@ def max_pool2d_with_indices_backward(grad_output: torch.Tensor, input: torch.Ten
                                      ) -> torch.Tensor:
     """Each output's gradient added at its maximum's index: torch's backward kernel, as
     eager's autograd runs it."""
-    return _aten.max_pool2d_with_indices_backward.default(
+    return _K_MAX_POOL2D_WITH_INDICES_BACKWARD(
         grad_output, input, list(kernel_size), list(stride), list(padding), list(dilation),
         ceil_mode, indices)
 
@@ -958,7 +978,7 @@ def native_batch_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     kernel on the forward's batch statistics (training) or the running ones (evaluation),
     as eager's autograd runs it."""
     mask = [bool(m) for m in output_mask]
-    grads = _aten.native_batch_norm_backward.default(
+    grads = _K_NATIVE_BATCH_NORM_BACKWARD(
         grad_output, input, weight, running_mean, running_var, save_mean, save_invstd,
         training, eps, mask)
     return [gr for gr, m in zip(grads, mask) if m]
@@ -997,7 +1017,7 @@ def embedding_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_wei
                        ) -> torch.Tensor:
     """The dense gradient of ``embedding``'s weight (torch's kernel)."""
     pad = -1 if padding_idx is None else padding_idx
-    return _aten.embedding_dense_backward.default(
+    return _K_EMBEDDING_DENSE_BACKWARD(
         grad_output, indices, num_weights, pad, bool(scale_grad_by_freq))
 
 
@@ -1030,7 +1050,7 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor,
     """``(loss, total_weight)``: torch's ``nll_loss`` kernel on log-probabilities (how
     ``cross_entropy`` ends), ``total_weight`` the summed class weights of the unignored
     targets (zero for reduction ``"none"`` on a batch)."""
-    return _aten.nll_loss_forward.default(input, target, weight,
+    return _K_NLL_LOSS_FORWARD(input, target, weight,
                                           _REDUCTIONS[reduction or "mean"],
                                           -100 if ignore_index is None else ignore_index)
 
@@ -1063,7 +1083,7 @@ def nll_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: to
                       reduction: str | None = None, ignore_index: int | None = None
                       ) -> torch.Tensor:
     """The gradient of ``nll_loss_forward``'s log-probabilities (torch's kernel)."""
-    return _aten.nll_loss_backward.default(grad_output, input, target, weight,
+    return _K_NLL_LOSS_BACKWARD(grad_output, input, target, weight,
                                            _REDUCTIONS[reduction or "mean"],
                                            -100 if ignore_index is None else ignore_index,
                                            total_weight)

@@ -263,7 +263,7 @@ def sdpa_forward_cpu(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                      scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, logsumexp)`` of CPU flash attention: the output
     ``scaled_dot_product_attention`` gives, and the statistics its backward needs."""
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+    out, lse = torch._scaled_dot_product_flash_attention_for_cpu(  # (torch's binding)
         query, key, value, 0.0, is_causal, attn_mask=_float_mask(attn_mask, query.dtype),
         scale=scale)
     return out, lse
