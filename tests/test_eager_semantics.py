@@ -441,6 +441,22 @@ def test_non_differentiable_outputs_do_not_require_grad() -> None:
     check_against_eager(lambda x: (torch.zeros_like(x), torch.argmax(x)), rand(5))
 
 
+def test_a_saved_input_modified_in_place_before_backward_raises_eagers_error() -> None:
+    """Residuals go through ``save_for_backward``, so autograd's version check sees an
+    input changed between forward and backward (an optimizer step in between), as in
+    eager, instead of differentiating with the new values."""
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return (x * w).sin().sum()
+
+    for fn in (f, thunder_ir.jit(f)):
+        x, w = rand(3), rand(3, seed=1)
+        loss = fn(x, w)
+        with torch.no_grad():
+            w.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+
+
 def test_unused_inputs_and_outputs_get_none_gradients() -> None:
     def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x * 2
