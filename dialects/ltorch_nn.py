@@ -283,8 +283,8 @@ def max_pool2d_with_indices(input: torch.Tensor, kernel_size: Sequence[int],
     """``(values, indices)``: 2-d max pooling of a batched input, with each maximum's
     index into its input plane (the first in the window where several are equal), as
     ``F.max_pool2d`` computes it when its input requires grad."""
-    return torch._C._nn.max_pool2d_with_indices(input, kernel_size, stride, padding, dilation,
-                                                ceil_mode)
+    return torch._C._nn.max_pool2d_with_indices(input, tuple(kernel_size), tuple(stride),
+                                                tuple(padding), tuple(dilation), ceil_mode)
 
 
 @ltorch_op(max_pool2d_with_indices)
@@ -562,7 +562,8 @@ def native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None = None,
     """Batch norm as ``F.batch_norm`` computes it, functional: ``[out]`` in evaluation;
     in training ``[out, mean, invstd]`` (the batch statistics the backward reads), then,
     with running statistics, their updated values (eager writes them in place)."""
-    if not training:
+    if not training:  # (evaluation reads running statistics: the frontend saw to it)
+        assert running_mean is not None and running_var is not None
         return [torch._native_batch_norm_legit_no_training(
             input, weight, bias, running_mean, running_var, momentum, eps)[0]]
     if running_mean is None:
