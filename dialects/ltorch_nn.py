@@ -1051,9 +1051,8 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor,
     """``(loss, total_weight)``: torch's ``nll_loss`` kernel on log-probabilities (how
     ``cross_entropy`` ends), ``total_weight`` the summed class weights of the unignored
     targets (zero for reduction ``"none"`` on a batch)."""
-    return _K_NLL_LOSS_FORWARD(input, target, weight,
-                                          _REDUCTIONS[reduction or "mean"],
-                                          -100 if ignore_index is None else ignore_index)
+    return _K_NLL_LOSS_FORWARD(input, target, weight, _REDUCTIONS[reduction or "mean"],
+                               -100 if ignore_index is None else ignore_index)
 
 
 @ltorch_op(nll_loss_forward)
@@ -1085,9 +1084,8 @@ def nll_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: to
                       ) -> torch.Tensor:
     """The gradient of ``nll_loss_forward``'s log-probabilities (torch's kernel)."""
     return _K_NLL_LOSS_BACKWARD(grad_output, input, target, weight,
-                                           _REDUCTIONS[reduction or "mean"],
-                                           -100 if ignore_index is None else ignore_index,
-                                           total_weight)
+                                _REDUCTIONS[reduction or "mean"],
+                                -100 if ignore_index is None else ignore_index, total_weight)
 
 
 @ltorch_op(nll_loss_backward)

@@ -57,7 +57,7 @@ class ThunderFunction(torch.autograd.Function):
         res = _as_tuple(prog.forward(*inputs), n_total)
         outs, residuals = res[:prog.n_outputs], res[prog.n_outputs:]
         ctx.prog = prog
-        ctx.materialize_grads = False  # (what set_materialize_grads(False) sets)
+        ctx.set_materialize_grads(False)
         if prog.tensor_residuals:
             ctx.save_for_backward(*residuals)
             ctx.layout = None
@@ -90,13 +90,9 @@ class ThunderFunction(torch.autograd.Function):
                 cts.append(torch.zeros(shape, dtype=dtype, device=device))
         out = prog.backward(*residuals, *cts)
         grads_in = _as_tuple(out, prog.backward_n_outputs)
-        if all(present):  # (an input no differentiated output depends on gets None)
-            for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):
-                if reach:
-                    result[pos + 1] = g
-            return tuple(result)
+        every = all(present)
         for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):
-            if any(present[j] for j in reach):
+            if reach and (every or any(present[j] for j in reach)):
                 result[pos + 1] = g
         return tuple(result)
 
@@ -178,13 +174,15 @@ def make_runner(prog: TrainingProgram, enable_grad: bool = False) -> Callable[..
 
     ``enable_grad``: record even when called with grad mode off (the traced code turned it
     on itself, with ``torch.enable_grad()``)."""
-    fn_apply = ThunderFunction.apply
     direct = _APPLY
+    if direct is None:
+        fn_apply = ThunderFunction.apply
 
-    def run(*inputs: Any) -> Any:
-        if direct is not None:
+        def run(*inputs: Any) -> Any:
+            return fn_apply(prog, *inputs)
+    else:
+        def run(*inputs: Any) -> Any:
             return direct(prog, inputs)
-        return fn_apply(prog, *inputs)
 
     if not enable_grad:
         return run
