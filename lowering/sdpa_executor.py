@@ -132,8 +132,11 @@ def sdpa_backward_path(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     gradient is asked for, else ``math``. CUDA: ``flash_cuda`` without a mask when flash
     attention supports the inputs (fp16/bf16, head dim, GPU), else ``efficient_cuda``
     when memory-efficient attention does (it takes a mask and gives its gradient), else
-    ``math``. Any other device: ``math``.
+    ``math``; 3-D inputs on CUDA: ``math``, as eager's selector picks there (its fused CUDA
+    kernels take 4-D inputs only). Any other device: ``math``.
     """
+    if query.device.type == "cuda" and query.dim() != 4:
+        return "math"
     q, k, v, mask, _ = _prepare(query, key, value, attn_mask, enable_gqa)
     return _choose(q, k, v, mask, is_causal, scale, mask_grad and attn_mask is not None)
 
