@@ -8,7 +8,7 @@ grad mode, the default dtype, autocast, and the tokens of the guarded Python sta
 (`thunder_ir.runtime.guards`). Each op reads one of those; ``guard.key`` makes the tuple::
 
     func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
-      %0, %1, %2, %3 = "guard.tensor_meta"(%a0) <{label = "x"}> : ...
+      %0, %1, %2, %3, %l = "guard.tensor_meta"(%a0) <{label = "x"}> : ...
       %4 = "guard.leaf_meta"(%a1) <{label = "scale"}> : (!guard.value) -> !guard.value
       %5 = "guard.aliases"(%a0, %a1) : ...
       %6 = "guard.state_meta"() <{names = ["fc.weight", "fc.bias"]}> : ...
@@ -35,13 +35,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, UnitAttr, i64
 from xdsl.ir import Dialect, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -63,7 +64,18 @@ class ValueType(ParametrizedAttribute, TypeAttribute):
 
 VALUE = ValueType()
 
-_META = ("shape", "dtype", "device", "requires_grad")
+_META = ("{0}.shape", "{0}.dtype", "{0}.device", "{0}.requires_grad",
+         "({0}.is_contiguous() or {0}.stride())")
+"""The key's reads of one tensor: its metadata, and its layout (one C call for a contiguous
+tensor; the strides otherwise)."""
+_EXACT_META = (*_META[:4], "({0}.stride(), {0}.storage_offset())")
+"""The reads where the trace read a tensor's exact strides or storage offset (``exact``):
+the layout token is both, for every tensor (a contiguous tensor's size-1 dims and its
+offset are not in the contiguity token)."""
+
+
+def _meta(op: IRDLOperation) -> tuple[str, ...]:
+    return _EXACT_META if "exact" in op.properties else _META
 
 
 class GuardOp(IRDLOperation):
@@ -80,6 +92,12 @@ class GuardOp(IRDLOperation):
         (``"grad mode"``), in order."""
         raise NotImplementedError(self.name)
 
+    def python_without_layout(self, operands: Sequence[str]) -> list[str]:
+        """`python`, leaving out the tensors' layouts (``None`` in their place): the key of
+        a call to a program whose trace made no decision by layout
+        (`thunder_ir.runtime.prologue.Prologue.layout_free`)."""
+        return self.python(operands)
+
     def widths(self) -> list[int]:
         """How many elements of the key each result makes: one, unless its expression is a
         comma-separated run spliced into the key's tuple (`StateMetaOp`)."""
@@ -91,40 +109,52 @@ class GuardOp(IRDLOperation):
 
 @irdl_op_definition
 class TensorMetaOp(GuardOp):
-    """`%shape, %dtype, %device, %requires_grad = "guard.tensor_meta"(%a0) <{label = "x"}>`:
-    a tensor argument's metadata, read inline (``a0.shape, a0.dtype, ...``)."""
+    """`%shape, %dtype, %device, %requires_grad, %layout = "guard.tensor_meta"(%a0)
+    <{label = "x"}>`: a tensor argument's metadata, read inline (``a0.shape, a0.dtype, ...``),
+    and its layout (``a0.is_contiguous() or a0.stride()``)."""
 
     name = "guard.tensor_meta"
 
     arg = operand_def(ValueType)
     label = prop_def(StringAttr)
+    exact = opt_prop_def(UnitAttr)
     shape = result_def(ValueType)
     dtype = result_def(ValueType)
     device = result_def(ValueType)
     requires_grad = result_def(ValueType)
+    layout = result_def(ValueType)
 
     def python(self, operands: Sequence[str]) -> list[str]:
-        return [f"{operands[0]}.{m}" for m in _META]
+        return [m.format(operands[0]) for m in _meta(self)]
+
+    def python_without_layout(self, operands: Sequence[str]) -> list[str]:
+        return [*self.python(operands)[:4], "None"]
 
     def labels(self) -> list[str]:
         name = self.label.data
         return [f"the shape of argument '{name}'", f"the dtype of argument '{name}'",
-                f"the device of argument '{name}'", f"requires_grad of argument '{name}'"]
+                f"the device of argument '{name}'", f"requires_grad of argument '{name}'",
+                f"the memory layout (strides) of argument '{name}'"]
 
 
 @irdl_op_definition
 class LeafMetaOp(GuardOp):
     """`%m = "guard.leaf_meta"(%a1) <{label = "scale"}>`: one argument leaf's key part
-    (`thunder_ir.runtime.cache.tensor_meta`: a tensor's metadata, a number's value)."""
+    (`thunder_ir.runtime.cache.tensor_meta`: a tensor's metadata, a number's value; with
+    ``exact``, a tensor's exact strides and storage offset)."""
 
     name = "guard.leaf_meta"
 
     arg = operand_def(ValueType)
     label = prop_def(StringAttr)
+    exact = opt_prop_def(UnitAttr)
     out = result_def(ValueType)
 
     def python(self, operands: Sequence[str]) -> list[str]:
-        return [f"_meta({operands[0]})"]
+        return [f"_meta({operands[0]}{', True' if self.exact else ''})"]
+
+    def python_without_layout(self, operands: Sequence[str]) -> list[str]:
+        return [f"_meta({operands[0]}, None)"]
 
     def labels(self) -> list[str]:
         return [f"argument '{self.label.data}'"]
@@ -154,20 +184,28 @@ class AliasesOp(GuardOp):
 class StateMetaOp(GuardOp):
     """`%state = "guard.state_meta"() <{names = ["fc.weight", "fc.bias"]}>`: the metadata
     of every parameter and buffer (the prologue's globals ``p0``, ``p1``... in ``names``'
-    order): shape, dtype, device and requires_grad of each, spliced into the key as
-    ``4 * len(names)`` elements. One op for the whole state, so that a module of many
+    order): shape, dtype, device, requires_grad and layout of each, spliced into the key
+    as ``5 * len(names)`` elements. One op for the whole state, so that a module of many
     parameters costs one op to build and copy."""
 
     name = "guard.state_meta"
 
     names = prop_def(ArrayAttr[StringAttr])
+    exact = opt_prop_def(UnitAttr)
     state = result_def(ValueType)
 
     def python(self, operands: Sequence[str]) -> list[str]:
-        return [", ".join(f"p{i}.{m}" for i in range(len(self.names.data)) for m in _META)]
+        return [", ".join(m.format(f"p{i}") for i in range(len(self.names.data))
+                          for m in _meta(self))]
+
+    def python_without_layout(self, operands: Sequence[str]) -> list[str]:
+        return [", ".join(m.format(f"p{i}") for i in range(len(self.names.data))
+                          for m in _META[:4])]
 
     def labels(self) -> list[str]:
-        return [f"the metadata of '{n.data}'" for n in self.names.data for _ in _META]
+        return [f"the {what} of '{n.data}'" for n in self.names.data
+                for what in ("shape", "dtype", "device", "requires_grad",
+                             "memory layout (strides)")]
 
     def widths(self) -> list[int]:
         return [len(_META) * len(self.names.data)]

@@ -849,16 +849,22 @@ def _view(input: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     return torch.reshape(input, tuple(size))
 
 
+def _eager_view(input: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    return input.view(tuple(size))
+
+
 @ltorch_op(_view)
 class ViewOp(ShapeOp):
     """`%y = ltorch.view %input {size}`: ``Tensor.view`` (aten names the shape ``size``);
-    values as ``reshape``, since the IR has no aliasing"""
+    values as ``reshape``, since the IR has no aliasing (tracing checks, on eager's layout,
+    that eager can view it: ``LAYOUT_FN``)"""
 
     name = "ltorch.view"
     traits = traits_def(ViewLike(RESHAPE))
 
     size = prop_def(IntArray)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "size")
+    LAYOUT_FN: ClassVar[Any] = staticmethod(_eager_view)
 
 
 @ltorch_op(torch.permute)
@@ -886,18 +892,27 @@ class TransposeOp(ShapeOp):
 
 @ltorch_op(torch.Tensor.contiguous)
 class ContiguousOp(ShapeOp):
-    """`%y = ltorch.contiguous %input`: the identity on values"""
+    """`%y = ltorch.contiguous %input {memory_format}`: the identity on values, laid out in
+    ``memory_format`` (absent: row-major). Tracing records it only where eager copies (an
+    input already in that layout is returned as it is)."""
 
     name = "ltorch.contiguous"
     traits = traits_def(ViewLike(COPY))
 
+    memory_format = opt_prop_def(Attribute)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "memory_format")
+
 
 @ltorch_op(torch.clone)
 class CloneOp(ShapeOp):
-    """`%y = ltorch.clone %input`: the identity on values"""
+    """`%y = ltorch.clone %input {memory_format}`: the identity on values, in a new tensor
+    laid out as ``memory_format`` says (absent: the input's layout, where it is dense)"""
 
     name = "ltorch.clone"
     traits = traits_def(ViewLike(COPY))
+
+    memory_format = opt_prop_def(Attribute)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "memory_format")
 
 
 @ltorch_op(torch.flatten)

@@ -271,6 +271,9 @@ class ConvolutionOp(BoundCallOp):
     traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias", "stride", "padding",
                                              "dilation", "groups")
+    DEVICE_LAYOUT: ClassVar[bool] = True
+    """The backend picks the result's memory format (channels-last on the CPU for a
+    channels-last input or weight): tracing asks torch's fake tensors."""
 
 
 # --------------------------------------------------------------------------- pooling
@@ -709,6 +712,10 @@ class ScaledDotProductAttentionOp(NNOp):
                                              "is_causal", "scale", "enable_gqa")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dropout_p": 0.0, "is_causal": False, "scale": None,
                                           "enable_gqa": False}
+    LAYOUT_ASKED_ON: ClassVar[tuple[str, ...]] = ("cuda",)
+    """The result's layout is that of the kernel eager picks for the device (CUDA's flash
+    and memory-efficient kernels return the heads transposed): tracing asks torch's fake
+    tensors there (`thunder_ir.frontend.layout`)."""
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
@@ -928,6 +935,7 @@ class ConvolutionBackwardOp(NNOp):
     output_mask = prop_def(IntArray)
     outs = var_result_def(TensorType)
     traits = traits_def(Pure(), Library())
+    DEVICE_LAYOUT: ClassVar[bool] = True
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "weight", "stride",
                                              "padding", "dilation", "groups", "output_mask")
 

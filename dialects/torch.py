@@ -290,6 +290,8 @@ class MetaCall:
         nograd: operands that require grad but get no gradient from eager's backward.
         mutated: operands the callee writes into (``out=``, running statistics).
         views: per result, the operand it is a view of (``None``: a fresh tensor).
+        strides: per result, its strides and storage offset in the meta run (eager's,
+            given stand-ins with the operands' layouts).
     """
 
     result_types: list[Attribute]
@@ -299,6 +301,7 @@ class MetaCall:
     nograd: tuple[int, ...] = ()
     mutated: tuple[int, ...] = ()
     views: tuple[int | None, ...] = ()
+    strides: tuple[tuple[tuple[int, ...], int], ...] = ()
 
     def rebuild(self, results: Sequence[Any]) -> Any:
         """The callee's output structure with ``results`` in place of its tensors."""
@@ -313,8 +316,10 @@ class MetaCall:
 
 def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
               kwargs: dict[str, Any] | None = None,
-              requires_grad: Sequence[bool] | None = None) -> MetaCall:
-    """Runs ``callee`` on meta stand-ins of ``operands`` (SSA values).
+              requires_grad: Sequence[bool] | None = None,
+              stand_ins: Sequence[Any] | None = None) -> MetaCall:
+    """Runs ``callee`` on meta stand-ins of ``operands`` (SSA values; ``stand_ins``: the
+    caller's, with the operands' layouts, else contiguous ones).
 
     With ``requires_grad`` (one flag per operand) the stand-ins of flagged operands
     require grad and the run records autograd in the caller's grad mode, so each result
@@ -325,7 +330,8 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
                                    "args": ArrayAttr([to_attr(a) for a in args])}
     if kwargs:
         props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
-    metas = [meta_value(v.type) for v in operands]
+    metas = list(stand_ins) if stand_ins is not None else [meta_value(v.type)
+                                                             for v in operands]
     op = CallOp.create(operands=list(operands), result_types=(), properties=props)
     if requires_grad is not None:  # run in the caller's grad mode (views under no_grad)
         metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
@@ -347,8 +353,10 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     bases = {id(m): i for i, m in enumerate(metas) if isinstance(m, torch.Tensor)}
     views = tuple(bases.get(id(o._base)) if isinstance(o, torch.Tensor) and o._base is not None
                   else None for o in results)
+    strides = tuple((tuple(o.stride()), int(o.storage_offset())) if isinstance(o, torch.Tensor)
+                    else ((), 0) for o in results)
     return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd,
-                    tuple(sorted(spy.written)), views)
+                    tuple(sorted(spy.written)), views, strides)
 
 
 class _WriteSpy(TorchDispatchMode):

@@ -345,6 +345,14 @@ def _set_layout(fn: func.FuncOp, layout: dict[str, Any]) -> None:
         fn.attributes[f"thunder.{k}"] = to_attr(v)
 
 
+def _keep_output_strides(old: func.FuncOp, new: func.FuncOp) -> None:
+    """Eager's strides of the user's results (``thunder.output_strides``, which tracing
+    sets and `restride-outputs` reads) stay on the function that returns them first."""
+    strides = old.attributes.get("thunder.output_strides")
+    if strides is not None:
+        new.attributes["thunder.output_strides"] = strides
+
+
 def layout_of(fn: func.FuncOp) -> dict[str, Any]:
     """The ``thunder.*`` attributes of a function, as Python values (``n_inputs`` ...)."""
     from thunder_ir.dialects.base import from_attr
@@ -399,6 +407,7 @@ class AutodiffPass(ModulePass):
                           "grad_inputs": tuple(joint.grad_inputs),
                           "ct_outputs": tuple(joint.ct_outputs),
                           "reaches": tuple(joint.reaches)})
+        _keep_output_strides(fn, jfn)
         _replace_function(op, fn, [jfn])
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
@@ -432,6 +441,7 @@ class RematSplitPass(ModulePass):
                           "grad_inputs": tuple(joint.grad_inputs),
                           "ct_outputs": tuple(joint.ct_outputs),
                           "reaches": tuple(joint.reaches)})
+        _keep_output_strides(main_function(op), fwd)
         _replace_function(op, main_function(op), [fwd, bwd])
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:

@@ -592,12 +592,12 @@ def transpose(d: Decomposer, x: SSAValue, dim0: int, dim1: int) -> SSAValue:
 
 
 @decomposes(L.ContiguousOp)
-def contiguous(d: Decomposer, x: SSAValue) -> SSAValue:
-    return x
+def contiguous(d: Decomposer, x: SSAValue, memory_format: Any = None) -> SSAValue:
+    return x  # values only: the program's outputs get eager's layout at its end
 
 
 @decomposes(L.CloneOp)
-def clone(d: Decomposer, x: SSAValue) -> SSAValue:
+def clone(d: Decomposer, x: SSAValue, memory_format: Any = None) -> SSAValue:
     return x
 
 

@@ -46,6 +46,7 @@ _BUILTINS: dict[str, str] = {
     "decompose-for-grad": "thunder_ir.passes.autodiff:DecomposeForGradPass",
     "autodiff": "thunder_ir.passes.autodiff:AutodiffPass",
     "remat-split": "thunder_ir.passes.autodiff:RematSplitPass",
+    "restride-outputs": "thunder_ir.passes.restride:RestrideOutputsPass",
     # The lowering's passes, named here (not imported) so that every step of `jit` has a
     # name in `thunder-ir-opt` and in pipeline specs.
     "lower-claimed": "thunder_ir.lowering.executors:LowerClaimedPass",

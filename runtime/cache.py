@@ -1,10 +1,12 @@
 """The compile cache: one dict lookup per call, keyed on everything that changes a program.
 
-The key covers, for every tensor input, parameter and buffer: shape, dtype, device and
-requires_grad; which tensor arguments share memory (`aliases`); the values of non-tensor
-inputs (floats by ``repr``: ``-0.0`` is not ``0.0``, NaN is NaN); grad mode, default dtype
-and autocast state; and the tokens of the guarded Python state that tracing read (module
-attributes, submodules, hooks, globals, closure cells: `thunder_ir.runtime.guards`).
+The key covers, for every tensor input, parameter and buffer: shape, dtype, device,
+requires_grad and layout (``x.is_contiguous() or x.stride()``: one C call for a contiguous
+tensor, the strides otherwise); which tensor arguments share memory, and where
+(`aliases`); the values of non-tensor inputs (floats by ``repr``: ``-0.0`` is not ``0.0``,
+NaN is NaN); grad mode, default dtype and autocast state; and the tokens of the guarded
+Python state that tracing read (module attributes, submodules, hooks, globals, closure
+cells: `thunder_ir.runtime.guards`).
 
 The key function (the *prologue*, `thunder_ir.runtime.prologue`) is built as IR and
 generated from it as Python with no loops: attribute reads into one tuple.
@@ -14,7 +16,7 @@ programs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +31,20 @@ RECOMPILE_LIMIT = 8
 keeps changing (torch.compile's default limit is 8 too)."""
 
 
-def tensor_meta(x: Any) -> Any:
-    """The cache-key part of one argument leaf."""
+def tensor_meta(x: Any, exact: bool | None = False) -> Any:
+    """The cache-key part of one argument leaf: a tensor's metadata and its layout (its
+    contiguity or strides; with ``exact``, its strides and storage offset; with ``None``,
+    none), a number's value."""
     if isinstance(x, torch.Tensor):
-        return (x.shape, x.dtype, x.device, x.requires_grad)
+        if x.layout != torch.strided:
+            layout: Any = x.layout
+        elif exact is None:
+            layout = None
+        elif exact:
+            layout = (x.stride(), x.storage_offset())
+        else:
+            layout = x.is_contiguous() or x.stride()
+        return (x.shape, x.dtype, x.device, x.requires_grad, layout)
     t = type(x)
     if t is float:  # -0.0 is not 0.0 (x / -0.0 is -inf); NaN is NaN (nan != nan)
         return (t, x) if x == x and x != 0.0 else (t, repr(x))
@@ -54,7 +66,9 @@ def storage_ptr(x: Any) -> int:
 
 def aliases(*leaves: Any) -> Any:
     """Which argument leaves share memory: None when no two do (the usual case), else per
-    leaf that shares, the first leaf it shares with and whether it is that very tensor."""
+    leaf that shares, the first leaf it shares with, whether it is that very tensor, and
+    where each lies in the storage (the difference of their storage offsets, and both
+    strides: a write through one reaches the other's elements there)."""
     ptrs = [storage_ptr(x) if isinstance(x, torch.Tensor) else 0 for x in leaves]
     used = [p for p in ptrs if p]
     if len(set(used)) == len(used):
@@ -66,7 +80,9 @@ def aliases(*leaves: Any) -> Any:
             continue
         j = first.setdefault(p, i)
         if j != i:
-            out.append((i, j, leaves[i] is leaves[j]))
+            a, b = leaves[i], leaves[j]
+            out.append((i, j, a is b, a.storage_offset() - b.storage_offset(), a.stride(),
+                        b.stride()))
     return tuple(out)
 
 
@@ -149,11 +165,15 @@ def _is_size(x: Any) -> bool:
     return isinstance(x, torch.Size)
 
 
-def unflatten_outputs(entry: Entry, outs: Any) -> Any:
-    """The user's output structure from the program's flat outputs."""
+def unflatten_outputs(entry: Entry, outs: Any, args: Sequence[Any] = ()) -> Any:
+    """The user's output structure from the program's flat outputs (``args``: the call's
+    argument leaves, some of which the user's function returns: ``("arg", i)``, or views of
+    them: ``("argview", (i, sizes, strides, offset))``)."""
     if entry.single_output:
         return outs
     if entry.n_outputs == 1:
         outs = (outs,)
-    leaves = [outs[v] if kind == "out" else v for kind, v in entry.output_leaves]
+    leaves = [outs[v] if kind == "out" else args[v] if kind == "arg"
+              else args[v[0]].as_strided(*v[1:]) if kind == "argview" else v
+              for kind, v in entry.output_leaves]
     return pytree.tree_unflatten(leaves, entry.output_spec)

@@ -15,8 +15,8 @@ It is a registry, filled by whoever defines a callable, so that no package impor
 another against the arrows to reach it:
 
 * the runtime's own functions (`call_with_grad`, the hook runners, attention with dropout,
-  `no_grad`, the prologue's `tensor_meta` and `aliases`) are registered here, by this
-  module;
+  `no_grad`, the prologue's `tensor_meta` and `aliases`, `restride`) are registered here,
+  by this module;
 * the lowering registers what it synthesizes (``prims_sum``: an op's reference
   implementation for the torch executor; the SDPA and Triton executors' callees; the op
   namespaces ``prims``/``ltorch`` of not yet lowered traces);
@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import torch
 
 from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, name_callee, runtime_callee
-from thunder_ir.runtime import attention, autograd_fallback, cache, hooks
+from thunder_ir.runtime import attention, autograd_fallback, cache, hooks, layout
 
 ALIAS = "tir"
 """The name generated code imports this module under."""
@@ -169,7 +169,7 @@ for _fn in (no_grad, autograd_fallback.call_with_grad, autograd_fallback.handle_
             autograd_fallback.call_on_copies, autograd_fallback.no_derivative,
             autograd_fallback.inplace_on_copy, attention.sdpa_dropout_forward,
             hooks.run_tensor_hook, hooks.run_output_hooks, hooks.run_input_hooks,
-            cache.tensor_meta, cache.aliases):
+            cache.tensor_meta, cache.aliases, layout.restride):
     register(_fn.__name__, _fn)
 del _fn
 

@@ -8,8 +8,10 @@ tuple (each op says its expression, `thunder_ir.dialects.guard.GuardOp.python`):
 
     def prologue(args):
       (a0, a1,) = args
-      return (a0.shape, a0.dtype, a0.device, a0.requires_grad, _meta(a1), _aliases(a0, a1),
-              p0.shape, p0.dtype, p0.device, p0.requires_grad, _grad(), _default_dtype(),
+      return (a0.shape, a0.dtype, a0.device, a0.requires_grad,
+              (a0.is_contiguous() or a0.stride()), _meta(a1), _aliases(a0, a1),
+              p0.shape, p0.dtype, p0.device, p0.requires_grad,
+              (p0.is_contiguous() or p0.stride()), _grad(), _default_dtype(),
               _autocast(), _tokens,)
 
 `compile_prologue` executes that text with the prologue's globals bound: the parameters
@@ -30,7 +32,7 @@ from typing import Any
 
 import torch
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from thunder_ir.dialects import guard as G
@@ -50,6 +52,20 @@ class Prologue:
     fn: Callable[..., Any]
     source: str
     ir: ModuleOp
+    state: Sequence[Any] = ()
+    _layout_free: Callable[..., Any] | None = None
+
+    @property
+    def layout_free(self) -> Callable[..., Any]:
+        """The key without the tensors' layouts (``None`` in their places), compiled on
+        first use: a call misses the cache by layout alone where its key differs from
+        another's only there (``thunder_ir.api`` then reuses a program whose trace made no
+        decision by layout)."""
+        if self._layout_free is None:
+            src, g = _generate(_function(self.ir), self.state, layout=False)
+            exec(compile(src, "<thunder_ir layout-free prologue>", "exec"), g)
+            self._layout_free = g["prologue"]
+        return self._layout_free
 
     @property
     def labels(self) -> list[str]:
@@ -68,7 +84,7 @@ def _op(cls: type[Operation], operands: Sequence[SSAValue] = (), n_results: int 
 
 def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
                    all_tensors: bool = False, tokens: Sequence[int] = (),
-                   token_names: Sequence[str] = ()) -> ModuleOp:
+                   token_names: Sequence[str] = (), exact: bool = False) -> ModuleOp:
     """The module holding ``func.func @prologue(leaves...) -> key``.
 
     Args:
@@ -79,6 +95,8 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
             inline (`guard.tensor_meta`) rather than through ``tensor_meta``
             (`guard.leaf_meta`).
         tokens: the guard tokens the prologue is built for; ``token_names`` the guards'.
+        exact: key every tensor's exact strides and storage offset (a trace for this call
+            structure read them), not only its contiguity.
     """
     block = Block(arg_types=[G.VALUE] * len(arg_names))
     for i, a in enumerate(block.args):
@@ -89,14 +107,15 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
         block.add_op(op)
         parts.extend(op.results)
 
+    flag: dict[str, Any] = {"exact": UnitAttr()} if exact else {}
     for a, name in zip(block.args, arg_names):
         label = StringAttr(name)
-        add(_op(G.TensorMetaOp, [a], 4, label=label) if all_tensors
-            else _op(G.LeafMetaOp, [a], label=label))
+        add(_op(G.TensorMetaOp, [a], 5, label=label, **flag) if all_tensors
+            else _op(G.LeafMetaOp, [a], label=label, **flag))
     if len(arg_names) > 1:
         add(_op(G.AliasesOp, block.args))
     if state_names:
-        add(_op(G.StateMetaOp, names=G.names_attr(state_names)))
+        add(_op(G.StateMetaOp, names=G.names_attr(state_names), **flag))
     for cls in (G.GradModeOp, G.DefaultDtypeOp, G.AutocastOp):
         add(_op(cls))
     # always last: `thunder_ir.api` re-keys entries by it
@@ -118,9 +137,10 @@ def _function(module: ModuleOp | func.FuncOp) -> func.FuncOp:
     return fn
 
 
-def _generate(fn: func.FuncOp, state: Sequence[Any] | None
+def _generate(fn: func.FuncOp, state: Sequence[Any] | None, layout: bool = True
               ) -> tuple[str, dict[str, Any]]:
-    """The prologue's Python, and (given ``state``) the globals it reads; one walk."""
+    """The prologue's Python, and (given ``state``) the globals it reads; one walk
+    (``layout``: with the tensors' layouts, else ``None`` in their places)."""
     block = fn.body.block
     exprs: dict[SSAValue, str] = {a: f"a{i}" for i, a in enumerate(block.args)}
     lines = ["def prologue(args):"]
@@ -136,7 +156,9 @@ def _generate(fn: func.FuncOp, state: Sequence[Any] | None
             continue
         if not isinstance(op, G.GuardOp):
             raise ValueError(f"@prologue holds {op.name}, which is not a guard op")
-        for r, e in zip(op.results, op.python([exprs[v] for v in op.operands]), strict=True):
+        operands = [exprs[v] for v in op.operands]
+        python = op.python(operands) if layout else op.python_without_layout(operands)
+        for r, e in zip(op.results, python, strict=True):
             exprs[r] = e
         if state is None:
             continue
@@ -183,12 +205,12 @@ def compile_prologue(module: ModuleOp, state: Sequence[Any]) -> Prologue:
     filename = f"<thunder_ir prologue {next(_counter)}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     exec(compile(src, filename, "exec"), g)
-    return Prologue(g["prologue"], src, module)
+    return Prologue(g["prologue"], src, module, tuple(state))
 
 
 def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
                   all_tensors: bool = False, tokens: tuple[int, ...] = (),
-                  token_names: Sequence[str] = ()) -> Prologue:
+                  token_names: Sequence[str] = (), exact: bool = False) -> Prologue:
     """Builds ``key(args) -> tuple`` for flat args plus module state (`build_prologue`,
     then `compile_prologue`).
 
@@ -197,7 +219,7 @@ def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
     function's globals, and so are the guard ``tokens`` the state had when the prologue was
     built (the caller picks the prologue by them).
     """
-    module = build_prologue(arg_names, list(state), all_tensors, tokens, token_names)
+    module = build_prologue(arg_names, list(state), all_tensors, tokens, token_names, exact)
     return compile_prologue(module, list(state.values()))
 
 

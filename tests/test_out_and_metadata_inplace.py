@@ -96,9 +96,41 @@ def test_inplace_metadata_ops_on_square_tensors(f: Callable[..., Any]) -> None:
     _same_as_eager(f, torch.randn(3, 3))
 
 
-def test_inplace_metadata_op_that_changes_the_shape_is_refused_clearly() -> None:
-    f = thunder_ir.jit(lambda x: (x * 1).unsqueeze_(0))
-    with pytest.raises(thunder_ir.ThunderTraceError,
-                       match=r"in-place unsqueeze_ would change a traced tensor's shape from "
-                             r"\[3, 4\] to \[1, 3, 4\].*`x = x.unsqueeze\(...\)`"):
-        f(torch.randn(3, 4))
+def _unsqueeze_then_write(x: torch.Tensor) -> torch.Tensor:
+    x.unsqueeze_(1)
+    x.mul_(2)
+    return x * 1
+
+
+def _resize_smaller_then_write(x: torch.Tensor) -> torch.Tensor:
+    x.resize_(2, 3)
+    x.add_(1)
+    return x.sum(0)
+
+
+def _as_strided_then_read(x: torch.Tensor) -> torch.Tensor:
+    x.as_strided_((2, 2), (1, 4))
+    return x * 2
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: (x * 1).unsqueeze_(0),
+    lambda x: x.unsqueeze_(0) * 1,
+    lambda x: x.t_() @ torch.ones(4, 2),
+    lambda x: (x * 1).t_().squeeze_(),
+    _unsqueeze_then_write,
+    _resize_smaller_then_write,
+    _as_strided_then_read,
+    lambda x: (x * 1).resize_(2, 2, 2),
+], ids=["unsqueeze_ inside", "unsqueeze_ on the input", "t_ on a non-square input",
+        "t_ then squeeze_", "unsqueeze_ then a write", "resize_ smaller then a write",
+        "as_strided_ then a read", "resize_ inside"])
+def test_inplace_metadata_ops_that_change_the_shape(f: Callable[..., Any]) -> None:
+    """The tensor the user holds changes shape and strides as eager's does, inside the
+    function and, for an argument, in the caller's hands afterwards."""
+    _same_as_eager(f, torch.randn(4, 3))
+
+
+def test_resize_of_a_tensor_that_requires_grad_raises_eagers_error() -> None:
+    with pytest.raises(RuntimeError, match="cannot resize variables that require grad"):
+        thunder_ir.jit(lambda x: x.resize_(2))(torch.randn(3, requires_grad=True))

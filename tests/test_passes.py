@@ -106,7 +106,7 @@ def test_unknown_pass_lists_the_available_ones() -> None:
     assert "unknown pass 'cs'" in msg and "Did you mean 'cse'" in msg
     assert ("autodiff, canonicalize, claim, cse, dce, decompose-for-grad, decompose-ltorch, "
             "del-last-used, fuse, lower-claimed, lower-to-torch, remat-split, "
-            "strip-autograd") in msg
+            "restride-outputs, strip-autograd") in msg
 
 
 def test_register_pass_by_call() -> None:

@@ -26,13 +26,16 @@ from thunder_ir.runtime.prologue import (
 # `runtime/cache.make_prologue`, unchanged): a module with parameters, all tensors...
 MODULE_SOURCE = (
     "def prologue(args):\n  (a0,) = args\n  return (a0.shape, a0.dtype, a0.device, "
-    "a0.requires_grad, p0.shape, p0.dtype, p0.device, p0.requires_grad, p1.shape, p1.dtype, "
-    "p1.device, p1.requires_grad, _grad(), _default_dtype(), _autocast(), _tokens,)\n")
+    "a0.requires_grad, (a0.is_contiguous() or a0.stride()), p0.shape, p0.dtype, p0.device, "
+    "p0.requires_grad, (p0.is_contiguous() or p0.stride()), p1.shape, p1.dtype, "
+    "p1.device, p1.requires_grad, (p1.is_contiguous() or p1.stride()), _grad(), "
+    "_default_dtype(), _autocast(), _tokens,)\n")
+_WHAT = ("shape", "dtype", "device", "requires_grad", "memory layout (strides)")
 MODULE_LABELS = [
     "the shape of argument 'x'", "the dtype of argument 'x'", "the device of argument 'x'",
-    "requires_grad of argument 'x'", *["the metadata of 'weight'"] * 4,
-    *["the metadata of 'bias'"] * 4, "grad mode", "the default dtype", "autocast",
-    "module or globals of m"]
+    "requires_grad of argument 'x'", "the memory layout (strides) of argument 'x'",
+    *[f"the {w} of 'weight'" for w in _WHAT], *[f"the {w} of 'bias'" for w in _WHAT],
+    "grad mode", "the default dtype", "autocast", "module or globals of m"]
 # ... and a function with non-tensor arguments.
 LEAVES_SOURCE = (
     "def prologue(args):\n  (a0, a1, a2,) = args\n  return (_meta(a0), _meta(a1), _meta(a2), "
@@ -70,30 +73,33 @@ def test_the_prologue_of_a_module_with_parameters_round_trips_and_keys_as_before
     again = _roundtrip(ir)
     x = torch.randn(3, 4)
     w, b = state.values()
-    expected = (x.shape, x.dtype, x.device, False, w.shape, w.dtype, w.device, True,
-                b.shape, b.dtype, b.device, True, True, torch.float32, False, (0, 3))
+    expected = (x.shape, x.dtype, x.device, False, True, w.shape, w.dtype, w.device, True,
+                True, b.shape, b.dtype, b.device, True, True, True, torch.float32, False,
+                (0, 3))
     for module in (ir, again):
         pro = compile_prologue(module, list(state.values()))
         assert pro.source == MODULE_SOURCE
         assert pro.labels == MODULE_LABELS
         assert pro.fn([x]) == expected
+        assert pro.fn([x.t().contiguous().t()])[4] == (1, 3)  # a layout's strides
         with torch.no_grad():
-            assert pro.fn([x])[12] is False
+            assert pro.fn([x])[15] is False
 
 
 def test_the_prologue_of_non_tensor_arguments_round_trips_and_keys_as_before() -> None:
     ir = _leaves_case()
     again = _roundtrip(ir)
     x = torch.randn(3, 4)
-    expected = ((x.shape, x.dtype, x.device, False), (int, 3), (float, "-0.0"), None, True,
-                torch.float32, False, ())
+    expected = ((x.shape, x.dtype, x.device, False, True), (int, 3), (float, "-0.0"), None,
+                True, torch.float32, False, ())
     for module in (ir, again):
         pro = compile_prologue(module, [])
         assert pro.source == LEAVES_SOURCE
         assert pro.labels == LEAVES_LABELS
         assert pro.fn([x, 3, -0.0]) == expected
         assert pro.fn([x, 3, 0.0]) != expected  # -0.0 is its own key
-        assert pro.fn([x, x, 0.0])[3] == ((1, 0, True),)  # the same tensor twice
+        assert pro.fn([x, x, 0.0])[3] == ((1, 0, True, 0, (4, 1), (4, 1)),)  # x twice
+        assert pro.fn([x[1:], x, 0.0])[3] == ((1, 0, False, -4, (4, 1), (4, 1)),)
 
 
 def test_no_arguments_and_make_prologue() -> None:

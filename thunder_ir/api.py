@@ -50,6 +50,7 @@ from thunder_ir.runtime.cache import (
     unflatten_outputs,
 )
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
+from thunder_ir.runtime.layout import check_layouts
 from thunder_ir.runtime.prologue import Prologue, make_prologue
 from thunder_ir.trace import Trace
 
@@ -190,6 +191,16 @@ class _Compiled:
         number, the first token of every key (``f(a=x, b=y)`` and ``f(b=y, a=x)`` flatten
         to the same leaves in another order). Never reused: entries hold them."""
         self._lock = threading.RLock()
+        self._general: set[Any] = set()
+        self._exact: set[Any] = set()
+        self._layout_free: dict[Any, Entry] = {}
+        """Programs whose trace made no decision by layout, by their key without layouts:
+        a call that misses by layout alone runs one of them (a transposed argument after a
+        contiguous one, where nothing asked about layout)."""
+        """Call structures a trace read exact strides or storage offsets for: their key
+        holds every tensor's (`thunder_ir.dialects.guard`)."""
+        """Call structures whose tensors are not all strided (sparse): their key reads
+        each leaf through ``tensor_meta``, which knows layouts without strides."""
         self.guards: list[StateGuard] = []
         if self.module is not None:
             self.guards.append(module_guard(self.module))
@@ -240,7 +251,9 @@ class _Compiled:
         if structure is None:
             with self._lock:  # two threads' new structures must not get one number
                 structure = self._structures.setdefault(spec, len(self._structures))
-        pro = make_prologue(names, self._state(), all_tensors=all_tensors(spec),
+        pro = make_prologue(names, self._state(),
+                            all_tensors=all_tensors(spec) and spec not in self._general,
+                            exact=spec in self._exact,
                             tokens=(structure, *tokens),
                             token_names=["argument structure", *(g.name for g in self.guards)])
         self._prologues[(spec, tokens)] = pro
@@ -255,7 +268,14 @@ class _Compiled:
         pro = self._prologues.get((spec, tokens))
         if pro is None:
             pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
-        key = pro.fn(leaves)
+        try:
+            key = pro.fn(leaves)
+        except RuntimeError:  # a sparse tensor has no strides: the general key reads it
+            if spec in self._general:
+                raise
+            self._general.add(spec)
+            pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
+            key = pro.fn(leaves)
         cache = self.cache
         entry = cache.entries.get(key)
         if entry is None:
@@ -268,7 +288,7 @@ class _Compiled:
         outs = entry.fn(*entry.gather(leaves))
         if entry.writebacks or entry.replays:
             self._write_back(entry, leaves, outs)
-        return unflatten_outputs(entry, outs)
+        return unflatten_outputs(entry, outs, leaves)
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any],
               spec: Any) -> Entry:
@@ -280,17 +300,34 @@ class _Compiled:
                 spec, args, kwargs, len(leaves), tokens)
             key = pro.fn(leaves)
             entry = self.cache.entries.get(key)
+            if entry is None and self._layout_free:
+                entry = self._layout_free.get(pro.layout_free(leaves))
+                if entry is not None:  # the same program: its trace read no layout
+                    self.cache.insert(key, entry)
             if entry is not None:
                 self.cache.stats.hits += 1
                 return entry
             entry, traced = self._compile(args, kwargs, pro)
             self.cache.stats.misses += 1
-            if self._guard_reads(traced):
+            rekey = self._guard_reads(traced)
+            if traced.exact_layout and spec not in self._exact:
+                # The key now holds exact layouts for this structure; the entries keyed by
+                # contiguity are not hit again (the cache's LRU drops them).
+                self._exact.add(spec)
+                self._prologues = {k: p for k, p in self._prologues.items() if k[0] != spec}
+                rekey = True
+            if rekey:
                 tokens = tuple([g.check() for g in self.guards])
                 pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
                 key = pro.fn(leaves)
                 entry.prologue_source = pro.source
                 _put_prologue(entry.traces[0].ir, pro)  # what the cache now keys it by
+            if rekey:
+                self._layout_free.clear()
+            if not traced.layout_read and not _restrides(entry):
+                if len(self._layout_free) >= CACHE_CAPACITY:
+                    self._layout_free.clear()
+                self._layout_free[pro.layout_free(leaves)] = entry
             self._compiles += 1
             if self._compiles > RECOMPILE_LIMIT and not self._warned:
                 self._warn_recompiles(key, pro)
@@ -321,8 +358,7 @@ class _Compiled:
 
     def _warn_recompiles(self, key: Any, pro: Prologue) -> None:
         self._warned = True
-        name = (type(self.module).__name__ if self.module is not None
-                else getattr(self.fn, "__qualname__", repr(self.fn)))
+        name = self._name()
         what = "its inputs or the state it reads"
         prev = next(reversed(self.cache.entries), None)
         if isinstance(prev, tuple) and len(prev) == len(key):
@@ -406,8 +442,20 @@ class _Compiled:
         assert isinstance(codegen, DelLastUsedPass)
         programs = _final_traces(module, codegen, recorder)
         if training:
-            return self._compile_training(traced, programs, traces, recorder.backward,
-                                          state, pro), traced
+            entry = self._compile_training(traced, programs, traces, recorder.backward,
+                                           state, pro)
+        else:
+            entry = self._entry(traced, programs, traces, state, pro)
+        check_layouts(entry, traced.output_strides, self._name())
+        return entry, traced
+
+    def _name(self) -> str:
+        return (type(self.module).__name__ if self.module is not None
+                else getattr(self.fn, "__qualname__", repr(self.fn)))
+
+    def _entry(self, traced: TracedProgram, programs: dict[str, Any], traces: list[Trace],
+               state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
+        """The entry of an inference program (``@forward`` only)."""
         fn_, fn_op = programs[FORWARD]
         n_out = len(fn_op.function_type.outputs)
         if traced.detach_outputs:
@@ -423,7 +471,17 @@ class _Compiled:
             prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
             replays=traced.replays,
-        ), traced
+        )
+
+
+def _restrides(entry: Entry) -> bool:
+    """Whether the program restrides results to the layout eager's had for the traced
+    inputs (`thunder_ir.passes.restride`): then it serves those layouts only."""
+    from thunder_ir.dialects.torch import CallOp
+    from thunder_ir.passes.restride import RESTRIDE
+
+    return any(isinstance(op, CallOp) and op.callee.data == RESTRIDE
+               for op in entry.traces[-1].ir.walk())
 
 
 def _put_prologue(module: ModuleOp, pro: Prologue) -> None:

@@ -4,8 +4,8 @@ From the traced program to generated code, every step is a ``ModulePass`` over o
 of named functions, each registered by name (``thunder-ir-opt -p`` runs any of them)::
 
     >>> print(pipeline_spec(jit_pipeline(JitOptions(executors=("torch",)))))
-    strip-autograd,claim,decompose-ltorch,cse,dce,lower-claimed{executors="torch"},
-    lower-to-torch,del-last-used{executors="torch"}
+    strip-autograd,claim,decompose-ltorch,cse,dce,restride-outputs,
+    lower-claimed{executors="torch"},lower-to-torch,del-last-used{executors="torch"}
 
 (one line; ``claim``'s default executors are ``("torch",)``).
 
@@ -38,6 +38,7 @@ from thunder_ir.passes.cse_dce import CSEPass, DCEPass
 from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
 from thunder_ir.passes.fuse import FusePass
 from thunder_ir.passes.pipeline import OnEachFunction
+from thunder_ir.passes.restride import RestrideOutputsPass
 from thunder_ir.passes.strip_autograd import StripAutogradPass
 
 
@@ -84,7 +85,8 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
     if fusion:
         passes.append(FusePass(fusion))
     passes += _user(user.get("fusion", ()))
-    passes += [LowerClaimedPass(ex), LowerToTorchPass(), DelLastUsedPass(ex)]
+    passes += [RestrideOutputsPass(), LowerClaimedPass(ex), LowerToTorchPass(),
+               DelLastUsedPass(ex)]
     return tuple(passes)
 
 

@@ -5,12 +5,16 @@
 same seed, and asserts what eager semantics promise:
 
 * the same output structure; each tensor output with eager's shape, dtype,
-  ``requires_grad`` and values (exact for integer and bool results and for random draws
-  compared under ``exact=True``; within a dtype's tolerance otherwise);
+  ``requires_grad``, strides (where eager's result is dense; dims of size 1 aside) and
+  values (exact for integer and bool results and for random draws compared under
+  ``exact=True``; within a dtype's tolerance otherwise);
 * the inputs after the call equal (in-place writes reach the caller's tensors);
 * the generator advanced alike (the same random numbers were drawn);
 * after a backward with the same cotangents, every input's (and parameter's) gradient
-  equal, ``None`` where eager's is ``None``;
+  equal, ``None`` where eager's is ``None``, laid out as eager's;
+
+Each side gets its own copy of the inputs with their layouts (strides, storage offsets)
+and aliasing kept: arguments that are views of one tensor are views of one copy.
 * floating-point values within the dtype's tolerance of eager's, or else no further from a
   float64 run of the same code than eager's own are (a sum that eager rounds one way and
   a fused kernel another is not a mismatch; a wrong value is);
@@ -52,14 +56,43 @@ class EagerComparison:
 
 
 def _copy_inputs(value: Any) -> Any:
-    """A copy of the call's inputs: each tensor a fresh leaf with the same requires_grad."""
+    """A copy of the call's inputs: each tensor a fresh leaf with the same requires_grad,
+    the same layout (strides and storage offset) and the same aliasing (tensors that share
+    a storage share its copy)."""
+    storages: dict[int, Any] = {}
+
     def one(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            c = x.detach().clone()
-            return c.requires_grad_(x.requires_grad) if x.is_leaf else c
-        return x
+        if not isinstance(x, torch.Tensor):
+            return x
+        d = x.detach()
+        if d.layout != torch.strided or d.device.type == "meta":
+            c = d.clone()
+        else:
+            s = d.untyped_storage()
+            copy_ = storages.get(s.data_ptr()) if s.data_ptr() else None
+            if copy_ is None:
+                copy_ = s.clone()
+                if s.data_ptr():
+                    storages[s.data_ptr()] = copy_
+            with torch.no_grad():
+                c = torch.empty(0, dtype=d.dtype, device=d.device).set_(
+                    copy_, d.storage_offset(), d.shape, d.stride())
+        return c.requires_grad_(x.requires_grad) if x.is_leaf else c
 
     return pytree.tree_map(one, value)
+
+
+def _same_strides(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    """``got`` is laid out as eager's ``want`` (up to the strides of size-1 dims), where
+    eager's is dense (a layout a result of eager's own kernels has)."""
+    from thunder_ir.runtime.layout import is_dense, significant
+
+    if want.layout != torch.strided or got.layout != torch.strided:
+        return
+    if not is_dense(want.shape, want.stride()):
+        return
+    assert significant(got.shape, got.stride()) == significant(want.shape, want.stride()), (
+        f"{name}: strides {got.stride()} != eager {want.stride()}")
 
 
 def _leaves(value: Any) -> list[torch.Tensor]:
@@ -80,6 +113,8 @@ def _close(name: str, got: torch.Tensor, want: torch.Tensor, exact: bool | None,
     g, w = got.detach(), want.detach()
     if exact is None:  # values unspecified (torch.empty): shape and dtype only
         return
+    if w.dtype.itemsize == 1 and w.dtype.is_floating_point:  # float8: eager's own kernels
+        g, w, exact = g.float(), w.float(), True
     if exact or not (w.dtype.is_floating_point or w.dtype.is_complex):
         assert torch.equal(g, w) or bool(((g == w) | (g.isnan() & w.isnan())).all()), (
             f"{name}: values differ from eager\n{g}\n{w}")
@@ -116,6 +151,7 @@ def _compare(name: str, got: Any, want: Any, exact: bool | None, rtol: float | N
     for i, (g, w) in enumerate(zip(g_leaves, w_leaves, strict=True)):
         if isinstance(w, torch.Tensor):
             _close(f"{name}[{i}]", g, w, exact, rtol, atol, _nth(refs, i))
+            _same_strides(f"{name}[{i}]", g, w)
             assert g.requires_grad == w.requires_grad, (
                 f"{name}[{i}]: requires_grad {g.requires_grad} != eager {w.requires_grad}")
         elif isinstance(w, float) and w != w:
@@ -259,9 +295,9 @@ def check_against_eager(fn: Callable[..., Any] | torch.nn.Module, *args: Any,
     if not e_outs:
         return EagerComparison(e_out, j_out, [], [])
     gen = torch.Generator().manual_seed(seed + 1)
-    cts = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype)
+    cts = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device, o.dtype)
            if not o.dtype.is_complex else
-           torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in e_outs]
+           torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in e_outs]
     try:
         torch.autograd.backward(e_outs, cts)
     except RuntimeError as e:  # eager cannot differentiate this: neither may we
@@ -290,6 +326,7 @@ def check_against_eager(fn: Callable[..., Any] | torch.nn.Module, *args: Any,
         if w is not None:  # computed by a backward of our own: within tolerance
             _close(f"gradient {i}", g, w, False, rtol, atol,  # type: ignore[arg-type]
                    _nth(grads64, i))
+            _same_strides(f"gradient {i}", g, w)  # type: ignore[arg-type]
     return EagerComparison(e_out, j_out, e_grads, j_grads)
 
 

@@ -43,7 +43,7 @@ class _DynamoCompiled(_Compiled):
             outs = entry.fn(*entry.gather(args))
             if entry.writebacks or entry.replays:
                 self._write_back(entry, list(args), outs)
-            return unflatten_outputs(entry, outs)
+            return unflatten_outputs(entry, outs, args)
         out = super().__call__(*args, **kwargs)
         if not kwargs and all(type(a) is torch.Tensor or isinstance(a, torch.nn.Parameter)
                               for a in args):

@@ -81,9 +81,31 @@ class Builder(ABC):
     # ---- results
 
     @abstractmethod
-    def wrap(self, value: Any, base: TensorProxy | None = None) -> Any:
-        """Proxies for result values (a list for several); ``base``: the proxy whose
-        storage they view."""
+    def wrap(self, value: Any, base: TensorProxy | None = None,
+             layout: tuple[tuple[int, ...], int] | None = None) -> Any:
+        """Proxies for result values (a list for several), laid out as eager's (``base``:
+        the proxy whose storage they view; ``layout``: the result's, where known)."""
+
+    @abstractmethod
+    def layout_of(self, v: SSAValue, view: bool = False) -> tuple[tuple[int, ...], int]:
+        """Eager's strides and storage offset of the tensor ``v`` stands for (``view``: the
+        op that made it returns a view of its first operand)."""
+
+    @abstractmethod
+    def note_layout(self, v: SSAValue, layout: tuple[tuple[int, ...], int]) -> None:
+        """Records eager's layout of ``v`` (where the handler knows it: an opaque call's
+        meta run)."""
+
+    @abstractmethod
+    def note_view(self, value: SSAValue, parent: SSAValue, op: Operation, index: int) -> None:
+        """Records that ``value`` is result ``index`` of ``op``, a view of ``parent`` (so that
+        a write through an alias can re-derive it)."""
+
+    @abstractmethod
+    def read_layout(self) -> None:
+        """The program being built depends on its inputs' layouts (a decision was made by
+        strides: ``x.is_contiguous()`` asked, a ``view`` checked, a write through a view):
+        it may not be reused for another layout."""
 
     @abstractmethod
     def remember(self, p: TensorProxy) -> TensorProxy:

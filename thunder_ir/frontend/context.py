@@ -32,10 +32,19 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_function
 from thunder_ir.dialects.base import Emitter, ShapeError, ThunderOp, group, to_attr
+from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, SplitOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import FORWARD, Program
 from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.traits import ViewLike
 from thunder_ir.dialects.types import NumberType, TensorType, is_complex, type_of_tensor
+from thunder_ir.frontend.aliasing import (
+    NO_GRAD,
+    ViewParent,
+    check_writable,
+    live_members,
+    write_through,
+)
 from thunder_ir.frontend.builder import Builder, differentiable
 from thunder_ir.frontend.errors import (
     DATA_HINT,
@@ -47,6 +56,14 @@ from thunder_ir.frontend.errors import (
     where,
 )
 from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.layout import (
+    Layout,
+    LayoutError,
+    contiguous_layout,
+    fresh_layouts,
+    layout_of_tensor,
+    view_layouts,
+)
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import (
     COMPUTED_GETTERS,
@@ -69,7 +86,9 @@ class TracedProgram:
             ``("arg", i)`` flat user-argument leaf i, ``("param", name)`` a module parameter
             or buffer, ``("const", tensor)`` a tensor captured from user code.
         output_spec: pytree spec of the user's output.
-        output_leaves: per output leaf, ``("out", k)`` program output k or ``("value", v)``.
+        output_leaves: per output leaf, ``("out", k)`` program output k, ``("value", v)``,
+            or the caller's argument leaf itself (``("arg", i)``) or a view of it
+            (``("argview", (i, sizes, strides, offset))``), where eager returns those.
         writebacks: ``(program output index, input kind)`` for inputs written in place.
         input_requires_grad: per program argument, whether it is a gradient source (the
             tensor requires grad, and grad mode was on where the code read it).
@@ -80,6 +99,16 @@ class TracedProgram:
             (the cache guards their values).
         replays: in-place metadata ops (``x.t_()``) on argument leaves, replayed on the
             caller's tensors after each call, before the write-backs.
+        output_strides: per program output, eager's strides of the user's result it is,
+            where the first run checks them under ``THUNDER_IR_VERIFY=1``
+            (`thunder_ir.runtime.layout`): None for write-backs, layouts no copy makes and
+            results of opaque calls (eager's own kernel lays those out). The forward
+            function's ``thunder.output_strides`` holds them all, for `restride-outputs`.
+        exact_layout: user code read exact strides or storage offsets (``x.stride()``,
+            ``x.storage_offset()``, ``as_strided``): the cache key must hold every
+            tensor's, not only whether it is contiguous.
+        layout_read: some decision of the trace depended on layout (`Builder.read_layout`);
+            without one the program serves any layout of the same inputs.
     """
 
     module: ModuleOp
@@ -93,6 +122,9 @@ class TracedProgram:
     global_reads: list[tuple[dict[str, Any], set[str]]] = field(default_factory=list)
     replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = field(
         default_factory=list)
+    output_strides: list[tuple[int, ...] | None] = field(default_factory=list)
+    exact_layout: bool = False
+    layout_read: bool = True
 
 
 def _is_complex(v: SSAValue) -> bool:
@@ -136,6 +168,7 @@ class TraceContext(Builder):
         self.storage: dict[SSAValue, int] = {}
         self.members: dict[int, list[SSAValue]] = {}
         self.saved: dict[SSAValue, list[Operation]] = {}
+        self.saved_operands: dict[Operation, tuple[int, ...]] = {}
         # Module namespaces whose globals user code read: id -> (namespace, names).
         self.global_reads: dict[int, tuple[dict[str, Any], set[str]]] = {}
         # What tracing ran instead of the user's modules: a copy's id -> the original.
@@ -145,10 +178,27 @@ class TraceContext(Builder):
         # In-place metadata ops on arguments (x.t_()), to replay on the caller's tensors:
         # (argument leaf index, method name, args, kwargs).
         self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
-        # Arguments passed in that share memory: storage id -> how to name them.
-        self.aliased_args: dict[int, str] = {}
         # Arguments that require grad and are not leaves (they have a grad_fn).
         self.nonleaf_inputs: set[SSAValue] = set()
+        # Eager's layout of each value the trace made a proxy for (`thunder_ir.frontend.layout`).
+        self.layouts: dict[SSAValue, Layout] = {}
+        # Whether user code read exact strides or storage offsets (the key then holds them),
+        # and whether any decision depended on layout (`Builder.read_layout`).
+        self.exact_layout = False
+        self.layout_read = False
+        # How each view's value was made from its parent's, and which arguments share
+        # memory, per storage (`thunder_ir.frontend.aliasing`).
+        self.view_parent: dict[SSAValue, ViewParent] = {}
+        self.arg_groups: dict[int, list[TensorProxy]] = {}
+        # Views eager forbids writing to while grad mode is on (its creation metas): the
+        # op that returned several views (its name), or `aliasing.NO_GRAD`.
+        self.view_meta: dict[SSAValue, str] = {}
+        # Such views after a write to their base: eager's error where autograd next uses
+        # them (`aliasing._forbid_after_write`).
+        self.forbidden: dict[SSAValue, str] = {}
+        # Values known not to view their operand although their op could (a reshape that
+        # copied).
+        self.not_views: set[SSAValue] = set()
 
     # ---- inputs
 
@@ -189,7 +239,13 @@ class TraceContext(Builder):
                 self.pending.append(v)
         if tensor.is_inference():
             self.inference.add(v)
-        p = TensorProxy(v, requires_grad=rg)
+        if tensor.layout != torch.strided:
+            raise ThunderTraceError(
+                f"{name}: {tensor.layout} tensors are not supported by thunder_ir (only "
+                "strided ones). Pass a dense tensor (x.to_dense()), or call that part outside "
+                "the jitted function.")
+        strides, offset = self.layouts[v] = layout_of_tensor(tensor)
+        p = TensorProxy(v, requires_grad=rg, strides=strides, offset=offset)
         self.remember(p)
         self.leaf_proxies.add(id(p))
         self.input_proxies.append((p, v, kind))
@@ -269,6 +325,13 @@ class TraceContext(Builder):
             built.erase()
             raise UseFallback
         tracked = self.track(built, results, view=_view)
+        if _view and built.operands:
+            for k, (r, tr) in enumerate(zip(results, tracked, strict=True)):
+                self.layout_of(r, view=True)  # (and whether eager's result is a view)
+                if r not in self.not_views:
+                    self.note_view(tr, built.operands[0], built, k)
+                else:
+                    self.not_views.add(tr)
         return tracked if isinstance(out, list) else tracked[0]
 
     def record(self, op: Operation, requires_grad: Sequence[bool] | None = None,
@@ -296,6 +359,10 @@ class TraceContext(Builder):
             self.inference.update(results)
         if self.block is not self.program.block:
             return results  # a region (a custom backward): no gradients of gradients
+        if self.forbidden and torch.is_grad_enabled():
+            bad = next((self.forbidden[o] for o in op.operands if o in self.forbidden), None)
+            if bad is not None:
+                raise RuntimeError(f"{bad}\n  at {where(self.loc)}")
         active = self.active
         if not active or not any(o in active for o in op.operands):
             return results
@@ -376,13 +443,82 @@ class TraceContext(Builder):
             if "nference tensor" in str(e):
                 raise RuntimeError(f"{e}\n  at {where(self.loc)}") from None
 
-    def wrap(self, value: Any, base: TensorProxy | None = None) -> Any:
-        """Proxies for op results (a list for several)."""
+    def wrap(self, value: Any, base: TensorProxy | None = None,
+             layout: Layout | None = None) -> Any:
+        """Proxies for op results (a list for several), with eager's layout (``base``: the
+        proxy whose storage they view; ``layout``: the result's, where the caller knows it,
+        else `layout_of`)."""
         if isinstance(value, list):
             return [self.wrap(v, base) for v in value]
         if isinstance(value.type, NumberType):
             raise ThunderTraceError(f"{where(self.loc)}: traced numbers are not supported")
-        return self.remember(TensorProxy(value, requires_grad=value in self.active, base=base))
+        if layout is not None:
+            self.layouts[value] = layout
+        strides, offset = self.layout_of(value, view=base is not None)
+        if base is not None and value in self.not_views:
+            base = None  # eager copied (a reshape of a layout it cannot view)
+            self.view_parent.pop(value, None)
+        return self.remember(TensorProxy(value, requires_grad=value in self.active, base=base,
+                                         strides=strides, offset=offset))
+
+    def note_view(self, value: SSAValue, parent: SSAValue, op: Operation, index: int) -> None:
+        """Records that ``value`` (result ``index`` of ``op``, or what tracking made of it)
+        views ``parent``, so a write through an alias can re-derive it (view replay)."""
+        self.view_parent[value] = (parent, op, index)
+        if not torch.is_grad_enabled() and parent in self.active:
+            self.view_meta[value] = NO_GRAD
+        elif len(op.results) > 1 or "multi" in op.properties or isinstance(op, SplitOp | ChunkOp):
+            self.view_meta[value] = _backward_name(op)  # one of the views a call returns
+
+    def note_layout(self, v: SSAValue, layout: Layout) -> None:
+        self.layouts[v] = layout
+
+    def read_layout(self) -> None:
+        self.layout_read = True
+
+    def layout_of(self, v: SSAValue, view: bool = False) -> Layout:
+        """Eager's layout of the tensor ``v`` stands for: known for arguments and proxies,
+        else computed from the op that made it (``view``: that op's results view its first
+        operand) and its operands' layouts (`thunder_ir.frontend.layout`)."""
+        lay = self.layouts.get(v)
+        if lay is not None:
+            return lay
+        op = v.owner
+        t = v.type
+        assert isinstance(t, TensorType)
+        if not isinstance(op, Operation):  # an argument of a region (a custom backward)
+            return contiguous_layout(t)
+        if isinstance(op, StopGradientOp):
+            lay = self.layout_of(op.operands[0])
+            self.layouts[v] = lay
+            return lay
+        if isinstance(op, FunctionOp):
+            for r, x in zip(op.results, op.values, strict=True):
+                self.layouts[r] = self.layout_of(x)
+            return self.layouts[v]
+        operands = [self.layout_of(o) if isinstance(o.type, TensorType) else None
+                    for o in op.operands]
+        tensors = [r for r in op.results if isinstance(r.type, TensorType)]
+        if view or _views_its_operand(op):
+            if getattr(type(op), "LAYOUT_FN", None) is not None:
+                self.layout_read = True  # eager's view works or raises by layout
+            try:
+                found = view_layouts(op, operands)
+            except LayoutError as e:
+                raise RuntimeError(f"{e}\n  at {where(self.loc)}") from None
+            outs = [lay for lay, _ in found]
+            copied = [r for r, (_, is_view) in zip(tensors, found) if not is_view]
+            if copied:  # a reshape that copied: nothing aliases its result
+                self.not_views.update(copied)
+                self.layout_read = True
+        else:
+            outs = fresh_layouts(op, operands)
+        for r, lay in zip(tensors, outs):
+            self.layouts.setdefault(r, lay)
+        lay = self.layouts.get(v)
+        if lay is None:  # a value tracking made of a result (its stop_gradient)
+            lay = self.layouts[v] = contiguous_layout(t)
+        return lay
 
     def remember(self, p: TensorProxy) -> TensorProxy:
         """Notes which storage ``p``'s value lives in (its base's, for a view)."""
@@ -400,6 +536,7 @@ class TraceContext(Builder):
         if not where_saved:
             return
         operands, saved_results = where_saved
+        self.saved_operands[op] = operands
         for i in operands:
             self.saved.setdefault(op.operands[i], []).append(op)
         for i in saved_results:
@@ -409,16 +546,20 @@ class TraceContext(Builder):
                  keep_saved: bool = False) -> None:
         """An in-place write to ``target``'s storage: every op whose backward saved a value
         of that storage would, in eager, raise when its backward runs; so will ours. The
-        writing call's own ops (``skip``) saved the value before the write, which eager
-        clones for an in-place op, so their records go; with ``keep_saved`` they stay
-        (see `Builder.assign`)."""
+        writing call's own ops (``skip``) saved the tensor they write before the write,
+        which eager clones for an in-place op, so those records go (with ``keep_saved`` they
+        stay: see `Builder.assign`); a tensor of that storage they read as another operand
+        (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it."""
         for v in self.members.get(target._storage, ()):
             ops = self.saved.pop(v, ())
             kept = [op for op in ops if op in skip] if keep_saved else []
             if kept:
                 self.saved[v] = kept
             for op in ops:
-                if op not in skip and "saved_modified" not in op.attributes:
+                if op in skip and (keep_saved or not any(
+                        i > 0 and op.operands[i] is v for i in self.saved_operands.get(op, ()))):
+                    continue
+                if "saved_modified" not in op.attributes:
                     t = v.type
                     assert isinstance(t, TensorType)
                     op.attributes["saved_modified"] = StringAttr(
@@ -439,19 +580,10 @@ class TraceContext(Builder):
         if not is_proxy(target):
             raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} on a tensor that is "
                                     "not traced; pass it as an argument instead")
-        if target._storage in self.aliased_args and (target._base_proxy is not None
-                                                      or target.has_views()):
-            raise ThunderTraceError(
-                f"{where(self.loc)}: in-place {opname} on an argument that shares memory with "
-                f"another (arguments {self.aliased_args[target._storage]} are views of one "
-                "storage) is not supported by thunder_ir. Pass separate tensors (e.g. "
-                "`.clone()` one of them), or write out of place.")
-        if target._base_proxy is not None or target.has_views():
-            raise ThunderTraceError(
-                f"{where(self.loc)}: in-place {opname} on a tensor that shares memory with a "
-                "view is not supported by thunder_ir (the write would have to reach the "
-                "other aliases). Use the out-of-place form, e.g. `y = x.add(1)`, or .clone() "
-                "the view first.")
+        members = live_members(target)
+        if members:
+            self.layout_read = True  # the write reaches aliases by their strides
+            check_writable(self, target, opname)
         old = target._value
         # The ops this torch call built (the in-place op's functional form, casts): their
         # reads are not later writes. A value that existed before (copy_'s source) is not.
@@ -492,6 +624,10 @@ class TraceContext(Builder):
                                                  and old in new.owner.operands):
                 new = self.overwrites(old, new)
         self._written(target, made, keep_saved)
+        with torch._C.DisableTorchFunction():  # the write keeps the target's layout
+            self.layouts[new] = (tuple(target.stride()), target.storage_offset())
+        if members:  # the other aliases see the write (`thunder_ir.frontend.aliasing`)
+            new = write_through(self, target, new, members)
         target._value = new
         self.storage[new] = target._storage
         self.members.setdefault(target._storage, []).append(new)
@@ -536,15 +672,21 @@ class TraceContext(Builder):
 
     def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,
                       args: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorProxy:
-        """An in-place metadata op (``x.t_()``): ``target`` stands for its view ``new`` (of
-        the same shape). On an argument the op is replayed on the caller's tensor after the
-        call; on a parameter or buffer it is refused."""
+        """An in-place metadata op (``x.t_()``, ``x.unsqueeze_(0)``): ``target`` stands for
+        its view ``new``, with that view's sizes and strides. On an argument the op is
+        replayed on the caller's tensor after the call; on a parameter or buffer it is
+        refused."""
         kind = next((k for p, _, k in self.input_proxies if p is target), None)
         if kind is not None and kind[0] != "arg":
             raise ThunderTraceError(
                 f"{where(self.loc)}: in-place {name} on a parameter or buffer would change the "
                 f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
         old = target._value
+        t = new.type
+        assert isinstance(t, TensorType)
+        self.layout_read = True
+        strides, offset = self.layout_of(new)
+        target.set_layout(t.sizes, strides, offset)
         target._value = new
         self.remember(target)
         if kind is not None:
@@ -582,6 +724,26 @@ class TraceContext(Builder):
             yield
         finally:
             self.block, self.emitter, self._numbers = saved
+
+
+def _backward_name(op: Operation) -> str:
+    """How eager names the backward of the op that made a view (``SplitBackward0``)."""
+    from thunder_ir.dialects.torch import CallOp
+
+    name = op.callee.data.rsplit(".", 1)[-1] if isinstance(op, CallOp) else \
+        op.name.split(".", 1)[-1]
+    return "".join(p.capitalize() for p in name.split("_")) + "Backward0"
+
+
+def _views_its_operand(op: Operation) -> bool:
+    """Whether ``op``'s results are views of its first operand (by its kind: a view-like op
+    other than a copy; ``split``/``chunk``; ``getitem`` without tensor indices)."""
+    kind = op.get_trait(ViewLike)
+    if kind is not None:
+        return kind.free
+    if isinstance(op, SplitOp | ChunkOp):
+        return True
+    return isinstance(op, GetitemOp) and len(op.operands) == 1
 
 
 def _loc_of(op: Operation) -> str:
@@ -684,6 +846,13 @@ def recording(ctx: TraceContext) -> Iterator[None]:
 _T = torch.Tensor
 _any_autocast = torch._C._is_any_autocast_enabled
 
+EXACT_LAYOUT_READS = frozenset({_T.stride, _T.storage_offset, torch.as_strided, _T.as_strided,
+                                _T.as_strided_})
+"""Calls whose answer or result depends on exact strides or the storage offset, not only on
+contiguity (what the cache key holds of a contiguous tensor)."""
+LAYOUT_READS = EXACT_LAYOUT_READS | {_T.is_contiguous}
+"""Calls that make the program depend on its inputs' layouts (see `Builder.read_layout`)."""
+
 
 def _repr(self: Any, *a: Any, **k: Any) -> str:
     return self.describe() if is_proxy(self) else object.__repr__(self)
@@ -718,6 +887,10 @@ class TraceMode(TorchFunctionMode):
     def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         h = HANDLERS.get(func)
         ctx = self.ctx
+        if func in LAYOUT_READS:
+            ctx.layout_read = True
+            if func in EXACT_LAYOUT_READS:
+                ctx.exact_layout = True
         if h is not None:
             ctx.loc = user_location()
             ctx.call_start = ctx.block.last_op

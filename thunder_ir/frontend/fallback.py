@@ -20,6 +20,7 @@ from thunder_ir.dialects.torch import (
     UnnamedCallableError,
     make_call,
     meta_call,
+    meta_value,
     runtime_callee,
     torch_name,
 )
@@ -32,6 +33,7 @@ from thunder_ir.frontend.errors import (
     dtype_name,
     where,
 )
+from thunder_ir.frontend.layout import call_layouts, meta_stand_in
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 
 _NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
@@ -39,12 +41,15 @@ _NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "be
 
 
 def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
-             result_type: Attribute | None = None) -> Any:
+             result_type: Attribute | None = None,
+             result_view: tuple[Any, tuple[tuple[int, ...], int]] | None = None) -> Any:
     """Records an unknown torch function as an opaque ``torch.call``.
 
-    Result types, the result structure (a named tuple, ``None`` entries) and which results
-    require grad come from running the function on meta tensors; a caller that knows the
-    one result's type (a meta kernel that would read a tensor's value) passes it."""
+    Result types, the result structure (a named tuple, ``None`` entries), their layouts and
+    which results require grad come from running the function on meta tensors; a caller
+    that knows the one result's type (a meta kernel that would read a tensor's value)
+    passes it, and where that result is a view, ``result_view``: the proxy it views and
+    its layout."""
     try:
         name = torch_name(func)
     except UnnamedCallableError as e:
@@ -91,9 +96,19 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
             grad_mask = None
     if result_type is not None:
         op = make_call(name, operands, enc_args, enc_kwargs, result_types=[result_type])
-        return ctx.wrap(ctx.record(op)[0])
+        if result_view is not None:
+            ctx.note_layout(op.results[0], result_view[1])
+        r = ctx.record(op, view=result_view is not None)[0]
+        if result_view is not None:
+            ctx.note_view(r, operands[0], op, 0)
+            ctx.read_layout()
+        return ctx.wrap(r, None if result_view is None else _root_of(result_view[0]))
+    layouts = [ctx.layout_of(v) if isinstance(v.type, TensorType) else None
+               for v in operands]
+    stand_ins = [meta_stand_in(v.type, lay) if lay is not None else meta_value(v.type)
+                 for v, lay in zip(operands, layouts, strict=True)]
     try:
-        meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask)
+        meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask, stand_ins)
     except ThunderTraceError:
         raise
     except Exception as e:
@@ -124,8 +139,19 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         return result
     op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
                    layout=meta.layout, nograd=meta.nograd)
+    tensors = [r for r in op.results if isinstance(r.type, TensorType)]
+    views = [i for r, i in zip(op.results, meta.views, strict=True)
+             if isinstance(r.type, TensorType)]
+    metas = [lay for r, lay in zip(op.results, meta.strides, strict=True)
+             if isinstance(r.type, TensorType)]
+    for r, lay in zip(tensors, call_layouts(op, layouts, metas, views), strict=True):
+        ctx.note_layout(r, lay)
     results = ctx.record(op, meta.requires_grad if grad_mask is not None else None,
                          view=any(i is not None for i in meta.views))
+    for k, (r, i) in enumerate(zip(results, meta.views, strict=True)):
+        if i is not None:  # (an opaque view: whether eager can make it may be by layout)
+            ctx.note_view(r, operands[i], op, k)
+            ctx.read_layout()
     return meta.rebuild([ctx.wrap(r, None if i is None else _root_of(passed[i]))
                          for r, i in zip(results, meta.views, strict=True)])
 
@@ -188,6 +214,11 @@ def _call_on_copies(ctx: Builder, name: str, operands: list[SSAValue], passed: l
         result_types=[*meta.result_types, *(operands[i].type for i in meta.mutated)],
         layout=True, nograd=meta.nograd)
     rg = [*meta.requires_grad, *(False for _ in meta.mutated)] if tracked else None
+    for r, lay in zip(op.results[:n], meta.strides, strict=True):
+        if isinstance(r.type, TensorType):
+            ctx.note_layout(r, lay)
+    for r, i in zip(op.results[n:], meta.mutated, strict=True):  # the copies: as written
+        ctx.note_layout(r, ctx.layout_of(operands[i]))
     results = ctx.record(op, rg)
     for i, copy in zip(meta.mutated, results[n:], strict=True):
         ctx.assign(passed[i], copy, name)

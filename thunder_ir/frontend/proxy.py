@@ -2,8 +2,10 @@
 
 A proxy is a real ``torch.Tensor`` subclass with no storage (``_make_wrapper_subclass``):
 ``isinstance(x, torch.Tensor)`` holds and ``.shape``, ``.dtype``, ``.device``, ``.ndim``,
-``.size()``, ``.dim()``, ``.numel()``, ``.requires_grad`` and ``.is_cuda`` answer from its
-metadata. Everything else reaches the tracer's ``TorchFunctionMode`` and becomes IR.
+``.size()``, ``.dim()``, ``.numel()``, ``.requires_grad``, ``.is_cuda`` and the layout
+queries (``.stride()``, ``.storage_offset()``, ``.is_contiguous(memory_format=...)``) answer
+from its metadata, which is eager's (`thunder_ir.frontend.layout`). Everything else reaches
+the tracer's ``TorchFunctionMode`` and becomes IR.
 
 Each proxy stands for an SSA value (``_value``). An in-place op rebinds ``_value`` to the
 op's functional result, which is how in-place code is functionalized. ``_base_proxy`` links a
@@ -31,12 +33,14 @@ from thunder_ir.dialects.types import TensorType, canonical_device, tensor_type
 class TensorProxy(torch.Tensor):
     """A storage-less tensor standing for an SSA value during tracing.
 
-    ``TensorProxy(value, requires_grad=False, base=None)`` wraps an SSA value (``base``: the
-    proxy whose storage it views), as the tracer does. ``TensorProxy(like=x, shape=...,
-    dtype=..., device=...)`` is a proxy with ``x``'s metadata (``x`` a proxy or any tensor,
-    meta tensors included), overridden by whichever of ``shape``, ``dtype`` and ``device``
-    are given; it is attached to no program (what meta functions of the extension API
-    return). ``TensorProxy(shape=..., dtype=...)`` needs no ``like``.
+    ``TensorProxy(value, requires_grad=False, base=None, strides=..., offset=...)`` wraps an
+    SSA value (``base``: the proxy whose storage it views; ``strides`` and ``offset``: eager's
+    layout of the tensor it stands for, contiguous by default), as the tracer does.
+    ``TensorProxy(like=x, shape=..., dtype=..., device=...)`` is a proxy with ``x``'s
+    metadata (``x`` a proxy or any tensor, meta tensors included), overridden by whichever
+    of ``shape``, ``dtype`` and ``device`` are given; it is attached to no program (what
+    meta functions of the extension API return). ``TensorProxy(shape=..., dtype=...)``
+    needs no ``like``.
     """
 
     _value: SSAValue
@@ -49,14 +53,19 @@ class TensorProxy(torch.Tensor):
     def __new__(cls, value: SSAValue | None = None, requires_grad: bool = False,
                 base: TensorProxy | None = None, *, like: torch.Tensor | None = None,
                 shape: Sequence[int] | None = None, dtype: torch.dtype | None = None,
-                device: str | torch.device | None = None) -> TensorProxy:
+                device: str | torch.device | None = None, strides: Sequence[int] | None = None,
+                offset: int = 0) -> TensorProxy:
         if value is None:
             value, requires_grad = _detached_value(like, shape, dtype, device, requires_grad)
+            if like is not None and shape is None and strides is None:
+                with torch._C.DisableTorchFunction():
+                    strides, offset = tuple(like.stride()), int(like.storage_offset())
         t = value.type
         assert isinstance(t, TensorType)
         r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-            cls, t.sizes, dtype=t.dtype, device=_DEVICES.get(t.dev) or _device(t.dev),
-            requires_grad=requires_grad,
+            cls, t.sizes, strides=strides, storage_offset=None if strides is None else offset,
+            dtype=t.dtype,
+            device=_DEVICES.get(t.dev) or _device(t.dev), requires_grad=requires_grad,
         )
         r._value = value
         r._base_proxy = base
@@ -78,6 +87,13 @@ class TensorProxy(torch.Tensor):
             f"thunder_ir: {func} reached torch's dispatcher with a traced tensor. This happens "
             "when code runs outside the tracer's control (for example in a C++ extension or "
             "under torch._C.DisableTorchFunction). Call it outside the jitted function.")
+
+    def set_layout(self, sizes: Sequence[int], strides: Sequence[int], offset: int) -> None:
+        """Changes this proxy's sizes, strides and storage offset in place, as eager's
+        in-place metadata ops (``t_``, ``unsqueeze_``, ``as_strided_``) change a tensor's
+        (torch's own ``as_strided_`` below the Python dispatch key: metadata only)."""
+        with torch._C.DisableTorchFunction(), torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY):
+            torch.Tensor.as_strided_(self, tuple(sizes), tuple(strides), offset)
 
     def add_view(self, view: TensorProxy) -> None:
         """Remembers a live view of this tensor (weakly: a view user code dropped, such as
@@ -124,6 +140,8 @@ def type_of_any(t: torch.Tensor) -> TensorType:
         return ty
     return tensor_type(tuple(t.shape), t.dtype, canonical_device(t.device))
 
+
+_PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 
 _STORAGES = itertools.count()
 """Storage ids: a view has its base's; never reused (unlike ``id`` of a freed proxy)."""

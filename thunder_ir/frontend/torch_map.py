@@ -21,10 +21,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
+from xdsl.ir import Operation
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch import OPS
-from thunder_ir.dialects.ltorch_nn import legacy_reduction
 from thunder_ir.dialects.types import canonical_device, tensor_type
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
@@ -37,8 +37,7 @@ T = torch.Tensor
 
 # Extra torch arguments that an op may ignore when they carry these values.
 _IGNORABLE: dict[str, tuple[Any, ...]] = {
-    "out": (None,), "inplace": (False,), "memory_format": (torch.preserve_format,
-                                                           torch.contiguous_format, None),
+    "out": (None,), "inplace": (False,), "memory_format": (torch.preserve_format, None),
     "layout": (torch.strided, None), "pin_memory": (False, None), "requires_grad": (False,),
     "non_blocking": (False,), "copy": (False,), "generator": (None,),
     "padding_idx": (None,), "max_norm": (None,), "norm_type": (2.0,),
@@ -168,7 +167,8 @@ def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
     return handler
 
 
-def _register(fns: Sequence[Any], handler: Callable[..., Any] | None) -> None:
+def register_handlers(fns: Sequence[Any], handler: Callable[..., Any] | None) -> None:
+    """Routes each of ``fns`` to ``handler`` (nothing when it is None: an op not built)."""
     if handler is None:
         return
     for f in fns:
@@ -207,10 +207,10 @@ _BINARY: dict[str, tuple[list[Any], list[Any], list[Any]]] = {
 }
 for _name, (_fns, _rfns, _ifns) in _BINARY.items():
     _h = op_handler(_name)
-    _register(_fns, _h)
-    _register(_rfns, op_handler(_name, swap=True))
+    register_handlers(_fns, _h)
+    register_handlers(_rfns, op_handler(_name, swap=True))
     if _h is not None:
-        _register(_ifns, inplace(_h, _name + "_"))
+        register_handlers(_ifns, inplace(_h, _name + "_"))
 
 _UNARY: dict[str, list[Any]] = {
     "neg": [torch.neg, torch.negative, T.neg, T.__neg__],
@@ -243,9 +243,9 @@ _UNARY_INPLACE: dict[str, list[Any]] = {
 }
 for _name, _fns in _UNARY.items():
     _h = op_handler(_name)
-    _register(_fns, _h)
+    register_handlers(_fns, _h)
     if _h is not None and _name in _UNARY_INPLACE:
-        _register(_UNARY_INPLACE[_name], inplace(_h, _name + "_"))
+        register_handlers(_UNARY_INPLACE[_name], inplace(_h, _name + "_"))
 
 
 def _relu_like(short: str) -> Callable[..., Any] | None:
@@ -261,8 +261,8 @@ def _relu_like(short: str) -> Callable[..., Any] | None:
     return handler
 
 
-_register([F.relu], _relu_like("relu"))
-_register([F.silu], _relu_like("silu"))
+register_handlers([F.relu], _relu_like("relu"))
+register_handlers([F.silu], _relu_like("silu"))
 
 _where = op_handler("where")
 if _where is not None:
@@ -278,21 +278,21 @@ if _where is not None:
                 "a mixture of experts) outside the jitted function.")
         return _where_h(ctx, *args, **kwargs)
 
-    _register([torch.where], _torch_where)
+    register_handlers([torch.where], _torch_where)
 
     def _tensor_where(ctx: Builder, self: Any, condition: Any, y: Any) -> Any:
         return _where_h(ctx, condition, self, y)
 
-    _register([T.where], _tensor_where)
+    register_handlers([T.where], _tensor_where)
 
 _h = op_handler("masked_fill")
-_register([torch.masked_fill, T.masked_fill], _h)
+register_handlers([torch.masked_fill, T.masked_fill], _h)
 if _h is not None:
-    _register([T.masked_fill_], inplace(_h, "masked_fill_"))
+    register_handlers([T.masked_fill_], inplace(_h, "masked_fill_"))
 _h = op_handler("clamp")
-_register([torch.clamp, torch.clip, T.clamp, T.clip], _h)
+register_handlers([torch.clamp, torch.clip, T.clamp, T.clip], _h)
 if _h is not None:
-    _register([T.clamp_, T.clip_], inplace(_h, "clamp_"))
+    register_handlers([T.clamp_, T.clip_], inplace(_h, "clamp_"))
 
 # --------------------------------------------------------------------------- dtype / device
 
@@ -306,10 +306,14 @@ def _to_dtype(ctx: Builder, x: Any, dtype: torch.dtype) -> Any:
 def _tensor_to(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
     dtype = kwargs.pop("dtype", None)
     device = kwargs.pop("device", None)
-    for k in ("non_blocking", "copy", "memory_format"):
-        kwargs.pop(k, None)
+    memory_format = kwargs.pop("memory_format", None)
+    kwargs.pop("non_blocking", None)
+    copy = kwargs.pop("copy", False)
     if kwargs:
         raise ThunderTraceError(f"{where(ctx.loc)}: Tensor.to got unsupported {kwargs}")
+    flags = [a for a in args if isinstance(a, bool)]  # (non_blocking, copy) positionally
+    if len(flags) > 1:
+        copy = flags[1]
     for a in args:
         if isinstance(a, torch.dtype):
             dtype = a
@@ -322,11 +326,17 @@ def _tensor_to(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
         out = fallback(ctx, T.to, (out, torch.device(device)), {})
     if dtype is not None:
         out = _to_dtype(ctx, out, dtype)
+    if memory_format not in (None, torch.preserve_format):
+        out = _contiguous(ctx, out, memory_format)  # eager's copy in that layout
+    if copy and out is self:  # copy=True: a new tensor even where nothing changes
+        out = emit_bound(ctx, OPS["clone"], {"input": self})
     return out
 
 
 def _dtype_method(dtype: torch.dtype) -> Callable[..., Any]:
     def handler(ctx: Builder, self: Any, memory_format: Any = None) -> Any:
+        if memory_format not in (None, torch.preserve_format):
+            raise UseFallback  # eager's layout rules for the copy it makes
         return _to_dtype(ctx, self, dtype)
 
     return handler
@@ -354,9 +364,14 @@ def _identity(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
     return self
 
 
+def _same_layout(self: Any) -> dict[str, Any]:
+    with torch._C.DisableTorchFunction():
+        return {"strides": tuple(self.stride()), "offset": self.storage_offset()}
+
+
 def _alias(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
     root = _root(self)
-    return ctx.remember(TensorProxy(self._value, base=root))
+    return ctx.remember(TensorProxy(self._value, base=root, **_same_layout(self)))
 
 
 def _detach(ctx: Builder, self: Any) -> Any:
@@ -365,7 +380,11 @@ def _detach(ctx: Builder, self: Any) -> Any:
     if self._value not in ctx.active:
         return _alias(ctx, self)
     root = _root(self)
-    return ctx.remember(TensorProxy(ctx.stop_gradient(self._value), base=root))
+    v = ctx.stop_gradient(self._value)
+    ctx.note_layout(v, ctx.layout_of(self._value))
+    assert isinstance(v.owner, Operation)
+    ctx.note_view(v, self._value, v.owner, 0)
+    return ctx.remember(TensorProxy(v, base=root, **_same_layout(self)))
 
 
 def _requires_grad_(ctx: Builder, self: Any, requires_grad: bool = True) -> Any:
@@ -387,13 +406,14 @@ def _is_inference(ctx: Builder, self: Any) -> bool:
     return ctx.is_inference(self._value)
 
 
-def _inplace_view(name: str) -> Any:
-    """``x.t_()``, ``x.transpose_(0, 1)``, ``x.squeeze_()``...: eager changes ``x``'s sizes
-    and strides in place, writing no data. ``x`` then stands for the view's value; a
-    proxy's shape is fixed, so an op that would change it raises, naming the line. On an
-    argument the op is replayed on the caller's tensor after the call (data written to it
-    afterwards lands through the new layout, as in eager)."""
-    functional = getattr(T, name[:-1])
+def _inplace_view(name: str, functional: Any = None) -> Any:
+    """``x.t_()``, ``x.transpose_(0, 1)``, ``x.unsqueeze_(0)``, ``x.as_strided_(...)``,
+    ``x.resize_(...)``: eager changes ``x``'s sizes and strides in place (its shape too),
+    writing no data. ``x`` then stands for the new view's value, with its sizes and strides
+    (`TensorProxy.set_layout`). On an argument the op is replayed on the caller's tensor
+    after the call (data written to it afterwards lands through the new layout, as in
+    eager)."""
+    functional = functional or getattr(T, name[:-1])
 
     def handler(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
         if not is_proxy(self):
@@ -402,20 +422,70 @@ def _inplace_view(name: str) -> Any:
         h = HANDLERS.get(functional)
         new = (h(ctx, self, *args, **kwargs) if h is not None
                else fallback(ctx, functional, (self, *args), kwargs))
-        if tuple(new.shape) != tuple(self.shape):
-            raise ThunderTraceError(
-                f"{where(ctx.loc)}: in-place {name} would change a traced tensor's shape from "
-                f"{list(self.shape)} to {list(new.shape)}, which thunder_ir cannot do to the "
-                f"tensor you hold. Write `x = x.{name[:-1]}(...)` instead.")
         return ctx.view_in_place(self, new._value, name, args, kwargs)
 
     return handler
 
 
-for _name in ("t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_"):
+for _name in ("t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
+              "as_strided_"):
     HANDLERS[getattr(T, _name)] = _inplace_view(_name)
 
-HANDLERS[T.contiguous] = _identity
+
+@export
+def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """The values ``x.resize_(size)`` leaves in a contiguous ``x``: its first elements in
+    the new shape (zeros past its end, where eager's memory is uninitialized; generated
+    code calls it as ``tir.resized``)."""
+    n = 1
+    for d in size:
+        n *= d
+    flat = x.reshape(-1)
+    if n > flat.numel():
+        flat = torch.cat([flat, flat.new_zeros(n - flat.numel())])
+    return flat[:n].reshape(tuple(size))
+
+
+def _resize_(ctx: Builder, self: Any, *size: Any, memory_format: Any = None) -> Any:
+    """``x.resize_(size)`` of a contiguous tensor that does not require grad (eager's
+    refusal otherwise); the caller's tensor is resized the same way after the call."""
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], Sequence) else size
+    if not is_proxy(self) or memory_format is not None \
+            or not all(isinstance(d, int) for d in shape):
+        raise UseFallback
+    if self.requires_grad:
+        raise RuntimeError(f"cannot resize variables that require grad\n  at {where(ctx.loc)}")
+    ctx.read_layout()
+    with torch._C.DisableTorchFunction():
+        contiguous = self.is_contiguous()
+    if not contiguous:
+        raise ThunderTraceError(
+            f"{where(ctx.loc)}: resize_ of a tensor that is not contiguous keeps its storage "
+            "and lays the new shape over it, which thunder_ir does not follow. Call "
+            "`.contiguous()` first, or build a new tensor.")
+    new = fallback(ctx, resized, (self, shape), {})
+    return ctx.view_in_place(self, new._value, "resize_", (shape,), {})
+
+
+HANDLERS[T.resize_] = _resize_
+
+def _contiguous(ctx: Builder, self: Any, memory_format: Any = torch.contiguous_format) -> Any:
+    """``x.contiguous(memory_format=...)``: ``x`` itself where eager's ``x`` is laid out so
+    already (eager returns it), else ``ltorch.contiguous``, a copy in that layout."""
+    if not is_proxy(self) or not isinstance(memory_format, torch.memory_format) \
+            or memory_format is torch.preserve_format:
+        raise UseFallback  # torch's own error
+    ctx.read_layout()
+    with torch._C.DisableTorchFunction():
+        if self.is_contiguous(memory_format=memory_format):
+            return self
+    bound: dict[str, Any] = {"input": self}
+    if memory_format is not torch.contiguous_format:
+        bound["memory_format"] = memory_format
+    return emit_bound(ctx, OPS["contiguous"], bound)
+
+
+HANDLERS[T.contiguous] = _contiguous
 HANDLERS[T.requires_grad_] = _requires_grad_
 HANDLERS[T.detach] = _detach
 HANDLERS[torch.detach] = _detach
@@ -431,7 +501,7 @@ for _name, _fns in {
     "amax": [torch.amax, T.amax], "amin": [torch.amin, T.amin],
     "argmax": [torch.argmax, T.argmax], "argmin": [torch.argmin, T.argmin],
 }.items():
-    _register(_fns, op_handler(_name))
+    register_handlers(_fns, op_handler(_name))
 
 _var_h = op_handler("var")
 if _var_h is not None:
@@ -445,7 +515,7 @@ if _var_h is not None:
             args = args[1:]
         return _var(ctx, x, *args, **kw)
 
-    _register([torch.var, T.var], _var_handler)
+    register_handlers([torch.var, T.var], _var_handler)
 
 
 def _max_like(full: str, with_dim: str, binary: str) -> Callable[..., Any]:
@@ -466,9 +536,9 @@ def _max_like(full: str, with_dim: str, binary: str) -> Callable[..., Any]:
 
 
 if "max" in OPS:
-    _register([torch.max, T.max], _max_like("max", "max_dim", "maximum"))
+    register_handlers([torch.max, T.max], _max_like("max", "max_dim", "maximum"))
 if "min" in OPS:
-    _register([torch.min, T.min], _max_like("min", "min_dim", "minimum"))
+    register_handlers([torch.min, T.min], _max_like("min", "min_dim", "minimum"))
 
 _topk_h = op_handler("topk")
 if _topk_h is not None:
@@ -478,17 +548,17 @@ if _topk_h is not None:
         """``torch.topk``: ``(values, indices)`` as torch's named tuple."""
         return torch.return_types.topk(tuple(_topk(ctx, x, *args, **kw)))
 
-    _register([torch.topk, T.topk], _topk_handler)
+    register_handlers([torch.topk, T.topk], _topk_handler)
 
 # --------------------------------------------------------------------------- shape ops
 
-_register([torch.reshape, T.reshape], op_handler("reshape", view=True, varargs="shape"))
-_register([T.view], op_handler("view" if "view" in OPS else "reshape", view=True,
+register_handlers([torch.reshape, T.reshape], op_handler("reshape", view=True, varargs="shape"))
+register_handlers([T.view], op_handler("view" if "view" in OPS else "reshape", view=True,
                                varargs="shape" if "view" not in OPS else "size"))
-_register([torch.permute, T.permute], op_handler("permute", view=True, varargs="dims"))
-_register([torch.transpose, torch.swapaxes, T.transpose, T.swapaxes],
+register_handlers([torch.permute, T.permute], op_handler("permute", view=True, varargs="dims"))
+register_handlers([torch.transpose, torch.swapaxes, T.transpose, T.swapaxes],
           op_handler("transpose", view=True))
-_register([torch.flatten, T.flatten], op_handler("flatten", view=True))
+register_handlers([torch.flatten, T.flatten], op_handler("flatten", view=True))
 _view = HANDLERS[T.view]
 
 
@@ -499,24 +569,24 @@ def _unflatten(ctx: Builder, input: Any, dim: Any, sizes: Any) -> Any:
             or not isinstance(sizes, Sequence) or input.dim() == 0 \
             or not -input.dim() <= dim < input.dim():
         raise UseFallback
-    split = _int_tuple(sizes, len(sizes))
+    split = int_tuple(sizes, len(sizes))
     if not split:
         raise UseFallback
     d = dim % input.dim()
     return _view(ctx, input, (*input.shape[:d], *split, *input.shape[d + 1:]))
 
 
-_register([torch.unflatten, T.unflatten], _unflatten)
-_register([torch.unsqueeze, T.unsqueeze], op_handler("unsqueeze", view=True))
-_register([torch.squeeze, T.squeeze], op_handler("squeeze", view=True))
-_register([T.expand], op_handler("expand", view=True, varargs="size"))
-_register([torch.split, T.split], op_handler("split", view=True))
-_register([torch.chunk, T.chunk], op_handler("chunk", view=True))
-_register([torch.cat, torch.concat, torch.concatenate], op_handler("cat"))
-_register([torch.stack], op_handler("stack"))
-_register([torch.clone, T.clone], op_handler("clone"))
-_register([torch.triu, T.triu], op_handler("triu"))
-_register([torch.tril, T.tril], op_handler("tril"))
+register_handlers([torch.unflatten, T.unflatten], _unflatten)
+register_handlers([torch.unsqueeze, T.unsqueeze], op_handler("unsqueeze", view=True))
+register_handlers([torch.squeeze, T.squeeze], op_handler("squeeze", view=True))
+register_handlers([T.expand], op_handler("expand", view=True, varargs="size"))
+register_handlers([torch.split, T.split], op_handler("split", view=True))
+register_handlers([torch.chunk, T.chunk], op_handler("chunk", view=True))
+register_handlers([torch.cat, torch.concat, torch.concatenate], op_handler("cat"))
+register_handlers([torch.stack], op_handler("stack"))
+register_handlers([torch.clone, T.clone], op_handler("clone"))
+register_handlers([torch.triu, T.triu], op_handler("triu"))
+register_handlers([torch.tril, T.tril], op_handler("tril"))
 if "transpose" in OPS:
     def _t(ctx: Builder, x: Any) -> Any:
         if x.ndim < 2:
@@ -526,16 +596,14 @@ if "transpose" in OPS:
     def _mT(ctx: Builder, x: Any) -> Any:
         return op_handler("transpose", view=True)(ctx, x, -2, -1)  # type: ignore[misc]
 
-    _register([torch.t, T.t], _t)
+    register_handlers([torch.t, T.t], _t)
     HANDLERS[getter("T")] = lambda ctx, x: _t(ctx, x) if x.ndim <= 2 else \
         op_handler("permute", view=True)(ctx, x, tuple(reversed(range(x.ndim))))  # type: ignore[misc]
     HANDLERS[getter("mT")] = _mT
 if "expand" in OPS:
     HANDLERS[T.expand_as] = lambda ctx, x, other: op_handler("expand", view=True)(  # type: ignore[misc]
         ctx, x, tuple(other.shape))
-if "reshape" in OPS:
-    HANDLERS[T.view_as] = lambda ctx, x, other: op_handler("reshape", view=True)(  # type: ignore[misc]
-        ctx, x, tuple(other.shape))
+HANDLERS[T.view_as] = lambda ctx, x, other: _view(ctx, x, tuple(other.shape))
 
 
 def _getitem(ctx: Builder, x: Any, index: Any) -> Any:
@@ -635,11 +703,11 @@ def _creation(short: str, size_param: str | None) -> Callable[..., Any] | None:
     return handler
 
 
-_register([torch.zeros], _creation("zeros", "size"))
-_register([torch.ones], _creation("ones", "size"))
-_register([torch.empty], _creation("empty", "size"))
-_register([torch.full], _creation("full", "size"))
-_register([torch.arange], _creation("arange", None))
+register_handlers([torch.zeros], _creation("zeros", "size"))
+register_handlers([torch.ones], _creation("ones", "size"))
+register_handlers([torch.empty], _creation("empty", "size"))
+register_handlers([torch.full], _creation("full", "size"))
+register_handlers([torch.arange], _creation("arange", None))
 
 
 def _like(short: str) -> Callable[..., Any] | None:
@@ -656,10 +724,10 @@ def _like(short: str) -> Callable[..., Any] | None:
     return handler
 
 
-_register([torch.zeros_like], _like("zeros_like"))
-_register([torch.ones_like], _like("ones_like"))
-_register([torch.full_like], _like("full_like"))
-_register([torch.empty_like], _like("zeros_like"))
+register_handlers([torch.zeros_like], _like("zeros_like"))
+register_handlers([torch.ones_like], _like("ones_like"))
+register_handlers([torch.full_like], _like("full_like"))
+register_handlers([torch.empty_like], _like("zeros_like"))
 
 
 def _new(short: str) -> Callable[..., Any] | None:
@@ -681,213 +749,23 @@ HANDLERS.update({k: v for k, v in {
 
 # --------------------------------------------------------------------------- nn
 
-_register([F.linear], op_handler("linear"))
-_register([torch.matmul, T.matmul, T.__matmul__], op_handler("matmul"))
-_register([T.__rmatmul__], op_handler("matmul", swap=True))
-_register([torch.bmm, T.bmm], op_handler("bmm"))
-_register([torch.softmax, F.softmax, T.softmax, torch.special.softmax],
+register_handlers([F.linear], op_handler("linear"))
+register_handlers([torch.matmul, T.matmul, T.__matmul__], op_handler("matmul"))
+register_handlers([T.__rmatmul__], op_handler("matmul", swap=True))
+register_handlers([torch.bmm, T.bmm], op_handler("bmm"))
+register_handlers([torch.softmax, F.softmax, T.softmax, torch.special.softmax],
           op_handler("softmax"))
-_register([torch.log_softmax, F.log_softmax, T.log_softmax, torch.special.log_softmax],
+register_handlers([torch.log_softmax, F.log_softmax, T.log_softmax, torch.special.log_softmax],
           op_handler("log_softmax"))
-_register([torch._safe_softmax], op_handler("safe_softmax"))
-_register([F.layer_norm, torch.layer_norm], op_handler("layer_norm"))
+register_handlers([torch._safe_softmax], op_handler("safe_softmax"))
+register_handlers([F.layer_norm, torch.layer_norm], op_handler("layer_norm"))
 
 
-def _int_tuple(v: Any, n: int) -> tuple[int, ...] | None:
+def int_tuple(v: Any, n: int) -> tuple[int, ...] | None:
     """``v`` (an int or ``n`` ints) as ``n`` ints, or None for anything else."""
     vs = (v,) * n if isinstance(v, int) else tuple(v) if isinstance(v, Sequence) else ()
     ok = len(vs) == n and all(isinstance(x, int) and not isinstance(x, bool) for x in vs)
     return vs if ok else None
-
-
-_convolution_op = op_handler("convolution")
-
-
-def _conv(n: int) -> Callable[..., Any]:
-    """``F.conv{n}d``: ``ltorch.convolution`` for a batched input. An unbatched input, a
-    ``"same"`` padding that torch would pad unevenly, or arguments that are not plain
-    ints take the fallback (eager's kernel, checks and errors)."""
-
-    def handler(ctx: Builder, input: Any, weight: Any, bias: Any = None, stride: Any = 1,
-                padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Any:
-        if not (is_proxy(input) and is_proxy(weight) and (bias is None or is_proxy(bias))) \
-                or input.dim() != n + 2 or weight.dim() != n + 2 \
-                or not isinstance(groups, int) or isinstance(groups, bool):
-            raise UseFallback
-        st, dil = _int_tuple(stride, n), _int_tuple(dilation, n)
-        if st is None or dil is None:
-            raise UseFallback
-        pad: tuple[int, ...] | None
-        if padding == "valid":
-            pad = (0,) * n
-        elif padding == "same":
-            total = [d * (k - 1) for d, k in zip(dil, weight.shape[2:])]
-            if any(s != 1 for s in st) or any(t % 2 for t in total):
-                raise UseFallback  # eager's error, or its uneven padding
-            pad = tuple(t // 2 for t in total)
-        else:
-            pad = _int_tuple(padding, n)
-        if pad is None:
-            raise UseFallback
-        return _convolution_op(ctx, input, weight, bias, stride=st,  # type: ignore[misc]
-                               padding=pad, dilation=dil, groups=groups)
-
-    return handler
-
-
-_register([F.conv1d], _conv(1))
-_register([F.conv2d], _conv(2))
-_register([F.conv3d], _conv(3))
-
-_max_pool2d_op = op_handler("max_pool2d_with_indices")
-
-
-def _max_pool2d(ctx: Builder, input: Any, kernel_size: Any, stride: Any = None,
-                padding: Any = 0, dilation: Any = 1, ceil_mode: Any = False,
-                return_indices: Any = False) -> Any:
-    """``F.max_pool2d`` (with or without indices) and ``torch.max_pool2d`` on a batched
-    input: ``ltorch.max_pool2d_with_indices``, whose indices eager's autograd also keeps
-    for the backward. An unbatched input or arguments that are not plain ints take the
-    fallback."""
-    k = _int_tuple(kernel_size, 2)
-    st = k if stride is None or (isinstance(stride, Sequence) and not stride) \
-        else _int_tuple(stride, 2)
-    pad, dil = _int_tuple(padding, 2), _int_tuple(dilation, 2)
-    if not is_proxy(input) or input.dim() != 4 or k is None or st is None or pad is None \
-            or dil is None or not isinstance(ceil_mode, bool):
-        raise UseFallback
-    values, indices = _max_pool2d_op(ctx, input, kernel_size=k,  # type: ignore[misc]
-                                     stride=st, padding=pad, dilation=dil,
-                                     ceil_mode=ceil_mode)
-    return (values, indices) if return_indices else values
-
-
-def _max_pool2d_with_indices(ctx: Builder, input: Any, kernel_size: Any, stride: Any = None,
-                             padding: Any = 0, dilation: Any = 1, ceil_mode: Any = False,
-                             return_indices: Any = True) -> Any:
-    return _max_pool2d(ctx, input, kernel_size, stride, padding, dilation, ceil_mode, True)
-
-
-_register([F.max_pool2d, torch.max_pool2d], _max_pool2d)
-_register([F.max_pool2d_with_indices], _max_pool2d_with_indices)
-
-
-def _plane_mean_2d(x: torch.Tensor) -> torch.Tensor:
-    return x.mean((-1, -2), keepdim=True)
-
-
-def _plane_mean_1d(x: torch.Tensor) -> torch.Tensor:
-    return x.unsqueeze(-2).mean((-1, -2), keepdim=True).squeeze(-2)
-
-
-def _adaptive_avg_pool(n: int) -> Callable[..., Any]:
-    """``F.adaptive_avg_pool{n}d`` to output size 1: the mean over the pooled dims, the ops
-    ATen itself runs for that case (``unsqueeze`` first in 1-d). Other output sizes take
-    the fallback."""
-    mean = _plane_mean_2d if n == 2 else _plane_mean_1d
-
-    def handler(ctx: Builder, input: Any, output_size: Any) -> Any:
-        if not is_proxy(input) or input.dim() not in (n + 1, n + 2):
-            raise UseFallback
-        sizes = (output_size,) * n if isinstance(output_size, int) else tuple(output_size)
-        sizes = tuple(input.shape[-n + i] if v is None else v for i, v in enumerate(sizes))
-        if len(sizes) != n or any(v != 1 for v in sizes):
-            raise UseFallback
-        return ctx.run_python(mean, (input,), {})
-
-    return handler
-
-
-_register([F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d], _adaptive_avg_pool(2))
-_register([torch.adaptive_avg_pool1d], _adaptive_avg_pool(1))
-
-_batch_norm_op = op_handler("native_batch_norm")
-
-
-def _batch_norm(ctx: Builder, input: Any, weight: Any, bias: Any, running_mean: Any,
-                running_var: Any, training: Any, momentum: Any, eps: Any,
-                cudnn_enabled: Any = True) -> Any:
-    """``torch.batch_norm`` (what ``F.batch_norm`` calls after its checks, which run as
-    they are): ``ltorch.native_batch_norm`` on float32/float64 tensors, the running
-    statistics' updates written back as eager writes them in place. Other dtypes and
-    arguments take the fallback."""
-    stats = [t for t in (running_mean, running_var) if t is not None]
-    params = [t for t in (weight, bias) if t is not None]
-    if not is_proxy(input) or input.dtype not in (torch.float32, torch.float64) \
-            or input.dim() < 2 or len(stats) == 1 or (not training and not stats) \
-            or any(not is_proxy(t) or t.dtype != input.dtype for t in (*params, *stats)) \
-            or not all(isinstance(v, int | float) for v in (momentum, eps)):
-        raise UseFallback
-    results = _batch_norm_op(ctx, input, weight, bias, running_mean,  # type: ignore[misc]
-                             running_var, training=bool(training), momentum=float(momentum),
-                             eps=float(eps))
-    if training and stats:  # eager's backward saves the running statistics themselves
-        ctx.assign(running_mean, results[3]._value, "batch_norm", keep_saved=True)
-        ctx.assign(running_var, results[4]._value, "batch_norm", keep_saved=True)
-    return results[0]
-
-
-_register([torch.batch_norm], _batch_norm)
-_register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
-_register([F.embedding], op_handler("embedding"))
-
-
-def _warn_legacy(size_average: Any, reduce: Any) -> None:
-    """Eager's deprecation warning for a loss's ``size_average`` / ``reduce``."""
-    if size_average is not None or reduce is not None:
-        from torch.nn import _reduction
-
-        _reduction.legacy_get_string(size_average, reduce)
-
-
-def _check_class_weights(ctx: Builder, target: Any, weight: Any) -> None:
-    """Eager's ``nll_loss`` refuses class weights that require grad with class-index
-    targets (while grad mode is on): so does the trace, naming the line."""
-    if (is_proxy(weight) and weight._value in ctx.active and torch.is_grad_enabled()
-            and isinstance(target, torch.Tensor) and not target.is_floating_point()):
-        raise ThunderTraceError(
-            f"{where(ctx.loc)}: the function 'nll_loss_forward' is not differentiable with "
-            "respect to argument 'weight' (eager raises this too): pass class weights that "
-            "do not require grad, e.g. weight.detach()")
-
-
-_cross_entropy_op = op_handler("cross_entropy")
-
-
-def _cross_entropy(ctx: Builder, input: Any, target: Any, weight: Any = None, *args: Any,
-                   **kwargs: Any) -> Any:
-    """``F.cross_entropy``: ``ltorch.cross_entropy``, after eager's check of the weights
-    and its deprecation warning for ``size_average`` / ``reduce``."""
-    _check_class_weights(ctx, target, weight)
-    _warn_legacy(kwargs.get("size_average", args[0] if args else None),
-                 kwargs.get("reduce", args[2] if len(args) > 2 else None))
-    return _cross_entropy_op(ctx, input, target, weight, *args, **kwargs)  # type: ignore[misc]
-
-
-_nll_loss_op = op_handler("nll_loss_forward")
-
-
-def _nll_loss(ctx: Builder, input: Any, target: Any, weight: Any = None,
-              size_average: bool | None = None, ignore_index: int = -100,
-              reduce: bool | None = None, reduction: str = "mean") -> Any:
-    """``F.nll_loss`` on ``[N, C]`` or ``[C]`` log-probabilities with class-index targets:
-    ``ltorch.nll_loss_forward``, eager's kernel (its loss; the total weight stays
-    internal). Other shapes (``[N, C, d1, ...]``) and probability targets take the
-    fallback."""
-    if not (is_proxy(input) and isinstance(target, torch.Tensor)) or input.dim() not in (1, 2) \
-            or target.is_floating_point():
-        raise UseFallback
-    _check_class_weights(ctx, target, weight)
-    _warn_legacy(size_average, reduce)
-    red = legacy_reduction(reduction, size_average, reduce)
-    loss, _ = _nll_loss_op(ctx, input, target, weight, reduction=red,  # type: ignore[misc]
-                           ignore_index=ignore_index)
-    return loss
-
-
-_register([F.cross_entropy], _cross_entropy)
-_register([F.nll_loss], _nll_loss)
-_register([F.mse_loss], op_handler("mse_loss"))
 
 
 def _gelu(ctx: Builder, x: Any, approximate: str = "none") -> Any:
@@ -955,11 +833,15 @@ def _narrow(ctx: Builder, x: Any, dim: int, start: Any, length: int) -> Any:
     shape = list(x.shape)
     shape[dim % x.ndim] = length
     t = x._value.type
+    # A view of x with x's strides; where it starts depends on start's value, which the
+    # storage offset the trace answers cannot know (x's own is answered).
+    lay = _same_layout(x)
     return fallback(ctx, T.narrow, (x, dim, start, length), {},
-                    result_type=tensor_type(tuple(shape), t.dtype, t.dev))
+                    result_type=tensor_type(tuple(shape), t.dtype, t.dev),
+                    result_view=(x, (lay["strides"], lay["offset"])))
 
 
-_register([torch.narrow, T.narrow], _narrow)
+register_handlers([torch.narrow, T.narrow], _narrow)
 
 
 def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
@@ -992,7 +874,7 @@ def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
 _grouped_mm_op_h = op_handler("grouped_mm")
 if hasattr(torch, "_grouped_mm") and _grouped_mm_op_h is not None:
     _grouped_mm_op: Callable[..., Any] = _grouped_mm_op_h
-    _register([torch._grouped_mm], _grouped_mm)
+    register_handlers([torch._grouped_mm], _grouped_mm)
     # transformers' mixture-of-experts layers call its ``grouped_mm_fallback`` custom op
     # instead of ``torch._grouped_mm`` while a compiler traces them (in float32: Inductor's
     # limit): the same product, one expert's weight per group of rows ending at ``offs``.
@@ -1021,7 +903,8 @@ for _n in dir(torch):
 
 _INLINED = (F.batch_norm, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d,
             F.alpha_dropout, F.feature_alpha_dropout, F.multi_head_attention_forward,
-            F.triplet_margin_with_distance_loss, F.linear_cross_entropy)
+            F.triplet_margin_with_distance_loss,
+            *[f for f in (getattr(F, "linear_cross_entropy", None),) if f is not None])
 """torch functions written in Python that the tracer runs as they are, recording the torch
 calls they make (their argument checks and warnings are eager's own), instead of recording
 one opaque call of the whole function."""

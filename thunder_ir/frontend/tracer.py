@@ -15,8 +15,8 @@ Under `TraceMode` each torch function, tensor method and operator goes to a hand
   file:line and what to do instead.
 
 This module imports every module that fills the handler table (`torch_map`,
-`custom_function`, `takeover`, `backward_hooks`), so the table is complete whenever a
-program can be traced.
+`torch_map_nn`, `custom_function`, `takeover`, `backward_hooks`), so the table is complete
+whenever a program can be traced.
 """
 
 from __future__ import annotations
@@ -31,16 +31,27 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
-from thunder_ir.frontend import backward_hooks, custom_function, takeover, torch_map
+from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
+from thunder_ir.dialects.base import to_attr
+from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.traits import ViewLike
+from thunder_ir.frontend import (
+    backward_hooks,
+    custom_function,
+    takeover,
+    torch_map,
+    torch_map_nn,
+)
 from thunder_ir.frontend.context import TraceContext, TracedProgram, TraceMode, recording
 from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.passes.vjp import load_vjp_rules
 
-HANDLER_MODULES = (torch_map, custom_function, takeover, backward_hooks)
+HANDLER_MODULES = (torch_map, torch_map_nn, custom_function, takeover, backward_hooks)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
 
 def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> list[str]:
@@ -239,8 +250,14 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     outputs: list[SSAValue] = []
     out_leaves: list[tuple[str, Any]] = []
     detach_outputs: list[int] = []
+    strides: list[tuple[int, ...] | None] = []
+    arg_proxies = {id(p): (k[1], v) for p, v, k in ctx.input_proxies if k[0] == "arg"}
     for leaf in leaves:
-        if is_proxy(leaf):
+        returned = _returned_argument(ctx, leaf, arg_proxies) if is_proxy(leaf) else None
+        if returned is not None:
+            out_leaves.append(returned)
+        elif is_proxy(leaf):
+            strides.append(_dense_strides(leaf))
             base = leaf._base_proxy
             if (leaf._value not in ctx.active and base is not None and base.requires_grad
                     and ctx.is_leaf(base._value)):
@@ -256,10 +273,59 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         if p._value is not original and kind[0] in ("arg", "param"):
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)
-    return TracedProgram(ctx.program.finish(outputs), ctx.input_kinds, out_spec, out_leaves,
+    strides += [None] * (len(outputs) - len(strides))
+    ir = ctx.program.finish(outputs)
+    if any(s is not None for s in strides):  # for `restride-outputs`
+        main_function(ir).attributes["thunder.output_strides"] = to_attr(tuple(strides))
+    checked = [None if s is None or _made_by_a_call(v) else s
+               for v, s in zip(outputs, strides, strict=True)]
+    return TracedProgram(ir, ctx.input_kinds, out_spec, out_leaves,
                          writebacks, ctx.input_requires_grad,
                          [o in ctx.active for o in outputs], detach_outputs,
-                         list(ctx.global_reads.values()), ctx.replays)
+                         list(ctx.global_reads.values()), ctx.replays, checked,
+                         ctx.exact_layout, ctx.layout_read)
+
+
+def _made_by_a_call(v: SSAValue) -> bool:
+    """Whether an opaque torch call made ``v`` (through views): eager's own kernel runs it,
+    so the result is laid out as eager's whatever torch's fake kernels say (they are not
+    right for every op: ``max_unpool2d`` of a channels-last input)."""
+    op = v.owner
+    while isinstance(op, Operation):
+        kind = op.get_trait(ViewLike)
+        if (kind is None or not kind.free) and not isinstance(op, StopGradientOp | FunctionOp):
+            return isinstance(op, CallOp)
+        v = op.operands[-1] if isinstance(op, FunctionOp) else op.operands[0]
+        op = v.owner
+    return False
+
+
+def _returned_argument(ctx: TraceContext, leaf: TensorProxy,
+                       args: dict[int, tuple[int, SSAValue]]) -> tuple[str, Any] | None:
+    """Where eager returns the caller's tensor itself (``x.add_(1); return x``, ``return x``),
+    or a view of an argument written in place (``x[0].add_(1); return x[0]``), the result
+    is that tensor, or that view of it, made after the call's write-backs: ``("arg", i)``
+    or ``("argview", (i, sizes, strides, offset))``, not a copy of its values."""
+    hit = args.get(id(leaf))
+    if hit is not None:
+        return ("arg", hit[0])
+    root = leaf._base_proxy
+    hit = args.get(id(root)) if root is not None else None
+    if hit is None or root is None or root._value is hit[1] or leaf._value in ctx.active:
+        return None
+    with torch._C.DisableTorchFunction():
+        view = (tuple(leaf.shape), tuple(leaf.stride()), int(leaf.storage_offset()))
+    ctx.layout_read = True  # the view is made by its strides
+    return ("argview", (hit[0], *view))
+
+
+def _dense_strides(p: TensorProxy) -> tuple[int, ...] | None:
+    """Eager's strides of a result, where a copy can lay a tensor out so (dense)."""
+    from thunder_ir.runtime.layout import is_dense
+
+    with torch._C.DisableTorchFunction():
+        shape, strides = tuple(p.shape), tuple(p.stride())
+    return strides if is_dense(shape, strides) else None
 
 
 def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
@@ -268,8 +334,8 @@ def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
     on that, see `thunder_ir.runtime.cache.aliases`) are traced as such: the same tensor
     passed twice is one proxy, so a write through one name is seen through the other; a
     tensor that shares storage with an earlier argument (a view of it, or both views of one
-    base) is traced as that argument's alias, so writes to either are refused with a clear
-    error instead of being lost."""
+    base) is traced as that argument's alias, so that a write to either reaches the other
+    (`thunder_ir.frontend.aliasing.span_root`)."""
     from thunder_ir.runtime.cache import storage_ptr
 
     ptr = storage_ptr(tensor)
@@ -282,7 +348,7 @@ def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
         p._base_proxy = base
         p._storage = base._storage
         base.add_view(p)
-        ctx.aliased_args[base._storage] = f"'{first[2]}' and '{name}'"
+        ctx.arg_groups.setdefault(base._storage, [base]).append(p)
     elif ptr:
         by_storage[ptr] = (tensor, p, name)
     return p

@@ -1,0 +1,295 @@
+"""Writes through views, as eager computes them: functionalization onto the root, then
+view replay.
+
+Tensors that share memory form a *storage group*: a root proxy (the tensor that owns the
+storage: an argument, a buffer, a fresh result) and its live views
+(`TensorProxy._base_proxy` and ``_views``, weakly held). Each view's value remembers how
+it was made from its parent (`TraceContext.view_parent`: the op and which of its results,
+or a strided view of a span). An in-place write to any member is functionalized as
+torch's functionalization does it:
+
+1. the written tensor's new value ``N`` is computed out of place (`TraceContext.assign`);
+2. the root's new value is ``N`` itself where the root was written, else the root with
+   ``N`` scattered into the elements the written tensor views (`scatter_strided`: the
+   view's sizes, strides and storage offset relative to the root's, on eager's layout of
+   the root);
+3. every member, the written one included, is re-derived from the root's new value by
+   replaying the ops that made it, parent first (view replay), so that each value is again
+   a view of the root's;
+4. an argument or buffer among them is written back after the call, once, as any input
+   written in place is.
+
+Arguments that share memory (views of one tensor passed separately) get a root that
+spans all of them (`span_root`): a strided view of the first one's storage, made at the
+first write, of which each argument is then a strided view.
+
+Writes eager refuses are refused with eager's error: to a tensor whose elements overlap
+(an expanded view), or to a view of a leaf that requires grad while grad mode is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Operation, SSAValue
+
+from thunder_ir.dialects.types import TensorType, tensor_type
+from thunder_ir.frontend.errors import ThunderTraceError, where
+from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.layout import storage_elements
+from thunder_ir.frontend.proxy import TensorProxy
+from thunder_ir.runtime.namespace import export
+
+if TYPE_CHECKING:
+    from thunder_ir.frontend.context import TraceContext
+
+ViewParent = tuple[SSAValue, Any, Any]
+"""How a view's value was made: ``(parent value, op, result index)`` for a view op, or
+``(parent value, None, (sizes, strides, offset))`` for a strided view of the parent."""
+
+
+@export
+def scatter_strided(base: torch.Tensor, src: torch.Tensor, base_strides: Sequence[int],
+                    size: Sequence[int], strides: Sequence[int], offset: int) -> torch.Tensor:
+    """``base`` with ``src`` written into the elements of its view of ``size``, ``strides``
+    and ``offset`` (relative to ``base``'s own, in eager's layout of ``base``: strides
+    ``base_strides``): the functional form of a write through a view (generated code calls
+    it as ``tir.scatter_strided``)."""
+    out = torch.empty_strided(base.shape, tuple(base_strides), dtype=base.dtype,
+                              device=base.device)
+    out.copy_(base)
+    out.as_strided(tuple(size), tuple(strides), offset).copy_(src)
+    return out
+
+
+@export
+def strided_view(x: torch.Tensor, size: Sequence[int], strides: Sequence[int],
+                 offset: int) -> torch.Tensor:
+    """The view of ``x``'s storage of ``size``, ``strides`` and storage ``offset``
+    (``torch.as_strided``; generated code calls it as ``tir.strided_view``)."""
+    return torch.as_strided(x, tuple(size), tuple(strides), offset)
+
+
+def _layout(p: TensorProxy) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    with torch._C.DisableTorchFunction():
+        return tuple(p.shape), tuple(p.stride()), int(p.storage_offset())
+
+
+def live_members(target: TensorProxy) -> list[TensorProxy]:
+    """The other live proxies that share ``target``'s storage: its root and the root's
+    views (empty for a tensor nothing else views, the usual case)."""
+    root = target._base_proxy if target._base_proxy is not None else target
+    views = root._views
+    if root is target and not views:
+        return []
+    out = [] if root is target else [root]
+    if views:
+        out.extend(v for v in list(views) if v is not target)
+    return out
+
+
+def _overlaps(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether two elements of a tensor of this layout share a memory location."""
+    dims = sorted((s, n) for n, s in zip(shape, strides) if n > 1)
+    if any(n == 0 for n in shape):
+        return False
+    reach = 0  # the farthest element reachable with the smaller strides
+    for s, n in dims:
+        if s <= reach:
+            return True
+        reach += s * (n - 1)
+    return False
+
+
+NO_GRAD = "no_grad"
+"""`TraceContext.view_meta`: the view was made under no-grad (eager's ``NO_GRAD_MODE``)."""
+
+
+def check_writable(ctx: TraceContext, target: TensorProxy, opname: str) -> None:
+    """Eager's refusals of in-place writes that concern memory: to a tensor whose elements
+    overlap; while grad mode is on, to a view of a leaf that requires grad, to a view made
+    under no-grad of a tensor that requires grad, or to one of the views a function
+    returns several of (``split``, ``chunk``, ``unbind``: eager's creation metas)."""
+    shape, strides, _ = _layout(target)
+    if _overlaps(shape, strides):
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to "
+            "a single memory location. Please clone() the tensor before performing the "
+            f"operation.\n  at {where(ctx.loc)}")
+    root = target._base_proxy
+    if root is None or not torch.is_grad_enabled():
+        return
+    if id(root) in ctx.leaf_proxies and root._value in ctx.active:
+        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an "
+                           f"in-place operation.\n  at {where(ctx.loc)}")
+    made = ctx.view_meta.get(target._value)
+    if made is None or target._value not in ctx.active:
+        return
+    if made == NO_GRAD:
+        raise RuntimeError(
+            "A view was created in no_grad mode and is being modified inplace with grad mode "
+            "enabled. Given that this use case is ambiguous and error-prone, it is forbidden. "
+            "You can clarify your code by moving both the view and the inplace either both "
+            "inside the no_grad block (if you don't want the inplace to be tracked) or both "
+            f"outside (if you want the inplace to be tracked).\n  at {where(ctx.loc)}")
+    raise RuntimeError(
+        f"Output of {made} is a view and is being modified inplace. This view is the output "
+        "of a function that returns multiple views. Such functions do not allow the output "
+        "views to be modified inplace. You should replace the inplace operation by an "
+        f"out-of-place one.\n  at {where(ctx.loc)}")
+
+
+def span_root(ctx: TraceContext, group: list[TensorProxy]) -> TensorProxy:
+    """A root for arguments that share memory: a 1-d strided view of the first one's
+    storage spanning all of them (``torch.as_strided`` on the caller's tensor, so its
+    elements are the storage's), of which each becomes a strided view."""
+    layouts = [_layout(p) for p in group]
+    lo = min(off for _, _, off in layouts)
+    hi = max(off + storage_elements(shape, strides, 0) for shape, strides, off in layouts)
+    first = group[0]
+    t = first._value.type
+    assert isinstance(t, TensorType)
+
+    span = fallback(ctx, strided_view, (first, (hi - lo,), (1,), lo), {},
+                    result_type=tensor_type((hi - lo,), t.dtype, t.dev))
+    span._storage = first._storage
+    with torch._C.DisableTorchFunction():
+        span.set_layout((hi - lo,), (1,), lo)
+    members = {id(p): p for p in group}
+    for p in group:
+        members.update((id(v), v) for v in list(p._views or ()))
+        p._views = None
+    for p, (shape, strides, off) in zip(group, layouts, strict=True):
+        ctx.view_parent[p._value] = (span._value, None, (shape, strides, off - lo))
+    for m in members.values():
+        m._base_proxy = span
+        span.add_view(m)
+    return span
+
+
+def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
+                  members: list[TensorProxy]) -> SSAValue:
+    """Functionalizes a write of ``new`` into ``target`` onto its storage group (see the
+    module doc); every member's value is re-derived. Returns ``target``'s new value."""
+    root = target._base_proxy if target._base_proxy is not None else target
+    group = ctx.arg_groups.pop(root._storage, None)
+    if group is not None:  # arguments sharing memory: a root spanning them
+        root = span_root(ctx, group)
+        members = [m for m in [root, *list(root._views or ())] if m is not target]
+    old_root = root._value
+    if root is target:
+        new_root = new
+    else:
+        t_shape, t_strides, t_off = _layout(target)
+        _, r_strides, r_off = _layout(root)
+        out = fallback(ctx, scatter_strided,
+                       (_stand_in(ctx, old_root), _stand_in(ctx, new), r_strides, t_shape,
+                        t_strides, t_off - r_off), {})
+        new_root = out._value
+        ctx.note_layout(new_root, (r_strides, r_off))
+    grad = torch.is_grad_enabled()
+    if old_root in ctx.active and (not grad or target._value not in ctx.active):
+        # written outside autograd (under no-grad, or through a detached alias such as
+        # ``y.detach()`` or ``w.data``): the root keeps its place in the autograd graph
+        new_root = ctx.keep_identity(old_root, new_root)
+    renewed: dict[SSAValue, SSAValue] = {old_root: new_root}
+    for m in members:
+        if m is not root:
+            old = m._value
+            m._value = _renew_member(ctx, old, renewed, grad)
+            if m is not target and grad and old in ctx.active:
+                _forbid_after_write(ctx, old, m._value)
+            ctx.remember(m)
+    root._value = new_root
+    ctx.remember(root)
+    return new_root if root is target else _renew_member(ctx, target._value, renewed, grad)
+
+
+def _forbid_after_write(ctx: TraceContext, old: SSAValue, new: SSAValue) -> None:
+    """A view eager cannot rebase after a write to its base (one of several views a
+    function returned, or one made under no-grad): eager raises where autograd next needs
+    it, in a forward op that requires grad or in the backward. So does the trace
+    (`TraceContext.track`), and so does the program's backward (``saved_modified``)."""
+    made = ctx.view_meta.get(old)
+    if made is None:
+        return
+    if made == NO_GRAD:
+        msg = ("A view was created in no_grad mode and its base or another view of its base "
+               "has been modified inplace with grad mode enabled. Given that this use case "
+               "is ambiguous and error-prone, it is forbidden. You can clarify your code by "
+               "moving both the view and the inplace either both inside the no_grad block "
+               "(if you don't want the inplace to be tracked) or both outside (if you want "
+               "the inplace to be tracked).")
+    else:
+        msg = (f"Output of {made} is a view and its base or another view of its base has "
+               "been modified inplace. This view is the output of a function that returns "
+               "multiple views. Such functions do not allow the output views to be modified "
+               "inplace. You should replace the inplace operation by an out-of-place one.")
+    ctx.forbidden[new] = msg
+    op = new.owner
+    if isinstance(op, Operation):
+        op.attributes["saved_modified"] = StringAttr(f"{msg} (written at {where(ctx.loc)})")
+
+
+def _renew_member(ctx: TraceContext, v: SSAValue, renewed: dict[SSAValue, SSAValue],
+                  grad: bool) -> SSAValue:
+    """`_renew` of a member's value. Under no-grad a view made with grad mode on still
+    passes its gradient to the root (eager regenerates its ``grad_fn`` from the base's):
+    its ops are replayed with grad mode on."""
+    if grad or ctx.view_meta.get(v) == NO_GRAD:
+        return _renew(ctx, v, renewed)
+    with torch.enable_grad():
+        return _renew(ctx, v, renewed)
+
+
+def _stand_in(ctx: TraceContext, value: SSAValue) -> TensorProxy:
+    """A proxy of ``value`` with its recorded layout, to pass to `fallback` (the tensor a
+    member stood for before the write)."""
+    strides, offset = ctx.layout_of(value)
+    return TensorProxy(value, strides=strides, offset=offset)
+
+
+def _renew(ctx: TraceContext, v: SSAValue, renewed: dict[SSAValue, SSAValue]) -> SSAValue:
+    """``v``'s value after the write: its view ops replayed on its parent's new value."""
+    done = renewed.get(v)
+    if done is not None:
+        return done
+    how = ctx.view_parent.get(v)
+    if how is None:
+        raise ThunderTraceError(
+            f"{where(ctx.loc)}: an in-place write reaches a tensor that shares its memory "
+            "in a way thunder_ir cannot re-derive (it was written through another alias "
+            "before it became a view). Clone it before writing, or write out of place.")
+    parent, op, index = how
+    new_parent = _renew(ctx, parent, renewed)
+    if op is None:  # a strided view of its parent
+        shape, strides, off = index
+        t = v.type
+        assert isinstance(t, TensorType)
+        out = fallback(ctx, strided_view, (_stand_in(ctx, new_parent), shape, strides, off),
+                       {}, result_type=t)
+        r = out._value
+        ctx.view_parent[r] = (new_parent, None, index)
+    else:
+        r = _replay(ctx, op, parent, new_parent, index)
+    ctx.note_layout(r, ctx.layout_of(v))
+    renewed[v] = r
+    return r
+
+
+def _replay(ctx: TraceContext, op: Operation, parent: SSAValue, new_parent: SSAValue,
+            index: int) -> SSAValue:
+    """The op that made a view, again, on the parent's new value; its result ``index``
+    (with eager's autograd rules, as the first time)."""
+    clone = op.clone(value_mapper={parent: new_parent})
+    results = ctx.record(clone, view=True)
+    r = results[index]
+    ctx.view_parent[r] = (new_parent, clone, index)
+    return r
+
+
+__all__ = ["NO_GRAD", "check_writable", "live_members", "scatter_strided", "span_root",
+           "strided_view", "write_through"]

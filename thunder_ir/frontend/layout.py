@@ -1,0 +1,318 @@
+"""Eager's memory layout of traced tensors: strides and storage offsets.
+
+Values in the IR are logical tensors (the program is functional: no op of it reads a
+layout), so tensor types carry no strides. Layout is a fact of the *eager* program, one
+that user code observes (``x.stride()``, ``x.is_contiguous()``, a ``view`` that eager
+refuses, a kernel picked by stride) and that the caller sees on every result. Tracing
+therefore gives each proxy eager's strides and storage offset:
+
+* an argument's are the real tensor's (the cache key holds them:
+  `thunder_ir.runtime.cache.layout_token`);
+* a view's come from torch itself: the view function runs on a *meta* stand-in with the
+  operand's layout (`view_layouts`; torch's C++ view kernels, a microsecond or two);
+* any other result (`fresh_layouts`) is contiguous when every tensor operand is: that is
+  TensorIterator's fast setup, and the layout every fresh result of an ltorch op gets on
+  contiguous inputs (``tests/test_eager_semantics.py`` and the OpInfo sweep hold it),
+  except for ops given a ``memory_format`` and ops that ask on some devices
+  (``LAYOUT_ASKED_ON``: attention, whose CUDA kernels return the heads transposed).
+  Otherwise torch decides: the op's reference runs on meta stand-ins of the operands'
+  layouts, or, for ops whose layout depends on the device (``DEVICE_LAYOUT``:
+  convolution, pooling), under torch's ``FakeTensorMode`` on fake tensors of the
+  operands' device, which is what torch.compile does to learn eager's strides (fake
+  tensors know that a convolution of a channels-last input is channels-last on the CPU;
+  meta tensors take every tensor for a CUDA one). Results are cached per signature.
+
+Nothing here is written again from torch: the one rule of our own is the contiguous fast
+path above, and a test holds it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import Operation, SSAValue
+
+from thunder_ir.dialects.base import ThunderOp, group
+from thunder_ir.dialects.types import NumberType, TensorType
+
+Strides = tuple[int, ...]
+Layout = tuple[Strides, int]
+"""A tensor's strides and storage offset (in elements)."""
+
+_CONTIGUOUS: dict[tuple[int, ...], Strides] = {}
+
+
+def contiguous_strides(sizes: Sequence[int]) -> Strides:
+    """The strides ``torch.empty(sizes)`` gets (a size-0 or size-1 dim counts as 1)."""
+    key = tuple(sizes)
+    s = _CONTIGUOUS.get(key)
+    if s is None:
+        out = [1] * len(key)
+        for i in range(len(key) - 2, -1, -1):
+            out[i] = out[i + 1] * max(key[i + 1], 1)
+        s = _CONTIGUOUS[key] = tuple(out)
+    return s
+
+
+def is_contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """torch's ``is_contiguous()``: row-major up to dims of size 1 (and any empty tensor)."""
+    if tuple(strides) == contiguous_strides(sizes):
+        return True
+    expected = 1
+    for n, s in zip(reversed(tuple(sizes)), reversed(tuple(strides))):
+        if n == 0:
+            return True
+        if n != 1:
+            if s != expected:
+                return False
+            expected *= n
+    return True
+
+
+def contiguous_layout(t: TensorType) -> Layout:
+    """The layout of a fresh contiguous tensor of type ``t``."""
+    return contiguous_strides(t.sizes), 0
+
+
+def storage_elements(sizes: Sequence[int], strides: Sequence[int], offset: int) -> int:
+    """How many elements a storage needs to hold a tensor of this layout."""
+    if any(n == 0 for n in sizes):
+        return offset
+    return offset + 1 + sum((n - 1) * abs(s) for n, s in zip(sizes, strides))
+
+
+def meta_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
+    """A meta tensor of type ``t`` with ``layout`` (strides and storage offset), viewing no
+    other tensor (``_base`` is None, so a meta run can tell which results view it)."""
+    strides, offset = layout
+    with torch._C.DisableTorchFunction():
+        if offset == 0:
+            return torch.empty_strided(t.sizes, strides, dtype=t.dtype, device="meta")
+        n = storage_elements(t.sizes, strides, offset)
+        storage = torch.empty(n, dtype=t.dtype, device="meta").untyped_storage()
+        return torch.empty(0, dtype=t.dtype, device="meta").set_(storage, offset, t.sizes,
+                                                                 strides)
+
+
+def layout_of_tensor(x: torch.Tensor) -> Layout:
+    """A real (or meta) tensor's layout."""
+    with torch._C.DisableTorchFunction():
+        return tuple(x.stride()), int(x.storage_offset())
+
+
+class LayoutError(RuntimeError):
+    """Eager refuses the view (``view`` on a layout it cannot view): its own message."""
+
+
+def _operand_values(op: Operation, layouts: Sequence[Layout | None],
+                    make: Callable[[TensorType, Layout], Any]) -> list[Any]:
+    """Stand-ins of ``op``'s operands: tensors made by ``make``, numbers as sample values
+    (the op's constant where the number is one)."""
+    out: list[Any] = []
+    for v, lay in zip(op.operands, layouts, strict=True):
+        t = v.type
+        if isinstance(t, TensorType):
+            out.append(make(t, lay if lay is not None else contiguous_layout(t)))
+        elif isinstance(t, NumberType):
+            out.append(_number_of(v, t))
+        else:
+            out.append(None)
+    return out
+
+
+def _number_of(v: SSAValue, t: NumberType) -> Any:
+    owner = v.owner
+    value = getattr(owner, "params", None)
+    if isinstance(owner, ThunderOp) and owner.name == "prims.constant" and value is not None:
+        return owner.params()["value"]
+    return t.python_type(1)
+
+
+def _run(op: Operation, stand_ins: list[Any], fn: Callable[..., Any] | None = None) -> list[Any]:
+    """Runs ``op``'s torch reference (or ``fn``) on stand-ins; its tensor results."""
+    from thunder_ir.dialects.torch import CallOp
+
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        if isinstance(op, CallOp):
+            out = op.run(stand_ins)
+        else:
+            assert isinstance(op, ThunderOp)
+            grouped = group(op.operand_layout(), stand_ins, op._segment_sizes())
+            params = op.params()
+            out = (type(op).eager_ref(*grouped, **params) if fn is None else
+                   fn(*grouped, **{k: v for k, v in params.items() if v is not None}))
+    items = list(out) if isinstance(out, list | tuple) else [out]
+    return [o for o in items if isinstance(o, torch.Tensor)]
+
+
+def view_layouts(op: Operation, layouts: Sequence[Layout | None]
+                 ) -> list[tuple[Layout, bool]]:
+    """The layouts of a view op's results (from torch's view kernels on meta stand-ins),
+    each with whether eager's result is a view indeed (``reshape`` copies a layout it
+    cannot view).
+
+    Raises:
+        LayoutError: eager's own error, where the view cannot be made (``Tensor.view`` of
+            a layout that does not allow it).
+    """
+    try:
+        key = _signature(op, layouts)
+        hash(key)
+    except TypeError:
+        key = None
+    hit = _VIEWS.get(key) if key is not None else None
+    if hit is None:
+        hit = _view_layouts(op, layouts)
+        if key is not None:
+            _VIEWS[key] = hit
+    if isinstance(hit, str):
+        raise LayoutError(hit)
+    return list(hit)
+
+
+_VIEWS: dict[Any, tuple[tuple[Layout, bool], ...] | str] = {}
+"""`view_layouts` per signature (views repeat layer after layer), or eager's error."""
+
+
+def _view_layouts(op: Operation, layouts: Sequence[Layout | None]
+                  ) -> tuple[tuple[Layout, bool], ...] | str:
+    fn = getattr(type(op), "LAYOUT_FN", None)
+    stand_ins = _operand_values(op, layouts, meta_stand_in)
+    try:
+        outs = _run(op, stand_ins, fn)
+    except RuntimeError as e:
+        if fn is not None:
+            return str(e)
+        raise
+    first = stand_ins[0] if stand_ins else None
+    return tuple((layout_of_tensor(o), o is first or o._base is first) for o in outs)
+
+
+# --------------------------------------------------------------------------- fresh results
+
+_FRESH: dict[Any, tuple[Layout, ...] | None] = {}
+_LOCAL = threading.local()
+
+
+def _fake_mode() -> Any:
+    mode = getattr(_LOCAL, "mode", None)
+    if mode is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        mode = _LOCAL.mode = FakeTensorMode()
+    return mode
+
+
+def fake_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
+    """A fake tensor (on ``t``'s device) of type ``t`` with ``layout``."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return FakeTensor(_fake_mode(), meta_stand_in(t, layout), torch.device(t.dev))
+
+
+def _signature(op: Operation, layouts: Sequence[Layout | None]) -> Any:
+    return (op.name, tuple(op.properties.items()), tuple(o.type for o in op.operands),
+            tuple(layouts), op._segment_sizes() if isinstance(op, ThunderOp) else None)
+
+
+def _all_contiguous(op: Operation, layouts: Sequence[Layout | None]) -> bool:
+    for v, lay in zip(op.operands, layouts):
+        if lay is not None:
+            sizes = v.type.sizes  # type: ignore[attr-defined]
+            if lay[0] != _CONTIGUOUS.get(sizes) and not is_contiguous(sizes, lay[0]):
+                return False
+    return True
+
+
+def _tensor_results(op: Operation) -> list[TensorType]:
+    return [r.type for r in op.results if isinstance(r.type, TensorType)]
+
+
+def _device(op: Operation) -> str:
+    return next((o.type.dev for o in op.operands if isinstance(o.type, TensorType)), "cpu")
+
+
+def fresh_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layout]:
+    """The layouts of the results of ``op``, an op whose results are fresh tensors, given
+    its operands' (``None`` for numbers)."""
+    asked_on = getattr(op, "LAYOUT_ASKED_ON", ())
+    always = bool(asked_on) and _device(op).split(":")[0] in asked_on
+    if not always and "memory_format" not in op.properties and _all_contiguous(op, layouts):
+        return [(contiguous_strides(r.type.sizes), 0) for r in op.results  # type: ignore[attr-defined]
+                if isinstance(r.type, TensorType)]
+    found = asked_layouts(op, layouts, fake=always or getattr(op, "DEVICE_LAYOUT", False))
+    return list(found) if found is not None else [contiguous_layout(t)
+                                                  for t in _tensor_results(op)]
+
+
+def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = False
+                  ) -> tuple[Layout, ...] | None:
+    """Eager's layouts of ``op``'s tensor results, asked of torch: its reference runs on
+    meta stand-ins of the operands' layouts, or (``fake``) on fake tensors of their device
+    too, for kernels whose layout depends on the device (cached per signature); None where
+    it cannot run there.
+
+    Fake tensors cost a one-time import of torch._dynamo (about a second): they are asked
+    only for the ops that need them. Meta kernels take every tensor for a CUDA one
+    (``device_hint``), which is right for TensorIterator, reductions, matmul and views on
+    every device, not for a convolution's memory format, attention's kernel choice or
+    LAPACK's and pocketfft's CPU layouts.
+    """
+    try:
+        key = (fake, _signature(op, layouts))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _FRESH:
+        return _FRESH[key]
+    found: tuple[Layout, ...] | None = None
+    try:
+        if fake:
+            with _fake_mode():
+                outs = _run(op, _operand_values(op, layouts, fake_stand_in))
+        else:
+            outs = _run(op, _operand_values(op, layouts, meta_stand_in))
+        if len(outs) == len(_tensor_results(op)):
+            found = tuple(layout_of_tensor(o) for o in outs)
+    except Exception:  # no fake or meta kernel, or it cannot run there
+        found = None
+    if key is not None:
+        _FRESH[key] = found
+    return found
+
+
+DEVICE_SENSITIVE_CALLS = ("torch.fft.", "torch.linalg.", "torch.stft", "torch.istft",
+                          "svd", "eig", "qr", "cholesky", "lu", "lstsq", "conv", "pool",
+                          "pinverse", "inverse", "det", "solve", "triangular", "orgqr",
+                          "ormqr", "geqrf", "matrix_exp")
+"""Opaque callees whose result layout on the CPU is not what torch's meta kernels say
+(they lay results out as CUDA's kernels do): fresh results of theirs are asked of fake
+tensors of the operands' device (`call_layouts`)."""
+
+
+def call_layouts(op: Operation, layouts: Sequence[Layout | None],
+                 meta: Sequence[Layout], views: Sequence[int | None]) -> list[Layout]:
+    """The layouts of an opaque call's tensor results, given its meta run's (``meta``, on
+    stand-ins with the operands' layouts) and which results view an operand: the meta
+    run's, except a fresh result of a device-sensitive callee (`DEVICE_SENSITIVE_CALLS`)
+    off CUDA, which is asked of fake tensors of the operands' device (LAPACK's and
+    pocketfft's column-major results, a channels-last convolution). Eager's own kernel
+    makes the result at run time, so a layout meta kernels get wrong misleads only a query
+    of it inside the trace."""
+    callee = op.properties.get("callee")
+    name = getattr(callee, "data", "")
+    if all(v is not None for v in views) or _device(op).startswith("cuda") \
+            or not any(s in name for s in DEVICE_SENSITIVE_CALLS):
+        return list(meta)
+    asked = asked_layouts(op, layouts, fake=True)
+    if asked is None or len(asked) != len(meta):
+        return list(meta)
+    return [m if v is not None else a for m, a, v in zip(meta, asked, views, strict=True)]
+
+
+__all__ = ["Layout", "LayoutError", "asked_layouts", "call_layouts", "contiguous_layout",
+           "contiguous_strides", "fake_stand_in", "fresh_layouts", "is_contiguous",
+           "layout_of_tensor", "meta_stand_in", "storage_elements", "view_layouts"]

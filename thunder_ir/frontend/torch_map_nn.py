@@ -1,0 +1,212 @@
+"""Which torch callables of the nn family become which ``ltorch`` ops while tracing:
+convolution, pooling, batch norm and the losses, with the checks eager makes before its
+kernels (`thunder_ir.frontend.torch_map` has the rest of the table, and its conventions).
+
+Importing this module fills `thunder_ir.frontend.table.HANDLERS`
+(`thunder_ir.frontend.tracer` imports it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from thunder_ir.dialects.ltorch_nn import legacy_reduction
+from thunder_ir.frontend.builder import Builder
+from thunder_ir.frontend.errors import ThunderTraceError, UseFallback, where
+from thunder_ir.frontend.proxy import is_proxy
+from thunder_ir.frontend.torch_map import int_tuple as _int_tuple
+from thunder_ir.frontend.torch_map import op_handler
+from thunder_ir.frontend.torch_map import register_handlers as _register
+
+_convolution_op = op_handler("convolution")
+
+
+def _conv(n: int) -> Callable[..., Any]:
+    """``F.conv{n}d``: ``ltorch.convolution`` for a batched input. An unbatched input, a
+    ``"same"`` padding that torch would pad unevenly, or arguments that are not plain
+    ints take the fallback (eager's kernel, checks and errors)."""
+
+    def handler(ctx: Builder, input: Any, weight: Any, bias: Any = None, stride: Any = 1,
+                padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Any:
+        if not (is_proxy(input) and is_proxy(weight) and (bias is None or is_proxy(bias))) \
+                or input.dim() != n + 2 or weight.dim() != n + 2 \
+                or not isinstance(groups, int) or isinstance(groups, bool):
+            raise UseFallback
+        st, dil = _int_tuple(stride, n), _int_tuple(dilation, n)
+        if st is None or dil is None:
+            raise UseFallback
+        pad: tuple[int, ...] | None
+        if padding == "valid":
+            pad = (0,) * n
+        elif padding == "same":
+            total = [d * (k - 1) for d, k in zip(dil, weight.shape[2:])]
+            if any(s != 1 for s in st) or any(t % 2 for t in total):
+                raise UseFallback  # eager's error, or its uneven padding
+            pad = tuple(t // 2 for t in total)
+        else:
+            pad = _int_tuple(padding, n)
+        if pad is None:
+            raise UseFallback
+        return _convolution_op(ctx, input, weight, bias, stride=st,  # type: ignore[misc]
+                               padding=pad, dilation=dil, groups=groups)
+
+    return handler
+
+
+_register([F.conv1d], _conv(1))
+_register([F.conv2d], _conv(2))
+_register([F.conv3d], _conv(3))
+
+_max_pool2d_op = op_handler("max_pool2d_with_indices")
+
+
+def _max_pool2d(ctx: Builder, input: Any, kernel_size: Any, stride: Any = None,
+                padding: Any = 0, dilation: Any = 1, ceil_mode: Any = False,
+                return_indices: Any = False) -> Any:
+    """``F.max_pool2d`` (with or without indices) and ``torch.max_pool2d`` on a batched
+    input: ``ltorch.max_pool2d_with_indices``, whose indices eager's autograd also keeps
+    for the backward. An unbatched input or arguments that are not plain ints take the
+    fallback."""
+    k = _int_tuple(kernel_size, 2)
+    st = k if stride is None or (isinstance(stride, Sequence) and not stride) \
+        else _int_tuple(stride, 2)
+    pad, dil = _int_tuple(padding, 2), _int_tuple(dilation, 2)
+    if not is_proxy(input) or input.dim() != 4 or k is None or st is None or pad is None \
+            or dil is None or not isinstance(ceil_mode, bool):
+        raise UseFallback
+    values, indices = _max_pool2d_op(ctx, input, kernel_size=k,  # type: ignore[misc]
+                                     stride=st, padding=pad, dilation=dil,
+                                     ceil_mode=ceil_mode)
+    return (values, indices) if return_indices else values
+
+
+def _max_pool2d_with_indices(ctx: Builder, input: Any, kernel_size: Any, stride: Any = None,
+                             padding: Any = 0, dilation: Any = 1, ceil_mode: Any = False,
+                             return_indices: Any = True) -> Any:
+    return _max_pool2d(ctx, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+_register([F.max_pool2d, torch.max_pool2d], _max_pool2d)
+_register([F.max_pool2d_with_indices], _max_pool2d_with_indices)
+
+
+def _plane_mean_2d(x: torch.Tensor) -> torch.Tensor:
+    return x.mean((-1, -2), keepdim=True)
+
+
+def _plane_mean_1d(x: torch.Tensor) -> torch.Tensor:
+    return x.unsqueeze(-2).mean((-1, -2), keepdim=True).squeeze(-2)
+
+
+def _adaptive_avg_pool(n: int) -> Callable[..., Any]:
+    """``F.adaptive_avg_pool{n}d`` to output size 1: the mean over the pooled dims, the ops
+    ATen itself runs for that case (``unsqueeze`` first in 1-d). Other output sizes take
+    the fallback."""
+    mean = _plane_mean_2d if n == 2 else _plane_mean_1d
+
+    def handler(ctx: Builder, input: Any, output_size: Any) -> Any:
+        if not is_proxy(input) or input.dim() not in (n + 1, n + 2):
+            raise UseFallback
+        sizes = (output_size,) * n if isinstance(output_size, int) else tuple(output_size)
+        sizes = tuple(input.shape[-n + i] if v is None else v for i, v in enumerate(sizes))
+        if len(sizes) != n or any(v != 1 for v in sizes):
+            raise UseFallback
+        return ctx.run_python(mean, (input,), {})
+
+    return handler
+
+
+_register([F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d], _adaptive_avg_pool(2))
+_register([torch.adaptive_avg_pool1d], _adaptive_avg_pool(1))
+
+_batch_norm_op = op_handler("native_batch_norm")
+
+
+def _batch_norm(ctx: Builder, input: Any, weight: Any, bias: Any, running_mean: Any,
+                running_var: Any, training: Any, momentum: Any, eps: Any,
+                cudnn_enabled: Any = True) -> Any:
+    """``torch.batch_norm`` (what ``F.batch_norm`` calls after its checks, which run as
+    they are): ``ltorch.native_batch_norm`` on float32/float64 tensors, the running
+    statistics' updates written back as eager writes them in place. Other dtypes and
+    arguments take the fallback."""
+    stats = [t for t in (running_mean, running_var) if t is not None]
+    params = [t for t in (weight, bias) if t is not None]
+    if not is_proxy(input) or input.dtype not in (torch.float32, torch.float64) \
+            or input.dim() < 2 or len(stats) == 1 or (not training and not stats) \
+            or any(not is_proxy(t) or t.dtype != input.dtype for t in (*params, *stats)) \
+            or not all(isinstance(v, int | float) for v in (momentum, eps)):
+        raise UseFallback
+    results = _batch_norm_op(ctx, input, weight, bias, running_mean,  # type: ignore[misc]
+                             running_var, training=bool(training), momentum=float(momentum),
+                             eps=float(eps))
+    if training and stats:  # eager's backward saves the running statistics themselves
+        ctx.assign(running_mean, results[3]._value, "batch_norm", keep_saved=True)
+        ctx.assign(running_var, results[4]._value, "batch_norm", keep_saved=True)
+    return results[0]
+
+
+_register([torch.batch_norm], _batch_norm)
+_register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
+_register([F.embedding], op_handler("embedding"))
+
+
+def _warn_legacy(size_average: Any, reduce: Any) -> None:
+    """Eager's deprecation warning for a loss's ``size_average`` / ``reduce``."""
+    if size_average is not None or reduce is not None:
+        from torch.nn import _reduction
+
+        _reduction.legacy_get_string(size_average, reduce)
+
+
+def _check_class_weights(ctx: Builder, target: Any, weight: Any) -> None:
+    """Eager's ``nll_loss`` refuses class weights that require grad with class-index
+    targets (while grad mode is on): so does the trace, naming the line."""
+    if (is_proxy(weight) and weight._value in ctx.active and torch.is_grad_enabled()
+            and isinstance(target, torch.Tensor) and not target.is_floating_point()):
+        raise ThunderTraceError(
+            f"{where(ctx.loc)}: the function 'nll_loss_forward' is not differentiable with "
+            "respect to argument 'weight' (eager raises this too): pass class weights that "
+            "do not require grad, e.g. weight.detach()")
+
+
+_cross_entropy_op = op_handler("cross_entropy")
+
+
+def _cross_entropy(ctx: Builder, input: Any, target: Any, weight: Any = None, *args: Any,
+                   **kwargs: Any) -> Any:
+    """``F.cross_entropy``: ``ltorch.cross_entropy``, after eager's check of the weights
+    and its deprecation warning for ``size_average`` / ``reduce``."""
+    _check_class_weights(ctx, target, weight)
+    _warn_legacy(kwargs.get("size_average", args[0] if args else None),
+                 kwargs.get("reduce", args[2] if len(args) > 2 else None))
+    return _cross_entropy_op(ctx, input, target, weight, *args, **kwargs)  # type: ignore[misc]
+
+
+_nll_loss_op = op_handler("nll_loss_forward")
+
+
+def _nll_loss(ctx: Builder, input: Any, target: Any, weight: Any = None,
+              size_average: bool | None = None, ignore_index: int = -100,
+              reduce: bool | None = None, reduction: str = "mean") -> Any:
+    """``F.nll_loss`` on ``[N, C]`` or ``[C]`` log-probabilities with class-index targets:
+    ``ltorch.nll_loss_forward``, eager's kernel (its loss; the total weight stays
+    internal). Other shapes (``[N, C, d1, ...]``) and probability targets take the
+    fallback."""
+    if not (is_proxy(input) and isinstance(target, torch.Tensor)) or input.dim() not in (1, 2) \
+            or target.is_floating_point():
+        raise UseFallback
+    _check_class_weights(ctx, target, weight)
+    _warn_legacy(size_average, reduce)
+    red = legacy_reduction(reduction, size_average, reduce)
+    loss, _ = _nll_loss_op(ctx, input, target, weight, reduction=red,  # type: ignore[misc]
+                           ignore_index=ignore_index)
+    return loss
+
+
+_register([F.cross_entropy], _cross_entropy)
+_register([F.nll_loss], _nll_loss)
+_register([F.mse_loss], op_handler("mse_loss"))
