@@ -121,6 +121,13 @@ def _choose(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return "math"
 
 
+def _eager_math_on_cuda(query: torch.Tensor) -> bool:
+    """Eager's selector picks the math kernel for inputs that are not 4-D on CUDA (its
+    fused CUDA kernels take 4-D batches only), where the CPU's flash kernel takes 3-D ones
+    too: the backward must then be the math kernel's, with its roundings."""
+    return query.device.type == "cuda" and query.dim() != 4
+
+
 def sdpa_backward_path(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attn_mask: torch.Tensor | None = None, *, is_causal: bool = False,
                        scale: float | None = None, enable_gqa: bool = False,
@@ -135,7 +142,7 @@ def sdpa_backward_path(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     ``math``; 3-D inputs on CUDA: ``math``, as eager's selector picks there (its fused CUDA
     kernels take 4-D inputs only). Any other device: ``math``.
     """
-    if query.device.type == "cuda" and query.dim() != 4:
+    if _eager_math_on_cuda(query):
         return "math"
     q, k, v, mask, _ = _prepare(query, key, value, attn_mask, enable_gqa)
     return _choose(q, k, v, mask, is_causal, scale, mask_grad and attn_mask is not None)
@@ -232,7 +239,8 @@ def sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     """
     mask_grad = mask_grad and attn_mask is not None
     q, k, v, mask, rep = _prepare(query, key, value, attn_mask, enable_gqa)
-    path = _choose(q, k, v, mask, is_causal, scale, mask_grad)
+    path = "math" if _eager_math_on_cuda(query) else _choose(q, k, v, mask, is_causal, scale,
+                                                               mask_grad)
     if path == "math":
         return _math(grad_out, query, key, value, attn_mask, is_causal, scale, enable_gqa,
                      mask_grad)
