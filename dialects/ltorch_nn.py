@@ -43,7 +43,7 @@ from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
 from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
-from thunder_ir.dialects.traits import Elementwise, Library, Random, Reduction
+from thunder_ir.dialects.traits import DeviceLayout, Elementwise, Library, Random, Reduction
 from thunder_ir.dialects.types import TensorType, tensor_type
 
 Number = IntegerAttr | FloatAttr
@@ -268,12 +268,11 @@ class ConvolutionOp(BoundCallOp):
     dilation = prop_def(IntArray)
     groups = prop_def(IntegerAttr)
     out = result_def(TensorType)
-    traits = traits_def(Pure(), Library())
+    # The backend picks the result's memory format (channels-last for a channels-last
+    # input or weight on the CPU).
+    traits = traits_def(Pure(), Library(), DeviceLayout())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias", "stride", "padding",
                                              "dilation", "groups")
-    DEVICE_LAYOUT: ClassVar[bool] = True
-    """The backend picks the result's memory format (channels-last on the CPU for a
-    channels-last input or weight): tracing asks torch's fake tensors."""
 
 
 # --------------------------------------------------------------------------- pooling
@@ -707,15 +706,12 @@ class ScaledDotProductAttentionOp(NNOp):
     scale = opt_prop_def(Number)
     enable_gqa = opt_prop_def(Bool)
     out = result_def(TensorType)
-    traits = traits_def(PureWithoutDropout(), Library())
+    # CUDA's flash and memory-efficient kernels return the heads transposed.
+    traits = traits_def(PureWithoutDropout(), Library(), DeviceLayout(always=("cuda",)))
     SIGNATURE: ClassVar[tuple[str, ...]] = ("query", "key", "value", "attn_mask", "dropout_p",
                                              "is_causal", "scale", "enable_gqa")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dropout_p": 0.0, "is_causal": False, "scale": None,
                                           "enable_gqa": False}
-    LAYOUT_ASKED_ON: ClassVar[tuple[str, ...]] = ("cuda",)
-    """The result's layout is that of the kernel eager picks for the device (CUDA's flash
-    and memory-efficient kernels return the heads transposed): tracing asks torch's fake
-    tensors there (`thunder_ir.frontend.layout`)."""
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
@@ -934,8 +930,7 @@ class ConvolutionBackwardOp(NNOp):
     groups = prop_def(IntegerAttr)
     output_mask = prop_def(IntArray)
     outs = var_result_def(TensorType)
-    traits = traits_def(Pure(), Library())
-    DEVICE_LAYOUT: ClassVar[bool] = True
+    traits = traits_def(Pure(), Library(), DeviceLayout())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "weight", "stride",
                                              "padding", "dilation", "groups", "output_mask")
 

@@ -42,6 +42,9 @@ kind               meaning                                                who as
                    (the ``guard`` dialect of ``@prologue``)               leave it alone)
 =================  =====================================================  ====================
 
+Besides its kind, an op may carry `DeviceLayout` (its result's memory layout is the device
+kernel's: tracing asks torch's fake tensors, `thunder_ir.frontend.layout`).
+
 ``prims.constant`` also carries xDSL's `ConstantLike`: remat recomputes it for free.
 Effects stay xDSL's own traits (``Pure``, ``MemoryEffect``): a kind says what an op
 computes, not whether it may be removed.
@@ -148,6 +151,21 @@ class Guard(OpKind):
     tokens) or assembles the key: the ops of ``@prologue``, which no pass transforms."""
 
 
+@dataclass(frozen=True)
+class DeviceLayout(OpTrait):
+    """The result's memory layout depends on the device's kernel, not only on the
+    operands' layouts: tracing asks torch's fake tensors of the operands' device for it
+    (`thunder_ir.frontend.layout`) where the operands are not all contiguous, and on the
+    devices in ``always`` even where they are (a convolution's memory format; attention,
+    whose CUDA kernels return the heads transposed). Not a kind: any op may carry it.
+
+    Args:
+        always: device types ("cuda") where even contiguous operands are asked about.
+    """
+
+    always: tuple[str, ...] = ()
+
+
 class NumberConstant(ConstantLike):
     """xDSL's `ConstantLike` for ``prims.constant``: a number baked into the program."""
 
@@ -186,6 +204,7 @@ __all__ = [
     "RESTRIDE",
     "VIEW",
     "Creation",
+    "DeviceLayout",
     "Elementwise",
     "Guard",
     "Library",

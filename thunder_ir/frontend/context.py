@@ -728,8 +728,6 @@ class TraceContext(Builder):
 
 def _backward_name(op: Operation) -> str:
     """How eager names the backward of the op that made a view (``SplitBackward0``)."""
-    from thunder_ir.dialects.torch import CallOp
-
     name = op.callee.data.rsplit(".", 1)[-1] if isinstance(op, CallOp) else \
         op.name.split(".", 1)[-1]
     return "".join(p.capitalize() for p in name.split("_")) + "Backward0"

@@ -13,11 +13,11 @@ therefore gives each proxy eager's strides and storage offset:
 * any other result (`fresh_layouts`) is contiguous when every tensor operand is: that is
   TensorIterator's fast setup, and the layout every fresh result of an ltorch op gets on
   contiguous inputs (``tests/test_eager_semantics.py`` and the OpInfo sweep hold it),
-  except for ops given a ``memory_format`` and ops that ask on some devices
-  (``LAYOUT_ASKED_ON``: attention, whose CUDA kernels return the heads transposed).
-  Otherwise torch decides: the op's reference runs on meta stand-ins of the operands'
-  layouts, or, for ops whose layout depends on the device (``DEVICE_LAYOUT``:
-  convolution, pooling), under torch's ``FakeTensorMode`` on fake tensors of the
+  except for ops given a ``memory_format`` and ops that always ask on some devices
+  (`DeviceLayout`'s ``always``: attention, whose CUDA kernels return the heads
+  transposed). Otherwise torch decides: the op's reference runs on meta stand-ins of the
+  operands' layouts, or, for ops whose layout depends on the device (the `DeviceLayout`
+  trait: convolution, attention), under torch's ``FakeTensorMode`` on fake tensors of the
   operands' device, which is what torch.compile does to learn eager's strides (fake
   tensors know that a convolution of a channels-last input is channels-last on the CPU;
   meta tensors take every tensor for a CUDA one). Results are cached per signature.
@@ -36,6 +36,7 @@ import torch
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp, group
+from thunder_ir.dialects.traits import DeviceLayout
 from thunder_ir.dialects.types import NumberType, TensorType
 
 Strides = tuple[int, ...]
@@ -238,12 +239,12 @@ def _device(op: Operation) -> str:
 def fresh_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layout]:
     """The layouts of the results of ``op``, an op whose results are fresh tensors, given
     its operands' (``None`` for numbers)."""
-    asked_on = getattr(op, "LAYOUT_ASKED_ON", ())
-    always = bool(asked_on) and _device(op).split(":")[0] in asked_on
+    by_device = op.get_trait(DeviceLayout)
+    always = by_device is not None and _device(op).split(":")[0] in by_device.always
     if not always and "memory_format" not in op.properties and _all_contiguous(op, layouts):
         return [(contiguous_strides(r.type.sizes), 0) for r in op.results  # type: ignore[attr-defined]
                 if isinstance(r.type, TensorType)]
-    found = asked_layouts(op, layouts, fake=always or getattr(op, "DEVICE_LAYOUT", False))
+    found = asked_layouts(op, layouts, fake=by_device is not None)
     return list(found) if found is not None else [contiguous_layout(t)
                                                   for t in _tensor_results(op)]
 
