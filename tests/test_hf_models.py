@@ -204,6 +204,30 @@ def test_hugging_face_family_matches_eager(family: str) -> None:
             assert thunder_ir.cache_misses(jm) == 2
 
 
+@pytest.mark.parametrize("family", ["resnet", "convnext"])
+def test_channels_last_convolution_families_train_as_eager(family: str) -> None:
+    """Channels-last weights and inputs: logits and loss as eager's, every parameter's
+    gradient as eager's and laid out as eager's (channels-last for the convolutions')."""
+    build, inputs = FAMILIES[family]
+    torch.manual_seed(0)
+    model = build().to(memory_format=torch.channels_last)
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    kw = inputs(L)
+    kw["pixel_values"] = kw["pixel_values"].to(memory_format=torch.channels_last)
+    out_j, out_e = jm(**kw), eager(**kw)
+    _close(out_j.logits, out_e.logits, "logits")
+    assert out_j.logits.stride() == out_e.logits.stride()
+    out_j.loss.backward()
+    out_e.loss.backward()
+    _same_grads(model, eager)
+    for (k, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
+                              strict=True):
+        assert p.grad is None or p.grad.stride() == q.grad.stride(), k
+    assert any(p.dim() == 4 and p.grad.is_contiguous(memory_format=torch.channels_last)
+               and not p.grad.is_contiguous() for p in model.parameters())
+
+
 # ---- torch.nn's transformer layers, training
 
 

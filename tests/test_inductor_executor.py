@@ -55,6 +55,23 @@ def test_a_new_stride_layout_compiles_its_own_kernel() -> None:
     torch.testing.assert_close(jf(x, y), f(x, y))
 
 
+def test_region_results_have_eagers_strides_and_the_trace_shows_the_restride() -> None:
+    """A region's result is laid out as Inductor writes it; where eager's differs (a
+    transposed or channels-last input makes a result laid out as the input), the program
+    restrides it (``tir.restride``, shown in the trace), so the caller gets eager's
+    strides."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 2.0 + x
+
+    jf = thunder_ir.jit(f, executors=["torch_compile"])
+    for x in (torch.randn(8, 6).t(), torch.randn(2, 3, 4, 5).to(
+            memory_format=torch.channels_last)):
+        out = jf(x)
+        torch.testing.assert_close(out, f(x))
+        assert out.stride() == f(x).stride()
+        assert "tir.restride(" in str(thunder_ir.last_traces(jf)[-1])
+
+
 def test_a_number_first_operand_fuses() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         s = torch.sigmoid(x)
