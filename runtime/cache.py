@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from thunder_ir.runtime.pystate import build, object_key, plain_object
+
 CACHE_CAPACITY = 64
 """Programs kept per jitted callable; the least recently used goes first."""
 
@@ -48,6 +50,8 @@ def tensor_meta(x: Any, exact: bool | None = False) -> Any:
     t = type(x)
     if t is float:  # -0.0 is not 0.0 (x / -0.0 is -inf); NaN is NaN (nan != nan)
         return (t, x) if x == x and x != 0.0 else (t, repr(x))
+    if t is not int and t is not bool and t is not str and x is not None and plain_object(x):
+        return object_key(x)  # an argument object: its fields, its tensors' metadata
     try:
         hash(x)
     except TypeError:
@@ -102,6 +106,15 @@ class Entry:
     backward_traces: list[Any] = field(default_factory=list)
     replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = field(
         default_factory=list)
+    epilogue: list[Any] = field(default_factory=list)
+    """Writes to Python objects replayed after each call (`thunder_ir.runtime.pystate`)."""
+    after: bool = False
+    """Whether anything follows the program's call: write-backs, replays, the epilogue, or
+    a returned object made on each call."""
+
+    def __post_init__(self) -> None:
+        self.after = bool(self.writebacks or self.replays or self.epilogue or any(
+            kind == "build" for kind, _ in self.output_leaves))
 
 
 @dataclass
@@ -165,15 +178,18 @@ def _is_size(x: Any) -> bool:
     return isinstance(x, torch.Size)
 
 
-def unflatten_outputs(entry: Entry, outs: Any, args: Sequence[Any] = ()) -> Any:
+def unflatten_outputs(entry: Entry, outs: Any, args: Sequence[Any] = (),
+                      tops: Sequence[Any] = ()) -> Any:
     """The user's output structure from the program's flat outputs (``args``: the call's
     argument leaves, some of which the user's function returns: ``("arg", i)``, or views of
-    them: ``("argview", (i, sizes, strides, offset))``)."""
+    them: ``("argview", (i, sizes, strides, offset))``; ``tops``: its top-level arguments;
+    ``("build", template)``: an object made on each call, `thunder_ir.runtime.pystate`)."""
     if entry.single_output:
         return outs
     if entry.n_outputs == 1:
         outs = (outs,)
     leaves = [outs[v] if kind == "out" else args[v] if kind == "arg"
-              else args[v[0]].as_strided(*v[1:]) if kind == "argview" else v
+              else args[v[0]].as_strided(*v[1:]) if kind == "argview"
+              else build(v, args, tops, outs) if kind == "build" else v
               for kind, v in entry.output_leaves]
     return pytree.tree_unflatten(leaves, entry.output_spec)

@@ -94,14 +94,22 @@ def _config_like(v: Any) -> bool:
 
 
 def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]] | None,
-               skip: frozenset[str] = frozenset()) -> Hashable:
+               skip: frozenset[str] = frozenset(),
+               lists: list[tuple[list[Any], tuple[Any, ...]]] | None = None) -> Hashable:
     """The fingerprint of a dict of fields. With ``watched``, a config-like value's own
-    fields (and a plain dict's items) are watched and fingerprinted too, one level down."""
+    fields (and a plain dict's items) are watched and fingerprinted too, one level down;
+    with ``lists``, a list's items too (a list has no version: `StateGuard` compares its
+    items on every call)."""
     out: list[Any] = []
     for k, v in d.items():
         if k in skip:
             continue
-        if watched is not None and _config_like(v):
+        if lists is not None and type(v) is list and len(v) <= 64:
+            items = tuple(value_key(x, keep) for x in v)
+            lists.append((v, items))
+            out.append((k, "list", id(v), items))
+            keep.append(v)
+        elif watched is not None and _config_like(v):
             watched.append(v.__dict__)
             out.append((k, type(v), id(v), fields_key(v.__dict__, keep, None)))
             keep.append(v)
@@ -126,7 +134,7 @@ class StateGuard:
     their versions compared. With ``always`` (closure cells) it runs on every check."""
 
     __slots__ = ("always", "describe", "dicts", "epoch", "hook_count", "hook_versions",
-                 "hooks", "keep", "name", "render", "tok", "tokens", "versions")
+                 "hooks", "keep", "lists", "name", "render", "tok", "tokens", "versions")
 
     def __init__(self, name: str,
                  describe: Callable[[list[Any], list[Any], list[Any]], Hashable],
@@ -137,6 +145,7 @@ class StateGuard:
         self.always = always
         self.dicts: list[Any] = []
         self.hooks: list[Any] = []
+        self.lists: list[tuple[list[Any], tuple[Any, ...]]] = []
         self.versions: Any = None
         self.hook_versions: Any = None
         self.hook_count = 0
@@ -149,6 +158,9 @@ class StateGuard:
         """The token of the state as it is now."""
         if self.always or _summary(map(dict_version, self.dicts)) != self.versions:
             return self.refresh()
+        if self.lists and any(len(lst) != len(items) or any(
+                value_key(x, []) != y for x, y in zip(lst, items)) for lst, items in self.lists):
+            return self.refresh()  # a list changed in place (self.coefs[0] = 10.0)
         hooks = self.hooks
         if not hooks or (_Handles.next_id == self.epoch
                          and sum(map(len, hooks)) == self.hook_count):
@@ -171,6 +183,7 @@ class StateGuard:
         dicts: list[Any] = []
         hooks: list[Any] = []
         keep: list[Any] = []
+        self.lists = []
         fp = self.describe(dicts, keep, hooks)
         self.dicts, self.hooks = dicts, hooks
         self.versions = _summary(map(dict_version, dicts))
@@ -228,6 +241,9 @@ _SKIP_FIELDS = frozenset({
     "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks", "_non_persistent_buffers_set",
     "_is_full_backward_hook"})
+MODULE_FIELDS = _SKIP_FIELDS
+"""A module's own bookkeeping fields (parameter, buffer, submodule and hook dicts): not the
+plain attributes model code reads and writes."""
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                  "_global_backward_pre_hooks")
 
@@ -248,7 +264,8 @@ def module_guard(root: torch.nn.Module) -> StateGuard:
         for m in root.modules():
             md = m.__dict__
             dicts.append(md)
-            parts: list[Any] = [id(m), type(m), fields_key(md, keep, dicts, _SKIP_FIELDS)]
+            parts: list[Any] = [id(m), type(m),
+                                fields_key(md, keep, dicts, _SKIP_FIELDS, guard.lists)]
             for name in _MODULE_DICTS:
                 d = md.get(name)
                 if d is None:
@@ -278,7 +295,8 @@ def module_guard(root: torch.nn.Module) -> StateGuard:
                     out.append(f"{path}.{name} == {_names(list(d.values()))}")
         return out
 
-    return StateGuard("module attributes, submodules, parameters and hooks", describe, render)
+    guard = StateGuard("module attributes, submodules, parameters and hooks", describe, render)
+    return guard
 
 
 def _names(fns: list[Any]) -> str:
@@ -286,6 +304,7 @@ def _names(fns: list[Any]) -> str:
 
 
 _LOADS: dict[types.CodeType, frozenset[str]] = {}
+_STORES: dict[types.CodeType, frozenset[str]] = {}
 
 
 def global_loads(code: types.CodeType) -> frozenset[str]:
@@ -295,6 +314,16 @@ def global_loads(code: types.CodeType) -> frozenset[str]:
         names = frozenset(str(i.argval) for i in dis.get_instructions(code)
                           if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
         _LOADS[code] = names
+    return names
+
+
+def global_stores(code: types.CodeType) -> frozenset[str]:
+    """The globals ``code`` writes or deletes (``global g; g = ...``)."""
+    names = _STORES.get(code)
+    if names is None:
+        names = frozenset(str(i.argval) for i in dis.get_instructions(code)
+                          if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"))
+        _STORES[code] = names
     return names
 
 
@@ -355,5 +384,5 @@ def closure_guard(fn: Any) -> StateGuard | None:
                       always=True)
 
 
-__all__ = ["StateGuard", "closure_guard", "dict_version", "fields_key", "global_loads",
-           "globals_guard", "module_guard", "value_key"]
+__all__ = ["MODULE_FIELDS", "StateGuard", "closure_guard", "dict_version", "fields_key",
+           "global_loads", "globals_guard", "module_guard", "value_key"]

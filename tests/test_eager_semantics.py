@@ -888,10 +888,11 @@ def test_safe_softmax_traces_natively() -> None:
     assert "torch._safe_softmax(" in str(thunder_ir.last_traces(jf)[-1])
 
 
-def test_failure_and_traced_caches_leave_module_attributes_as_they_were() -> None:
+def test_failure_leaves_module_attributes_as_they_were_and_a_cache_holds_a_real_tensor(
+        ) -> None:
     """A forward that fails while traced leaves its module's attributes as they were; one
-    that stores a traced tensor on the module (a lazily built cache) does not leave the
-    proxy there."""
+    that stores a tensor on the module (a lazily built cache) leaves a real tensor there,
+    as eager does, never a traced one."""
     class Failing(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -922,8 +923,11 @@ def test_failure_and_traced_caches_leave_module_attributes_as_they_were() -> Non
 
     c = Cached()
     check_against_eager(c, rand(2, 3))
-    thunder_ir.jit(c)(rand(2, 3))
-    assert c.mask_cache is None
+    jc = thunder_ir.jit(c)
+    for _ in range(3):
+        torch.testing.assert_close(jc(rand(2, 3)), rand(2, 3) * torch.arange(3) * 0.5)
+    assert type(c.mask_cache) is torch.Tensor
+    torch.testing.assert_close(c.mask_cache, torch.arange(3) * 0.5)
 
 
 def _sin_then_add(a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,8 @@ from thunder_ir.runtime.cache import (
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
 from thunder_ir.runtime.layout import check_layouts
 from thunder_ir.runtime.prologue import Prologue, make_prologue
+from thunder_ir.runtime.pystate import apply as apply_epilogue
+from thunder_ir.runtime.pystate import path_expr, resolve
 from thunder_ir.trace import Trace
 
 STAGES = ("ltorch", "prims", "fusion", "backward")
@@ -168,6 +170,9 @@ class _Compiled:
                  ) -> None:
         self.fn = fn
         self.module = module
+        self.method: Callable[..., Any] | None = None
+        """With ``module``: the module's method the program is (``jit(model.forward)``),
+        called on the traced copy of the module tree instead of ``module.__call__``."""
         self._executors_arg = executors
         self.executors = _resolve_executors(executors)
         self._transforms = transforms
@@ -218,7 +223,8 @@ class _Compiled:
 
         wrapper = {k: v for k, v in self.__dict__.items()
                    if k in ("__name__", "__qualname__", "__doc__", "__module__", "__wrapped__")}
-        return {"fn": self.fn, "module": self.module, "transforms": self._transforms,
+        return {"fn": self.fn, "module": self.module, "method": self.method,
+                "transforms": self._transforms,
                 "executors": None if self._executors_arg is None
                 else [executor_ref(e) for e in self._executors_arg],
                 "remat_policy": self.remat_policy, "wrapper": wrapper}
@@ -227,6 +233,7 @@ class _Compiled:
         self.__init__(state["fn"], state["module"], state["executors"],  # type: ignore[misc]
                       state["transforms"])
         self.remat_policy = state["remat_policy"]
+        self.method = state.get("method")
         self.__dict__.update(state["wrapper"])
 
     # ---- module state
@@ -270,10 +277,15 @@ class _Compiled:
             pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
         try:
             key = pro.fn(leaves)
-        except RuntimeError:  # a sparse tensor has no strides: the general key reads it
+        except RuntimeError:
+            if self.module is not None and _lazy(self.module):
+                # nn.LazyLinear & co.: their first call infers the parameters' shapes and
+                # makes them, as in eager; that call runs eagerly, the next ones compile.
+                return self.module(*args, **kwargs) if self.method is None else \
+                    self.method(self.module, *args, **kwargs)
             if spec in self._general:
                 raise
-            self._general.add(spec)
+            self._general.add(spec)  # a sparse tensor has no strides: the general key
             pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
             key = pro.fn(leaves)
         cache = self.cache
@@ -286,8 +298,10 @@ class _Compiled:
                 cache.touch(key)
         cache.last = entry
         outs = entry.fn(*entry.gather(leaves))
-        if entry.writebacks or entry.replays:
-            self._write_back(entry, leaves, outs)
+        if entry.after:
+            tops = (*args, *kwargs.values())
+            self._write_back(entry, leaves, outs, tops)
+            return unflatten_outputs(entry, outs, leaves, tops)
         return unflatten_outputs(entry, outs, leaves)
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any],
@@ -307,7 +321,8 @@ class _Compiled:
             if entry is not None:
                 self.cache.stats.hits += 1
                 return entry
-            entry, traced = self._compile(args, kwargs, pro)
+            with _outside_functorch():  # compiling is not the transform's business
+                entry, traced = self._compile(args, kwargs, pro)
             self.cache.stats.misses += 1
             rekey = self._guard_reads(traced)
             if traced.exact_layout and spec not in self._exact:
@@ -373,16 +388,19 @@ class _Compiled:
             "it as a tensor (torch.tensor(step)) instead. The cache keeps the "
             f"{CACHE_CAPACITY} most recently used programs.", stacklevel=4)
 
-    def _write_back(self, entry: Entry, leaves: list[Any], outs: Any) -> None:
+    def _write_back(self, entry: Entry, leaves: list[Any], outs: Any,
+                    tops: Sequence[Any]) -> None:
         outs_t = outs if entry.n_outputs != 1 else (outs,)
         for i, name, args, kwargs in entry.replays:  # x.t_() on an argument: its layout
             getattr(leaves[i], name)(*args, **kwargs)
-        if not entry.writebacks:
-            return
-        targets = [leaves[target] if where == "arg" else target
-                   for _, (where, target) in entry.writebacks]
-        with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order
-            torch._foreach_copy_(targets, [outs_t[idx] for idx, _ in entry.writebacks])
+        if entry.writebacks:
+            targets = [leaves[kind[1]] if kind[0] == "arg" else
+                       resolve(leaves[kind[1]], kind[2]) if kind[0] == "path" else kind[1]
+                       for _, kind in entry.writebacks]
+            with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order
+                torch._foreach_copy_(targets, [outs_t[idx] for idx, _ in entry.writebacks])
+        if entry.epilogue:  # writes to Python objects, replayed with real tensors
+            apply_epilogue(entry.epilogue, leaves, tops, outs_t)
 
     def _compile_training(self, traced: TracedProgram, programs: dict[str, Any],
                           traces: list[Trace], bwd_traces: list[Trace],
@@ -411,7 +429,7 @@ class _Compiled:
             output_leaves=traced.output_leaves, output_spec=traced.output_spec,
             writebacks=_bind_writebacks(traced, state), traces=traces, prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
-            backward_traces=bwd_traces, replays=traced.replays)
+            backward_traces=bwd_traces, replays=traced.replays, epilogue=traced.epilogue)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue
                  ) -> tuple[Entry, TracedProgram]:
@@ -426,7 +444,7 @@ class _Compiled:
         t0 = time.perf_counter()
         fn = self.fn if self.module is None else self.module.__call__
         assert fn is not None
-        traced = trace_program(fn, args, kwargs, self.module, state)
+        traced = trace_program(fn, args, kwargs, self.module, state, self.method)
         t_trace = time.perf_counter() - t0
         module = traced.module
         _put_prologue(module, pro)
@@ -471,7 +489,29 @@ class _Compiled:
             prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
             replays=traced.replays,
+            epilogue=traced.epilogue,
         )
+
+
+def _outside_functorch() -> Any:
+    """A context in which torch.func's transforms (vmap, grad...) are set aside: a call
+    made inside one traces the function on the tensors' own metadata (vmap's per-example
+    shapes), and the program then runs inside the transform."""
+    import contextlib
+
+    if not torch._C._are_functorch_transforms_active():
+        return contextlib.nullcontext()
+    from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
+
+    return temporarily_clear_interpreter_stack()
+
+
+def _lazy(module: torch.nn.Module) -> bool:
+    """Whether a module of the tree still has uninitialized (lazy) parameters."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    return any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params()
+               for m in module.modules())
 
 
 def _restrides(entry: Entry) -> bool:
@@ -555,7 +595,7 @@ def _bind_writebacks(traced: TracedProgram, state: dict[str, torch.Tensor]
     ``(output index, ("tensor", the parameter or buffer))``: bound once, as `_make_gather`
     binds the state it reads (a replaced parameter or buffer fails the guards, so the call
     compiles again), so that a call does not collect the module's state."""
-    return [(idx, kind if kind[0] == "arg" else ("tensor", state[kind[1]]))
+    return [(idx, kind if kind[0] in ("arg", "path") else ("tensor", state[kind[1]]))
             for idx, kind in traced.writebacks]
 
 
@@ -567,6 +607,8 @@ def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
     for i, kind in enumerate(traced.input_kinds):
         if kind[0] == "arg":
             parts.append(f"L[{kind[1]}]")
+        elif kind[0] == "path":  # a tensor inside an argument object
+            parts.append(path_expr(f"L[{kind[1]}]", kind[2]))
         elif kind[0] == "param":
             g[f"s{i}"] = state[kind[1]]
             parts.append(f"s{i}")
@@ -584,7 +626,7 @@ def _resolve_executors(executors: Sequence[Any] | None) -> list[Any]:
     return resolve_executors(executors)
 
 
-_OWN = frozenset({"_model", "_compiled", "__signature__", "training"})
+_OWN = frozenset({"_model", "_compiled", "__signature__", "training", "_forward_jit"})
 
 
 class ThunderModule(torch.nn.Module):
@@ -612,6 +654,30 @@ class ThunderModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's ``generate`` (Hugging Face), each step's forward compiled: while it
+        runs, the model's ``forward`` is ``thunder_ir.jit(model.forward)`` (with this
+        module's options), as if the user had written that; afterwards it is the model's
+        own again."""
+        model: Any = self._model
+        if not hasattr(type(model), "generate"):
+            raise AttributeError(f"{type(model).__name__} has no generate()")
+        fwd = self.__dict__.get("_forward_jit")
+        if fwd is None:
+            c = self._compiled
+            fwd = build(model.forward, type(c), executors=c._executors_arg,
+                        transforms=c._transforms, remat=c.remat_policy)
+            self.__dict__["_forward_jit"] = fwd
+        had, old = "forward" in model.__dict__, model.__dict__.get("forward")
+        model.forward = fwd
+        try:
+            return model.generate(*args, **kwargs)
+        finally:
+            if had:
+                model.forward = old
+            else:
+                del model.forward
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -700,6 +766,16 @@ def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[_Compiled], *,
         compiled = cls(None, fn, executors, transforms)
         compiled.remat_policy = remat
         return ThunderModule(fn, compiled)
+    if inspect.ismethod(fn) and isinstance(fn.__self__, torch.nn.Module):
+        # ``model.forward = thunder_ir.jit(model.forward)`` (what `generate` calls): the
+        # module's state is guarded and traced on a copy, as for ``jit(model)``; the
+        # method runs on the copy (not ``model.forward``, which is now this callable).
+        compiled = cls(None, fn.__self__, executors, transforms)
+        compiled.method = fn.__func__
+        compiled.signature = inspect.signature(fn)
+        compiled.remat_policy = remat
+        functools.update_wrapper(compiled, fn)  # type: ignore[arg-type]
+        return compiled
     if not callable(fn):
         raise TypeError(f"jit() expects a function or an nn.Module, got {type(fn).__name__}")
     compiled = cls(fn, None, executors, transforms)

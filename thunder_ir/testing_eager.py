@@ -36,6 +36,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import thunder_ir
+from thunder_ir.runtime.pystate import blank, plain_object
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
@@ -62,6 +63,10 @@ def _copy_inputs(value: Any) -> Any:
     storages: dict[int, Any] = {}
 
     def one(x: Any) -> Any:
+        if plain_object(x):  # an argument object: a copy, its tensors copied too
+            c = blank(type(x))
+            c.__dict__.update((k, pytree.tree_map(one, v)) for k, v in vars(x).items())
+            return c
         if not isinstance(x, torch.Tensor):
             return x
         d = x.detach()
@@ -156,6 +161,12 @@ def _compare(name: str, got: Any, want: Any, exact: bool | None, rtol: float | N
                 f"{name}[{i}]: requires_grad {g.requires_grad} != eager {w.requires_grad}")
         elif isinstance(w, float) and w != w:
             assert isinstance(g, float) and g != g, f"{name}[{i}]: {g!r} != eager nan"
+        elif plain_object(w) and g is not w:  # an argument object: its fields, as eager's
+            assert type(g) is type(w), f"{name}[{i}]: {type(g).__name__} != eager's"
+            assert list(vars(g)) == list(vars(w)), (
+                f"{name}[{i}]: fields {list(vars(g))} != eager {list(vars(w))}")
+            _compare(f"{name}[{i}]", list(vars(g).values()), list(vars(w).values()), exact,
+                     rtol, atol)
         else:
             assert g == w, f"{name}[{i}]: {g!r} != eager {w!r}"
 

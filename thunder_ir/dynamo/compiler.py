@@ -41,8 +41,8 @@ class _DynamoCompiled(_Compiled):
             entry = fast[1]
             self.cache.last = entry
             outs = entry.fn(*entry.gather(args))
-            if entry.writebacks or entry.replays:
-                self._write_back(entry, list(args), outs)
+            if entry.after:
+                self._write_back(entry, list(args), outs, args)
             return unflatten_outputs(entry, outs, args)
         out = super().__call__(*args, **kwargs)
         if not kwargs and all(type(a) is torch.Tensor or isinstance(a, torch.nn.Parameter)

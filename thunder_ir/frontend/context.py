@@ -109,6 +109,9 @@ class TracedProgram:
             tensor's, not only whether it is contiguous.
         layout_read: some decision of the trace depended on layout (`Builder.read_layout`);
             without one the program serves any layout of the same inputs.
+        epilogue: the writes user code made to Python objects (argument objects and
+            containers, the module's attributes and containers), replayed on the caller's
+            objects after each call (`thunder_ir.runtime.pystate.Action`).
     """
 
     module: ModuleOp
@@ -125,6 +128,7 @@ class TracedProgram:
     output_strides: list[tuple[int, ...] | None] = field(default_factory=list)
     exact_layout: bool = False
     layout_read: bool = True
+    epilogue: list[Any] = field(default_factory=list)
 
 
 def _is_complex(v: SSAValue) -> bool:
@@ -171,6 +175,9 @@ class TraceContext(Builder):
         self.saved_operands: dict[Operation, tuple[int, ...]] = {}
         # Module namespaces whose globals user code read: id -> (namespace, names).
         self.global_reads: dict[int, tuple[dict[str, Any], set[str]]] = {}
+        # Globals user code writes (`global g; g = ...`), with their values before the
+        # trace: (namespace id, name) -> (namespace, name, value or `pystate.MISSING`).
+        self.global_writes: dict[tuple[int, str], tuple[dict[str, Any], str, Any]] = {}
         # What tracing ran instead of the user's modules: a copy's id -> the original.
         self.originals: dict[int, torch.nn.Module] = {}
         # The sys.settrace hook recording global reads (`_global_reads_recorded`).
@@ -843,6 +850,7 @@ def recording(ctx: TraceContext) -> Iterator[None]:
 
 _T = torch.Tensor
 _any_autocast = torch._C._is_any_autocast_enabled
+_functorch_active = torch._C._are_functorch_transforms_active
 
 EXACT_LAYOUT_READS = frozenset({_T.stride, _T.storage_offset, torch.as_strided, _T.as_strided,
                                 _T.as_strided_})
@@ -885,6 +893,13 @@ class TraceMode(TorchFunctionMode):
     def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         h = HANDLERS.get(func)
         ctx = self.ctx
+        if _functorch_active():  # (transforms outside the jitted call were set aside)
+            ctx.loc = user_location()
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: a torch.func transform (vmap, grad, jacrev...) runs inside "
+                "the jitted function, which thunder_ir does not support yet: its traced "
+                "tensors cannot be wrapped. Apply the transform outside the jitted function "
+                "(torch.func.vmap(jitted_fn) works), or run this part eagerly.")
         if func in LAYOUT_READS:
             ctx.layout_read = True
             if func in EXACT_LAYOUT_READS:

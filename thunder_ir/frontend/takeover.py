@@ -11,13 +11,19 @@ on the stack: not during its own meta runs), and runs the original otherwise.
 The RNG state functions become ``torch.call`` ops with effects, in program order, so a
 function that seeds or saves and restores the generator (``torch.testing``'s
 ``freeze_rng_state``, ``torch.random.fork_rng``) draws what eager draws on every call.
+Python's ``random`` functions (``random.random()``, ``random.choice``...) raise a clear
+error naming the line: their draw would be frozen into the program (code that imported
+them by name, ``from random import random``, holds the originals and is not seen). They
+are wrapped only while a trace runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -26,6 +32,7 @@ from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import type_of_tensor
 from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
+from thunder_ir.frontend.table import TRACING_CONTEXTS
 
 Handler = Callable[..., Any]
 
@@ -112,6 +119,77 @@ for _owner in (torch, torch.random):
     take_over(_owner, "manual_seed", _not_user_code(_manual_seed))
     take_over(_owner, "get_rng_state", _not_user_code(_get_rng_state))
     take_over(_owner, "set_rng_state", _not_user_code(_set_rng_state))
+
+
+# --------------------------------------------------------------------------- refused calls
+#
+# Python's ``random`` functions would draw once, at trace time, and the program would reuse
+# the draw: they raise a clear error naming the line. Their wrappers are in place only while
+# some thread traces (entered by the tracer, `TRACING_CONTEXTS`), so that torch.compile,
+# which knows these functions by identity, never meets them. (torch.func's transforms
+# inside traced code are refused by the tracer's mode itself, `TraceMode`.)
+
+_PY_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle",
+              "sample", "gauss", "normalvariate", "getrandbits", "betavariate", "expovariate",
+              "triangular", "lognormvariate", "vonmisesvariate", "gammavariate",
+              "paretovariate", "weibullvariate", "randbytes", "binomialvariate")
+
+
+def _refusal(what: str, why: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ThunderTraceError(f"{where(user_location())}: {what} {why}")
+
+    return refuse
+
+
+_RANDOM_WHY = ("inside a jitted function would draw once, while traced, and the compiled "
+               "program would reuse that draw on every call (eager draws on every call). Use "
+               "torch's random functions (torch.rand, torch.randint, torch.bernoulli...), "
+               "which the program draws on every call, or draw outside the jitted function "
+               "and pass the value in.")
+
+
+_REFUSED: list[tuple[Any, str, Callable[..., Any]]] = [
+    (random, n, _refusal(f"Python's random.{n}()", _RANDOM_WHY)) for n in _PY_RANDOM
+    if callable(getattr(random, n, None))]
+_depth = 0
+_saved: list[tuple[Any, str, Any]] = []
+
+
+def _refusing(owner: Any, name: str, refuse: Callable[..., Any]) -> Callable[..., Any]:
+    original = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _in_user_code():
+            return refuse(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def refused_while_traced() -> Iterator[None]:
+    """Puts the refusing wrappers in place while any thread traces (counted)."""
+    global _depth
+    with _LOCK:
+        if _depth == 0:
+            _saved[:] = [(o, n, getattr(o, n)) for o, n, _ in _REFUSED]
+            for o, n, refuse in _REFUSED:
+                setattr(o, n, _refusing(o, n, refuse))
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _depth -= 1
+            if _depth == 0:
+                for o, n, original in _saved:
+                    setattr(o, n, original)
+                _saved.clear()
+
+
+TRACING_CONTEXTS.append(refused_while_traced)
 
 
 # --------------------------------------------------------------------------- "compiling?"

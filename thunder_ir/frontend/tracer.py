@@ -25,7 +25,9 @@ import contextlib
 import gc
 import inspect
 import os
+import random
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -48,8 +50,11 @@ from thunder_ir.frontend import (
 from thunder_ir.frontend.context import TraceContext, TracedProgram, TraceMode, recording
 from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.passes.vjp import load_vjp_rules
+from thunder_ir.runtime.guards import MODULE_FIELDS
+from thunder_ir.runtime.pystate import path_text, plain_object
 
 HANDLER_MODULES = (torch_map, torch_map_nn, custom_function, takeover, backward_hooks)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
@@ -67,8 +72,9 @@ def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> li
     return out + list(kwargs)
 
 
-def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy]
-                   ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module]]:
+def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
+                    rec: Recorder | None = None
+                    ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module]]:
     """A copy of ``root``'s module tree that tracing runs instead of the user's.
 
     Each module is copied shallowly (same class, its own ``__dict__``) with its parameters
@@ -76,9 +82,12 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy]
     weights stay tied) and its submodules by their copies (a module used in two places is
     copied once). Hook dicts and config objects are shared. The user's modules are never
     written: another thread calling the model eagerly while a trace runs sees its real
-    parameters, and whatever ``forward`` assigns to ``self`` while traced (a lazily built
-    cache of traced tensors) is dropped with the copy. Returns the root's copy and a map
-    from each copy's id to its original (hooks called at run time get the original)."""
+    parameters. What ``forward`` assigns to ``self`` while traced (a counter, a flag, a
+    cache of tensors), and writes to the lists, dicts and plain objects a module holds
+    (copied too, ``rec``: `thunder_ir.frontend.pystate.Recorder`), are found after the
+    trace and replayed on the user's modules after every call. Returns the root's copy and
+    a map from each copy's id to its original (hooks called at run time get the
+    original)."""
     copies: dict[int, torch.nn.Module] = {}
     originals: dict[int, torch.nn.Module] = {}
 
@@ -86,7 +95,7 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy]
         return type(d)((k, proxies.get(id(v), v) if v is not None else None)
                        for k, v in d.items())
 
-    def copy(m: torch.nn.Module) -> torch.nn.Module:
+    def copy(m: torch.nn.Module, path: str) -> torch.nn.Module:
         c = copies.get(id(m))
         if c is not None:
             return c
@@ -96,14 +105,20 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy]
         d["_buffers"] = swap(m._buffers)
         subs = type(m._modules)()
         d["_modules"] = subs
+        if rec is not None:
+            for k, v in d.items():
+                if k not in MODULE_FIELDS and (type(v) in (list, dict) or plain_object(v)):
+                    d[k] = rec.attribute(v, f"{path}.{k}")
         c.__dict__.update(d)
         copies[id(m)] = c
         originals[id(c)] = m
+        if rec is not None:
+            rec.module(c, m, path, MODULE_FIELDS)
         for k, sub in m._modules.items():
-            subs[k] = copy(sub) if sub is not None else None
+            subs[k] = copy(sub, f"{path}.{k}") if sub is not None else None
         return c
 
-    return copy(root), originals
+    return copy(root, "self"), originals
 
 
 _USER_PSEUDO_FILES = ("<stdin>", "<string>", "<console>", "<ipython-input")
@@ -135,7 +150,8 @@ def _global_reads_recorded(ctx: TraceContext, module: torch.nn.Module | None
     reads (a ``sys.settrace`` hook on calls only, this thread only): the cache guards them
     (see `thunder_ir.runtime.guards`). A tracer already installed (a debugger, coverage)
     keeps running."""
-    from thunder_ir.runtime.guards import global_loads
+    from thunder_ir.runtime.guards import global_loads, global_stores
+    from thunder_ir.runtime.pystate import MISSING
 
     model_files: set[str] = set()
     if module is not None:
@@ -143,7 +159,7 @@ def _global_reads_recorded(ctx: TraceContext, module: torch.nn.Module | None
             code = getattr(type(m).forward, "__code__", None)
             if code is not None and not skip(code.co_filename):
                 model_files.add(code.co_filename)
-    reads = ctx.global_reads
+    reads, writes = ctx.global_reads, ctx.global_writes
     seen: set[Any] = set()
     before = sys.gettrace()
 
@@ -153,9 +169,11 @@ def _global_reads_recorded(ctx: TraceContext, module: torch.nn.Module | None
             seen.add(code)
             if _reads_globals_of(code.co_filename, frame.f_globals, model_files):
                 names = global_loads(code)
+                g = frame.f_globals
                 if names:
-                    g = frame.f_globals
                     reads.setdefault(id(g), (g, set()))[1].update(names)
+                for n in global_stores(code):  # before the body runs: the value before
+                    writes.setdefault((id(g), n), (g, n, g.get(n, MISSING)))
         return before(frame, event, arg) if before is not None else None
 
     ctx.recorder = trace_calls
@@ -195,8 +213,10 @@ def _global_state_kept() -> Iterator[None]:
 
 def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                   module: torch.nn.Module | None = None,
-                  state: dict[str, torch.Tensor] | None = None) -> TracedProgram:
-    """Traces ``fn(*args, **kwargs)`` (or ``module``'s forward with ``state``) into IR."""
+                  state: dict[str, torch.Tensor] | None = None,
+                  method: Callable[..., Any] | None = None) -> TracedProgram:
+    """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
+    ``method``, a function of its class, on it) into IR."""
     load_vjp_rules()  # NOT_DIFFERENTIABLE, which `TraceContext.track` reads
     if torch._C._is_any_autocast_enabled():
         raise ThunderTraceError(
@@ -204,22 +224,31 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             "applied to traced ops, so results would differ from eager. Call the jitted "
             "function outside autocast, or cast the model and inputs (e.g. model.bfloat16()).")
     ctx = TraceContext()
-    names = arg_names(module.forward if module is not None else fn, len(args), kwargs)
+    rec = Recorder(ctx)
+    names = arg_names(types.MethodType(method, module) if method is not None and module
+                      is not None else module.forward if module is not None else fn,
+                      len(args), kwargs)
     top = [*args, *kwargs.values()]
     proxied_top = []
     leaf_index = 0
     by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]] = {}
-    for name, value in zip(names, top):
+    for top_index, (name, value) in enumerate(zip(names, top)):
         leaves, spec = pytree.tree_flatten(value, is_leaf=_is_size)
         new_leaves = []
         for j, leaf in enumerate(leaves):
+            nm = name if len(leaves) == 1 else f"{name}_{j}"
             if isinstance(leaf, torch.Tensor):
-                nm = name if len(leaves) == 1 else f"{name}_{j}"
-                new_leaves.append(_input_proxy(ctx, leaf, nm, leaf_index, by_storage))
+                p = _input_proxy(ctx, leaf, nm, leaf_index, by_storage)
+                rec.sources[id(p)] = ("path", leaf_index, ())
+                new_leaves.append(p)
+            elif plain_object(leaf):  # its tensors are inputs; writes to it, replayed
+                new_leaves.append(rec.argument(leaf, leaf_index, nm, ctx.tensor_input))
             else:
                 new_leaves.append(leaf)
             leaf_index += 1
-        proxied_top.append(pytree.tree_unflatten(new_leaves, spec))
+        rebuilt = pytree.tree_unflatten(new_leaves, spec)
+        _pair_containers(rec, value, rebuilt, top_index, (), name)
+        proxied_top.append(rebuilt)
     p_args = proxied_top[:len(args)]
     p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
     params = {id(v) for v in module.parameters()} if module is not None else set()
@@ -231,7 +260,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         proxies[id(v)] = p
     call: Callable[..., Any] = fn
     if module is not None:
-        call, ctx.originals = _shadow_modules(module, proxies)
+        root, ctx.originals = _shadow_modules(module, proxies, rec)
+        call = types.MethodType(method, root) if method is not None else root
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program
     try:
@@ -242,7 +272,19 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 stack.enter_context(factory())
             stack.enter_context(_global_reads_recorded(ctx, module))
             stack.enter_context(TraceMode(ctx))
+            drawn = random.getstate()
             out = call(*p_args, **p_kwargs)
+            if random.getstate() != drawn:  # `from random import random`: not refused by name
+                random.setstate(drawn)
+                raise ThunderTraceError(
+                    f"Python's random generator drew while {getattr(fn, '__qualname__', fn)} "
+                    "was traced: the compiled program would reuse that draw on every call "
+                    "(eager draws on every call). Use torch's random functions (torch.rand, "
+                    "torch.randint...), or draw outside the jitted function and pass the "
+                    "value in.")
+    except BaseException:
+        rec.globals_written(ctx.global_writes, failed=True)
+        raise
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -250,14 +292,15 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     outputs: list[SSAValue] = []
     out_leaves: list[tuple[str, Any]] = []
     detach_outputs: list[int] = []
-    strides: list[tuple[int, ...] | None] = []
+    strides_at: dict[int, tuple[int, ...] | None] = {}
     arg_proxies = {id(p): (k[1], v) for p, v, k in ctx.input_proxies if k[0] == "arg"}
+    rec.begin(outputs, _known_tensors(ctx, state or {}))
     for leaf in leaves:
         returned = _returned_argument(ctx, leaf, arg_proxies) if is_proxy(leaf) else None
         if returned is not None:
             out_leaves.append(returned)
         elif is_proxy(leaf):
-            strides.append(_dense_strides(leaf))
+            strides_at[len(outputs)] = _dense_strides(leaf)
             base = leaf._base_proxy
             if (leaf._value not in ctx.active and base is not None and base.requires_grad
                     and ctx.is_leaf(base._value)):
@@ -266,14 +309,19 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 detach_outputs.append(len(outputs))
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
+        elif contains_proxy(leaf):  # an object made while traced holding tensors (a cache)
+            out_leaves.append(("build", rec.template(leaf, "the returned value")))
         else:  # a Python value, or a tensor captured from outside: returned as it is
             out_leaves.append(("value", leaf))
     writebacks = []
     for p, original, kind in ctx.input_proxies:
-        if p._value is not original and kind[0] in ("arg", "param"):
+        if p._value is not original and kind[0] in ("arg", "param", "path"):
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)
-    strides += [None] * (len(outputs) - len(strides))
+    epilogue = rec.epilogue() + rec.globals_written(ctx.global_writes)
+    rec.release()
+    _check_no_proxy_escaped(ctx, module, args, kwargs, names)
+    strides = [strides_at.get(i) for i in range(len(outputs))]
     ir = ctx.program.finish(outputs)
     if any(s is not None for s in strides):  # for `restride-outputs`
         main_function(ir).attributes["thunder.output_strides"] = to_attr(tuple(strides))
@@ -283,7 +331,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                          writebacks, ctx.input_requires_grad,
                          [o in ctx.active for o in outputs], detach_outputs,
                          list(ctx.global_reads.values()), ctx.replays, checked,
-                         ctx.exact_layout, ctx.layout_read)
+                         ctx.exact_layout, ctx.layout_read, epilogue)
 
 
 def _made_by_a_call(v: SSAValue) -> bool:
@@ -317,6 +365,79 @@ def _returned_argument(ctx: TraceContext, leaf: TensorProxy,
         view = (tuple(leaf.shape), tuple(leaf.stride()), int(leaf.storage_offset()))
     ctx.layout_read = True  # the view is made by its strides
     return ("argview", (hit[0], *view))
+
+
+def _pair_containers(rec: Recorder, original: Any, rebuilt: Any, top: int,
+                     steps: tuple[Any, ...], name: str) -> None:
+    """Records the lists and dicts among an argument's containers that user code gets
+    rebuilt (pytree), with the caller's container each stands for (written back after
+    each call)."""
+    t = type(original)
+    if t is not type(rebuilt):
+        return
+    if isinstance(original, list):
+        rec.container(rebuilt, original, ("top", top, steps), path_text(name, steps))
+        for i, (o, r) in enumerate(zip(original, rebuilt)):
+            _pair_containers(rec, o, r, top, (*steps, ("item", i)), name)
+    elif isinstance(original, dict):
+        rec.container(rebuilt, original, ("top", top, steps), path_text(name, steps))
+        for k in original:
+            if k in rebuilt:
+                _pair_containers(rec, original[k], rebuilt[k], top, (*steps, ("item", k)), name)
+    elif isinstance(original, tuple):
+        for i, (o, r) in enumerate(zip(original, rebuilt)):
+            _pair_containers(rec, o, r, top, (*steps, ("item", i)), name)
+
+
+def _known_tensors(ctx: TraceContext, state: dict[str, torch.Tensor]
+                   ) -> Callable[[TensorProxy], tuple[Any, ...] | None]:
+    """For the epilogue: a proxy that stands for a tensor the program does not make (a
+    parameter or buffer, a captured tensor) is that very tensor (if it was not written)."""
+    kinds = {id(p): (kind, v) for p, v, kind in ctx.input_proxies}
+
+    def known(p: TensorProxy) -> tuple[Any, ...] | None:
+        hit = kinds.get(id(p))
+        if hit is None or hit[1] is not p._value:
+            return None
+        kind = hit[0]
+        if kind[0] == "const":
+            return ("const", kind[1])
+        if kind[0] == "param":
+            return ("const", state[kind[1]])
+        return None
+
+    return known
+
+
+def _check_no_proxy_escaped(ctx: TraceContext, module: torch.nn.Module | None,
+                            args: Sequence[Any], kwargs: dict[str, Any], names: Sequence[str]
+                            ) -> None:
+    """No traced tensor is left in user-visible state: the user's modules, the arguments
+    or the globals the trace read (a returned object holding traced tensors is made again
+    on each call with real ones). Raises a clear error naming where one was found."""
+    places: list[tuple[str, Any]] = []
+    found: list[str] = []
+    if module is not None:
+        places += [(f"self{'.' + n if n else ''}", m) for n, m in module.named_modules()]
+    places += list(zip(names, [*args, *kwargs.values()]))
+    for ns, read in ctx.global_reads.values():
+        mod = ns.get("__name__", "?")
+        for n in [n for n in read if n in ns]:
+            if is_proxy(ns[n]):
+                del ns[n]  # `global g; g = x * 2`: taken out, as `escaped` takes them out
+                found.append(f"the global {mod}.{n}")
+            else:
+                places.append((f"the global {mod}.{n}", ns[n]))
+    seen: set[int] = set()
+    found += [f for f in (escaped(where, v, seen) for where, v in places) if f is not None]
+    if found:  # every place walked first: each proxy found is taken out of the user's state
+        raise ThunderTraceError(
+            f"a traced tensor was left in {found[0]}: the code wrote it there while traced, "
+            "where thunder_ir cannot write the real tensor after each call (only the "
+            "arguments, their objects and containers, and the jitted module's own "
+            "attributes and containers are written back). Return the tensor instead, "
+            "or keep it in one of those. (What the traced tensors were stored in has been "
+            "taken out again.)")
 
 
 def _dense_strides(p: TensorProxy) -> tuple[int, ...] | None:
