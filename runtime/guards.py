@@ -303,28 +303,27 @@ def _names(fns: list[Any]) -> str:
     return "[" + ", ".join(getattr(f, "__qualname__", type(f).__name__) for f in fns) + "]"
 
 
-_LOADS: dict[types.CodeType, frozenset[str]] = {}
-_STORES: dict[types.CodeType, frozenset[str]] = {}
+_NAMES: dict[tuple[types.CodeType, tuple[str, ...]], frozenset[str]] = {}
+
+
+def _names_of(code: types.CodeType, opnames: tuple[str, ...]) -> frozenset[str]:
+    """The names ``code``'s instructions ``opnames`` take (cached per code object)."""
+    names = _NAMES.get((code, opnames))
+    if names is None:
+        names = frozenset(str(i.argval) for i in dis.get_instructions(code)
+                          if i.opname in opnames)
+        _NAMES[(code, opnames)] = names
+    return names
 
 
 def global_loads(code: types.CodeType) -> frozenset[str]:
     """The names ``code`` reads as globals (its ``LOAD_GLOBAL`` instructions)."""
-    names = _LOADS.get(code)
-    if names is None:
-        names = frozenset(str(i.argval) for i in dis.get_instructions(code)
-                          if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
-        _LOADS[code] = names
-    return names
+    return _names_of(code, ("LOAD_GLOBAL", "LOAD_NAME"))
 
 
 def global_stores(code: types.CodeType) -> frozenset[str]:
     """The globals ``code`` writes or deletes (``global g; g = ...``)."""
-    names = _STORES.get(code)
-    if names is None:
-        names = frozenset(str(i.argval) for i in dis.get_instructions(code)
-                          if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"))
-        _STORES[code] = names
-    return names
+    return _names_of(code, ("STORE_GLOBAL", "DELETE_GLOBAL"))
 
 
 def globals_guard(namespace: dict[str, Any], names: Iterable[str]) -> StateGuard:

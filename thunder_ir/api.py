@@ -302,6 +302,8 @@ class _Compiled:
             tops = (*args, *kwargs.values())
             self._write_back(entry, leaves, outs, tops)
             return unflatten_outputs(entry, outs, leaves, tops)
+        if entry.single_output:  # the common case, without a call
+            return outs
         return unflatten_outputs(entry, outs, leaves)
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any],
