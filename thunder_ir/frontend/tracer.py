@@ -433,9 +433,10 @@ def _check_no_proxy_escaped(ctx: TraceContext, module: torch.nn.Module | None,
     if found:  # every place walked first: each proxy found is taken out of the user's state
         raise ThunderTraceError(
             f"a traced tensor was left in {found[0]}: the code wrote it there while traced, "
-            "where thunder_ir cannot write the real tensor after each call (only the "
-            "arguments, their objects and containers, and the jitted module's own "
-            "attributes and containers are written back). Return the tensor instead, "
+            "where thunder_ir cannot write the real tensor after each call (it writes "
+            "back to the arguments, their objects and containers, the jitted module's own "
+            "attributes and containers, and globals your code rebinds with `global`, not "
+            "to other containers held in globals). Return the tensor instead, "
             "or keep it in one of those. (What the traced tensors were stored in has been "
             "taken out again.)")
 
