@@ -56,6 +56,15 @@ class Builder(ABC):
     def value_of(self, x: Any) -> SSAValue:
         """The SSA value of a proxy, a real tensor (lifted to an input) or a number."""
 
+    @abstractmethod
+    def set_requires_grad(self, target: TensorProxy, flag: bool) -> None:
+        """``target.requires_grad = flag`` with eager's rules (a tensor made while traced
+        may become a gradient source)."""
+
+    @abstractmethod
+    def set_data(self, target: TensorProxy, new: Any) -> None:
+        """``target.data = new``: ``new``'s values, ``target``'s place in the graph."""
+
     # ---- ops
 
     @abstractmethod

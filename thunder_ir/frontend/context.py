@@ -187,6 +187,12 @@ class TraceContext(Builder):
         self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
         # Arguments that require grad and are not leaves (they have a grad_fn).
         self.nonleaf_inputs: set[SSAValue] = set()
+        # Tensors made while traced that user code made require grad (`set_requires_grad`):
+        # eager's leaves, not computed from a tensor that requires grad.
+        self.grad_leaves: set[SSAValue] = set()
+        # Parameters and buffers whose ``.data`` user code replaced by a tensor of another
+        # dtype or shape (`set_data`): their new value is set as ``.data`` after each call.
+        self.data_replaced: list[TensorProxy] = []
         # Eager's layout of each value the trace made a proxy for (`thunder_ir.frontend.layout`).
         self.layouts: dict[SSAValue, Layout] = {}
         # Whether user code read exact strides or storage offsets (the key then holds them),
@@ -670,6 +676,88 @@ class TraceContext(Builder):
         return self._requires_grad(make_function("overwrite", primals, [new], mask, body,
                                                  grads))
 
+    def set_requires_grad(self, target: TensorProxy, flag: bool) -> None:
+        """``t.requires_grad = flag`` / ``t.requires_grad_(flag)`` on a tensor made while
+        traced, as eager allows it: a leaf (one not computed from a tensor that requires
+        grad) becomes a gradient source, or stops being one; eager's errors otherwise. The
+        program's results computed from it require grad (an input that requires grad, the
+        shared `GRAD_ANCHOR`, gives them their ``grad_fn``; the gradient reaching the new
+        leaf goes nowhere the caller can see, as in eager)."""
+        v = target._value
+        if flag == (v in self.active or v in self.pending):
+            return
+        if id(target) in self.leaf_proxies:
+            raise ThunderTraceError(
+                f"{where(self.loc)}: requires_grad_({flag}) on an argument, parameter or "
+                "buffer inside a jitted function would change which of your tensors autograd "
+                "tracks; set requires_grad on them before the call (parameters already "
+                "require grad), or on a tensor made inside the function.")
+        if v in self.active and v not in self.grad_leaves:
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf variables. If you want to use "
+                "a computed variable in a subgraph that doesn't require differentiation use "
+                f"var_no_grad = var.detach().\n  at {where(self.loc)}")
+        if flag and not differentiable(v):
+            raise RuntimeError("only Tensors of floating point and complex dtype can require "
+                               f"gradients\n  at {where(self.loc)}")
+        if flag:
+            anchor = self.lift_constant(GRAD_ANCHOR)._value
+            if anchor in self.pending:  # a gradient source whatever the grad mode
+                self.pending.remove(anchor)
+                self.active.add(anchor)
+                self.input_requires_grad[anchor.index] = True  # type: ignore[attr-defined]
+            # `v`'s values, a value of its own (its aliases stay as they are) that autodiff
+            # sees as computed from the anchor (a zero gradient goes there).
+            leaf = self.overwrites(anchor, v)
+            with torch._C.DisableTorchFunction():
+                self.layouts[leaf] = (tuple(target.stride()), int(target.storage_offset()))
+            target._value = leaf
+            self.storage[leaf] = target._storage
+            self.members.setdefault(target._storage, []).append(leaf)
+            self.grad_leaves.add(leaf)
+        else:
+            self.active.discard(v)
+            self.grad_leaves.discard(v)
+        with torch._C.DisableTorchFunction():
+            torch.Tensor.requires_grad.__set__(target, flag)  # type: ignore[attr-defined]
+
+    def set_data(self, target: TensorProxy, new: Any) -> None:
+        """``t.data = new`` (what ``Module.to``, ``.half()``, ``.float()`` do to each
+        parameter): ``t`` keeps its place in the autograd graph and takes ``new``'s values.
+        Of the same dtype and shape, that is a write under no-grad; a parameter or buffer
+        that does not require grad here may also change dtype or shape (its new value is
+        set as the real tensor's ``.data`` after each call)."""
+        src = new if is_proxy(new) else self.lift_constant(new)
+        if src is target or src._value is target._value:
+            return
+        tt, nt = target._value.type, src._value.type
+        assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
+        if tt.dtype == nt.dtype and tt.sizes == nt.sizes:
+            value = self.stop_gradient(src._value) if src._value in self.active else src._value
+            grad = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(False)
+            try:
+                self.assign(target, value, ".data assignment")
+            finally:
+                torch._C._set_grad_enabled(grad)
+            return
+        kind = next((k for p, _, k in self.input_proxies if p is target), None)
+        if kind is None or kind[0] != "param" or target._value in self.active:
+            raise ThunderTraceError(
+                f"{where(self.loc)}: `.data = ` with another dtype or shape "
+                f"({tt.pretty()} -> {nt.pretty()}) inside a jitted function is supported for "
+                "parameters and buffers that do not require grad here; convert the model "
+                "before calling it (model.to(dtype)), or call this part outside the jitted "
+                "function.")
+        value = self.stop_gradient(src._value) if src._value in self.active else src._value
+        with torch._C.DisableTorchFunction(), torch._C._ExcludeDispatchKeyGuard(
+                torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
+            torch.Tensor.data.__set__(target, src)  # type: ignore[attr-defined]
+            self.layouts[value] = (tuple(target.stride()), int(target.storage_offset()))
+        target._value = value
+        if all(p is not target for p in self.data_replaced):
+            self.data_replaced.append(target)
+
     def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
         no-grad): an ``autograd.function`` whose backward passes the cotangent to ``old``."""
@@ -852,6 +940,50 @@ _T = torch.Tensor
 _any_autocast = torch._C._is_any_autocast_enabled
 _functorch_active = torch._C._are_functorch_transforms_active
 
+GRAD_ANCHOR = torch.zeros((), requires_grad=True)
+"""An input that requires grad, given to programs in which a tensor made while traced was
+made to require grad (`TraceContext.set_requires_grad`) so that the results' autograd node
+records a graph even when nothing else requires grad. No gradient reaches it."""
+
+try:
+    import numpy as _np
+
+    _NP_SCALAR: type | tuple[type, ...] = _np.generic
+except ImportError:  # no NumPy: nothing to convert
+    _NP_SCALAR = ()
+
+
+def _has_np(a: Any, depth: int = 0) -> bool:
+    if isinstance(a, _NP_SCALAR):
+        return True
+    t = type(a)
+    if t is slice:
+        return _has_np(a.start, 2) or _has_np(a.stop, 2) or _has_np(a.step, 2)
+    return depth < 2 and (t is list or t is tuple) and any(_has_np(b, depth + 1) for b in a)
+
+
+def _to_python(a: Any) -> Any:
+    if isinstance(a, _NP_SCALAR):
+        return a.item()  # type: ignore[attr-defined]
+    t = type(a)
+    if t is slice:
+        return slice(_to_python(a.start), _to_python(a.stop), _to_python(a.step))
+    if t is list or t is tuple:
+        return t(_to_python(b) for b in a)
+    return a
+
+
+def _python_numbers(args: Sequence[Any], kwargs: dict[str, Any]
+                    ) -> tuple[Sequence[Any], dict[str, Any]]:
+    """NumPy scalars among the arguments (in lists, tuples and slices too: shapes,
+    indices) as the Python numbers eager's argument parser takes them for
+    (``x / np.sqrt(d)``: a Python float, so float32 stays float32). Returns the arguments
+    as they are where there is none."""
+    if not any(map(_has_np, args)) and not any(map(_has_np, kwargs.values())):
+        return args, kwargs
+    return [_to_python(a) for a in args], {k: _to_python(v) for k, v in kwargs.items()}
+
+
 EXACT_LAYOUT_READS = frozenset({_T.stride, _T.storage_offset, torch.as_strided, _T.as_strided,
                                 _T.as_strided_})
 """Calls whose answer or result depends on exact strides or the storage offset, not only on
@@ -893,6 +1025,7 @@ class TraceMode(TorchFunctionMode):
     def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         h = HANDLERS.get(func)
         ctx = self.ctx
+        args, kwargs = _python_numbers(args, kwargs)
         if _functorch_active():  # (transforms outside the jitted call were set aside)
             ctx.loc = user_location()
             raise ThunderTraceError(

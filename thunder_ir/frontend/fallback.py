@@ -9,7 +9,7 @@ every handler.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ from thunder_ir.dialects.torch import (
     runtime_callee,
     torch_name,
 )
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, tensor_type
 from thunder_ir.frontend.builder import Builder, differentiable
 from thunder_ir.frontend.errors import (
     DATA_HINT,
@@ -38,6 +38,25 @@ from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 
 _NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
 """In-place methods whose same-named out-of-place function means something else."""
+
+
+def _ctc_loss_shape(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any,
+                    blank: int = 0, reduction: Any = "mean", zero_infinity: bool = False
+                    ) -> tuple[tuple[int, ...], torch.dtype]:
+    """``F.ctc_loss`` / ``torch.ctc_loss``: one loss per batch entry, or their reduction
+    (``reduction`` a name, or torch's enum: 0 none, 1 mean, 2 sum)."""
+    batched = log_probs.dim() == 3
+    none = reduction in ("none", 0)
+    return ((log_probs.shape[1],) if batched else ()) if none else (), log_probs.dtype
+
+
+SHAPE_RULES: dict[str, Callable[..., tuple[tuple[int, ...], torch.dtype]]] = {
+    "torch.nn.functional.ctc_loss": _ctc_loss_shape,
+    "torch.ctc_loss": _ctc_loss_shape,
+}
+"""Result shape and dtype of torch functions without a meta kernel whose result's shape is
+known from their arguments (the result is on the first argument's device). Called with
+the call's arguments; the function itself runs, and is differentiated, by torch."""
 
 
 def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
@@ -94,6 +113,12 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         grad_mask = [v in ctx.active and differentiable(v) for v in operands]
         if not any(grad_mask):
             grad_mask = None
+    rule = SHAPE_RULES.get(name) if result_type is None else None
+    if rule is not None:
+        shape, dtype = rule(*args, **kwargs)
+        first = operands[0].type
+        assert isinstance(first, TensorType)
+        result_type = tensor_type(shape, dtype, first.dev)
     if result_type is not None:
         op = make_call(name, operands, enc_args, enc_kwargs, result_types=[result_type])
         if result_view is not None:

@@ -61,6 +61,8 @@ METADATA: set[Any] = {
     _T.is_signed, _T.storage_offset, _T.is_conj, _T.is_neg, _T.is_same_size,
     torch.is_floating_point, torch.is_complex, torch.numel, torch.is_conj, torch.is_neg,
     torch.is_same_size, torch.is_signed,
+    torch._C._nn._parse_to,  # `Module.to`'s argument parser (a tensor argument: its metadata)
+    torch._has_compatible_shallow_copy_type,  # `Module._apply`: types only
 }
 DATA_DEPENDENT: dict[Any, str] = {
     _T.__bool__: "bool(tensor)", _T.item: ".item()", _T.tolist: ".tolist()",

@@ -388,12 +388,26 @@ def _detach(ctx: Builder, self: Any) -> Any:
 
 
 def _requires_grad_(ctx: Builder, self: Any, requires_grad: bool = True) -> Any:
-    if bool(requires_grad) != (self._value in ctx.active):
-        raise ThunderTraceError(
-            f"{where(ctx.loc)}: requires_grad_({requires_grad}) inside a jitted function "
-            "would change which tensors autograd tracks; set requires_grad on the tensors "
-            "before passing them in (parameters already require grad).")
+    """``t.requires_grad_(flag)`` (and ``t.requires_grad = flag``): eager's rules."""
+    if not is_proxy(self):
+        with torch._C.DisableTorchFunction():
+            return self.requires_grad_(requires_grad)
+    ctx.set_requires_grad(self, bool(requires_grad))
     return self
+
+
+def _set_requires_grad(ctx: Builder, self: Any, flag: bool) -> None:
+    _requires_grad_(ctx, self, flag)
+
+
+def _set_data(ctx: Builder, self: Any, new: Any) -> None:
+    """``t.data = new`` (``Module.to`` and ``.half()`` do it to every parameter)."""
+    if not is_proxy(self):
+        raise ThunderTraceError(f"{where(ctx.loc)}: `.data = ` on a tensor that is not "
+                                "traced; pass it as an argument instead")
+    if not isinstance(new, torch.Tensor):
+        raise TypeError(f"Variable data has to be a tensor, but got {type(new).__name__}")
+    ctx.set_data(self, new)
 
 
 def _set_grad_enabled(ctx: Builder, mode: bool) -> None:
@@ -487,6 +501,8 @@ def _contiguous(ctx: Builder, self: Any, memory_format: Any = torch.contiguous_f
 
 HANDLERS[T.contiguous] = _contiguous
 HANDLERS[T.requires_grad_] = _requires_grad_
+HANDLERS[T.requires_grad.__set__] = _set_requires_grad  # type: ignore[attr-defined]
+HANDLERS[T.data.__set__] = _set_data  # type: ignore[attr-defined]
 HANDLERS[T.detach] = _detach
 HANDLERS[torch.detach] = _detach
 HANDLERS[getter("data")] = _detach

@@ -140,6 +140,8 @@ def _batch_norm(ctx: Builder, input: Any, weight: Any, bias: Any, running_mean: 
             or any(not is_proxy(t) or t.dtype != input.dtype for t in (*params, *stats)) \
             or not all(isinstance(v, int | float) for v in (momentum, eps)):
         raise UseFallback
+    if input.numel() == 0:  # eager's own path for an empty batch: no statistics to take
+        return ctx.run_python(_empty_batch_norm, (input, weight, bias), {})
     results = _batch_norm_op(ctx, input, weight, bias, running_mean,  # type: ignore[misc]
                              running_var, training=bool(training), momentum=float(momentum),
                              eps=float(eps))
@@ -147,6 +149,19 @@ def _batch_norm(ctx: Builder, input: Any, weight: Any, bias: Any, running_mean: 
         ctx.assign(running_mean, results[3]._value, "batch_norm", keep_saved=True)
         ctx.assign(running_var, results[4]._value, "batch_norm", keep_saved=True)
     return results[0]
+
+
+def _empty_batch_norm(input: Any, weight: Any, bias: Any) -> Any:
+    """What ``torch.batch_norm`` computes for an input without elements (ATen's
+    ``_batch_norm_impl_index``): a copy of it scaled by ``weight[0]``, shifted by
+    ``bias[0]`` (so that the weight and bias get zero gradients), running statistics left
+    as they are."""
+    out = input.clone()
+    if weight is not None:
+        out = out * weight[0]
+    if bias is not None:
+        out = out + bias[0]
+    return out
 
 
 _register([torch.batch_norm], _batch_norm)

@@ -54,7 +54,7 @@ from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.passes.vjp import load_vjp_rules
 from thunder_ir.runtime.guards import MODULE_FIELDS
-from thunder_ir.runtime.pystate import path_text, plain_object
+from thunder_ir.runtime.pystate import Action, path_text, plain_object
 
 HANDLER_MODULES = (torch_map, torch_map_nn, custom_function, takeover, backward_hooks)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
@@ -314,11 +314,16 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         else:  # a Python value, or a tensor captured from outside: returned as it is
             out_leaves.append(("value", leaf))
     writebacks = []
+    replaced = {id(p) for p in ctx.data_replaced}
     for p, original, kind in ctx.input_proxies:
-        if p._value is not original and kind[0] in ("arg", "param", "path"):
+        if p._value is not original and kind[0] in ("arg", "param", "path") \
+                and id(p) not in replaced:
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)
-    epilogue = rec.epilogue() + rec.globals_written(ctx.global_writes)
+    epilogue = rec.epilogue() + rec.globals_written(ctx.global_writes) + [
+        Action(("obj", state[k[1]]), "setattr", "data", rec.template(p, f"{k[1]}.data"),
+               f"{k[1]}.data")  # `Module.to(dtype)` in forward: the tensor's new data
+        for p, _, k in ctx.input_proxies if id(p) in replaced and state is not None]
     rec.release()
     _check_no_proxy_escaped(ctx, module, args, kwargs, names)
     strides = [strides_at.get(i) for i in range(len(outputs))]
