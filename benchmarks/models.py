@@ -1,8 +1,9 @@
 """Model-family benchmark: Hugging Face models and torch.nn layers under eager,
 torch.compile and thunder_ir, from one run.
 
-For each family of `tests/test_hf_models.py` (tiny configs: hidden 64, 2 layers, batch 2,
-sequence 16), every variant is first checked against eager (the training loss), then:
+For each family of `tests/test_hf_models.py` and `tests/test_hf_families_next.py` (tiny
+configs: hidden 64, 2 layers, batch 2, sequence 16), every variant is first checked
+against eager (the training loss), then:
 
 * first call: building the variant and its first forward (``fwd``), and its first
   forward + backward on a fresh copy (``fwd+bwd``): trace and compile included, each
@@ -64,8 +65,10 @@ def _loss(fn: Any, kw: dict[str, Any]) -> Any:
 
 def _families() -> dict[str, tuple[Callable[[], Any], Callable[[int], dict[str, Any]]]]:
     """Every family of `tests/test_hf_models.py`: its Hugging Face families, then its
-    torch.nn transformer layers (input ``x``: batch 2, sequence ``L``, width ``H``)."""
+    torch.nn transformer layers (input ``x``: batch 2, sequence ``L``, width ``H``); then
+    the next families (`tests/test_hf_families_next.py`)."""
     import torch
+    from test_hf_families_next import FAMILIES as NEXT
     from test_hf_models import _MHA, FAMILIES, H, _CausalEncoder
 
     def inputs(name: str) -> Callable[[int], dict[str, Any]]:
@@ -79,7 +82,7 @@ def _families() -> dict[str, tuple[Callable[[], Any], Callable[[int], dict[str, 
 
     return {**FAMILIES, "nn_mha": (_MHA, inputs("x")),
             "nn_encoder_layer": (encoder_layer, inputs("src")),
-            "nn_causal_encoder": (_CausalEncoder, inputs("x"))}
+            "nn_causal_encoder": (_CausalEncoder, inputs("x")), **NEXT}
 
 
 def first_calls(variant: str, build: Callable[[], Any], kw: dict[str, Any]

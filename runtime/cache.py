@@ -111,6 +111,14 @@ class Entry:
     after: bool = False
     """Whether anything follows the program's call: write-backs, replays, the epilogue, or
     a returned object made on each call."""
+    speculative: bool = False
+    """The program checks conditions it was traced under (`tir.assume`): a call where one
+    differs raises `thunder_ir.runtime.speculation.SpeculationFailed`."""
+    draws: bool = False
+    """A speculative program with effects (random draws, possibly) before a check."""
+    variant: Entry | None = None
+    """The program traced for a call whose conditions differed from this one's (tried
+    next, before tracing again)."""
 
     def __post_init__(self) -> None:
         self.after = bool(self.writebacks or self.replays or self.epilogue or any(
@@ -121,6 +129,8 @@ class Entry:
 class CacheStats:
     hits: int = 0
     misses: int = 0
+    eager_calls: int = 0
+    """Calls run eagerly because no program's speculated conditions held for them."""
 
 
 class Cache:

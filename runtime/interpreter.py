@@ -12,12 +12,34 @@ from typing import Any
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.program import main_function
 from thunder_ir.dialects.torch import CallOp
+
+
+def run_op(op: Operation, vals: Sequence[Any]) -> list[Any]:
+    """Runs one op on its operands' values; returns its results' values."""
+    if isinstance(op, CallOp):
+        out: Any = op.run(list(vals))
+    elif isinstance(op, RegionOp):
+        out = run_block(op.body.block, vals)
+    elif isinstance(op, ThunderOp):
+        grouped = group(op.operand_layout(), list(vals), op._segment_sizes())
+        out = op.ref(*grouped, **op.params())
+    else:
+        raise NotImplementedError(f"the interpreter cannot run {op.name}")
+    if not op.results:
+        return []
+    if len(op.results) == 1 and not isinstance(out, list | tuple):
+        return [out]
+    outs = list(out)
+    if len(outs) != len(op.results):
+        raise RuntimeError(f"{op.name} returned {len(outs)} values for "
+                           f"{len(op.results)} results")
+    return outs
 
 
 def run_block(block: Block, args: Sequence[Any]) -> list[Any]:
@@ -26,26 +48,7 @@ def run_block(block: Block, args: Sequence[Any]) -> list[Any]:
     for op in block.ops:
         if isinstance(op, func.ReturnOp | YieldOp):
             return [env[v] for v in op.operands]
-        vals = [env[v] for v in op.operands]
-        if isinstance(op, CallOp):
-            out: Any = op.run(vals)
-        elif isinstance(op, RegionOp):
-            out = run_block(op.body.block, vals)
-        elif isinstance(op, ThunderOp):
-            grouped = group(op.operand_layout(), vals, op._segment_sizes())
-            out = op.ref(*grouped, **op.params())
-        else:
-            raise NotImplementedError(f"the interpreter cannot run {op.name}")
-        if not op.results:
-            continue
-        if len(op.results) == 1 and not isinstance(out, list | tuple):
-            env[op.results[0]] = out
-        else:
-            outs = list(out)
-            if len(outs) != len(op.results):
-                raise RuntimeError(f"{op.name} returned {len(outs)} values for "
-                                   f"{len(op.results)} results")
-            env.update(zip(op.results, outs))
+        env.update(zip(op.results, run_op(op, [env[v] for v in op.operands]), strict=True))
     raise RuntimeError("block has no terminator")
 
 

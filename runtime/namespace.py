@@ -44,7 +44,14 @@ from typing import Any, TypeVar
 import torch
 
 from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, name_callee, runtime_callee
-from thunder_ir.runtime import attention, autograd_fallback, cache, hooks, layout
+from thunder_ir.runtime import (
+    attention,
+    autograd_fallback,
+    cache,
+    hooks,
+    layout,
+    speculation,
+)
 
 ALIAS = "tir"
 """The name generated code imports this module under."""
@@ -169,7 +176,7 @@ for _fn in (no_grad, autograd_fallback.call_with_grad, autograd_fallback.handle_
             autograd_fallback.call_on_copies, autograd_fallback.no_derivative,
             autograd_fallback.inplace_on_copy, attention.sdpa_dropout_forward,
             hooks.run_tensor_hook, hooks.run_output_hooks, hooks.run_input_hooks,
-            cache.tensor_meta, cache.aliases, layout.restride):
+            cache.tensor_meta, cache.aliases, layout.restride, speculation.assume):
     register(_fn.__name__, _fn)
 del _fn
 

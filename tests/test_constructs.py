@@ -2,9 +2,11 @@
 it, against eager: values, gradients (``None`` where eager has ``None``), the module's state
 after the call, or eager's own error.
 
-Sections: NumPy scalars as operands; ``requires_grad`` set inside ``forward``; modules
-converted inside ``forward`` (``.to``, ``.double()``, ``.data =``); empty batches through
-batch norm; ops without a meta kernel whose result shape is known (``F.ctc_loss``).
+Sections: NumPy scalars and 0-d arrays as operands; ``requires_grad`` set inside
+``forward``; modules converted inside ``forward`` (``.to``, ``.double()``, ``.data =``);
+empty batches through batch norm; ops without a meta kernel whose result shape is known
+(``F.ctc_loss``); data-dependent conditions speculated and checked; torch's higher-order
+ops (``cond``, ``scan``, ``associative_scan``, ...) inside traced code.
 """
 
 from __future__ import annotations
@@ -53,6 +55,40 @@ NUMPY_CASES: dict[str, tuple[Callable[..., Any], torch.Tensor]] = {
 def test_numpy_scalars_are_the_python_numbers_eager_takes_them_for(case: str) -> None:
     fn, x = NUMPY_CASES[case]
     check_against_eager(fn, x, backward=x.requires_grad)
+
+
+_N = torch.randn(2, 3)  # NumPy computes with a tensor's values: eager refuses grad
+
+
+def _rebinds_in_place(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = t
+    y *= np.array(2.0)  # eager: Tensor.__imul__ declines the array; y = y * a
+    return y, t
+
+
+ARRAY_CASES: dict[str, tuple[Callable[..., Any], torch.Tensor]] = {
+    "float64 array promotes float32": (lambda t: t * np.array(2.0), _N),
+    "float32 array keeps float32": (lambda t: t + np.array(1.5, dtype=np.float32), _N),
+    "int64 array divides int32": (lambda i: i / np.array(3), _I),
+    "int64 array with int32": (lambda i: i * np.array(2), _I),
+    "power, floor division, remainder": (
+        lambda t: (t ** np.array(2), t // np.array(0.5), t % np.array(0.7)), _N),
+    "transposed tensor keeps its layout": (lambda t: t.t() - np.array(1.0), _N),
+    "== takes the array as a 0-d tensor": (lambda t: t == np.array(0.1), torch.tensor([0.1])),
+    "!= is Python's identity fallback": (lambda t: t != np.array(1.0), _N),
+    "in-place operator rebinds": (_rebinds_in_place, _N),
+    "eager's error: requires grad": (lambda t: t * np.array(2.0), _X),
+    "eager's error: bitwise on floats": (lambda t: t & np.array(2.0), _N),
+    "eager's error: array on the left": (lambda t: np.array(2.0) * t, _N),
+    "eager's error: ordering": (lambda t: t < np.array(2.0), _N),
+}
+
+
+@pytest.mark.filterwarnings("ignore:__array_wrap__ must accept context")
+@pytest.mark.parametrize("case", list(ARRAY_CASES))
+def test_numpy_0d_arrays_are_computed_as_eager_computes_them(case: str) -> None:
+    fn, x = ARRAY_CASES[case]
+    check_against_eager(fn, x, backward=False)
 
 
 class NumpyAttention(nn.Module):
@@ -290,3 +326,204 @@ def test_every_shape_rule_names_a_torch_function_without_a_meta_kernel() -> None
         args = (lp, tg, il, tl, 0, 0 if name == "torch.ctc_loss" else "none")
         out = fn(*args)
         assert rule(*args) == (tuple(out.shape), out.dtype), name
+
+
+# --------------------------------------------------------------------------- speculation
+
+
+def _validated(x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    if labels.max() >= 10:
+        raise ValueError("a label is out of range")
+    if torch.any(x < -100):
+        x = x.clamp(min=-100)
+    return x * 2
+
+
+def _cache(fn: Any) -> Any:
+    return fn.cache if hasattr(fn, "cache") else fn._compiled.cache
+
+
+def test_a_validation_that_only_raises_is_speculated_and_checked() -> None:
+    """The first call's branch is traced and checked on every call: a call that breaks
+    the assumption raises eager's own error (the other branch, traced for it); valid
+    calls keep hitting the first program; the check is in the trace."""
+    check_against_eager(_validated, torch.randn(3, requires_grad=True), torch.tensor([1, 2]))
+    jf = thunder_ir.jit(_validated)
+    x = torch.randn(3)
+    torch.testing.assert_close(jf(x, torch.tensor([1, 2])), x * 2)
+    assert "tir.assume(" in str(thunder_ir.last_traces(jf)[-1])
+    with pytest.raises(ValueError, match="a label is out of range"):
+        jf(x, torch.tensor([1, 20]))
+    for _ in range(3):
+        y = torch.randn(3)
+        labels = torch.tensor([3, 4])
+        torch.testing.assert_close(jf(y, labels), _validated(y, labels))
+    big, labels = torch.tensor([-200.0, 1.0, 2.0]), torch.tensor([1, 2])
+    torch.testing.assert_close(jf(big, labels), _validated(big, labels))
+    assert thunder_ir.cache_misses(jf) == 2  # the first program, and the clamping variant
+
+
+def _three_branches(x: torch.Tensor) -> torch.Tensor:
+    out = x
+    for i in range(3):
+        out = out + i if x[i] > 0 else out * 2
+    return out
+
+
+def test_branches_that_change_compile_variants_then_run_eagerly() -> None:
+    """Eight combinations of three conditions: the first four compile variants, the
+    others run eagerly; every result is eager's."""
+    import itertools
+
+    jf = thunder_ir.jit(_three_branches)
+    for signs in itertools.product([1.0, -1.0], repeat=3):
+        x = torch.tensor([*signs, 5.0], requires_grad=True)
+        got, want = jf(x), _three_branches(x)
+        torch.testing.assert_close(got, want)
+        (g1,) = torch.autograd.grad(got.sum(), x)
+        (g2,) = torch.autograd.grad(want.sum(), x)
+        torch.testing.assert_close(g1, g2)
+    assert thunder_ir.cache_misses(jf) == 4
+    assert _cache(jf).stats.eager_calls == 4
+    assert str(thunder_ir.last_traces(jf)[-1]).startswith("# This call ran eagerly: ")
+    jf(torch.tensor([1.0, 1.0, 1.0, 5.0]))  # the first variant again
+    assert "ran eagerly" not in str(thunder_ir.last_traces(jf)[-1])
+    assert "tir.assume(" in str(thunder_ir.last_traces(jf)[-1])
+
+
+def _coin(x: torch.Tensor) -> torch.Tensor:
+    y = F.dropout(x, 0.5, training=True)
+    return y * 2 if y.sum() > 0 else y * 3
+
+
+def test_a_condition_on_random_values_draws_what_eager_draws() -> None:
+    """A stopped program's draws are taken back before the call runs another way."""
+    jf = thunder_ir.jit(_coin)
+    for seed in range(8):
+        x = torch.randn(4)
+        torch.manual_seed(seed)
+        got = jf(x)
+        after = torch.rand(2)
+        torch.manual_seed(seed)
+        want = _coin(x)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(after, torch.rand(2))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: a * 2 if torch.equal(a, b) else a,
+    lambda a, b: a * 2 if torch.allclose(a, b + 1e-9) else a,
+    lambda a, b: a * 2 if a.equal(b[:2]) else a,  # other shapes: not equal, no check
+    lambda a, b: a * 2 if torch.is_nonzero(a.sum() > 0) else a,
+    lambda a, b: a * 2 if (a > b).all().item() else a,
+], ids=["equal", "allclose", "equal-shapes", "is_nonzero", "bool-item"])
+def test_value_comparisons_are_speculated(fn: Callable[..., Any]) -> None:
+    a = torch.randn(3, requires_grad=True)
+    check_against_eager(fn, a, a.detach().clone())
+    check_against_eager(fn, a, torch.randn(3))
+
+
+def test_bool_of_several_values_raises_eagers_error_with_the_line() -> None:
+    with pytest.raises(RuntimeError, match="more than one value is ambiguous"):
+        thunder_ir.jit(lambda t: t * 2 if t > 0 else t)(torch.randn(3))
+
+
+def test_masked_select_sizes_are_speculated() -> None:
+    """A CTC loss's target flattening: the count of selected elements is checked."""
+    def flat(x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return (x.masked_select(labels >= 0) * 2).sum() + torch.nonzero(labels > 0).sum()
+
+    labels = torch.tensor([[1, 2, -1], [3, -1, -1]])
+    check_against_eager(flat, torch.randn(2, 3, requires_grad=True), labels)
+    jf = thunder_ir.jit(flat)
+    x = torch.randn(2, 3)
+    for lab in (labels, labels.flip(0), torch.tensor([[1, 1, 1], [-1, -1, -1]])):
+        torch.testing.assert_close(jf(x, lab), flat(x, lab))
+    assert thunder_ir.cache_misses(jf) == 1  # the counts were the same each time
+
+
+class CausalEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.enc(x, mask=mask)  # is_causal detected by comparing the mask
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_transformer_encoder_causal_mask_detection(train: bool) -> None:
+    torch.manual_seed(0)
+    m = CausalEncoder().train(train)
+    check_against_eager(m, torch.randn(2, 5, 8), backward=train)
+
+
+# --------------------------------------------------------------------------- higher-order ops
+
+
+def _hop(name: str) -> Any:
+    import importlib
+
+    module = importlib.import_module(f"torch._higher_order_ops.{name}")
+    return getattr(module, "map" if name == "map" else name)
+
+
+def _scan_step(carry: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return carry * 0.5 + x, (carry + x).sin()
+
+
+HOP_CASES: dict[str, Callable[[torch.Tensor], Any]] = {
+    "cond on a tensor": lambda t: torch.cond(t.sum() > 0, lambda u: u.sin(),
+                                             lambda u: u.cos() * 2, (t,)),
+    "cond on a bool": lambda t: torch.cond(True, lambda u: u.sin(), lambda u: u.cos(), (t,)),
+    "map": lambda t: _hop("map")(lambda row, w: (row * w).tanh(), t, torch.ones(3)),
+    "scan": lambda t: _hop("scan")(_scan_step, torch.zeros(3), t),
+    "while_loop, counted": lambda t: _hop("while_loop")(
+        lambda i, u: i < 3, lambda i, u: (i + 1, u * 2), (torch.tensor(0), t)),
+    "while_loop, on values": lambda t: _hop("while_loop")(
+        lambda u: u.abs().sum() < 100, lambda u: (u * 2 + 1,), (t,)),
+    "associative_scan, generic": lambda t: _hop("associative_scan")(
+        lambda a, b: a * b + b, t, dim=0, combine_mode="generic"),
+    "vmap inside": lambda t: torch.vmap(lambda r: (r * r).sum())(t),
+}
+
+
+@pytest.mark.parametrize("case", list(HOP_CASES))
+def test_higher_order_ops_inside_traced_code_are_eagers(case: str) -> None:
+    torch.manual_seed(0)
+    check_against_eager(HOP_CASES[case], torch.randn(5, 3, requires_grad=True))
+
+
+def test_a_cond_whose_predicate_flips_follows_it() -> None:
+    fn = HOP_CASES["cond on a tensor"]
+    jf = thunder_ir.jit(fn)
+    for sign in (1.0, -1.0, 1.0, -1.0):
+        x = torch.rand(5, 3) * sign
+        torch.testing.assert_close(jf(x), fn(x))
+    assert thunder_ir.cache_misses(jf) == 2
+
+
+class SelectiveScan(nn.Module):
+    """A state-space block whose recurrence is an ``associative_scan`` over
+    ``(decay, input)`` pairs (as selective-scan implementations write it on CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        decay, inp = self.proj(x).sigmoid().chunk(2, dim=-1)
+
+        def combine(a: tuple[torch.Tensor, torch.Tensor],
+                    b: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            return a[0] * b[0], a[1] * b[0] + b[1]
+
+        _, h = _hop("associative_scan")(combine, (decay, inp), dim=1, combine_mode="generic")
+        return h.sum(-1)
+
+
+def test_a_selective_scan_model_trains_as_eager() -> None:
+    torch.manual_seed(0)
+    check_against_eager(SelectiveScan(), torch.randn(2, 6, 4))

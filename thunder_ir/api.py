@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -36,6 +36,7 @@ from thunder_ir.dialects.program import (
 )
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
+from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.lowering.codegen import DelLastUsedPass
 from thunder_ir.passes.autodiff import layout_of
 from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot, snapshot_function
@@ -54,6 +55,7 @@ from thunder_ir.runtime.layout import check_layouts
 from thunder_ir.runtime.prologue import Prologue, make_prologue
 from thunder_ir.runtime.pystate import apply as apply_epilogue
 from thunder_ir.runtime.pystate import path_expr, resolve
+from thunder_ir.runtime.speculation import SpeculationFailed
 from thunder_ir.trace import Trace
 
 STAGES = ("ltorch", "prims", "fusion", "backward")
@@ -297,7 +299,12 @@ class _Compiled:
             if cache.full:
                 cache.touch(key)
         cache.last = entry
-        outs = entry.fn(*entry.gather(leaves))
+        if entry.speculative:
+            entry, outs = self._speculate(entry, args, kwargs, leaves, spec)
+            if entry is None:  # no program holds for this call: it ran eagerly
+                return outs
+        else:
+            outs = entry.fn(*entry.gather(leaves))
         if entry.after:
             tops = (*args, *kwargs.values())
             self._write_back(entry, leaves, outs, tops)
@@ -305,6 +312,53 @@ class _Compiled:
         if entry.single_output:  # the common case, without a call
             return outs
         return unflatten_outputs(entry, outs, leaves)
+
+    def _speculate(self, entry: Entry, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   leaves: list[Any], spec: Any) -> tuple[Entry | None, Any]:
+        """Runs a program that checks conditions it was traced under
+        (`thunder_ir.frontend.speculation`): where one differs on this call, the next
+        variant, else a new variant traced for this call (which takes eager's branch, or
+        raises the user's own error), or past `MAX_VARIANTS`, the call itself eagerly.
+        The random generators are put back before each retry: a stopped program may have
+        drawn. Returns the entry that ran (None: eagerly) and its outputs."""
+        rng = _rng_states() if entry.draws else None
+        tried = 0
+        while True:
+            try:
+                outs = entry.fn(*entry.gather(leaves))
+                self.cache.last = entry
+                return entry, outs
+            except SpeculationFailed:
+                if rng is not None:
+                    _put_rng_states(rng)
+                tried += 1
+            if entry.variant is not None:
+                entry = entry.variant
+                if entry.draws and rng is None:
+                    rng = _rng_states()  # (the state before the first program ran: none drew)
+                continue
+            if tried >= MAX_VARIANTS:
+                self.cache.stats.eager_calls += 1
+                self.cache.last = _ran_eagerly(entry, tried)
+                if self.module is None:
+                    assert self.fn is not None
+                    return None, self.fn(*args, **kwargs)
+                if self.method is not None:
+                    return None, self.method(self.module, *args, **kwargs)
+                return None, self.module(*args, **kwargs)
+            with self._lock:
+                tokens = tuple([g.check() for g in self.guards])
+                pro = self._prologues.get((spec, tokens)) or self._prologue(
+                    spec, args, kwargs, len(leaves), tokens)
+                with _outside_functorch():
+                    variant, traced = self._compile(args, kwargs, pro)
+                self.cache.stats.misses += 1
+                self._compiles += 1
+                self._guard_reads(traced)
+                entry.variant = variant
+            entry = variant
+            if entry.draws and rng is None:
+                rng = _rng_states()
 
     def _miss(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any],
               spec: Any) -> Entry:
@@ -431,7 +485,8 @@ class _Compiled:
             output_leaves=traced.output_leaves, output_spec=traced.output_spec,
             writebacks=_bind_writebacks(traced, state), traces=traces, prologue_source=pro.source,
             single_output=_single_output(traced, n_out),
-            backward_traces=bwd_traces, replays=traced.replays, epilogue=traced.epilogue)
+            backward_traces=bwd_traces, replays=traced.replays, epilogue=traced.epilogue,
+            speculative=traced.speculative, draws=traced.draws)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue
                  ) -> tuple[Entry, TracedProgram]:
@@ -492,7 +547,22 @@ class _Compiled:
             single_output=_single_output(traced, n_out),
             replays=traced.replays,
             epilogue=traced.epilogue,
+            speculative=traced.speculative,
+            draws=traced.draws,
         )
+
+
+def _rng_states() -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The CPU random generator's state, and the current CUDA device's where CUDA is in
+    use."""
+    cuda = torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None
+    return torch.random.get_rng_state(), cuda
+
+
+def _put_rng_states(states: tuple[torch.Tensor, torch.Tensor | None]) -> None:
+    torch.random.set_rng_state(states[0])
+    if states[1] is not None:
+        torch.cuda.set_rng_state(states[1])
 
 
 def _outside_functorch() -> Any:
@@ -798,6 +868,18 @@ def _last(f: Any) -> Entry:
     if c.cache.last is None:
         raise RuntimeError("no traces yet: call the jitted function first")
     return c.cache.last
+
+
+def _ran_eagerly(entry: Entry, tried: int) -> Entry:
+    """What `last_traces` shows of a call that ran eagerly: the last program tried, then a
+    note saying why."""
+    note = (f"# This call ran eagerly: a condition checked by each of the {tried} programs "
+            "traced for this call's inputs (tir.assume above) came out otherwise, and\n"
+            f"# thunder_ir keeps at most {MAX_VARIANTS} programs per input signature "
+            "(thunder_ir.frontend.speculation.MAX_VARIANTS).\n")
+    last = entry.traces[-1]
+    return replace(entry, traces=[*entry.traces, Trace(last.ir, "eager fallback", 0.0, True,
+                                                     note)], variant=None)
 
 
 def last_traces(f: Any) -> list[Trace]:

@@ -64,6 +64,7 @@ from thunder_ir.frontend.layout import (
     layout_of_tensor,
     view_layouts,
 )
+from thunder_ir.frontend.numpy_values import NDARRAY, python_numbers
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import (
     COMPUTED_GETTERS,
@@ -112,6 +113,10 @@ class TracedProgram:
         epilogue: the writes user code made to Python objects (argument objects and
             containers, the module's attributes and containers), replayed on the caller's
             objects after each call (`thunder_ir.runtime.pystate.Action`).
+        speculative: the program checks conditions it was traced under
+            (`thunder_ir.frontend.speculation`).
+        draws: a speculative program may draw random numbers before a check stops it
+            (the generators are then put back before the call runs another way).
     """
 
     module: ModuleOp
@@ -129,6 +134,8 @@ class TracedProgram:
     exact_layout: bool = False
     layout_read: bool = True
     epilogue: list[Any] = field(default_factory=list)
+    speculative: bool = False
+    draws: bool = False
 
 
 def _is_complex(v: SSAValue) -> bool:
@@ -193,6 +200,11 @@ class TraceContext(Builder):
         # Parameters and buffers whose ``.data`` user code replaced by a tensor of another
         # dtype or shape (`set_data`): their new value is set as ``.data`` after each call.
         self.data_replaced: list[TensorProxy] = []
+        # The real tensors of this call behind the program's arguments, and values computed
+        # from them, for speculating on a data-dependent condition
+        # (`thunder_ir.frontend.speculation`); whether the program checks one.
+        self.concrete: dict[SSAValue, Any] = {}
+        self.speculative = False
         # Eager's layout of each value the trace made a proxy for (`thunder_ir.frontend.layout`).
         self.layouts: dict[SSAValue, Layout] = {}
         # Whether user code read exact strides or storage offsets (the key then holds them),
@@ -241,6 +253,7 @@ class TraceContext(Builder):
         A tensor that requires grad is a gradient source: active at once when grad mode
         is on, else pending until user code turns it on."""
         v = self.add_input(type_of_tensor(tensor), name, kind)
+        self.concrete[v] = tensor
         rg = tensor.requires_grad
         if rg and tensor.grad_fn is not None:  # not a leaf in eager: an intermediate
             self.nonleaf_inputs.add(v)
@@ -313,6 +326,9 @@ class TraceContext(Builder):
             return self.lift_constant(x)._value
         if type(x) in (bool, int, float):
             return self.number(x)
+        if type(x) is NDARRAY:  # eager's argument parser: a TypeError (operators: declined)
+            raise TypeError(f"{where(self.loc)}: expected a Tensor or a number, not "
+                            "numpy.ndarray")
         raise ThunderTraceError(f"{where(self.loc)}: cannot use {type(x).__name__} "
                                 f"{x!r} as a tensor operand")
 
@@ -945,45 +961,6 @@ GRAD_ANCHOR = torch.zeros((), requires_grad=True)
 made to require grad (`TraceContext.set_requires_grad`) so that the results' autograd node
 records a graph even when nothing else requires grad. No gradient reaches it."""
 
-try:
-    import numpy as _np
-
-    _NP_SCALAR: type | tuple[type, ...] = _np.generic
-except ImportError:  # no NumPy: nothing to convert
-    _NP_SCALAR = ()
-
-
-def _has_np(a: Any, depth: int = 0) -> bool:
-    if isinstance(a, _NP_SCALAR):
-        return True
-    t = type(a)
-    if t is slice:
-        return _has_np(a.start, 2) or _has_np(a.stop, 2) or _has_np(a.step, 2)
-    return depth < 2 and (t is list or t is tuple) and any(_has_np(b, depth + 1) for b in a)
-
-
-def _to_python(a: Any) -> Any:
-    if isinstance(a, _NP_SCALAR):
-        return a.item()  # type: ignore[attr-defined]
-    t = type(a)
-    if t is slice:
-        return slice(_to_python(a.start), _to_python(a.stop), _to_python(a.step))
-    if t is list or t is tuple:
-        return t(_to_python(b) for b in a)
-    return a
-
-
-def _python_numbers(args: Sequence[Any], kwargs: dict[str, Any]
-                    ) -> tuple[Sequence[Any], dict[str, Any]]:
-    """NumPy scalars among the arguments (in lists, tuples and slices too: shapes,
-    indices) as the Python numbers eager's argument parser takes them for
-    (``x / np.sqrt(d)``: a Python float, so float32 stays float32). Returns the arguments
-    as they are where there is none."""
-    if not any(map(_has_np, args)) and not any(map(_has_np, kwargs.values())):
-        return args, kwargs
-    return [_to_python(a) for a in args], {k: _to_python(v) for k, v in kwargs.items()}
-
-
 EXACT_LAYOUT_READS = frozenset({_T.stride, _T.storage_offset, torch.as_strided, _T.as_strided,
                                 _T.as_strided_})
 """Calls whose answer or result depends on exact strides or the storage offset, not only on
@@ -1025,7 +1002,7 @@ class TraceMode(TorchFunctionMode):
     def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         h = HANDLERS.get(func)
         ctx = self.ctx
-        args, kwargs = _python_numbers(args, kwargs)
+        args, kwargs = python_numbers(args, kwargs)
         if _functorch_active():  # (transforms outside the jitted call were set aside)
             ctx.loc = user_location()
             raise ThunderTraceError(

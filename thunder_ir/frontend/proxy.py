@@ -28,6 +28,7 @@ import torch
 from xdsl.ir import Block, SSAValue
 
 from thunder_ir.dialects.types import TensorType, canonical_device, tensor_type
+from thunder_ir.frontend.numpy_values import ARRAY_OPERATORS, array_operator
 
 
 class TensorProxy(torch.Tensor):
@@ -111,6 +112,10 @@ class TensorProxy(torch.Tensor):
         name = self._value.name_hint or "t"
         t = self._value.type
         return f'TensorProxy({name}, "{t.pretty()}")'  # type: ignore[attr-defined]
+
+
+for _name, _op in ARRAY_OPERATORS.items():  # ``x * np.array(2.0)`` as eager computes it
+    setattr(TensorProxy, _name, array_operator(getattr(torch.Tensor, _name), _op))
 
 
 def _detached_value(like: torch.Tensor | None, shape: Sequence[int] | None,

@@ -43,6 +43,8 @@ from thunder_ir.dialects.traits import ViewLike
 from thunder_ir.frontend import (
     backward_hooks,
     custom_function,
+    hops,
+    speculation,
     takeover,
     torch_map,
     torch_map_nn,
@@ -56,7 +58,8 @@ from thunder_ir.passes.vjp import load_vjp_rules
 from thunder_ir.runtime.guards import MODULE_FIELDS
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
 
-HANDLER_MODULES = (torch_map, torch_map_nn, custom_function, takeover, backward_hooks)
+HANDLER_MODULES = (torch_map, torch_map_nn, custom_function, takeover, backward_hooks,
+                   speculation, hops)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
 
 def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> list[str]:
@@ -336,7 +339,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                          writebacks, ctx.input_requires_grad,
                          [o in ctx.active for o in outputs], detach_outputs,
                          list(ctx.global_reads.values()), ctx.replays, checked,
-                         ctx.exact_layout, ctx.layout_read, epilogue)
+                         ctx.exact_layout, ctx.layout_read, epilogue, ctx.speculative,
+                         ctx.speculative and speculation.may_draw(ir))
 
 
 def _made_by_a_call(v: SSAValue) -> bool:

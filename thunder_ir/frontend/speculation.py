@@ -1,0 +1,227 @@
+"""Speculation on data-dependent conditions.
+
+``if labels.max() >= vocab: raise ...``, ``if torch.any(var < 0): ...``,
+``torch.equal(mask, causal)``: Python asks for a traced tensor's value, which a trace does
+not have. Rather than refuse the model, tracing asks what the value is *for this call*:
+the ops the condition depends on are run on the call's real tensors (their reference
+implementations, op by op: `concrete`), the trace goes on down the branch eager takes, and
+the program checks the condition on every call (``tir.assume(cond, expected,
+"file:line")``, a `torch.call` that nothing removes or reorders). A later call where the
+condition comes out otherwise stops the program before anything it did is visible
+(`thunder_ir.runtime.speculation.SpeculationFailed`): the jitted callable then traces that
+call again, which takes the other branch (raising the user's own error where that branch
+raises), and keeps the program as a variant tried next time; past `MAX_VARIANTS` it runs
+such calls eagerly.
+
+Speculated: ``bool(t)`` (``if t:``, ``and``/``or``/``not``), ``torch.is_nonzero``,
+``t.item()`` of a boolean tensor, ``torch.equal`` and ``torch.allclose``; and the sizes
+of ops whose result is as long as a count of their input's values (``masked_select``,
+``nonzero``, ``argwhere``: CTC losses flatten their targets so), the count checked.
+Other value reads (``.item()`` of a number, ``.tolist()``, ``int(t)``) still raise
+`DataDependentError`: a program specialized to a number would rarely hold again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from xdsl.ir import Operation, SSAValue
+
+from thunder_ir.dialects.base import OperandRef
+from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
+from thunder_ir.dialects.types import canonical_device, tensor_type
+from thunder_ir.frontend.errors import DATA_HINT, DataDependentError, UseFallback, where
+from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.runtime.interpreter import run_op
+
+if TYPE_CHECKING:
+    from thunder_ir.frontend.context import TraceContext
+
+MAX_VARIANTS = 4
+"""Programs one cache entry may hold for differing speculated conditions; past that, calls
+whose conditions match none run eagerly."""
+
+ASSUME = runtime_callee("assume")
+
+_T = torch.Tensor
+
+
+def concrete(ctx: TraceContext, v: SSAValue) -> Any:
+    """The value ``v`` has on this call: the ops it depends on, run on the call's real
+    tensors (each op's reference implementation), under no-grad and with the random
+    generator put back afterwards (the program's own run draws as eager does; a condition
+    on random values is checked like any other)."""
+    env = ctx.concrete
+    if v in env:
+        return env[v]
+    needed: set[Operation] = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if x in env:
+            continue
+        op = x.owner
+        if not isinstance(op, Operation) or op.parent_block() is not ctx.program.block:
+            raise _cannot(ctx, "it is computed where its value cannot be known")
+        if op not in needed:
+            needed.add(op)
+            stack.extend(op.operands)
+    ops = [op for op in ctx.program.block.ops if op in needed]
+    state = torch.random.get_rng_state()
+    try:
+        with torch.no_grad():
+            _run(ops, env)
+    except DataDependentError:
+        raise
+    except Exception as e:
+        raise _cannot(ctx, f"computing it on this call's tensors failed ({e})") from None
+    finally:
+        torch.random.set_rng_state(state)
+    return env[v]
+
+
+def _run(ops: list[Operation], env: dict[SSAValue, Any]) -> None:
+    """Runs ``ops`` (in program order) with the reference interpreter, into ``env``."""
+    for op in ops:
+        env.update(zip(op.results, run_op(op, [env[o] for o in op.operands]), strict=True))
+
+
+def _cannot(ctx: TraceContext, why: str) -> DataDependentError:
+    return DataDependentError(f"{where(ctx.loc)}: a condition on a traced tensor's value "
+                              f"cannot be speculated: {why}; {DATA_HINT}")
+
+
+def speculate(ctx: TraceContext, p: TensorProxy) -> bool:
+    """``bool(p)`` for this call, checked by the program on every call."""
+    if ctx.block is not ctx.program.block:
+        raise DataDependentError(f"{where(ctx.loc)}: bool(tensor) inside a custom backward "
+                                 f"needs a traced tensor's value, but {DATA_HINT}")
+    n = p.numel()
+    if n != 1:
+        what = "no values" if n == 0 else "more than one value"
+        raise RuntimeError(f"Boolean value of Tensor with {what} is ambiguous\n"
+                           f"  at {where(ctx.loc)}")
+    result = bool(concrete(ctx, p._value))
+    op = make_call(ASSUME, [p._value], [OperandRef(0), result, where(ctx.loc)],
+                   result_types=[])
+    ctx.record(op)
+    ctx.speculative = True
+    return result
+
+
+def may_draw(module: Any) -> bool:
+    """Whether a traced program has an op with effects besides its checks (a random draw
+    among them, possibly)."""
+    from xdsl.traits import is_side_effect_free
+
+    from thunder_ir.dialects.program import main_function
+
+    for op in main_function(module).body.block.ops:
+        if isinstance(op, CallOp) and op.callee.data == ASSUME:
+            continue
+        if not is_side_effect_free(op) and op.name != "func.return":
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- handlers
+
+
+def _bool(ctx: TraceContext, self: Any) -> bool:
+    return speculate(ctx, self)
+
+
+def _item(ctx: TraceContext, self: Any) -> Any:
+    if self.dtype is not torch.bool:
+        raise DataDependentError(f"{where(ctx.loc)}: .item() needs a traced tensor's value, "
+                                 f"but {DATA_HINT}")
+    return speculate(ctx, self)
+
+
+def speculate_count(ctx: TraceContext, count: TensorProxy) -> int:
+    """The value of ``count`` (a one-element integer tensor: how many elements a
+    data-dependent op selects) for this call, checked by the program on every call."""
+    if ctx.block is not ctx.program.block:
+        raise DataDependentError(f"{where(ctx.loc)}: an op sized by a traced tensor's values "
+                                 f"inside a custom backward, but {DATA_HINT}")
+    n = int(concrete(ctx, count._value))
+    speculate(ctx, ctx.run_python(lambda c: c == n, (count,), {}))
+    return n
+
+
+def _sized_by_values(name: str, count: Callable[..., Any],
+                     shape: Callable[[Any, int], tuple[int, ...]],
+                     dtype: Callable[[Any], torch.dtype]) -> Callable[..., Any]:
+    """A handler for an op whose result's size is a count of its input's values
+    (``masked_select``, ``nonzero``): the count is speculated, the op itself runs as an
+    opaque torch call of that result type (differentiated by torch)."""
+
+    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        if kwargs or not all(is_proxy(a) or not isinstance(a, torch.Tensor) for a in args):
+            raise UseFallback
+        n = speculate_count(ctx, ctx.run_python(count, args, {}))
+        first = args[0]
+        t = tensor_type(shape(args, n), dtype(args), canonical_device(first.device))
+        return fallback(ctx, _FUNCS[name], args, kwargs, result_type=t)
+
+    return handler
+
+
+def _select_count(x: Any, mask: Any) -> Any:
+    shape = torch.broadcast_shapes(x.shape, mask.shape)
+    return mask.expand(shape).sum()
+
+
+_FUNCS: dict[str, Any] = {"masked_select": torch.masked_select, "nonzero": torch.nonzero,
+                          "argwhere": torch.argwhere}
+
+
+def _equal(ctx: TraceContext, a: Any, b: Any) -> bool:
+    """``torch.equal``: same shape and equal elements (after type promotion, as eager)."""
+    if tuple(a.shape) != tuple(b.shape):
+        return False
+    return speculate(ctx, ctx.run_python(lambda x, y: (x == y).all(), (a, b), {}))
+
+
+def _allclose(ctx: TraceContext, a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8,
+              equal_nan: bool = False) -> bool:
+    if is_proxy(a) and is_proxy(b) and a.dtype != b.dtype:
+        raise RuntimeError(f"{_dtype(a)} did not match {_dtype(b)}\n  at {where(ctx.loc)}")
+    close = ctx.run_python(lambda x, y: torch.isclose(x, y, rtol, atol, equal_nan).all(),
+                           (a, b), {})
+    return speculate(ctx, close)
+
+
+def _dtype(t: Any) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+            torch.bfloat16: "BFloat16"}.get(t.dtype, str(t.dtype).rsplit(".", 1)[-1])
+
+
+_masked_select = _sized_by_values(
+    "masked_select", _select_count, lambda args, n: (n,), lambda args: args[0].dtype)
+_nonzero = _sized_by_values(
+    "nonzero", lambda x: (x != 0).sum(), lambda args, n: (n, args[0].dim()),
+    lambda args: torch.int64)
+_argwhere = _sized_by_values(
+    "argwhere", lambda x: (x != 0).sum(), lambda args, n: (n, args[0].dim()),
+    lambda args: torch.int64)
+
+HANDLERS[_T.__bool__] = _bool
+HANDLERS[torch.masked_select] = _masked_select
+HANDLERS[_T.masked_select] = _masked_select
+HANDLERS[torch.nonzero] = _nonzero
+HANDLERS[_T.nonzero] = _nonzero
+HANDLERS[torch.argwhere] = _argwhere
+HANDLERS[_T.argwhere] = _argwhere
+HANDLERS[torch.is_nonzero] = _bool
+HANDLERS[_T.item] = _item
+HANDLERS[_T.equal] = _equal
+HANDLERS[torch.equal] = _equal
+HANDLERS[_T.allclose] = _allclose
+HANDLERS[torch.allclose] = _allclose
+
+__all__ = ["MAX_VARIANTS", "concrete", "may_draw", "speculate"]
