@@ -78,3 +78,52 @@ def test_good_input_still_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixtu
     f.write_text("builtin.module {\n}\n")
     assert main([str(f)]) == 0
     assert "builtin.module" in capsys.readouterr().out
+
+
+_MATMUL = """builtin.module {
+  func.func @forward(%x: !prims.tensor<2x3xf32, cpu>, %y: !prims.tensor<5x4xf32, cpu>) -> !prims.tensor<2x4xf32, cpu> {
+    %0 = "ltorch.relu"(%x) : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+    %1 = "ltorch.matmul"(%0, %y) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<5x4xf32, cpu>) -> !prims.tensor<2x4xf32, cpu>
+    func.return %1 : !prims.tensor<2x4xf32, cpu>
+  }
+}
+"""  # noqa: E501  (a shape rule rejects the matmul: 3 != 5)
+
+
+@pytest.mark.parametrize("flags,message", [
+    ([], "error: ltorch.matmul: invalid inputs"),
+    (["--disable-verify", "-p", "decompose-ltorch"],
+     "error: ShapeError while rewriting ltorch.matmul: prims.matmul: shapes (2, 3) and "
+     "(5, 4) cannot be multiplied"),
+])
+def test_a_shape_rule_failure_is_located_at_the_failing_op(
+        flags: list[str], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "in.mlir"
+    f.write_text(_MATMUL)
+    rc, err = _run([*flags, str(f)], capsys)
+    assert rc == 1
+    assert err.startswith(f"{f}:4:10: {message}"), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-p", "cse,,dce"], "malformed pass pipeline -p 'cse,,dce' at column 5: Expected pass "
+                         "name here"),
+    (["-p", "cse{"], "malformed pass pipeline -p 'cse{' at column 5: Expected argument "
+                     "name here"),
+    (["-p", "cse{bad=1}"], "bad pass option in -p: Provided arguments [\"bad\"] not found"),
+    (["--load", "no_such_plugin_module"], "--load no_such_plugin_module: "
+                                          "ModuleNotFoundError"),
+    (["--load", "/no/such/passes.py"], "--load /no/such/passes.py: FileNotFoundError"),
+])
+def test_bad_pipeline_specs_and_plugins_give_one_line(
+        args: list[str], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "in.mlir"
+    f.write_text("builtin.module {\n}\n")
+    rc, err = _run([*args, str(f)], capsys)
+    assert rc == 1
+    assert err.startswith(f"thunder-ir-opt: error: {message}"), err
+    assert len(err.splitlines()) == 1
+

@@ -18,13 +18,15 @@ and the ``thunder_ir.passes`` entry-point group), so every xdsl-opt flag works:
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, ClassVar
+from typing import IO, Any, ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import ArgSpecParseError
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -130,9 +132,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     pre.add_argument("--load", action="append", default=[])
     pre.add_argument("--traceback", action="store_true")
     known, _ = pre.parse_known_args(args)
-    for target in known.load:  # before the driver collects the registered passes
-        load_plugin(target)
-    driver = ThunderIROptMain("thunder_ir modular optimizer driver", args=args)
+    try:
+        for target in known.load:  # before the driver collects the registered passes
+            load_plugin(target)
+        # Building the driver parses the pass pipeline (-p): a malformed spec fails here.
+        driver = ThunderIROptMain("thunder_ir modular optimizer driver", args=args)
+    except (Exception, ArgSpecParseError) as e:  # (xDSL's spec error is a BaseException)
+        if known.traceback:
+            raise
+        print(_setup_diagnostic(e, known.load), file=sys.stderr)
+        return 1
     source = driver.args.input_file
     if source is not None and not known.traceback:
         problem = _unreadable(source)
@@ -147,6 +156,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_diagnostic(e, source), file=sys.stderr)
         return 1
     return 0
+
+
+def _setup_diagnostic(e: BaseException, loads: list[str]) -> str:
+    """One line for a failure before any IR is read: a ``--load`` target that does not
+    import, or a malformed ``-p`` pipeline spec (xDSL's message and column)."""
+    if isinstance(e, ArgSpecParseError):
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        col = lines[1].rsplit(":", 1)[-1] if len(lines) > 1 else "?"
+        spec = lines[2] if len(lines) > 2 else ""
+        return (f"thunder-ir-opt: error: malformed pass pipeline -p '{spec}' at column "
+                f"{col}: {lines[-1].strip()}")
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not load_plugin.__code__:
+        tb = tb.tb_next
+    if tb is not None:  # raised while importing a --load target
+        target = tb.tb_frame.f_locals.get("target", loads[-1] if loads else "?")
+        return (f"thunder-ir-opt: error: --load {target}: {type(e).__name__}: {e} "
+                "(a module name on sys.path, or a path to a .py file)")
+    if isinstance(e, ValueError):  # xDSL's argument check of a pass's options
+        return f"thunder-ir-opt: error: bad pass option in -p: {e}"
+    return f"thunder-ir-opt: error: {type(e).__name__}: {e}"
 
 
 def _unreadable(path: str) -> str | None:
@@ -183,33 +213,68 @@ def _diagnostic(e: Exception, source: str | None) -> str:
     if isinstance(e, DiagnosticException):
         msg = " ".join(ln.strip() for ln in str(e).strip().splitlines()) or type(e).__name__
         return f"{name}:{_failing_op_location(e, source)}: error: {msg}"
+    op = _rewritten_op(e)
+    if op is not None:  # a pass failed on an op (a shape rule rejecting what it built)
+        return (f"{name}:{_op_location(op, source)}: error: {type(e).__name__} while "
+                f"rewriting {op.name}: {e}")
     return f"thunder-ir-opt: error: {type(e).__name__}: {e}"
 
 
-def _failing_op_location(e: Exception, source: str | None) -> str:
+def _failing_op_location(e: BaseException, source: str | None) -> str:
     """``line:col`` of the op a verifier error is about (xDSL's note marks its printed line
     with carets): where that op's name occurs in the source, else ``1:1``."""
-    import re
-
     notes = "\n".join(getattr(e, "__notes__", ())).splitlines()
     marked = next((notes[i - 1] for i in range(1, len(notes))
-                   if notes[i].strip().startswith("^")), "")
+                   if re.fullmatch(r"\s*\^+-*\s*", notes[i])), "")
     found = re.search(r'"([A-Za-z_][\w.]*)"\s*\(', marked)
-    if source is None or found is None:
+    if found is None:
+        return "1:1"
+    return _locate(found.group(1), 0, source)
+
+
+def _rewritten_op(e: BaseException) -> Any:
+    """The op a pass was rewriting when ``e`` was raised (the innermost frame with an
+    ``op`` that belongs to a module), or None."""
+    from xdsl.ir import Operation
+
+    tb, op = e.__traceback__, None
+    while tb is not None:
+        candidate = tb.tb_frame.f_locals.get("op")
+        if isinstance(candidate, Operation) and candidate.parent is not None:
+            op = candidate
+        tb = tb.tb_next
+    return op
+
+
+def _op_location(op: Any, source: str | None) -> str:
+    """``line:col`` of ``op`` in the source: the n-th occurrence of its name, n its rank
+    among the ops of that name in the module (printing keeps the ops' order)."""
+    root = op
+    while root.parent_op() is not None:
+        root = root.parent_op()
+    rank = 0
+    for other in root.walk():
+        if other is op:
+            break
+        rank += other.name == op.name
+    return _locate(op.name, rank, source)
+
+
+def _locate(name: str, rank: int, source: str | None) -> str:
+    """``line:col`` of the ``rank``-th occurrence of op ``name`` in ``source``."""
+    if source is None:
         return "1:1"
     try:
         with open(source, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError:
         return "1:1"
-    op = found.group(1)
+    pattern = re.compile(rf'"{re.escape(name)}"|(?<![\w.%"]){re.escape(name)}\b')
     for i, line in enumerate(lines, 1):
-        col = line.find(f'"{op}"')
-        if col < 0:
-            m = re.search(rf"(?<![\w.]){re.escape(op)}\b", line)
-            col = m.start() if m else -1
-        if col >= 0:
-            return f"{i}:{col + 1}"
+        for m in pattern.finditer(line):
+            if rank == 0:
+                return f"{i}:{m.start() + 1}"
+            rank -= 1
     return "1:1"
 
 
