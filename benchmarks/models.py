@@ -186,20 +186,26 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
     models = {v: build().train() for v in variants}
     fns = {v: _variant(v, models[v]) for v in variants}
     ref = None
+    wrong: dict[str, str] = {}
     for v in variants:  # every variant's loss is eager's before anything is timed
         torch.manual_seed(0)  # dropout: the same draws for every variant
         loss = _loss(fns[v], kw)
         ref = loss if ref is None else ref
         if not torch.allclose(loss, ref, atol=1e-5):
-            raise AssertionError(f"{v}'s loss {loss.item()} is not eager's {ref.item()}")
+            msg = f"{v}'s loss {loss.item()} is not eager's {ref.item()}"
+            if v != "torch.compile":
+                raise AssertionError(msg)
+            wrong[v] = msg  # torch.compile's own miscompile: reported, not timed
+    timed = [v for v in variants if v not in wrong]
     # lr 0: the step runs in full but leaves the weights alone, so every timed step
     # computes what the checked one did
-    opts = {v: torch.optim.SGD(models[v].parameters(), lr=0.0) for v in variants}
+    opts = {v: torch.optim.SGD(models[v].parameters(), lr=0.0) for v in timed}
 
-    timings, others = time_interleaved({v: _step(fns[v], opts[v], kw) for v in variants},
+    timings, others = time_interleaved({v: _step(fns[v], opts[v], kw) for v in timed},
                                   "cpu", seconds, rounds)
     cells = "".join(f"{firsts[v][0]:>16.2f} s{firsts[v][1]:>20.2f} s" for v in variants)
-    cells += "".join(f"{timings[v].ms:>17.1f} ms" for v in variants)
+    cells += "".join(f"{timings[v].ms:>17.1f} ms" if v in timings else f"{'wrong loss':>20}"
+                     for v in variants)
     # each round ran every variant back to back: its ratio cancels the machine's slow drift
     paired = sorted(t / e for t, e in zip(timings["thunder_ir"].rounds, timings["eager"].rounds))
     ratios = [f"step {timings['thunder_ir'].ms / timings['eager'].ms:.2f}x eager (per round "
@@ -208,6 +214,7 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
         tc = firsts["torch.compile"]
         ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "
                       "than torch.compile")
+    ratios.extend(wrong.values())
     if others is not None:  # CPU time other processes took while the steps were timed
         ratios.append(f"other processes {others:.2f} CPUs busy")
     return f"{cells}  {'; '.join(ratios)}"

@@ -26,6 +26,7 @@ a tensor (a result) and 0 for ``None`` (``multi_head_attention_forward``'s absen
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ from thunder_ir.dialects.types import (
     HandleType,
     NumberType,
     TensorType,
+    canonical_device,
     pretty_type,
     type_of_tensor,
 )
@@ -326,6 +328,14 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     says whether eager would mark it as requiring grad (``torch.special.bessel_j0`` does
     not; ``torch.floor`` does; a view made under no-grad does).
     """
+    dev: str | None = next(
+        (v.type.dev for v in operands if isinstance(v.type, TensorType)), None)
+    factory = dev is None  # (torch.rand(()): made on the meta device, so nothing is drawn
+    if factory:            # or allocated while tracing; its type says the real device)
+        kwargs = dict(kwargs or {})
+        dev = canonical_device(kwargs.get("device") or torch.get_default_device())
+        if "device" in kwargs:
+            kwargs["device"] = "meta"
     props: dict[str, Attribute] = {"callee": StringAttr(callee),
                                    "args": ArrayAttr([to_attr(a) for a in args])}
     if kwargs:
@@ -335,9 +345,8 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     op = CallOp.create(operands=list(operands), result_types=(), properties=props)
     if requires_grad is not None:  # run in the caller's grad mode (views under no_grad)
         metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
-    with _WriteSpy(metas) as spy:
+    with _WriteSpy(metas) as spy, torch.device("meta") if factory else _NO_DEVICE:
         out = op.run(metas)
-    dev = next((v.type.dev for v in operands if isinstance(v.type, TensorType)), "cpu")
     if isinstance(out, tuple | list):
         items, layout, kind = list(out), tuple(0 if o is None else 1 for o in out), type(out)
     else:
@@ -355,8 +364,12 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
                   else None for o in results)
     strides = tuple((tuple(o.stride()), int(o.storage_offset())) if isinstance(o, torch.Tensor)
                     else ((), 0) for o in results)
+    assert dev is not None
     return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd,
                     tuple(sorted(spy.written)), views, strides)
+
+
+_NO_DEVICE = contextlib.nullcontext()
 
 
 class _WriteSpy(TorchDispatchMode):

@@ -410,6 +410,63 @@ def test_a_condition_on_random_values_draws_what_eager_draws() -> None:
         torch.testing.assert_close(after, torch.rand(2))
 
 
+class LayerDrop(nn.Module):
+    """Wav2Vec2's LayerDrop: each layer is skipped when a fresh ``torch.rand([])`` falls
+    under ``p``, after a dropout that draws first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = F.dropout(x, 0.2, training=self.training)
+            if self.training and torch.rand([]) < 0.5:
+                continue
+            x = x + layer(x).tanh()
+        return x
+
+
+def test_layerdrop_compiles_each_combination_once_and_draws_as_eager() -> None:
+    """The speculated value of a draw is the one the program makes (the draws before it
+    replayed in program order; tracing draws nothing): each call runs the variant of its
+    combination of skipped layers (at most four programs, none run eagerly), with eager's
+    values, gradients and generator state afterwards."""
+    torch.manual_seed(0)
+    m = LayerDrop()
+    jm = thunder_ir.jit(copy.deepcopy(m))
+    for seed in range(12):
+        x = torch.randn(3, 4)
+        xj, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        torch.manual_seed(seed)
+        got = jm(xj)
+        got.sum().backward()
+        after = torch.rand(2)
+        torch.manual_seed(seed)
+        want = m(xe)
+        want.sum().backward()
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(xj.grad, xe.grad)
+        torch.testing.assert_close(after, torch.rand(2))
+    for p, q in zip(jm.parameters(), m.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert thunder_ir.cache_misses(jm) <= 4
+    assert _cache(jm).stats.eager_calls == 0
+
+
+def test_a_first_call_with_random_factories_draws_as_eager() -> None:
+    """Tracing ``torch.rand`` (an opaque call: typed by a run on the meta device) leaves
+    the generator as it was: the first call's draws are eager's."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rand([]) + torch.rand(3) + torch.randn(3, dtype=torch.float64).float()
+
+    for seed in range(2):
+        torch.manual_seed(seed)
+        got = thunder_ir.jit(f)(torch.ones(3))
+        torch.manual_seed(seed)
+        torch.testing.assert_close(got, f(torch.ones(3)))
+
+
 @pytest.mark.parametrize("fn", [
     lambda a, b: a * 2 if torch.equal(a, b) else a,
     lambda a, b: a * 2 if torch.allclose(a, b + 1e-9) else a,
@@ -527,3 +584,48 @@ class SelectiveScan(nn.Module):
 def test_a_selective_scan_model_trains_as_eager() -> None:
     torch.manual_seed(0)
     check_against_eager(SelectiveScan(), torch.randn(2, 6, 4))
+
+
+VIEW_CASES: dict[str, Callable[[torch.Tensor], Any]] = {
+    "select": lambda t: t.select(1, 2) * 2,
+    "select, negative": lambda t: torch.select(t, -1, -1).sin(),
+    "aten.slice": lambda t: torch.ops.aten.slice(t, 2, 1, 4) * 3,
+    "aten.slice, clamped": lambda t: torch.ops.aten.slice(t, 1, -100, 100).exp(),
+    "aten.slice, step": lambda t: torch.ops.aten.slice.Tensor(t, 0, -2, None, 2).cos(),
+    "narrow": lambda t: t.narrow(1, 1, 2) * 2,
+    "narrow, negative start": lambda t: t.narrow(-1, -3, 3).tan(),
+    "movedim": lambda t: torch.movedim(t, 0, -1) * 2,
+    "moveaxis, several": lambda t: t.moveaxis((0, 2), (2, 1)).exp(),
+    "eager's error: movedim repeated": lambda t: t.movedim((0, 0), (1, 2)),
+    "eager's error: narrow past the end": lambda t: t.narrow(1, 3, 2),
+    "eager's error: select out of range": lambda t: t.select(1, 7),
+}
+
+
+@pytest.mark.parametrize("case", list(VIEW_CASES))
+def test_views_a_scan_takes_per_step_are_native(case: str) -> None:
+    """``select``, ``aten.slice`` (what torch's Python kernels call) and ``narrow`` with
+    int bounds are views of the program, differentiated by its own rules: a recurrence
+    written with them per step (Mamba's slow path: hundreds) has no opaque call left."""
+    fn = VIEW_CASES[case]
+    x = torch.randn(3, 4, 5, requires_grad=True)
+    check_against_eager(fn, x)
+    if not case.startswith("eager's error"):
+        jf = thunder_ir.jit(fn)
+        jf(x).sum().backward()
+        assert "call_with_grad" not in str(thunder_ir.last_traces(jf)[-1])
+
+
+def _recurrence(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    h = torch.zeros_like(b[:, 0])
+    outs = []
+    for i in range(a.shape[1]):
+        h = a.select(1, i) * h + b.select(1, i)
+        outs.append(h)
+    return torch.stack(outs, 1)
+
+
+def test_a_recurrence_over_selected_steps_trains_as_eager() -> None:
+    a = torch.rand(2, 6, 3, requires_grad=True)
+    b = torch.randn(2, 6, 3, requires_grad=True)
+    check_against_eager(_recurrence, a, b)

@@ -205,6 +205,9 @@ class TraceContext(Builder):
         # (`thunder_ir.frontend.speculation`); whether the program checks one.
         self.concrete: dict[SSAValue, Any] = {}
         self.speculative = False
+        # The random generators' states after the draws computed so far for speculation,
+        # in program order (None: none yet; they start from the call's states).
+        self.concrete_rng: Any = None
         # Eager's layout of each value the trace made a proxy for (`thunder_ir.frontend.layout`).
         self.layouts: dict[SSAValue, Layout] = {}
         # Whether user code read exact strides or storage offsets (the key then holds them),

@@ -52,13 +52,51 @@ _T = torch.Tensor
 
 def concrete(ctx: TraceContext, v: SSAValue) -> Any:
     """The value ``v`` has on this call: the ops it depends on, run on the call's real
-    tensors (each op's reference implementation), under no-grad and with the random
-    generator put back afterwards (the program's own run draws as eager does; a condition
-    on random values is checked like any other)."""
+    tensors (each op's reference implementation), under no-grad, with the random generators
+    put back afterwards.
+
+    A value that depends on a random draw (LayerDrop's ``torch.rand([]) < p``) must see the
+    draw the program will make: the generator as the draws before it in program order left
+    it. So every op with effects before the last such draw runs too, in program order, each
+    draw from the generator state the previous one left (`TraceContext.concrete_rng`,
+    starting from the call's); the program then checks on every call what it drew."""
     env = ctx.concrete
     if v in env:
         return env[v]
-    needed: set[Operation] = set()
+    block = ctx.program.block
+    needed = _slice(ctx, v, set())
+    order = list(block.ops)
+    draws = [i for i, op in enumerate(order) if _draws(op)]
+    last = max((i for i in draws if order[i] in needed), default=-1)
+    for i in draws:
+        if i < last and order[i].results and order[i].results[0] not in env:
+            _slice(ctx, order[i].results[0], needed)
+    ops = [op for op in order if op in needed]
+    saved = _rng_get()
+    try:
+        with torch.no_grad():
+            for op in ops:
+                if _draws(op):
+                    if ctx.concrete_rng is not None:
+                        _rng_set(ctx.concrete_rng)
+                    _run([op], env)
+                    ctx.concrete_rng = _rng_get()
+                    _rng_set(saved)
+                else:
+                    _run([op], env)
+    except DataDependentError:
+        raise
+    except Exception as e:
+        raise _cannot(ctx, f"computing it on this call's tensors failed ({e})") from None
+    finally:
+        _rng_set(saved)
+    return env[v]
+
+
+def _slice(ctx: TraceContext, v: SSAValue, needed: set[Operation]) -> set[Operation]:
+    """Adds to ``needed`` the ops of the program's block that ``v`` depends on (those not
+    computed yet)."""
+    env = ctx.concrete
     stack = [v]
     while stack:
         x = stack.pop()
@@ -70,18 +108,27 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
         if op not in needed:
             needed.add(op)
             stack.extend(op.operands)
-    ops = [op for op in ctx.program.block.ops if op in needed]
-    state = torch.random.get_rng_state()
-    try:
-        with torch.no_grad():
-            _run(ops, env)
-    except DataDependentError:
-        raise
-    except Exception as e:
-        raise _cannot(ctx, f"computing it on this call's tensors failed ({e})") from None
-    finally:
-        torch.random.set_rng_state(state)
-    return env[v]
+    return needed
+
+
+def _draws(op: Operation) -> bool:
+    """Whether ``op`` has effects (a random draw, possibly) other than a check."""
+    from xdsl.traits import is_side_effect_free
+
+    return not is_side_effect_free(op) and not (
+        isinstance(op, CallOp) and op.callee.data == ASSUME)
+
+
+def _rng_get() -> tuple[Any, ...]:
+    """The CPU generator's state and, where CUDA is initialized, each device's."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.random.get_rng_state(), cuda
+
+
+def _rng_set(state: tuple[Any, ...]) -> None:
+    torch.random.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state_all(state[1])
 
 
 def _run(ops: list[Operation], env: dict[SSAValue, Any]) -> None:

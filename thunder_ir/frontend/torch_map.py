@@ -655,6 +655,61 @@ def _getitem(ctx: Builder, x: Any, index: Any) -> Any:
 HANDLERS[T.__getitem__] = _getitem
 
 
+def _int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _select(ctx: Builder, x: Any, dim: int, index: Any) -> Any:
+    """``x.select(dim, i)`` as the view ``x[:, ..., i]`` (a native op and its VJP, not an
+    opaque call: a scan written with ``select`` per step has hundreds)."""
+    if not (_int(dim) and _int(index)) or x.ndim == 0:
+        raise UseFallback  # (eager's error, or a tensor index)
+    return _getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (index,))
+
+
+def _slice(ctx: Builder, x: Any, dim: int = 0, start: Any = None, end: Any = None,
+           step: int = 1) -> Any:
+    """``aten.slice`` (what torch's own Python kernels call) as the view ``x[:, s:e:k]``:
+    both clamp the bounds."""
+    if not (_int(dim) and _int(step) and step > 0 and x.ndim > 0
+            and all(b is None or _int(b) for b in (start, end))):
+        raise UseFallback
+    return _getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (slice(start, end, step),))
+
+
+def _narrow_ints(ctx: Builder, x: Any, dim: int, start: Any, length: Any) -> Any:
+    """``narrow`` with int bounds as the view ``x[:, s:s+n]`` (eager's range checks kept:
+    out of range, torch runs it and raises its own error)."""
+    if not (_int(dim) and _int(start) and _int(length)) or x.ndim == 0:
+        return _narrow(ctx, x, dim, start, length)
+    size = x.shape[dim % x.ndim]
+    begin = start + size if start < 0 else start
+    if not (0 <= begin <= size and 0 <= length <= size - begin):
+        raise UseFallback
+    return _getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (slice(begin, begin + length),))
+
+
+def _movedim(ctx: Builder, x: Any, source: Any, destination: Any) -> Any:
+    """``movedim``/``moveaxis`` as the ``permute`` it is (eager's errors: torch runs it)."""
+    src = [source] if _int(source) else list(source)
+    dst = [destination] if _int(destination) else list(destination)
+    n = max(x.ndim, 1)
+    if not all(map(_int, src + dst)) or len(src) != len(dst):
+        raise UseFallback
+    src, dst = [d % n for d in src], [d % n for d in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst) or x.ndim == 0:
+        raise UseFallback
+    rest = iter(d for d in range(x.ndim) if d not in src)
+    at = dict(zip(dst, src))
+    perm = tuple(at[i] if i in at else next(rest) for i in range(x.ndim))
+    return op_handler("permute", view=True)(ctx, x, perm)  # type: ignore[misc]
+
+
+register_handlers([torch.movedim, T.movedim, torch.moveaxis, T.moveaxis], _movedim)
+register_handlers([torch.select, T.select], _select)
+register_handlers([torch.ops.aten.slice, torch.ops.aten.slice.Tensor], _slice)
+
+
 @export
 def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
     """Functional ``x[index] = value``: a copy of ``x`` with the write applied (generated
@@ -857,7 +912,7 @@ def _narrow(ctx: Builder, x: Any, dim: int, start: Any, length: int) -> Any:
                     result_view=(x, (lay["strides"], lay["offset"])))
 
 
-register_handlers([torch.narrow, T.narrow], _narrow)
+register_handlers([torch.narrow, T.narrow], _narrow_ints)
 
 
 def _grouped_mm(ctx: Builder, mat_a: Any, mat_b: Any, offs: Any = None,
