@@ -126,7 +126,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Bad input gives a diagnostic on stderr and exit status 1: ``file:line:col: error: ...``
     for malformed IR, unknown ops and verifier failures, one line for a missing, empty or
-    binary file. ``--traceback`` shows the Python traceback instead."""
+    binary file. ``--traceback`` shows the Python traceback instead. Callable in-process:
+    what xDSL's driver patches globally (``--disable-verify`` turns attribute verification
+    off) is put back on return."""
+    from xdsl.ir import Attribute
+
+    post_init = Attribute.__post_init__
+    try:
+        return _main(argv)
+    finally:
+        Attribute.__post_init__ = post_init  # type: ignore[method-assign]
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--load", action="append", default=[])
