@@ -499,6 +499,31 @@ def test_masked_select_sizes_are_speculated() -> None:
     assert thunder_ir.cache_misses(jf) == 1  # the counts were the same each time
 
 
+def _masked_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    keep = labels != -100  # the rows a token-classification loss keeps
+    return F.cross_entropy(logits[keep], labels[keep])
+
+
+def _masked_write(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    y = x * 1
+    y[m] = x[m] * 3
+    return y
+
+
+def test_boolean_mask_indexing_is_speculated() -> None:
+    """``x[mask]`` over leading dims: as many rows as the mask's true values (checked on
+    every call; another count compiles another variant), gradients through the rows."""
+    logits = torch.randn(2, 4, 5, requires_grad=True)
+    labels = torch.tensor([[1, -100, 2, 3], [-100, -100, 4, 0]])
+    check_against_eager(_masked_loss, logits, labels)
+    check_against_eager(_masked_write, torch.randn(4, 3, requires_grad=True),
+                        torch.tensor([True, False, True, True]))
+    jf = thunder_ir.jit(_masked_loss)
+    for lab in (labels, labels.flip(1), torch.full((2, 4), 1)):
+        torch.testing.assert_close(jf(logits, lab), _masked_loss(logits, lab))
+    assert thunder_ir.cache_misses(jf) == 2  # five rows twice, then eight
+
+
 class CausalEncoder(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -16,7 +16,8 @@ such calls eagerly.
 Speculated: ``bool(t)`` (``if t:``, ``and``/``or``/``not``), ``torch.is_nonzero``,
 ``t.item()`` of a boolean tensor, ``torch.equal`` and ``torch.allclose``; and the sizes
 of ops whose result is as long as a count of their input's values (``masked_select``,
-``nonzero``, ``argwhere``: CTC losses flatten their targets so), the count checked.
+``nonzero``, ``argwhere``: CTC losses flatten their targets so; ``x[mask]`` with a
+boolean mask over leading dims), the count checked.
 Other value reads (``.item()`` of a number, ``.tolist()``, ``int(t)``) still raise
 `DataDependentError`: a program specialized to a number would rarely hold again.
 """
@@ -32,6 +33,7 @@ from xdsl.ir import Operation, SSAValue
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
 from thunder_ir.dialects.types import canonical_device, tensor_type
+from thunder_ir.frontend import torch_map
 from thunder_ir.frontend.errors import DATA_HINT, DataDependentError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
@@ -227,6 +229,23 @@ _FUNCS: dict[str, Any] = {"masked_select": torch.masked_select, "nonzero": torch
                           "argwhere": torch.argwhere}
 
 
+_GETITEM = torch_map._getitem
+
+
+def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
+    """``x[mask]`` with a boolean mask over ``x``'s leading dims (``logits[labels !=
+    -100]``): as many rows as the mask has true values, a count speculated and checked;
+    the indexing itself an opaque torch call (torch's gradient). Other indices are the
+    native handler's."""
+    mask = index[0] if type(index) is tuple and len(index) == 1 else index
+    if not (is_proxy(mask) and mask.dtype in (torch.bool, torch.uint8) and is_proxy(x)
+            and 0 < mask.ndim <= x.ndim and tuple(mask.shape) == tuple(x.shape[:mask.ndim])):
+        return _GETITEM(ctx, x, index)
+    n = speculate_count(ctx, ctx.run_python(lambda m: m.sum(), (mask,), {}))
+    t = tensor_type((n, *x.shape[mask.ndim:]), x.dtype, canonical_device(x.device))
+    return fallback(ctx, _T.__getitem__, (x, index), {}, result_type=t)
+
+
 def _equal(ctx: TraceContext, a: Any, b: Any) -> bool:
     """``torch.equal``: same shape and equal elements (after type promotion, as eager)."""
     if tuple(a.shape) != tuple(b.shape):
@@ -258,6 +277,7 @@ _argwhere = _sized_by_values(
     lambda args: torch.int64)
 
 HANDLERS[_T.__bool__] = _bool
+HANDLERS[_T.__getitem__] = _getitem
 HANDLERS[torch.masked_select] = _masked_select
 HANDLERS[_T.masked_select] = _masked_select
 HANDLERS[torch.nonzero] = _nonzero
