@@ -3,7 +3,8 @@ it, against eager: values, gradients (``None`` where eager has ``None``), the mo
 after the call, or eager's own error.
 
 Sections: NumPy scalars and 0-d arrays as operands; ``requires_grad`` set inside
-``forward``; modules converted inside ``forward`` (``.to``, ``.double()``, ``.data =``);
+``forward``; modules converted inside ``forward`` (``.to``, ``.double()``, ``.half()``,
+``.float()``, ``.data =``);
 empty batches through batch norm; ops without a meta kernel whose result shape is known
 (``F.ctc_loss``); data-dependent conditions speculated and checked; torch's higher-order
 ops (``cond``, ``scan``, ``associative_scan``, ...) inside traced code.
@@ -220,19 +221,41 @@ class DoublesItsHead(ConvertsItsHead):
         return self.classifier(self.body(x).double())
 
 
-def test_a_module_converted_to_its_own_dtype_inside_forward_trains_as_eager() -> None:
+class HalvesItsHead(ConvertsItsHead):
+    """``self.classifier.half()`` inside ``forward`` (then computes in float16)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.classifier.half()
+        return self.classifier(self.body(x).half())
+
+
+class FloatsItsHead(ConvertsItsHead):
+    """``self.classifier.float()`` inside ``forward``, on a float32 head: a no-op."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.classifier.float()
+        return self.classifier(self.body(x))
+
+
+@pytest.mark.parametrize("cls", [ConvertsItsHead, FloatsItsHead], ids=["to", "float"])
+def test_a_module_converted_to_its_own_dtype_inside_forward_trains_as_eager(
+        cls: type[ConvertsItsHead]) -> None:
     torch.manual_seed(0)
-    check_against_eager(ConvertsItsHead(torch.float32), torch.randn(3, 4))
+    check_against_eager(cls(torch.float32), torch.randn(3, 4))
 
 
-@pytest.mark.parametrize("convert", ["to", "double"])
+_CONVERTERS = {"to": (ConvertsItsHead, torch.float64), "double": (DoublesItsHead, torch.float64),
+               "half": (HalvesItsHead, torch.float16)}
+
+
+@pytest.mark.parametrize("convert", list(_CONVERTERS))
 def test_a_module_converted_to_another_dtype_in_inference_is_converted_once(
         convert: str) -> None:
     """The first call converts the head's parameters (the user's tensors, kept as
     Parameters), later calls find them converted; results equal eager's each call."""
     torch.manual_seed(0)
-    m = (ConvertsItsHead if convert == "to" else DoublesItsHead)(torch.float64)
-    m = m.eval().requires_grad_(False)
+    cls, dtype = _CONVERTERS[convert]
+    m = cls(dtype).eval().requires_grad_(False)
     e = copy.deepcopy(m)
     jm = thunder_ir.jit(m)
     weight = m.classifier.weight
@@ -240,10 +263,10 @@ def test_a_module_converted_to_another_dtype_in_inference_is_converted_once(
         for _ in range(3):
             x = torch.randn(3, 4)
             got, want = jm(x), e(x)
-            assert got.dtype == want.dtype == torch.float64
+            assert got.dtype == want.dtype == dtype
             torch.testing.assert_close(got, want)
     assert m.classifier.weight is weight and type(weight) is nn.Parameter
-    assert weight.dtype == torch.float64
+    assert weight.dtype == dtype
     torch.testing.assert_close(weight, e.classifier.weight)
 
 
