@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_hf_models import _close, _same_grads  # the zoo's checks, same tolerances
 from torch import nn
 
 import thunder_ir
@@ -90,10 +91,6 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], dict[str, Any
 }
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=what)
-
-
 @pytest.fixture(autouse=True)
 def _quiet() -> Any:
     with warnings.catch_warnings():
@@ -117,11 +114,7 @@ def test_next_family_matches_eager(family: str) -> None:
         loss_e = eager(**kw).loss
         loss_e.backward()
         _close(loss_j, loss_e, f"loss at step {step}")
-        for (k, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
-                                  strict=True):
-            assert (p.grad is None) == (q.grad is None), f"{k}: None gradient differs"
-            if p.grad is not None:
-                _close(p.grad, q.grad, k)
+        _same_grads(model, eager)
         model.zero_grad(set_to_none=True)
         eager.zero_grad(set_to_none=True)
     model.eval(), eager.eval()

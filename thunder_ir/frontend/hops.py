@@ -19,10 +19,8 @@ and stacks the results: eager's values, one traced call per slice.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,6 +29,7 @@ from torch.utils import _pytree as pytree
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.context import tracing_now
 from thunder_ir.frontend.table import HANDLERS, TRACING_CONTEXTS
+from thunder_ir.frontend.takeover import swapped_while_traced
 
 HOP_MODULES = {
     "cond": ("torch._higher_order_ops.cond", "cond_op"),
@@ -68,11 +67,6 @@ for _op in HOPS.values():
 
 
 # --------------------------------------------------------------------------- while tracing
-
-_LOCK = threading.Lock()
-_depth = 0
-_saved: list[tuple[Any, str, Any]] = []
-
 
 def _call_directly(original: Callable[..., Any]) -> Callable[..., Any]:
     def call(fn: Callable[..., Any], args: Any, kwargs: Any = None) -> Any:
@@ -162,28 +156,10 @@ def _swaps() -> list[tuple[Any, str, Callable[[Any], Any]]]:
     return out
 
 
-@contextlib.contextmanager
-def hop_calls_while_traced() -> Iterator[None]:
-    """While any thread traces (counted): the higher-order ops' hand-off to torch.compile
-    calls them directly when user code is traced, and ``torch.vmap`` maps slice by
-    slice there; both are torch's own everywhere else, and outside tracing."""
-    global _depth
-    with _LOCK:
-        if _depth == 0:
-            swaps = _swaps()
-            _saved[:] = [(o, n, getattr(o, n)) for o, n, _ in swaps]
-            for o, n, make in swaps:
-                setattr(o, n, make(getattr(o, n)))
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _depth -= 1
-            if _depth == 0:
-                for o, n, original in _saved:
-                    setattr(o, n, original)
-                _saved.clear()
+hop_calls_while_traced = swapped_while_traced(_swaps)
+"""While any thread traces: the higher-order ops' hand-off to torch.compile calls them
+directly when user code is traced, and ``torch.vmap`` maps slice by slice there; both are
+torch's own everywhere else, and outside tracing."""
 
 
 TRACING_CONTEXTS.append(hop_calls_while_traced)

@@ -152,13 +152,49 @@ _RANDOM_WHY = ("inside a jitted function would draw once, while traced, and the 
 _REFUSED: list[tuple[Any, str, Callable[..., Any]]] = [
     (random, n, _refusal(f"Python's random.{n}()", _RANDOM_WHY)) for n in _PY_RANDOM
     if callable(getattr(random, n, None))]
-_depth = 0
-_saved: list[tuple[Any, str, Any]] = []
 
 
-def _refusing(owner: Any, name: str, refuse: Callable[..., Any]) -> Callable[..., Any]:
-    original = getattr(owner, name)
+Swap = tuple[Any, str, Callable[[Any], Any]]
+"""``(owner, name, make)``: ``owner.name`` becomes ``make(owner.name)`` while traced."""
 
+
+def swapped_while_traced(swaps: Callable[[], list[Swap]]
+                         ) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """A tracing context (for `TRACING_CONTEXTS`) that puts the replacements ``swaps()``
+    lists in place while any thread traces (counted: the first trace swaps them in, the
+    last one out), so that code outside tracing always meets torch's own functions."""
+    lock = threading.Lock()
+    depth = 0
+    saved: list[tuple[Any, str, Any]] = []
+
+    @contextlib.contextmanager
+    def swapped() -> Iterator[None]:
+        nonlocal depth
+        with lock:
+            if depth == 0:
+                items = swaps()
+                saved[:] = [(o, n, getattr(o, n)) for o, n, _ in items]
+                for o, n, make in items:
+                    setattr(o, n, make(getattr(o, n)))
+            depth += 1
+        try:
+            yield
+        finally:
+            with lock:
+                depth -= 1
+                if depth == 0:
+                    for o, n, original in saved:
+                        setattr(o, n, original)
+                    saved.clear()
+
+    return swapped
+
+
+def _refusals() -> list[Swap]:
+    return [(o, n, functools.partial(_refusing_wrapper, r)) for o, n, r in _REFUSED]
+
+
+def _refusing_wrapper(refuse: Callable[..., Any], original: Any) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if _in_user_code():
@@ -168,25 +204,8 @@ def _refusing(owner: Any, name: str, refuse: Callable[..., Any]) -> Callable[...
     return wrapper
 
 
-@contextlib.contextmanager
-def refused_while_traced() -> Iterator[None]:
-    """Puts the refusing wrappers in place while any thread traces (counted)."""
-    global _depth
-    with _LOCK:
-        if _depth == 0:
-            _saved[:] = [(o, n, getattr(o, n)) for o, n, _ in _REFUSED]
-            for o, n, refuse in _REFUSED:
-                setattr(o, n, _refusing(o, n, refuse))
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _depth -= 1
-            if _depth == 0:
-                for o, n, original in _saved:
-                    setattr(o, n, original)
-                _saved.clear()
+refused_while_traced = swapped_while_traced(_refusals)
+"""Python's ``random`` functions refuse while user code is traced."""
 
 
 TRACING_CONTEXTS.append(refused_while_traced)
