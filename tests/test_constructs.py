@@ -677,3 +677,42 @@ def test_a_recurrence_over_selected_steps_trains_as_eager() -> None:
     a = torch.rand(2, 6, 3, requires_grad=True)
     b = torch.randn(2, 6, 3, requires_grad=True)
     check_against_eager(_recurrence, a, b)
+
+
+# --------------------------------------------------------------------------- einsum
+
+EINSUM_CASES: dict[str, list[tuple[int, ...]]] = {
+    "bij,bjk->bik": [(2, 3, 4), (2, 4, 5)],
+    "bij,bjk->bki": [(2, 3, 4), (2, 4, 5)],
+    "bij,bjk->ik": [(2, 3, 4), (2, 4, 5)],
+    "ibnd,jbnd->bnij": [(5, 2, 3, 4), (6, 2, 3, 4)],  # XLNet's attention scores
+    "ibh,hnd->ibnd": [(5, 2, 8), (8, 2, 4)],
+    "bclhn,bcshn->bclsh": [(2, 2, 3, 2, 4), (2, 2, 3, 2, 4)],  # Mamba-2's chunked scan
+    "bclsh,bcshp->bclhp": [(2, 2, 3, 3, 2), (2, 2, 3, 2, 5)],  # (a permuted view in eager)
+    "...ij,...jk": [(2, 3, 4), (2, 4, 5)],
+    "...i,i": [(2, 3, 4), (4,)],
+    "ij,jk,kl->il": [(2, 3), (3, 4), (4, 5)],
+    "i,j->ij": [(3,), (4,)],
+    "ij,kj->": [(3, 4), (5, 4)],
+    "bij,bjk->bik broadcast": [(1, 3, 4), (2, 4, 5)],
+    "ij,ij->ij": [(3, 4), (3, 4)],
+}
+EINSUM_OPAQUE = {"ii->i": [(3, 3)], "ij->ji": [(3, 4)]}  # a diagonal; a single operand
+
+
+@pytest.mark.parametrize("case", list(EINSUM_CASES) + list(EINSUM_OPAQUE))
+def test_einsum_is_the_programs_own_contraction(case: str) -> None:
+    """Two or more operands: permutes, reshapes and ``bmm`` in the program (no opaque
+    call), with eager's values, gradients and strides (permuted views included)."""
+    shapes = EINSUM_CASES.get(case) or EINSUM_OPAQUE[case]
+    equation = case.split(" ")[0]
+
+    def f(*ts: torch.Tensor) -> torch.Tensor:
+        return torch.einsum(equation, *ts)
+
+    torch.manual_seed(0)
+    ts = [torch.randn(*s, requires_grad=True) for s in shapes]
+    check_against_eager(f, *ts)
+    jf = thunder_ir.jit(f)
+    jf(*ts).sum().backward()
+    assert ("einsum" in str(thunder_ir.last_traces(jf)[-1])) == (case in EINSUM_OPAQUE)

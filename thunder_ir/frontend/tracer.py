@@ -43,6 +43,7 @@ from thunder_ir.dialects.traits import ViewLike
 from thunder_ir.frontend import (
     backward_hooks,
     custom_function,
+    einsum,
     hops,
     speculation,
     takeover,
@@ -58,8 +59,8 @@ from thunder_ir.passes.vjp import load_vjp_rules
 from thunder_ir.runtime.guards import MODULE_FIELDS
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
 
-HANDLER_MODULES = (torch_map, torch_map_nn, custom_function, takeover, backward_hooks,
-                   speculation, hops)
+HANDLER_MODULES = (torch_map, torch_map_nn, einsum, custom_function, takeover,
+                   backward_hooks, speculation, hops)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
 
 def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> list[str]:
