@@ -17,6 +17,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from import_scan import imports
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = {
@@ -32,25 +33,12 @@ def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
     """Every absolute module an AST imports, with its line (``from thunder_ir import x``
     counts as ``thunder_ir.x``)."""
     out: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "thunder_ir":
-                out += [(node.lineno, f"thunder_ir.{a.name}") for a in node.names]
-            else:
-                out.append((node.lineno, node.module))
-        elif isinstance(node, ast.Call) and _is_dynamic_import(node):
-            arg = node.args[0] if node.args else None
-            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                out.append((node.lineno, arg.value))
+    for imp in imports(tree):
+        if imp.module == "thunder_ir" and imp.names:
+            out += [(imp.line, f"thunder_ir.{a}") for a in imp.names]
+        else:
+            out.append((imp.line, imp.module))
     return out
-
-
-def _is_dynamic_import(node: ast.Call) -> bool:
-    f = node.func
-    return (isinstance(f, ast.Name) and f.id == "__import__") or (
-        isinstance(f, ast.Attribute) and f.attr == "import_module")
 
 
 def violations(package: str) -> list[str]:

@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from import_scan import imports
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 1200
@@ -49,37 +50,16 @@ def test_no_source_module_is_over_the_line_cap() -> None:
     assert not over, f"modules over {MAX_LINES} lines (split them along their seams): {over}"
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST, known: set[str]) -> set[str]:
-    """Modules among ``known`` that ``tree`` imports, at module level or in a function
-    (imports under ``if TYPE_CHECKING:`` run only for type checkers and are left out)."""
+    """Modules among ``known`` that ``tree`` imports, at module level, in a function or
+    dynamically (imports under ``if TYPE_CHECKING:`` run only for type checkers and are
+    left out)."""
     out: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name in known:
-                    out.add(a.name)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for a in node.names:
-                sub = f"{node.module}.{a.name}"
-                if sub in known:
-                    out.add(sub)
-                elif node.module in known:
-                    out.add(node.module)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
+    for imp in imports(tree, type_checking=False):
+        subs = [f"{imp.module}.{a}" for a in imp.names]
+        out.update(sub for sub in subs if sub in known)
+        if imp.module in known and (not subs or any(sub not in known for sub in subs)):
+            out.add(imp.module)
     return out
 
 
