@@ -49,7 +49,7 @@ from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
 from thunder_ir.dialects.base import ShapeError, ThunderOp
-from thunder_ir.dialects.traits import Marker, Opaque
+from thunder_ir.dialects.traits import Marker, NoDerivative, Opaque
 from thunder_ir.dialects.types import NumberType, TensorType
 
 AnyValue = TensorType | NumberType
@@ -63,7 +63,7 @@ class StopGradientOp(ThunderOp):
 
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure(), Marker())
+    traits = traits_def(Pure(), Marker(), NoDerivative())
 
     @classmethod
     def infer(cls, input: Any, **params: Any) -> Attribute:

@@ -49,6 +49,7 @@ from thunder_ir.dialects.traits import (
     Creation,
     Elementwise,
     Movement,
+    NoDerivative,
     Reduction,
     ViewLike,
 )
@@ -1176,6 +1177,7 @@ class ZerosLikeOp(LikeOp):
     """`%y = ltorch.zeros_like %input {dtype, device}`"""
 
     name = "ltorch.zeros_like"
+    traits = traits_def(NoDerivative())
 
 
 @ltorch_op(torch.ones_like)
@@ -1183,6 +1185,7 @@ class OnesLikeOp(LikeOp):
     """`%y = ltorch.ones_like %input {dtype, device}`"""
 
     name = "ltorch.ones_like"
+    traits = traits_def(NoDerivative())
 
 
 @ltorch_op(torch.full_like)
@@ -1190,6 +1193,7 @@ class FullLikeOp(LikeOp):
     """`%y = ltorch.full_like %input {fill_value, dtype, device}`"""
 
     name = "ltorch.full_like"
+    traits = traits_def(NoDerivative())
 
     fill_value = prop_def(Number)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "fill_value", "dtype", "device")

@@ -16,7 +16,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.prims_base import IntArray, Number, _check_sizes, _err, _tensor, prim
-from thunder_ir.dialects.traits import Creation, NumberConstant, Random
+from thunder_ir.dialects.traits import Creation, NoDerivative, NumberConstant, Random
 from thunder_ir.dialects.types import NumberType, TensorType, is_float, number_type, tensor_type
 
 # --------------------------------------------------------------------------- creation and RNG
@@ -50,7 +50,7 @@ class IotaOp(CreationOp):
     device = prop_def(StringAttr)
     dtype = prop_def(Attribute)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(NoDerivative(), Pure())
 
     @classmethod
     def infer(cls, *, length: int, start: Any, step: Any, device: str, dtype: torch.dtype
@@ -79,7 +79,7 @@ class FullOp(CreationOp):
     device = prop_def(StringAttr)
     dtype = prop_def(Attribute)
     out = result_def(TensorType)
-    traits = traits_def(Pure())
+    traits = traits_def(NoDerivative(), Pure())
 
     @classmethod
     def infer(cls, *, shape: Sequence[int], fill_value: Any, device: str, dtype: torch.dtype
@@ -112,7 +112,7 @@ class BernoulliOp(FactoryOp):
     device = prop_def(StringAttr)
     dtype = prop_def(Attribute)
     out = result_def(TensorType)
-    traits = traits_def(Random())
+    traits = traits_def(NoDerivative(), Random())
 
     @classmethod
     def infer(cls, *, shape: Sequence[int], p: float, device: str, dtype: torch.dtype
@@ -143,7 +143,7 @@ class BernoulliLikeOp(ThunderOp):
     input = operand_def(TensorType)
     p = prop_def(Number)
     out = result_def(TensorType)
-    traits = traits_def(Random())
+    traits = traits_def(NoDerivative(), Random())
 
     @classmethod
     def infer(cls, input: Any, *, p: float) -> TensorType:
@@ -173,7 +173,7 @@ class ConstantOp(ThunderOp):
 
     value = prop_def(Number)
     out = result_def(NumberType)
-    traits = traits_def(Pure(), Creation(), NumberConstant())
+    traits = traits_def(NoDerivative(), Pure(), Creation(), NumberConstant())
 
     @classmethod
     def infer(cls, *, value: Any) -> NumberType:

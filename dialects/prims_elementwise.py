@@ -14,7 +14,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.prims_base import AnyValue, _err, _like, _same_device, _tensor, prim
-from thunder_ir.dialects.traits import Elementwise
+from thunder_ir.dialects.traits import Elementwise, NoDerivative
 from thunder_ir.dialects.types import NumberType, TensorType, is_float, number_type, tensor_type
 
 # --------------------------------------------------------------------------- elementwise
@@ -272,6 +272,7 @@ class IsnanOp(PredicateUnaryOp):
     """`%y = prims.isnan %x` (bool result)"""
 
     name = "prims.isnan"
+    traits = traits_def(NoDerivative())
 
 
 @prim(torch.isinf)
@@ -279,6 +280,7 @@ class IsinfOp(PredicateUnaryOp):
     """`%y = prims.isinf %x` (bool result)"""
 
     name = "prims.isinf"
+    traits = traits_def(NoDerivative())
 
 
 @prim(torch.isfinite)
@@ -286,6 +288,7 @@ class IsfiniteOp(PredicateUnaryOp):
     """`%y = prims.isfinite %x` (bool result)"""
 
     name = "prims.isfinite"
+    traits = traits_def(NoDerivative())
 
 
 @prim(torch.logical_not)
@@ -293,6 +296,7 @@ class LogicalNotOp(PredicateUnaryOp):
     """`%y = prims.logical_not %x` (bool result)"""
 
     name = "prims.logical_not"
+    traits = traits_def(NoDerivative())
 
 
 @prim(torch.bitwise_not)
@@ -300,6 +304,7 @@ class BitwiseNotOp(UnaryOp):
     """`%y = prims.bitwise_not %x` (int or bool)"""
 
     name = "prims.bitwise_not"
+    traits = traits_def(NoDerivative())
 
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
@@ -508,6 +513,7 @@ class EqOp(CompareOp):
     """`%z = prims.eq %a, %b` (bool result)"""
 
     name = "prims.eq"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -516,6 +522,7 @@ class NeOp(CompareOp):
     """`%z = prims.ne %a, %b` (bool result)"""
 
     name = "prims.ne"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -524,6 +531,7 @@ class LtOp(CompareOp):
     """`%z = prims.lt %a, %b` (bool result)"""
 
     name = "prims.lt"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -532,6 +540,7 @@ class LeOp(CompareOp):
     """`%z = prims.le %a, %b` (bool result)"""
 
     name = "prims.le"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -540,6 +549,7 @@ class GtOp(CompareOp):
     """`%z = prims.gt %a, %b` (bool result)"""
 
     name = "prims.gt"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -548,6 +558,7 @@ class GeOp(CompareOp):
     """`%z = prims.ge %a, %b` (bool result)"""
 
     name = "prims.ge"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -556,6 +567,7 @@ class BitwiseAndOp(BitwiseOp):
     """`%z = prims.bitwise_and %a, %b`"""
 
     name = "prims.bitwise_and"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -564,6 +576,7 @@ class BitwiseOrOp(BitwiseOp):
     """`%z = prims.bitwise_or %a, %b`"""
 
     name = "prims.bitwise_or"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -572,6 +585,7 @@ class BitwiseXorOp(BitwiseOp):
     """`%z = prims.bitwise_xor %a, %b`"""
 
     name = "prims.bitwise_xor"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -580,6 +594,7 @@ class LogicalAndOp(CompareOp):
     """`%z = prims.logical_and %a, %b` (bool result)"""
 
     name = "prims.logical_and"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 
@@ -588,6 +603,7 @@ class LogicalOrOp(CompareOp):
     """`%z = prims.logical_or %a, %b` (bool result)"""
 
     name = "prims.logical_or"
+    traits = traits_def(NoDerivative())
     DIRECT: ClassVar[bool] = True
 
 

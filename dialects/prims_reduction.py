@@ -25,7 +25,7 @@ from thunder_ir.dialects.prims_base import (
     broadcast_shapes,
     prim,
 )
-from thunder_ir.dialects.traits import Library, Reduction
+from thunder_ir.dialects.traits import Library, NoDerivative, Reduction
 from thunder_ir.dialects.types import TensorType, is_float, is_int
 
 # --------------------------------------------------------------------------- reductions
@@ -157,6 +157,7 @@ class ArgmaxOp(ArgReductionOp):
     """`%y = prims.argmax %x {dim}`"""
 
     name = "prims.argmax"
+    traits = traits_def(NoDerivative())
 
 
 @prim(torch.argmin)
@@ -164,6 +165,7 @@ class ArgminOp(ArgReductionOp):
     """`%y = prims.argmin %x {dim}`"""
 
     name = "prims.argmin"
+    traits = traits_def(NoDerivative())
 
 
 # --------------------------------------------------------------------------- linear algebra

@@ -43,7 +43,9 @@ kind               meaning                                                who as
 =================  =====================================================  ====================
 
 Besides its kind, an op may carry `DeviceLayout` (its result's memory layout is the device
-kernel's: tracing asks torch's fake tensors, `thunder_ir.frontend.layout`).
+kernel's: tracing asks torch's fake tensors, `thunder_ir.frontend.layout`) and
+`NoDerivative` (no gradient flows through it: autodiff and tracing's ``requires_grad``
+read it).
 
 ``prims.constant`` also carries xDSL's `ConstantLike`: remat recomputes it for free.
 Effects stay xDSL's own traits (``Pure``, ``MemoryEffect``): a kind says what an op
@@ -52,6 +54,7 @@ computes, not whether it may be removed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -164,6 +167,26 @@ class DeviceLayout(OpTrait):
     """
 
     always: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NoDerivative(OpTrait):
+    """Its results carry no gradient back to its operands: boolean and integer results
+    (comparisons, predicates, bitwise ops, argmax), tensors made from static arguments or
+    drawn (iota, full, bernoulli, constants, ``zeros_like``: eager marks them as not
+    requiring grad), and ``autograd.stop_gradient``. Autodiff skips such ops, tracing
+    does not mark their results as requiring grad. Not a kind: any op may carry it (a
+    coverage test keeps every prim either here or in the VJP rule table)."""
+
+
+def has_no_derivative(op: Operation | type[Operation]) -> bool:
+    """Whether ``op`` (an op or its class) carries `NoDerivative` (one lookup per class)."""
+    return _no_derivative(op if isinstance(op, type) else type(op))
+
+
+@functools.cache
+def _no_derivative(cls: type[Operation]) -> bool:
+    return cls.has_trait(NoDerivative)
 
 
 class NumberConstant(ConstantLike):

@@ -366,7 +366,8 @@ def may_need_grad(v: SSAValue) -> bool:
     """
     from xdsl.ir import BlockArgument
 
-    from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, is_differentiable_value
+    from thunder_ir.dialects.traits import has_no_derivative
+    from thunder_ir.passes.vjp import is_differentiable_value
 
     seen: set[SSAValue] = set()
     stack = [v]
@@ -378,7 +379,7 @@ def may_need_grad(v: SSAValue) -> bool:
         if isinstance(x, BlockArgument):
             return True
         owner = x.owner
-        if isinstance(owner, Operation) and type(owner) not in NOT_DIFFERENTIABLE:
+        if isinstance(owner, Operation) and not has_no_derivative(owner):
             stack.extend(owner.operands)
     return False
 

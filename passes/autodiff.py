@@ -42,13 +42,13 @@ from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_function
 from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.claim import executor_spec, spec_with_names
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 from thunder_ir.passes.strip_autograd import strip_autograd
 from thunder_ir.passes.vjp import (
     EXECUTOR_VJP_RULES,
-    NOT_DIFFERENTIABLE,
     Cotangents,
     Grad,
     backpropagate,
@@ -77,7 +77,7 @@ class _DecomposeWithoutRule(RewritePattern):
             return
         if "saved_modified" in op.attributes:  # its backward raises: keep it whole
             return
-        if type(op) in NOT_DIFFERENTIABLE:
+        if has_no_derivative(op):
             return
         emitter = Emitter()
         emitter.loc = op.attributes.get("loc")
@@ -128,7 +128,7 @@ def _active(fn_ops: Sequence[Operation], sources: Sequence[SSAValue]) -> dict[SS
     never require grad, as eager's (layer norm's statistics)."""
     active = {v: 1 << k for k, v in enumerate(sources)}
     for op in fn_ops:
-        if type(op) in NOT_DIFFERENTIABLE or not any(o in active for o in op.operands):
+        if has_no_derivative(op) or not any(o in active for o in op.operands):
             continue
         deps = 0
         for o in _gradient_operands(op):
@@ -210,7 +210,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
             rule = next((r for lookup in overriding if (r := lookup(op)) is not None), None) \
                 or rules.get(type(op))
         if rule is None:
-            if type(op) in NOT_DIFFERENTIABLE:
+            if has_no_derivative(op):
                 continue
             loc = op.attributes.get("loc")
             where = f" (at {loc.data})" if loc is not None else ""  # type: ignore[attr-defined]

@@ -13,8 +13,9 @@ its definition and its params as keywords. It returns one entry per operand grou
 cotangent of that operand (same type as the operand), ``None`` (no gradient: a number, an
 int or bool tensor, an index), or a list for a variadic group.
 
-Ops that have no derivative (comparisons, integer ops, RNG…) are declared with
-``not_differentiable(...)``. A coverage test keeps every prim in one of the two tables.
+Ops that have no derivative (comparisons, integer ops, RNG…) carry the
+`thunder_ir.dialects.traits.NoDerivative` trait, declared on the op. A coverage test
+keeps every prim either in the rule table or carrying the trait.
 Rule modules register on import; `load_vjp_rules` imports them all from one place.
 
 Like JAX's ``ad.primitive_transposes`` and tinygrad's gradient table (STYLE.md), rules are
@@ -30,11 +31,11 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
 from thunder_ir.dialects.torch import runtime_callee
+from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, ttype
 
 VjpRule = Callable[..., list[Any]]
 VJP_RULES: dict[type[ThunderOp], VjpRule] = {}
-NOT_DIFFERENTIABLE: set[type[ThunderOp]] = set()
 EXECUTOR_VJP_RULES: dict[str, Callable[[Operation], VjpRule | None]] = {}
 """Executors' own VJP rules, by executor name: ``lookup(op) -> rule | None``. While that
 executor is in use, a rule it returns replaces ``VJP_RULES``' for the op (a fused backward
@@ -51,11 +52,6 @@ def vjp(op: type[ThunderOp]) -> Callable[[VjpRule], VjpRule]:
         return fn
 
     return wrap
-
-
-def not_differentiable(*ops: type[ThunderOp]) -> None:
-    """Declares ops whose results carry no gradient back to their operands."""
-    NOT_DIFFERENTIABLE.update(ops)
 
 
 class Grad:
@@ -209,6 +205,6 @@ def load_vjp_rules() -> dict[type[ThunderOp], VjpRule]:
 
 
 def missing_rules(ops: Iterable[type[ThunderOp]]) -> list[str]:
-    """Ops with neither a VJP rule nor a not-differentiable declaration."""
+    """Ops with neither a VJP rule nor the `NoDerivative` trait."""
     load_vjp_rules()
-    return sorted(o.name for o in ops if o not in VJP_RULES and o not in NOT_DIFFERENTIABLE)
+    return sorted(o.name for o in ops if o not in VJP_RULES and not has_no_derivative(o))

@@ -21,11 +21,11 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.vjp import (
     Grad,
     is_differentiable_value,
-    not_differentiable,
     raising_rule,
     vjp,
 )
@@ -89,8 +89,8 @@ def _neg_inf(g: Grad) -> SSAValue:
     return g.const(-math.inf)
 
 
-# Results made like an operand, not from its values: eager marks them as not requiring grad.
-not_differentiable(C.ZerosLikeOp, C.OnesLikeOp, C.FullLikeOp)
+# zeros_like, ones_like and full_like carry the NoDerivative trait: their results are made
+# like an operand, not from its values, and eager marks them as not requiring grad.
 
 
 def no_derivative(aten_name: str) -> Any:
@@ -149,7 +149,7 @@ def _via_decomposition(g: Grad, out: Outs, ct: Cts) -> list[Any]:
     decomposed before autodiff)."""
     from thunder_ir.dialects.base import Emitter, ThunderOp
     from thunder_ir.passes.decompositions import decompose_op, load_rules
-    from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE, Cotangents, backpropagate, load_vjp_rules
+    from thunder_ir.passes.vjp import Cotangents, backpropagate, load_vjp_rules
 
     op = out[0].owner
     assert isinstance(op, ThunderOp)
@@ -165,7 +165,7 @@ def _via_decomposition(g: Grad, out: Outs, ct: Cts) -> list[Any]:
         if c is not None:
             cts.accumulate(r, c)
     for o in reversed(sub.ops):
-        if not any(r in cts for r in o.results) or type(o) in NOT_DIFFERENTIABLE:
+        if not any(r in cts for r in o.results) or has_no_derivative(o):
             continue
         backpropagate(g, o, rules[type(o)], cts, is_differentiable_value)
     result: list[Any] = []

@@ -1,6 +1,6 @@
 """VJP rules of the prims, one per prim, in dialect order (see `thunder_ir.passes.vjp`).
 
-Every prim is either here with a rule or declared `not_differentiable`. The rules match
+Every prim is either here with a rule or carries the `NoDerivative` trait. The rules match
 ``torch.autograd`` in float64, including its conventions at kinks and ties: ``maximum``
 splits the cotangent of a tie in half, ``amax`` divides it among the tied extremes,
 ``pow`` gives a zero gradient where torch does (``b == 0`` for the base, ``a == 0, b >= 0``
@@ -19,7 +19,7 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.types import NumberType, TensorType
-from thunder_ir.passes.vjp import Grad, is_differentiable_value, not_differentiable, vjp
+from thunder_ir.passes.vjp import Grad, is_differentiable_value, vjp
 
 Cts = list[Any]
 _LN2 = math.log(2.0)
@@ -81,10 +81,8 @@ def _square(g: Grad, v: SSAValue) -> SSAValue:
 
 # --------------------------------------------------------------------------- elementwise unary
 
-not_differentiable(
-    # Bool or integer results.
-    P.IsnanOp, P.IsinfOp, P.IsfiniteOp, P.LogicalNotOp, P.BitwiseNotOp,
-)
+# Bool or integer results (isnan, isinf, isfinite, logical_not, bitwise_not) carry the
+# NoDerivative trait.
 
 
 def zero_gradient(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue) -> list[Any]:
@@ -229,10 +227,7 @@ def erfc(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue) -> list[Any]:
 
 # --------------------------------------------------------------------------- elementwise binary
 
-not_differentiable(
-    P.EqOp, P.NeOp, P.LtOp, P.LeOp, P.GtOp, P.GeOp,
-    P.BitwiseAndOp, P.BitwiseOrOp, P.BitwiseXorOp, P.LogicalAndOp, P.LogicalOrOp,
-)
+# Comparisons and bitwise/logical ops carry the NoDerivative trait.
 
 
 @vjp(P.AddOp)
@@ -478,7 +473,7 @@ def flip(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, *,
 
 # --------------------------------------------------------------------------- reductions
 
-not_differentiable(P.ArgmaxOp, P.ArgminOp)
+# argmax and argmin carry the NoDerivative trait.
 
 
 @vjp(P.SumOp)
@@ -612,7 +607,7 @@ def linear(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, w: SSAValue,
 
 # --------------------------------------------------------------------------- creation
 
-not_differentiable(P.IotaOp, P.FullOp, P.BernoulliOp, P.BernoulliLikeOp, P.ConstantOp)
+# iota, full, bernoulli, bernoulli_like and constant carry the NoDerivative trait.
 
 
 # --------------------------------------------------------------------------- indexing

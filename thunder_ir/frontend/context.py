@@ -36,7 +36,7 @@ from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, SplitOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import FORWARD, Program
 from thunder_ir.dialects.torch import CallOp
-from thunder_ir.dialects.traits import ViewLike
+from thunder_ir.dialects.traits import ViewLike, has_no_derivative
 from thunder_ir.dialects.types import NumberType, TensorType, is_complex, type_of_tensor
 from thunder_ir.frontend.aliasing import (
     NO_GRAD,
@@ -73,7 +73,6 @@ from thunder_ir.frontend.table import (
     METADATA,
     library_handler,
 )
-from thunder_ir.passes.vjp import NOT_DIFFERENTIABLE
 
 # --------------------------------------------------------------------------- program state
 
@@ -402,7 +401,7 @@ class TraceContext(Builder):
         if grad and self.inference and any(o in self.inference for o in op.operands):
             self._check_inference_inputs(op)
         if requires_grad is None:
-            diff = (grad and type(op) not in NOT_DIFFERENTIABLE) or (view and not grad)
+            diff = (grad and not has_no_derivative(op)) or (view and not grad)
             flags = [diff and differentiable(r) for r in results]
         else:
             flags = list(requires_grad)

@@ -55,7 +55,6 @@ from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
-from thunder_ir.passes.vjp import load_vjp_rules
 from thunder_ir.runtime.guards import MODULE_FIELDS
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
 
@@ -221,7 +220,6 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   method: Callable[..., Any] | None = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR."""
-    load_vjp_rules()  # NOT_DIFFERENTIABLE, which `TraceContext.track` reads
     if torch._C._is_any_autocast_enabled():
         raise ThunderTraceError(
             "thunder_ir does not trace under torch.autocast yet: its casting rules are not "
