@@ -19,6 +19,7 @@ import thunder_ir
 from thunder_ir.dialects import ltorch
 from thunder_ir.dialects.program import Program
 from thunder_ir.dialects.types import tensor_type
+from thunder_ir.lowering.python_printer import print_python
 from thunder_ir.passes.pipeline import Pipeline
 from thunder_ir.runtime.interpreter import run
 from thunder_ir.trace import Trace
@@ -55,7 +56,8 @@ def main() -> None:
         torch.softmax(torch.nn.functional.silu(x) * x, dim=-1), w)
 
     section("2. decompose-ltorch, cse, dce")
-    traces = Pipeline(["decompose-ltorch", "cse", "dce"], verify=True).run(module)
+    traces = Pipeline(["decompose-ltorch", "cse", "dce"], verify=True,
+                      printer=print_python).run(module)
     for t in traces:
         n_ops = len(list(module.body.block.first_op.body.block.ops))
         print(f"{t.pass_name:<18} {t.duration_s * 1e3:7.2f} ms")

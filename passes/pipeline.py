@@ -1,7 +1,7 @@
 """`Pipeline`: a tuple of named passes with hooks after each.
 
 Why a pipeline object: every compilation runs passes in order, and after each one the
-same things may happen — record a `thunder_ir.trace.Trace` (the pass's name, how long it
+same things may happen — record a `Trace` (the pass's name, how long it
 took, a snapshot of the IR) for ``last_traces``, verify the IR, print it. Those are
 hooks chosen once, when the pipeline is built, not ``if config.x:`` branches in the loop::
 
@@ -41,7 +41,7 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from thunder_ir.passes.registry import make_passes
-from thunder_ir.passes.trace import Trace
+from thunder_ir.passes.trace import Printer, Trace
 
 VERIFY_ENV = "THUNDER_IR_VERIFY"
 DUMP_ENV = "THUNDER_IR_DUMP"
@@ -228,10 +228,11 @@ class TraceRecorder:
     """The hook that records a `Trace` (a `snapshot` of the module) after each pass."""
 
     traces: list[Trace] = field(default_factory=list)
+    printer: Printer | None = None
 
     def __call__(self, pass_name: str, module: ModuleOp, duration_s: float) -> None:
         self.traces.append(Trace(ir=snapshot(module), pass_name=pass_name,
-                                 duration_s=duration_s))
+                                 duration_s=duration_s, printer=self.printer))
 
 
 def verify_hook(pass_name: str, module: ModuleOp, duration_s: float) -> None:
@@ -340,13 +341,16 @@ class Pipeline:
         verify: verify the input and the IR after each pass (default: ``THUNDER_IR_VERIFY``).
         dump: print the IR after each pass to stderr (default: ``THUNDER_IR_DUMP``).
         record: record a `Trace` after each pass.
+        printer: how the recorded traces print as Python (the lowering's
+            ``print_python``; without one they print as MLIR).
         pause_gc: pause the cyclic garbage collector while the passes run.
         hooks: more hooks, called after the built-in ones.
     """
 
     def __init__(self, passes: str | Iterable[str | ModulePass], *,
                  verify: bool | None = None, dump: bool | None = None, record: bool = True,
-                 pause_gc: bool = True, hooks: Sequence[Hook] = ()) -> None:
+                 printer: Printer | None = None, pause_gc: bool = True,
+                 hooks: Sequence[Hook] = ()) -> None:
         specs = [passes] if isinstance(passes, str) else list(passes)
         resolved: list[ModulePass] = []
         for p in specs:
@@ -355,6 +359,7 @@ class Pipeline:
         self.verify = _env_flag(VERIFY_ENV) if verify is None else verify
         self.dump = _env_flag(DUMP_ENV) if dump is None else dump
         self.record = record
+        self.printer = printer
         self.pause_gc = pause_gc
         self.extra_hooks = tuple(hooks)
 
@@ -373,7 +378,7 @@ class Pipeline:
             PassVerificationError: with ``verify``, when the input or a pass's result
                 does not verify.
         """
-        recorder = TraceRecorder()
+        recorder = TraceRecorder(printer=self.printer)
         hooks: list[Hook] = []
         if self.verify:
             hooks.append(verify_hook)

@@ -4,9 +4,11 @@
 (``t3 = prims.mul(t1, t2)  # t3: "cpu f32[8, 784]"``); ``trace.mlir()`` prints MLIR text
 that parses back to the same IR; ``trace.ir`` is the xDSL module itself.
 
-The pipeline records traces (`thunder_ir.passes.pipeline`); the Python printer belongs to
-the lowering, which installs it in `PYTHON_PRINTERS` (``thunder_ir.trace`` does so when
-``thunder_ir`` is imported), so that recording a trace needs nothing from the lowering.
+The pipeline records traces (`thunder_ir.passes.pipeline`). The Python printer belongs to
+the lowering, so a trace is given the printer it prints with (``printer``; without one
+it prints MLIR): `thunder_ir.trace.Trace`, what ``jit`` records, has the lowering's.
+Nothing is installed at import time, so how a trace prints never depends on what
+happened to be imported.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
 
-PYTHON_PRINTERS: list[Callable[..., str]] = []
-"""``print(module, header=..., free_after_last_use=...) -> source``; the last one prints."""
+Printer = Callable[..., str]
+"""``print(module, header=..., free_after_last_use=...) -> source``."""
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Trace:
     duration_s: float = 0.0
     final: bool = False  # the execution trace: prints with `del` after last uses
     source: str | None = None  # for the execution trace: the exact source that runs
+    printer: Printer | None = None  # how it prints as Python (None: as MLIR)
 
     def mlir(self) -> str:
         """MLIR text of the program (parses back with `thunder_ir.dialects.program.parse`)."""
@@ -38,11 +41,11 @@ class Trace:
         """The program as Python source (what ``str(trace)`` returns)."""
         if self.source is not None:
             return self.source
-        if not PYTHON_PRINTERS:
+        if self.printer is None:
             return self.mlir()
         header = (f"# Constructed by {self.pass_name} "
                   f"(took {self.duration_s * 1000:.0f} milliseconds)")
-        return PYTHON_PRINTERS[-1](self.ir, header=header, free_after_last_use=self.final)
+        return self.printer(self.ir, header=header, free_after_last_use=self.final)
 
     def __str__(self) -> str:
         return self.python()
@@ -51,4 +54,4 @@ class Trace:
         return self.python()
 
 
-__all__ = ["PYTHON_PRINTERS", "Trace"]
+__all__ = ["Printer", "Trace"]
