@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from test_hf_models import _close, _same_grads  # the zoo's checks, same tolerances
+from test_hf_models import _close, train_steps_as_eager  # the zoo's checks
 from torch import nn
 
 import thunder_ir
@@ -105,18 +105,7 @@ def test_next_family_matches_eager(family: str) -> None:
     model = build()
     eager = copy.deepcopy(model)
     jm = thunder_ir.jit(model)
-    for step, n in enumerate((L, L, L - 4)):  # two steps of one shape, then a new length
-        kw = inputs(n)
-        torch.manual_seed(step)
-        loss_j = jm(**kw).loss
-        loss_j.backward()
-        torch.manual_seed(step)
-        loss_e = eager(**kw).loss
-        loss_e.backward()
-        _close(loss_j, loss_e, f"loss at step {step}")
-        _same_grads(model, eager)
-        model.zero_grad(set_to_none=True)
-        eager.zero_grad(set_to_none=True)
+    train_steps_as_eager(jm, model, eager, inputs, (L, L, L - 4))  # then a new length
     model.eval(), eager.eval()
     kw = inputs(L)
     with torch.no_grad():

@@ -68,11 +68,12 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
     block = ctx.program.block
     needed = _slice(ctx, v, set())
     order = list(block.ops)
-    draws = [i for i, op in enumerate(order) if _draws(op)]
-    last = max((i for i in draws if order[i] in needed), default=-1)
-    for i in draws:
-        if i < last and order[i].results and order[i].results[0] not in env:
-            _slice(ctx, order[i].results[0], needed)
+    if any(map(_draws, needed)):  # (the program scanned for earlier draws only then)
+        draws = [i for i, op in enumerate(order) if _draws(op)]
+        last = max(i for i in draws if order[i] in needed)
+        for i in draws:
+            if i < last and order[i].results and order[i].results[0] not in env:
+                _slice(ctx, order[i].results[0], needed)
     ops = [op for op in order if op in needed]
     saved = _rng_get()
     try:
