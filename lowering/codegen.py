@@ -47,7 +47,8 @@ from thunder_ir.dialects.program import main_function, program_functions
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.lowering.python_printer import print_python, sanitize
 from thunder_ir.lowering.regions import compile_kernels
-from thunder_ir.passes.claim import resolve, spec_with_names
+from thunder_ir.passes.context import resolve, spec_with_names
+from thunder_ir.passes.registry import register_pass
 from thunder_ir.runtime import namespace as tir
 from thunder_ir.runtime.interpreter import run_block
 
@@ -196,6 +197,7 @@ def compile_program(
     return fn, source
 
 
+@register_pass  # the lowering names its own passes (thunder-ir-opt, pipeline specs)
 @dataclass(frozen=True)
 class DelLastUsedPass(ModulePass):
     """Code generation: each function of the program becomes Python source (freeing each
@@ -214,7 +216,7 @@ class DelLastUsedPass(ModulePass):
         default_factory=dict, init=False, repr=False, compare=False)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        executors = resolve(self.executors)
+        executors = resolve(ctx, self.executors)
         fusion = any(e.is_fusion for e in executors)
         for fn_op in program_functions(op):
             start = time.perf_counter()

@@ -16,6 +16,9 @@ into prims, which are then claimed (or fused) again.
 
 ``get_all_executors()`` lists every registered executor; ``get_default_executors()`` only
 those that can run here (their package imports and their device exists), in priority order.
+``compile_context(executors)`` is what a compilation runs its passes with: those executors,
+resolved, and this registry to find executors that a pass spec names
+(`thunder_ir.passes.context.CompileContext`).
 """
 
 from __future__ import annotations
@@ -37,9 +40,8 @@ from xdsl.pattern_rewriter import (
 from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.base import ThunderOp
-from thunder_ir.passes.claim import EXECUTOR_LOOKUPS, resolve, spec_with_names
-from thunder_ir.passes.vjp import EXECUTOR_VJP_RULES
-from thunder_ir.runtime import namespace
+from thunder_ir.passes.context import CompileContext, resolve, spec_with_names
+from thunder_ir.passes.registry import register_pass
 
 
 class Executor:
@@ -83,6 +85,11 @@ class Executor:
         (a fused backward kernel, an extension's grad transform); None: use the table."""
         return None
 
+    @property
+    def has_vjp_rules(self) -> bool:
+        """True when this executor overrides `vjp_rule` (autodiff then asks it first)."""
+        return type(self).vjp_rule is not Executor.vjp_rule
+
     # ---- fusion executors
 
     @property
@@ -116,24 +123,22 @@ def register_executor(ex: Executor, *, default: bool = False, priority: int | No
                       ) -> Executor:
     """Registers an executor by name; ``default=True`` adds it to the default list."""
     _REGISTRY[ex.name] = ex
-    publish_vjp_rules(ex)
     if default and ex.name not in _DEFAULT_ORDER:
         _DEFAULT_ORDER.insert(len(_DEFAULT_ORDER) if priority is None else priority, ex.name)
     return ex
 
 
-def publish_vjp_rules(ex: Executor) -> None:
-    """Enters ``ex``'s own VJP rules (an overridden ``vjp_rule``) in the VJP table's
-    executor entries (`thunder_ir.passes.vjp.EXECUTOR_VJP_RULES`), under its name."""
-    if type(ex).vjp_rule is not Executor.vjp_rule:
-        EXECUTOR_VJP_RULES[ex.name] = ex.vjp_rule
-    elif EXECUTOR_VJP_RULES.get(ex.name) is not None:
-        del EXECUTOR_VJP_RULES[ex.name]
+def unregister_executor(ex: Executor) -> None:
+    """Forgets ``ex`` (when it is the executor registered under its name)."""
+    if _REGISTRY.get(ex.name) is ex:
+        del _REGISTRY[ex.name]
+        if ex.name in _DEFAULT_ORDER:
+            _DEFAULT_ORDER.remove(ex.name)
 
 
 def get_executor(name: str) -> Executor:
     """The registered executor called ``name``."""
-    _load_builtin()
+    load_builtin_executors()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -143,14 +148,14 @@ def get_executor(name: str) -> Executor:
 
 def get_all_executors() -> tuple[Executor, ...]:
     """Every registered executor, available here or not."""
-    _load_builtin()
+    load_builtin_executors()
     return tuple(_REGISTRY.values())
 
 
 def get_default_executors() -> tuple[Executor, ...]:
     """The executors used when ``jit`` is given none: those that can run here, in priority
     order. A tuple, so ``(my_ex,) + get_default_executors()`` works."""
-    _load_builtin()
+    load_builtin_executors()
     return tuple(_REGISTRY[n] for n in _DEFAULT_ORDER if _REGISTRY[n].is_available())
 
 
@@ -159,14 +164,14 @@ def executor_ref(e: Any) -> Any:
     registered one (executors hold compiled kernels and need not pickle), else itself."""
     if isinstance(e, str):
         return e
-    _load_builtin()
+    load_builtin_executors()
     registered = _REGISTRY.get(e.name)
     return e.name if registered is not None and registered is e else e
 
 
 def resolve_executors(executors: Any) -> list[Executor]:
     """Executor objects from objects or names; the torch executor always comes last."""
-    _load_builtin()
+    load_builtin_executors()
     if executors is None:
         out = list(get_default_executors())
     else:
@@ -174,7 +179,6 @@ def resolve_executors(executors: Any) -> list[Executor]:
     for e in out:
         if not isinstance(e, Executor):
             raise TypeError(f"executors must be Executor objects or names, got {e!r}")
-        publish_vjp_rules(e)
         if not e.is_available():
             raise ValueError(f"executor {e.name!r} cannot run on this machine "
                              "(its package or device is missing)")
@@ -186,12 +190,35 @@ def resolve_executors(executors: Any) -> list[Executor]:
     return out
 
 
+def compile_context(executors: Any = None, *, printer: Any = None) -> CompileContext:
+    """What a compilation runs its passes with: ``executors`` (objects or names; None:
+    the default ones) resolved as `resolve_executors` does, this registry to find the
+    executors a pass spec names, every thunder_ir dialect loaded, and ``printer`` for the
+    traces (`thunder_ir.lowering.python_printer.print_python` unless given)."""
+    if printer is None:
+        from thunder_ir.lowering.python_printer import print_python
+
+        printer = print_python
+    return CompileContext.over(_dialects(), executors=tuple(resolve_executors(executors)),
+                               lookup=get_executor, printer=printer)
+
+
+def _dialects() -> Context:
+    """The context every compile context shares its loaded dialects with (built once)."""
+    if not _DIALECTS:
+        from thunder_ir.dialects.program import context
+
+        _DIALECTS.append(context())
+    return _DIALECTS[0]
+
+
+_DIALECTS: list[Context] = []
 _LOADED = [False]
-EXECUTOR_LOOKUPS.append(get_executor)  # passes name executors; this registry resolves them
 
 
-def _load_builtin() -> None:
-    """Registers the built-in executors (imported lazily: optional packages)."""
+def load_builtin_executors() -> None:
+    """Registers the built-in executors (once; ``import thunder_ir`` does it, so that
+    their callees are in the generated-code namespace before any source runs)."""
     if _LOADED[0]:
         return
     _LOADED[0] = True
@@ -209,16 +236,6 @@ def _load_builtin() -> None:
                 continue
 
 
-def _builtin_callee(name: str) -> Any:
-    """A name of the generated-code namespace that a built-in executor registers, found by
-    loading them (printed source run in a process that compiled nothing), or None."""
-    if _LOADED[0]:
-        return None
-    _load_builtin()
-    return getattr(namespace, name, None)
-
-
-namespace.add_resolver(_builtin_callee)
 
 
 class _LowerClaimed(RewritePattern):
@@ -247,6 +264,7 @@ class _LowerClaimed(RewritePattern):
         rewriter.replace(op, new_ops, results)
 
 
+@register_pass  # the lowering names its own passes (thunder-ir-opt, pipeline specs)
 @dataclass(frozen=True)
 class LowerClaimedPass(ModulePass):
     """Ops claimed by an executor with its own lowering (``Executor.lower``) become the ops
@@ -256,7 +274,7 @@ class LowerClaimedPass(ModulePass):
     executors: tuple[Any, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        custom = {e.name: e for e in resolve(self.executors)
+        custom = {e.name: e for e in resolve(ctx, self.executors)
                   if type(e).lower is not Executor.lower}
         if not custom:
             return

@@ -29,22 +29,16 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
-from thunder_ir.dialects import ltorch as ltorch_dialect
-from thunder_ir.dialects import prims as prims_dialect
 from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call, torch_name
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.passes.claim import ClaimPass  # noqa: F401  (its home before passes/claim.py)
+from thunder_ir.passes.registry import register_pass
 from thunder_ir.runtime import namespace
+from thunder_ir.runtime.namespace import helper_name, is_dialect_helper, wrapper_name
 
 _WRAPPERS: dict[type, str] = {}
-
-
-def wrapper_name(cls: type[ThunderOp]) -> str:
-    """The name ``cls``'s reference implementation has in the generated-code namespace
-    (``prims.sum`` -> ``prims_sum``)."""
-    return cls.name.replace(".", "_", 1)
 
 
 def wrapper_for(cls: type[ThunderOp]) -> str:
@@ -56,42 +50,12 @@ def wrapper_for(cls: type[ThunderOp]) -> str:
     return path
 
 
-def _is_helper(fn: Any) -> bool:
-    """A torch function of an op that is a helper of thunder_ir's dialects (``_to_dtype``)."""
-    return getattr(fn, "__module__", "").startswith("thunder_ir.dialects.")
-
-
-def helper_name(fn: Callable[..., Any]) -> str:
-    """The name a dialect's helper has in the generated-code namespace (``to_dtype``)."""
-    return fn.__name__.lstrip("_")
-
-
 def torch_callee(fn: Callable[..., Any]) -> str:
     """The callee path of a direct call of an op's torch function: its import path, or for
     a helper of thunder_ir's dialects, its path in the generated-code namespace."""
-    if _is_helper(fn):
+    if is_dialect_helper(fn):
         return namespace.register(helper_name(fn), fn)
     return torch_name(fn)
-
-
-def _resolve_wrapper(name: str) -> Any:
-    """What generated code calls as ``tir.<name>`` for an in-tree op, found by name (for
-    printed source run before anything lowered the op): an op's reference implementation
-    (`wrapper_name`) or its torch function that is a dialect's helper (`helper_name`)."""
-    tables = {"prims": prims_dialect.OPS, "ltorch": ltorch_dialect.OPS}
-    dialect, _, short = name.partition("_")
-    cls = tables.get(dialect, {}).get(short)
-    if cls is not None and wrapper_name(cls) == name:
-        return cls.ref
-    for table in tables.values():
-        for cls in table.values():
-            fn = getattr(cls, "TORCH_FN", None)
-            if fn is not None and _is_helper(fn) and helper_name(fn) == name:
-                return fn
-    return None
-
-
-namespace.add_resolver(_resolve_wrapper)
 
 
 def _definer(cls: type, attr: str) -> type:
@@ -240,6 +204,7 @@ def _into_fresh(op: ThunderOp) -> CallOp | None:
     return call
 
 
+@register_pass  # the lowering names its own passes (thunder-ir-opt, pipeline specs)
 @dataclass(frozen=True)
 class LowerToTorchPass(ModulePass):
     """Every ltorch/prims op becomes the ``torch.call`` that computes it."""

@@ -56,10 +56,20 @@ def _kernel(name: str) -> Any:
     return getattr(triton_kernels, name)
 
 
-_CE_FORWARD = namespace.register_lazy("triton_cross_entropy_forward",
-                                      lambda: _kernel("cross_entropy_forward"))
-_CE_BACKWARD = namespace.register_lazy("triton_cross_entropy_backward",
-                                       lambda: _kernel("cross_entropy_backward"))
+def triton_cross_entropy_forward(*args: Any, **kwargs: Any) -> Any:
+    """The cross-entropy forward kernel (`thunder_ir.lowering.triton_kernels`, which needs
+    triton: imported on the first call)."""
+    return _kernel("cross_entropy_forward")(*args, **kwargs)
+
+
+def triton_cross_entropy_backward(*args: Any, **kwargs: Any) -> Any:
+    """The cross-entropy backward kernel (imported on the first call, as the forward)."""
+    return _kernel("cross_entropy_backward")(*args, **kwargs)
+
+
+_CE_FORWARD = namespace.register("triton_cross_entropy_forward", triton_cross_entropy_forward)
+_CE_BACKWARD = namespace.register("triton_cross_entropy_backward",
+                                  triton_cross_entropy_backward)
 
 
 def _interpreting() -> bool:

@@ -44,11 +44,10 @@ from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_functio
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType
-from thunder_ir.passes.claim import executor_spec, spec_with_names
+from thunder_ir.passes.context import VjpLookup, resolve, spec_with_names, vjp_overrides
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 from thunder_ir.passes.strip_autograd import strip_autograd
 from thunder_ir.passes.vjp import (
-    EXECUTOR_VJP_RULES,
     Cotangents,
     Grad,
     backpropagate,
@@ -66,9 +65,10 @@ class AutodiffError(RuntimeError):
 
 
 class _DecomposeWithoutRule(RewritePattern):
-    def __init__(self) -> None:
+    def __init__(self, overriding: Sequence[VjpLookup] = ()) -> None:
         self.rules = load_rules()
         self.vjps = load_vjp_rules()
+        self.overriding = overriding
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         from thunder_ir.dialects.ltorch_base import LtorchOp
@@ -79,15 +79,18 @@ class _DecomposeWithoutRule(RewritePattern):
             return
         if has_no_derivative(op):
             return
+        if any(lookup(op) is not None for lookup in self.overriding):
+            return  # an executor in use differentiates it whole
         emitter = Emitter()
         emitter.loc = op.attributes.get("loc")
         out = decompose_op(op, emitter)
         rewriter.replace(op, emitter.ops, out if isinstance(out, list) else [out])
 
 
-def decompose_for_grad(module: ModuleOp) -> None:
-    """Decomposes the ltorch ops that have no direct VJP rule into prims."""
-    PatternRewriteWalker(GreedyRewritePatternApplier([_DecomposeWithoutRule()],
+def decompose_for_grad(module: ModuleOp, overriding: Sequence[VjpLookup] = ()) -> None:
+    """Decomposes the ltorch ops that have no direct VJP rule into prims (neither in the
+    VJP table nor from one of the ``overriding`` executor lookups)."""
+    PatternRewriteWalker(GreedyRewritePatternApplier([_DecomposeWithoutRule(overriding)],
                                                      dce_enabled=False),
                          apply_recursively=False).rewrite_module(module)
 
@@ -155,15 +158,14 @@ def _gradient_operands(op: Operation) -> Sequence[SSAValue]:
 
 
 def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
-                executors: Sequence[Any] = ()) -> Joint:
+                overriding: Sequence[VjpLookup] = ()) -> Joint:
     """Builds the joint forward/backward program (see the module doc).
 
-    ``executors`` (objects or names, in priority order) may supply their own rule for an
-    op (their entries in `EXECUTOR_VJP_RULES`); otherwise the VJP table's rule applies.
+    ``overriding``: the executors' own VJP lookups, in priority order
+    (`thunder_ir.passes.context.vjp_overrides`); the first rule one returns for an op replaces the
+    VJP table's.
     """
     rules = load_vjp_rules()
-    overriding = [EXECUTOR_VJP_RULES[n] for n in executor_spec(executors)
-                  if n in EXECUTOR_VJP_RULES]
     fwd = main_function(module)
     block = fwd.body.block
     ret = block.last_op
@@ -376,12 +378,21 @@ def joint_of(module: ModuleOp) -> Joint:
 
 @dataclass(frozen=True)
 class DecomposeForGradPass(ModulePass):
-    """Decomposes the ltorch ops that have no direct VJP rule into prims."""
+    """Decomposes the ltorch ops that have no direct VJP rule into prims.
+
+    Args:
+        executors: executors (objects or names) whose own VJP rules count as direct ones
+            (the ops they differentiate are kept whole for ``autodiff``).
+    """
 
     name = "decompose-for-grad"
+    executors: tuple[Any, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        decompose_for_grad(op)
+        decompose_for_grad(op, vjp_overrides(resolve(ctx, self.executors)))
+
+    def spec(self, *, include_default: bool = False) -> ArgSpec:
+        return spec_with_names(self, include_default=include_default)
 
 
 @dataclass(frozen=True)
@@ -400,7 +411,8 @@ class AutodiffPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         fn = main_function(op)
         rg = self.requires_grad or (True,) * len(fn.args)
-        joint = build_joint(op, rg, self.executors)
+        executors = resolve(ctx, self.executors)
+        joint = build_joint(op, rg, vjp_overrides(executors))
         jfn = main_function(joint.module)
         _set_layout(jfn, {"n_inputs": joint.n_inputs, "n_outputs": joint.n_outputs,
                           "n_forward_ops": joint.n_forward_ops,
@@ -429,12 +441,11 @@ class RematSplitPass(ModulePass):
     executors: tuple[Any, ...] = ()
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from thunder_ir.passes.claim import resolve
         from thunder_ir.passes.remat import POLICIES
 
         policy = POLICIES[self.policy] if isinstance(self.policy, str) else self.policy
         joint = joint_of(op)
-        parts = split(joint, policy.bound(resolve(self.executors)))
+        parts = split(joint, policy.bound(resolve(ctx, self.executors)))
         fwd, bwd = main_function(parts.forward), main_function(parts.backward)
         _set_layout(bwd, {"n_inputs": joint.n_inputs, "n_outputs": joint.n_outputs,
                           "n_residuals": parts.n_residuals,

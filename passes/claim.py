@@ -7,15 +7,14 @@ replace what it claims (``expand``, an execution transform); the new ops are cla
 turn.
 
 The pass sees executors through that interface only (``name``, ``can_claim``,
-``expand``). Names given in a pass spec (``claim{executors=torch}``) are resolved by
-`executor_named`, through the lookups the executor registry installs
-(`thunder_ir.lowering.executors`); passes never import the lowering.
+``expand``). Names given in a pass spec (``claim{executors=torch}``) are resolved through
+the compile context the pass is run with (`thunder_ir.passes.context`); passes never
+import the lowering.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from xdsl.context import Context
@@ -26,37 +25,7 @@ from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, Rewrite
 from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.ltorch_base import LtorchOp
-
-EXECUTOR_LOOKUPS: list[Callable[[str], Any]] = []
-"""Functions ``name -> executor``, installed by the executor registry when it loads."""
-
-
-def executor_named(name: str) -> Any:
-    """The registered executor called ``name``.
-
-    Raises:
-        ValueError: no registry is installed, or it knows no such executor.
-    """
-    if not EXECUTOR_LOOKUPS:
-        raise ValueError(f"cannot resolve executor {name!r}: no executor registry is loaded "
-                         "(import thunder_ir)")
-    return EXECUTOR_LOOKUPS[-1](name)
-
-
-def resolve(executors: Iterable[Any]) -> tuple[Any, ...]:
-    """Executor objects from objects or registered names."""
-    return tuple(executor_named(e) if isinstance(e, str) else e for e in executors)
-
-
-def executor_spec(executors: Iterable[Any]) -> tuple[str, ...]:
-    """The names of ``executors`` (objects or names), as a pass spec prints them."""
-    return tuple(e if isinstance(e, str) else e.name for e in executors)
-
-
-def spec_with_names(p: ModulePass, *, include_default: bool = False) -> ArgSpec:
-    """``p``'s spec with its ``executors`` field printed as executor names."""
-    named: Any = replace(p, executors=executor_spec(getattr(p, "executors", ())))  # type: ignore[call-arg]
-    return ModulePass.spec(named, include_default=include_default)
+from thunder_ir.passes.context import resolve, spec_with_names
 
 
 class _Claim(RewritePattern):
@@ -95,12 +64,11 @@ class ClaimPass(ModulePass):
     executors: tuple[Any, ...] = ("torch",)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(_Claim(resolve(self.executors)),
+        PatternRewriteWalker(_Claim(resolve(ctx, self.executors)),
                              apply_recursively=False).rewrite_module(op)
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         return spec_with_names(self, include_default=include_default)
 
 
-__all__ = ["EXECUTOR_LOOKUPS", "ClaimPass", "executor_named", "executor_spec", "resolve",
-           "spec_with_names"]
+__all__ = ["ClaimPass"]

@@ -59,7 +59,7 @@ from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import program_functions
 from thunder_ir.dialects.traits import computes_nothing
-from thunder_ir.passes.claim import resolve, spec_with_names
+from thunder_ir.passes.context import resolve, spec_with_names
 
 FALLBACK_EXECUTOR = "torch"
 """The executor that runs what nobody else does. It comes last in priority, so a fusion
@@ -86,7 +86,7 @@ class FusePass(ModulePass):
     min_size: int = 2
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        executors = _fusion_executors(self.executors)
+        executors = tuple(e for e in resolve(ctx, self.executors) if e.is_fusion)
         if not executors:
             return
         for fn in program_functions(op):
@@ -94,10 +94,6 @@ class FusePass(ModulePass):
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         return spec_with_names(self, include_default=include_default)
-
-
-def _fusion_executors(executors: Iterable[Any]) -> tuple[Any, ...]:
-    return tuple(e for e in resolve(executors) if e.is_fusion)
 
 
 # --------------------------------------------------------------------------- grouping

@@ -342,7 +342,8 @@ class Pipeline:
         dump: print the IR after each pass to stderr (default: ``THUNDER_IR_DUMP``).
         record: record a `Trace` after each pass.
         printer: how the recorded traces print as Python (the lowering's
-            ``print_python``; without one they print as MLIR).
+            ``print_python``); None: the compile context's printer, if it has one, else
+            they print as MLIR.
         pause_gc: pause the cyclic garbage collector while the passes run.
         hooks: more hooks, called after the built-in ones.
     """
@@ -374,11 +375,17 @@ class Pipeline:
     def run(self, module: ModuleOp, ctx: Context | None = None) -> list[Trace]:
         """Runs every pass on ``module`` in place; returns one `Trace` per pass.
 
+        ``ctx`` is what the passes compile with: a
+        `thunder_ir.passes.context.CompileContext` (its executors, the registry that
+        finds executors named in pass specs, the printer); None: the dialects only.
+
         Raises:
             PassVerificationError: with ``verify``, when the input or a pass's result
                 does not verify.
         """
-        recorder = TraceRecorder(printer=self.printer)
+        ctx = ctx if ctx is not None else _context()
+        recorder = TraceRecorder(printer=self.printer if self.printer is not None
+                                 else getattr(ctx, "printer", None))
         hooks: list[Hook] = []
         if self.verify:
             hooks.append(verify_hook)
@@ -387,7 +394,6 @@ class Pipeline:
         if self.dump:
             hooks.append(dump_hook())
         hooks.extend(self.extra_hooks)
-        ctx = ctx if ctx is not None else _context()
         if self.verify:
             verify_module(module, "input")
         clock = time.perf_counter

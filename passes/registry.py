@@ -47,12 +47,10 @@ _BUILTINS: dict[str, str] = {
     "autodiff": "thunder_ir.passes.autodiff:AutodiffPass",
     "remat-split": "thunder_ir.passes.autodiff:RematSplitPass",
     "restride-outputs": "thunder_ir.passes.restride:RestrideOutputsPass",
-    # The lowering's passes, named here (not imported) so that every step of `jit` has a
-    # name in `thunder-ir-opt` and in pipeline specs.
-    "lower-claimed": "thunder_ir.lowering.executors:LowerClaimedPass",
-    "lower-to-torch": "thunder_ir.lowering.torch_executor:LowerToTorchPass",
-    "del-last-used": "thunder_ir.lowering.codegen:DelLastUsedPass",
 }
+"""This package's passes, imported on first use. The lowering registers its own
+(``lower-claimed``, ``lower-to-torch``, ``del-last-used``) with `register_pass` when it is
+imported, which ``import thunder_ir`` does: nothing here names a package above it."""
 
 _FACTORIES: dict[str, type[ModulePass] | PassFactory] = {}
 """Passes registered by call or entry point; they take precedence over `_BUILTINS`."""

@@ -36,10 +36,6 @@ from thunder_ir.dialects.types import TensorType, ttype
 
 VjpRule = Callable[..., list[Any]]
 VJP_RULES: dict[type[ThunderOp], VjpRule] = {}
-EXECUTOR_VJP_RULES: dict[str, Callable[[Operation], VjpRule | None]] = {}
-"""Executors' own VJP rules, by executor name: ``lookup(op) -> rule | None``. While that
-executor is in use, a rule it returns replaces ``VJP_RULES``' for the op (a fused backward
-kernel, an extension's grad transform). The executor registry fills it."""
 
 
 def vjp(op: type[ThunderOp]) -> Callable[[VjpRule], VjpRule]:

@@ -25,11 +25,13 @@ another against the arrows to reach it:
 
 A ``torch.call`` names a registered callable by its path here (`callee`: the IR says
 ``thunder_ir.runtime.namespace.call_with_grad``, the Python ``tir.call_with_grad``), and
-`thunder_ir.dialects.torch.torch_name` of a registered callable answers that path. A name
-can be registered lazily (`register_lazy`: a loader run on first use, for a module that
-needs an optional package) or answered by a resolver (`add_resolver`: the torch
-executor's ``<dialect>_<op>`` wrappers), so that printed source run in a fresh process
-finds what it calls.
+`thunder_ir.dialects.torch.torch_name` of a registered callable answers that path.
+
+Nothing here calls into the packages that register: a callable of a module that needs an
+optional package is a plain function that imports it on its first call (the Triton
+kernels); an op's ``<dialect>_<op>`` wrapper is found by name in the dialects' op tables
+(`op_callable`); ``import thunder_ir`` loads the built-in executors, which register their
+callees. So printed source run in a fresh process finds what it calls.
 
 Registered callables are attributes of this module, so a call in generated code costs the
 global ``tir`` and one attribute: fewer look-ups than the import paths it replaces.
@@ -60,10 +62,6 @@ IMPORT = f"from {RUNTIME_NAMESPACE.rsplit('.', 1)[0]} import namespace as {ALIAS
 """The import line of generated code."""
 
 _REGISTERED: dict[str, Any] = {}
-_LAZY: dict[str, Callable[[], Any]] = {}
-_LOADED: set[str] = set()
-"""Names registered by their lazy loader (`register_lazy` may name them again)."""
-_RESOLVERS: list[Callable[[str], Any]] = []
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,9 +90,6 @@ def register(name: str, obj: Any) -> str:
                          f"({getattr(old, '__qualname__', old)!r}); pick another name")
     if old is None and globals().get(name, obj) is not obj:
         raise ValueError(f"namespace: {name!r} is a name of the namespace module itself")
-    if name in _LAZY:  # (the loader pops its name before registering what it loaded)
-        raise ValueError(f"namespace: {name!r} is already registered (to be loaded on first "
-                         "use); pick another name")
     _REGISTERED[name] = obj
     globals()[name] = obj
     path = callee(name)
@@ -108,43 +103,59 @@ def export(fn: F) -> F:
     return fn
 
 
-def register_lazy(name: str, loader: Callable[[], Any]) -> str:
-    """Registers ``name`` to the object ``loader()`` returns, loaded on its first use (for
-    callables of modules that need an optional package). Returns the callee path."""
-    if name in _REGISTERED and name not in _LOADED:
-        raise ValueError(f"namespace: {name!r} is already registered "
-                         f"({getattr(_REGISTERED[name], '__qualname__', _REGISTERED[name])!r}); "
-                         "pick another name")
-    if name not in _REGISTERED:
-        _LAZY[name] = loader
-    return callee(name)
-
-
-def add_resolver(resolver: Callable[[str], Any]) -> None:
-    """Adds a function that answers a name nobody registered (the object, or None); what
-    it answers is registered under that name."""
-    if resolver not in _RESOLVERS:
-        _RESOLVERS.append(resolver)
-
-
 def registered() -> dict[str, Any]:
     """Every name registered so far, and its object."""
     return dict(_REGISTERED)
 
 
 def __getattr__(name: str) -> Any:
-    """A name registered lazily or answered by a resolver: loaded once, then an attribute."""
-    loader = _LAZY.pop(name, None)
-    obj = loader() if loader is not None else None
-    if loader is not None:
-        _LOADED.add(name)
-    if obj is None and not name.startswith("__"):
-        obj = next((o for r in _RESOLVERS if (o := r(name)) is not None), None)
+    """An op's wrapper or dialect helper not registered yet (`op_callable`): found by
+    name, then an attribute."""
+    obj = op_callable(name) if not name.startswith("__") else None
     if obj is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r} (nothing "
                              "registered it in the generated-code namespace)")
     register(name, obj)
     return obj
+
+
+# --------------------------------------------------------------------------- ops, by name
+
+
+def wrapper_name(cls: type[Any]) -> str:
+    """The name an op's reference implementation has here (``prims.sum`` ->
+    ``prims_sum``)."""
+    return cls.name.replace(".", "_", 1)
+
+
+def is_dialect_helper(fn: Any) -> bool:
+    """A torch function of an op that is a helper of thunder_ir's dialects (``_to_dtype``)."""
+    return getattr(fn, "__module__", "").startswith("thunder_ir.dialects.")
+
+
+def helper_name(fn: Callable[..., Any]) -> str:
+    """The name a dialect's helper has here (``to_dtype``)."""
+    return fn.__name__.lstrip("_")
+
+
+def op_callable(name: str) -> Any:
+    """What generated code calls as ``tir.<name>`` for an in-tree op, found by name (for
+    printed source run before anything lowered the op): the op's reference implementation
+    (`wrapper_name`) or its torch function that is a dialect's helper (`helper_name`);
+    None for any other name."""
+    from thunder_ir.dialects import ltorch, prims
+
+    tables = {"prims": prims.OPS, "ltorch": ltorch.OPS}
+    dialect, _, short = name.partition("_")
+    cls = tables.get(dialect, {}).get(short)
+    if cls is not None and wrapper_name(cls) == name:
+        return cls.ref
+    for table in tables.values():
+        for cls in table.values():
+            fn = getattr(cls, "TORCH_FN", None)
+            if fn is not None and is_dialect_helper(fn) and helper_name(fn) == name:
+                return fn
+    return None
 
 
 # --------------------------------------------------------------------------- the runtime's
@@ -180,5 +191,5 @@ for _fn in (no_grad, autograd_fallback.call_with_grad, autograd_fallback.handle_
     register(_fn.__name__, _fn)
 del _fn
 
-__all__ = ["ALIAS", "IMPORT", "add_resolver", "callee", "export", "no_grad", "register",
-           "register_lazy", "registered"]
+__all__ = ["ALIAS", "IMPORT", "callee", "export", "helper_name", "is_dialect_helper", "no_grad",
+           "op_callable", "register", "registered", "wrapper_name"]

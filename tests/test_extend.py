@@ -252,6 +252,31 @@ def test_replaced_function_untouched_outside_tracing(ex_name: str) -> None:
     torch.testing.assert_close(_from_import["user"](x), (x * 2.0 + 1).sin())
 
 
+def test_replaced_torch_function_is_diverted_in_the_trace_alone(ex_name: str) -> None:
+    """A replaced torch callable is diverted through the trace's own handler table: the
+    process-wide table is never written, so another thread's trace (or eager code) never
+    meets the diversion."""
+    from thunder_ir.frontend.table import HANDLERS
+
+    ex = OperatorExecutor(ex_name)
+    thunder_ir.extend.register_executor(ex)
+    ex.register_operator("tanh_op", like=torch.tanh, fn=torch.tanh, replaces=torch.tanh)
+    before = dict(HANDLERS)
+    seen: list[bool] = []
+
+    def user(x: torch.Tensor) -> torch.Tensor:
+        seen.append(HANDLERS.get(torch.tanh) is before.get(torch.tanh))
+        return torch.tanh(x) * 2
+
+    x = torch.randn(4)
+    jitted = thunder_ir.jit(user, executors=[ex])
+    torch.testing.assert_close(jitted(x), torch.tanh(x) * 2)
+    assert seen == [True] and before == HANDLERS
+    assert _lines(thunder_ir.last_traces(jitted)[0], f"{ex_name}.tanh_op(")
+    plain = thunder_ir.jit(user)  # the executor not in use: its operator is not claimed
+    torch.testing.assert_close(plain(x), torch.tanh(x) * 2)
+
+
 # --------------------------------------------------------------------------- API details
 
 

@@ -53,54 +53,46 @@ def test_register_is_idempotent_and_refuses_a_second_object() -> None:
         tir.register("_private", ns_test_helper)
 
 
-def test_lazy_names_and_resolvers() -> None:
-    loads: list[str] = []
+def test_ops_are_found_by_name() -> None:
+    """An op's wrapper and a dialect helper are found by name in the op tables (printed
+    source run before anything lowered the op), with no hook another package installs."""
+    from thunder_ir.dialects import prims
 
-    def load() -> object:
-        loads.append("x")
-        return abs
-
-    tir.register_lazy("ns_test_lazy", load)
-    assert not loads
-    assert tir.ns_test_lazy is abs  # type: ignore[attr-defined]
-    assert tir.ns_test_lazy is abs and loads == ["x"]  # type: ignore[attr-defined]
-    tir.add_resolver(lambda name: round if name == "ns_test_resolved" else None)
-    assert tir.ns_test_resolved is round  # type: ignore[attr-defined]
+    assert tir.op_callable("prims_sum") == prims.OPS["sum"].ref  # (a bound classmethod)
+    assert tir.prims_sum == prims.OPS["sum"].ref  # type: ignore[attr-defined]
+    assert tir.op_callable("ns_test_missing") is None
     with pytest.raises(AttributeError, match="nothing registered it"):
         _ = tir.ns_test_missing  # type: ignore[attr-defined]
 
 
-def test_a_lazy_name_is_not_taken_twice() -> None:
-    """A name registered to be loaded later is as taken as any other (the Triton
-    executor's cross-entropy kernels once shared a name with an op's torch function, and
-    generated code called the wrong one)."""
-    tir.register_lazy("ns_test_lazy_taken", lambda: abs)
+def test_a_kernel_name_is_not_taken_twice() -> None:
+    """The Triton executor's cross-entropy kernels are registered under names of their
+    own when it is imported (they once shared a name with an op's torch function, and
+    generated code called the wrong one); loading triton waits for their first call."""
+    from thunder_ir.lowering import triton_executor as te
+
+    registered = tir.registered()
+    assert registered["triton_cross_entropy_forward"] is te.triton_cross_entropy_forward
+    assert registered["triton_cross_entropy_backward"] is te.triton_cross_entropy_backward
     with pytest.raises(ValueError, match="already registered"):
-        tir.register("ns_test_lazy_taken", round)
-    tir.register("ns_test_eager_taken", round)
-    with pytest.raises(ValueError, match="already registered"):
-        tir.register_lazy("ns_test_eager_taken", lambda: abs)
-    assert tir.ns_test_lazy_taken is abs  # type: ignore[attr-defined]
-    tir.register_lazy("ns_test_lazy_taken", lambda: abs)  # naming it again: no clash
+        tir.register("triton_cross_entropy_forward", round)
 
 
 def test_every_op_helper_has_a_name_of_its_own() -> None:
     """The torch functions of in-tree ops that are dialect helpers, and the ops' wrappers,
     register under names no other callable of the namespace holds."""
     from thunder_ir.dialects import ltorch, prims
-    from thunder_ir.lowering import torch_executor as te
     from thunder_ir.lowering import triton_executor  # noqa: F401  (its lazy names)
 
     names: dict[str, object] = {}
     for table in (prims.OPS, ltorch.OPS):
         for cls in table.values():
             fn = getattr(cls, "TORCH_FN", None)
-            if fn is not None and te._is_helper(fn):
-                assert names.setdefault(te.helper_name(fn), fn) is fn, te.helper_name(fn)
-            assert names.setdefault(te.wrapper_name(cls), cls) is cls
+            if fn is not None and tir.is_dialect_helper(fn):
+                assert names.setdefault(tir.helper_name(fn), fn) is fn, tir.helper_name(fn)
+            assert names.setdefault(tir.wrapper_name(cls), cls) is cls
     registered = tir.registered()
     for name, obj in names.items():
-        assert name not in tir._LAZY, f"{name!r} is also a name loaded on first use"
         if name in registered:
             owner = registered[name]
             assert owner is obj or owner == getattr(obj, "ref", None), name

@@ -34,8 +34,14 @@ from thunder_ir.frontend import (  # noqa: E402
     TensorProxy,
     ThunderTraceError,
 )
-from thunder_ir.lowering.executors import get_all_executors, get_default_executors  # noqa: E402
+from thunder_ir.lowering.executors import (  # noqa: E402
+    get_all_executors,
+    get_default_executors,
+    load_builtin_executors,
+)
 from thunder_ir.trace import Trace  # noqa: E402
+
+load_builtin_executors()  # the composition root: executors register what they call
 
 __version__ = "0.1.0"
 

@@ -38,6 +38,7 @@ from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.lowering.codegen import DelLastUsedPass
+from thunder_ir.lowering.executors import compile_context
 from thunder_ir.passes.autodiff import layout_of
 from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot, snapshot_function
 from thunder_ir.pipeline import JitOptions, jit_pipeline
@@ -176,7 +177,11 @@ class _Compiled:
         """With ``module``: the module's method the program is (``jit(model.forward)``),
         called on the traced copy of the module tree instead of ``module.__call__``."""
         self._executors_arg = executors
-        self.executors = _resolve_executors(executors)
+        self.ctx = compile_context(executors)
+        """What this callable's compilations run their passes with: its executors (their
+        own VJP rules included), the registry for executors named in pass specs, the
+        trace printer. Built once; another jitted callable has its own."""
+        self.executors = list(self.ctx.executors)
         self._transforms = transforms
         self.user = _user_transforms(transforms)
         from thunder_ir.passes.remat import AUTO
@@ -512,7 +517,7 @@ class _Compiled:
             requires_grad=tuple(traced.input_requires_grad), remat=self.remat_policy,
             user=self.user))
         recorder = _Recorder(passes, traces)
-        Pipeline(passes, record=False, hooks=[recorder]).run(module)
+        Pipeline(passes, record=False, hooks=[recorder]).run(module, self.ctx)
         codegen = passes[-1]
         assert isinstance(codegen, DelLastUsedPass)
         programs = _final_traces(module, codegen, recorder)
@@ -690,12 +695,6 @@ def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
     src = f"def gather(L):\n  return ({', '.join(parts)}{',' if parts else ''})\n"
     exec(compile(src, "<thunder_ir gather>", "exec"), g)
     return g["gather"]
-
-
-def _resolve_executors(executors: Sequence[Any] | None) -> list[Any]:
-    from thunder_ir.lowering.executors import resolve_executors
-
-    return resolve_executors(executors)
 
 
 _OWN = frozenset({"_model", "_compiled", "__signature__", "training", "_forward_jit"})

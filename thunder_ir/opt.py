@@ -59,9 +59,11 @@ class ThunderIROptMain(xDSLOptMain):
     version_format: ClassVar[str] = "thunder-ir-opt (xdsl {xdsl_version})"
 
     def register_all_dialects(self) -> None:
-        from thunder_ir.dialects.program import context
+        # The passes run with a compile context: executors named in a pass spec
+        # (``claim{executors=sdpa}``) are found in the executor registry.
+        from thunder_ir.lowering.executors import compile_context
 
-        self.ctx = context()
+        self.ctx = compile_context(())
 
     def register_all_passes(self) -> None:
         from thunder_ir.passes.registry import pass_factories

@@ -26,14 +26,14 @@ from xdsl.passes import ModulePass
 
 from thunder_ir.dialects.program import BACKWARD
 from thunder_ir.lowering.codegen import DelLastUsedPass
-from thunder_ir.lowering.executors import LowerClaimedPass
+from thunder_ir.lowering.executors import LowerClaimedPass, get_executor
 from thunder_ir.lowering.torch_executor import LowerToTorchPass
 from thunder_ir.passes.autodiff import (
     AutodiffPass,
     DecomposeForGradPass,
     RematSplitPass,
 )
-from thunder_ir.passes.claim import ClaimPass, resolve
+from thunder_ir.passes.claim import ClaimPass
 from thunder_ir.passes.cse_dce import CSEPass, DCEPass
 from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
 from thunder_ir.passes.fuse import FusePass
@@ -72,7 +72,7 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
     user = options.user
     passes: list[ModulePass] = _user(user.get("ltorch", ()))
     if options.training:
-        passes += [DecomposeForGradPass(),
+        passes += [DecomposeForGradPass(ex),
                    AutodiffPass(tuple(options.requires_grad), ex),
                    RematSplitPass(options.remat, ex)]
         passes += _user(user.get("backward", ()), (BACKWARD,))
@@ -81,7 +81,8 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
     # Clean up while ops are still Pure ltorch/prims ops (torch.call is opaque to CSE/DCE):
     # VJP rules leave unused values behind, and repeated subexpressions should fuse once.
     passes += [CSEPass(), DCEPass()]
-    fusion = tuple(e for e in resolve(ex) if e.is_fusion)
+    fusion = tuple(e for e in (get_executor(e) if isinstance(e, str) else e for e in ex)
+                   if e.is_fusion)
     if fusion:
         passes.append(FusePass(fusion))
     passes += _user(user.get("fusion", ()))

@@ -190,12 +190,9 @@ def add_default_executor(ex: Executor) -> Executor:
 def deregister_executor(ex: Executor) -> None:
     """Forgets ``ex``: its name no longer resolves, and the functions its operators
     replaced are no longer diverted."""
-    from thunder_ir.lowering import executors as registry
+    from thunder_ir.lowering.executors import unregister_executor
 
-    if registry._REGISTRY.get(ex.name) is ex:
-        del registry._REGISTRY[ex.name]
-        if ex.name in registry._DEFAULT_ORDER:
-            registry._DEFAULT_ORDER.remove(ex.name)
+    unregister_executor(ex)
     for key, r in list(_REPLACEMENTS.items()):
         if r.symbol.executor is ex:
             del _REPLACEMENTS[key]

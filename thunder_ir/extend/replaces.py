@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunder_ir.extend.symbols import Symbol, _suspended
-from thunder_ir.frontend.context import TraceContext, tracing_now
+from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.table import HANDLERS, TRACING_CONTEXTS
+from thunder_ir.frontend.takeover import Swap, swapped_while_traced
 
 
 @dataclass
@@ -24,12 +25,10 @@ class _Replacement:
     original: Callable[..., Any]  # runs the function's own code (never diverted)
     code: types.CodeType | None = None  # the function's own code (Python functions)
     trampoline: types.CodeType | None = None
-    saved_handler: Any = None
 
 
 _REPLACEMENTS: dict[int, _Replacement] = {}
 _KEYS = itertools.count()
-_DIVERTED = [0]  # nesting depth of traces with the diversions in place
 
 
 def _divert(key: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -94,31 +93,33 @@ def _handler_for(r: _Replacement, previous: Any) -> Callable[..., Any]:
     return handler
 
 
+def _code_swaps() -> list[Swap]:
+    """Each replaced Python function's code, swapped for its trampoline while any thread
+    traces (a call outside tracing, in any thread, goes through `_divert` to the
+    function's own code)."""
+    return [(r.target, "__code__", _constant(r.trampoline)) for r in list(_REPLACEMENTS.values())
+            if r.trampoline is not None]
+
+
+def _constant(value: Any) -> Callable[[Any], Any]:
+    return lambda _: value
+
+
+_codes_swapped = swapped_while_traced(_code_swaps)
+
+
 @contextlib.contextmanager
 def _diversions() -> Iterator[None]:
-    """Entered around user code while it is traced (`TRACING_CONTEXTS`): swaps each
-    replaced function's code for its trampoline, and restores it on the way out."""
-    _DIVERTED[0] += 1
-    swapped: list[_Replacement] = []
-    try:
-        if _DIVERTED[0] == 1:
-            for r in list(_REPLACEMENTS.values()):
-                if r.trampoline is not None:
-                    r.target.__code__ = r.trampoline
-                else:
-                    r.saved_handler = HANDLERS.get(r.target)
-                    HANDLERS[r.target] = _handler_for(r, r.saved_handler)
-                swapped.append(r)
+    """Entered around user code while it is traced (`TRACING_CONTEXTS`): replaced Python
+    functions run their trampolines (`_code_swaps`), and replaced torch callables get a
+    handler in this trace's own table (`TraceContext.handlers`), so that no other trace
+    and no other thread sees it."""
+    ctx = current()
+    for r in list(_REPLACEMENTS.values()):
+        if r.trampoline is None:
+            ctx.handlers[r.target] = _handler_for(r, HANDLERS.get(r.target))
+    with _codes_swapped():
         yield
-    finally:
-        _DIVERTED[0] -= 1
-        for r in swapped:
-            if r.trampoline is not None:
-                r.target.__code__ = r.code  # type: ignore[assignment]
-            elif r.saved_handler is None:
-                HANDLERS.pop(r.target, None)
-            else:
-                HANDLERS[r.target] = r.saved_handler
 
 
 TRACING_CONTEXTS.append(_diversions)

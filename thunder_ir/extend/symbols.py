@@ -29,7 +29,7 @@ from thunder_ir.extend.vjp import _autograd_rule
 from thunder_ir.frontend.context import TraceContext, TraceMode, current, recording, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location
 from thunder_ir.frontend.proxy import TensorProxy, type_of_any
-from thunder_ir.passes.vjp import VJP_RULES
+from thunder_ir.passes.vjp import vjp
 
 if TYPE_CHECKING:
     from thunder_ir.extend.executor import OperatorExecutor
@@ -271,7 +271,7 @@ def _op_class_for(symbol: Symbol, single: bool) -> type[OperatorOp]:
         if found is None:
             cls = _make_op_class(op_name, symbol.params, single)
             _OP_CLASSES[op_name] = cls
-            VJP_RULES[cls] = _autograd_rule
+            vjp(cls)(_autograd_rule)  # its rule, as any op registers one
             break
         if single == found.SINGLE and _class_layout(found.PARAMS) == layout:
             cls = found  # the same operator registered again (a re-run cell): reuse it

@@ -159,6 +159,10 @@ class TraceContext(Builder):
 
     def __init__(self) -> None:
         self.program = Program(FORWARD, [])
+        self.handlers: dict[Any, Any] = {}
+        """Handlers of this trace only, ahead of `HANDLERS` (the extension API's
+        ``replaces=`` diversions of torch callables): another thread's trace, or code run
+        outside tracing, never sees them."""
         self.block: Block = self.program.block
         self.emitter = self.program.emitter
         self.input_kinds: list[tuple[Any, ...]] = []
@@ -1002,8 +1006,8 @@ class TraceMode(TorchFunctionMode):
             sys.settrace(recorder)
 
     def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        h = HANDLERS.get(func)
         ctx = self.ctx
+        h = (ctx.handlers.get(func) if ctx.handlers else None) or HANDLERS.get(func)
         args, kwargs = python_numbers(args, kwargs)
         if _functorch_active():  # (transforms outside the jitted call were set aside)
             ctx.loc = user_location()

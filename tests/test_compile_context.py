@@ -1,0 +1,132 @@
+"""The compile context: what a compilation compiles with travels with it, not in globals.
+
+Each jitted callable builds one `CompileContext` (its executors, the registry lookup for
+executors a pass spec names, the trace printer) and runs its passes with it. Executors
+given to ``jit`` need not be registered, and two jitted callables with executors of the
+same name (each bringing its own VJP rules) do not see each other's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from xdsl.context import Context
+from xdsl.ir import Operation
+
+import thunder_ir
+from thunder_ir.dialects import ltorch
+from thunder_ir.dialects.program import context, parse
+from thunder_ir.lowering.executors import Executor, compile_context, get_executor
+from thunder_ir.lowering.python_printer import print_python
+from thunder_ir.passes.context import CompileContext, resolve
+from thunder_ir.passes.pipeline import Pipeline
+
+SinOp = ltorch.OPS["sin"]
+
+
+class ScaledSinGrad(Executor):
+    """An unregistered executor whose own VJP rule for ``sin`` returns the cotangent
+    doubled (``k=2``) or negated (``k=-1``): a deliberately different gradient, so the
+    test sees whose rule ran."""
+
+    name = "scaled_sin_grad"
+
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def vjp_rule(self, op: Operation) -> Any:
+        if not isinstance(op, SinOp):
+            return None
+        k = self.k
+
+        def rule(g: Any, out: list[Any], ct: list[Any], a: Any, **params: Any) -> list[Any]:
+            return [g.ltorch.add(ct[0], ct[0]) if k == 2 else g.ltorch.neg(ct[0])]
+
+        return rule
+
+
+def _grad(jf: Any) -> torch.Tensor:
+    x = torch.randn(5, requires_grad=True)
+    jf(x).sum().backward()
+    assert x.grad is not None
+    return x.grad
+
+
+def test_executors_of_the_same_name_keep_their_own_vjp_rules() -> None:
+    double = thunder_ir.jit(lambda x: torch.sin(x), executors=[ScaledSinGrad(2.0)])
+    negate = thunder_ir.jit(lambda x: torch.sin(x), executors=[ScaledSinGrad(-1.0)])
+    plain = thunder_ir.jit(lambda x: torch.sin(x))
+    # compile in an order where a process-wide table keyed by name would leak: the
+    # second executor's rule must not reach the first callable, nor either the third
+    assert torch.equal(_grad(negate), torch.full((5,), -1.0))
+    assert torch.equal(_grad(double), torch.full((5,), 2.0))
+    x = torch.randn(5, requires_grad=True)
+    plain(x).sum().backward()
+    assert torch.allclose(x.grad, torch.cos(x.detach()))  # type: ignore[arg-type]
+    assert "scaled_sin_grad" not in {e.name for e in thunder_ir.get_all_executors()}
+
+
+def test_jit_compiles_with_one_context_per_callable() -> None:
+    ex = ScaledSinGrad(2.0)
+    jf = thunder_ir.jit(lambda x: torch.sin(x), executors=[ex])
+    other = thunder_ir.jit(lambda x: torch.sin(x))
+    cf, co = jf, other  # a jitted function is its cache and compile path
+    assert isinstance(cf.ctx, CompileContext) and cf.ctx is not co.ctx
+    assert cf.ctx.executors[0] is ex and cf.ctx.executors[-1].name == "torch"
+    assert all(e.name != ex.name for e in co.ctx.executors)
+    assert cf.ctx.printer is print_python
+
+
+def test_names_resolve_through_the_context() -> None:
+    ex = ScaledSinGrad(2.0)
+    ctx = compile_context([ex])
+    # the context's own executors first (unregistered ones included), then the registry
+    assert resolve(ctx, ["scaled_sin_grad", "torch", ex]) == (ex, ctx.executors[-1], ex)
+    assert ctx.executor("sdpa") is get_executor("sdpa")
+    with pytest.raises(ValueError, match="unknown executor 'nope'"):
+        ctx.executor("nope")
+    bare = CompileContext.over(context(), executors=(ex,))
+    with pytest.raises(ValueError, match=r"unknown executor 'torch'.*has: scaled_sin_grad"):
+        resolve(bare, ["torch"])
+    with pytest.raises(ValueError, match="plain xDSL Context"):
+        resolve(Context(), ["torch"])
+
+
+def test_a_pass_spec_names_the_contexts_executor() -> None:
+    """``claim{executors=NAME}`` claims with the context's executor of that name: a test
+    hands the pipeline its own executor instead of registering it or patching a global."""
+
+    class ClaimsSin(Executor):
+        name = "claims_sin"
+
+        def can_claim(self, op: Any) -> bool:
+            return isinstance(op, SinOp)
+
+    module = parse("""
+    builtin.module {
+      func.func @forward(%x : !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
+        %y = "ltorch.sin"(%x) : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
+        func.return %y : !prims.tensor<4xf32, cpu>
+      }
+    }""")
+    Pipeline("claim{executors=claims_sin}", record=False).run(
+        module, compile_context([ClaimsSin()]))
+    assert 'claimed = "claims_sin"' in str(module)
+    with pytest.raises(ValueError, match="unknown executor 'claims_sin'"):
+        Pipeline("claim{executors=claims_sin}", record=False).run(module, compile_context())
+
+
+def test_traces_print_with_the_contexts_printer() -> None:
+    module = parse("""
+    builtin.module {
+      func.func @forward(%x : !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
+        %y = "ltorch.sin"(%x) : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
+        func.return %y : !prims.tensor<4xf32, cpu>
+      }
+    }""")
+    (trace,) = Pipeline("cse").run(module, compile_context())
+    assert "def forward(x):" in str(trace)
+    (trace,) = Pipeline("cse").run(module, CompileContext.over(context()))
+    assert str(trace).startswith("builtin.module")
