@@ -29,13 +29,14 @@ ever sees them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from xdsl.dialects.builtin import DenseArrayBase, StringAttr, i32, i64
-from xdsl.ir import Attribute, Block, Dialect, Region, SSAValue
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, IntAttr, StringAttr, i32, i64
+from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue
 from xdsl.irdl import (
     AttrSizedOperandSegments,
     IRDLOperation,
+    irdl_attr_definition,
     irdl_op_definition,
     operand_def,
     prop_def,
@@ -45,6 +46,8 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
 from xdsl.traits import IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
@@ -163,9 +166,185 @@ def make_function(name: str, primals: Sequence[SSAValue], values: Sequence[SSAVa
                              properties=props, regions=[Region(body)])
 
 
+# --------------------------------------------------------------------------- layouts
+#
+# A differentiated program's functions say where their parts are: which arguments are
+# the forward's inputs and which the cotangents, which results are the outputs, the
+# gradients and the residuals. ``autodiff`` puts a `JointLayoutAttr` on ``@joint``;
+# ``remat-split`` a `BackwardLayoutAttr` on ``@backward``; the API reads the latter to
+# build the autograd bridge. Typed, so a pass that leaves a field out fails where it
+# builds the attribute, not where another package reads a dict.
+
+LAYOUT = "autograd.layout"
+"""The function attribute that holds a layout."""
+
+
+def _print_fields(printer: Printer, fields: Sequence[tuple[str, Attribute]]) -> None:
+    def show(a: Attribute) -> str:
+        if isinstance(a, IntAttr):
+            return str(a.data)
+        assert isinstance(a, ArrayAttr)
+        return "[" + ", ".join(show(x) for x in a.data) + "]"
+
+    printer.print_string("<" + ", ".join(f"{k} = {show(v)}" for k, v in fields) + ">")
+
+
+def _parse_fields(parser: AttrParser, names: Sequence[str]) -> list[Attribute]:
+    def value() -> Attribute:
+        if parser.parse_optional_punctuation("[") is None:
+            return IntAttr(parser.parse_integer(allow_negative=False))
+        items: list[Attribute] = []
+        if parser.parse_optional_punctuation("]") is None:
+            items.append(value())
+            while parser.parse_optional_punctuation(",") is not None:
+                items.append(value())
+            parser.parse_punctuation("]")
+        return ArrayAttr(items)
+
+    out: list[Attribute] = []
+    with parser.in_angle_brackets():
+        for i, name in enumerate(names):
+            if i:
+                parser.parse_punctuation(",")
+            parser.parse_keyword(name)
+            parser.parse_punctuation("=")
+            out.append(value())
+    return out
+
+
+def _ints(values: Sequence[int]) -> ArrayAttr[IntAttr]:
+    return ArrayAttr([IntAttr(int(v)) for v in values])
+
+
+def _values(a: ArrayAttr[Any]) -> tuple[Any, ...]:
+    return tuple(_values(x) if isinstance(x, ArrayAttr) else x.data for x in a.data)
+
+
+@irdl_attr_definition
+class JointLayoutAttr(ParametrizedAttribute):
+    """The layout of ``@joint(inputs..., cotangents...) -> (outputs..., grads...)``:
+    ``#autograd.joint<inputs = 2, outputs = 1, forward_ops = 2, grad_inputs = [0],
+    ct_outputs = [0], reaches = [[0]]>``.
+
+    ``forward_ops``: the body's first ops that are the forward; ``grad_inputs``: the
+    input positions whose gradients are returned, in order; ``ct_outputs``: the output
+    positions that take a cotangent; ``reaches``: per grad input, the positions in
+    ``ct_outputs`` of the outputs that depend on it.
+    """
+
+    name = "autograd.joint"
+
+    inputs: IntAttr
+    outputs: IntAttr
+    forward_ops: IntAttr
+    grad_inputs: ArrayAttr[IntAttr]
+    ct_outputs: ArrayAttr[IntAttr]
+    reaches: ArrayAttr[ArrayAttr[IntAttr]]
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("inputs", "outputs", "forward_ops", "grad_inputs",
+                                         "ct_outputs", "reaches")
+
+    @staticmethod
+    def make(n_inputs: int, n_outputs: int, n_forward_ops: int, grad_inputs: Sequence[int],
+             ct_outputs: Sequence[int], reaches: Sequence[Sequence[int]]) -> JointLayoutAttr:
+        """The attribute of these Python values."""
+        return JointLayoutAttr(IntAttr(n_inputs), IntAttr(n_outputs), IntAttr(n_forward_ops),
+                               _ints(grad_inputs), _ints(ct_outputs),
+                               ArrayAttr([_ints(r) for r in reaches]))
+
+    def print_parameters(self, printer: Printer) -> None:
+        _print_fields(printer, list(zip(self.FIELDS, self.parameters, strict=True)))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        return _parse_fields(parser, cls.FIELDS)
+
+    @property
+    def n_inputs(self) -> int:
+        return self.inputs.data
+
+    @property
+    def n_outputs(self) -> int:
+        return self.outputs.data
+
+    @property
+    def n_forward_ops(self) -> int:
+        return self.forward_ops.data
+
+    def grad_input_list(self) -> list[int]:
+        return list(_values(self.grad_inputs))
+
+    def ct_output_list(self) -> list[int]:
+        return list(_values(self.ct_outputs))
+
+    def reach_list(self) -> list[tuple[int, ...]]:
+        return list(_values(self.reaches))
+
+
+@irdl_attr_definition
+class BackwardLayoutAttr(ParametrizedAttribute):
+    """The layout of a program split by ``remat-split``, on ``@backward(residuals...,
+    cotangents...) -> grads``: ``#autograd.backward<inputs = 2, outputs = 1,
+    residuals = 2, grad_inputs = [0], ct_outputs = [0], reaches = [[0]]>``.
+
+    ``inputs`` and ``outputs`` count the forward's own (``@forward`` returns its outputs,
+    then the ``residuals``); the other fields are the joint's (`JointLayoutAttr`).
+    """
+
+    name = "autograd.backward"
+
+    inputs: IntAttr
+    outputs: IntAttr
+    residuals: IntAttr
+    grad_inputs: ArrayAttr[IntAttr]
+    ct_outputs: ArrayAttr[IntAttr]
+    reaches: ArrayAttr[ArrayAttr[IntAttr]]
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("inputs", "outputs", "residuals", "grad_inputs",
+                                         "ct_outputs", "reaches")
+
+    @staticmethod
+    def make(n_inputs: int, n_outputs: int, n_residuals: int, grad_inputs: Sequence[int],
+             ct_outputs: Sequence[int], reaches: Sequence[Sequence[int]]
+             ) -> BackwardLayoutAttr:
+        """The attribute of these Python values."""
+        return BackwardLayoutAttr(IntAttr(n_inputs), IntAttr(n_outputs), IntAttr(n_residuals),
+                                  _ints(grad_inputs), _ints(ct_outputs),
+                                  ArrayAttr([_ints(r) for r in reaches]))
+
+    def print_parameters(self, printer: Printer) -> None:
+        _print_fields(printer, list(zip(self.FIELDS, self.parameters, strict=True)))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        return _parse_fields(parser, cls.FIELDS)
+
+    @property
+    def n_inputs(self) -> int:
+        return self.inputs.data
+
+    @property
+    def n_outputs(self) -> int:
+        return self.outputs.data
+
+    @property
+    def n_residuals(self) -> int:
+        return self.residuals.data
+
+    def grad_input_list(self) -> list[int]:
+        return list(_values(self.grad_inputs))
+
+    def ct_output_list(self) -> list[int]:
+        return list(_values(self.ct_outputs))
+
+    def reach_list(self) -> list[tuple[int, ...]]:
+        return list(_values(self.reaches))
+
+
 AUTOGRAD_OPS: list[type[ThunderOp]] = [StopGradientOp, FunctionOp]
 
-Autograd = Dialect("autograd", [StopGradientOp, FunctionOp, YieldOp], [])
+Autograd = Dialect("autograd", [StopGradientOp, FunctionOp, YieldOp],
+                   [JointLayoutAttr, BackwardLayoutAttr])
 
-__all__ = ["AUTOGRAD_OPS", "Autograd", "FunctionOp", "StopGradientOp", "YieldOp",
-           "make_function"]
+__all__ = ["AUTOGRAD_OPS", "LAYOUT", "Autograd", "BackwardLayoutAttr", "FunctionOp",
+           "JointLayoutAttr", "StopGradientOp", "YieldOp", "make_function"]

@@ -28,8 +28,8 @@ import itertools
 import linecache
 import time
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -197,48 +197,92 @@ def compile_program(
     return fn, source
 
 
+@dataclass(frozen=True)
+class GeneratedFunction:
+    """One function of a program as Python.
+
+    Attributes:
+        fn: the function the generated source defines.
+        source: that source, exactly as it runs.
+        op: the function's IR.
+        seconds: how long its code generation took (fusion regions compiled included).
+    """
+
+    fn: Callable[..., Any]
+    source: str
+    op: func.FuncOp
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """What code generation makes of a program module: its functions as Python, by name
+    (``forward``; in training also ``backward``). ``@prologue`` is not among them: the
+    cache compiled it before tracing."""
+
+    functions: dict[str, GeneratedFunction]
+
+    def __getitem__(self, name: str) -> GeneratedFunction:
+        return self.functions[name]
+
+
+CODEGEN = "del-last-used"
+"""The name of code generation, in ``last_traces`` and in pass specs."""
+
+CODEGEN_HEADER = f"# Constructed by {CODEGEN} (Python code generation)"
+"""The first line of generated source."""
+
+
+def generate(module: ModuleOp, executors: Sequence[Any] = ()) -> CompiledProgram:
+    """Code generation: each function of the program (``@prologue`` aside) becomes Python
+    source, freeing each value after its last use, and the function it defines; fusion
+    regions are compiled by their executors (``executors``: objects, those in use).
+    The IR is left as it is."""
+    fusion = any(getattr(e, "is_fusion", False) for e in executors)
+    out: dict[str, GeneratedFunction] = {}
+    for fn_op in program_functions(module):
+        start = time.perf_counter()
+        kernels = compile_kernels(fn_op, executors) if fusion else {}
+        fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER)
+        out[fn_op.sym_name.data] = GeneratedFunction(fn, source, fn_op,
+                                                     time.perf_counter() - start)
+    return CompiledProgram(out)
+
+
 @register_pass  # the lowering names its own passes (thunder-ir-opt, pipeline specs)
 @dataclass(frozen=True)
 class DelLastUsedPass(ModulePass):
-    """Code generation: each function of the program becomes Python source (freeing each
-    value after its last use) and the function it defines, its fusion regions compiled by
-    their executors (``@prologue`` aside: the cache compiled it before tracing). The IR is
-    left as it is; ``programs`` holds, per function name, ``(fn, source, seconds)``.
+    """Code generation as a pass, for ``thunder-ir-opt`` and pass specs: it runs
+    `generate` (so a program that cannot become Python fails here, naming the op) and
+    leaves the IR as it is; ``-t python`` prints the source. ``jit`` calls `generate`
+    itself, after its passes, and keeps what it returns.
 
     Args:
         executors: the executors in use (objects or names): the fusion executors compile
             the regions.
     """
 
-    name = "del-last-used"
+    name = CODEGEN
     executors: tuple[Any, ...] = ()
-    programs: dict[str, tuple[Callable[..., Any], str, float]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        executors = resolve(ctx, self.executors)
-        fusion = any(e.is_fusion for e in executors)
-        for fn_op in program_functions(op):
-            start = time.perf_counter()
-            kernels = compile_kernels(fn_op, executors) if fusion else {}
-            fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER)
-            self.programs[fn_op.sym_name.data] = (fn, source, time.perf_counter() - start)
+        generate(op, resolve(ctx, self.executors))
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         return spec_with_names(self, include_default=include_default)
 
 
-CODEGEN_HEADER = "# Constructed by del-last-used (Python code generation)"
-"""The first line of generated source."""
-
-
 __all__ = [
+    "CODEGEN",
     "CODEGEN_HEADER",
+    "CompiledProgram",
     "GENERATED_MODULE",
     "DelLastUsedPass",
+    "GeneratedFunction",
     "NAMESPACES",
     "bind_op",
     "compile_program",
+    "generate",
     "interpreted_kernel",
     "ltorch",
     "namespace",

@@ -38,7 +38,13 @@ from xdsl.pattern_rewriter import (
 from xdsl.traits import is_side_effect_free
 from xdsl.utils.arg_spec import ArgSpec
 
-from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
+from thunder_ir.dialects.autograd import (
+    LAYOUT,
+    BackwardLayoutAttr,
+    FunctionOp,
+    JointLayoutAttr,
+    StopGradientOp,
+)
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_function
 from thunder_ir.dialects.torch import CallOp
@@ -323,13 +329,9 @@ def live_ops(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[Oper
 # --------------------------------------------------------------------------- the passes
 #
 # The program is one module. Before ``autodiff`` it holds the traced function; ``autodiff``
-# replaces it by ``@joint`` (its layout in ``thunder.*`` attributes), and ``remat-split``
+# replaces it by ``@joint`` (its layout a `JointLayoutAttr`), and ``remat-split``
 # replaces that by ``@forward`` and ``@backward``, which every later pass and the
 # code generation handle function by function.
-
-_JOINT_ATTRS = ("n_inputs", "n_outputs", "n_forward_ops", "grad_inputs", "ct_outputs",
-                "reaches")
-
 
 def _replace_function(module: ModuleOp, old: func.FuncOp, new: Sequence[func.FuncOp]) -> None:
     """Puts ``new`` (functions of other modules) where ``old`` was, and erases ``old``."""
@@ -340,13 +342,6 @@ def _replace_function(module: ModuleOp, old: func.FuncOp, new: Sequence[func.Fun
     block.erase_op(old)
 
 
-def _set_layout(fn: func.FuncOp, layout: dict[str, Any]) -> None:
-    from thunder_ir.dialects.base import to_attr
-
-    for k, v in layout.items():
-        fn.attributes[f"thunder.{k}"] = to_attr(v)
-
-
 def _keep_output_strides(old: func.FuncOp, new: func.FuncOp) -> None:
     """Eager's strides of the user's results (``thunder.output_strides``, which tracing
     sets and `restride-outputs` reads) stay on the function that returns them first."""
@@ -355,25 +350,22 @@ def _keep_output_strides(old: func.FuncOp, new: func.FuncOp) -> None:
         new.attributes["thunder.output_strides"] = strides
 
 
-def layout_of(fn: func.FuncOp) -> dict[str, Any]:
-    """The ``thunder.*`` attributes of a function, as Python values (``n_inputs`` ...)."""
-    from thunder_ir.dialects.base import from_attr
-
-    return {k.removeprefix("thunder."): from_attr(v) for k, v in fn.attributes.items()
-            if k.startswith("thunder.")}
+def grad_layout_of(fn: func.FuncOp) -> JointLayoutAttr | BackwardLayoutAttr | None:
+    """The layout ``autodiff`` (on ``@joint``) or ``remat-split`` (on ``@backward``) gave
+    a function, or None."""
+    lay = fn.attributes.get(LAYOUT)
+    return lay if isinstance(lay, JointLayoutAttr | BackwardLayoutAttr) else None
 
 
 def joint_of(module: ModuleOp) -> Joint:
     """The `Joint` that ``autodiff`` left in ``module`` (its ``@joint`` function)."""
     fn = main_function(module)
-    lay = layout_of(fn)
-    missing = [k for k in _JOINT_ATTRS if k not in lay]
-    if fn.sym_name.data != "joint" or missing:
-        raise ValueError("remat-split needs the @joint function autodiff makes "
-                         f"(missing: {', '.join(missing) or 'the function'})")
-    return Joint(module, lay["n_inputs"], lay["n_outputs"], lay["n_forward_ops"],
-                 list(lay["grad_inputs"]), list(lay["ct_outputs"]),
-                 [tuple(r) for r in lay["reaches"]])
+    lay = grad_layout_of(fn)
+    if fn.sym_name.data != "joint" or not isinstance(lay, JointLayoutAttr):
+        raise ValueError("remat-split needs the @joint function autodiff makes, with its "
+                         f"{LAYOUT} = #autograd.joint<...> attribute")
+    return Joint(module, lay.n_inputs, lay.n_outputs, lay.n_forward_ops,
+                 lay.grad_input_list(), lay.ct_output_list(), lay.reach_list())
 
 
 @dataclass(frozen=True)
@@ -414,11 +406,9 @@ class AutodiffPass(ModulePass):
         executors = resolve(ctx, self.executors)
         joint = build_joint(op, rg, vjp_overrides(executors))
         jfn = main_function(joint.module)
-        _set_layout(jfn, {"n_inputs": joint.n_inputs, "n_outputs": joint.n_outputs,
-                          "n_forward_ops": joint.n_forward_ops,
-                          "grad_inputs": tuple(joint.grad_inputs),
-                          "ct_outputs": tuple(joint.ct_outputs),
-                          "reaches": tuple(joint.reaches)})
+        jfn.attributes[LAYOUT] = JointLayoutAttr.make(
+            joint.n_inputs, joint.n_outputs, joint.n_forward_ops, joint.grad_inputs,
+            joint.ct_outputs, joint.reaches)
         _keep_output_strides(fn, jfn)
         _replace_function(op, fn, [jfn])
 
@@ -447,11 +437,9 @@ class RematSplitPass(ModulePass):
         joint = joint_of(op)
         parts = split(joint, policy.bound(resolve(ctx, self.executors)))
         fwd, bwd = main_function(parts.forward), main_function(parts.backward)
-        _set_layout(bwd, {"n_inputs": joint.n_inputs, "n_outputs": joint.n_outputs,
-                          "n_residuals": parts.n_residuals,
-                          "grad_inputs": tuple(joint.grad_inputs),
-                          "ct_outputs": tuple(joint.ct_outputs),
-                          "reaches": tuple(joint.reaches)})
+        bwd.attributes[LAYOUT] = BackwardLayoutAttr.make(
+            joint.n_inputs, joint.n_outputs, parts.n_residuals, joint.grad_inputs,
+            joint.ct_outputs, joint.reaches)
         _keep_output_strides(main_function(op), fwd)
         _replace_function(op, main_function(op), [fwd, bwd])
 

@@ -372,6 +372,14 @@ class Pipeline:
     def __repr__(self) -> str:
         return f"Pipeline({', '.join(self.names)})"
 
+    def after_step(self, name: str, module: ModuleOp, duration_s: float) -> None:
+        """Verifies and dumps ``module`` after a step run outside the pass list (``jit``'s
+        code generation), as after a pass, when this pipeline does."""
+        if self.verify:
+            verify_hook(name, module, duration_s)
+        if self.dump:
+            dump_hook()(name, module, duration_s)
+
     def run(self, module: ModuleOp, ctx: Context | None = None) -> list[Trace]:
         """Runs every pass on ``module`` in place; returns one `Trace` per pass.
 

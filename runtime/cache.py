@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from thunder_ir.runtime.origins import Origin
 from thunder_ir.runtime.pystate import build, object_key, plain_object
 
 CACHE_CAPACITY = 64
@@ -98,7 +99,7 @@ class Entry:
     gather: Callable[[list[Any]], list[Any]]
     output_leaves: list[tuple[str, Any]]
     output_spec: Any
-    writebacks: list[tuple[int, tuple[Any, ...]]]
+    writebacks: list[tuple[int, Origin]]
     traces: list[Any]
     prologue_source: str
     single_output: bool

@@ -12,6 +12,7 @@ from xdsl.dialects import func
 
 import thunder_ir
 from thunder_ir.dialects.program import parse
+from thunder_ir.lowering.codegen import CODEGEN
 from thunder_ir.lowering.executors import resolve_executors
 from thunder_ir.opt import main
 from thunder_ir.passes.registry import get_pass, make_passes
@@ -62,7 +63,8 @@ def test_opt_replays_what_jit_runs_for_inference(tmp_path: Path,
     jm(torch.randn(2, 8))
     traces = thunder_ir.last_traces(jm)
     passes = jit_pipeline(JitOptions(executors=tuple(resolve_executors(None))))
-    assert [t.pass_name for t in traces] == ["trace", *(p.name for p in passes)]
+    # the passes, then code generation (not a pass of jit's: it returns the program)
+    assert [t.pass_name for t in traces] == ["trace", *(p.name for p in passes), CODEGEN]
     got = _replay(traces[0].mlir(), pipeline_spec(passes), tmp_path, capsys)
     # the program module: @forward, then the cache key's @prologue, which no pass changes
     assert list(_functions(traces[0].mlir())) == ["forward", "prologue"]
@@ -79,7 +81,7 @@ def test_opt_replays_what_jit_runs_for_training(tmp_path: Path,
     rg = (False, *(True for _ in m.parameters()))
     passes = jit_pipeline(JitOptions(executors=tuple(resolve_executors(None)),
                                      training=True, requires_grad=rg))
-    names = [p.name for p in passes]
+    names = [p.name for p in passes] + [CODEGEN]
     assert [t.pass_name for t in fwd] == ["trace", *names]
     assert [t.pass_name for t in bwd] == names[names.index("remat-split"):]
     got = _replay(fwd[0].mlir(), pipeline_spec(passes), tmp_path, capsys)

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 from xdsl.context import Context
-from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -28,6 +27,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
+from thunder_ir.dialects.autograd import BackwardLayoutAttr
 from thunder_ir.dialects.program import (
     BACKWARD,
     FORWARD,
@@ -37,9 +37,9 @@ from thunder_ir.dialects.program import (
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.frontend.speculation import MAX_VARIANTS
-from thunder_ir.lowering.codegen import DelLastUsedPass
+from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
-from thunder_ir.passes.autodiff import layout_of
+from thunder_ir.passes.autodiff import grad_layout_of
 from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot, snapshot_function
 from thunder_ir.pipeline import JitOptions, jit_pipeline
 from thunder_ir.runtime.cache import (
@@ -53,6 +53,7 @@ from thunder_ir.runtime.cache import (
 )
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
 from thunder_ir.runtime.layout import check_layouts
+from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, Origin, StateEntry
 from thunder_ir.runtime.prologue import Prologue, make_prologue
 from thunder_ir.runtime.pystate import apply as apply_epilogue
 from thunder_ir.runtime.pystate import path_expr, resolve
@@ -117,8 +118,8 @@ def _user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModuleP
 class _Recorder:
     """The hook that records the traces of a `jit_pipeline` run: one per pass and function
     (``last_traces`` shows ``@forward``, ``last_backward_traces`` ``@backward``; the
-    ``@prologue`` no pass changes is left out). Code generation's traces are made from its
-    results afterwards (`_final_traces`)."""
+    ``@prologue`` no pass changes is left out). Code generation's traces are made from
+    what it returns afterwards (`_final_traces`)."""
 
     def __init__(self, passes: Sequence[ModulePass], forward: list[Trace]) -> None:
         self._passes = iter(passes)
@@ -127,8 +128,6 @@ class _Recorder:
 
     def __call__(self, pass_name: str, module: ModuleOp, duration_s: float) -> None:
         p = next(self._passes)
-        if isinstance(p, DelLastUsedPass):
-            return
         only = p.functions if isinstance(p, OnEachFunction) else ()
         for fn in program_functions(module):
             name = fn.sym_name.data
@@ -138,25 +137,18 @@ class _Recorder:
             out.append(Trace(snapshot_function(fn), pass_name, duration_s))
 
 
-def _final_traces(module: ModuleOp, codegen: DelLastUsedPass, recorder: _Recorder
-                  ) -> dict[str, tuple[Callable[..., Any], func.FuncOp]]:
-    """Appends each function's execution trace (its generated source) to its list;
-    returns ``name -> (generated function, function op)``."""
-    fns = program_functions(module)
+def _final_traces(module: ModuleOp, program: CompiledProgram, recorder: _Recorder) -> None:
+    """Appends each function's execution trace (its generated source) to its list."""
     alone = len(module.body.block.ops) == 1
-    out: dict[str, tuple[Callable[..., Any], func.FuncOp]] = {}
-    for f in fns:
-        name = f.sym_name.data
-        fn, source, t = codegen.programs[name]
+    for name, gen in program.functions.items():
+        f = gen.op
         if not alone:
             f.detach()
             ir = ModuleOp([f])
         else:
             ir = module
         target = recorder.backward if name == BACKWARD else recorder.forward
-        target.append(Trace(ir, "del-last-used", t, final=True, source=source))
-        out[name] = (fn, f)
-    return out
+        target.append(Trace(ir, CODEGEN, gen.seconds, final=True, source=gen.source))
 
 
 class _Compiled:
@@ -455,33 +447,35 @@ class _Compiled:
         for i, name, args, kwargs in entry.replays:  # x.t_() on an argument: its layout
             getattr(leaves[i], name)(*args, **kwargs)
         if entry.writebacks:
-            targets = [leaves[kind[1]] if kind[0] == "arg" else
-                       resolve(leaves[kind[1]], kind[2]) if kind[0] == "path" else kind[1]
+            targets = [leaves[kind.index] if type(kind) is ArgLeaf else
+                       resolve(leaves[kind.leaf], kind.steps) if type(kind) is ArgPath
+                       else kind.tensor  # type: ignore[union-attr]
                        for _, kind in entry.writebacks]
             with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order
                 torch._foreach_copy_(targets, [outs_t[idx] for idx, _ in entry.writebacks])
         if entry.epilogue:  # writes to Python objects, replayed with real tensors
             apply_epilogue(entry.epilogue, leaves, tops, outs_t)
 
-    def _compile_training(self, traced: TracedProgram, programs: dict[str, Any],
+    def _compile_training(self, traced: TracedProgram, program: CompiledProgram,
                           traces: list[Trace], bwd_traces: list[Trace],
                           state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
         """The entry of a training program (``@forward`` and ``@backward``)."""
         from thunder_ir.runtime.autograd import TrainingProgram, make_runner
 
-        fwd_fn, fwd_op = programs[FORWARD]
-        bwd_fn, bwd_op = programs[BACKWARD]
-        lay = layout_of(bwd_op)
-        n_out = lay["n_outputs"]
-        ct_outputs, grad_inputs = list(lay["ct_outputs"]), list(lay["grad_inputs"])
+        fwd, bwd = program[FORWARD], program[BACKWARD]
+        fwd_fn, fwd_op, bwd_fn, bwd_op = fwd.fn, fwd.op, bwd.fn, bwd.op
+        lay = grad_layout_of(bwd_op)
+        assert isinstance(lay, BackwardLayoutAttr), "remat-split lays out @backward"
+        n_out = lay.n_outputs
+        ct_outputs, grad_inputs = lay.ct_output_list(), lay.grad_input_list()
         out_types = fwd_op.function_type.outputs.data
         prog = TrainingProgram(
-            forward=fwd_fn, backward=bwd_fn, n_inputs=lay["n_inputs"], n_outputs=n_out,
-            n_residuals=lay["n_residuals"], grad_inputs=grad_inputs,
+            forward=fwd_fn, backward=bwd_fn, n_inputs=lay.n_inputs, n_outputs=n_out,
+            n_residuals=lay.n_residuals, grad_inputs=grad_inputs,
             ct_outputs=ct_outputs,
             nondiff_outputs=[i for i in range(n_out) if i not in ct_outputs],
             backward_n_outputs=len(grad_inputs),
-            reaches=[tuple(r) for r in lay["reaches"]],
+            reaches=lay.reach_list(),
             ct_meta=[(t.sizes, t.dtype, t.dev) for t in (out_types[i] for i in ct_outputs)],
             tensor_residuals=all(isinstance(t, TensorType) for t in out_types[n_out:]))
         return Entry(
@@ -517,15 +511,16 @@ class _Compiled:
             requires_grad=tuple(traced.input_requires_grad), remat=self.remat_policy,
             user=self.user))
         recorder = _Recorder(passes, traces)
-        Pipeline(passes, record=False, hooks=[recorder]).run(module, self.ctx)
-        codegen = passes[-1]
-        assert isinstance(codegen, DelLastUsedPass)
-        programs = _final_traces(module, codegen, recorder)
+        pipeline = Pipeline(passes, record=False, hooks=[recorder])
+        pipeline.run(module, self.ctx)
+        program = generate(module, self.ctx.executors)
+        pipeline.after_step(CODEGEN, module, sum(g.seconds for g in program.functions.values()))
+        _final_traces(module, program, recorder)
         if training:
-            entry = self._compile_training(traced, programs, traces, recorder.backward,
+            entry = self._compile_training(traced, program, traces, recorder.backward,
                                            state, pro)
         else:
-            entry = self._entry(traced, programs, traces, state, pro)
+            entry = self._entry(traced, program, traces, state, pro)
         check_layouts(entry, traced.output_strides, self._name())
         return entry, traced
 
@@ -533,10 +528,10 @@ class _Compiled:
         return (type(self.module).__name__ if self.module is not None
                 else getattr(self.fn, "__qualname__", repr(self.fn)))
 
-    def _entry(self, traced: TracedProgram, programs: dict[str, Any], traces: list[Trace],
+    def _entry(self, traced: TracedProgram, program: CompiledProgram, traces: list[Trace],
                state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
         """The entry of an inference program (``@forward`` only)."""
-        fn_, fn_op = programs[FORWARD]
+        fn_, fn_op = program[FORWARD].fn, program[FORWARD].op
         n_out = len(fn_op.function_type.outputs)
         if traced.detach_outputs:
             fn_ = _detaching(fn_, traced.detach_outputs, n_out)
@@ -667,12 +662,12 @@ def _is_leaf_spec(spec: Any) -> bool:
 
 
 def _bind_writebacks(traced: TracedProgram, state: dict[str, torch.Tensor]
-                     ) -> list[tuple[int, tuple[str, Any]]]:
-    """The program's in-place writes, each ``(output index, ("arg", leaf index))`` or
-    ``(output index, ("tensor", the parameter or buffer))``: bound once, as `_make_gather`
-    binds the state it reads (a replaced parameter or buffer fails the guards, so the call
-    compiles again), so that a call does not collect the module's state."""
-    return [(idx, kind if kind[0] in ("arg", "path") else ("tensor", state[kind[1]]))
+                     ) -> list[tuple[int, Origin]]:
+    """The program's in-place writes, each ``(output index, origin)``, a parameter's or
+    buffer's bound to the tensor (``Captured``): bound once, as `_make_gather` binds the
+    state it reads (a replaced parameter or buffer fails the guards, so the call compiles
+    again), so that a call does not collect the module's state."""
+    return [(idx, Captured(state[kind.name]) if isinstance(kind, StateEntry) else kind)
             for idx, kind in traced.writebacks]
 
 
@@ -682,16 +677,19 @@ def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
     parts: list[str] = []
     g: dict[str, Any] = {}
     for i, kind in enumerate(traced.input_kinds):
-        if kind[0] == "arg":
-            parts.append(f"L[{kind[1]}]")
-        elif kind[0] == "path":  # a tensor inside an argument object
-            parts.append(path_expr(f"L[{kind[1]}]", kind[2]))
-        elif kind[0] == "param":
-            g[f"s{i}"] = state[kind[1]]
+        if isinstance(kind, ArgLeaf):
+            parts.append(f"L[{kind.index}]")
+        elif isinstance(kind, ArgPath):  # a tensor inside an argument object
+            parts.append(path_expr(f"L[{kind.leaf}]", kind.steps))
+        elif isinstance(kind, StateEntry):
+            g[f"s{i}"] = state[kind.name]
             parts.append(f"s{i}")
-        else:
-            g[f"c{i}"] = kind[1]
+        elif isinstance(kind, Captured):
+            g[f"c{i}"] = kind.tensor
             parts.append(f"c{i}")
+        else:
+            raise TypeError(f"a program argument comes from {kind!r}, which a call cannot "
+                            "gather")
     src = f"def gather(L):\n  return ({', '.join(parts)}{',' if parts else ''})\n"
     exec(compile(src, "<thunder_ir gather>", "exec"), g)
     return g["gather"]

@@ -1,13 +1,16 @@
 """The pipeline ``jit`` runs: `jit_pipeline` returns it as a tuple of registered passes.
 
-From the traced program to generated code, every step is a ``ModulePass`` over one module
-of named functions, each registered by name (``thunder-ir-opt -p`` runs any of them)::
+From the traced program to the IR that becomes Python, every step is a ``ModulePass``
+over one module of named functions, each registered by name (``thunder-ir-opt -p`` runs
+any of them)::
 
     >>> print(pipeline_spec(jit_pipeline(JitOptions(executors=("torch",)))))
     strip-autograd,claim,decompose-ltorch,cse,dce,restride-outputs,
-    lower-claimed{executors="torch"},lower-to-torch,del-last-used{executors="torch"}
+    lower-claimed{executors="torch"},lower-to-torch
 
-(one line; ``claim``'s default executors are ``("torch",)``).
+(one line; ``claim``'s default executors are ``("torch",)``). Code generation comes after
+(`thunder_ir.lowering.codegen.generate`, which returns the typed `CompiledProgram`; its
+trace is ``del-last-used``, and ``thunder-ir-opt -p ...,del-last-used`` runs it as a pass).
 
 Training (``JitOptions(training=True, ...)``) begins with ``decompose-for-grad``,
 ``autodiff`` and ``remat-split``, which leaves ``@forward`` and ``@backward`` in
@@ -25,7 +28,6 @@ from typing import Any
 from xdsl.passes import ModulePass
 
 from thunder_ir.dialects.program import BACKWARD
-from thunder_ir.lowering.codegen import DelLastUsedPass
 from thunder_ir.lowering.executors import LowerClaimedPass, get_executor
 from thunder_ir.lowering.torch_executor import LowerToTorchPass
 from thunder_ir.passes.autodiff import (
@@ -67,7 +69,8 @@ def _user(passes: Sequence[ModulePass], functions: tuple[str, ...] = ()
 
 
 def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
-    """Every pass ``jit`` runs after tracing, in order, for ``options``."""
+    """Every pass ``jit`` runs between tracing and code generation, in order, for
+    ``options``."""
     ex = tuple(options.executors)
     user = options.user
     passes: list[ModulePass] = _user(user.get("ltorch", ()))
@@ -86,8 +89,7 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
     if fusion:
         passes.append(FusePass(fusion))
     passes += _user(user.get("fusion", ()))
-    passes += [RestrideOutputsPass(), LowerClaimedPass(ex), LowerToTorchPass(),
-               DelLastUsedPass(ex)]
+    passes += [RestrideOutputsPass(), LowerClaimedPass(ex), LowerToTorchPass()]
     return tuple(passes)
 
 

@@ -13,6 +13,7 @@ from thunder_ir.extend.subtrace import _GRAD_STATES, _clone_into, _subtrace
 from thunder_ir.frontend.errors import ThunderTraceError
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.passes.vjp import Grad
+from thunder_ir.runtime.origins import Cotangent
 
 
 def get_grad(x: Any) -> Any:
@@ -27,7 +28,7 @@ def get_grad(x: Any) -> Any:
     if not is_proxy(x):
         raise TypeError(f"get_grad() expects a traced tensor, got {type(x).__name__}")
     state = _GRAD_STATES[-1]
-    ph = state.ctx.add_input(x._value.type, "ct", ("ct",))
+    ph = state.ctx.add_input(x._value.type, "ct", Cotangent())
     p = TensorProxy(ph)
     state.cts.append((x, x._value, ph))
     return p

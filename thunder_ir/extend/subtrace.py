@@ -20,6 +20,7 @@ from thunder_ir.frontend import torch_map
 from thunder_ir.frontend.context import TraceContext
 from thunder_ir.frontend.errors import ThunderTraceError
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.runtime.origins import ArgLeaf, Cotangent
 
 
 class _Unresolved(Exception):
@@ -87,7 +88,7 @@ def _subtrace(fn: Callable[..., Any], op: ThunderOp, what: str, grad: bool = Fal
     positions: dict[int, int] = {}
     for i, v in enumerate(op.operands):
         if isinstance(v.type, TensorType):
-            a = ctx.add_input(v.type, v.name_hint or "t", ("arg", i))
+            a = ctx.add_input(v.type, v.name_hint or "t", ArgLeaf(i))
             mapping[a] = v
             p = TensorProxy(a)
             positions[id(p)] = i
@@ -105,7 +106,7 @@ def _subtrace(fn: Callable[..., Any], op: ThunderOp, what: str, grad: bool = Fal
         if state is not None:
             _GRAD_STATES.pop()
     for kind in ctx.input_kinds:
-        if kind[0] not in ("arg", "ct"):
+        if not isinstance(kind, ArgLeaf | Cotangent):
             raise ThunderTraceError(
                 f"the {what} of {op.name} uses a tensor that is not one of its arguments "
                 "(or random numbers); pass such tensors in as arguments")

@@ -30,6 +30,7 @@ from thunder_ir.frontend.context import TraceContext, TraceMode, current, record
 from thunder_ir.frontend.errors import ThunderTraceError, user_location
 from thunder_ir.frontend.proxy import TensorProxy, type_of_any
 from thunder_ir.passes.vjp import vjp
+from thunder_ir.runtime.origins import ArgLeaf
 
 if TYPE_CHECKING:
     from thunder_ir.extend.executor import OperatorExecutor
@@ -160,7 +161,7 @@ class Symbol:
 
         def to_proxy(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
-                v = scratch.add_input(type_of_any(x), "a", ("arg", 0))
+                v = scratch.add_input(type_of_any(x), "a", ArgLeaf(0))
                 return TensorProxy(v, requires_grad=bool(x.requires_grad))
             return x
 

@@ -73,6 +73,7 @@ from thunder_ir.frontend.table import (
     METADATA,
     library_handler,
 )
+from thunder_ir.runtime.origins import ArgLeaf, Captured, Origin, StateEntry
 
 # --------------------------------------------------------------------------- program state
 
@@ -82,14 +83,14 @@ class TracedProgram:
 
     Attributes:
         module: the IR (one ``func.func`` named ``forward``).
-        input_kinds: per program argument, where its value comes from at call time:
-            ``("arg", i)`` flat user-argument leaf i, ``("param", name)`` a module parameter
-            or buffer, ``("const", tensor)`` a tensor captured from user code.
+        input_kinds: per program argument, where its value comes from at call time (an
+            `thunder_ir.runtime.origins.Origin`: ``ArgLeaf(i)``, ``ArgPath(i, steps)``,
+            ``StateEntry(name)``, ``Captured(tensor)``).
         output_spec: pytree spec of the user's output.
         output_leaves: per output leaf, ``("out", k)`` program output k, ``("value", v)``,
             or the caller's argument leaf itself (``("arg", i)``) or a view of it
             (``("argview", (i, sizes, strides, offset))``), where eager returns those.
-        writebacks: ``(program output index, input kind)`` for inputs written in place.
+        writebacks: ``(program output index, origin)`` for inputs written in place.
         input_requires_grad: per program argument, whether it is a gradient source (the
             tensor requires grad, and grad mode was on where the code read it).
         output_requires_grad: per program output, whether eager's result requires grad.
@@ -119,10 +120,10 @@ class TracedProgram:
     """
 
     module: ModuleOp
-    input_kinds: list[tuple[Any, ...]]
+    input_kinds: list[Origin]
     output_spec: Any
     output_leaves: list[tuple[str, Any]]
-    writebacks: list[tuple[int, tuple[Any, ...]]] = field(default_factory=list)
+    writebacks: list[tuple[int, Origin]] = field(default_factory=list)
     input_requires_grad: list[bool] = field(default_factory=list)
     output_requires_grad: list[bool] = field(default_factory=list)
     detach_outputs: list[int] = field(default_factory=list)
@@ -165,9 +166,9 @@ class TraceContext(Builder):
         outside tracing, never sees them."""
         self.block: Block = self.program.block
         self.emitter = self.program.emitter
-        self.input_kinds: list[tuple[Any, ...]] = []
+        self.input_kinds: list[Origin] = []
         self.input_requires_grad: list[bool] = []
-        self.input_proxies: list[tuple[TensorProxy, SSAValue, tuple[Any, ...]]] = []
+        self.input_proxies: list[tuple[TensorProxy, SSAValue, Origin]] = []
         self._consts: dict[int, TensorProxy] = {}
         self._numbers: dict[tuple[type, Any], SSAValue] = {}
         self._names: set[str] = set()
@@ -243,7 +244,7 @@ class TraceContext(Builder):
         self._names.add(n)
         return n
 
-    def add_input(self, t: Attribute, name: str, kind: tuple[Any, ...]) -> SSAValue:
+    def add_input(self, t: Attribute, name: str, kind: Origin) -> SSAValue:
         """Appends a program argument."""
         block = self.program.block
         v = block.insert_arg(t, len(block.args))
@@ -252,7 +253,7 @@ class TraceContext(Builder):
         self.input_requires_grad.append(False)
         return v
 
-    def tensor_input(self, tensor: torch.Tensor, name: str, kind: tuple[Any, ...]
+    def tensor_input(self, tensor: torch.Tensor, name: str, kind: Origin
                      ) -> TensorProxy:
         """A proxy for a tensor the program takes as an argument.
 
@@ -287,7 +288,7 @@ class TraceContext(Builder):
         """A real tensor met during tracing becomes a program argument fed at call time."""
         p = self._consts.get(id(tensor))
         if p is None:
-            p = self.tensor_input(tensor, "c", ("const", tensor))
+            p = self.tensor_input(tensor, "c", Captured(tensor))
             self._consts[id(tensor)] = p
         return p
 
@@ -764,7 +765,7 @@ class TraceContext(Builder):
                 torch._C._set_grad_enabled(grad)
             return
         kind = next((k for p, _, k in self.input_proxies if p is target), None)
-        if kind is None or kind[0] != "param" or target._value in self.active:
+        if not isinstance(kind, StateEntry) or target._value in self.active:
             raise ThunderTraceError(
                 f"{where(self.loc)}: `.data = ` with another dtype or shape "
                 f"({tt.pretty()} -> {nt.pretty()}) inside a jitted function is supported for "
@@ -794,7 +795,7 @@ class TraceContext(Builder):
         replayed on the caller's tensor after the call; on a parameter or buffer it is
         refused."""
         kind = next((k for p, _, k in self.input_proxies if p is target), None)
-        if kind is not None and kind[0] != "arg":
+        if kind is not None and not isinstance(kind, ArgLeaf):
             raise ThunderTraceError(
                 f"{where(self.loc)}: in-place {name} on a parameter or buffer would change the "
                 f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
@@ -807,7 +808,7 @@ class TraceContext(Builder):
         target._value = new
         self.remember(target)
         if kind is not None:
-            self.replays.append((kind[1], name, args, kwargs))
+            self.replays.append((kind.index, name, args, kwargs))
             self.input_proxies = [(p, new if p is target and orig is old else orig, k)
                                   for p, orig, k in self.input_proxies]
         return target

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from thunder_ir.frontend.context import TraceContext
 
 from thunder_ir.runtime.guards import MODULE_FIELDS
+from thunder_ir.runtime.origins import ArgPath
 from thunder_ir.runtime.pystate import (
     MAX_DEPTH,
     MAX_ITEMS,
@@ -128,7 +129,7 @@ class Recorder:
         if isinstance(value, torch.Tensor):
             if make_input is not None and ref[0] == "path":
                 p = make_input(value, where.replace(".", "_").replace("[", "_").strip("]'"),
-                               ("path", ref[1], ref[2]))
+                               ArgPath(ref[1], ref[2]))
                 self.sources[id(p)] = ref
                 return p
             return value  # a module's cached tensor: lifted where the trace reads it

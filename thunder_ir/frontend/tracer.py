@@ -56,6 +56,7 @@ from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.runtime.guards import MODULE_FIELDS
+from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, StateEntry
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
 
 HANDLER_MODULES = (torch_map, torch_map_nn, einsum, custom_function, takeover,
@@ -256,7 +257,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     params = {id(v) for v in module.parameters()} if module is not None else set()
     proxies: dict[int, TensorProxy] = {}
     for k, v in (state or {}).items():
-        p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), ("param", k))
+        p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), StateEntry(k))
         if id(v) in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
             p._is_param = True  # type: ignore[attr-defined]
         proxies[id(v)] = p
@@ -295,7 +296,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     out_leaves: list[tuple[str, Any]] = []
     detach_outputs: list[int] = []
     strides_at: dict[int, tuple[int, ...] | None] = {}
-    arg_proxies = {id(p): (k[1], v) for p, v, k in ctx.input_proxies if k[0] == "arg"}
+    arg_proxies = {id(p): (k.index, v) for p, v, k in ctx.input_proxies
+                   if isinstance(k, ArgLeaf)}
     rec.begin(outputs, _known_tensors(ctx, state or {}))
     for leaf in leaves:
         returned = _returned_argument(ctx, leaf, arg_proxies) if is_proxy(leaf) else None
@@ -318,14 +320,15 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     writebacks = []
     replaced = {id(p) for p in ctx.data_replaced}
     for p, original, kind in ctx.input_proxies:
-        if p._value is not original and kind[0] in ("arg", "param", "path") \
+        if p._value is not original and isinstance(kind, ArgLeaf | StateEntry | ArgPath) \
                 and id(p) not in replaced:
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)
     epilogue = rec.epilogue() + rec.globals_written(ctx.global_writes) + [
-        Action(("obj", state[k[1]]), "setattr", "data", rec.template(p, f"{k[1]}.data"),
-               f"{k[1]}.data")  # `Module.to(dtype)` in forward: the tensor's new data
-        for p, _, k in ctx.input_proxies if id(p) in replaced and state is not None]
+        Action(("obj", state[k.name]), "setattr", "data", rec.template(p, f"{k.name}.data"),
+               f"{k.name}.data")  # `Module.to(dtype)` in forward: the tensor's new data
+        for p, _, k in ctx.input_proxies
+        if id(p) in replaced and state is not None and isinstance(k, StateEntry)]
     rec.release()
     _check_no_proxy_escaped(ctx, module, args, kwargs, names)
     strides = [strides_at.get(i) for i in range(len(outputs))]
@@ -408,10 +411,10 @@ def _known_tensors(ctx: TraceContext, state: dict[str, torch.Tensor]
         if hit is None or hit[1] is not p._value:
             return None
         kind = hit[0]
-        if kind[0] == "const":
-            return ("const", kind[1])
-        if kind[0] == "param":
-            return ("const", state[kind[1]])
+        if isinstance(kind, Captured):
+            return ("const", kind.tensor)
+        if isinstance(kind, StateEntry):
+            return ("const", state[kind.name])
         return None
 
     return known
@@ -472,7 +475,7 @@ def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
     first = by_storage.get(ptr) if ptr else None
     if first is not None and first[0] is tensor:
         return first[1]  # the program reads it once, from the first leaf
-    p = ctx.tensor_input(tensor, name, ("arg", index))
+    p = ctx.tensor_input(tensor, name, ArgLeaf(index))
     if first is not None:
         base = first[1]
         p._base_proxy = base

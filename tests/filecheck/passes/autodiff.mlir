@@ -3,7 +3,8 @@
 // autodiff replaces the program's function by @joint: the forward ops, then the backward
 // ops its VJP rules emit, reading the output's cotangent %ct. It returns the outputs, then
 // the gradients of the inputs that require grad (%x, not %y). Its layout (how many
-// inputs, outputs and forward ops; which inputs get gradients) is in thunder.* attributes.
+// inputs, outputs and forward ops; which inputs get gradients) is a typed attribute,
+// #autograd.joint.
 
 func.func @forward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
   %0 = "prims.mul"(%x, %y) : (!prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
@@ -13,7 +14,7 @@ func.func @forward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>)
 
 // CHECK-NOT:   @forward
 // CHECK:       func.func @joint(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>, %ct: !prims.tensor<4xf32, cpu>) -> (!prims.tensor<4xf32, cpu>, !prims.tensor<4xf32, cpu>)
-// CHECK-SAME:  thunder.n_inputs = 2 : i64, thunder.n_outputs = 1 : i64, thunder.n_forward_ops = 2 : i64, thunder.grad_inputs = array<i64: 0>, thunder.ct_outputs = array<i64: 0>, thunder.reaches = [array<i64: 0>]
+// CHECK-SAME:  autograd.layout = #autograd.joint<inputs = 2, outputs = 1, forward_ops = 2, grad_inputs = [0], ct_outputs = [0], reaches = [[0]]>
 // CHECK-NEXT:  %[[M:.*]] = "prims.mul"(%x, %y)
 // CHECK-NEXT:  %[[E:.*]] = "prims.exp"(%[[M]])
 // CHECK-NEXT:  %[[D:.*]] = "prims.mul"(%ct, %[[E]])

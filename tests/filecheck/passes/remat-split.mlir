@@ -19,7 +19,7 @@ func.func @forward(%x: !prims.tensor<4xf32, cpu>, %y: !prims.tensor<4xf32, cpu>)
 // CHECK-NEXT:  %[[E:.*]] = "prims.exp"(%[[M]])
 // CHECK-NEXT:  func.return %[[E]], %y, %[[E]]
 // CHECK:       func.func @backward(%y: !prims.tensor<4xf32, cpu>, %[[R:.*]]: !prims.tensor<4xf32, cpu>, %ct: !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
-// CHECK-SAME:  thunder.n_residuals = 2 : i64
+// CHECK-SAME:  autograd.layout = #autograd.backward<inputs = 2, outputs = 1, residuals = 2, grad_inputs = [0], ct_outputs = [0], reaches = [[0]]>
 // CHECK-NEXT:  %[[D:.*]] = "prims.mul"(%ct, %[[R]])
 // CHECK-NEXT:  %[[DX:.*]] = "prims.mul"(%[[D]], %y)
 // CHECK-NEXT:  func.return %[[DX]]

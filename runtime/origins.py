@@ -1,0 +1,64 @@
+"""Where a program argument comes from at call time: one small type per kind of origin.
+
+Tracing records an origin per program argument (`TracedProgram.input_kinds`), and per
+input the program writes in place (``writebacks``); the API reads them to gather a call's
+arguments and to write the results back. They are read by type and field, never by
+position in a tuple::
+
+    ArgLeaf(2)                           the flat user-argument leaf 2
+    ArgPath(0, (("attr", "h"),))         a tensor inside argument object 0: ``a0.h``
+    StateEntry("fc.weight")              a module parameter or buffer, by name
+    Captured(t)                          a tensor captured from user code (or, once bound,
+                                         the parameter or buffer itself)
+    Cotangent()                          a cotangent placeholder (an extension's grad
+                                         transform, traced on its own)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class ArgLeaf:
+    """The flat user-argument leaf ``index``."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArgPath:
+    """A tensor inside the argument object at flat leaf ``leaf``, reached by ``steps``
+    (`thunder_ir.runtime.pystate.resolve`)."""
+
+    leaf: int
+    steps: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StateEntry:
+    """A module parameter or buffer, by its qualified name."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Captured:
+    """A tensor known when the program is built: captured from user code, or a parameter
+    or buffer bound to its entry (compared by identity)."""
+
+    tensor: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class Cotangent:
+    """A cotangent placeholder of an extension's grad transform traced on its own."""
+
+
+Origin = ArgLeaf | ArgPath | StateEntry | Captured | Cotangent
+"""Where a program argument comes from."""
+
+__all__ = ["ArgLeaf", "ArgPath", "Captured", "Cotangent", "Origin", "StateEntry"]
