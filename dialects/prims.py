@@ -32,7 +32,7 @@ from thunder_ir.dialects.prims_creation import *  # noqa: F403
 from thunder_ir.dialects.prims_indexing import *  # noqa: F403
 # isort: on
 from thunder_ir.dialects.prims_base import PRIMS
-from thunder_ir.dialects.prims_elementwise import _number_fits  # noqa: F401
+from thunder_ir.dialects.prims_elementwise import number_fits  # noqa: F401
 from thunder_ir.dialects.types import HandleType, NumberType, TensorType
 
 OPS: dict[str, type[ThunderOp]] = op_table(PRIMS)

@@ -44,38 +44,38 @@ def prim(torch_fn: Callable[..., Any] | None = None) -> Callable[[_T], _T]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _err(name: str, msg: str) -> ShapeError:
+def shape_err(name: str, msg: str) -> ShapeError:
     return ShapeError(f"{name}: {msg}")
 
 
-def _tensor(name: str, t: Any, what: str = "operand") -> TensorType:
+def tensor_operand(name: str, t: Any, what: str = "operand") -> TensorType:
     if not isinstance(t, TensorType):
-        raise _err(name, f"{what} must be a tensor, got {t}")
+        raise shape_err(name, f"{what} must be a tensor, got {t}")
     return t
 
 
-def _dims(name: str, dims: Sequence[int], rank: int) -> tuple[int, ...]:
+def check_dims(name: str, dims: Sequence[int], rank: int) -> tuple[int, ...]:
     """Checks that ``dims`` are distinct, in range and non-negative (prims take no -1)."""
     out = tuple(dims)
     if len(set(out)) != len(out) or any(not 0 <= d < rank for d in out):
-        raise _err(name, f"dims {out} are not distinct dims of a rank-{rank} tensor")
+        raise shape_err(name, f"dims {out} are not distinct dims of a rank-{rank} tensor")
     return out
 
 
-def _check_sizes(name: str, shape: Sequence[int]) -> None:
+def check_sizes(name: str, shape: Sequence[int]) -> None:
     """A result shape given as a static argument must have no negative size."""
     if any(d < 0 for d in shape):
-        raise _err(name, f"negative size in shape {tuple(shape)}")
+        raise shape_err(name, f"negative size in shape {tuple(shape)}")
 
 
-def _same_device(name: str, *types: Any) -> None:
+def check_same_device(name: str, *types: Any) -> None:
     """Checks that the tensor types among ``types`` live on one device."""
     devs = {t.dev for t in types if isinstance(t, TensorType)}
     if len(devs) > 1:
-        raise _err(name, f"operands live on different devices ({', '.join(sorted(devs))})")
+        raise shape_err(name, f"operands live on different devices ({', '.join(sorted(devs))})")
 
 
-def _like(t: TensorType, shape: Sequence[int] | None = None,
+def like_type(t: TensorType, shape: Sequence[int] | None = None,
           dtype: torch.dtype | None = None) -> TensorType:
     return tensor_type(t.sizes if shape is None else shape, t.dtype if dtype is None else dtype,
                        t.dev)
@@ -89,7 +89,7 @@ def broadcast_shapes(name: str, *shapes: Sequence[int]) -> list[int]:
         for i, d in enumerate(s, rank - len(s)):
             if d != 1:
                 if out[i] != 1 and out[i] != d:
-                    raise _err(name, f"shapes {', '.join(str(tuple(x)) for x in shapes)} "
+                    raise shape_err(name, f"shapes {', '.join(str(tuple(x)) for x in shapes)} "
                                      "do not broadcast")
                 out[i] = d
     return out

@@ -15,7 +15,14 @@ from xdsl.irdl import operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ThunderOp
-from thunder_ir.dialects.prims_base import IntArray, Number, _check_sizes, _err, _tensor, prim
+from thunder_ir.dialects.prims_base import (
+    IntArray,
+    Number,
+    check_sizes,
+    prim,
+    shape_err,
+    tensor_operand,
+)
 from thunder_ir.dialects.traits import Creation, NoDerivative, NumberConstant, Random
 from thunder_ir.dialects.types import NumberType, TensorType, is_float, number_type, tensor_type
 
@@ -29,7 +36,7 @@ class FactoryOp(ThunderOp):
     def _check_device(cls, device: str) -> None:
         if not (device in ("cpu", "meta")
                 or (device.startswith("cuda:") and device[5:].isdigit())):
-            raise _err(cls.name, f"device must be cpu, meta or cuda:N, got {device!r}")
+            raise shape_err(cls.name, f"device must be cpu, meta or cuda:N, got {device!r}")
 
 
 class CreationOp(FactoryOp):
@@ -56,7 +63,7 @@ class IotaOp(CreationOp):
     def infer(cls, *, length: int, start: Any, step: Any, device: str, dtype: torch.dtype
               ) -> TensorType:
         if length < 0:
-            raise _err(cls.name, f"length must be >= 0, got {length}")
+            raise shape_err(cls.name, f"length must be >= 0, got {length}")
         cls._check_device(device)
         return tensor_type((length,), dtype, device)
 
@@ -85,7 +92,7 @@ class FullOp(CreationOp):
     def infer(cls, *, shape: Sequence[int], fill_value: Any, device: str, dtype: torch.dtype
               ) -> TensorType:
         cls._check_device(device)
-        _check_sizes(cls.name, shape)
+        check_sizes(cls.name, shape)
         return tensor_type(shape, dtype, device)
 
     @classmethod
@@ -118,11 +125,11 @@ class BernoulliOp(FactoryOp):
     def infer(cls, *, shape: Sequence[int], p: float, device: str, dtype: torch.dtype
               ) -> TensorType:
         if not is_float(dtype):
-            raise _err(cls.name, f"dtype must be floating point, got {dtype}")
+            raise shape_err(cls.name, f"dtype must be floating point, got {dtype}")
         if not 0.0 <= p <= 1.0:
-            raise _err(cls.name, f"p must be in [0, 1], got {p}")
+            raise shape_err(cls.name, f"p must be in [0, 1], got {p}")
         cls._check_device(device)
-        _check_sizes(cls.name, shape)
+        check_sizes(cls.name, shape)
         return tensor_type(shape, dtype, device)
 
     @classmethod
@@ -147,11 +154,11 @@ class BernoulliLikeOp(ThunderOp):
 
     @classmethod
     def infer(cls, input: Any, *, p: float) -> TensorType:
-        t = _tensor(cls.name, input)
+        t = tensor_operand(cls.name, input)
         if not is_float(t.dtype):
-            raise _err(cls.name, f"dtype must be floating point, got {t.dtype}")
+            raise shape_err(cls.name, f"dtype must be floating point, got {t.dtype}")
         if not 0.0 <= p <= 1.0:
-            raise _err(cls.name, f"p must be in [0, 1], got {p}")
+            raise shape_err(cls.name, f"p must be in [0, 1], got {p}")
         return t
 
     @classmethod
@@ -178,9 +185,9 @@ class ConstantOp(ThunderOp):
     @classmethod
     def infer(cls, *, value: Any) -> NumberType:
         if type(value) not in (bool, int, float):
-            raise _err(cls.name, f"value must be a bool, int or float, got {value!r}")
+            raise shape_err(cls.name, f"value must be a bool, int or float, got {value!r}")
         if type(value) is int and not -(2**63) <= value < 2**63:
-            raise _err(cls.name, f"int value {value} does not fit in int64")
+            raise shape_err(cls.name, f"int value {value} does not fit in int64")
         return number_type(type(value))
 
     @classmethod

@@ -13,7 +13,14 @@ from xdsl.irdl import operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ThunderOp
-from thunder_ir.dialects.prims_base import AnyValue, _err, _like, _same_device, _tensor, prim
+from thunder_ir.dialects.prims_base import (
+    AnyValue,
+    check_same_device,
+    like_type,
+    prim,
+    shape_err,
+    tensor_operand,
+)
 from thunder_ir.dialects.traits import Elementwise, NoDerivative
 from thunder_ir.dialects.types import NumberType, TensorType, is_float, number_type, tensor_type
 
@@ -38,9 +45,9 @@ class UnaryOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any) -> TensorType:
-        x = _tensor(cls.name, x)
+        x = tensor_operand(cls.name, x)
         cls.check_dtype(x.dtype)
-        return _like(x, dtype=cls.result_dtype(x.dtype))
+        return like_type(x, dtype=cls.result_dtype(x.dtype))
 
     @classmethod
     def ref(cls, x: torch.Tensor) -> torch.Tensor:
@@ -58,7 +65,7 @@ class FloatUnaryOp(UnaryOp):
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
         if not is_float(dtype):
-            raise _err(cls.name, f"expects a floating-point tensor, got {dtype}")
+            raise shape_err(cls.name, f"expects a floating-point tensor, got {dtype}")
 
 
 class NumericUnaryOp(UnaryOp):
@@ -67,7 +74,7 @@ class NumericUnaryOp(UnaryOp):
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
         if dtype == torch.bool:
-            raise _err(cls.name, "expects a numeric tensor, got bool")
+            raise shape_err(cls.name, "expects a numeric tensor, got bool")
 
 
 class PredicateUnaryOp(UnaryOp):
@@ -309,10 +316,10 @@ class BitwiseNotOp(UnaryOp):
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
         if is_float(dtype):
-            raise _err(cls.name, f"expects an int or bool tensor, got {dtype}")
+            raise shape_err(cls.name, f"expects an int or bool tensor, got {dtype}")
 
 
-def _number_fits(py: type, dtype: torch.dtype) -> bool:
+def number_fits(py: type, dtype: torch.dtype) -> bool:
     """A Python number may join a tensor when it is no 'higher' kind than the tensor."""
     if py is bool:
         return True
@@ -340,7 +347,7 @@ class BinaryOp(ThunderOp):
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
         if dtype == torch.bool:
-            raise _err(cls.name, "expects numeric tensors, got bool")
+            raise shape_err(cls.name, "expects numeric tensors, got bool")
 
     @classmethod
     def result_dtype(cls, dtype: torch.dtype) -> torch.dtype:
@@ -350,28 +357,28 @@ class BinaryOp(ThunderOp):
     def infer(cls, a: Any, b: Any) -> TensorType:
         tensors = [t for t in (a, b) if isinstance(t, TensorType)]
         if not tensors:
-            raise _err(cls.name, "needs at least one tensor operand")
+            raise shape_err(cls.name, "needs at least one tensor operand")
         t = tensors[0]
         for u in tensors[1:]:
             if u.sizes != t.sizes:
-                raise _err(cls.name, f"shapes {t.sizes} and {u.sizes} differ "
+                raise shape_err(cls.name, f"shapes {t.sizes} and {u.sizes} differ "
                                      "(broadcast with prims.broadcast_in_dim first)")
             if u.dtype != t.dtype:
-                raise _err(cls.name, f"dtypes {t.dtype} and {u.dtype} differ "
+                raise shape_err(cls.name, f"dtypes {t.dtype} and {u.dtype} differ "
                                      "(convert with prims.convert_element_type first)")
             if u.dev != t.dev:
-                raise _err(cls.name, f"devices {t.dev} and {u.dev} differ")
+                raise shape_err(cls.name, f"devices {t.dev} and {u.dev} differ")
         for n in (a, b):
-            if isinstance(n, NumberType) and not _number_fits(n.python_type, t.dtype):
-                raise _err(cls.name, f"a {n.python_type.__name__} number cannot join a "
+            if isinstance(n, NumberType) and not number_fits(n.python_type, t.dtype):
+                raise shape_err(cls.name, f"a {n.python_type.__name__} number cannot join a "
                                      f"{t.dtype} tensor without promotion")
         cls.check_dtype(t.dtype)
-        return _like(t, dtype=cls.result_dtype(t.dtype))
+        return like_type(t, dtype=cls.result_dtype(t.dtype))
 
     @classmethod
     def ref(cls, a: Any, b: Any) -> torch.Tensor:
         # Many torch functions take no number on the left (eq, fmod, logical_and…): a number
-        # becomes a 0-d tensor of the tensor's dtype, which `_number_fits` makes lossless.
+        # becomes a 0-d tensor of the tensor's dtype, which `number_fits` makes lossless.
         a, b = _as_tensors(a, b)
         return cls.TORCH_FN(a, b).to(cls.result_dtype(a.dtype))
 
@@ -396,7 +403,7 @@ class FloatBinaryOp(BinaryOp):
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
         if not is_float(dtype):
-            raise _err(cls.name, f"expects floating-point tensors, got {dtype}")
+            raise shape_err(cls.name, f"expects floating-point tensors, got {dtype}")
 
 
 class CompareOp(AnyBinaryOp):
@@ -413,7 +420,7 @@ class BitwiseOp(BinaryOp):
     @classmethod
     def check_dtype(cls, dtype: torch.dtype) -> None:
         if is_float(dtype):
-            raise _err(cls.name, f"expects int or bool tensors, got {dtype}")
+            raise shape_err(cls.name, f"expects int or bool tensors, got {dtype}")
 
 
 def _div(a: Any, b: Any) -> torch.Tensor:
@@ -621,27 +628,27 @@ class WhereOp(ThunderOp):
 
     @classmethod
     def infer(cls, c: Any, a: Any, b: Any) -> TensorType:
-        c = _tensor(cls.name, c, "condition")
+        c = tensor_operand(cls.name, c, "condition")
         if c.dtype != torch.bool:
-            raise _err(cls.name, f"condition must be bool, got {c.dtype}")
+            raise shape_err(cls.name, f"condition must be bool, got {c.dtype}")
         tensors = [t for t in (a, b) if isinstance(t, TensorType)]
-        _same_device(cls.name, c, *tensors)
+        check_same_device(cls.name, c, *tensors)
         for t in tensors:
             if t.sizes != c.sizes:
-                raise _err(cls.name, f"shapes {c.sizes} and {t.sizes} differ")
+                raise shape_err(cls.name, f"shapes {c.sizes} and {t.sizes} differ")
         if len(tensors) == 2 and tensors[0].dtype != tensors[1].dtype:
-            raise _err(cls.name, f"dtypes {tensors[0].dtype} and {tensors[1].dtype} differ")
+            raise shape_err(cls.name, f"dtypes {tensors[0].dtype} and {tensors[1].dtype} differ")
         if tensors:
             dtype = tensors[0].dtype
             for n in (a, b):
-                if isinstance(n, NumberType) and not _number_fits(n.python_type, dtype):
-                    raise _err(cls.name, f"a {n.python_type.__name__} number cannot join "
+                if isinstance(n, NumberType) and not number_fits(n.python_type, dtype):
+                    raise shape_err(cls.name, f"a {n.python_type.__name__} number cannot join "
                                          f"a {dtype} tensor")
-            return _like(c, dtype=dtype)
+            return like_type(c, dtype=dtype)
         if a != b:
-            raise _err(cls.name, f"number operands {a} and {b} differ in kind")
+            raise shape_err(cls.name, f"number operands {a} and {b} differ in kind")
         dtype = {bool: torch.bool, int: torch.int64, float: torch.float32}[a.python_type]
-        return _like(c, dtype=dtype)
+        return like_type(c, dtype=dtype)
 
     @classmethod
     def ref(cls, c: torch.Tensor, a: Any, b: Any) -> torch.Tensor:
@@ -668,7 +675,7 @@ class ConvertElementTypeOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, *, dtype: torch.dtype) -> TensorType:
-        return _like(_tensor(cls.name, x), dtype=dtype)
+        return like_type(tensor_operand(cls.name, x), dtype=dtype)
 
     @classmethod
     def ref(cls, x: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:

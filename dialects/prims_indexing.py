@@ -12,7 +12,14 @@ from xdsl.irdl import operand_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ThunderOp
-from thunder_ir.dialects.prims_base import _dims, _err, _like, _same_device, _tensor, prim
+from thunder_ir.dialects.prims_base import (
+    check_dims,
+    check_same_device,
+    like_type,
+    prim,
+    shape_err,
+    tensor_operand,
+)
 from thunder_ir.dialects.traits import Library
 from thunder_ir.dialects.types import TensorType
 
@@ -20,9 +27,9 @@ from thunder_ir.dialects.types import TensorType
 
 
 def _index_tensor(name: str, t: Any) -> TensorType:
-    t = _tensor(name, t, "index")
+    t = tensor_operand(name, t, "index")
     if t.dtype not in (torch.int32, torch.int64):
-        raise _err(name, f"index must be int32 or int64, got {t.dtype}")
+        raise shape_err(name, f"index must be int32 or int64, got {t.dtype}")
     return t
 
 
@@ -40,14 +47,14 @@ class TakeOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
-        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
-        _same_device(cls.name, x, idx)
-        _dims(cls.name, (dim,), x.rank)
+        x, idx = tensor_operand(cls.name, x), _index_tensor(cls.name, index)
+        check_same_device(cls.name, x, idx)
+        check_dims(cls.name, (dim,), x.rank)
         if idx.rank != 1:
-            raise _err(cls.name, f"index must be 1-D, got shape {idx.sizes}")
+            raise shape_err(cls.name, f"index must be 1-D, got shape {idx.sizes}")
         shape = list(x.sizes)
         shape[dim] = idx.sizes[0]
-        return _like(x, shape=shape)
+        return like_type(x, shape=shape)
 
     @classmethod
     def ref(cls, x: torch.Tensor, index: torch.Tensor, *, dim: int) -> torch.Tensor:
@@ -68,13 +75,13 @@ class GatherOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, index: Any, *, dim: int) -> TensorType:
-        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
-        _same_device(cls.name, x, idx)
-        _dims(cls.name, (dim,), x.rank)
+        x, idx = tensor_operand(cls.name, x), _index_tensor(cls.name, index)
+        check_same_device(cls.name, x, idx)
+        check_dims(cls.name, (dim,), x.rank)
         if idx.rank != x.rank or any(i > s for k, (i, s) in enumerate(zip(idx.sizes, x.sizes))
                                      if k != dim):
-            raise _err(cls.name, f"index shape {idx.sizes} does not fit input {x.sizes}")
-        return _like(x, shape=idx.sizes)
+            raise shape_err(cls.name, f"index shape {idx.sizes} does not fit input {x.sizes}")
+        return like_type(x, shape=idx.sizes)
 
     @classmethod
     def ref(cls, x: torch.Tensor, index: torch.Tensor, *, dim: int) -> torch.Tensor:
@@ -96,16 +103,16 @@ class IndexAddOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
-        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
-        src = _tensor(cls.name, source, "source")
-        _same_device(cls.name, x, idx, src)
-        _dims(cls.name, (dim,), x.rank)
+        x, idx = tensor_operand(cls.name, x), _index_tensor(cls.name, index)
+        src = tensor_operand(cls.name, source, "source")
+        check_same_device(cls.name, x, idx, src)
+        check_dims(cls.name, (dim,), x.rank)
         expected = list(x.sizes)
         if idx.rank != 1:
-            raise _err(cls.name, f"index must be 1-D, got {idx.sizes}")
+            raise shape_err(cls.name, f"index must be 1-D, got {idx.sizes}")
         expected[dim] = idx.sizes[0]
         if list(src.sizes) != expected or src.dtype != x.dtype:
-            raise _err(cls.name, f"source {src.pretty()} does not fit input {x.pretty()} and "
+            raise shape_err(cls.name, f"source {src.pretty()} does not fit input {x.pretty()} and "
                                  f"index {idx.sizes} along dim {dim}")
         return x
 
@@ -130,14 +137,14 @@ class ScatterAddOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, index: Any, src: Any, *, dim: int) -> TensorType:
-        x, idx = _tensor(cls.name, x), _index_tensor(cls.name, index)
-        s = _tensor(cls.name, src, "src")
-        _same_device(cls.name, x, idx, s)
-        _dims(cls.name, (dim,), x.rank)
+        x, idx = tensor_operand(cls.name, x), _index_tensor(cls.name, index)
+        s = tensor_operand(cls.name, src, "src")
+        check_same_device(cls.name, x, idx, s)
+        check_dims(cls.name, (dim,), x.rank)
         if idx.rank != x.rank or s.rank != x.rank or s.dtype != x.dtype or any(
                 i > t for i, t in zip(idx.sizes, s.sizes)) or any(
                 i > t for k, (i, t) in enumerate(zip(idx.sizes, x.sizes)) if k != dim):
-            raise _err(cls.name, f"index {idx.sizes} and src {s.pretty()} do not fit input "
+            raise shape_err(cls.name, f"index {idx.sizes} and src {s.pretty()} do not fit input "
                                  f"{x.pretty()}")
         return x
 

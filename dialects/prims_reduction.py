@@ -17,13 +17,13 @@ from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.prims_base import (
     IntArray,
     Number,
-    _dims,
-    _err,
-    _like,
-    _same_device,
-    _tensor,
     broadcast_shapes,
+    check_dims,
+    check_same_device,
+    like_type,
     prim,
+    shape_err,
+    tensor_operand,
 )
 from thunder_ir.dialects.traits import Library, NoDerivative, Reduction
 from thunder_ir.dialects.types import TensorType, is_float, is_int
@@ -48,11 +48,11 @@ class ReductionOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, *, dims: Sequence[int], **_: Any) -> TensorType:
-        x = _tensor(cls.name, x)
-        ds = _dims(cls.name, dims, x.rank)
+        x = tensor_operand(cls.name, x)
+        ds = check_dims(cls.name, dims, x.rank)
         if cls.NEEDS_NONEMPTY and any(x.sizes[d] == 0 for d in ds):
-            raise _err(cls.name, f"cannot reduce an empty dim of shape {x.sizes} over {ds}")
-        return _like(x, shape=[s for i, s in enumerate(x.sizes) if i not in ds],
+            raise shape_err(cls.name, f"cannot reduce an empty dim of shape {x.sizes} over {ds}")
+        return like_type(x, shape=[s for i, s in enumerate(x.sizes) if i not in ds],
                      dtype=cls.result_dtype(x.dtype))
 
     @classmethod
@@ -113,9 +113,9 @@ class VarOp(ReductionOp):
     @classmethod
     def infer(  # type: ignore[override]  # takes `correction`, not arbitrary params
             cls, x: Any, *, dims: Sequence[int], correction: float = 1.0) -> TensorType:
-        x = _tensor(cls.name, x)
+        x = tensor_operand(cls.name, x)
         if not is_float(x.dtype):
-            raise _err(cls.name, f"expects a floating-point tensor, got {x.dtype}")
+            raise shape_err(cls.name, f"expects a floating-point tensor, got {x.dtype}")
         return super().infer(x, dims=dims)
 
     @classmethod
@@ -138,13 +138,13 @@ class ArgReductionOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, *, dim: int) -> TensorType:
-        x = _tensor(cls.name, x)
-        _dims(cls.name, (dim,), x.rank)
+        x = tensor_operand(cls.name, x)
+        check_dims(cls.name, (dim,), x.rank)
         if x.dtype == torch.bool:
-            raise _err(cls.name, "expects a numeric tensor, got bool")
+            raise shape_err(cls.name, "expects a numeric tensor, got bool")
         if x.sizes[dim] == 0:
-            raise _err(cls.name, f"cannot reduce an empty dim {dim} of shape {x.sizes}")
-        return _like(x, shape=[s for i, s in enumerate(x.sizes) if i != dim],
+            raise shape_err(cls.name, f"cannot reduce an empty dim {dim} of shape {x.sizes}")
+        return like_type(x, shape=[s for i, s in enumerate(x.sizes) if i != dim],
                      dtype=torch.int64)
 
     @classmethod
@@ -184,12 +184,12 @@ class MatmulOp(ThunderOp):
 
     @classmethod
     def infer(cls, a: Any, b: Any) -> TensorType:
-        a, b = _tensor(cls.name, a), _tensor(cls.name, b)
-        _same_device(cls.name, a, b)
+        a, b = tensor_operand(cls.name, a), tensor_operand(cls.name, b)
+        check_same_device(cls.name, a, b)
         if a.dtype != b.dtype or not (is_float(a.dtype) or is_int(a.dtype)):
-            raise _err(cls.name, f"needs equal numeric dtypes, got {a.dtype} and {b.dtype}")
+            raise shape_err(cls.name, f"needs equal numeric dtypes, got {a.dtype} and {b.dtype}")
         if a.rank == 0 or b.rank == 0:
-            raise _err(cls.name, f"operands must be at least 1-D, got {a.sizes} and {b.sizes}")
+            raise shape_err(cls.name, f"operands must be at least 1-D, got {a.sizes} and {b.sizes}")
         sa, sb = list(a.sizes), list(b.sizes)
         a1, b1 = len(sa) == 1, len(sb) == 1
         if a1:
@@ -197,7 +197,7 @@ class MatmulOp(ThunderOp):
         if b1:
             sb = [*sb, 1]
         if sa[-1] != sb[-2]:
-            raise _err(cls.name, f"shapes {a.sizes} and {b.sizes} cannot be multiplied "
+            raise shape_err(cls.name, f"shapes {a.sizes} and {b.sizes} cannot be multiplied "
                                  f"({sa[-1]} != {sb[-2]})")
         batch = broadcast_shapes(cls.name, sa[:-2], sb[:-2])
         shape = [*batch, sa[-2], sb[-1]]
@@ -205,7 +205,7 @@ class MatmulOp(ThunderOp):
             shape.pop(-1)
         if a1:
             shape.pop(-2 if not b1 else -1)
-        return _like(a, shape=shape)
+        return like_type(a, shape=shape)
 
 
 @prim(torch.nn.functional.linear)
@@ -222,19 +222,19 @@ class LinearOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, w: Any, bias: Any = None) -> TensorType:
-        x, w = _tensor(cls.name, x), _tensor(cls.name, w)
-        b = None if bias is None else _tensor(cls.name, bias, "bias")
-        _same_device(cls.name, x, w, b)
+        x, w = tensor_operand(cls.name, x), tensor_operand(cls.name, w)
+        b = None if bias is None else tensor_operand(cls.name, bias, "bias")
+        check_same_device(cls.name, x, w, b)
         if w.rank not in (1, 2) or x.rank < 1 or x.sizes[-1] != w.sizes[-1]:
-            raise _err(cls.name, f"input {x.sizes} and weight {w.sizes} do not fit")
+            raise shape_err(cls.name, f"input {x.sizes} and weight {w.sizes} do not fit")
         if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
-            raise _err(cls.name, "input, weight and bias must share a dtype")
+            raise shape_err(cls.name, "input, weight and bias must share a dtype")
         if not (is_float(x.dtype) or is_int(x.dtype)):
-            raise _err(cls.name, f"needs a numeric dtype, got {x.dtype}")
+            raise shape_err(cls.name, f"needs a numeric dtype, got {x.dtype}")
         out_shape = [*x.sizes[:-1], *w.sizes[:-1]]
         if b is not None and b.sizes != tuple(w.sizes[:-1]):
-            raise _err(cls.name, f"bias {b.sizes} does not fit weight {w.sizes}")
+            raise shape_err(cls.name, f"bias {b.sizes} does not fit weight {w.sizes}")
         if b is not None and w.rank == 1 and x.rank != 1:  # as torch.nn.functional.linear
-            raise _err(cls.name, f"a 1-D weight {w.sizes} with a bias needs a 1-D input, "
+            raise shape_err(cls.name, f"a 1-D weight {w.sizes} with a bias needs a 1-D input, "
                                  f"got {x.sizes}")
-        return _like(x, shape=out_shape)
+        return like_type(x, shape=out_shape)

@@ -18,13 +18,13 @@ from thunder_ir.dialects.prims_base import (
     IntArray,
     Number,
     PadConfig,
-    _check_sizes,
-    _dims,
-    _err,
-    _like,
-    _same_device,
-    _tensor,
+    check_dims,
+    check_same_device,
+    check_sizes,
+    like_type,
     prim,
+    shape_err,
+    tensor_operand,
 )
 from thunder_ir.dialects.traits import RESHAPE, RESTRIDE, VIEW, Movement, ViewLike
 from thunder_ir.dialects.types import TensorType
@@ -48,19 +48,19 @@ class BroadcastInDimOp(ThunderOp):
     @classmethod
     def infer(cls, x: Any, *, shape: Sequence[int], broadcast_dims: Sequence[int]
               ) -> TensorType:
-        x = _tensor(cls.name, x)
-        _check_sizes(cls.name, shape)
+        x = tensor_operand(cls.name, x)
+        check_sizes(cls.name, shape)
         if len(broadcast_dims) != x.rank:
-            raise _err(cls.name, f"needs one broadcast dim per operand dim, got "
+            raise shape_err(cls.name, f"needs one broadcast dim per operand dim, got "
                                  f"{tuple(broadcast_dims)} for shape {x.sizes}")
-        dims = _dims(cls.name, broadcast_dims, len(shape))
+        dims = check_dims(cls.name, broadcast_dims, len(shape))
         if list(dims) != sorted(dims):
-            raise _err(cls.name, f"broadcast dims {dims} must be increasing")
+            raise shape_err(cls.name, f"broadcast dims {dims} must be increasing")
         for size, d in zip(x.sizes, dims):
             if size != 1 and size != shape[d]:
-                raise _err(cls.name, f"cannot broadcast shape {x.sizes} to {tuple(shape)} "
+                raise shape_err(cls.name, f"cannot broadcast shape {x.sizes} to {tuple(shape)} "
                                      f"with dims {dims}")
-        return _like(x, shape=shape)
+        return like_type(x, shape=shape)
 
     @classmethod
     def ref(cls, x: torch.Tensor, *, shape: Sequence[int], broadcast_dims: Sequence[int]
@@ -84,11 +84,11 @@ class ReshapeOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, *, shape: Sequence[int]) -> TensorType:
-        x = _tensor(cls.name, x)
+        x = tensor_operand(cls.name, x)
         if any(d < 0 for d in shape) or math.prod(shape) != x.numel():
-            raise _err(cls.name, f"cannot reshape {x.sizes} ({x.numel()} elements) to "
+            raise shape_err(cls.name, f"cannot reshape {x.sizes} ({x.numel()} elements) to "
                                  f"{tuple(shape)}")
-        return _like(x, shape=shape)
+        return like_type(x, shape=shape)
 
     @classmethod
     def ref(cls, x: torch.Tensor, *, shape: Sequence[int]) -> torch.Tensor:
@@ -108,11 +108,11 @@ class TransposeOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, *, permutation: Sequence[int]) -> TensorType:
-        x = _tensor(cls.name, x)
-        perm = _dims(cls.name, permutation, x.rank)
+        x = tensor_operand(cls.name, x)
+        perm = check_dims(cls.name, permutation, x.rank)
         if len(perm) != x.rank:
-            raise _err(cls.name, f"permutation {perm} does not cover shape {x.sizes}")
-        return _like(x, shape=[x.sizes[p] for p in perm])
+            raise shape_err(cls.name, f"permutation {perm} does not cover shape {x.sizes}")
+        return like_type(x, shape=[x.sizes[p] for p in perm])
 
     @classmethod
     def ref(cls, x: torch.Tensor, *, permutation: Sequence[int]) -> torch.Tensor:
@@ -135,17 +135,17 @@ class SliceOp(ThunderOp):
     @classmethod
     def infer(cls, x: Any, *, start_indices: Sequence[int], end_indices: Sequence[int],
               strides: Sequence[int] | None = None) -> TensorType:
-        x = _tensor(cls.name, x)
+        x = tensor_operand(cls.name, x)
         strides = strides or (1,) * x.rank
         if not len(start_indices) == len(end_indices) == len(strides) == x.rank:
-            raise _err(cls.name, f"needs one start, end and stride per dim of {x.sizes}")
+            raise shape_err(cls.name, f"needs one start, end and stride per dim of {x.sizes}")
         shape = []
         for size, lo, hi, st in zip(x.sizes, start_indices, end_indices, strides):
             if not (0 <= lo <= hi <= size) or st < 1:
-                raise _err(cls.name, f"slice [{lo}:{hi}:{st}] is out of range for a dim of "
+                raise shape_err(cls.name, f"slice [{lo}:{hi}:{st}] is out of range for a dim of "
                                      f"size {size} in shape {x.sizes}")
             shape.append((hi - lo + st - 1) // st)
-        return _like(x, shape=shape)
+        return like_type(x, shape=shape)
 
     @classmethod
     def ref(cls, x: torch.Tensor, *, start_indices: Sequence[int], end_indices: Sequence[int],
@@ -167,11 +167,11 @@ class SqueezeOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, *, dims: Sequence[int]) -> TensorType:
-        x = _tensor(cls.name, x)
-        ds = _dims(cls.name, dims, x.rank)
+        x = tensor_operand(cls.name, x)
+        ds = check_dims(cls.name, dims, x.rank)
         if any(x.sizes[d] != 1 for d in ds):
-            raise _err(cls.name, f"dims {ds} of shape {x.sizes} are not all of size 1")
-        return _like(x, shape=[s for i, s in enumerate(x.sizes) if i not in ds])
+            raise shape_err(cls.name, f"dims {ds} of shape {x.sizes} are not all of size 1")
+        return like_type(x, shape=[s for i, s in enumerate(x.sizes) if i not in ds])
 
     @classmethod
     def ref(cls, x: torch.Tensor, *, dims: Sequence[int]) -> torch.Tensor:
@@ -194,18 +194,18 @@ class PadOp(ThunderOp):
     @classmethod
     def infer(cls, x: Any, *, padding_value: Any,
               padding_config: Sequence[Sequence[int]]) -> TensorType:
-        x = _tensor(cls.name, x)
+        x = tensor_operand(cls.name, x)
         if len(padding_config) != x.rank or any(len(c) != 3 for c in padding_config):
-            raise _err(cls.name, f"needs (low, high, interior) per dim of {x.sizes}")
+            raise shape_err(cls.name, f"needs (low, high, interior) per dim of {x.sizes}")
         shape = []
         for size, (lo, hi, mid) in zip(x.sizes, padding_config):
             if mid < 0:
-                raise _err(cls.name, "interior padding must be >= 0")
+                raise shape_err(cls.name, "interior padding must be >= 0")
             n = size + lo + hi + max(size - 1, 0) * mid
             if n < 0:
-                raise _err(cls.name, f"padding {(lo, hi, mid)} leaves a negative size")
+                raise shape_err(cls.name, f"padding {(lo, hi, mid)} leaves a negative size")
             shape.append(n)
-        return _like(x, shape=shape)
+        return like_type(x, shape=shape)
 
     @classmethod
     def ref(cls, x: torch.Tensor, *, padding_value: Any,
@@ -240,24 +240,24 @@ class CatOp(ThunderOp):
     @classmethod
     def infer(cls, tensors: Sequence[Any], *, dim: int) -> TensorType:
         if not tensors:
-            raise _err(cls.name, "needs at least one tensor")
-        ts = [_tensor(cls.name, t) for t in tensors]
-        _same_device(cls.name, *ts)
+            raise shape_err(cls.name, "needs at least one tensor")
+        ts = [tensor_operand(cls.name, t) for t in tensors]
+        check_same_device(cls.name, *ts)
         first = ts[0]
         if not 0 <= dim < first.rank:
-            raise _err(cls.name, f"dim {dim} is out of range for shape {first.sizes}")
+            raise shape_err(cls.name, f"dim {dim} is out of range for shape {first.sizes}")
         total = 0
         for t in ts:
             same = all(a == b for i, (a, b) in enumerate(zip(t.sizes, first.sizes)) if i != dim)
             if t.rank != first.rank or not same:
-                raise _err(cls.name, f"shapes {first.sizes} and {t.sizes} differ outside dim "
+                raise shape_err(cls.name, f"shapes {first.sizes} and {t.sizes} differ outside dim "
                                      f"{dim}")
             if t.dtype != first.dtype:
-                raise _err(cls.name, f"dtypes {first.dtype} and {t.dtype} differ")
+                raise shape_err(cls.name, f"dtypes {first.dtype} and {t.dtype} differ")
             total += t.sizes[dim]
         shape = list(first.sizes)
         shape[dim] = total
-        return _like(first, shape=shape)
+        return like_type(first, shape=shape)
 
     @classmethod
     def ref(cls, tensors: Sequence[torch.Tensor], *, dim: int) -> torch.Tensor:
@@ -277,8 +277,8 @@ class FlipOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, *, dims: Sequence[int]) -> TensorType:
-        x = _tensor(cls.name, x)
-        _dims(cls.name, dims, x.rank)
+        x = tensor_operand(cls.name, x)
+        check_dims(cls.name, dims, x.rank)
         return x
 
     @classmethod

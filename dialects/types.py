@@ -306,6 +306,12 @@ def type_of_tensor(t: torch.Tensor) -> TensorType:
     return tensor_type(t.shape, t.dtype, canonical_device(t.device))
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype that statistics and backward math of ``dtype`` values run in: float32
+    for float16 and bfloat16 (as eager's kernels accumulate), else ``dtype`` itself."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def ttype(v: SSAValue) -> TensorType:
     """The type of ``v``, a value known to be a tensor."""
     t = v.type

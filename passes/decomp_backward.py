@@ -21,8 +21,8 @@ import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_nn as N
-from thunder_ir.dialects.types import TensorType
-from thunder_ir.passes.decomp_nn import _acc, _channels, _num, _t, unfold
+from thunder_ir.dialects.types import TensorType, compute_dtype, ttype
+from thunder_ir.passes.decomp_nn import number_const, per_channel, unfold
 from thunder_ir.passes.decompositions import Decomposer, decomposes
 from thunder_ir.passes.promotion import to_dtype
 
@@ -40,23 +40,26 @@ def gelu_backward(d: Decomposer, dy: SSAValue, x: SSAValue, approximate: str | N
     ``x/2 (1 + tanh(β (x + κ x³)))``."""
     (out,) = _types(N.GeluBackwardOp, dy, x, approximate=approximate)
     lt = d.ltorch
-    cd = _acc(out.dtype)
+    cd = compute_dtype(out.dtype)
     xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
-    one = _num(d, 1.0)
+    one = number_const(d, 1.0)
     if approximate == "tanh":
         beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
         x2 = lt.mul(xc, xc)
-        inner = lt.mul(lt.mul(xc, lt.add(lt.mul(x2, _num(d, kappa)), one)), _num(d, beta))
+        inner = lt.mul(lt.mul(xc, lt.add(lt.mul(x2, number_const(d, kappa)), one)),
+                       number_const(d, beta))
         th = lt.tanh(inner)
-        left = lt.mul(lt.add(th, one), _num(d, 0.5))
-        dinner = lt.mul(lt.add(lt.mul(x2, _num(d, 3.0 * kappa)), one), _num(d, beta))
-        right = lt.mul(lt.mul(lt.mul(xc, _num(d, 0.5)), lt.sub(one, lt.mul(th, th))), dinner)
+        left = lt.mul(lt.add(th, one), number_const(d, 0.5))
+        dinner = lt.mul(lt.add(lt.mul(x2, number_const(d, 3.0 * kappa)), one),
+                        number_const(d, beta))
+        right = lt.mul(lt.mul(lt.mul(xc, number_const(d, 0.5)), lt.sub(one, lt.mul(th, th))),
+                       dinner)
         deriv = lt.add(left, right)
     else:
-        cdf = lt.mul(lt.add(lt.erf(lt.mul(xc, _num(d, 1.0 / math.sqrt(2.0)))), one),
-                     _num(d, 0.5))
-        pdf = lt.mul(lt.exp(lt.mul(lt.mul(xc, xc), _num(d, -0.5))),
-                     _num(d, 1.0 / math.sqrt(2.0 * math.pi)))
+        cdf = lt.mul(lt.add(lt.erf(lt.mul(xc, number_const(d, 1.0 / math.sqrt(2.0)))), one),
+                     number_const(d, 0.5))
+        pdf = lt.mul(lt.exp(lt.mul(lt.mul(xc, xc), number_const(d, -0.5))),
+                     number_const(d, 1.0 / math.sqrt(2.0 * math.pi)))
         deriv = lt.add(cdf, lt.mul(xc, pdf))
     return to_dtype(d, lt.mul(g, deriv), out.dtype)
 
@@ -65,7 +68,7 @@ def _softmax_backward(d: Decomposer, op: type[N.NNOp], dy: SSAValue, y: SSAValue
                       input_dtype: torch.dtype, log: bool) -> SSAValue:
     (out,) = _types(op, dy, y, dim=dim, input_dtype=input_dtype)
     lt = d.ltorch
-    cd = _acc(_t(y).dtype)
+    cd = compute_dtype(ttype(y).dtype)
     yc, g = to_dtype(d, y, cd), to_dtype(d, dy, cd)
     if log:  # dy - exp(y) sum(dy)
         dx = lt.sub(g, lt.mul(lt.exp(yc), lt.sum(g, dim=(dim,), keepdim=True)))
@@ -97,16 +100,16 @@ def layer_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue, weight: SSAVal
     types = _types(N.LayerNormBackwardOp, dy, x, weight, bias, mean, rstd,
                    normalized_shape=normalized_shape, output_mask=output_mask, eps=eps)
     lt = d.ltorch
-    xt = _t(x)
+    xt = ttype(x)
     k = len(normalized_shape)
     nd, lead = tuple(range(xt.rank - k, xt.rank)), tuple(range(xt.rank - k))
-    cd = _acc(_t(dy).dtype)
+    cd = compute_dtype(ttype(dy).dtype)
     xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
     if mean is None or rstd is None:
         mean = lt.mean(xc, dim=nd, keepdim=True)
         diff = lt.sub(xc, mean)
         var = lt.mean(lt.mul(diff, diff), dim=nd, keepdim=True)
-        rstd = lt.rsqrt(lt.add(var, _num(d, 1e-5 if eps is None else float(eps))))
+        rstd = lt.rsqrt(lt.add(var, number_const(d, 1e-5 if eps is None else float(eps))))
     else:
         diff = lt.sub(xc, to_dtype(d, mean, cd))
         rstd = to_dtype(d, rstd, cd)
@@ -137,8 +140,8 @@ def convolution_backward(d: Decomposer, dy: SSAValue, x: SSAValue, w: SSAValue,
     p = d.prims
     types = _types(N.ConvolutionBackwardOp, dy, x, w, stride=stride, padding=padding,
                    dilation=dilation, groups=groups, output_mask=output_mask)
-    xt, wt, yt = _t(x), _t(w), _t(dy)
-    cd = _acc(yt.dtype)
+    xt, wt, yt = ttype(x), ttype(w), ttype(dy)
+    cd = compute_dtype(yt.dtype)
     n, c, c_out, kernel, g = xt.sizes[0], xt.sizes[1], wt.sizes[0], wt.sizes[2:], int(groups)
     nd, out = len(kernel), yt.sizes[2:]
     taps = (c // g) * math.prod(kernel)
@@ -186,9 +189,9 @@ def max_pool2d_with_indices_backward(d: Decomposer, dy: SSAValue, x: SSAValue,
     p = d.prims
     (out,) = _types(N.MaxPool2dWithIndicesBackwardOp, dy, x, indices, kernel_size=kernel_size,
                     stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
-    xt, yt = _t(x), _t(dy)
+    xt, yt = ttype(x), ttype(dy)
     n, c, h, w = xt.sizes
-    cd = _acc(yt.dtype)
+    cd = compute_dtype(yt.dtype)
     m = math.prod(yt.sizes[2:])
     zeros = p.full(shape=(n, c, h * w), fill_value=0.0, device=xt.dev, dtype=cd)
     grads = p.scatter_add(zeros, p.reshape(indices, shape=(n, c, m)),
@@ -208,7 +211,7 @@ def native_batch_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue,
     types = _types(N.NativeBatchNormBackwardOp, dy, x, weight, running_mean, running_var,
                    save_mean, save_invstd, training=training, eps=eps, output_mask=output_mask)
     lt = d.ltorch
-    xt = _t(x)
+    xt = ttype(x)
     rank, dims = xt.rank, (0, *range(2, xt.rank))
     count = math.prod(xt.sizes) // xt.sizes[1]
     if training:
@@ -216,8 +219,8 @@ def native_batch_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue,
         mean, invstd = save_mean, save_invstd
     else:
         assert running_mean is not None and running_var is not None
-        mean, invstd = running_mean, lt.rsqrt(lt.add(running_var, _num(d, float(eps))))
-    xhat = lt.mul(lt.sub(x, _channels(d, mean, rank)), _channels(d, invstd, rank))
+        mean, invstd = running_mean, lt.rsqrt(lt.add(running_var, number_const(d, float(eps))))
+    xhat = lt.mul(lt.sub(x, per_channel(d, mean, rank)), per_channel(d, invstd, rank))
     sum_dy = lt.sum(dy, dim=dims)
     sum_dy_xhat = lt.sum(lt.mul(dy, xhat), dim=dims)
     grads: list[SSAValue] = []
@@ -225,10 +228,10 @@ def native_batch_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue,
         scale = invstd if weight is None else lt.mul(invstd, weight)
         inner = dy
         if training:
-            mean_dy = _channels(d, lt.div(sum_dy, _num(d, float(count))), rank)
-            mean_dy_xhat = lt.div(sum_dy_xhat, _num(d, float(count)))
-            inner = lt.sub(lt.sub(dy, mean_dy), lt.mul(xhat, _channels(d, mean_dy_xhat, rank)))
-        grads.append(lt.mul(inner, _channels(d, scale, rank)))
+            mean_dy = per_channel(d, lt.div(sum_dy, number_const(d, float(count))), rank)
+            mean_dy_xhat = lt.div(sum_dy_xhat, number_const(d, float(count)))
+            inner = lt.sub(lt.sub(dy, mean_dy), lt.mul(xhat, per_channel(d, mean_dy_xhat, rank)))
+        grads.append(lt.mul(inner, per_channel(d, scale, rank)))
     if output_mask[1]:
         grads.append(sum_dy_xhat)
     if output_mask[2]:
@@ -246,16 +249,16 @@ def embedding_backward(d: Decomposer, dy: SSAValue, indices: SSAValue, num_weigh
     (out,) = _types(N.EmbeddingBackwardOp, dy, indices, num_weights=num_weights,
                     padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq)
     p = d.prims
-    it = _t(indices)
+    it = ttype(indices)
     n = it.numel()
     row_shape = (n, *out.sizes[1:])
-    cd = _acc(out.dtype)
+    cd = compute_dtype(out.dtype)
     flat = indices if it.rank == 1 else p.reshape(indices, shape=(n,))
     rows = p.reshape(to_dtype(d, dy, cd), shape=row_shape)
     if padding_idx is not None:
-        keep = p.broadcast_in_dim(p.ne(flat, _num(d, padding_idx)), shape=row_shape,
+        keep = p.broadcast_in_dim(p.ne(flat, number_const(d, padding_idx)), shape=row_shape,
                                   broadcast_dims=[0])
-        rows = p.where(keep, rows, _num(d, 0.0))
+        rows = p.where(keep, rows, number_const(d, 0.0))
     if scale_grad_by_freq:
         ones = p.full(shape=(n,), fill_value=1.0, device=out.dev, dtype=cd)
         counts = p.full(shape=(num_weights,), fill_value=0.0, device=out.dev, dtype=cd)
@@ -277,18 +280,18 @@ def nll_loss_backward(d: Decomposer, dloss: SSAValue, logp: SSAValue, target: SS
                     reduction=reduction, ignore_index=ignore_index)
     lt = d.ltorch
     red = reduction or "mean"
-    xt = _t(logp)
-    cd = _acc(xt.dtype)
+    xt = ttype(logp)
+    cd = compute_dtype(xt.dtype)
     cdim = 1 if xt.rank >= 2 else 0
     classes = xt.sizes[cdim]
     col = tuple(classes if i == cdim else 1 for i in range(xt.rank))
     arange = lt.reshape(lt.arange(end=classes, dtype=torch.int64, device=xt.dev), shape=col)
     tcol = lt.unsqueeze(target, dim=cdim)
-    valid = lt.ne(tcol, _num(d, -100 if ignore_index is None else ignore_index))
+    valid = lt.ne(tcol, number_const(d, -100 if ignore_index is None else ignore_index))
     hot = lt.to_dtype(lt.eq(tcol, arange), dtype=cd)
     if weight is not None:
         hot = lt.mul(hot, lt.reshape(to_dtype(d, weight, cd), shape=col))
-    a = lt.where(valid, hot, _num(d, 0.0))
+    a = lt.where(valid, hot, number_const(d, 0.0))
     c = to_dtype(d, dloss, cd)
     if red == "none":
         c = lt.unsqueeze(c, dim=cdim)

@@ -20,25 +20,11 @@ from xdsl.ir import SSAValue
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.prims import broadcast_shapes
-from thunder_ir.dialects.types import TensorType, is_float
+from thunder_ir.dialects.types import TensorType, compute_dtype, is_float, ttype
 from thunder_ir.passes.decompositions import Decomposer, decomposes
 from thunder_ir.passes.promotion import expand_to, to_dtype
 
 # --------------------------------------------------------------------------- helpers
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    """The dtype statistics are computed in: float32 for float16/bfloat16."""
-    return torch.float32 if dtype in _LOW_PRECISION else dtype
-
-
-def _t(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return t
-
 
 def _result(op: type[N.NNOp], *operands: Any, **params: Any) -> TensorType:
     """The result type of ``op`` on these operands (its cached shape rule)."""
@@ -48,7 +34,7 @@ def _result(op: type[N.NNOp], *operands: Any, **params: Any) -> TensorType:
     return out
 
 
-def _num(d: Decomposer, value: bool | int | float) -> SSAValue:
+def number_const(d: Decomposer, value: bool | int | float) -> SSAValue:
     return d.prims.constant(value=value)
 
 
@@ -66,12 +52,12 @@ def _unreduce(d: Decomposer, v: SSAValue, shape: Sequence[int], dims: Sequence[i
 
 
 def _sum_all(d: Decomposer, v: SSAValue) -> SSAValue:
-    return d.prims.sum(v, dims=list(range(_t(v).rank)))
+    return d.prims.sum(v, dims=list(range(ttype(v).rank)))
 
 
 def _softmax_core(d: Decomposer, x: SSAValue, dim: int, log: bool) -> SSAValue:
     """Numerically stable (log-)softmax of ``x`` along a non-negative ``dim``."""
-    shape = _t(x).sizes
+    shape = ttype(x).sizes
     m = _unreduce(d, d.prims.amax(x, dims=[dim]), shape, [dim])
     s = d.prims.sub(x, m)
     e = d.prims.exp(s)
@@ -84,11 +70,11 @@ def _softmax_core(d: Decomposer, x: SSAValue, dim: int, log: bool) -> SSAValue:
 def _softmax(d: Decomposer, x: SSAValue, dim: int, log: bool, out_dtype: torch.dtype
              ) -> SSAValue:
     """(log-)softmax with float32 statistics for low-precision inputs; any rank."""
-    t = _t(x)
+    t = ttype(x)
     if t.rank == 0:
         y = _softmax(d, d.prims.reshape(x, shape=[1]), 0, log, out_dtype)
         return d.prims.reshape(y, shape=[])
-    y = _softmax_core(d, to_dtype(d, x, _acc(out_dtype)), _dim(dim, t.rank), log)
+    y = _softmax_core(d, to_dtype(d, x, compute_dtype(out_dtype)), _dim(dim, t.rank), log)
     return to_dtype(d, y, out_dtype)
 
 
@@ -116,7 +102,7 @@ def grouped_mm(d: Decomposer, a: SSAValue, b: SSAValue, offs: SSAValue) -> SSAVa
     [M, N]``, its columns of ``a``) outside the group zeroed: ``E`` full products, for a
     fusion executor (the torch executor runs ``torch._grouped_mm``)."""
     p = d.prims
-    at, bt, ot = _t(a), _t(b), _t(offs)
+    at, bt, ot = ttype(a), ttype(b), ttype(offs)
     out = _result(N.GroupedMmOp, a, b, offs)
     rows = bt.rank == 3
     m = at.sizes[0] if rows else at.sizes[1]
@@ -132,10 +118,10 @@ def grouped_mm(d: Decomposer, a: SSAValue, b: SSAValue, offs: SSAValue) -> SSAVa
         if rows:  # rows of the product inside the group
             w = p.reshape(p.take(b, at_e, dim=0), shape=bt.sizes[1:])
             keep = p.broadcast_in_dim(inside, shape=out.sizes, broadcast_dims=[0])
-            parts.append(p.where(keep, p.matmul(a, w), _num(d, 0.0)))
+            parts.append(p.where(keep, p.matmul(a, w), number_const(d, 0.0)))
         else:  # columns of a inside the group
             keep = p.broadcast_in_dim(inside, shape=at.sizes, broadcast_dims=[1])
-            prod = p.matmul(p.where(keep, a, _num(d, 0.0)), b)
+            prod = p.matmul(p.where(keep, a, number_const(d, 0.0)), b)
             parts.append(p.reshape(prod, shape=(1, *out.sizes[1:])))
     if not parts:
         return p.full(shape=out.sizes, fill_value=0.0, device=out.dev, dtype=out.dtype)
@@ -155,7 +141,7 @@ def _taps(d: Decomposer, x: SSAValue, kernel: Sequence[int], stride: Sequence[in
     """``[N, C, T, *out]``: one strided slice of the (padded) ``x`` per kernel tap, taps in
     row-major kernel order (``T = prod(kernel)``)."""
     p = d.prims
-    sizes = _t(x).sizes
+    sizes = ttype(x).sizes
     taps: list[SSAValue] = []
     for offsets in itertools.product(*(range(k) for k in kernel)):
         start = [0, 0, *(o * dl for o, dl in zip(offsets, dilation, strict=True))]
@@ -173,7 +159,7 @@ def unfold(d: Decomposer, x: SSAValue, kernel: Sequence[int], stride: Sequence[i
     if any(padding):
         x = d.prims.pad(x, padding_value=0.0,
                         padding_config=[(0, 0, 0)] * 2 + [(q, q, 0) for q in padding])
-    sizes = _t(x).sizes
+    sizes = ttype(x).sizes
     out = [(sizes[2 + i] - dl * (k - 1) - 1) // st + 1
            for i, (k, st, dl) in enumerate(zip(kernel, stride, dilation, strict=True))]
     return _taps(d, x, kernel, stride, dilation, out), out
@@ -188,8 +174,8 @@ def convolution(d: Decomposer, x: SSAValue, w: SSAValue, bias: SSAValue | None,
     p = d.prims
     out_t = _result(N.ConvolutionOp, x, w, bias, stride=stride, padding=padding,
                     dilation=dilation, groups=groups)
-    xt, wt = _t(x), _t(w)
-    cd = _acc(out_t.dtype)
+    xt, wt = ttype(x), ttype(w)
+    cd = compute_dtype(out_t.dtype)
     n, c, c_out, kernel, g = xt.sizes[0], xt.sizes[1], wt.sizes[0], wt.sizes[2:], int(groups)
     patches, out = unfold(d, to_dtype(d, x, cd), kernel, stride, padding, dilation)
     taps = (c // g) * math.prod(kernel)
@@ -220,7 +206,7 @@ def max_pool2d_with_indices(d: Decomposer, x: SSAValue, kernel_size: Sequence[in
     assert isinstance(types, list)
     out_t = types[0]
     assert isinstance(out_t, TensorType)
-    xt = _t(x)
+    xt = ttype(x)
     h, w = xt.sizes[2:]
     out = out_t.sizes[2:]
     reach = [(m - 1) * st + dl * (k - 1) + 1
@@ -231,16 +217,16 @@ def max_pool2d_with_indices(d: Decomposer, x: SSAValue, kernel_size: Sequence[in
     taps = _taps(d, xp, kernel_size, stride, dilation, out)
     values = p.amax(taps, dims=[2])
     tap = p.argmax(taps, dim=2)
-    kh = lt.floor_divide(tap, _num(d, kernel_size[1]))
-    kw = lt.sub(tap, lt.mul(kh, _num(d, kernel_size[1])))
+    kh = lt.floor_divide(tap, number_const(d, kernel_size[1]))
+    kw = lt.sub(tap, lt.mul(kh, number_const(d, kernel_size[1])))
     dev = xt.dev
     rows = p.reshape(p.iota(length=out[0], start=-padding[0], step=stride[0], device=dev,
                             dtype=torch.int64), shape=(1, 1, out[0], 1))
     cols = p.reshape(p.iota(length=out[1], start=-padding[1], step=stride[1], device=dev,
                             dtype=torch.int64), shape=(1, 1, 1, out[1]))
-    row = lt.add(rows, lt.mul(kh, _num(d, dilation[0])))
-    col = lt.add(cols, lt.mul(kw, _num(d, dilation[1])))
-    return [values, lt.add(lt.mul(row, _num(d, w)), col)]
+    row = lt.add(rows, lt.mul(kh, number_const(d, dilation[0])))
+    col = lt.add(cols, lt.mul(kw, number_const(d, dilation[1])))
+    return [values, lt.add(lt.mul(row, number_const(d, w)), col)]
 
 # --------------------------------------------------------------------------- activations
 
@@ -248,34 +234,34 @@ def max_pool2d_with_indices(d: Decomposer, x: SSAValue, kernel_size: Sequence[in
 @decomposes(N.ReluOp)
 def relu(d: Decomposer, x: SSAValue) -> SSAValue:
     # maximum propagates NaN, as torch.relu does.
-    return d.prims.maximum(x, _num(d, 0))
+    return d.prims.maximum(x, number_const(d, 0))
 
 
 @decomposes(N.GeluOp)
 def gelu(d: Decomposer, x: SSAValue, approximate: str | None = None) -> SSAValue:
-    dtype = _t(x).dtype
-    xc = to_dtype(d, x, _acc(dtype))
-    half_x = d.prims.mul(xc, _num(d, 0.5))
+    dtype = ttype(x).dtype
+    xc = to_dtype(d, x, compute_dtype(dtype))
+    half_x = d.prims.mul(xc, number_const(d, 0.5))
     if approximate == "tanh":
         cube = d.prims.mul(d.prims.mul(xc, xc), xc)
-        inner = d.prims.add(xc, d.prims.mul(cube, _num(d, 0.044715)))
-        inner = d.prims.mul(inner, _num(d, math.sqrt(2.0 / math.pi)))
-        y = d.prims.mul(half_x, d.prims.add(d.prims.tanh(inner), _num(d, 1.0)))
+        inner = d.prims.add(xc, d.prims.mul(cube, number_const(d, 0.044715)))
+        inner = d.prims.mul(inner, number_const(d, math.sqrt(2.0 / math.pi)))
+        y = d.prims.mul(half_x, d.prims.add(d.prims.tanh(inner), number_const(d, 1.0)))
     else:
-        erf = d.prims.erf(d.prims.mul(xc, _num(d, 1.0 / math.sqrt(2.0))))
-        y = d.prims.mul(half_x, d.prims.add(erf, _num(d, 1.0)))
+        erf = d.prims.erf(d.prims.mul(xc, number_const(d, 1.0 / math.sqrt(2.0))))
+        y = d.prims.mul(half_x, d.prims.add(erf, number_const(d, 1.0)))
     return to_dtype(d, y, dtype)
 
 
 def _sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
     """``1 / (1 + exp(-x))`` on a float tensor."""
-    return d.prims.reciprocal(d.prims.add(d.prims.exp(d.prims.neg(x)), _num(d, 1.0)))
+    return d.prims.reciprocal(d.prims.add(d.prims.exp(d.prims.neg(x)), number_const(d, 1.0)))
 
 
 @decomposes(N.SiluOp)
 def silu(d: Decomposer, x: SSAValue) -> SSAValue:
-    dtype = _t(x).dtype
-    xc = to_dtype(d, x, _acc(dtype))
+    dtype = ttype(x).dtype
+    xc = to_dtype(d, x, compute_dtype(dtype))
     return to_dtype(d, d.prims.mul(xc, _sigmoid(d, xc)), dtype)
 
 
@@ -283,10 +269,10 @@ def silu(d: Decomposer, x: SSAValue) -> SSAValue:
 def silu_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue) -> SSAValue:
     """``dy * s * (1 + x (1 - s))``, ``s = sigmoid(x)``, in the accumulation dtype."""
     dtype = _result(N.SiluBackwardOp, grad_output, x).dtype
-    acc = _acc(dtype)
+    acc = compute_dtype(dtype)
     xc, dy = to_dtype(d, x, acc), to_dtype(d, grad_output, acc)
     s = _sigmoid(d, xc)
-    one = _num(d, 1.0)
+    one = number_const(d, 1.0)
     ds = d.prims.mul(s, d.prims.add(d.prims.mul(xc, d.prims.sub(one, s)), one))
     return to_dtype(d, d.prims.mul(dy, ds), dtype)
 
@@ -297,14 +283,14 @@ def threshold_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue, thresh
     """``where(x <= threshold, 0, dy)`` (a NaN input passes the gradient, as torch's)."""
     dtype = _result(N.ThresholdBackwardOp, grad_output, x, threshold=threshold).dtype
     lt = d.ltorch
-    return to_dtype(d, lt.where(lt.le(x, _num(d, threshold)), _num(d, 0.0), grad_output),
-                    dtype)
+    return to_dtype(d, lt.where(lt.le(x, number_const(d, threshold)), number_const(d, 0.0),
+                                grad_output), dtype)
 
 
 @decomposes(N.SigmoidOp)
 def sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
     out_dtype = _result(N.SigmoidOp, x).dtype  # ints promote to the default float dtype
-    return to_dtype(d, _sigmoid(d, to_dtype(d, x, _acc(out_dtype))), out_dtype)
+    return to_dtype(d, _sigmoid(d, to_dtype(d, x, compute_dtype(out_dtype))), out_dtype)
 
 
 # --------------------------------------------------------------------------- softmax
@@ -313,26 +299,26 @@ def sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
 @decomposes(N.SoftmaxOp)
 def softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = None
             ) -> SSAValue:
-    return _softmax(d, x, dim, False, dtype or _t(x).dtype)
+    return _softmax(d, x, dim, False, dtype or ttype(x).dtype)
 
 
 @decomposes(N.LogSoftmaxOp)
 def log_softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = None
                 ) -> SSAValue:
-    return _softmax(d, x, dim, True, dtype or _t(x).dtype)
+    return _softmax(d, x, dim, True, dtype or ttype(x).dtype)
 
 
 @decomposes(N.SafeSoftmaxOp)
 def safe_softmax(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = None
                  ) -> SSAValue:
     """Softmax, then zeros along the rows whose every element is ``-inf``."""
-    t = _t(x)
+    t = ttype(x)
     y = _softmax(d, x, dim, False, dtype or t.dtype)
     if t.rank == 0:
-        return d.prims.where(d.prims.eq(x, _num(d, -math.inf)), _num(d, 0.0), y)
+        return d.prims.where(d.prims.eq(x, number_const(d, -math.inf)), number_const(d, 0.0), y)
     dim = _dim(dim, t.rank)
-    empty = d.prims.eq(d.prims.amax(x, dims=[dim]), _num(d, -math.inf))
-    return d.prims.where(_unreduce(d, empty, t.sizes, [dim]), _num(d, 0.0), y)
+    empty = d.prims.eq(d.prims.amax(x, dims=[dim]), number_const(d, -math.inf))
+    return d.prims.where(_unreduce(d, empty, t.sizes, [dim]), number_const(d, 0.0), y)
 
 
 # --------------------------------------------------------------------------- dropout
@@ -347,12 +333,12 @@ def dropout_family(d: Decomposer, x: SSAValue, p: float, train: bool, *, feature
     """ATen's ``_dropout_impl``, step for step: the same draw (``bernoulli_(1 - p)`` of the
     input's shape, or ``(N, C, 1, ...)`` for the feature kinds) and the same arithmetic, so
     results equal eager's bit for bit given the same generator state."""
-    t = _t(x)
+    t = ttype(x)
     p = float(p)
     if not train or p == 0.0 or t.numel() == 0:
         return x
     if p == 1.0:
-        return d.prims.mul(x, _num(d, 0.0))
+        return d.prims.mul(x, number_const(d, 0.0))
     if feature:  # one draw per (sample, channel), in a fresh contiguous tensor
         noise = d.prims.bernoulli(shape=(*t.sizes[:2], *(1,) * (t.rank - 2)), p=1.0 - p,
                                   device=t.dev, dtype=t.dtype)
@@ -361,11 +347,12 @@ def dropout_family(d: Decomposer, x: SSAValue, p: float, train: bool, *, feature
     b = None
     if alpha:
         a = 1.0 / math.sqrt((_SELU_ALPHA * _SELU_ALPHA * p + 1) * (1 - p))
-        b = d.prims.add(d.prims.mul(d.prims.add(noise, _num(d, -1.0)), _num(d, _SELU_ALPHA * a)),
-                        _num(d, _SELU_ALPHA * a * p))
-        noise = d.prims.mul(noise, _num(d, a))
+        b = d.prims.add(d.prims.mul(d.prims.add(noise, number_const(d, -1.0)),
+                                    number_const(d, _SELU_ALPHA * a)),
+                        number_const(d, _SELU_ALPHA * a * p))
+        noise = d.prims.mul(noise, number_const(d, a))
     else:
-        noise = d.prims.div(noise, _num(d, 1.0 - p))
+        noise = d.prims.div(noise, number_const(d, 1.0 - p))
     out = d.prims.mul(x, expand_to(d, noise, t.sizes))
     if b is not None:
         out = d.prims.add(out, expand_to(d, b, t.sizes))
@@ -393,7 +380,7 @@ def _norm_dims(name: str, x: TensorType, normalized_shape: Sequence[int]) -> lis
 
 def _affine(d: Decomposer, y: SSAValue, weight: SSAValue | None, bias: SSAValue | None
             ) -> SSAValue:
-    t = _t(y)
+    t = ttype(y)
     if weight is not None:
         y = d.prims.mul(y, expand_to(d, to_dtype(d, weight, t.dtype), t.sizes))
     if bias is not None:
@@ -405,15 +392,15 @@ def _layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None, bias: SSAVa
                 normalized_shape: Sequence[int], eps: float | None, out_dtype: torch.dtype
                 ) -> tuple[SSAValue, SSAValue, SSAValue]:
     """``(y, mean, rstd)``, the statistics reduced over the normalized dims."""
-    t = _t(x)
+    t = ttype(x)
     dims = _norm_dims(N.LayerNormOp.name, t, normalized_shape)
     n = math.prod(normalized_shape)
-    xc = to_dtype(d, x, _acc(out_dtype))
-    mean = d.prims.div(d.prims.sum(xc, dims=dims), _num(d, float(n)))
+    xc = to_dtype(d, x, compute_dtype(out_dtype))
+    mean = d.prims.div(d.prims.sum(xc, dims=dims), number_const(d, float(n)))
     diff = d.prims.sub(xc, _unreduce(d, mean, t.sizes, dims))
-    var = d.prims.div(d.prims.sum(d.prims.mul(diff, diff), dims=dims), _num(d, float(n)))
+    var = d.prims.div(d.prims.sum(d.prims.mul(diff, diff), dims=dims), number_const(d, float(n)))
     eps = 1e-5 if eps is None else float(eps)
-    rstd = d.prims.rsqrt(d.prims.add(var, _num(d, eps)))
+    rstd = d.prims.rsqrt(d.prims.add(var, number_const(d, eps)))
     y = _affine(d, d.prims.mul(diff, _unreduce(d, rstd, t.sizes, dims)), weight, bias)
     return to_dtype(d, y, out_dtype), mean, rstd
 
@@ -441,9 +428,9 @@ def native_layer_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
             to_dtype(d, d.prims.reshape(rstd, shape=rstd_t.sizes), rstd_t.dtype)]
 
 
-def _channels(d: Decomposer, v: SSAValue, rank: int) -> SSAValue:
+def per_channel(d: Decomposer, v: SSAValue, rank: int) -> SSAValue:
     """A per-channel ``[C]`` value shaped to broadcast over ``[N, C, *spatial]``."""
-    c = _t(v).sizes[0]
+    c = ttype(v).sizes[0]
     return d.ltorch.reshape(v, shape=(1, c, *([1] * (rank - 2))))
 
 
@@ -457,33 +444,35 @@ def native_batch_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
     eps)``, and the running statistics moved by ``momentum``, the variance unbiased, as
     torch updates them), in evaluation the running statistics."""
     lt = d.ltorch
-    xt = _t(x)
+    xt = ttype(x)
     dims = (0, *range(2, xt.rank))
     mean = var = invstd = None
     if training:
         mean = lt.mean(x, dim=dims)
-        diff = lt.sub(x, _channels(d, mean, xt.rank))
+        diff = lt.sub(x, per_channel(d, mean, xt.rank))
         var = lt.mean(lt.mul(diff, diff), dim=dims)
-        invstd = lt.rsqrt(lt.add(var, _num(d, float(eps))))
-        y = lt.mul(diff, _channels(d, invstd, xt.rank))
+        invstd = lt.rsqrt(lt.add(var, number_const(d, float(eps))))
+        y = lt.mul(diff, per_channel(d, invstd, xt.rank))
     else:
         assert running_mean is not None and running_var is not None
-        scale = lt.rsqrt(lt.add(running_var, _num(d, float(eps))))
-        y = lt.mul(lt.sub(x, _channels(d, running_mean, xt.rank)),
-                   _channels(d, scale, xt.rank))
+        scale = lt.rsqrt(lt.add(running_var, number_const(d, float(eps))))
+        y = lt.mul(lt.sub(x, per_channel(d, running_mean, xt.rank)),
+                   per_channel(d, scale, xt.rank))
     if weight is not None:
-        y = lt.mul(y, _channels(d, weight, xt.rank))
+        y = lt.mul(y, per_channel(d, weight, xt.rank))
     if bias is not None:
-        y = lt.add(y, _channels(d, bias, xt.rank))
+        y = lt.add(y, per_channel(d, bias, xt.rank))
     if not training:
         return [y]
     assert mean is not None and var is not None and invstd is not None
     results = [y, mean, invstd]
     if running_mean is not None and running_var is not None:
         m, count = float(momentum), math.prod(xt.sizes) // xt.sizes[1]
-        unbiased = lt.mul(var, _num(d, count / max(count - 1, 1)))
-        results += [lt.add(lt.mul(running_mean, _num(d, 1.0 - m)), lt.mul(mean, _num(d, m))),
-                    lt.add(lt.mul(running_var, _num(d, 1.0 - m)), lt.mul(unbiased, _num(d, m)))]
+        unbiased = lt.mul(var, number_const(d, count / max(count - 1, 1)))
+        results += [lt.add(lt.mul(running_mean, number_const(d, 1.0 - m)),
+                           lt.mul(mean, number_const(d, m))),
+                    lt.add(lt.mul(running_var, number_const(d, 1.0 - m)),
+                           lt.mul(unbiased, number_const(d, m)))]
     return results
 
 
@@ -491,13 +480,13 @@ def native_batch_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
 def rms_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
              normalized_shape: Sequence[int], eps: float | None = None) -> SSAValue:
     out = _result(N.RmsNormOp, x, weight, normalized_shape=normalized_shape, eps=eps)
-    t = _t(x)
+    t = ttype(x)
     dims = _norm_dims(N.RmsNormOp.name, t, normalized_shape)
     n = math.prod(normalized_shape)
-    eps = torch.finfo(_acc(t.dtype)).eps if eps is None else float(eps)
-    xc = to_dtype(d, x, _acc(out.dtype))
-    ms = d.prims.div(d.prims.sum(d.prims.mul(xc, xc), dims=dims), _num(d, float(n)))
-    r = d.prims.rsqrt(d.prims.add(ms, _num(d, eps)))
+    eps = torch.finfo(compute_dtype(t.dtype)).eps if eps is None else float(eps)
+    xc = to_dtype(d, x, compute_dtype(out.dtype))
+    ms = d.prims.div(d.prims.sum(d.prims.mul(xc, xc), dims=dims), number_const(d, float(n)))
+    r = d.prims.rsqrt(d.prims.add(ms, number_const(d, eps)))
     y = d.prims.mul(xc, _unreduce(d, r, t.sizes, dims))
     return to_dtype(d, _affine(d, y, weight, None), out.dtype)
 
@@ -511,7 +500,7 @@ def embedding(d: Decomposer, idx: SSAValue, weight: SSAValue, padding_idx: int |
               scale_grad_by_freq: bool | None = None, sparse: bool | None = None) -> SSAValue:
     if max_norm is not None:
         raise ShapeError(f"{N.EmbeddingOp.name}: max_norm is not supported")
-    it, wt = _t(idx), _t(weight)
+    it, wt = ttype(idx), ttype(weight)
     flat = idx if it.rank == 1 else d.prims.reshape(idx, shape=[it.numel()])
     rows = d.prims.take(weight, flat, dim=0)
     shape = [*it.sizes, *wt.sizes[1:]]
@@ -523,7 +512,7 @@ def embedding(d: Decomposer, idx: SSAValue, weight: SSAValue, padding_idx: int |
 
 def _repeat_heads(d: Decomposer, v: SSAValue, rep: int) -> SSAValue:
     """``repeat_interleave(v, rep, dim=-3)`` with reshape and broadcast."""
-    s = _t(v).sizes
+    s = ttype(v).sizes
     lead, h = list(s[:-3]), s[-3]
     x = d.prims.reshape(v, shape=[*lead, h, 1, s[-2], s[-1]])
     x = d.prims.broadcast_in_dim(x, shape=(*lead, h, rep, s[-2], s[-1]),
@@ -552,17 +541,17 @@ def scaled_dot_product_attention(
                          "executor calls)")
     out = _result(N.ScaledDotProductAttentionOp, q, k, v, attn_mask, dropout_p=dropout_p,
                   is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-    qt, kt = _t(q), _t(k)
-    cd = _acc(qt.dtype)
+    qt, kt = ttype(q), ttype(k)
+    cd = compute_dtype(qt.dtype)
     if enable_gqa and qt.rank >= 3 and qt.sizes[-3] != kt.sizes[-3]:
         rep = qt.sizes[-3] // kt.sizes[-3]
         k, v = _repeat_heads(d, k, rep), _repeat_heads(d, v, rep)
-        kt = _t(k)
+        kt = ttype(k)
     scale = 1.0 / math.sqrt(qt.sizes[-1]) if scale is None else float(scale)
     qc, kc, vc = (to_dtype(d, x, cd) for x in (q, k, v))
     perm = [*range(kt.rank - 2), kt.rank - 1, kt.rank - 2]
     scores = d.prims.matmul(qc, d.prims.transpose(kc, permutation=perm))
-    scores = d.prims.mul(scores, _num(d, scale))
+    scores = d.prims.mul(scores, number_const(d, scale))
     length, source = qt.sizes[-2], kt.sizes[-2]
     masks: list[SSAValue] = []
     if is_causal:
@@ -570,15 +559,15 @@ def scaled_dot_product_attention(
     if attn_mask is not None:
         masks.append(attn_mask)
     if masks:
-        shape = tuple(broadcast_shapes(N.ScaledDotProductAttentionOp.name, _t(scores).sizes,
-                                       *(_t(m).sizes for m in masks)))
+        shape = tuple(broadcast_shapes(N.ScaledDotProductAttentionOp.name, ttype(scores).sizes,
+                                       *(ttype(m).sizes for m in masks)))
         scores = expand_to(d, scores, shape)
         for m in masks:
-            if _t(m).dtype == torch.bool:
-                scores = d.prims.where(expand_to(d, m, shape), scores, _num(d, -math.inf))
+            if ttype(m).dtype == torch.bool:
+                scores = d.prims.where(expand_to(d, m, shape), scores, number_const(d, -math.inf))
             else:
                 scores = d.prims.add(scores, expand_to(d, to_dtype(d, m, cd), shape))
-    probs = _softmax_core(d, scores, _t(scores).rank - 1, log=False)
+    probs = _softmax_core(d, scores, ttype(scores).rank - 1, log=False)
     return to_dtype(d, d.prims.matmul(probs, vc), out.dtype)
 
 
@@ -594,7 +583,7 @@ def _reduce(d: Decomposer, loss: SSAValue, reduction: str, denom: SSAValue | Non
     if reduction == "sum":
         return total
     if denom is None:
-        denom = _num(d, float(_t(loss).numel()))
+        denom = number_const(d, float(ttype(loss).numel()))
     return d.prims.div(total, denom)
 
 
@@ -612,14 +601,14 @@ def cross_entropy(d: Decomposer, x: SSAValue, target: SSAValue, weight: SSAValue
     red = N.legacy_reduction(reduction, size_average, reduce)
     out = _result(N.CrossEntropyOp, x, target, weight, ignore_index=ignore_index,
                   reduction=red, label_smoothing=label_smoothing)
-    xt = _t(x)
-    cd = _acc(xt.dtype)
+    xt = ttype(x)
+    cd = compute_dtype(xt.dtype)
     cdim = 1 if xt.rank >= 2 else 0
     classes = xt.sizes[cdim]
     ls = float(label_smoothing or 0.0)
     logp = _softmax_core(d, to_dtype(d, x, cd), cdim, log=True)
     w = None if weight is None else to_dtype(d, weight, cd)
-    if is_float(_t(target).dtype):
+    if is_float(ttype(target).dtype):
         loss = _ce_probabilities(d, logp, to_dtype(d, target, cd), w, cdim, classes, ls, red)
     else:
         ignore = -100 if ignore_index is None else ignore_index
@@ -633,21 +622,21 @@ def _targets(d: Decomposer, target: SSAValue, w: SSAValue | None, ignore: int,
     targets with ignored ones at class 0, each target's class weight (``None`` without
     weights) and ``nll_loss``'s total weight (the unignored targets' summed weights, or
     their count)."""
-    tt = _t(target)
-    valid = d.prims.ne(target, _num(d, ignore))
-    safe = d.prims.where(valid, target, _num(d, 0))  # ignored entries index class 0
+    tt = ttype(target)
+    valid = d.prims.ne(target, number_const(d, ignore))
+    safe = d.prims.where(valid, target, number_const(d, 0))  # ignored entries index class 0
     if w is None:
         return valid, safe, None, _sum_all(
             d, d.prims.convert_element_type(valid, dtype=dtype))
     wt = d.prims.take(w, d.prims.reshape(safe, shape=[tt.numel()]), dim=0)
     wt = d.prims.reshape(wt, shape=list(tt.sizes))
-    return valid, safe, wt, _sum_all(d, d.prims.where(valid, wt, _num(d, 0.0)))
+    return valid, safe, wt, _sum_all(d, d.prims.where(valid, wt, number_const(d, 0.0)))
 
 
 def _ce_indices(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | None,
                 cdim: int, classes: int, ls: float, red: str, ignore: int) -> SSAValue:
     """Cross entropy with class-index targets (torch's ``nll_loss`` + label smoothing)."""
-    tt, lt = _t(target), _t(logp)
+    tt, lt = ttype(target), ttype(logp)
     valid, safe, wt, total = _targets(d, target, w, ignore, lt.dtype)
     idx = d.prims.reshape(safe, shape=[*tt.sizes[:cdim], 1, *tt.sizes[cdim:]])
     picked = d.prims.squeeze(d.prims.gather(logp, idx, dim=cdim), dims=[cdim])
@@ -655,15 +644,15 @@ def _ce_indices(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | N
     if wt is not None:
         nll = d.prims.mul(nll, wt)
     denom = total if red == "mean" else None
-    zero = _num(d, 0.0)
+    zero = number_const(d, 0.0)
     loss = _reduce(d, d.prims.where(valid, nll, zero), red, denom)
     if ls == 0.0:
         return loss
     terms = logp if w is None else d.prims.mul(logp, _channel_weight(d, w, lt.sizes, cdim))
     smooth = d.prims.neg(d.prims.sum(terms, dims=[cdim]))
     smooth = _reduce(d, d.prims.where(valid, smooth, zero), red, denom)
-    return d.prims.add(d.prims.mul(loss, _num(d, 1.0 - ls)),
-                       d.prims.mul(smooth, _num(d, ls / classes)))
+    return d.prims.add(d.prims.mul(loss, number_const(d, 1.0 - ls)),
+                       d.prims.mul(smooth, number_const(d, ls / classes)))
 
 
 @decomposes(N.NllLossForwardOp)
@@ -679,8 +668,8 @@ def nll_loss_forward(d: Decomposer, logp: SSAValue, target: SSAValue, weight: SS
     out, total_t = types
     assert isinstance(out, TensorType) and isinstance(total_t, TensorType)
     red = reduction or "mean"
-    lt = _t(logp)
-    cd = _acc(lt.dtype)
+    lt = ttype(logp)
+    cd = compute_dtype(lt.dtype)
     cdim = 1 if lt.rank >= 2 else 0
     ignore = -100 if ignore_index is None else ignore_index
     w = None if weight is None else to_dtype(d, weight, cd)
@@ -696,14 +685,15 @@ def nll_loss_forward(d: Decomposer, logp: SSAValue, target: SSAValue, weight: SS
 def _ce_probabilities(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAValue | None,
                       cdim: int, classes: int, ls: float, red: str) -> SSAValue:
     """Cross entropy with class-probability targets of the input's shape."""
-    lt = _t(logp)
+    lt = ttype(logp)
     if ls > 0.0:
-        target = d.prims.add(d.prims.mul(target, _num(d, 1.0 - ls)), _num(d, ls / classes))
+        target = d.prims.add(d.prims.mul(target, number_const(d, 1.0 - ls)),
+                             number_const(d, ls / classes))
     terms = d.prims.mul(logp, target)
     if w is not None:
         terms = d.prims.mul(terms, _channel_weight(d, w, lt.sizes, cdim))
     loss = d.prims.neg(d.prims.sum(terms, dims=[cdim]))
-    return _reduce(d, loss, red, _num(d, float(lt.numel() // max(classes, 1))))
+    return _reduce(d, loss, red, number_const(d, float(lt.numel() // max(classes, 1))))
 
 
 @decomposes(N.MseLossOp)
@@ -712,8 +702,8 @@ def mse_loss(d: Decomposer, x: SSAValue, target: SSAValue, weight: SSAValue | No
              reduction: str | None = None) -> SSAValue:
     red = N.legacy_reduction(reduction, size_average, reduce)
     out = _result(N.MseLossOp, x, target, weight, reduction=red)
-    cd = _acc(out.dtype)
-    shape = tuple(broadcast_shapes(N.MseLossOp.name, _t(x).sizes, _t(target).sizes))
+    cd = compute_dtype(out.dtype)
+    shape = tuple(broadcast_shapes(N.MseLossOp.name, ttype(x).sizes, ttype(target).sizes))
     a = expand_to(d, to_dtype(d, x, cd), shape)
     b = expand_to(d, to_dtype(d, target, cd), shape)
     diff = d.prims.sub(a, b)

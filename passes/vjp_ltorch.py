@@ -47,7 +47,7 @@ from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef, from_attr
 from thunder_ir.dialects.prims import broadcast_shapes
 from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
-from thunder_ir.dialects.types import TensorType, is_float
+from thunder_ir.dialects.types import TensorType, compute_dtype, is_float, ttype
 from thunder_ir.passes.vjp import (
     Grad,
     is_differentiable_value,
@@ -57,15 +57,13 @@ from thunder_ir.passes.vjp_ltorch_core import (  # the helpers every ltorch rule
     Cts,
     Grads,
     Outs,
-    _acc,
-    _cast,
-    _grad,
-    _mT,
-    _neg_inf,
-    _sum_dims,
-    _sum_to,
-    _t,
-    _up,
+    cast_to,
+    grad_as,
+    neg_inf,
+    sum_dims,
+    sum_to_shape,
+    transpose_last,
+    upcast,
 )
 
 # --------------------------------------------------------------------------- linear algebra
@@ -74,8 +72,8 @@ from thunder_ir.passes.vjp_ltorch_core import (  # the helpers every ltorch rule
 @vjp(N.MatmulOp)
 def matmul(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue) -> Grads:
     """``da = ct @ b^T`` and ``db = a^T @ ct``, with torch.matmul's 1-D promotion and batch
-    broadcasting undone (`_sum_to`)."""
-    at, bt = _t(a), _t(b)
+    broadcasting undone (`sum_to_shape`)."""
+    at, bt = ttype(a), ttype(b)
     a1, b1 = at.rank == 1, bt.rank == 1
     a_shape = (1, *at.sizes) if a1 else at.sizes
     b_shape = (*bt.sizes, 1) if b1 else bt.sizes
@@ -88,7 +86,7 @@ def matmul(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue) -> Grads:
         dy = g.ltorch.reshape(dy, shape=(*batch, a_shape[-2], b_shape[-1]))
     da = db = None
     if is_differentiable_value(a):
-        da = _sum_to(g, g.ltorch.matmul(dy, _mT(g, b2)), a_shape)
+        da = sum_to_shape(g, g.ltorch.matmul(dy, transpose_last(g, b2)), a_shape)
         if a1:
             da = g.ltorch.reshape(da, shape=at.sizes)
     if is_differentiable_value(b):
@@ -99,9 +97,9 @@ def matmul(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue) -> Grads:
             rows = math.prod(a_shape[:-1])
             a_rows = g.ltorch.reshape(a2, shape=(rows, k))
             dy_rows = g.ltorch.reshape(dy, shape=(rows, p))
-            db = g.ltorch.matmul(_mT(g, a_rows), dy_rows)
+            db = g.ltorch.matmul(transpose_last(g, a_rows), dy_rows)
         else:
-            db = _sum_to(g, g.ltorch.matmul(_mT(g, a2), dy), b_shape)
+            db = sum_to_shape(g, g.ltorch.matmul(transpose_last(g, a2), dy), b_shape)
         if b1:
             db = g.ltorch.reshape(db, shape=bt.sizes)
     return [da, db]
@@ -112,8 +110,8 @@ def bmm(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue) -> Grads:
     """``da = ct @ b^T``, ``db = a^T @ ct`` per batch."""
     dy = ct[0]
     assert dy is not None
-    da = g.ltorch.bmm(dy, _mT(g, b)) if is_differentiable_value(a) else None
-    db = g.ltorch.bmm(_mT(g, a), dy) if is_differentiable_value(b) else None
+    da = g.ltorch.bmm(dy, transpose_last(g, b)) if is_differentiable_value(a) else None
+    db = g.ltorch.bmm(transpose_last(g, a), dy) if is_differentiable_value(b) else None
     return [da, db]
 
 
@@ -130,18 +128,18 @@ def grouped_mm(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue, offs: SSAV
         db = lt.grouped_mm(lt.transpose(a, dim0=0, dim1=1), dy, offs)
     da = None
     if is_differentiable_value(a):
-        if _t(b).rank == 3:
-            da = lt.grouped_mm(dy, _mT(g, b), offs)
+        if ttype(b).rank == 3:
+            da = lt.grouped_mm(dy, transpose_last(g, b), offs)
         else:
-            da = lt.transpose(lt.grouped_mm(b, _mT(g, dy), offs), dim0=0, dim1=1)  # type: ignore[arg-type]
-    return [_grad(g, da, a), _grad(g, db, b), None]
+            da = lt.transpose(lt.grouped_mm(b, transpose_last(g, dy), offs), dim0=0, dim1=1)  # type: ignore[arg-type]
+    return [grad_as(g, da, a), grad_as(g, db, b), None]
 
 
 @vjp(N.LinearOp)
 def linear(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue | None
            ) -> Grads:
     """``dx = ct @ W``, ``dW = ct^T @ x`` over all batch rows, ``dbias = sum(ct)``."""
-    xt, wt = _t(x), _t(w)
+    xt, wt = ttype(x), ttype(w)
     dy = ct[0]
     assert dy is not None
     n_in, rows = xt.sizes[-1], math.prod(xt.sizes[:-1])
@@ -153,9 +151,9 @@ def linear(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue
         if is_differentiable_value(w):
             dy_rows = g.ltorch.reshape(dy, shape=(rows, n_out))
             x_rows = g.ltorch.reshape(x, shape=(rows, n_in))
-            dw = g.ltorch.matmul(_mT(g, dy_rows), x_rows)
+            dw = g.ltorch.matmul(transpose_last(g, dy_rows), x_rows)
         if bias is not None and is_differentiable_value(bias):
-            db = _sum_to(g, dy, (n_out,))
+            db = sum_to_shape(g, dy, (n_out,))
     else:  # a 1-D weight: y = x @ w has x's batch shape
         if is_differentiable_value(x):
             dx = g.ltorch.mul(g.ltorch.unsqueeze(dy, dim=-1), w)
@@ -163,7 +161,7 @@ def linear(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue
             dw = g.ltorch.matmul(g.ltorch.reshape(dy, shape=(rows,)),
                                  g.ltorch.reshape(x, shape=(rows, n_in)))
         if bias is not None and is_differentiable_value(bias):
-            db = _sum_to(g, dy, ())
+            db = sum_to_shape(g, dy, ())
     return [dx, dw, db]
 
 
@@ -186,7 +184,7 @@ def gelu(g: Grad, out: Outs, ct: Cts, x: SSAValue, approximate: str | None = Non
     if not is_differentiable_value(x):
         return [None]
     params = {} if approximate in (None, "none") else {"approximate": approximate}
-    return [_grad(g, g.ltorch.gelu_backward(ct[0], x, **params), x)]
+    return [grad_as(g, g.ltorch.gelu_backward(ct[0], x, **params), x)]
 
 
 @vjp(N.SiluOp)
@@ -195,7 +193,7 @@ def silu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     op (one eager kernel; prims for a fusion executor)."""
     if not is_differentiable_value(x):
         return [None]
-    return [_grad(g, g.ltorch.silu_backward(ct[0], x), x)]
+    return [grad_as(g, g.ltorch.silu_backward(ct[0], x), x)]
 
 
 
@@ -205,8 +203,8 @@ def sigmoid(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     if not is_differentiable_value(x):
         return [None]
     lt = g.ltorch
-    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
-    return [_grad(g, lt.mul(dy, lt.mul(y, lt.sub(g.const(1.0), y))), x)]
+    y, dy = upcast(g, out[0]), upcast(g, ct[0])  # type: ignore[arg-type]
+    return [grad_as(g, lt.mul(dy, lt.mul(y, lt.sub(g.const(1.0), y))), x)]
 
 
 @vjp(C.TanhOp)
@@ -215,8 +213,8 @@ def tanh(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     if not is_differentiable_value(x):
         return [None]
     lt = g.ltorch
-    y, dy = _up(g, out[0]), _up(g, ct[0])  # type: ignore[arg-type]
-    return [_grad(g, lt.mul(dy, lt.sub(g.const(1.0), lt.mul(y, y))), x)]
+    y, dy = upcast(g, out[0]), upcast(g, ct[0])  # type: ignore[arg-type]
+    return [grad_as(g, lt.mul(dy, lt.sub(g.const(1.0), lt.mul(y, y))), x)]
 
 
 # --------------------------------------------------------------------------- softmax
@@ -229,9 +227,9 @@ def softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
     if not is_differentiable_value(x):
         return [None]
     y = out[0]
-    dx = g.ltorch.softmax_backward(_cast(g, ct[0], _t(y).dtype), y, dim=dim,  # type: ignore[arg-type]
-                                   input_dtype=_t(y).dtype)
-    return [_grad(g, dx, x)]
+    dx = g.ltorch.softmax_backward(cast_to(g, ct[0], ttype(y).dtype), y, dim=dim,  # type: ignore[arg-type]
+                                   input_dtype=ttype(y).dtype)
+    return [grad_as(g, dx, x)]
 
 
 @vjp(N.SafeSoftmaxOp)
@@ -249,9 +247,9 @@ def log_softmax(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int,
     if not is_differentiable_value(x):
         return [None]
     y = out[0]
-    dx = g.ltorch.log_softmax_backward(_cast(g, ct[0], _t(y).dtype), y,  # type: ignore[arg-type]
-                                       dim=dim, input_dtype=_t(y).dtype)
-    return [_grad(g, dx, x)]
+    dx = g.ltorch.log_softmax_backward(cast_to(g, ct[0], ttype(y).dtype), y,  # type: ignore[arg-type]
+                                       dim=dim, input_dtype=ttype(y).dtype)
+    return [grad_as(g, dx, x)]
 
 
 # --------------------------------------------------------------------------- normalization
@@ -280,7 +278,7 @@ def _layer_norm_grads(g: Grad, dy: SSAValue, x: SSAValue, weight: SSAValue | Non
     grads = iter(g.ltorch.layer_norm_backward(dy, x, weight, bias if mask[2] else None,
                                               mean, rstd, **params))
     dx, dw, db = (next(grads) if m else None for m in mask)
-    return [_grad(g, dx, x), _grad(g, dw, weight), _grad(g, db, bias)]
+    return [grad_as(g, dx, x), grad_as(g, dw, weight), grad_as(g, db, bias)]
 
 
 @vjp(N.LayerNormOp)
@@ -290,9 +288,9 @@ def layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None
     """``layer_norm_backward``. In float32 and float64 the forward becomes
     ``native_layer_norm``, the same kernel, which also returns the mean and rstd that the
     backward reads; in other dtypes the backward recomputes them."""
-    dy = _cast(g, ct[0], _t(out[0]).dtype)  # type: ignore[arg-type]
+    dy = cast_to(g, ct[0], ttype(out[0]).dtype)  # type: ignore[arg-type]
     stats = None
-    if _t(x).dtype in (torch.float32, torch.float64) and any(
+    if ttype(x).dtype in (torch.float32, torch.float64) and any(
             v is not None and is_differentiable_value(v) for v in (x, weight, bias)):
         op = out[0].owner
         assert isinstance(op, N.LayerNormOp)
@@ -312,7 +310,7 @@ def native_layer_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue
     gradient)."""
     if ct[0] is None:
         return [None, None, None]
-    return _layer_norm_grads(g, _cast(g, ct[0], _t(out[0]).dtype), x, weight, bias,
+    return _layer_norm_grads(g, cast_to(g, ct[0], ttype(out[0]).dtype), x, weight, bias,
                              normalized_shape, eps, (out[1], out[2]))
 
 
@@ -382,9 +380,9 @@ def nll_loss_forward(g: Grad, out: Outs, ct: Cts, logp: SSAValue, target: SSAVal
     params: dict[str, Any] = {k: v for k, v in (("reduction", reduction),
                                                 ("ignore_index", ignore_index))
                               if v is not None}
-    dlogp = g.ltorch.nll_loss_backward(_cast(g, ct[0], _t(out[0]).dtype), logp, target,
+    dlogp = g.ltorch.nll_loss_backward(cast_to(g, ct[0], ttype(out[0]).dtype), logp, target,
                                        out[1], weight, **params)
-    return [_grad(g, dlogp, logp), None, None]
+    return [grad_as(g, dlogp, logp), None, None]
 
 
 @vjp(N.RmsNormOp)
@@ -393,22 +391,22 @@ def rms_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
     """Recomputes ``r = rsqrt(mean(x²) + eps)``; with ``x̂ = x r`` and ``gy = ct * weight``:
     ``dx = r (gy - x̂ mean(gy x̂))``, ``dweight = sum(ct x̂)`` over the leading dims."""
     lt = g.ltorch
-    xt = _t(x)
+    xt = ttype(x)
     dims, lead = _norm_dims(xt, normalized_shape)
     nd = tuple(dims)
-    cd = _acc(_t(out[0]).dtype)
-    eps = torch.finfo(_acc(xt.dtype)).eps if eps is None else float(eps)
-    xc = _cast(g, x, cd)
-    dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
+    cd = compute_dtype(ttype(out[0]).dtype)
+    eps = torch.finfo(compute_dtype(xt.dtype)).eps if eps is None else float(eps)
+    xc = cast_to(g, x, cd)
+    dy = cast_to(g, ct[0], cd)  # type: ignore[arg-type]
     r = lt.rsqrt(lt.add(lt.mean(lt.mul(xc, xc), dim=nd, keepdim=True), g.const(eps)))
     xhat = lt.mul(xc, r)
     dx = dw = None
     if is_differentiable_value(x):
-        gy = dy if weight is None else lt.mul(dy, _cast(g, weight, cd))
+        gy = dy if weight is None else lt.mul(dy, cast_to(g, weight, cd))
         m = lt.mean(lt.mul(gy, xhat), dim=nd, keepdim=True)
-        dx = _grad(g, lt.mul(r, lt.sub(gy, lt.mul(xhat, m))), x)
+        dx = grad_as(g, lt.mul(r, lt.sub(gy, lt.mul(xhat, m))), x)
     if weight is not None:
-        dw = _grad(g, _sum_dims(g, lt.mul(dy, xhat), lead), weight)
+        dw = grad_as(g, sum_dims(g, lt.mul(dy, xhat), lead), weight)
     return [dx, dw]
 
 
@@ -426,14 +424,14 @@ def embedding(g: Grad, out: Outs, ct: Cts, indices: SSAValue, weight: SSAValue,
     gradient."""
     if not is_differentiable_value(weight):
         return [None, None]
-    num = _t(weight).sizes[0]
+    num = ttype(weight).sizes[0]
     params: dict[str, Any] = {"num_weights": num}
     if padding_idx is not None:
         params["padding_idx"] = padding_idx + num if padding_idx < 0 else padding_idx
     if scale_grad_by_freq:
         params["scale_grad_by_freq"] = True
     dw = g.ltorch.embedding_backward(ct[0], indices, **params)
-    return [None, _grad(g, dw, weight)]
+    return [None, grad_as(g, dw, weight)]
 
 
 # --------------------------------------------------------------------------- attention
@@ -441,7 +439,7 @@ def embedding(g: Grad, out: Outs, ct: Cts, indices: SSAValue, weight: SSAValue,
 
 def _repeat_heads(g: Grad, v: SSAValue, rep: int) -> SSAValue:
     """``repeat_interleave(v, rep, dim=-3)`` (grouped-query attention's key/value heads)."""
-    s = _t(v).sizes
+    s = ttype(v).sizes
     x = g.ltorch.unsqueeze(v, dim=-3)
     x = g.ltorch.expand(x, size=(*s[:-2], rep, *s[-2:]))
     return g.ltorch.reshape(x, shape=(*s[:-3], s[-3] * rep, *s[-2:]))
@@ -449,7 +447,7 @@ def _repeat_heads(g: Grad, v: SSAValue, rep: int) -> SSAValue:
 
 def _unrepeat_heads(g: Grad, v: SSAValue, rep: int) -> SSAValue:
     """The transpose of `_repeat_heads`: sums each group of ``rep`` heads."""
-    s = _t(v).sizes
+    s = ttype(v).sizes
     x = g.ltorch.reshape(v, shape=(*s[:-3], s[-3] // rep, rep, *s[-2:]))
     return g.ltorch.sum(x, dim=-3)
 
@@ -467,7 +465,7 @@ def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v:
 
     op = out.owner
     assert isinstance(op, N.ScaledDotProductAttentionOp)
-    qt, kt = _t(q), _t(k)
+    qt, kt = ttype(q), ttype(k)
     weights = tensor_type((*qt.sizes[:-1], kt.sizes[-2]), qt.dtype, qt.dev)
     operands = [q, k, v] + ([attn_mask] if attn_mask is not None else [])
     call = make_call(SDPA_DROPOUT_FORWARD, operands,
@@ -498,19 +496,19 @@ def _math_steps(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v: SSAValue,
     assert isinstance(op, N.ScaledDotProductAttentionOp)
     f = g.in_forward(op)
     lt = f.ltorch
-    qt, kt = _t(q), _t(k)
+    qt, kt = ttype(q), ttype(k)
     if rep > 1:
         k, v = _repeat_heads(f, k, rep), _repeat_heads(f, v, rep)
     sf = math.sqrt(abs(s))
     scores = lt.matmul(lt.mul(q, f.const(-sf if s < 0 else sf)),
-                       lt.mul(_mT(f, k), f.const(sf)))
+                       lt.mul(transpose_last(f, k), f.const(sf)))
     mask = attn_mask
     if is_causal:
         mask = lt.tril(lt.ones(size=(qt.sizes[-2], kt.sizes[-2]), dtype=torch.bool,
                                device=qt.dev))
     if mask is not None:
-        if _t(mask).dtype == torch.bool:  # as ATen converts it: + 0 kept, + -inf masked
-            mask = _cast(f, lt.where(mask, f.const(0.0), _neg_inf(f)), qt.dtype)
+        if ttype(mask).dtype == torch.bool:  # as ATen converts it: + 0 kept, + -inf masked
+            mask = cast_to(f, lt.where(mask, f.const(0.0), neg_inf(f)), qt.dtype)
         scores = lt.add(scores, mask)
     probs = weights = lt.safe_softmax(scores, dim=-1)
     noise = None
@@ -530,7 +528,7 @@ def eager_attention_backend(q: SSAValue, k: SSAValue, v: SSAValue,
     that allocate one row each, the mask requiring grad when ``mask_grad`` (which the
     selector weighs)."""
     def like(x: SSAValue, requires_grad: bool = False) -> torch.Tensor:
-        t = _t(x)
+        t = ttype(x)
         strides = (0,) * (t.rank - 1) + (1,) if t.rank else ()
         return torch.empty_strided(t.sizes, strides, dtype=t.dtype, device=t.dev,
                                    requires_grad=requires_grad)
@@ -552,8 +550,8 @@ def runs_math_kernel(g: Grad, q: SSAValue, k: SSAValue, v: SSAValue,
     float mask that requires grad (the fused CPU kernel gives the mask no gradient), key
     and value heads broadcast against the query's (multi-query attention without
     ``enable_gqa``), 3-D inputs."""
-    qt = _t(q)
-    if qt.dtype not in (torch.float32, torch.float64) or not _t(k).dtype == _t(v).dtype \
+    qt = ttype(q)
+    if qt.dtype not in (torch.float32, torch.float64) or not ttype(k).dtype == ttype(v).dtype \
             == qt.dtype:
         return False
     if 0.0 < p < 1.0:
@@ -584,21 +582,21 @@ def scaled_dot_product_attention(
     is eager's math kernel called whole, which returns ``W``, and the backward reads
     ``N`` off ``W``."""
     lt = g.ltorch
-    qt, kt, vt = _t(q), _t(k), _t(v)
-    cd = _acc(qt.dtype)
+    qt, kt, vt = ttype(q), ttype(k), ttype(v)
+    cd = compute_dtype(qt.dtype)
     p = float(dropout_p or 0.0)
     rep = 1
     if enable_gqa and qt.rank >= 3 and qt.sizes[-3] != kt.sizes[-3]:
         rep = qt.sizes[-3] // kt.sizes[-3]
     s = 1.0 / math.sqrt(qt.sizes[-1]) if scale is None else float(scale)
-    dy = _cast(g, ct[0], cd)  # type: ignore[arg-type]
+    dy = cast_to(g, ct[0], cd)  # type: ignore[arg-type]
     if runs_math_kernel(g, q, k, v, attn_mask, p, bool(is_causal), scale,
                         bool(enable_gqa)):
         probs, noise, weights, kc, vc = _math_steps(g, out[0], q, k, v, attn_mask, p,
                                                     bool(is_causal), s, rep)
         qc = q
-        dv = lt.matmul(_mT(g, weights), dy)
-        dp = lt.matmul(dy, _mT(g, vc))
+        dv = lt.matmul(transpose_last(g, weights), dy)
+        dp = lt.matmul(dy, transpose_last(g, vc))
         if noise is not None:
             dp = lt.mul(dp, noise)
     else:
@@ -606,47 +604,48 @@ def scaled_dot_product_attention(
         if p:
             dropped = _attention_with_weights(g, out[0], q, k, v, attn_mask, p,
                                               bool(is_causal), scale, bool(enable_gqa))
-        qc, kc, vc = (_cast(g, a, cd) for a in (q, k, v))
+        qc, kc, vc = (cast_to(g, a, cd) for a in (q, k, v))
         if rep > 1:
             kc, vc = _repeat_heads(g, kc, rep), _repeat_heads(g, vc, rep)
         if dropped is None:
-            scores = lt.mul(lt.matmul(qc, _mT(g, kc)), g.const(s))
+            scores = lt.mul(lt.matmul(qc, transpose_last(g, kc)), g.const(s))
         else:  # recompute the probabilities exactly as eager's math kernel computed them
             sf = math.sqrt(abs(s))
             scores = lt.matmul(lt.mul(qc, g.const(-sf if s < 0 else sf)),
-                               lt.mul(_mT(g, kc), g.const(sf)))
+                               lt.mul(transpose_last(g, kc), g.const(sf)))
         if is_causal:
             length, source = qt.sizes[-2], kt.sizes[-2]
             tri = lt.tril(lt.ones(size=(length, source), dtype=torch.bool, device=qt.dev))
-            scores = lt.where(tri, scores, _neg_inf(g))
+            scores = lt.where(tri, scores, neg_inf(g))
         if attn_mask is not None:
-            if _t(attn_mask).dtype == torch.bool:
-                scores = lt.where(attn_mask, scores, _neg_inf(g))
+            if ttype(attn_mask).dtype == torch.bool:
+                scores = lt.where(attn_mask, scores, neg_inf(g))
             else:
-                scores = lt.add(scores, _cast(g, attn_mask, cd))
+                scores = lt.add(scores, cast_to(g, attn_mask, cd))
         # a causal mask alone never masks a whole row
         probs = lt.safe_softmax(scores, dim=-1) if attn_mask is not None \
             else lt.softmax(scores, dim=-1)
-        dp = lt.matmul(dy, _mT(g, vc))
+        dp = lt.matmul(dy, transpose_last(g, vc))
         if dropped is None:
-            dv = lt.matmul(_mT(g, probs), dy)
+            dv = lt.matmul(transpose_last(g, probs), dy)
         else:  # the forward's weights after dropout: zero where dropped, P / (1 - p) elsewhere
-            wd = _cast(g, dropped, cd)
-            dv = lt.matmul(_mT(g, wd), dy)
+            wd = cast_to(g, dropped, cd)
+            dv = lt.matmul(transpose_last(g, wd), dy)
             dp = lt.where(lt.ne(wd, g.const(0.0)),
                           lt.mul(dp, g.const(1.0 / (1.0 - p) if p < 1.0 else 0.0)),
                           g.const(0.0))
     ds = lt.softmax_backward(dp, probs, dim=-1, input_dtype=cd)
     ds_scaled = lt.mul(ds, g.const(s))
     dq = lt.matmul(ds_scaled, kc)
-    dk = lt.matmul(_mT(g, ds_scaled), qc)
+    dk = lt.matmul(transpose_last(g, ds_scaled), qc)
     if rep > 1:
         dk, dv = _unrepeat_heads(g, dk, rep), _unrepeat_heads(g, dv, rep)
     dmask = None
     if attn_mask is not None and is_differentiable_value(attn_mask):
-        dmask = _grad(g, _sum_to(g, ds, _t(attn_mask).sizes), attn_mask)
-    return [_grad(g, _sum_to(g, dq, qt.sizes), q), _grad(g, _sum_to(g, dk, kt.sizes), k),
-            _grad(g, _sum_to(g, dv, vt.sizes), v), dmask]
+        dmask = grad_as(g, sum_to_shape(g, ds, ttype(attn_mask).sizes), attn_mask)
+    return [grad_as(g, sum_to_shape(g, dq, qt.sizes), q),
+            grad_as(g, sum_to_shape(g, dk, kt.sizes), k),
+            grad_as(g, sum_to_shape(g, dv, vt.sizes), v), dmask]
 
 
 # --------------------------------------------------------------------------- losses
@@ -669,7 +668,7 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
     get ``None`` (torch: not differentiable)."""
     lt = g.ltorch
     red = N.legacy_reduction(reduction, size_average, reduce)
-    xt, tt = _t(x), _t(target)
+    xt, tt = ttype(x), ttype(target)
     if not is_float(tt.dtype) and not label_smoothing and xt.rank <= 2:
         if not is_differentiable_value(x):
             return [None, None, None]
@@ -683,25 +682,25 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
         logp = f.log_softmax(x, dim=cdim)
         loss, total = f.nll_loss_forward(logp, target, weight, **params)
         g.replace_forward(op, None, [loss], erase=True)
-        dlogp = lt.nll_loss_backward(_cast(g, ct[0], xt.dtype), logp, target,  # type: ignore[arg-type]
+        dlogp = lt.nll_loss_backward(cast_to(g, ct[0], xt.dtype), logp, target,  # type: ignore[arg-type]
                                      total, weight, **params)
         dx = lt.log_softmax_backward(dlogp, logp, dim=cdim, input_dtype=xt.dtype)
-        return [_grad(g, dx, x), None, None]
-    cd = _acc(xt.dtype)
+        return [grad_as(g, dx, x), None, None]
+    cd = compute_dtype(xt.dtype)
     cdim = 1 if xt.rank >= 2 else 0
     classes = xt.sizes[cdim]
     ls = float(label_smoothing or 0.0)
-    xc = _cast(g, x, cd)
+    xc = cast_to(g, x, cd)
     wb = None
     if weight is not None:
-        wb = lt.reshape(_cast(g, weight, cd),
+        wb = lt.reshape(cast_to(g, weight, cd),
                         shape=tuple(classes if i == cdim else 1 for i in range(xt.rank)))
-    c = _cast(g, ct[0], cd)  # type: ignore[arg-type]
+    c = cast_to(g, ct[0], cd)  # type: ignore[arg-type]
     if red == "none":
         c = lt.unsqueeze(c, dim=cdim)
     probs = is_float(tt.dtype)
     if probs:
-        tgt = _cast(g, target, cd)
+        tgt = cast_to(g, target, cd)
         tprime = tgt if ls == 0.0 else lt.add(lt.mul(tgt, g.const(1.0 - ls)),
                                               g.const(ls / classes))
         a = tprime if wb is None else lt.mul(tprime, wb)
@@ -728,7 +727,7 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
     dx = None
     if is_differentiable_value(x):
         p = lt.softmax(xc, dim=cdim)
-        dx = _grad(g, lt.mul(c, lt.sub(lt.mul(p, lt.sum(a, dim=cdim, keepdim=True)), a)), x)
+        dx = grad_as(g, lt.mul(c, lt.sub(lt.mul(p, lt.sum(a, dim=cdim, keepdim=True)), a)), x)
     if not probs:
         return [dx, None, None]
     logp = lt.log_softmax(xc, dim=cdim)
@@ -736,10 +735,10 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
     if is_differentiable_value(target):
         coef = lt.mul(c, g.const(-(1.0 - ls)))
         dtgt = lt.mul(coef, logp if wb is None else lt.mul(logp, wb))
-        dt = _grad(g, dtgt, target)
+        dt = grad_as(g, dtgt, target)
     if weight is not None and is_differentiable_value(weight):
         terms = lt.neg(lt.mul(lt.mul(c, tprime), logp))
-        dw = _grad(g, _sum_dims(g, terms, [i for i in range(xt.rank) if i != cdim]), weight)
+        dw = grad_as(g, sum_dims(g, terms, [i for i in range(xt.rank) if i != cdim]), weight)
     return [dx, dt, dw]
 
 

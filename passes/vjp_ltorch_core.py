@@ -22,7 +22,7 @@ from xdsl.ir import SSAValue
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.traits import has_no_derivative
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, compute_dtype, ttype
 from thunder_ir.passes.vjp import (
     Grad,
     is_differentiable_value,
@@ -34,58 +34,45 @@ Grads = list[Any]
 Cts = list[SSAValue | None]
 Outs = list[SSAValue]
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
-
 # --------------------------------------------------------------------------- helpers
 
 
-def _t(v: SSAValue) -> TensorType:
-    t = v.type
-    assert isinstance(t, TensorType), f"expected a tensor, got {t}"
-    return t
+
+def cast_to(g: Grad, v: SSAValue, dtype: torch.dtype) -> SSAValue:
+    return v if ttype(v).dtype == dtype else g.ltorch.to_dtype(v, dtype=dtype)
 
 
-def _acc(dtype: torch.dtype) -> torch.dtype:
-    """The dtype backward math runs in: float32 for float16/bfloat16."""
-    return torch.float32 if dtype in _LOW_PRECISION else dtype
+def upcast(g: Grad, v: SSAValue) -> SSAValue:
+    """``v`` in its backward compute dtype (`compute_dtype`)."""
+    return cast_to(g, v, compute_dtype(ttype(v).dtype))
 
 
-def _cast(g: Grad, v: SSAValue, dtype: torch.dtype) -> SSAValue:
-    return v if _t(v).dtype == dtype else g.ltorch.to_dtype(v, dtype=dtype)
-
-
-def _up(g: Grad, v: SSAValue) -> SSAValue:
-    """``v`` in its backward compute dtype (`_acc`)."""
-    return _cast(g, v, _acc(_t(v).dtype))
-
-
-def _grad(g: Grad, v: SSAValue | None, operand: SSAValue | None) -> SSAValue | None:
+def grad_as(g: Grad, v: SSAValue | None, operand: SSAValue | None) -> SSAValue | None:
     """``v`` as the cotangent of ``operand`` (its dtype), or ``None`` if it has none."""
     if v is None or operand is None or not is_differentiable_value(operand):
         return None
-    return _cast(g, v, _t(operand).dtype)
+    return cast_to(g, v, ttype(operand).dtype)
 
 
-def _mT(g: Grad, v: SSAValue) -> SSAValue:
+def transpose_last(g: Grad, v: SSAValue) -> SSAValue:
     """Swaps the last two dims."""
     return g.ltorch.transpose(v, dim0=-2, dim1=-1)
 
 
-def _sum_dims(g: Grad, v: SSAValue, dims: Sequence[int]) -> SSAValue:
+def sum_dims(g: Grad, v: SSAValue, dims: Sequence[int]) -> SSAValue:
     """Sums ``dims`` away (none: ``v`` itself)."""
     return g.ltorch.sum(v, dim=tuple(dims)) if dims else v
 
 
-def _sum_to(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
+def sum_to_shape(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     """`Grad.sum_to`, accumulating float16/bfloat16 in float32."""
-    if _t(v).sizes == tuple(shape):
+    if ttype(v).sizes == tuple(shape):
         return v
-    dtype = _t(v).dtype
-    return _cast(g, g.sum_to(_up(g, v), tuple(shape)), dtype)
+    dtype = ttype(v).dtype
+    return cast_to(g, g.sum_to(upcast(g, v), tuple(shape)), dtype)
 
 
-def _neg_inf(g: Grad) -> SSAValue:
+def neg_inf(g: Grad) -> SSAValue:
     return g.const(-math.inf)
 
 
@@ -117,7 +104,7 @@ for _op in NO_DERIVATIVE_RULES:
 
 def _lsum_to(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     """Sums a broadcast cotangent back to ``shape`` with ltorch ops (numpy broadcasting)."""
-    vt = _t(v)
+    vt = ttype(v)
     shape = tuple(shape)
     if vt.sizes == shape:
         return v
@@ -125,7 +112,7 @@ def _lsum_to(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
                                       if s == 1 and vt.sizes[lead + i] != 1)
     out = g.ltorch.sum(v, dim=dims) if dims else v
-    if _t(out).sizes != shape:
+    if ttype(out).sizes != shape:
         out = g.ltorch.reshape(out, shape=shape)
     return out
 
@@ -135,7 +122,7 @@ def _operand_grad(g: Grad, v: SSAValue, operand: SSAValue) -> SSAValue | None:
     numbers and non-float tensors."""
     if not is_differentiable_value(operand):
         return None
-    return _grad(g, _lsum_to(g, v, _t(operand).sizes), operand)
+    return grad_as(g, _lsum_to(g, v, ttype(operand).sizes), operand)
 
 
 def _zeros(g: Grad, like: TensorType, shape: Sequence[int] | None = None) -> SSAValue:
@@ -230,7 +217,7 @@ def div(g: Grad, out: Outs, ct: Cts, a: SSAValue, b: SSAValue,
 @vjp(C.NegOp)
 def neg(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``-ct``."""
-    return [_grad(g, g.ltorch.neg(_ct0(ct)), x)]
+    return [grad_as(g, g.ltorch.neg(_ct0(ct)), x)]
 
 
 @vjp(C.PowOp)
@@ -271,13 +258,13 @@ def _number(v: SSAValue) -> Any:
 @vjp(C.ExpOp)
 def exp(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``ct * y`` on the result ``y``."""
-    return [_grad(g, g.ltorch.mul(_ct0(ct), out[0]), x)]
+    return [grad_as(g, g.ltorch.mul(_ct0(ct), out[0]), x)]
 
 
 @vjp(C.SqrtOp)
 def sqrt(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``ct / (2 y)`` on the result ``y``."""
-    return [_grad(g, g.ltorch.div(g.ltorch.mul(_ct0(ct), g.const(0.5)), out[0]), x)]
+    return [grad_as(g, g.ltorch.div(g.ltorch.mul(_ct0(ct), g.const(0.5)), out[0]), x)]
 
 
 @vjp(C.RsqrtOp)
@@ -285,7 +272,7 @@ def rsqrt(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``-ct y³ / 2`` on the result ``y``."""
     lt = g.ltorch
     y = out[0]
-    return [_grad(g, lt.mul(lt.mul(_ct0(ct), g.const(-0.5)), lt.mul(lt.mul(y, y), y)), x)]
+    return [grad_as(g, lt.mul(lt.mul(_ct0(ct), g.const(-0.5)), lt.mul(lt.mul(y, y), y)), x)]
 
 
 @vjp(C.WhereOp)
@@ -325,13 +312,13 @@ def clamp(g: Grad, out: Outs, ct: Cts, x: SSAValue, min: Any = None, max: Any = 
         below = lt.le(x, g.const(max))
         keep = below if keep is None else lt.logical_and(keep, below)
     dy = _ct0(ct)
-    return [_grad(g, dy if keep is None else lt.where(keep, dy, g.const(0.0)), x)]
+    return [grad_as(g, dy if keep is None else lt.where(keep, dy, g.const(0.0)), x)]
 
 
 @vjp(C.ToDtypeOp)
 def to_dtype(g: Grad, out: Outs, ct: Cts, x: SSAValue, dtype: Any = None) -> Grads:
     """``ct`` converted back to the input's dtype (none from a non-float result)."""
-    return [_grad(g, ct[0], x)]
+    return [grad_as(g, ct[0], x)]
 
 
 def _reduced_dims(rank: int, dim: Any) -> tuple[int, ...]:
@@ -345,10 +332,10 @@ def _reduced_dims(rank: int, dim: Any) -> tuple[int, ...]:
 
 def _unreduce(g: Grad, dy: SSAValue, x: SSAValue, dim: Any, keepdim: Any) -> SSAValue:
     """``dy`` of a reduction over ``dim`` broadcast back to ``x``'s shape."""
-    xt = _t(x)
+    xt = ttype(x)
     dims = _reduced_dims(xt.rank, dim)
     kept = tuple(1 if i in dims else s for i, s in enumerate(xt.sizes))
-    if _t(dy).sizes != kept:
+    if ttype(dy).sizes != kept:
         dy = g.ltorch.reshape(dy, shape=kept)
     if kept != xt.sizes:
         dy = g.ltorch.expand(dy, size=xt.sizes)
@@ -361,7 +348,7 @@ def sum_(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any = None, keepdim: Any
     """``ct`` broadcast back over the summed dims."""
     if not is_differentiable_value(x):
         return [None]
-    return [_grad(g, _unreduce(g, _ct0(ct), x, dim, keepdim), x)]
+    return [grad_as(g, _unreduce(g, _ct0(ct), x, dim, keepdim), x)]
 
 
 @vjp(C.MeanOp)
@@ -370,10 +357,10 @@ def mean(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any = None, keepdim: Any
     """``ct / n`` broadcast back over the ``n`` averaged elements."""
     if not is_differentiable_value(x):
         return [None]
-    xt = _t(x)
+    xt = ttype(x)
     n = math.prod(xt.sizes[d] for d in _reduced_dims(xt.rank, dim))
     dy = g.ltorch.div(_ct0(ct), g.const(float(n))) if n != 1 else _ct0(ct)
-    return [_grad(g, _unreduce(g, dy, x, dim, keepdim), x)]
+    return [grad_as(g, _unreduce(g, dy, x, dim, keepdim), x)]
 
 
 @vjp(C.TopkOp)
@@ -383,9 +370,9 @@ def topk(g: Grad, out: Outs, ct: Cts, x: SSAValue, k: int, dim: int = -1,
     ``value_selecting_reduction_backward``); the indices carry none."""
     if not is_differentiable_value(x) or ct[0] is None:
         return [None]
-    xt = _t(x)
+    xt = ttype(x)
     if xt.rank == 0:  # the element itself
-        return [_grad(g, ct[0], x)]
+        return [grad_as(g, ct[0], x)]
     zeros = g.prims.full(shape=xt.sizes, fill_value=0.0, device=xt.dev, dtype=xt.dtype)
     return [g.prims.scatter_add(zeros, out[1], ct[0], dim=dim % xt.rank)]
 
@@ -396,9 +383,9 @@ def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Gra
     if not is_differentiable_value(x):
         return [None]
     dy = _ct0(ct)
-    if _t(dy).sizes != _t(x).sizes:
-        dy = g.ltorch.reshape(dy, shape=_t(x).sizes)
-    return [_grad(g, dy, x)]
+    if ttype(dy).sizes != ttype(x).sizes:
+        dy = g.ltorch.reshape(dy, shape=ttype(x).sizes)
+    return [grad_as(g, dy, x)]
 
 
 for _op in (C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp,
@@ -411,7 +398,7 @@ def transpose(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim0: int, dim1: int) ->
     """``ct`` with the same two dims swapped back."""
     if not is_differentiable_value(x):
         return [None]
-    return [_grad(g, g.ltorch.transpose(_ct0(ct), dim0=dim0, dim1=dim1), x)]
+    return [grad_as(g, g.ltorch.transpose(_ct0(ct), dim0=dim0, dim1=dim1), x)]
 
 
 @vjp(C.PermuteOp)
@@ -419,12 +406,12 @@ def permute(g: Grad, out: Outs, ct: Cts, x: SSAValue, dims: Sequence[int]) -> Gr
     """``ct`` permuted by the inverse permutation."""
     if not is_differentiable_value(x):
         return [None]
-    rank = _t(x).rank
+    rank = ttype(x).rank
     perm = [d % rank for d in dims] if rank else []
     inv = [0] * rank
     for i, d in enumerate(perm):
         inv[d] = i
-    return [_grad(g, g.ltorch.permute(_ct0(ct), dims=tuple(inv)), x)]
+    return [grad_as(g, g.ltorch.permute(_ct0(ct), dims=tuple(inv)), x)]
 
 
 @vjp(C.ExpandOp)
@@ -440,20 +427,20 @@ def cat(g: Grad, out: Outs, ct: Cts, tensors: list[SSAValue], dim: Any = None) -
     """``ct`` split back into the inputs' extents along ``dim`` (legacy empty 1-D inputs,
     which torch skips, get zeros)."""
     dy = _ct0(ct)
-    rank = _t(dy).rank
+    rank = ttype(dy).rank
     d = (0 if dim is None else dim) % rank if rank else 0
-    kept = [i for i, v in enumerate(tensors) if _t(v).sizes != (0,) or _t(v).rank == rank]
+    kept = [i for i, v in enumerate(tensors) if ttype(v).sizes != (0,) or ttype(v).rank == rank]
     grads: list[SSAValue | None] = [None] * len(tensors)
     if len(kept) == 1:
         pieces = [dy]
     else:
-        sizes = tuple(_t(tensors[i]).sizes[d] for i in kept)
+        sizes = tuple(ttype(tensors[i]).sizes[d] for i in kept)
         pieces = list(g.ltorch.split(dy, split_size_or_sections=sizes, dim=d))
     for i, piece in zip(kept, pieces):
-        grads[i] = _grad(g, piece, tensors[i])
+        grads[i] = grad_as(g, piece, tensors[i])
     for i, v in enumerate(tensors):
         if i not in kept and is_differentiable_value(v):
-            grads[i] = _zeros(g, _t(v))
+            grads[i] = _zeros(g, ttype(v))
     return [grads]
 
 
@@ -461,11 +448,11 @@ def _join_cts(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any) -> Grads:
     """The cotangent of a split: the pieces' cotangents (zeros where absent) joined."""
     if not is_differentiable_value(x):
         return [None]
-    rank = _t(x).rank
+    rank = ttype(x).rank
     d = (0 if dim is None else dim) % rank
-    pieces = [c if c is not None else _zeros(g, _t(o)) for o, c in zip(out, ct)]
+    pieces = [c if c is not None else _zeros(g, ttype(o)) for o, c in zip(out, ct)]
     dy = pieces[0] if len(pieces) == 1 else g.ltorch.cat(pieces, dim=d)
-    return [_grad(g, dy, x)]
+    return [grad_as(g, dy, x)]
 
 
 @vjp(C.SplitOp)
@@ -523,19 +510,19 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
     indices (tensors, strided slices) differentiate the op's decomposition."""
     if not is_differentiable_value(x):
         return [None, [None] * len(indices)]
-    xt = _t(x)
+    xt = ttype(x)
     basic = None if indices else _basic_index(xt, index)
     if basic is None:
         return _via_decomposition(g, out, ct)
     ranges, region = basic
     dy = _ct0(ct)
-    if _t(dy).sizes != tuple(region):
+    if ttype(dy).sizes != tuple(region):
         dy = g.ltorch.reshape(dy, shape=tuple(region))
     config = tuple((lo, n - hi, 0) for (lo, hi), n in zip(ranges, xt.sizes, strict=True))
     if any(lo or hi for lo, hi, _ in config):
         # One pad, not a cat with zeros per dim: a single pointwise op that fuses.
         dy = g.prims.pad(dy, padding_value=0.0, padding_config=config)
-    return [_grad(g, dy, x), []]
+    return [grad_as(g, dy, x), []]
 
 DIRECT_RULES: tuple[type, ...] = (
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,

@@ -270,3 +270,41 @@ def test_the_slot_scan_sees_direct_fills_and_installers() -> None:
         "thunder_ir.passes.low calls",
         "thunder_ir.lowering.high:6: fills thunder_ir.passes.low.HOOKS, which "
         "thunder_ir.passes.low calls"]
+
+
+# --------------------------------------------------------------------------- private names
+
+
+def private_reaches(path: Path, tree: ast.Module) -> list[str]:
+    """``file:line: module._name`` for each private name of another thunder_ir module that
+    ``tree`` imports or reads as an attribute of an imported module."""
+    out: list[str] = []
+    modules: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.startswith("thunder_ir"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{path}:{node.lineno}: {node.module}.{a.name}")
+                else:
+                    modules[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("thunder_ir") and a.asname:
+                    modules[a.asname] = a.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in modules and node.attr.startswith("_")
+                and not node.attr.startswith("__")):
+            out.append(f"{path}:{node.lineno}: {modules[node.value.id]}.{node.attr}")
+    return out
+
+
+def test_no_module_reaches_for_another_modules_private_names() -> None:
+    """Helpers that cross modules are public (named, documented, in the module's API);
+    a private name stays in its module."""
+    found: list[str] = []
+    for package in SOURCES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found += private_reaches(path.relative_to(ROOT), ast.parse(path.read_text()))
+    assert found == []

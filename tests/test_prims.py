@@ -56,7 +56,7 @@ def _on_meta(t: Any) -> Any:
 
 
 def _fits(py: type, dtype: torch.dtype) -> bool:
-    """The number-kind rule, written out independently of prims._number_fits."""
+    """The number-kind rule, written out independently of prims.number_fits."""
     return {bool: True, int: dtype != torch.bool, float: is_float(dtype)}[py]
 
 
@@ -143,7 +143,7 @@ def test_binary_number_operands_follow_the_kind_rule(name: str) -> None:
             for a, b in ((t, n), (n, t)):
                 if _fits(py, dtype):
                     assert cls.infer(a, b) == cls.infer(t, t)
-                    assert prims._number_fits(py, dtype)
+                    assert prims.number_fits(py, dtype)
                 else:
                     with pytest.raises(ShapeError, match=rf"{cls.name}: a {py.__name__} number"):
                         cls.infer(a, b)

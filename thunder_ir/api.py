@@ -151,7 +151,7 @@ def _final_traces(module: ModuleOp, program: CompiledProgram, recorder: _Recorde
         target.append(Trace(ir, CODEGEN, gen.seconds, final=True, source=gen.source))
 
 
-class _Compiled:
+class CompiledCallable:
     """The cache and compile path behind a jitted function or module.
 
     A call: the guards' tokens (module state, globals, closure cells; one tuple compare per
@@ -701,7 +701,7 @@ _OWN = frozenset({"_model", "_compiled", "__signature__", "training", "_forward_
 class ThunderModule(torch.nn.Module):
     """A jitted module: same forward signature, shares the original's parameters."""
 
-    def __init__(self, model: torch.nn.Module, compiled: _Compiled) -> None:
+    def __init__(self, model: torch.nn.Module, compiled: CompiledCallable) -> None:
         super().__init__()
         self._model = model
         self._compiled = compiled
@@ -811,14 +811,14 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
         A drop-in replacement that traces on the first call with new input metadata and
         then runs the cached program.
     """
-    return build(fn, _Compiled, executors=executors, transforms=transforms, remat=remat,
+    return build(fn, CompiledCallable, executors=executors, transforms=transforms, remat=remat,
                  **options)
 
 
-def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[_Compiled], *,
+def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[CompiledCallable], *,
           executors: Sequence[Any] | None = None, transforms: Sequence[Any] | None = None,
           remat: Any = "auto", **options: Any) -> Any:
-    """`jit` with the compiled callable of class ``cls`` (a `_Compiled`; the torch.compile
+    """`jit` with the compiled callable of class ``cls`` (a `CompiledCallable`; the torch.compile
     backend's partitions use one that skips the prologue Dynamo makes redundant)."""
     if options:
         raise TypeError(f"jit() got unsupported options: {', '.join(options)}")
@@ -853,9 +853,9 @@ def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[_Compiled], *,
     return compiled
 
 
-def _compiled_of(f: Any) -> _Compiled:
+def _compiled_of(f: Any) -> CompiledCallable:
     c = getattr(f, "_compiled", None) if isinstance(f, ThunderModule) else f
-    if not isinstance(c, _Compiled):
+    if not isinstance(c, CompiledCallable):
         raise TypeError(f"{f!r} is not a function or module returned by thunder_ir.jit")
     return c
 

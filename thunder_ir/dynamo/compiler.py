@@ -21,12 +21,12 @@ import torch
 from torch.fx import GraphModule
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from thunder_ir.api import ThunderModule, _Compiled, build, jit
+from thunder_ir.api import CompiledCallable, ThunderModule, build, jit
 from thunder_ir.dynamo.splitter import SplitReason, partition
 from thunder_ir.runtime.cache import unflatten_outputs
 
 
-class _DynamoCompiled(_Compiled):
+class _DynamoCompiled(CompiledCallable):
     """A partition's compiled program, called without the prologue once Dynamo guards it.
 
     The first call (and any call whose grad mode differs from it) goes through the usual

@@ -11,11 +11,11 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.types import pretty_type
-from thunder_ir.extend.grads import _grad_transform_rule
+from thunder_ir.extend.grads import grad_transform_rule
 from thunder_ir.extend.ops import OperatorOp
-from thunder_ir.extend.replaces import _REPLACEMENTS, _replace
-from thunder_ir.extend.subtrace import _checker_args, _clone_into, _subtrace, _Unresolved
-from thunder_ir.extend.symbols import Symbol, _suspend_diversion
+from thunder_ir.extend.replaces import REPLACEMENTS, divert_calls
+from thunder_ir.extend.subtrace import Unresolved, checker_args, clone_into, subtrace
+from thunder_ir.extend.symbols import Symbol, suspend_diversion
 from thunder_ir.frontend.errors import ThunderTraceError
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.lowering.executors import register_executor as _register_executor
@@ -85,7 +85,7 @@ class OperatorExecutor(Executor):
         sym = Symbol(self, name, m, fn, replaces)
         self.opmap[name] = sym
         if replaces is not None:
-            _replace(replaces, sym)
+            divert_calls(replaces, sym)
         return sym
 
     def register_implementation(self, op: Symbol | type[ThunderOp], *,
@@ -124,10 +124,10 @@ class OperatorExecutor(Executor):
             return True
         assert isinstance(op, ThunderOp)
         try:
-            args, kwargs = _checker_args(op)
-        except _Unresolved:
+            args, kwargs = checker_args(op)
+        except Unresolved:
             return False
-        with _suspend_diversion():
+        with suspend_diversion():
             return bool(impl.checker(*args, **kwargs))
 
     def can_claim(self, op: ThunderOp) -> bool:
@@ -146,14 +146,14 @@ class OperatorExecutor(Executor):
         impl = self._impl(op)
         if impl is None or impl.execution_transform is None or not self._accepts(op, impl):
             return None
-        sub = _subtrace(impl.execution_transform, op, "execution transform")
+        sub = subtrace(impl.execution_transform, op, "execution transform")
         results = list(op.results)
         if len(sub.outputs) != len(results):
             raise ThunderTraceError(
                 f"the execution transform of {op.name} returned {len(sub.outputs)} tensors, "
                 f"but the op has {len(results)} results")
         vm = dict(sub.mapping)
-        new_ops = _clone_into(sub.ops, vm, op.attributes.get("loc"))
+        new_ops = clone_into(sub.ops, vm, op.attributes.get("loc"))
         values = [vm.get(v, v) for v in sub.outputs]
         for v, r in zip(values, results):
             if v.type != r.type:
@@ -171,7 +171,7 @@ class OperatorExecutor(Executor):
         impl = self._impl(op)
         if impl is None or impl.grad_transform is None or not self._accepts(op, impl):
             return None
-        return _grad_transform_rule(impl.grad_transform)
+        return grad_transform_rule(impl.grad_transform)
 
     def __repr__(self) -> str:
         return f"OperatorExecutor(name={self.name!r}, version={self.version!r})"
@@ -193,6 +193,6 @@ def deregister_executor(ex: Executor) -> None:
     from thunder_ir.lowering.executors import unregister_executor
 
     unregister_executor(ex)
-    for key, r in list(_REPLACEMENTS.items()):
+    for key, r in list(REPLACEMENTS.items()):
         if r.symbol.executor is ex:
-            del _REPLACEMENTS[key]
+            del REPLACEMENTS[key]

@@ -9,7 +9,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.types import TensorType
-from thunder_ir.extend.subtrace import _GRAD_STATES, _clone_into, _subtrace
+from thunder_ir.extend.subtrace import GRAD_STATES, clone_into, subtrace
 from thunder_ir.frontend.errors import ThunderTraceError
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.passes.vjp import Grad
@@ -22,12 +22,12 @@ def get_grad(x: Any) -> Any:
     The value is the cotangent the backward receives for that output (zeros where the
     output does not reach the loss).
     """
-    if not _GRAD_STATES:
+    if not GRAD_STATES:
         raise RuntimeError("get_grad() is only meaningful inside a grad transform "
                            "(register_implementation(..., grad_transform=...))")
     if not is_proxy(x):
         raise TypeError(f"get_grad() expects a traced tensor, got {type(x).__name__}")
-    state = _GRAD_STATES[-1]
+    state = GRAD_STATES[-1]
     ph = state.ctx.add_input(x._value.type, "ct", Cotangent())
     p = TensorProxy(ph)
     state.cts.append((x, x._value, ph))
@@ -39,10 +39,10 @@ def put_grads(inputs: Sequence[Any], grads: Sequence[Any]) -> None:
 
     ``None`` grads (and arguments never given one) get no gradient.
     """
-    if not _GRAD_STATES:
+    if not GRAD_STATES:
         raise RuntimeError("put_grads() is only meaningful inside a grad transform "
                            "(register_implementation(..., grad_transform=...))")
-    state = _GRAD_STATES[-1]
+    state = GRAD_STATES[-1]
     if len(inputs) != len(grads):
         raise ValueError(f"put_grads() got {len(inputs)} inputs but {len(grads)} grads")
     for x, g in zip(inputs, grads):
@@ -58,14 +58,14 @@ def put_grads(inputs: Sequence[Any], grads: Sequence[Any]) -> None:
         state.grads[pos] = g if prev is None else prev + g
 
 
-def _grad_transform_rule(grad_transform: Callable[..., Any]) -> Callable[..., list[Any]]:
+def grad_transform_rule(grad_transform: Callable[..., Any]) -> Callable[..., list[Any]]:
     """A VJP rule (see `thunder_ir.passes.vjp`) running a grad transform."""
 
     def rule(g: Grad, out: list[SSAValue], ct: list[SSAValue | None], *grouped: Any,
              **params: Any) -> list[Any]:
         op = out[0].owner
         assert isinstance(op, ThunderOp)
-        sub = _subtrace(grad_transform, op, "grad transform", grad=True)
+        sub = subtrace(grad_transform, op, "grad transform", grad=True)
         state = sub.grad
         assert state is not None
         vm: dict[SSAValue, SSAValue] = dict(sub.mapping)
@@ -98,7 +98,7 @@ def _grad_transform_rule(grad_transform: Callable[..., Any]) -> Callable[..., li
             if any(r in needed and r not in premapped for r in o.results):
                 keep.append(o)
                 needed.update(o.operands)
-        for c_op in _clone_into(list(reversed(keep)), vm, None):
+        for c_op in clone_into(list(reversed(keep)), vm, None):
             g.emitter.insert(c_op)  # with the forward op's source location
         flat: list[SSAValue | None] = [None] * len(op.operands)
         for pos, gp in state.grads.items():

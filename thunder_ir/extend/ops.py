@@ -34,28 +34,28 @@ if TYPE_CHECKING:
     from thunder_ir.extend.symbols import Symbol
 
 
-_OBJECT = "$object"
+OBJECT_TAG = "$object"
 """Tag of an opaque Python object in a static argument: ``("$object", k)``."""
 
 
-def _exact_static(v: Any) -> bool:
+def exact_static(v: Any) -> bool:
     """True if ``v`` survives `to_attr`/`from_attr` unchanged (so traces can print it)."""
     if v is None or isinstance(v, bool | int | float | str | torch.dtype | slice):
         return not isinstance(v, OperandRef)
     if v is Ellipsis:
         return True
     if type(v) is tuple:
-        return all(_exact_static(x) for x in v)
+        return all(exact_static(x) for x in v)
     return False
 
 
-def _has_tensor(v: Any) -> bool:
+def has_tensor(v: Any) -> bool:
     if isinstance(v, torch.Tensor):
         return True
     if isinstance(v, list | tuple):
-        return any(_has_tensor(x) for x in v)
+        return any(has_tensor(x) for x in v)
     if isinstance(v, dict):
-        return any(_has_tensor(x) for x in v.values())
+        return any(has_tensor(x) for x in v.values())
     return False
 
 
@@ -132,21 +132,21 @@ class OperatorOp(LtorchOp):
 def _decode(v: Any, objs: Sequence[Any]) -> Any:
     """Undoes `Symbol._static`: opaque-object tags become their objects again."""
     if type(v) is tuple:
-        if len(v) == 2 and v[0] == _OBJECT and type(v[1]) is int:
+        if len(v) == 2 and v[0] == OBJECT_TAG and type(v[1]) is int:
             return objs[v[1]]
         return tuple(_decode(x, objs) for x in v)
     return v
 
 
-_OP_CLASSES: dict[str, type[OperatorOp]] = {}
+OP_CLASSES: dict[str, type[OperatorOp]] = {}
 """Op name -> class, for every operator ever registered (re-registration reuses them)."""
 
 
-def _class_layout(params: tuple[tuple[str, Any], ...] | None) -> Any:
+def class_layout(params: tuple[tuple[str, Any], ...] | None) -> Any:
     return None if params is None else tuple((n, str(k)) for n, k in params)
 
 
-def _make_op_class(op_name: str, params: tuple[tuple[str, Any], ...] | None,
+def make_op_class(op_name: str, params: tuple[tuple[str, Any], ...] | None,
                    single: bool) -> type[OperatorOp]:
     """An IRDL op class for an operator (see `OperatorOp`)."""
     fields: dict[str, Any] = {

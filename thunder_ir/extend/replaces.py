@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from thunder_ir.extend.symbols import Symbol, _suspended
+from thunder_ir.extend.symbols import Symbol, diversion_suspended
 from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.table import HANDLERS, TRACING_CONTEXTS
@@ -27,14 +27,14 @@ class _Replacement:
     trampoline: types.CodeType | None = None
 
 
-_REPLACEMENTS: dict[int, _Replacement] = {}
+REPLACEMENTS: dict[int, _Replacement] = {}
 _KEYS = itertools.count()
 
 
 def _divert(key: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Where a replaced function's trampoline goes: the operator while tracing."""
-    r = _REPLACEMENTS[key]
-    if _suspended() or not tracing_now():
+    r = REPLACEMENTS[key]
+    if diversion_suspended() or not tracing_now():
         return r.original(*args, **kwargs)
     return r.symbol(*args, **kwargs)
 
@@ -62,29 +62,29 @@ def _trampoline(fn: types.FunctionType, key: int, symbol_id: str) -> types.CodeT
                         co_qualname=fn.__code__.co_qualname)
 
 
-def _replace(target: Any, symbol: Symbol) -> None:
+def divert_calls(target: Any, symbol: Symbol) -> None:
     """Registers the diversion of ``target`` (a function, method or torch callable)."""
     fn = getattr(target, "__func__", target)  # bound and class methods: their function
-    for key, r in list(_REPLACEMENTS.items()):
+    for key, r in list(REPLACEMENTS.items()):
         if r.target is fn:
-            del _REPLACEMENTS[key]
+            del REPLACEMENTS[key]
     key = next(_KEYS)
     if isinstance(fn, types.FunctionType):
         original = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
                                       fn.__defaults__, fn.__closure__)
         original.__kwdefaults__ = fn.__kwdefaults__
         original.__dict__.update(fn.__dict__)
-        _REPLACEMENTS[key] = _Replacement(fn, symbol, original, fn.__code__,
+        REPLACEMENTS[key] = _Replacement(fn, symbol, original, fn.__code__,
                                           _trampoline(fn, key, symbol.id))
     elif callable(fn):  # a builtin torch function: divert it in the tracer's handler table
-        _REPLACEMENTS[key] = _Replacement(fn, symbol, fn)
+        REPLACEMENTS[key] = _Replacement(fn, symbol, fn)
     else:
         raise TypeError(f"replaces= expects a function, got {target!r}")
 
 
 def _handler_for(r: _Replacement, previous: Any) -> Callable[..., Any]:
     def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
-        if _suspended():
+        if diversion_suspended():
             if previous is not None:
                 return previous(ctx, *args, **kwargs)
             return fallback(ctx, r.target, args, kwargs)
@@ -97,7 +97,7 @@ def _code_swaps() -> list[Swap]:
     """Each replaced Python function's code, swapped for its trampoline while any thread
     traces (a call outside tracing, in any thread, goes through `_divert` to the
     function's own code)."""
-    return [(r.target, "__code__", _constant(r.trampoline)) for r in list(_REPLACEMENTS.values())
+    return [(r.target, "__code__", _constant(r.trampoline)) for r in list(REPLACEMENTS.values())
             if r.trampoline is not None]
 
 
@@ -115,7 +115,7 @@ def _diversions() -> Iterator[None]:
     handler in this trace's own table (`TraceContext.handlers`), so that no other trace
     and no other thread sees it."""
     ctx = current()
-    for r in list(_REPLACEMENTS.values()):
+    for r in list(REPLACEMENTS.values()):
         if r.trampoline is None:
             ctx.handlers[r.target] = _handler_for(r, HANDLERS.get(r.target))
     with _codes_swapped():

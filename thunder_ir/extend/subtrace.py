@@ -15,7 +15,7 @@ from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.types import TensorType, pretty_type
 from thunder_ir.extend.ops import OperatorOp
-from thunder_ir.extend.symbols import _trace_into
+from thunder_ir.extend.symbols import trace_into
 from thunder_ir.frontend import torch_map
 from thunder_ir.frontend.context import TraceContext
 from thunder_ir.frontend.errors import ThunderTraceError
@@ -23,7 +23,7 @@ from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.runtime.origins import ArgLeaf, Cotangent
 
 
-class _Unresolved(Exception):
+class Unresolved(Exception):
     """An op argument whose Python value is not known (a number computed at run time)."""
 
 
@@ -31,7 +31,7 @@ def _number_value(v: SSAValue) -> Any:
     owner = v.owner
     if isinstance(owner, ConstantOp):
         return owner.params()["value"]
-    raise _Unresolved(f"number of type {pretty_type(v.type)} is not a constant")
+    raise Unresolved(f"number of type {pretty_type(v.type)} is not a constant")
 
 
 def _op_call_args(op: ThunderOp, flat: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -49,7 +49,7 @@ def _op_call_args(op: ThunderOp, flat: Sequence[Any]) -> tuple[list[Any], dict[s
     return [by_name.get(n) for n in torch_map.signature(type(op))], {}
 
 
-def _checker_args(op: ThunderOp) -> tuple[list[Any], dict[str, Any]]:
+def checker_args(op: ThunderOp) -> tuple[list[Any], dict[str, Any]]:
     """Arguments for a checker: proxies of the op's own operands (metadata only)."""
     flat = [TensorProxy(v) if isinstance(v.type, TensorType) else _number_value(v)
             for v in op.operands]
@@ -66,12 +66,12 @@ class _GradState:
     grads: dict[int, Any] = field(default_factory=dict)  # operand index -> grad proxy
 
 
-_GRAD_STATES: list[_GradState] = []
+GRAD_STATES: list[_GradState] = []
 
 
 @dataclass
 class _SubTrace:
-    """A Python function traced against an op's operands (see `_subtrace`)."""
+    """A Python function traced against an op's operands (see `subtrace`)."""
 
     ops: list[Operation]
     outputs: list[SSAValue]  # the tensors it returned, flattened
@@ -79,7 +79,7 @@ class _SubTrace:
     grad: _GradState | None
 
 
-def _subtrace(fn: Callable[..., Any], op: ThunderOp, what: str, grad: bool = False
+def subtrace(fn: Callable[..., Any], op: ThunderOp, what: str, grad: bool = False
               ) -> _SubTrace:
     """Traces ``fn`` called like ``op`` (proxies bound to its operands) into fresh ops."""
     ctx = TraceContext()
@@ -98,13 +98,13 @@ def _subtrace(fn: Callable[..., Any], op: ThunderOp, what: str, grad: bool = Fal
     args, kwargs = _op_call_args(op, flat)
     state = _GradState(ctx, positions) if grad else None
     if state is not None:
-        _GRAD_STATES.append(state)
+        GRAD_STATES.append(state)
     try:
-        with _trace_into(ctx):
+        with trace_into(ctx):
             out = fn(*args, **kwargs)
     finally:
         if state is not None:
-            _GRAD_STATES.pop()
+            GRAD_STATES.pop()
     for kind in ctx.input_kinds:
         if not isinstance(kind, ArgLeaf | Cotangent):
             raise ThunderTraceError(
@@ -121,7 +121,7 @@ def _subtrace(fn: Callable[..., Any], op: ThunderOp, what: str, grad: bool = Fal
     return _SubTrace(list(ctx.program.block.ops), outputs, mapping, state)
 
 
-def _clone_into(ops: Sequence[Operation], vm: dict[SSAValue, SSAValue],
+def clone_into(ops: Sequence[Operation], vm: dict[SSAValue, SSAValue],
                 loc: Attribute | None) -> list[Operation]:
     out = []
     for o in ops:

@@ -17,15 +17,15 @@ from xdsl.ir import Attribute, SSAValue
 from thunder_ir.dialects.base import OperandRef, ThunderOp, flatten_groups, to_attr
 from thunder_ir.dialects.types import TensorType, tensor_type
 from thunder_ir.extend.ops import (
-    _OBJECT,
-    _OP_CLASSES,
+    OBJECT_TAG,
+    OP_CLASSES,
     OperatorOp,
-    _class_layout,
-    _exact_static,
-    _has_tensor,
-    _make_op_class,
+    class_layout,
+    exact_static,
+    has_tensor,
+    make_op_class,
 )
-from thunder_ir.extend.vjp import _autograd_rule
+from thunder_ir.extend.vjp import autograd_rule
 from thunder_ir.frontend.context import TraceContext, TraceMode, current, recording, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location
 from thunder_ir.frontend.proxy import TensorProxy, type_of_any
@@ -40,14 +40,14 @@ if TYPE_CHECKING:
 _STATE = threading.local()
 
 
-def _suspended() -> int:
+def diversion_suspended() -> int:
     return getattr(_STATE, "suspended", 0)
 
 
 @contextlib.contextmanager
-def _suspend_diversion() -> Iterator[None]:
+def suspend_diversion() -> Iterator[None]:
     """Calls to replaced functions run the original code (meta functions, checkers)."""
-    _STATE.suspended = _suspended() + 1
+    _STATE.suspended = diversion_suspended() + 1
     try:
         yield
     finally:
@@ -55,7 +55,7 @@ def _suspend_diversion() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _trace_into(ctx: TraceContext) -> Iterator[None]:
+def trace_into(ctx: TraceContext) -> Iterator[None]:
     """Records torch calls into ``ctx`` alone: the modes of a trace in progress are set
     aside, so the shape rules of ``ctx``'s ops (meta runs) do not reach them."""
     stash = []
@@ -137,7 +137,7 @@ class Symbol:
     # ---- running
 
     def _run_fn(self, *args: Any, **kwargs: Any) -> Any:
-        with _suspend_diversion():
+        with suspend_diversion():
             return self.fn(*args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -166,7 +166,7 @@ class Symbol:
             return x
 
         m_args, m_kwargs = pytree.tree_map(to_proxy, (tuple(args), dict(kwargs)))
-        with _suspend_diversion(), _trace_into(scratch):
+        with suspend_diversion(), trace_into(scratch):
             out = self.meta(*m_args, **m_kwargs)
         dev = next((type_of_any(x).dev for x in pytree.tree_leaves((args, kwargs))
                     if isinstance(x, torch.Tensor)), "cpu")
@@ -189,18 +189,18 @@ class Symbol:
 
     def _static(self, cls: type[OperatorOp], v: Any, what: str) -> Any:
         """A static argument as a printable value, or an opaque-object tag."""
-        if _has_tensor(v):
+        if has_tensor(v):
             raise ThunderTraceError(
                 f"{self.id}: argument {what} holds tensors inside a {type(v).__name__}; "
                 "operators take tensors as top-level arguments (or through *args)")
-        if _exact_static(v):
+        if exact_static(v):
             return v
         objs = cls.OBJECTS
         for i, o in enumerate(objs):
             if o is v:
-                return (_OBJECT, i)
+                return (OBJECT_TAG, i)
         objs.append(v)
-        return (_OBJECT, len(objs) - 1)
+        return (OBJECT_TAG, len(objs) - 1)
 
     def _record(self, ctx: TraceContext, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
@@ -232,7 +232,7 @@ class Symbol:
                 if isinstance(x, torch.Tensor):
                     inputs.append(ctx.value_of(x))
                     return OperandRef(len(inputs) - 1)
-                if isinstance(x, list | tuple) and _has_tensor(x):
+                if isinstance(x, list | tuple) and has_tensor(x):
                     return tuple(enc(e, what) for e in x)
                 return self._static(cls, x, what)
 
@@ -265,16 +265,16 @@ def _op_class_for(symbol: Symbol, single: bool) -> type[OperatorOp]:
     if known is not None:
         return known
     base = f"{symbol.executor.namespace}.{symbol.name}"
-    layout = _class_layout(symbol.params)
+    layout = class_layout(symbol.params)
     for k in itertools.count():
         op_name = base if k == 0 else f"{base}_{k}"
-        found = _OP_CLASSES.get(op_name)
+        found = OP_CLASSES.get(op_name)
         if found is None:
-            cls = _make_op_class(op_name, symbol.params, single)
-            _OP_CLASSES[op_name] = cls
-            vjp(cls)(_autograd_rule)  # its rule, as any op registers one
+            cls = make_op_class(op_name, symbol.params, single)
+            OP_CLASSES[op_name] = cls
+            vjp(cls)(autograd_rule)  # its rule, as any op registers one
             break
-        if single == found.SINGLE and _class_layout(found.PARAMS) == layout:
+        if single == found.SINGLE and class_layout(found.PARAMS) == layout:
             cls = found  # the same operator registered again (a re-run cell): reuse it
             break
     cls.SYMBOL = symbol

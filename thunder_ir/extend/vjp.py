@@ -11,7 +11,7 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects.base import OperandRef, group
 from thunder_ir.dialects.torch import make_call, runtime_callee
-from thunder_ir.extend.ops import _OP_CLASSES, OperatorOp
+from thunder_ir.extend.ops import OP_CLASSES, OperatorOp
 from thunder_ir.passes.vjp import Grad, is_differentiable_value
 from thunder_ir.runtime.namespace import export
 
@@ -33,7 +33,7 @@ def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
     """
     from thunder_ir.runtime.autograd_fallback import leaf_cotangents, leaves_for_grad
 
-    cls = _OP_CLASSES[op_name]
+    cls = OP_CLASSES[op_name]
     inputs, cts, leaves = leaves_for_grad(values, n_inputs, grad_inputs)
     groups = group(cls.operand_layout(), inputs, tuple(segments) or None)
     with torch.enable_grad():
@@ -71,7 +71,7 @@ def _decode_refs(v: Any) -> Any:
     return v
 
 
-def _autograd_rule(g: Grad, out: list[SSAValue], ct: list[SSAValue | None], *grouped: Any,
+def autograd_rule(g: Grad, out: list[SSAValue], ct: list[SSAValue | None], *grouped: Any,
                    **params: Any) -> list[Any]:
     """The VJP table's rule for operators: a backward call of `operator_vjp`."""
     op = out[0].owner

@@ -230,7 +230,7 @@ _FUNCS: dict[str, Any] = {"masked_select": torch.masked_select, "nonzero": torch
                           "argwhere": torch.argwhere}
 
 
-_GETITEM = torch_map._getitem
+_GETITEM = torch_map.getitem
 
 
 def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:

@@ -622,7 +622,7 @@ if "expand" in OPS:
 HANDLERS[T.view_as] = lambda ctx, x, other: _view(ctx, x, tuple(other.shape))
 
 
-def _getitem(ctx: Builder, x: Any, index: Any) -> Any:
+def getitem(ctx: Builder, x: Any, index: Any) -> Any:
     op = OPS.get("getitem")
     items = index if isinstance(index, tuple) else (index,)
     tensors: list[Any] = []
@@ -652,7 +652,7 @@ def _getitem(ctx: Builder, x: Any, index: Any) -> Any:
     return ctx.wrap(out, _root(x) if not tensors else None)
 
 
-HANDLERS[T.__getitem__] = _getitem
+HANDLERS[T.__getitem__] = getitem
 
 
 def _int(v: Any) -> bool:
@@ -664,7 +664,7 @@ def _select(ctx: Builder, x: Any, dim: int, index: Any) -> Any:
     opaque call: a scan written with ``select`` per step has hundreds)."""
     if not (_int(dim) and _int(index)) or x.ndim == 0:
         raise UseFallback  # (eager's error, or a tensor index)
-    return _getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (index,))
+    return getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (index,))
 
 
 def _slice(ctx: Builder, x: Any, dim: int = 0, start: Any = None, end: Any = None,
@@ -674,7 +674,7 @@ def _slice(ctx: Builder, x: Any, dim: int = 0, start: Any = None, end: Any = Non
     if not (_int(dim) and _int(step) and step > 0 and x.ndim > 0
             and all(b is None or _int(b) for b in (start, end))):
         raise UseFallback
-    return _getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (slice(start, end, step),))
+    return getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (slice(start, end, step),))
 
 
 def _narrow_ints(ctx: Builder, x: Any, dim: int, start: Any, length: Any) -> Any:
@@ -686,7 +686,7 @@ def _narrow_ints(ctx: Builder, x: Any, dim: int, start: Any, length: Any) -> Any
     begin = start + size if start < 0 else start
     if not (0 <= begin <= size and 0 <= length <= size - begin):
         raise UseFallback
-    return _getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (slice(begin, begin + length),))
+    return getitem(ctx, x, (slice(None),) * (dim % x.ndim) + (slice(begin, begin + length),))
 
 
 def _movedim(ctx: Builder, x: Any, source: Any, destination: Any) -> Any:

@@ -184,7 +184,7 @@ InputFn: TypeAlias = Callable[[st.DrawFn, InputSpec], "OpSample | tuple[Any, Any
 """A drawing function ``fn(draw, spec)`` returning an `OpSample` or ``(operands, params)``."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_INPUTS: dict[type[ThunderOp], InputFn | st.SearchStrategy[Any]] = {}
+INPUT_STRATEGIES: dict[type[ThunderOp], InputFn | st.SearchStrategy[Any]] = {}
 _CACHE: dict[tuple[Any, ...], st.SearchStrategy[OpSample]] = {}
 
 
@@ -202,10 +202,10 @@ def register_inputs(*ops: type[ThunderOp], replace: bool = False) -> Callable[[_
 
     def wrap(fn: _F) -> _F:
         for op in ops:
-            if op in _INPUTS and not replace:
+            if op in INPUT_STRATEGIES and not replace:
                 raise ValueError(f"{op.name} already has an input strategy "
                                  "(pass replace=True to replace it)")
-            _INPUTS[op] = fn
+            INPUT_STRATEGIES[op] = fn
         _CACHE.clear()
         return fn
 
@@ -214,7 +214,7 @@ def register_inputs(*ops: type[ThunderOp], replace: bool = False) -> Callable[[_
 
 def _lookup(op: type[ThunderOp]) -> InputFn | st.SearchStrategy[Any] | None:
     for cls in op.__mro__:
-        fn = _INPUTS.get(cls)  # type: ignore[arg-type]
+        fn = INPUT_STRATEGIES.get(cls)  # type: ignore[arg-type]
         if fn is not None:
             return fn
     return None
@@ -321,7 +321,7 @@ def away_from_zero(draw: st.DrawFn, shape: Sequence[int], dtype: torch.dtype,
     return torch.where(sign, mag, -mag)
 
 
-def _specials(draw: st.DrawFn, spec: InputSpec, t: torch.Tensor) -> torch.Tensor:
+def with_specials(draw: st.DrawFn, spec: InputSpec, t: torch.Tensor) -> torch.Tensor:
     """Sometimes sets one element of a float tensor to inf, -inf, nan, 0 or -1.5."""
     if spec.for_vjp or not is_float(t.dtype) or t.numel() == 0 or not draw(st.booleans()):
         return t
@@ -330,7 +330,7 @@ def _specials(draw: st.DrawFn, spec: InputSpec, t: torch.Tensor) -> torch.Tensor
     return flat.reshape(t.shape)
 
 
-def _index(draw: st.DrawFn, shape: Sequence[int], bound: int) -> torch.Tensor:
+def index_tensor(draw: st.DrawFn, shape: Sequence[int], bound: int) -> torch.Tensor:
     """An int32/int64 index tensor with values in ``[0, bound)`` (repeats included)."""
     dtype = draw(st.sampled_from([torch.int64, torch.int32]))
     if bound == 0:
@@ -338,34 +338,34 @@ def _index(draw: st.DrawFn, shape: Sequence[int], bound: int) -> torch.Tensor:
     return values(draw, shape, dtype, 0, bound - 1)
 
 
-def _subset(draw: st.DrawFn, n: int) -> tuple[int, ...]:
+def dim_subset(draw: st.DrawFn, n: int) -> tuple[int, ...]:
     """Distinct dims of a rank-n tensor, in drawn order."""
     dims = [d for d in range(n) if draw(st.booleans())]
     return tuple(draw(st.permutations(dims)))
 
 
-def _neg(draw: st.DrawFn, d: int, rank: int) -> int:
+def either_sign_dim(draw: st.DrawFn, d: int, rank: int) -> int:
     """``d`` or its negative spelling ``d - rank``."""
     return d - rank if draw(st.booleans()) else d
 
 
-def _fits(py: type, dtype: torch.dtype) -> bool:
+def number_joins(py: type, dtype: torch.dtype) -> bool:
     """Whether a Python number of type ``py`` may join a ``dtype`` tensor in a prim."""
     return {bool: True, int: dtype != torch.bool, float: is_float(dtype)}[py]
 
 
-def _short(op: type[ThunderOp]) -> str:
+def short_name(op: type[ThunderOp]) -> str:
     return op.name.split(".", 1)[1]
 
 
-def _t(shape: Sequence[int], dtype: torch.dtype) -> Any:
+def shaped(shape: Sequence[int], dtype: torch.dtype) -> Any:
     return tensor_type(tuple(shape), dtype)
 
 
 _ACCEPTED: dict[Any, frozenset[torch.dtype]] = {}
 
 
-def _accepted(key: Any, probe: Callable[[torch.dtype], Any]) -> frozenset[torch.dtype]:
+def accepted_dtypes(key: Any, probe: Callable[[torch.dtype], Any]) -> frozenset[torch.dtype]:
     """The dtypes for which ``probe`` (a shape-rule call) raises no `ShapeError`."""
     hit = _ACCEPTED.get(key)
     if hit is None:
@@ -388,7 +388,7 @@ _DOMAIN: dict[str, tuple[float, float]] = {
 _AWAY_FROM_ZERO = {"reciprocal"}
 
 
-def _domain_tensor(draw: st.DrawFn, name: str, shape: Sequence[int], dtype: torch.dtype
+def domain_tensor(draw: st.DrawFn, name: str, shape: Sequence[int], dtype: torch.dtype
                    ) -> torch.Tensor:
     if name in _AWAY_FROM_ZERO:
         return away_from_zero(draw, shape, dtype, 0.2, 3.0)
@@ -396,7 +396,7 @@ def _domain_tensor(draw: st.DrawFn, name: str, shape: Sequence[int], dtype: torc
     return values(draw, shape, dtype, low, high)
 
 
-def _min_side(spec: InputSpec) -> int:
+def smallest_side(spec: InputSpec) -> int:
     """Prims take empty dims in shape-rule tests; VJP checks and ltorch ops draw none."""
     return 0 if not spec.for_vjp and spec.op.name.startswith("prims.") else 1
 
@@ -406,7 +406,7 @@ def _min_side(spec: InputSpec) -> int:
 _DIVIDES = {"div", "remainder", "fmod", "floor_divide"}
 
 
-def _p_number(draw: st.DrawFn, spec: InputSpec, name: str, side: int, dtype: torch.dtype
+def draw_p_number(draw: st.DrawFn, spec: InputSpec, name: str, side: int, dtype: torch.dtype
               ) -> Any:
     """A number operand of a binary prim on ``side`` (0: left), of a kind ``dtype`` takes."""
     if dtype == torch.bool:
@@ -429,7 +429,7 @@ def _p_number(draw: st.DrawFn, spec: InputSpec, name: str, side: int, dtype: tor
                                 else [1, -2, 5, 0, True, False]))
 
 
-def _binary_pair(draw: st.DrawFn, spec: InputSpec, name: str, shape: Sequence[int],
+def binary_pair(draw: st.DrawFn, spec: InputSpec, name: str, shape: Sequence[int],
                  a_dtype: torch.dtype, b_dtype: torch.dtype
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Two tensors in ``name``'s safe domain (ties drawn in for extrema in VJP checks)."""
@@ -451,20 +451,21 @@ def _binary_pair(draw: st.DrawFn, spec: InputSpec, name: str, shape: Sequence[in
 
 # --------------------------------------------------------------------------- ltorch: helpers
 
-def _broadcast_of(draw: st.DrawFn, shape: Sequence[int]) -> tuple[int, ...]:
+def broadcast_of(draw: st.DrawFn, shape: Sequence[int]) -> tuple[int, ...]:
     """A shape that broadcasts with ``shape`` (some dims 1, some leading dims dropped)."""
     out = list(shape[draw(st.integers(0, len(shape))):])
     return tuple(1 if draw(st.booleans()) else s for s in out)
 
 
-def _data(draw: st.DrawFn, spec: InputSpec, shape: Sequence[int], allowed: Iterable[torch.dtype],
-          low: float = -3.0, high: float = 3.0, specials: bool = False) -> torch.Tensor:
+def draw_data(draw: st.DrawFn, spec: InputSpec, shape: Sequence[int],
+              allowed: Iterable[torch.dtype], low: float = -3.0, high: float = 3.0,
+              specials: bool = False) -> torch.Tensor:
     """A data tensor of a dtype among ``allowed`` (special values sometimes, if asked)."""
     t = values(draw, shape, spec.dtype(draw, allowed), low, high)
-    return _specials(draw, spec, t) if specials else t
+    return with_specials(draw, spec, t) if specials else t
 
 
-def _dims_of(draw: st.DrawFn, rank: int) -> Any:
+def dims_of(draw: st.DrawFn, rank: int) -> Any:
     """A ``dim`` argument of a multi-dim reduction: None, an int or a tuple (may be ())."""
     if rank == 0:
         return draw(st.sampled_from([None, (), 0, -1]))
@@ -474,10 +475,10 @@ def _dims_of(draw: st.DrawFn, rank: int) -> Any:
     if kind == "int":
         return draw(st.integers(-rank, rank - 1))
     picked = draw(st.lists(st.integers(0, rank - 1), unique=True, max_size=rank))
-    return tuple(_neg(draw, d, rank) for d in picked)
+    return tuple(either_sign_dim(draw, d, rank) for d in picked)
 
 
-def _reduced_count(shape: Sequence[int], dim: Any) -> int:
+def reduced_count(shape: Sequence[int], dim: Any) -> int:
     """How many elements each output of a reduction over ``dim`` combines."""
     if dim is None or dim == ():
         return math.prod(shape)

@@ -22,18 +22,18 @@ from thunder_ir.testing.inputs import (
     NUMERIC_KIND,
     InputSpec,
     OpSample,
-    _binary_pair,
-    _broadcast_of,
-    _data,
-    _dims_of,
-    _domain_tensor,
-    _neg,
-    _p_number,
-    _reduced_count,
-    _short,
-    _specials,
+    binary_pair,
+    broadcast_of,
+    dims_of,
+    domain_tensor,
+    draw_data,
+    draw_p_number,
+    either_sign_dim,
+    reduced_count,
     register_inputs,
+    short_name,
     values,
+    with_specials,
 )
 
 # --------------------------------------------------------------------------- ltorch: binary
@@ -53,25 +53,25 @@ def _lt_binary_kind(op: type[ThunderOp]) -> frozenset[torch.dtype]:
 
 
 def _lt_binary(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    op, name = spec.op, _short(spec.op)
+    op, name = spec.op, short_name(spec.op)
     kind = _lt_binary_kind(op)
     shape = spec.shape(draw)
     a_dtype = spec.dtype(draw, kind)
     b_dtype = spec.dtype(draw, kind)
-    b_shape = _broadcast_of(draw, shape)
+    b_shape = broadcast_of(draw, shape)
     if spec.for_vjp:
-        a = _binary_pair(draw, spec, name, shape, a_dtype, a_dtype)[0]
-        b = _binary_pair(draw, spec, name, b_shape, b_dtype, b_dtype)[1]
+        a = binary_pair(draw, spec, name, shape, a_dtype, a_dtype)[0]
+        b = binary_pair(draw, spec, name, b_shape, b_dtype, b_dtype)[1]
     else:
-        a = _specials(draw, spec, values(draw, shape, a_dtype))
-        b = _specials(draw, spec, values(draw, b_shape, b_dtype))
+        a = with_specials(draw, spec, values(draw, shape, a_dtype))
+        b = with_specials(draw, spec, values(draw, b_shape, b_dtype))
     takes_number = issubclass(op, L.BinaryOp) or op is L.PowOp
     other: Any = b
     if takes_number and draw(st.booleans()):
         if op in _BITWISE:
             other = draw(st.integers(-3, 3) | st.booleans())
         elif spec.for_vjp:
-            other = _p_number(draw, spec, name, 1, torch.float64)
+            other = draw_p_number(draw, spec, name, 1, torch.float64)
             other = 1.0 if other is True else other  # torch.sub takes no bool
         else:
             other = draw(st.integers(-3, 3) | st.sampled_from([0.5, -1.25, 2.75, 0.0]))
@@ -118,8 +118,8 @@ def _lt_unary(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
     kind = ANY_KIND if op in _FLOAT_UNARY else _OTHER_UNARY[op]
     dtype = spec.dtype(draw, kind)
-    x = _domain_tensor(draw, _short(op), spec.shape(draw), dtype)
-    return OpSample([_specials(draw, spec, x)], {})
+    x = domain_tensor(draw, short_name(op), spec.shape(draw), dtype)
+    return OpSample([with_specials(draw, spec, x)], {})
 
 
 @register_inputs(L.RoundOp)
@@ -128,7 +128,7 @@ def _lt_round(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     if draw(st.booleans()):
         x = values(draw, spec.shape(draw), dtype, -50.0, 50.0)
         return OpSample([x], {"decimals": draw(st.integers(-2, 3))})
-    return OpSample([_specials(draw, spec, values(draw, spec.shape(draw), dtype))], {})
+    return OpSample([with_specials(draw, spec, values(draw, spec.shape(draw), dtype))], {})
 
 
 # --------------------------------------------------------------------------- ltorch: selection
@@ -139,18 +139,18 @@ def _value_or_number(draw: st.DrawFn, spec: InputSpec, shape: Sequence[int]) -> 
         if spec.for_vjp:
             return draw(st.sampled_from([0.5, -2.25, 1.5]))
         return draw(st.integers(-3, 3) | st.sampled_from([0.5, -2.25]) | st.booleans())
-    return _data(draw, spec, _broadcast_of(draw, shape), ANY_KIND)
+    return draw_data(draw, spec, broadcast_of(draw, shape), ANY_KIND)
 
 
 @register_inputs(L.WhereOp)
 def _lt_where(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     shape = spec.shape(draw)
-    cond = values(draw, _broadcast_of(draw, shape), torch.bool)
+    cond = values(draw, broadcast_of(draw, shape), torch.bool)
     a = _value_or_number(draw, spec, shape)
     b = _value_or_number(draw, spec, shape)
     if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
         if spec.for_vjp:
-            a = _data(draw, spec, shape, ANY_KIND)
+            a = draw_data(draw, spec, shape, ANY_KIND)
         cond = values(draw, shape, torch.bool)
     return OpSample([cond, a, b], {})
 
@@ -158,10 +158,10 @@ def _lt_where(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(L.MaskedFillOp)
 def _lt_masked_fill(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     shape = spec.shape(draw)
-    x = _data(draw, spec, shape, ANY_KIND)
-    mask = values(draw, _broadcast_of(draw, shape), torch.bool)
+    x = draw_data(draw, spec, shape, ANY_KIND)
+    mask = values(draw, broadcast_of(draw, shape), torch.bool)
     if draw(st.booleans()):  # the mask broadcasts the input's shape up
-        x = _data(draw, spec, _broadcast_of(draw, shape), ANY_KIND)
+        x = draw_data(draw, spec, broadcast_of(draw, shape), ANY_KIND)
         mask = values(draw, shape, torch.bool)
     if is_float(x.dtype):
         value: Any = draw(st.sampled_from([0.5, -2.0, 3] if spec.for_vjp else
@@ -175,7 +175,7 @@ def _lt_masked_fill(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.ClampOp)
 def _lt_clamp(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), NUMERIC_KIND, specials=True)
+    x = draw_data(draw, spec, spec.shape(draw), NUMERIC_KIND, specials=True)
     lo = draw(st.none() | st.integers(-2, 0) | st.sampled_from([-1.5, 0.25]))
     hi = draw(st.none() | st.integers(0, 2) | st.sampled_from([1.5, -0.5]))
     if lo is None and hi is None:
@@ -185,7 +185,7 @@ def _lt_clamp(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.ToDtypeOp)
 def _lt_to_dtype(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND, specials=True)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND, specials=True)
     dtype = spec.any_dtype(draw)
     if is_float(x.dtype) and not is_float(dtype):  # casting inf or nan to an int is UB
         x = torch.nan_to_num(x, nan=0.0, posinf=7.0, neginf=-7.0)
@@ -200,21 +200,21 @@ def _lt_to_dtype(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(L.SumOp, L.MeanOp)
 def _lt_sum_mean(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     mean = issubclass(spec.op, L.MeanOp)
-    x = _data(draw, spec, spec.shape(draw), FLOAT_KIND if mean else ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw), FLOAT_KIND if mean else ANY_KIND)
     dtype = None
     if not spec.for_vjp:
         dtype = draw(st.none() | st.just(spec.any_dtype(draw, FLOAT_KIND if mean else
                                                         NUMERIC_KIND)))
-    return OpSample([x], {"dim": _dims_of(draw, x.ndim), "keepdim": draw(st.booleans()),
+    return OpSample([x], {"dim": dims_of(draw, x.ndim), "keepdim": draw(st.booleans()),
                           "dtype": dtype})
 
 
 @register_inputs(L.VarOp)
 def _lt_var(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), FLOAT_KIND)
-    dim = _dims_of(draw, x.ndim)
+    x = draw_data(draw, spec, spec.shape(draw), FLOAT_KIND)
+    dim = dims_of(draw, x.ndim)
     correction = draw(st.sampled_from([0, 1, 2, 0.5, True, False]))
-    if spec.for_vjp and _reduced_count(x.shape, dim) <= correction:
+    if spec.for_vjp and reduced_count(x.shape, dim) <= correction:
         correction = 0  # n - correction must be positive to differentiate
     return OpSample([x], {"dim": dim, "keepdim": draw(st.booleans()),
                           "correction": correction})
@@ -222,14 +222,14 @@ def _lt_var(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.AmaxOp, L.AminOp)
 def _lt_amax_amin(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND, specials=True)
-    dim = _dims_of(draw, x.ndim)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND, specials=True)
+    dim = dims_of(draw, x.ndim)
     return OpSample([x], {"dim": () if dim is None else dim, "keepdim": draw(st.booleans())})
 
 
 @register_inputs(L.ProdOp)
 def _lt_prod(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND, -1.5, 1.5)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND, -1.5, 1.5)
     r = max(x.ndim, 1)
     dim = draw(st.none() | st.integers(-r, r - 1))
     dtype = None
@@ -241,13 +241,13 @@ def _lt_prod(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.MaxOp, L.MinOp)
 def _lt_max_min(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    return OpSample([_data(draw, spec, spec.shape(draw), ANY_KIND, specials=True)], {})
+    return OpSample([draw_data(draw, spec, spec.shape(draw), ANY_KIND, specials=True)], {})
 
 
 @register_inputs(L.MaxDimOp, L.MinDimOp, L.ArgmaxOp, L.ArgminOp)
 def _lt_arg_reductions(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     arg = issubclass(spec.op, L.ArgmaxOp | L.ArgminOp)
-    x = _data(draw, spec, spec.shape(draw), NUMERIC_KIND if arg else ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw), NUMERIC_KIND if arg else ANY_KIND)
     r = max(x.ndim, 1)
     dim: int | None = draw(st.integers(-r, r - 1))
     if arg and draw(st.booleans()):
@@ -281,7 +281,7 @@ def _lt_topk(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.ReshapeOp, L.ViewOp)
 def _lt_reshape(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND)
     factors = [p for p in range(1, x.numel() + 1) if x.numel() % p == 0]
     shape: list[int] = []
     rest = x.numel()
@@ -300,14 +300,14 @@ def _lt_reshape(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.PermuteOp)
 def _lt_permute(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND)
-    perm = [_neg(draw, p, x.ndim) for p in draw(st.permutations(range(x.ndim)))]
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND)
+    perm = [either_sign_dim(draw, p, x.ndim) for p in draw(st.permutations(range(x.ndim)))]
     return OpSample([x], {"dims": tuple(perm)})
 
 
 @register_inputs(L.TransposeOp)
 def _lt_transpose(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND)
     r = max(x.ndim, 1)
     return OpSample([x], {"dim0": draw(st.integers(-r, r - 1)),
                           "dim1": draw(st.integers(-r, r - 1))})
@@ -315,34 +315,35 @@ def _lt_transpose(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.ContiguousOp, L.CloneOp)
 def _lt_identity(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    return OpSample([_data(draw, spec, spec.shape(draw), ANY_KIND)], {})
+    return OpSample([draw_data(draw, spec, spec.shape(draw), ANY_KIND)], {})
 
 
 @register_inputs(L.FlattenOp)
 def _lt_flatten(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND)
     r = max(x.ndim, 1)
     s = draw(st.integers(0, r - 1))
     e = draw(st.integers(s, r - 1))
-    return OpSample([x], {"start_dim": _neg(draw, s, r), "end_dim": _neg(draw, e, r)})
+    return OpSample([x], {"start_dim": either_sign_dim(draw, s, r),
+                          "end_dim": either_sign_dim(draw, e, r)})
 
 
 @register_inputs(L.UnsqueezeOp)
 def _lt_unsqueeze(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND)
     return OpSample([x], {"dim": draw(st.integers(-x.ndim - 1, x.ndim))})
 
 
 @register_inputs(L.SqueezeOp)
 def _lt_squeeze(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw, max_side=3), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw, max_side=3), ANY_KIND)
     r = max(x.ndim, 1)
     kind = draw(st.sampled_from(["all", "int", "dims"]))
     dim: Any = None
     if kind == "int":
         dim = draw(st.integers(-r, r - 1))
     elif kind == "dims":
-        dim = _dims_of(draw, x.ndim)
+        dim = dims_of(draw, x.ndim)
         dim = () if dim is None else dim
     return OpSample([x], {"dim": dim})
 
@@ -350,7 +351,7 @@ def _lt_squeeze(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(L.ExpandOp)
 def _lt_expand(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     target = spec.shape(draw)
-    x = _data(draw, spec, _broadcast_of(draw, target), ANY_KIND)
+    x = draw_data(draw, spec, broadcast_of(draw, target), ANY_KIND)
     lead = len(target) - x.ndim
     size = [-1 if i >= lead and x.shape[i - lead] == s and draw(st.booleans()) else s
             for i, s in enumerate(target)]
@@ -359,13 +360,13 @@ def _lt_expand(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.TriuOp, L.TrilOp)
 def _lt_triu_tril(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw, min_rank=2), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw, min_rank=2), ANY_KIND)
     return OpSample([x], {"diagonal": draw(st.integers(-3, 3))})
 
 
 @register_inputs(L.SplitOp)
 def _lt_split(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw, min_rank=1, max_side=6), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw, min_rank=1, max_side=6), ANY_KIND)
     dim = draw(st.integers(-x.ndim, x.ndim - 1))
     n = x.shape[dim]
     if draw(st.booleans()):
@@ -378,7 +379,7 @@ def _lt_split(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.ChunkOp)
 def _lt_chunk(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw, min_rank=1, max_side=6), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw, min_rank=1, max_side=6), ANY_KIND)
     dim = draw(st.integers(-x.ndim, x.ndim - 1))
     return OpSample([x], {"chunks": draw(st.integers(1, x.shape[dim] + 1)), "dim": dim})
 
@@ -394,7 +395,7 @@ def _lt_cat_stack(draw: st.DrawFn, spec: InputSpec) -> OpSample:
         s = list(shape)
         if cat:
             s[dim % len(shape)] = draw(st.integers(0, 3))
-        xs.append(_data(draw, spec, s, ANY_KIND))
+        xs.append(draw_data(draw, spec, s, ANY_KIND))
     if cat and not spec.for_vjp and draw(st.booleans()):
         xs.append(torch.zeros(0))  # legacy empty 1-D tensors are skipped
     return OpSample([xs], {"dim": dim})
@@ -402,7 +403,7 @@ def _lt_cat_stack(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.GetitemOp)
 def _lt_getitem(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw, min_rank=1), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw, min_rank=1), ANY_KIND)
     items: list[Any] = []
     idx: list[torch.Tensor] = []
     # (a 0-d index tensor is read as an int by torch: data-dependent, so not drawn)
@@ -476,7 +477,7 @@ def _lt_zeros_ones_full(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(L.ZerosLikeOp, L.OnesLikeOp, L.FullLikeOp)
 def _lt_like(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = _data(draw, spec, spec.shape(draw), ANY_KIND)
+    x = draw_data(draw, spec, spec.shape(draw), ANY_KIND)
     dtype = draw(st.none() | st.just(spec.any_dtype(draw)))
     params: dict[str, Any] = {"dtype": dtype}
     if issubclass(spec.op, L.FullLikeOp):

@@ -14,7 +14,7 @@ from thunder_ir.testing.inputs import (
     NUMERIC_KIND,
     InputSpec,
     OpSample,
-    _data,
+    draw_data,
     register_inputs,
     values,
 )
@@ -81,7 +81,7 @@ def _nn_linear(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 def _nn_activation(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     on_ints = spec.op in (N.ReluOp, N.SigmoidOp)
     bound = 4.0 if spec.for_vjp else 8.0
-    x = _data(draw, spec, spec.shape(draw), NUMERIC_KIND if on_ints else FLOAT_KIND,
+    x = draw_data(draw, spec, spec.shape(draw), NUMERIC_KIND if on_ints else FLOAT_KIND,
               -bound, bound)
     params: dict[str, Any] = {}
     if issubclass(spec.op, N.GeluOp):
@@ -95,10 +95,10 @@ def _nn_activation(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 def _nn_threshold_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     """Inputs at, above and below the threshold (relu's results: zeros among positives)."""
     shape = spec.shape(draw)
-    x = _data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0)
+    x = draw_data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0)
     if draw(st.booleans()):
         x = x.clamp(min=0)
-    dy = _data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    dy = draw_data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0).to(x.dtype)
     return OpSample([dy, x], {"threshold": draw(st.sampled_from([0, 0.5, -1.0]))})
 
 
@@ -106,15 +106,15 @@ def _nn_threshold_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 def _nn_silu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     bound = 4.0 if spec.for_vjp else 8.0
     shape = spec.shape(draw)
-    x = _data(draw, spec, shape, FLOAT_KIND, -bound, bound)
-    dy = _data(draw, spec, shape, FLOAT_KIND, -bound, bound)
+    x = draw_data(draw, spec, shape, FLOAT_KIND, -bound, bound)
+    dy = draw_data(draw, spec, shape, FLOAT_KIND, -bound, bound)
     return OpSample([dy.to(x.dtype), x], {})
 
 
 @register_inputs(N.SoftmaxOp, N.LogSoftmaxOp)
 def _nn_softmax(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     bound = 5.0 if spec.for_vjp else 20.0
-    x = _data(draw, spec, spec.shape(draw), FLOAT_KIND, -bound, bound)
+    x = draw_data(draw, spec, spec.shape(draw), FLOAT_KIND, -bound, bound)
     r = max(x.ndim, 1)
     dtype = None if spec.for_vjp else draw(st.sampled_from([None, torch.float32,
                                                             torch.float64]))
@@ -138,7 +138,7 @@ def _nn_safe_softmax(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(N.DropoutOp, N.FeatureDropoutOp, N.AlphaDropoutOp, N.FeatureAlphaDropoutOp)
 def _nn_dropout(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     min_rank = 2 if spec.op.FEATURE else 0  # type: ignore[attr-defined]
-    x = _data(draw, spec, spec.shape(draw, min_rank=min_rank), FLOAT_KIND)
+    x = draw_data(draw, spec, spec.shape(draw, min_rank=min_rank), FLOAT_KIND)
     p = draw(st.sampled_from([0.0, 0.3, 0.5, 1.0]) if spec.for_vjp else st.floats(0.0, 1.0))
     return OpSample([x], {"p": p, "train": draw(st.booleans())})
 
@@ -148,7 +148,7 @@ def _norm_case(draw: st.DrawFn, spec: InputSpec) -> tuple[torch.Tensor, tuple[in
     batch = spec.shape(draw, max_rank=2)
     lo = 2 if spec.for_vjp else 1
     ns = spec.shape(draw, min_rank=1, max_rank=2, min_side=lo)
-    return _data(draw, spec, (*batch, *ns), FLOAT_KIND, -5.0, 5.0), ns
+    return draw_data(draw, spec, (*batch, *ns), FLOAT_KIND, -5.0, 5.0), ns
 
 
 @register_inputs(N.LayerNormOp)
@@ -205,7 +205,7 @@ def _nn_convolution_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     """Every non-empty choice of gradients, on an output gradient of the output's shape."""
     x, w, params = _conv_case(draw, spec)
     out = N.convolution(x.to("meta"), w.to("meta"), None, **params)
-    dy = _data(draw, spec, tuple(out.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    dy = draw_data(draw, spec, tuple(out.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
     mask = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()).filter(any))
     return OpSample([dy, x, w], {**params, "output_mask": tuple(int(m) for m in mask)})
 
@@ -222,7 +222,7 @@ def _max_pool_case(draw: st.DrawFn, spec: InputSpec) -> tuple[torch.Tensor, dict
     dilation = [_side(draw, 1, 2) for _ in range(2)]
     padding = [draw(st.integers(0, k // 2)) for k in kernel]
     spatial = [dl * (k - 1) + 1 + draw(st.integers(0, 4)) for k, dl in zip(kernel, dilation)]
-    x = _data(draw, spec, (_side(draw, 1, 2), _side(draw, 1, 3), *spatial), FLOAT_KIND,
+    x = draw_data(draw, spec, (_side(draw, 1, 2), _side(draw, 1, 3), *spatial), FLOAT_KIND,
               -3.0, 3.0).to(dtype)
     if not spec.for_vjp and draw(st.booleans()):
         x = x.clamp(min=0)  # ties: every window of zeros
@@ -242,7 +242,7 @@ def _nn_max_pool2d_with_indices_backward(draw: st.DrawFn, spec: InputSpec) -> Op
     """The forward's indices, and an output gradient of the output's shape."""
     x, params = _max_pool_case(draw, spec)
     out, indices = N.max_pool2d_with_indices(x, **params)
-    dy = _data(draw, spec, tuple(out.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    dy = draw_data(draw, spec, tuple(out.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
     return OpSample([dy, x, indices], params)
 
 def _batch_norm_case(draw: st.DrawFn, spec: InputSpec) -> tuple[list[Any], dict[str, Any]]:
@@ -255,7 +255,7 @@ def _batch_norm_case(draw: st.DrawFn, spec: InputSpec) -> tuple[list[Any], dict[
     shape = (_side(draw, 1, 3), c, *[_side(draw, 1, 3) for _ in range(draw(st.integers(0, 2)))])
     if math.prod(shape) // c < 2:
         shape = (shape[0] * 2, *shape[1:])
-    x = _data(draw, spec, shape, FLOAT_KIND, -3.0, 3.0).to(dtype)
+    x = draw_data(draw, spec, shape, FLOAT_KIND, -3.0, 3.0).to(dtype)
     x = x + torch.linspace(-1.0, 1.0, x.numel(), dtype=dtype).reshape(shape)
     training = draw(st.booleans())
     stats = not training or draw(st.booleans())
@@ -283,7 +283,7 @@ def _nn_native_batch_norm_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample
     save = [None, None]
     if training:
         save = N.native_batch_norm(x, w, b, rm, rv, **params)[1:3]
-    dy = _data(draw, spec, tuple(x.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    dy = draw_data(draw, spec, tuple(x.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
     mask = (True, w is not None and draw(st.booleans()), draw(st.booleans()))
     if not draw(st.booleans()) and (mask[1] or mask[2]):
         mask = (False, *mask[1:])
@@ -307,7 +307,7 @@ def _nn_embedding(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     idx = values(draw, spec.shape(draw, max_rank=2), draw(st.sampled_from([torch.int64,
                                                                           torch.int32])),
                  0, num - 1)
-    weight = _data(draw, spec, (num, dim), FLOAT_KIND)
+    weight = draw_data(draw, spec, (num, dim), FLOAT_KIND)
     return OpSample([idx, weight], {"padding_idx": draw(st.sampled_from([None, 0, 1, -1])),
                                     "scale_grad_by_freq": draw(st.booleans())})
 
@@ -399,8 +399,8 @@ def _nn_mse_loss(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(N.GeluBackwardOp)
 def _nn_gelu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     shape = spec.shape(draw)
-    x = _data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0)
-    dy = _data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0).to(x.dtype)
+    x = draw_data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0)
+    dy = draw_data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0).to(x.dtype)
     approximate = draw(st.sampled_from([None, "none", "tanh"]))
     return OpSample([dy, x], {} if approximate is None else {"approximate": approximate})
 
@@ -409,12 +409,12 @@ def _nn_gelu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 def _nn_softmax_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     """The result of (log-)softmax of a random input, and a random cotangent."""
     shape = spec.shape(draw)
-    x = _data(draw, spec, shape, FLOAT_KIND, -5.0, 5.0)
+    x = draw_data(draw, spec, shape, FLOAT_KIND, -5.0, 5.0)
     r = max(x.ndim, 1)
     dim = draw(st.integers(-r, r - 1))
     log = spec.op is N.LogSoftmaxBackwardOp
     y = (torch.log_softmax if log else torch.softmax)(x.detach(), dim)
-    dy = _data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    dy = draw_data(draw, spec, shape, FLOAT_KIND, -2.0, 2.0).to(x.dtype)
     return OpSample([dy, y],
                     {"dim": dim, "input_dtype": x.dtype})
 
@@ -436,7 +436,7 @@ def _nn_layer_norm_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     x = (x.to(torch.float64) + ramp.reshape(ns)).to(x.dtype)
     w = values(draw, ns, x.dtype) if draw(st.booleans()) else None
     b = values(draw, ns, x.dtype) if draw(st.booleans()) else None
-    dy = _data(draw, spec, tuple(x.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
+    dy = draw_data(draw, spec, tuple(x.shape), FLOAT_KIND, -2.0, 2.0).to(x.dtype)
     mask = (True, w is not None and draw(st.booleans()), b is not None and draw(st.booleans()))
     if not draw(st.booleans()) and (mask[1] or mask[2]):
         mask = (False, *mask[1:])
@@ -456,7 +456,7 @@ def _nn_embedding_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     num, dim = _side(draw, 2, 6), _side(draw, 1, 5)
     shape = spec.shape(draw, max_rank=2)
     idx = values(draw, shape, draw(st.sampled_from([torch.int64, torch.int32])), 0, num - 1)
-    dy = _data(draw, spec, (*shape, dim), FLOAT_KIND)
+    dy = draw_data(draw, spec, (*shape, dim), FLOAT_KIND)
     return OpSample([dy, idx], {"num_weights": num,
                                 "padding_idx": draw(st.sampled_from([None, 0, 1])),
                                 "scale_grad_by_freq": draw(st.booleans())})

@@ -14,23 +14,23 @@ from thunder_ir.dialects.types import (
     is_float,
 )
 from thunder_ir.testing.inputs import (
-    _INPUTS,
     ANY_KIND,
     FLOAT_KIND,
+    INPUT_STRATEGIES,
     NUMERIC_KIND,
     InputSpec,
     OpSample,
-    _accepted,
-    _binary_pair,
-    _domain_tensor,
-    _fits,
-    _index,
-    _min_side,
-    _p_number,
-    _short,
-    _subset,
-    _t,
+    accepted_dtypes,
+    binary_pair,
+    dim_subset,
+    domain_tensor,
+    draw_p_number,
+    index_tensor,
+    number_joins,
     register_inputs,
+    shaped,
+    short_name,
+    smallest_side,
     values,
 )
 
@@ -39,30 +39,30 @@ from thunder_ir.testing.inputs import (
 
 def _p_unary(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
-    dtype = spec.dtype(draw, _accepted(op, lambda d: op.infer(_t((), d))))
-    shape = spec.shape(draw, min_side=_min_side(spec))
-    return OpSample([_domain_tensor(draw, _short(op), shape, dtype)], {})
+    dtype = spec.dtype(draw, accepted_dtypes(op, lambda d: op.infer(shaped((), d))))
+    shape = spec.shape(draw, min_side=smallest_side(spec))
+    return OpSample([domain_tensor(draw, short_name(op), shape, dtype)], {})
 
 
 
 
 def _p_binary(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    op, name = spec.op, _short(spec.op)
-    dtype = spec.dtype(draw, _accepted(op, lambda d: op.infer(_t((), d), _t((), d))))
-    shape = spec.shape(draw, min_side=_min_side(spec))
-    a, b = _binary_pair(draw, spec, name, shape, dtype, dtype)
+    op, name = spec.op, short_name(spec.op)
+    dtype = spec.dtype(draw, accepted_dtypes(op, lambda d: op.infer(shaped((), d), shaped((), d))))
+    shape = spec.shape(draw, min_side=smallest_side(spec))
+    a, b = binary_pair(draw, spec, name, shape, dtype, dtype)
     sides = draw(st.sampled_from(["tt", "tn", "nt"]))
     ops: list[Any] = [a, b]
     if sides == "tn":
-        ops[1] = _p_number(draw, spec, name, 1, dtype)
+        ops[1] = draw_p_number(draw, spec, name, 1, dtype)
     elif sides == "nt":
-        ops[0] = _p_number(draw, spec, name, 0, dtype)
+        ops[0] = draw_p_number(draw, spec, name, 0, dtype)
     return OpSample(ops, {})
 
 
 def _number_of_kind(draw: st.DrawFn, dtype: torch.dtype, floats: bool = True) -> Any:
     """A number that fits a ``dtype`` tensor in a prim (see `prims._number_fits`)."""
-    kinds: list[type] = [k for k in (bool, int, float) if _fits(k, dtype)]
+    kinds: list[type] = [k for k in (bool, int, float) if number_joins(k, dtype)]
     kind = draw(st.sampled_from(kinds if floats else [k for k in kinds if k is not float]))
     if kind is bool:
         return draw(st.booleans())
@@ -73,7 +73,7 @@ def _number_of_kind(draw: st.DrawFn, dtype: torch.dtype, floats: bool = True) ->
 
 @register_inputs(P.WhereOp)
 def _p_where(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = spec.shape(draw, min_side=_min_side(spec))
+    shape = spec.shape(draw, min_side=smallest_side(spec))
     cond = values(draw, shape, torch.bool)
     sides = draw(st.sampled_from(["tt", "tn", "nt"] if spec.for_vjp else
                                  ["tt", "tn", "nt", "nn"]))
@@ -91,13 +91,13 @@ def _p_where(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(P.ConvertElementTypeOp)
 def _p_convert(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    x = values(draw, spec.shape(draw, min_side=_min_side(spec)), spec.dtype(draw, ANY_KIND))
+    x = values(draw, spec.shape(draw, min_side=smallest_side(spec)), spec.dtype(draw, ANY_KIND))
     return OpSample([x], {"dtype": spec.any_dtype(draw)})
 
 
 @register_inputs(P.BroadcastInDimOp)
 def _p_broadcast_in_dim(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = spec.shape(draw, max_rank=4, min_side=_min_side(spec), max_side=3)
+    shape = spec.shape(draw, max_rank=4, min_side=smallest_side(spec), max_side=3)
     dims = tuple(d for d in range(len(shape)) if draw(st.booleans()))
     in_shape = [draw(st.sampled_from([shape[d], 1])) for d in dims]
     x = values(draw, in_shape, spec.dtype(draw, ANY_KIND))
@@ -106,7 +106,7 @@ def _p_broadcast_in_dim(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(P.ReshapeOp)
 def _p_reshape(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    factors = draw(st.lists(st.integers(_min_side(spec), 3), max_size=4))
+    factors = draw(st.lists(st.integers(smallest_side(spec), 3), max_size=4))
 
     def grouping() -> tuple[int, ...]:
         cuts = sorted(draw(st.lists(st.integers(0, len(factors)), max_size=4)))
@@ -119,14 +119,14 @@ def _p_reshape(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(P.TransposeOp)
 def _p_transpose(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = spec.shape(draw, max_rank=4, min_side=_min_side(spec))
+    shape = spec.shape(draw, max_rank=4, min_side=smallest_side(spec))
     perm = tuple(draw(st.permutations(range(len(shape)))))
     return OpSample([values(draw, shape, spec.dtype(draw, ANY_KIND))], {"permutation": perm})
 
 
 @register_inputs(P.SliceOp)
 def _p_slice(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = spec.shape(draw, min_side=_min_side(spec), max_side=6)
+    shape = spec.shape(draw, min_side=smallest_side(spec), max_side=6)
     starts, ends, strides = [], [], []
     for size in shape:
         lo = draw(st.integers(0, size))
@@ -149,7 +149,7 @@ def _p_squeeze(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(P.PadOp)
 def _p_pad(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = spec.shape(draw, min_side=_min_side(spec))
+    shape = spec.shape(draw, min_side=smallest_side(spec))
     config = []
     for size in shape:
         lo, hi, mid = draw(st.integers(-3, 3)), draw(st.integers(-3, 3)), draw(st.integers(0, 2))
@@ -163,7 +163,7 @@ def _p_pad(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(P.CatOp)
 def _p_cat(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = list(spec.shape(draw, min_rank=1, min_side=_min_side(spec)))
+    shape = list(spec.shape(draw, min_rank=1, min_side=smallest_side(spec)))
     dim = draw(st.integers(0, len(shape) - 1))
     dtype = spec.dtype(draw, ANY_KIND)
     ts = []
@@ -175,16 +175,16 @@ def _p_cat(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(P.FlipOp)
 def _p_flip(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = spec.shape(draw, min_side=_min_side(spec))
+    shape = spec.shape(draw, min_side=smallest_side(spec))
     x = values(draw, shape, spec.dtype(draw, ANY_KIND))
-    return OpSample([x], {"dims": _subset(draw, len(shape))})
+    return OpSample([x], {"dims": dim_subset(draw, len(shape))})
 
 
 def _p_reduction(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
-    dtype = spec.dtype(draw, _accepted(op, lambda d: op.infer(_t((), d), dims=())))
-    shape = spec.shape(draw, min_side=_min_side(spec))
-    dims = _subset(draw, len(shape))
+    dtype = spec.dtype(draw, accepted_dtypes(op, lambda d: op.infer(shaped((), d), dims=())))
+    shape = spec.shape(draw, min_side=smallest_side(spec))
+    dims = dim_subset(draw, len(shape))
     if getattr(op, "NEEDS_NONEMPTY", False):  # amax/amin: no extremum over an empty dim
         dims = tuple(d for d in dims if shape[d])
     x = values(draw, shape, dtype)
@@ -210,8 +210,8 @@ def _p_var(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 def _p_arg_reduction(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
-    dtype = spec.dtype(draw, _accepted(op, lambda d: op.infer(_t((1,), d), dim=0)))
-    shape = list(spec.shape(draw, min_rank=1, min_side=_min_side(spec)))
+    dtype = spec.dtype(draw, accepted_dtypes(op, lambda d: op.infer(shaped((1,), d), dim=0)))
+    shape = list(spec.shape(draw, min_rank=1, min_side=smallest_side(spec)))
     dim = draw(st.integers(0, len(shape) - 1))
     shape[dim] = max(shape[dim], 1)
     return OpSample([values(draw, shape, dtype)], {"dim": dim})
@@ -220,8 +220,9 @@ def _p_arg_reduction(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(P.MatmulOp)
 def _p_matmul(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
-    dtype = spec.dtype(draw, _accepted(op, lambda d: op.infer(_t((2,), d), _t((2,), d))))
-    lo = _min_side(spec)
+    dtype = spec.dtype(draw, accepted_dtypes(
+        op, lambda d: op.infer(shaped((2,), d), shaped((2,), d))))
+    lo = smallest_side(spec)
     batch = spec.shape(draw, max_rank=2, min_side=lo, max_side=3)
     m, k, n = (draw(st.integers(lo, 3)) for _ in range(3))
 
@@ -238,9 +239,9 @@ def _p_matmul(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(P.LinearOp)
 def _p_linear(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
-    dtype = spec.dtype(draw, _accepted(
-        op, lambda d: op.infer(_t((2,), d), _t((3, 2), d), _t((3,), d))))
-    lo = _min_side(spec)
+    dtype = spec.dtype(draw, accepted_dtypes(
+        op, lambda d: op.infer(shaped((2,), d), shaped((3, 2), d), shaped((3,), d))))
+    lo = smallest_side(spec)
     k = draw(st.integers(lo, 3))
     x = [*spec.shape(draw, max_rank=2, min_side=lo, max_side=3), k]
     w = draw(st.sampled_from([[k], [draw(st.integers(lo, 3)), k]]))
@@ -287,35 +288,35 @@ def _p_bernoulli_like(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 @register_inputs(P.TakeOp)
 def _p_take(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    shape = spec.shape(draw, min_rank=1, min_side=_min_side(spec))
+    shape = spec.shape(draw, min_rank=1, min_side=smallest_side(spec))
     dim = draw(st.integers(0, len(shape) - 1))
-    n = draw(st.integers(_min_side(spec), 4)) if shape[dim] else 0
+    n = draw(st.integers(smallest_side(spec), 4)) if shape[dim] else 0
     x = values(draw, shape, spec.dtype(draw, ANY_KIND))
-    return OpSample([x, _index(draw, (n,), shape[dim])], {"dim": dim})
+    return OpSample([x, index_tensor(draw, (n,), shape[dim])], {"dim": dim})
 
 
 @register_inputs(P.GatherOp)
 def _p_gather(draw: st.DrawFn, spec: InputSpec) -> OpSample:
-    lo = _min_side(spec)
+    lo = smallest_side(spec)
     shape = spec.shape(draw, min_rank=1, min_side=lo)
     dim = draw(st.integers(0, len(shape) - 1))
     idx = [draw(st.integers(lo, s)) for s in shape]
     idx[dim] = draw(st.integers(lo, 4)) if shape[dim] else 0
     x = values(draw, shape, spec.dtype(draw, ANY_KIND))
-    return OpSample([x, _index(draw, idx, shape[dim])], {"dim": dim})
+    return OpSample([x, index_tensor(draw, idx, shape[dim])], {"dim": dim})
 
 
 @register_inputs(P.IndexAddOp)
 def _p_index_add(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
-    dtype = spec.dtype(draw, _accepted(
-        op, lambda d: op.infer(_t((1,), d), _t((1,), torch.int64), _t((1,), d), dim=0)))
-    shape = spec.shape(draw, min_rank=1, min_side=_min_side(spec))
+    dtype = spec.dtype(draw, accepted_dtypes(
+        op, lambda d: op.infer(shaped((1,), d), shaped((1,), torch.int64), shaped((1,), d), dim=0)))
+    shape = spec.shape(draw, min_rank=1, min_side=smallest_side(spec))
     dim = draw(st.integers(0, len(shape) - 1))
-    n = draw(st.integers(_min_side(spec), 4)) if shape[dim] else 0
+    n = draw(st.integers(smallest_side(spec), 4)) if shape[dim] else 0
     src = list(shape)
     src[dim] = n
-    ops = [values(draw, shape, dtype), _index(draw, (n,), shape[dim]),
+    ops = [values(draw, shape, dtype), index_tensor(draw, (n,), shape[dim]),
            values(draw, src, dtype)]
     return OpSample(ops, {"dim": dim})
 
@@ -323,16 +324,16 @@ def _p_index_add(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 @register_inputs(P.ScatterAddOp)
 def _p_scatter_add(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     op = spec.op
-    dtype = spec.dtype(draw, _accepted(
-        op, lambda d: op.infer(_t((1,), d), _t((1,), torch.int64), _t((1,), d), dim=0)))
-    lo = _min_side(spec)
+    dtype = spec.dtype(draw, accepted_dtypes(
+        op, lambda d: op.infer(shaped((1,), d), shaped((1,), torch.int64), shaped((1,), d), dim=0)))
+    lo = smallest_side(spec)
     shape = spec.shape(draw, min_rank=1, min_side=lo)
     dim = draw(st.integers(0, len(shape) - 1))
     idx = [draw(st.integers(lo, s)) for s in shape]
     idx[dim] = draw(st.integers(lo, 3)) if shape[dim] else 0
     # A src larger than the index is valid, but torch cannot differentiate it.
     src = idx if spec.for_vjp else [i + draw(st.integers(0, 1)) for i in idx]
-    ops = [values(draw, shape, dtype), _index(draw, idx, shape[dim]),
+    ops = [values(draw, shape, dtype), index_tensor(draw, idx, shape[dim]),
            values(draw, src, dtype)]
     return OpSample(ops, {"dim": dim})
 
@@ -345,7 +346,7 @@ def _p_constant(draw: st.DrawFn, spec: InputSpec) -> OpSample:
 
 
 for _op in P.PRIMS:
-    if _op in _INPUTS:
+    if _op in INPUT_STRATEGIES:
         continue
     if issubclass(_op, P.UnaryOp):
         register_inputs(_op)(_p_unary)
