@@ -24,6 +24,10 @@ every compile (torch.compile and the ``torch_compile`` executor).
 all variants alike: the steady-step ratios it prints are the ones to quote on a shared
 machine. It reports no first-step or memory figures (those need a process each).
 
+``--autocast bf16`` runs every variant's forward and loss under
+``torch.autocast("cpu", torch.bfloat16)`` (eager autocast, torch.compile with autocast,
+thunder_ir with autocast).
+
 A variant ``thunder_ir+NAME`` puts executor NAME (e.g. the ``torch_compile`` fusion
 executor) ahead of the default executors.
 """
@@ -83,14 +87,26 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
     tgt = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
 
     def step() -> float:
-        logits = fn(idx)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
+        with autocast(a):
+            logits = fn(idx)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         return loss.item()
 
     return step, fn, idx
+
+
+def autocast(a: argparse.Namespace) -> Any:
+    """``torch.autocast("cpu", dtype)`` for ``--autocast bf16|fp16``, else a no-op."""
+    import contextlib
+
+    import torch
+
+    if not a.autocast:
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[a.autocast])
 
 
 def run_variant(variant: str, a: argparse.Namespace) -> dict:
@@ -117,7 +133,7 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
         storages[s.data_ptr()] = s.nbytes()
         return x
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), autocast(a):
         logits = fn(idx)
     del logits
     return {"first_s": first, "step_ms": statistics.median(times) * 1e3,
@@ -130,6 +146,8 @@ def main() -> None:
     add_llama_args(ap)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--variants", default="eager,thunder_ir,torch.compile")
+    ap.add_argument("--autocast", choices=("", "bf16", "fp16"), default="",
+                    help="run forward and loss under torch.autocast('cpu', that dtype)")
     ap.add_argument("--remat", default="auto", help="thunder_ir's remat policy")
     ap.add_argument("--interleaved", action="store_true",
                     help="time all variants in one process, in turn (steady step only)")
@@ -155,7 +173,7 @@ def main() -> None:
     for v in a.variants.split(","):
         cmd = [sys.executable, __file__, "--variant", v, "--layers", str(a.layers), "--embd",
                str(a.embd), "--seq", str(a.seq), "--batch", str(a.batch), "--steps",
-               str(a.steps), "--remat", a.remat] + (
+               str(a.steps), "--remat", a.remat, "--autocast", a.autocast] + (
                    ["--glibc-malloc-defaults"] if a.glibc_malloc_defaults else [])
         env = dict(os.environ)
         if a.cold:

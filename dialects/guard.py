@@ -249,7 +249,8 @@ class DefaultDtypeOp(_StateOp):
 
 @irdl_op_definition
 class AutocastOp(_StateOp):
-    """`%a = "guard.autocast"()`: whether any autocast is enabled."""
+    """`%a = "guard.autocast"()`: the autocast state (False when none is enabled; else,
+    per device type, enabled and dtype, and the cast-cache flag)."""
 
     name = "guard.autocast"
     EXPR: ClassVar[str] = "_autocast()"

@@ -41,7 +41,18 @@ from thunder_ir.runtime import namespace
 
 _counter = itertools.count()
 
-_autocast_state = torch._C._is_any_autocast_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _autocast_state() -> Any:
+    """False while no autocast is enabled (one C call on the cached path); else, per
+    device type (cpu, cuda), enabled and dtype, and the cast-cache flag: a program traced
+    under one autocast state runs only under that one."""
+    if not _any_autocast():
+        return False
+    return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
+            torch.is_autocast_cache_enabled())
 
 
 @dataclass

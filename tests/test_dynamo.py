@@ -381,7 +381,7 @@ def test_hugging_face_family_trains_through_the_backend(family: str) -> None:
     _train_against_eager(model, lambda: inputs(L), lambda out: out.loss)
 
 
-def test_autocast_graphs_run_on_inductor_and_other_calls_on_thunder_ir() -> None:
+def test_graphs_called_under_autocast_run_on_thunder_ir() -> None:
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return (x @ w).relu().sum(-1)
 
@@ -391,14 +391,31 @@ def test_autocast_graphs_run_on_inductor_and_other_calls_on_thunder_ir() -> None
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out, expected = cf(x, w), f(x, w)
     assert out.dtype == expected.dtype == torch.bfloat16
-    _close(out.float(), expected.float())
+    torch.testing.assert_close(out, expected)
     info = backend.subgraph_infos[0]
-    assert not info.thunder_compiled_fns and info.split_reasons
-    assert all(r.reason_type is SplitReasonType.UNSUPPORTED_NODE for r in info.split_reasons)
-    assert "called under torch.autocast" in info.split_reasons[0].info
-    out = cf(x, w)  # outside autocast: Dynamo compiles again, for thunder_ir
+    assert len(info.thunder_compiled_fns) == 1 and not info.split_reasons
+    out.float().sum().backward()
+    assert w.grad is not None and w.grad.dtype == torch.float32
+    out = cf(x, w)  # outside autocast: Dynamo compiles again
     _close(out, f(x, w))
-    assert len(backend.subgraph_infos[-1].thunder_compiled_fns) == 1
+    assert out.dtype == torch.float32
+
+
+def test_autocast_regions_inside_the_graph_run_on_inductor() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+        return y.relu().sum(-1)
+
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    backend = ThunderCompiler()
+    out = torch.compile(f, backend=backend)(x, w)
+    assert out.dtype == f(x, w).dtype == torch.bfloat16
+    _close(out.float(), f(x, w).float())
+    reasons = [r for info in backend.subgraph_infos for r in info.split_reasons]
+    assert reasons and all(r.reason_type is SplitReasonType.UNSUPPORTED_NODE
+                           for r in reasons)
+    assert "enters torch.autocast" in reasons[0].info
 
 
 def test_inference_mode_bf16_fullgraph_and_named_backend_options() -> None:

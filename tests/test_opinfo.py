@@ -133,3 +133,48 @@ def test_the_expected_failure_table_only_shrinks() -> None:
     assert len(EXPECTED_FAILURES) <= MAX_EXPECTED_FAILURES
     applicable = [k for k, op in OPS.items() if _dtype(op) is not None]
     assert len(applicable) - len(EXPECTED_FAILURES) >= 640  # the aim
+
+
+# --------------------------------------------------------------------------- autocast
+
+AUTOCAST_SAMPLES = int(os.environ.get("THUNDER_IR_OPINFO_AUTOCAST_SAMPLES", "2"))
+"""Samples per op under autocast (0: all of them)."""
+
+AUTOCAST_EXPECTED_FAILURES: dict[str, str] = {}
+"""Ops that raise a clear error under autocast on some samples, with the reason."""
+
+
+@pytest.mark.parametrize("key", sorted(k for k, op in OPS.items()
+                                       if torch.float32 in op.supported_dtypes("cpu")))
+def test_op_under_autocast_matches_eager_autocast(key: str) -> None:
+    """Under ``torch.autocast("cpu", torch.bfloat16)``, each float32 sample gives eager
+    autocast's output dtypes and values (or eager's error), forward and backward: the
+    casts thunder_ir records are the ones torch's own policy makes."""
+    if key in EXPECTED_FAILURES:
+        pytest.skip("refused without autocast too (EXPECTED_FAILURES)")
+    op = OPS[key]
+    grad = op.supports_autograd
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        it = op.sample_inputs("cpu", torch.float32, requires_grad=grad)
+        samples = list(it if AUTOCAST_SAMPLES == 0 else itertools.islice(it, AUTOCAST_SAMPLES))
+    exact = None if op.name in VALUES_UNSPECIFIED else False
+    refused = []
+    for i, s in enumerate(samples):
+        def call(inp: Any, *args: Any, _op: Any = op, **kwargs: Any) -> Any:
+            return _op.op(inp, *args, **kwargs)
+
+        try:
+            with warnings.catch_warnings(), torch.autocast("cpu", dtype=torch.bfloat16):
+                warnings.simplefilter("ignore")
+                # bfloat16's tolerances: a value may differ from eager autocast's by
+                # bfloat16 rounding, or else be no further from float64 than eager's
+                check_against_eager(call, s.input, *s.args, kwargs=s.kwargs, backward=grad,
+                                    exact=exact, seed=i, rtol=1.6e-2, atol=1e-2)
+        except AssertionError as e:
+            if key in AUTOCAST_EXPECTED_FAILURES and _raised_by_thunder_ir(e):
+                refused.append(i)
+                continue
+            raise AssertionError(f"{key}, sample {i} under autocast ({s}): {e}") from e
+    if key in AUTOCAST_EXPECTED_FAILURES:
+        assert refused, f"{key} now passes under autocast: remove it from the table"

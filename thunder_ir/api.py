@@ -36,6 +36,7 @@ from thunder_ir.dialects.program import (
 )
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
+from thunder_ir.frontend.autocast import autocast_state, without_autocast
 from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
@@ -500,6 +501,7 @@ class CompiledCallable:
         t0 = time.perf_counter()
         fn = self.fn if self.module is None else self.module.__call__
         assert fn is not None
+        under_autocast = autocast_state() is not None
         traced = trace_program(fn, args, kwargs, self.module, state, self.method)
         t_trace = time.perf_counter() - t0
         module = traced.module
@@ -514,6 +516,9 @@ class CompiledCallable:
         pipeline = Pipeline(passes, record=False, hooks=[recorder])
         pipeline.run(module, self.ctx)
         program = generate(module, self.ctx.executors)
+        if under_autocast:  # its casts are explicit: the program runs with autocast off
+            program = CompiledProgram({k: replace(g, fn=without_autocast(g.fn))
+                                       for k, g in program.functions.items()})
         pipeline.after_step(CODEGEN, module, sum(g.seconds for g in program.functions.values()))
         _final_traces(module, program, recorder)
         if training:

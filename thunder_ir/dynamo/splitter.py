@@ -107,17 +107,16 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
 
     reasons: dict[Node, SplitReason] = {}
     graph = gm.graph
-    inside = torch._C._is_any_autocast_enabled()
-    if inside or any(n.op == "call_function" and n.target in _AUTOCAST for n in graph.nodes):
-        # thunder_ir refuses autocast, and an autocast region must stay whole: Inductor
-        # runs the graph (Dynamo guards the autocast state: called outside autocast, the
-        # code compiles again, for thunder_ir).
-        why = "is called under" if inside else "enters"
+    if any(n.op == "call_function" and n.target in _AUTOCAST for n in graph.nodes):
+        # An autocast region entered inside the graph must stay whole, and Dynamo's
+        # enter/exit nodes are not split around yet: Inductor runs the graph. A graph
+        # called under autocast is traced like any other (thunder_ir follows autocast).
         for n in graph.nodes:
             if n.op not in ("placeholder", "get_attr", "output"):
                 reasons[n] = SplitReason(SplitReasonType.UNSUPPORTED_NODE,
-                                         f"{_describe(n)}: the graph {why} torch.autocast, "
-                                         "which thunder_ir does not trace")
+                                         f"{_describe(n)}: the graph enters torch.autocast, "
+                                         "whose region thunder_ir's splitter keeps whole "
+                                         "on Inductor")
         return reasons
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     inputs = [_probe_value(examples[n.name] if examples is not None and n.name in examples

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,16 @@ from thunder_ir.frontend.aliasing import (
     live_members,
     write_through,
 )
+from thunder_ir.frontend.autocast import (
+    AutocastError,
+    autocast_off,
+    autocast_on,
+    cast_inputs,
+    cast_results,
+    enabled_device_types,
+    opaque_call_differs,
+)
+from thunder_ir.frontend.autocast import probe as autocast_probe
 from thunder_ir.frontend.builder import Builder, differentiable
 from thunder_ir.frontend.errors import (
     DATA_HINT,
@@ -71,6 +82,8 @@ from thunder_ir.frontend.table import (
     DATA_DEPENDENT,
     HANDLERS,
     METADATA,
+    TRACES_PYTHON,
+    inline,
     library_handler,
 )
 from thunder_ir.runtime.origins import ArgLeaf, Captured, Origin, StateEntry
@@ -980,12 +993,15 @@ def _repr(self: Any, *a: Any, **k: Any) -> str:
     return self.describe() if is_proxy(self) else object.__repr__(self)
 
 
-def _refuse_autocast(ctx: TraceContext) -> None:
-    raise ThunderTraceError(
-        f"{where(ctx.loc)}: torch.autocast inside a jitted function is not supported yet: "
-        "thunder_ir does not apply autocast's casting rules to traced ops, so results would "
-        "differ from eager. Cast explicitly instead (e.g. `h.to(torch.bfloat16)` and a "
-        "bfloat16 module), or run that part outside the jitted function.")
+_INLINE = threading.local()
+
+
+def _inlining() -> set[Any]:
+    """torch's Python functions this thread is tracing through under autocast."""
+    s: set[Any] | None = getattr(_INLINE, "functions", None)
+    if s is None:
+        s = _INLINE.functions = set()
+    return s
 
 
 class TraceMode(TorchFunctionMode):
@@ -1025,7 +1041,7 @@ class TraceMode(TorchFunctionMode):
             ctx.loc = user_location()
             ctx.call_start = ctx.block.last_op
             if _any_autocast():
-                _refuse_autocast(ctx)
+                return self._under_autocast(func, h, args, kwargs)
             try:
                 return h(ctx, *args, **kwargs)
             except UseFallback:
@@ -1043,10 +1059,71 @@ class TraceMode(TorchFunctionMode):
         if what is not None:
             raise DataDependentError(
                 f"{where(ctx.loc)}: {what} needs a traced tensor's value, but {DATA_HINT}")
-        if _any_autocast():
-            _refuse_autocast(ctx)
         ctx.call_start = ctx.block.last_op
+        if _any_autocast():
+            return self._under_autocast(func, None, args, kwargs)
         return fallback(ctx, func, args, kwargs)
+
+    def _under_autocast(self, func: Any, h: Any, args: Sequence[Any],
+                        kwargs: dict[str, Any]) -> Any:
+        """A call made under ``torch.autocast``: recorded on its inputs cast as eager's
+        autocast casts them, with autocast off, its results cast to eager's dtypes
+        (`thunder_ir.frontend.autocast`)."""
+        ctx = self.ctx
+        if h is not None and getattr(h, TRACES_PYTHON, False):
+            try:  # autocast stays on: each torch call of the body is cast as eager casts it
+                return h(ctx, *args, **kwargs)
+            except UseFallback:
+                h = None
+        try:
+            found = autocast_probe(ctx, func, args, kwargs)
+        except AutocastError as e:
+            raise type(e.error)(f"{where(ctx.loc)}: {e.error}") from None
+        casts = found[0] if found is not None else {}
+        enabled = enabled_device_types()
+        with autocast_off():
+            if h is not None:
+                try:
+                    if casts:
+                        args, kwargs = cast_inputs(args, kwargs, casts, self._cast)
+                        casts = {}
+                    out = h(ctx, *args, **kwargs)
+                except UseFallback:
+                    h = None
+            inlining = _inlining()
+            if h is None and isinstance(func, types.FunctionType) and func not in inlining:
+                # torch's own Python (torch.svd_lowrank): eager autocasts each call it
+                # makes, and so do we, tracing through it with autocast on (once: a
+                # function that hands itself back to the tracer is then one call)
+                inlining.add(func)
+                try:
+                    with autocast_on(enabled):
+                        return inline(func)(ctx, *args, **kwargs)
+                except ThunderTraceError:
+                    pass  # (a data-dependent body) an opaque call, checked below
+                finally:
+                    inlining.discard(func)
+            if h is None:  # one opaque call: torch runs it, with autocast off
+                problem = opaque_call_differs(func, args, kwargs, casts, enabled)
+                if isinstance(problem, list):  # eager's dtypes: our values, cast to them
+                    found = (casts, problem)
+                elif problem is not None:
+                    raise ThunderTraceError(
+                        f"{where(ctx.loc)}: under torch.autocast, {problem}; thunder_ir "
+                        "cannot reproduce what eager's autocast does inside this function. "
+                        "Call it outside the autocast region (or with "
+                        "torch.autocast(..., enabled=False) around it), casting its inputs "
+                        "as you need.")
+                if casts:
+                    args, kwargs = cast_inputs(args, kwargs, casts, self._cast)
+                out = fallback(ctx, func, args, kwargs)
+            if found is not None:
+                out = cast_results(out, found[1], self._cast)
+        return out
+
+    def _cast(self, p: Any, dtype: torch.dtype) -> Any:
+        """``p.to(dtype)``, recorded (an autocast conversion)."""
+        return self._dispatch(_T.to, (p, dtype), {})
 
 
 __all__ = ["TraceContext", "TraceMode", "TracedProgram", "current", "recording", "tracing_now"]

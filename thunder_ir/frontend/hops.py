@@ -28,7 +28,7 @@ from torch.utils import _pytree as pytree
 
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.context import tracing_now
-from thunder_ir.frontend.table import HANDLERS, TRACING_CONTEXTS
+from thunder_ir.frontend.table import HANDLERS, TRACING_CONTEXTS, traces_python
 from thunder_ir.frontend.takeover import swapped_while_traced
 
 HOP_MODULES = {
@@ -58,7 +58,7 @@ def _dense_handler(op: Any) -> Callable[..., Any]:
     def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         return ctx.run_python(dense, args, kwargs)
 
-    return handler
+    return traces_python(handler)
 
 
 HOPS = _hops()

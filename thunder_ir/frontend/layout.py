@@ -198,7 +198,8 @@ _FRESH: dict[Any, tuple[Layout, ...] | None] = {}
 _LOCAL = threading.local()
 
 
-def _fake_mode() -> Any:
+def fake_mode() -> Any:
+    """This thread's `FakeTensorMode` (the fake tensors of layout and autocast probes)."""
     mode = getattr(_LOCAL, "mode", None)
     if mode is None:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -211,7 +212,7 @@ def fake_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
     """A fake tensor (on ``t``'s device) of type ``t`` with ``layout``."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    return FakeTensor(_fake_mode(), meta_stand_in(t, layout), torch.device(t.dev))
+    return FakeTensor(fake_mode(), meta_stand_in(t, layout), torch.device(t.dev))
 
 
 def _signature(op: Operation, layouts: Sequence[Layout | None]) -> Any:
@@ -272,7 +273,7 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
     found: tuple[Layout, ...] | None = None
     try:
         if fake:
-            with _fake_mode():
+            with fake_mode():
                 outs = _run(op, _operand_values(op, layouts, fake_stand_in))
         else:
             outs = _run(op, _operand_values(op, layouts, meta_stand_in))
@@ -315,5 +316,5 @@ def call_layouts(op: Operation, layouts: Sequence[Layout | None],
 
 
 __all__ = ["Layout", "LayoutError", "asked_layouts", "call_layouts", "contiguous_layout",
-           "contiguous_strides", "fake_stand_in", "fresh_layouts", "is_contiguous",
+           "contiguous_strides", "fake_mode", "fake_stand_in", "fresh_layouts", "is_contiguous",
            "layout_of_tensor", "meta_stand_in", "storage_elements", "view_layouts"]

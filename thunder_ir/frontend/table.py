@@ -13,6 +13,7 @@ getters) and those that need a tensor's value (`DATA_DEPENDENT`).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,40 @@ HANDLERS: dict[Any, Handler] = {}
 TRACING_CONTEXTS: list[Callable[[], Any]] = []
 """Factories of context managers entered around user code while it is traced (and only
 then): e.g. the extension API's diversion of ``replaces=`` functions."""
+
+TRACES_PYTHON = "traces_python"
+"""A handler marked with this attribute set to True traces a Python body
+(`Builder.run_python`): the torch calls it makes are recorded one by one (so autocast,
+`thunder_ir.frontend.autocast`, applies to each of them, as in eager)."""
+
+
+def traces_python(handler: Handler) -> Handler:
+    """Marks ``handler`` as tracing a Python body (`TRACES_PYTHON`)."""
+    setattr(handler, TRACES_PYTHON, True)
+    return handler
+
+
+def _no_torch_function(*args: Any) -> bool:
+    return False
+
+
+def inline(fn: Callable[..., Any]) -> Handler:
+    """A handler that traces through the Python torch function ``fn``.
+
+    ``fn`` runs as a copy whose ``has_torch_function*`` checks say no (so it does not hand
+    itself back to the tracer), through `Builder.run_python`, so every torch call it makes
+    is traced."""
+    scope = dict(fn.__globals__)
+    for n in ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"):
+        scope[n] = _no_torch_function
+    body = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    body.__kwdefaults__ = fn.__kwdefaults__
+
+    def handler(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        return ctx.run_python(body, args, kwargs)
+
+    return handler
+
 
 LIBRARY_HANDLERS: dict[str, Handler] = {}
 """Handlers of libraries' custom ops, by qualified name (``"transformers::grouped_mm_fallback"``):

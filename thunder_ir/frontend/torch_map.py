@@ -14,7 +14,6 @@ importer of another graph format can reuse them. Importing this module fills
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,7 +29,7 @@ from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
-from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter
+from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter, inline, traces_python
 from thunder_ir.runtime.namespace import export
 
 T = torch.Tensor
@@ -981,30 +980,8 @@ calls they make (their argument checks and warnings are eager's own), instead of
 one opaque call of the whole function."""
 
 
-def _no_torch_function(*args: Any) -> bool:
-    return False
-
-
-def inline(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A handler that traces through the Python torch function ``fn``.
-
-    ``fn`` runs as a copy whose ``has_torch_function*`` checks say no (so it does not hand
-    itself back to the tracer), through `Builder.run_python`, so every torch call it makes
-    is traced."""
-    scope = dict(fn.__globals__)
-    for n in ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"):
-        scope[n] = _no_torch_function
-    body = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-    body.__kwdefaults__ = fn.__kwdefaults__
-
-    def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
-        return ctx.run_python(body, args, kwargs)
-
-    return handler
-
-
-for _fn in _INLINED:
-    HANDLERS[_fn] = inline(_fn)
+for _fn in _INLINED:  # torch's own Python: eager autocasts each call it makes, and so do we
+    HANDLERS[_fn] = traces_python(inline(_fn))
 
 
 def _add_product(input: Any, prod: Any, beta: Any, alpha: Any) -> Any:

@@ -221,11 +221,6 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   method: Callable[..., Any] | None = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR."""
-    if torch._C._is_any_autocast_enabled():
-        raise ThunderTraceError(
-            "thunder_ir does not trace under torch.autocast yet: its casting rules are not "
-            "applied to traced ops, so results would differ from eager. Call the jitted "
-            "function outside autocast, or cast the model and inputs (e.g. model.bfloat16()).")
     ctx = TraceContext()
     rec = Recorder(ctx)
     names = arg_names(types.MethodType(method, module) if method is not None and module
