@@ -401,21 +401,24 @@ def test_graphs_called_under_autocast_run_on_thunder_ir() -> None:
     assert out.dtype == torch.float32
 
 
-def test_autocast_regions_inside_the_graph_run_on_inductor() -> None:
+def test_autocast_regions_inside_the_graph_run_on_thunder_ir() -> None:
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = x @ w
-        return y.relu().sum(-1)
+            with torch.autocast("cpu", enabled=False):
+                z = x.sin() @ w
+        return y.relu().sum(-1) + z.sum(-1)
 
-    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    x, w = torch.randn(4, 8), torch.randn(8, 8, requires_grad=True)
     backend = ThunderCompiler()
     out = torch.compile(f, backend=backend)(x, w)
-    assert out.dtype == f(x, w).dtype == torch.bfloat16
-    _close(out.float(), f(x, w).float())
-    reasons = [r for info in backend.subgraph_infos for r in info.split_reasons]
-    assert reasons and all(r.reason_type is SplitReasonType.UNSUPPORTED_NODE
-                           for r in reasons)
-    assert "enters torch.autocast" in reasons[0].info
+    want = f(x, w)
+    assert out.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(out, want)
+    assert sum(len(i.thunder_compiled_fns) for i in backend.subgraph_infos) == 1
+    assert not any(i.split_reasons for i in backend.subgraph_infos)
+    out.sum().backward()
+    assert w.grad is not None and w.grad.dtype == torch.float32
 
 
 def test_inference_mode_bf16_fullgraph_and_named_backend_options() -> None:

@@ -29,7 +29,8 @@ class SplitReasonType(enum.Enum):
     """Why a node of the graph does not run on thunder_ir."""
 
     UNSUPPORTED_NODE = 1
-    """A node kind thunder_ir does not take (e.g. an autocast region)."""
+    """A node thunder_ir does not take (a node of a graph that enters an autocast region,
+    another of whose nodes does not run on thunder_ir)."""
     MISSING_OP_SUPPORT = 2
     """The op has no native thunder_ir op: only torch runs it (the automatic fallback)."""
     EXCEPTION_PROXY_THUNDER_OP = 3
@@ -107,17 +108,6 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
 
     reasons: dict[Node, SplitReason] = {}
     graph = gm.graph
-    if any(n.op == "call_function" and n.target in _AUTOCAST for n in graph.nodes):
-        # An autocast region entered inside the graph must stay whole, and Dynamo's
-        # enter/exit nodes are not split around yet: Inductor runs the graph. A graph
-        # called under autocast is traced like any other (thunder_ir follows autocast).
-        for n in graph.nodes:
-            if n.op not in ("placeholder", "get_attr", "output"):
-                reasons[n] = SplitReason(SplitReasonType.UNSUPPORTED_NODE,
-                                         f"{_describe(n)}: the graph enters torch.autocast, "
-                                         "whose region thunder_ir's splitter keeps whole "
-                                         "on Inductor")
-        return reasons
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     inputs = [_probe_value(examples[n.name] if examples is not None and n.name in examples
                            else _example(n)) for n in placeholders]
@@ -174,6 +164,19 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
             env[node] = out
 
     trace_program(run, inputs, {})
+    if reasons and any(n.op == "call_function" and n.target in _AUTOCAST for n in graph.nodes):
+        # The graph enters an autocast region (Dynamo's enter/exit nodes), which must stay
+        # in one piece: traced whole by thunder_ir when every node is supported (the
+        # region's __enter__ runs while traced, as in any function), else run whole by
+        # Inductor.
+        first = next(iter(reasons.values()))
+        for n in graph.nodes:
+            if n.op not in ("placeholder", "get_attr", "output") and n not in reasons:
+                reasons[n] = SplitReason(
+                    SplitReasonType.UNSUPPORTED_NODE,
+                    f"{_describe(n)}: the graph enters torch.autocast, whose region stays "
+                    f"whole, and another of its nodes does not run on thunder_ir "
+                    f"({first.info})")
     return reasons
 
 

@@ -35,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from thunder_ir.frontend.layout import fake_mode, fake_stand_in
 from thunder_ir.frontend.proxy import is_proxy
+from thunder_ir.frontend.table import HANDLERS, traces_python
 
 DEVICE_TYPES = ("cpu", "cuda")
 """The device types whose autocast state tracing follows."""
@@ -95,6 +96,20 @@ def without_autocast(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args)
 
     return run
+
+
+def _native(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def handler(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        with torch._C.DisableTorchFunction():
+            return fn(*args, **kwargs)
+
+    return traces_python(handler)  # (run as they are, autocast state untouched)
+
+
+# Dynamo's autocast region nodes (a ThunderFX partition's graph): entered and left while
+# traced, as a `with torch.autocast(...)` block is.
+for _fn in (torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast):
+    HANDLERS[_fn] = _native(_fn)
 
 
 class _Casts(TorchDispatchMode):
