@@ -19,10 +19,12 @@ against eager (the training loss), then:
   so a round's ratio is free of the machine's slower and faster spells).
 
 Prints a table and the ratios thunder_ir / torch.compile (first calls) and thunder_ir /
-eager (steady step). Usage::
+eager (steady step). ``--autocast bf16`` runs every forward and loss under
+``torch.autocast("cpu", torch.bfloat16)`` (losses then checked to bfloat16's tolerance).
+Usage::
 
     python benchmarks/models.py [--families llama,bert,...] [--seconds 3] [--rounds 5]
-                                [--no-compile]
+                                [--no-compile] [--autocast bf16]
 """
 
 from __future__ import annotations
@@ -57,10 +59,24 @@ def _variant(name: str, model: Any) -> Any:
     return model
 
 
+AUTOCAST: list[Any] = [None]
+"""The dtype of ``--autocast`` (None: no autocast)."""
+
+
+def _autocast() -> Any:
+    import contextlib
+
+    import torch
+
+    dtype = AUTOCAST[0]
+    return contextlib.nullcontext() if dtype is None else torch.autocast("cpu", dtype=dtype)
+
+
 def _loss(fn: Any, kw: dict[str, Any]) -> Any:
     """A Hugging Face model's loss; for a torch.nn layer (a tensor out), its squares' sum."""
-    out = fn(**kw)
-    return out.loss if hasattr(out, "loss") else (out * out).sum()
+    with _autocast():
+        out = fn(**kw)
+        return out.loss if hasattr(out, "loss") else (out * out).float().sum()
 
 
 def _families() -> dict[str, tuple[Callable[[], Any], Callable[[int], dict[str, Any]]]]:
@@ -112,7 +128,7 @@ def _first_calls(variant: str, build: Callable[[], Any], kw: dict[str, Any]
     gc.collect()
     t = time.perf_counter()
     fn = _variant(variant, model)
-    with torch.no_grad():
+    with torch.no_grad(), _autocast():
         fn(**{k: v for k, v in kw.items() if k != "labels"})
     fwd = time.perf_counter() - t
     model = build().train()
@@ -150,7 +166,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="steady-step time per variant")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--autocast", choices=("", "bf16"), default="",
+                    help="forward and loss under torch.autocast('cpu', torch.bfloat16)")
     a = ap.parse_args()
+    AUTOCAST[0] = torch.bfloat16 if a.autocast == "bf16" else None
     warnings.simplefilter("ignore")
     pinned = pin_malloc()
     variants = ["eager", "thunder_ir"] + ([] if a.no_compile else ["torch.compile"])
@@ -191,7 +210,8 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
         torch.manual_seed(0)  # dropout: the same draws for every variant
         loss = _loss(fns[v], kw)
         ref = loss if ref is None else ref
-        if not torch.allclose(loss, ref, atol=1e-5):
+        tol = (2e-2, 2e-2) if AUTOCAST[0] is not None else (1e-5, 1e-5)
+        if not torch.allclose(loss, ref, rtol=tol[0], atol=tol[1]):
             msg = f"{v}'s loss {loss.item()} is not eager's {ref.item()}"
             if v != "torch.compile":
                 raise AssertionError(msg)
