@@ -220,8 +220,43 @@ def _values(a: ArrayAttr[Any]) -> tuple[Any, ...]:
     return tuple(_values(x) if isinstance(x, ArrayAttr) else x.data for x in a.data)
 
 
+class _Layout:
+    """What both layouts share: their text form and their fields as Python values."""
+
+    # (no field annotations here: IRDL would take them for the subclasses' parameters)
+    FIELDS: ClassVar[tuple[str, ...]]
+
+    def _field(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def print_parameters(self, printer: Printer) -> None:
+        values = [self._field(n) for n in self.FIELDS]
+        _print_fields(printer, list(zip(self.FIELDS, values, strict=True)))
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        return _parse_fields(parser, cls.FIELDS)
+
+    @property
+    def n_inputs(self) -> int:
+        return int(self._field("inputs").data)
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self._field("outputs").data)
+
+    def grad_input_list(self) -> list[int]:
+        return list(_values(self._field("grad_inputs")))
+
+    def ct_output_list(self) -> list[int]:
+        return list(_values(self._field("ct_outputs")))
+
+    def reach_list(self) -> list[tuple[int, ...]]:
+        return list(_values(self._field("reaches")))
+
+
 @irdl_attr_definition
-class JointLayoutAttr(ParametrizedAttribute):
+class JointLayoutAttr(_Layout, ParametrizedAttribute):
     """The layout of ``@joint(inputs..., cotangents...) -> (outputs..., grads...)``:
     ``#autograd.joint<inputs = 2, outputs = 1, forward_ops = 2, grad_inputs = [0],
     ct_outputs = [0], reaches = [[0]]>``.
@@ -252,37 +287,13 @@ class JointLayoutAttr(ParametrizedAttribute):
                                _ints(grad_inputs), _ints(ct_outputs),
                                ArrayAttr([_ints(r) for r in reaches]))
 
-    def print_parameters(self, printer: Printer) -> None:
-        _print_fields(printer, list(zip(self.FIELDS, self.parameters, strict=True)))
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        return _parse_fields(parser, cls.FIELDS)
-
-    @property
-    def n_inputs(self) -> int:
-        return self.inputs.data
-
-    @property
-    def n_outputs(self) -> int:
-        return self.outputs.data
-
     @property
     def n_forward_ops(self) -> int:
         return self.forward_ops.data
 
-    def grad_input_list(self) -> list[int]:
-        return list(_values(self.grad_inputs))
-
-    def ct_output_list(self) -> list[int]:
-        return list(_values(self.ct_outputs))
-
-    def reach_list(self) -> list[tuple[int, ...]]:
-        return list(_values(self.reaches))
-
 
 @irdl_attr_definition
-class BackwardLayoutAttr(ParametrizedAttribute):
+class BackwardLayoutAttr(_Layout, ParametrizedAttribute):
     """The layout of a program split by ``remat-split``, on ``@backward(residuals...,
     cotangents...) -> grads``: ``#autograd.backward<inputs = 2, outputs = 1,
     residuals = 2, grad_inputs = [0], ct_outputs = [0], reaches = [[0]]>``.
@@ -312,33 +323,9 @@ class BackwardLayoutAttr(ParametrizedAttribute):
                                   _ints(grad_inputs), _ints(ct_outputs),
                                   ArrayAttr([_ints(r) for r in reaches]))
 
-    def print_parameters(self, printer: Printer) -> None:
-        _print_fields(printer, list(zip(self.FIELDS, self.parameters, strict=True)))
-
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        return _parse_fields(parser, cls.FIELDS)
-
-    @property
-    def n_inputs(self) -> int:
-        return self.inputs.data
-
-    @property
-    def n_outputs(self) -> int:
-        return self.outputs.data
-
     @property
     def n_residuals(self) -> int:
         return self.residuals.data
-
-    def grad_input_list(self) -> list[int]:
-        return list(_values(self.grad_inputs))
-
-    def ct_output_list(self) -> list[int]:
-        return list(_values(self.ct_outputs))
-
-    def reach_list(self) -> list[tuple[int, ...]]:
-        return list(_values(self.reaches))
 
 
 AUTOGRAD_OPS: list[type[ThunderOp]] = [StopGradientOp, FunctionOp]

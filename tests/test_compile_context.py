@@ -25,6 +25,14 @@ from thunder_ir.passes.pipeline import Pipeline
 
 SinOp = ltorch.OPS["sin"]
 
+SIN = """
+builtin.module {
+  func.func @forward(%x : !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
+    %y = "ltorch.sin"(%x) : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
+    func.return %y : !prims.tensor<4xf32, cpu>
+  }
+}"""
+
 
 class ScaledSinGrad(Executor):
     """An unregistered executor whose own VJP rule for ``sin`` returns the cotangent
@@ -104,13 +112,7 @@ def test_a_pass_spec_names_the_contexts_executor() -> None:
         def can_claim(self, op: Any) -> bool:
             return isinstance(op, SinOp)
 
-    module = parse("""
-    builtin.module {
-      func.func @forward(%x : !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
-        %y = "ltorch.sin"(%x) : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
-        func.return %y : !prims.tensor<4xf32, cpu>
-      }
-    }""")
+    module = parse(SIN)
     Pipeline("claim{executors=claims_sin}", record=False).run(
         module, compile_context([ClaimsSin()]))
     assert 'claimed = "claims_sin"' in str(module)
@@ -119,13 +121,7 @@ def test_a_pass_spec_names_the_contexts_executor() -> None:
 
 
 def test_traces_print_with_the_contexts_printer() -> None:
-    module = parse("""
-    builtin.module {
-      func.func @forward(%x : !prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu> {
-        %y = "ltorch.sin"(%x) : (!prims.tensor<4xf32, cpu>) -> !prims.tensor<4xf32, cpu>
-        func.return %y : !prims.tensor<4xf32, cpu>
-      }
-    }""")
+    module = parse(SIN)
     (trace,) = Pipeline("cse").run(module, compile_context())
     assert "def forward(x):" in str(trace)
     (trace,) = Pipeline("cse").run(module, CompileContext.over(context()))

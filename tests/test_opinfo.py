@@ -19,6 +19,7 @@ against about a minute for the default 10).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import warnings
@@ -107,6 +108,19 @@ def test_op_matches_eager(key: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         samples = _samples(op, dtype, grad)
+    refused = _check_samples(op, samples, grad, contextlib.nullcontext)
+    if key in EXPECTED_FAILURES:
+        assert refused, (f"{key} now passes on every sample: remove it from "
+                         "EXPECTED_FAILURES (and lower MAX_EXPECTED_FAILURES)")
+    else:
+        assert not refused, f"{key}: samples {refused} refused"
+
+
+def _check_samples(op: Any, samples: list[Any], grad: bool, context: Any,
+                   **tolerances: float) -> list[int]:
+    """Each sample against eager (`check_against_eager`) inside ``context()``; returns the
+    samples thunder_ir refused with an error naming the line (the caller decides whether
+    its table allows them)."""
     exact = None if op.name in VALUES_UNSPECIFIED else False
     refused = []
     for i, s in enumerate(samples):
@@ -114,18 +128,16 @@ def test_op_matches_eager(key: str) -> None:
             return _op.op(inp, *args, **kwargs)
 
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), context():
                 warnings.simplefilter("ignore")
                 check_against_eager(call, s.input, *s.args, kwargs=s.kwargs, backward=grad,
-                                    exact=exact, seed=i)
+                                    exact=exact, seed=i, **tolerances)
         except AssertionError as e:
-            if key in EXPECTED_FAILURES and _raised_by_thunder_ir(e):
+            if _raised_by_thunder_ir(e):
                 refused.append(i)
                 continue
-            raise AssertionError(f"{key}, sample {i} ({s}): {e}") from e
-    if key in EXPECTED_FAILURES:
-        assert refused, (f"{key} now passes on every sample: remove it from "
-                         "EXPECTED_FAILURES (and lower MAX_EXPECTED_FAILURES)")
+            raise AssertionError(f"{_key(op)}, sample {i} ({s}): {e}") from e
+    return refused
 
 
 def test_the_expected_failure_table_only_shrinks() -> None:
@@ -158,23 +170,12 @@ def test_op_under_autocast_matches_eager_autocast(key: str) -> None:
         warnings.simplefilter("ignore")
         it = op.sample_inputs("cpu", torch.float32, requires_grad=grad)
         samples = list(it if AUTOCAST_SAMPLES == 0 else itertools.islice(it, AUTOCAST_SAMPLES))
-    exact = None if op.name in VALUES_UNSPECIFIED else False
-    refused = []
-    for i, s in enumerate(samples):
-        def call(inp: Any, *args: Any, _op: Any = op, **kwargs: Any) -> Any:
-            return _op.op(inp, *args, **kwargs)
-
-        try:
-            with warnings.catch_warnings(), torch.autocast("cpu", dtype=torch.bfloat16):
-                warnings.simplefilter("ignore")
-                # bfloat16's tolerances: a value may differ from eager autocast's by
-                # bfloat16 rounding, or else be no further from float64 than eager's
-                check_against_eager(call, s.input, *s.args, kwargs=s.kwargs, backward=grad,
-                                    exact=exact, seed=i, rtol=1.6e-2, atol=1e-2)
-        except AssertionError as e:
-            if key in AUTOCAST_EXPECTED_FAILURES and _raised_by_thunder_ir(e):
-                refused.append(i)
-                continue
-            raise AssertionError(f"{key}, sample {i} under autocast ({s}): {e}") from e
+    # bfloat16's tolerances: a value may differ from eager autocast's by bfloat16 rounding,
+    # or else be no further from float64 than eager's
+    refused = _check_samples(op, samples, grad,
+                             lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+                             rtol=1.6e-2, atol=1e-2)
     if key in AUTOCAST_EXPECTED_FAILURES:
         assert refused, f"{key} now passes under autocast: remove it from the table"
+    else:
+        assert not refused, f"{key}: samples {refused} refused under autocast"

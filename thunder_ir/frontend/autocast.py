@@ -53,29 +53,25 @@ def autocast_state() -> tuple[Any, ...] | None:
 
 
 @contextmanager
-def autocast_off() -> Iterator[None]:
-    """Autocast disabled for every device type inside; restored after."""
-    was = [(d, torch.is_autocast_enabled(d)) for d in DEVICE_TYPES]
-    for d, _ in was:
-        torch.set_autocast_enabled(d, False)
-    try:
-        yield
-    finally:
-        for d, on in was:
-            torch.set_autocast_enabled(d, on)
-
-
-@contextmanager
-def autocast_on(device_types: Sequence[str]) -> Iterator[None]:
-    """Autocast enabled for ``device_types`` inside (their dtypes as set); restored after."""
+def _autocast_set(device_types: Sequence[str], enabled: bool) -> Iterator[None]:
     was = [(d, torch.is_autocast_enabled(d)) for d in device_types]
     for d, _ in was:
-        torch.set_autocast_enabled(d, True)
+        torch.set_autocast_enabled(d, enabled)
     try:
         yield
     finally:
         for d, on in was:
             torch.set_autocast_enabled(d, on)
+
+
+def autocast_off() -> Any:
+    """Autocast disabled for every device type inside; restored after."""
+    return _autocast_set(DEVICE_TYPES, False)
+
+
+def autocast_on(device_types: Sequence[str]) -> Any:
+    """Autocast enabled for ``device_types`` inside (their dtypes as set); restored after."""
+    return _autocast_set(device_types, True)
 
 
 def enabled_device_types() -> list[str]:
