@@ -395,3 +395,35 @@ def test_the_seeds_mlp_trains_as_eager_autocast() -> None:
     jitted = _train(thunder_ir.jit(copy.deepcopy(m)), 20, x, y)
     for a, b in zip(jitted, eager):
         assert abs(a - b) <= 0.02 * abs(b) + 0.02, (jitted, eager)
+
+
+class _PlainMm(torch.autograd.Function):
+    """A custom Function without ``custom_bwd``: its backward runs outside autocast."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, w = ctx.saved_tensors
+        return g @ w.T, x.T @ g
+
+
+def test_a_custom_backward_runs_without_autocast_as_in_eager() -> None:
+    """The forward is autocast (bfloat16 out); the backward, run when ``.backward()`` is
+    called outside the region, mixes bfloat16 and float32 and raises eager's error."""
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return _PlainMm.apply(x, w)
+
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 2, requires_grad=True)
+    with _auto():
+        want, got = f(x, w), thunder_ir.jit(f)(x, w)
+    assert got.dtype == want.dtype == BF16
+    torch.testing.assert_close(got, want)
+    with pytest.raises(RuntimeError, match="same dtype") as eager:
+        want.float().sum().backward()
+    with pytest.raises(RuntimeError, match="same dtype") as jitted:
+        got.float().sum().backward()
+    assert str(jitted.value) == str(eager.value)

@@ -43,6 +43,7 @@ from xdsl.ir import Block, SSAValue
 
 from thunder_ir.dialects.autograd import make_function
 from thunder_ir.dialects.types import TensorType
+from thunder_ir.frontend.autocast import autocast_off
 from thunder_ir.frontend.context import TraceContext
 from thunder_ir.frontend.errors import where
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
@@ -122,7 +123,9 @@ def trace_apply(ctx: TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
     values = [outs[i]._value for i in diff_pos]
     name = cls.__name__
     body = Block(arg_types=[v.type for v in values])
-    with torch.no_grad(), ctx.into(body):
+    # The backward runs when ``.backward()`` is called, outside autocast as a rule (a
+    # ``custom_bwd`` backward sets the forward's autocast state itself): traced so.
+    with torch.no_grad(), ctx.into(body), autocast_off():
         cts: list[Any] = [None] * len(outs)
         for k, i in enumerate(diff_pos):
             cts[i] = TensorProxy(body.args[k])
