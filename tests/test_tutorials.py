@@ -57,3 +57,37 @@ def test_tutorial_runs(tutorial: Path, tmp_path: Path, monkeypatch: pytest.Monke
             assert body.strip() in last_output, f"expected\n{body}\nin\n{last_output}"
             last_output = None
     assert ran, f"{tutorial.name} has no runnable block"
+
+
+def test_every_place_an_op_touches_is_in_the_adding_an_op_table() -> None:
+    """The table "Every place a new op touches" of ``02_adding_an_op.md`` names the file
+    of each registration of each in-tree op: its class, its torch routing, its
+    decomposition, its input strategy and its direct VJP rule."""
+    from thunder_ir.dialects import ltorch, prims
+    from thunder_ir.frontend.table import HANDLERS
+    from thunder_ir.passes.decompositions import load_rules
+    from thunder_ir.passes.vjp import load_vjp_rules
+    from thunder_ir.testing.inputs import INPUT_STRATEGIES
+
+    text = (DOCS / "02_adding_an_op.md").read_text()
+    table = text[text.index("## Every place a new op touches"):].split("\n\n")[1]
+    named = {Path(p).name for p in re.findall(r"`([\w/<>]+\.py)`", table)}
+    named |= {f"prims_{f}.py" for f in ("creation", "elementwise", "indexing", "reduction",
+                                        "shape")}  # `dialects/prims_<family>.py`
+    decompositions, vjps = load_rules(), load_vjp_rules()
+
+    def file_of(obj: object) -> str:
+        return getattr(obj, "__module__", type(obj).__module__).rsplit(".", 1)[-1] + ".py"
+
+    missing: set[str] = set()
+    for cls in (*ltorch.OPS.values(), *prims.OPS.values()):
+        places = [cls, decompositions.get(cls), INPUT_STRATEGIES.get(cls)]
+        rule = vjps.get(cls)
+        if rule is not None and "raising_rule" not in getattr(rule, "__qualname__", ""):
+            places.append(rule)
+        fn = getattr(cls, "TORCH_FN", None)
+        if cls in ltorch.OPS.values() and fn is not None and HANDLERS.get(fn) is not None:
+            places.append(HANDLERS[fn])
+        missing |= {f"{file_of(p)} ({cls.name})" for p in places
+                    if p is not None and file_of(p) not in named}
+    assert not missing, f"registrations in files the table does not name: {sorted(missing)}"
