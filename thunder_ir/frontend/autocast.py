@@ -131,7 +131,17 @@ Probe = tuple[dict[int, torch.dtype], list[torch.dtype | None]]
 """Per tensor input (its position among the call's flat tensor leaves), the dtype
 autocast converts it to; per flat result leaf, eager's dtype (None: not a tensor)."""
 
-_PROBES: dict[Any, Probe | None] = {}
+_PROBES: dict[Any, Any] = {}
+"""What `probe` and `opaque_call_differs` learnt, by the call's function, autocast state and
+argument types (cleared past `MAX_CACHED` entries)."""
+MAX_CACHED = 4096
+
+
+def _remember(key: Any, value: Any) -> Any:
+    if len(_PROBES) >= MAX_CACHED:
+        _PROBES.clear()
+    _PROBES[key] = value
+    return value
 
 
 def probe(ctx: Any, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
@@ -152,10 +162,10 @@ def probe(ctx: Any, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
     except TypeError:
         key = None
     if key is not None and key in _PROBES:
-        return _PROBES[key]
+        return _PROBES[key]  # type: ignore[no-any-return]
     result = _run_probe(ctx, func, leaves, spec)
     if key is not None:
-        _PROBES[key] = result
+        _remember(key, result)
     return result
 
 
@@ -222,16 +232,32 @@ def opaque_call_differs(func: Any, args: Sequence[Any], kwargs: dict[str, Any],
     proxies = [x for x in leaves if is_proxy(x)]
     if sum(p.numel() for p in proxies) > OPAQUE_CHECK_ELEMENTS:
         return None
+    try:
+        key: Any = ("opaque", func, autocast_state(), tuple(enabled), spec,
+                    tuple(sorted(casts.items(), key=lambda kv: kv[0])), tuple(
+                        ("t", x._value.type) if is_proxy(x) else x for x in leaves))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _PROBES:
+        return _PROBES[key]  # type: ignore[no-any-return]
+    result = _check_opaque(func, leaves, spec, casts, enabled)
+    return _remember(key, result) if key is not None else result
+
+
+def _check_opaque(func: Any, leaves: list[Any], spec: Any, casts: dict[int, torch.dtype],
+                  enabled: Sequence[str]) -> str | list[torch.dtype | None] | None:
+    proxied = [is_proxy(x) for x in leaves]
     with torch._C.DisableTorchFunction():
-        real = [torch.zeros(x.shape, dtype=x.dtype, device=x.device) if is_proxy(x) else x
-                for x in leaves]
+        real = [torch.zeros(x.shape, dtype=x.dtype, device=x.device) if p else x
+                for x, p in zip(leaves, proxied)]
     name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
 
     def dtypes(values: list[Any], cast: bool) -> list[Any]:
-        if cast:
+        if cast:  # the k-th proxy, counted as `probe` counts them
             k, out = 0, []
-            for x in values:
-                if isinstance(x, torch.Tensor):
+            for x, p in zip(values, proxied):
+                if p:
                     d = casts.get(k)
                     out.append(x.to(d) if d is not None else x)
                     k += 1
