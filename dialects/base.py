@@ -49,6 +49,7 @@ from xdsl.dialects.builtin import (
     IntAttr,
     IntegerAttr,
     IntegerType,
+    LocationAttr,
     NoneAttr,
     NoneType,
     StringAttr,
@@ -311,6 +312,22 @@ class ThunderOp(IRDLOperation):
         """
         return args, params
 
+    @classmethod
+    def python_call(cls) -> Callable[..., Any]:
+        """How an op of this family reaches Python: the one callable that computes it from
+        its grouped operands and its params as keywords.
+
+        Generated code binds it in the op namespaces (``prims.mul``), the reference
+        interpreter calls it, and the torch lowering names it where no direct torch call
+        spells the op (``tir.prims_sum``). By default: the leaf's ``TORCH_FN`` itself where
+        the op keeps the default `ref` (which only forwards to it; a call level saved per
+        op), else `ref`. A family whose Python call is something else says so here.
+        """
+        torch_fn = getattr(cls, "TORCH_FN", None)
+        if torch_fn is not None and cls.ref.__func__ is ThunderOp.ref.__func__:  # type: ignore[attr-defined]
+            return torch_fn  # type: ignore[no-any-return]
+        return cls.ref
+
     # ---- introspection
 
     @classmethod
@@ -471,12 +488,12 @@ class Emitter:
     def __init__(self, insert: Callable[[Operation], None] | None = None) -> None:
         self.ops: list[Operation] = []
         self._insert = insert if insert is not None else self.ops.append
-        self.loc: Attribute | None = None  # attached to every op built (source location)
+        self.loc: LocationAttr | None = None  # the location of every op built (user line)
 
     def insert(self, op: Operation) -> Operation:
         """Records a prebuilt op (with the current source location)."""
         if self.loc is not None:
-            op.attributes["loc"] = self.loc
+            op.location = self.loc
         self._insert(op)
         return op
 
@@ -484,7 +501,7 @@ class Emitter:
         """Builds ``cls`` and records it. Returns its single result, or a list of them."""
         op = build(cls, *operands, **params)
         if self.loc is not None:
-            op.attributes["loc"] = self.loc
+            op.location = self.loc
         self._insert(op)
         res = op.results
         if len(res) == 1 and not _variadic_results(cls):

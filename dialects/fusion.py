@@ -12,14 +12,19 @@ arguments) and returns what ``fusion.yield`` yields::
 It is ``Pure`` only through its body (``RecursiveMemoryEffect``): a region holding RNG is
 kept by CSE and DCE. It is ``IsolatedFromAbove``: its body reads only its block arguments,
 so no pass (CSE included) can make it capture an outer value.
+
+An op an executor has claimed (the ``claim`` pass) carries ``fusion.claimed =
+#fusion.executor<"torch">`` (`ExecutorAttr`; `claim`, `claimed_by`): the executor that
+runs it whole, which decompositions then leave alone and fusion groups by.
 """
 
 from __future__ import annotations
 
 from xdsl.dialects.builtin import StringAttr
-from xdsl.ir import Dialect
+from xdsl.ir import Dialect, Operation, ParametrizedAttribute
 from xdsl.irdl import (
     IRDLOperation,
+    irdl_attr_definition,
     irdl_op_definition,
     prop_def,
     region_def,
@@ -71,4 +76,28 @@ class RegionOp(IRDLOperation):
                                   "match the result types")
 
 
-Fusion = Dialect("fusion", [RegionOp, YieldOp], [])
+CLAIMED = "fusion.claimed"
+"""The discardable attribute naming the executor that claimed an op."""
+
+
+@irdl_attr_definition
+class ExecutorAttr(ParametrizedAttribute):
+    """``#fusion.executor<"torch">``: an executor, by its registered name."""
+
+    name = "fusion.executor"
+
+    executor: StringAttr
+
+
+def claim(op: Operation, executor: str) -> None:
+    """Marks ``op`` as claimed by the executor named ``executor``."""
+    op.attributes[CLAIMED] = ExecutorAttr(StringAttr(executor))
+
+
+def claimed_by(op: Operation) -> str | None:
+    """The name of the executor that claimed ``op``; None if none did."""
+    attr = op.attributes.get(CLAIMED)
+    return attr.executor.data if isinstance(attr, ExecutorAttr) else None
+
+
+Fusion = Dialect("fusion", [RegionOp, YieldOp], [ExecutorAttr])

@@ -38,12 +38,15 @@ from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
     DictionaryAttr,
+    IntAttr,
+    NoneAttr,
     StringAttr,
     UnitAttr,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation
+from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute
 from xdsl.irdl import (
+    irdl_attr_definition,
     irdl_op_definition,
     opt_prop_def,
     prop_def,
@@ -51,6 +54,8 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
 from xdsl.traits import EffectInstance, MemoryEffect
 
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
@@ -440,8 +445,64 @@ def type_of_meta(v: Any, device: str) -> Attribute:
     raise TypeError(f"unsupported result {type(v).__name__} from a meta run")
 
 
-Torch = Dialect("torch", [CallOp], [])
+OUTPUT_STRIDES = "torch.output_strides"
+"""The forward function's attribute: eager's strides of the user's results."""
 
-__all__ = ["RUNTIME_NAMESPACE", "CallOp", "MetaCall", "Torch", "make_call", "meta_call",
-           "meta_value", "name_callee", "resolve_callee", "runtime_callee", "substitute",
+
+@irdl_attr_definition
+class OutputStridesAttr(ParametrizedAttribute):
+    """``#torch.output_strides<[[8, 1], none]>``: per program output, the strides eager
+    gives the user's result it is (``none``: not a tensor, or nothing to say). Tracing
+    records it on ``@forward`` (eager's layout of each result, a meta run says it);
+    ``restride-outputs`` reads it."""
+
+    name = "torch.output_strides"
+
+    strides: ArrayAttr[Attribute]
+
+    @staticmethod
+    def make(strides: Sequence[Sequence[int] | None]) -> OutputStridesAttr:
+        return OutputStridesAttr(ArrayAttr([
+            NoneAttr() if s is None else ArrayAttr([IntAttr(int(x)) for x in s])
+            for s in strides]))
+
+    def values(self) -> list[tuple[int, ...] | None]:
+        """The strides per output, as Python values."""
+        return [None if isinstance(a, NoneAttr) else tuple(x.data for x in a.data)  # type: ignore[attr-defined]
+                for a in self.strides.data]
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string("<[" + ", ".join(
+            "none" if s is None else "[" + ", ".join(map(str, s)) + "]"
+            for s in self.values()) + "]>")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        def one() -> Attribute:
+            if parser.parse_optional_keyword("none") is not None:
+                return NoneAttr()
+            return ArrayAttr(parser.parse_comma_separated_list(
+                parser.Delimiter.SQUARE, lambda: IntAttr(parser.parse_integer())))
+
+        with parser.in_angle_brackets():
+            items = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, one)
+        return (ArrayAttr(items),)
+
+
+def set_output_strides(fn: Operation, strides: Sequence[Sequence[int] | None]) -> None:
+    """Records eager's strides of ``fn``'s results (see `OutputStridesAttr`)."""
+    fn.attributes[OUTPUT_STRIDES] = OutputStridesAttr.make(strides)
+
+
+def output_strides(fn: Operation) -> list[tuple[int, ...] | None] | None:
+    """Eager's strides of ``fn``'s results, if tracing recorded them."""
+    attr = fn.attributes.get(OUTPUT_STRIDES)
+    return attr.values() if isinstance(attr, OutputStridesAttr) else None
+
+
+Torch = Dialect("torch", [CallOp], [OutputStridesAttr])
+
+__all__ = ["OUTPUT_STRIDES", "RUNTIME_NAMESPACE", "CallOp", "MetaCall", "OutputStridesAttr",
+           "Torch", "make_call", "meta_call", "meta_value", "name_callee", "output_strides",
+           "resolve_callee", "runtime_callee", "set_output_strides", "substitute",
            "type_of_meta"]

@@ -2,9 +2,11 @@
 
 The reference system promises that the last trace prints as the Python that actually
 runs. `compile_program` keeps that promise literally: it prints the program with
-`thunder_ir.lowering.python_printer.print_python` (with ``del`` after last uses) and
-``exec``s that very text. The text is registered in `linecache` under a unique file name,
-so tracebacks, ``inspect.getsource`` and debuggers show the generated lines.
+`thunder_ir.runtime.python_printer.print_python` (with ``del`` after last uses) and
+executes that very text with `thunder_ir.runtime.python_printer.load_python`, as the
+prologue and the argument gather are executed. The text is registered in `linecache`
+under a unique file name, so tracebacks, ``inspect.getsource`` and debuggers show the
+generated lines.
 
 The printed source imports everything it calls besides torch from one module, the
 generated-code namespace (`thunder_ir.runtime.namespace`)::
@@ -13,23 +15,21 @@ generated-code namespace (`thunder_ir.runtime.namespace`)::
     from thunder_ir.runtime.namespace import ltorch, prims
 
 This module makes and registers there the op namespaces: module objects whose attribute
-per op (``prims.mul``) is that op's reference implementation, called exactly as printed:
-operands grouped by definition (a list for a variadic operand, ``None`` for an absent
-optional one), params as keywords. Ops are bound once, as attributes, so generated code
-does no per-op dictionary look-ups of its own. Fusion kernels are globals of the
-generated code, named as the region's kernel: executors pass compiled ones in ``kernels``;
-any other region runs its body with the reference interpreter.
+per op (``prims.mul``) is that op's Python callable
+(`thunder_ir.dialects.base.ThunderOp.python_call`, the one answer to how an op reaches
+Python), called exactly as printed: operands grouped by definition (a list for a variadic
+operand, ``None`` for an absent optional one), params as keywords. Ops are bound once, as
+attributes, so generated code does no per-op dictionary look-ups of its own. Fusion kernels
+are globals of the generated code, named as the region's kernel: executors pass compiled
+ones in ``kernels``; any other region runs its body with the reference interpreter.
 """
 
 from __future__ import annotations
 
 import builtins
-import itertools
-import linecache
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -41,16 +41,20 @@ from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects import ltorch as ltorch_dialect
 from thunder_ir.dialects import prims as prims_dialect
+from thunder_ir.dialects.autograd import BackwardLayoutAttr
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
-from thunder_ir.dialects.program import main_function, program_functions
+from thunder_ir.dialects.program import BACKWARD, PROLOGUE, main_function, program_functions
 from thunder_ir.dialects.torch import CallOp
-from thunder_ir.lowering.python_printer import print_python, sanitize
 from thunder_ir.lowering.regions import compile_kernels
+from thunder_ir.passes.autodiff import grad_layout_of
 from thunder_ir.passes.context import resolve, spec_with_names
-from thunder_ir.passes.registry import register_pass
 from thunder_ir.runtime import namespace as tir
+from thunder_ir.runtime.gather import gather_function
 from thunder_ir.runtime.interpreter import run_block
+from thunder_ir.runtime.origins import Origin
+from thunder_ir.runtime.prologue import Prologue
+from thunder_ir.runtime.python_printer import load_python, print_python, render, sanitize
 
 GENERATED_MODULE = "thunder_ir.generated"
 """``__name__`` of the globals generated code runs in (its functions' ``__module__``)."""
@@ -59,22 +63,9 @@ NAMESPACES: dict[str, ModuleType] = {}
 """Dialect name (``"prims"``) -> the namespace generated code calls that dialect's ops in."""
 
 _BOUND: dict[tuple[str, str], type[ThunderOp]] = {}
-_COUNTER = itertools.count()
 
 
 # --------------------------------------------------------------------------- op namespaces
-
-
-def op_impl(cls: type[ThunderOp]) -> Callable[..., Any]:
-    """The callable generated code calls for ``cls``: ``cls.ref``, or its torch function.
-
-    When an op keeps the default ``ref`` (which forwards to ``TORCH_FN``), the torch
-    function itself is bound, saving a call level per op.
-    """
-    torch_fn = getattr(cls, "TORCH_FN", None)
-    if torch_fn is not None and cls.ref.__func__ is ThunderOp.ref.__func__:  # type: ignore[attr-defined]
-        return torch_fn
-    return cls.ref
 
 
 def namespace(dialect: str) -> ModuleType:
@@ -107,7 +98,7 @@ def bind_op(cls: type[ThunderOp]) -> None:
             f"codegen: {cls.name} is already bound to {bound.__qualname__}; "
             f"cannot rebind it to {cls.__qualname__}"
         )
-    setattr(namespace(dialect), short, op_impl(cls))
+    setattr(namespace(dialect), short, cls.python_call())
     _BOUND[key] = cls
 
 
@@ -187,14 +178,7 @@ def compile_program(
         elif isinstance(op, ThunderOp) and not isinstance(op, CallOp):
             bind_op(type(op))
     source = print_python(fn_op, header, free_after_last_use=True)
-    fn_name = sanitize(fn_op.sym_name.data)
-    filename = f"<thunder_ir generated {fn_name} #{next(_COUNTER)}>"
-    code = compile(source, filename, "exec")
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
-    exec(code, scope)
-    fn = scope[fn_name]
-    weakref.finalize(fn, linecache.cache.pop, filename, None)
-    return fn, source
+    return load_python(source, sanitize(fn_op.sym_name.data), scope), source
 
 
 @dataclass(frozen=True)
@@ -216,14 +200,43 @@ class GeneratedFunction:
 
 @dataclass(frozen=True)
 class CompiledProgram:
-    """What code generation makes of a program module: its functions as Python, by name
-    (``forward``; in training also ``backward``). ``@prologue`` is not among them: the
-    cache compiled it before tracing."""
+    """What code generation makes of a program module: everything a call runs, typed.
+
+    Attributes:
+        functions: the program's functions as Python, by name (``forward``; in training
+            also ``backward``).
+        prologue: the cache key function of the module's ``@prologue`` (compiled before
+            tracing, since the cache looks the call up with it; handed through).
+        gather: the call's flat argument leaves -> the program's arguments, bound to the
+            module's state (`thunder_ir.runtime.gather`); None when no origins were given.
+        gather_source: its source.
+        layout: ``@backward``'s gradient layout (training), else None.
+    """
 
     functions: dict[str, GeneratedFunction]
+    prologue: Prologue | None = None
+    gather: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
+    gather_source: str = ""
+    layout: BackwardLayoutAttr | None = None
 
     def __getitem__(self, name: str) -> GeneratedFunction:
         return self.functions[name]
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Every generated source, by function: the program's, ``prologue``, ``gather``."""
+        out = {name: g.source for name, g in self.functions.items()}
+        if self.prologue is not None:
+            out[PROLOGUE] = self.prologue.source
+        if self.gather is not None:
+            out["gather"] = self.gather_source
+        return out
+
+    def with_functions(self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
+                       ) -> CompiledProgram:
+        """This program with each function's callable wrapped (``without_autocast``)."""
+        return replace(self, functions={k: replace(g, fn=wrap(g.fn))
+                                        for k, g in self.functions.items()})
 
 
 CODEGEN = "del-last-used"
@@ -233,11 +246,17 @@ CODEGEN_HEADER = f"# Constructed by {CODEGEN} (Python code generation)"
 """The first line of generated source."""
 
 
-def generate(module: ModuleOp, executors: Sequence[Any] = ()) -> CompiledProgram:
+def generate(module: ModuleOp, executors: Sequence[Any] = (), *,
+             origins: Sequence[Origin] | None = None,
+             state: Mapping[str, Any] | None = None,
+             prologue: Prologue | None = None) -> CompiledProgram:
     """Code generation: each function of the program (``@prologue`` aside) becomes Python
     source, freeing each value after its last use, and the function it defines; fusion
     regions are compiled by their executors (``executors``: objects, those in use).
-    The IR is left as it is."""
+    With ``origins`` (where each program argument comes from) and ``state`` (the module's
+    parameters and buffers by name), the argument gather is generated too; ``prologue``
+    (the key function of the module's ``@prologue``, compiled before tracing) is handed
+    through. The IR is left as it is."""
     fusion = any(getattr(e, "is_fusion", False) for e in executors)
     out: dict[str, GeneratedFunction] = {}
     for fn_op in program_functions(module):
@@ -246,11 +265,18 @@ def generate(module: ModuleOp, executors: Sequence[Any] = ()) -> CompiledProgram
         fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER)
         out[fn_op.sym_name.data] = GeneratedFunction(fn, source, fn_op,
                                                      time.perf_counter() - start)
-    return CompiledProgram(out)
+    gather, gather_source = None, ""
+    if origins is not None:
+        gfn, bound = gather_function(origins, state or {})
+        gather_source = render(gfn)
+        gather = load_python(gather_source, gfn.name, bound)
+    layout = grad_layout_of(out[BACKWARD].op) if BACKWARD in out else None
+    assert layout is None or isinstance(layout, BackwardLayoutAttr), \
+        "remat-split lays out @backward"
+    return CompiledProgram(out, prologue, gather, gather_source, layout)
 
 
-@register_pass  # the lowering names its own passes (thunder-ir-opt, pipeline specs)
-@dataclass(frozen=True)
+@dataclass(frozen=True)  # registered by name in `thunder_ir.lowering.pass_names`
 class DelLastUsedPass(ModulePass):
     """Code generation as a pass, for ``thunder-ir-opt`` and pass specs: it runs
     `generate` (so a program that cannot become Python fails here, naming the op) and
@@ -286,6 +312,5 @@ __all__ = [
     "interpreted_kernel",
     "ltorch",
     "namespace",
-    "op_impl",
     "prims",
 ]

@@ -40,8 +40,9 @@ from xdsl.pattern_rewriter import (
 from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.fusion import claimed_by
+from thunder_ir.dialects.location import has_location
 from thunder_ir.passes.context import CompileContext, resolve, spec_with_names
-from thunder_ir.passes.registry import register_pass
 
 
 class Executor:
@@ -243,10 +244,10 @@ class _LowerClaimed(RewritePattern):
         self.executors = executors
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        claimed = op.attributes.get("claimed")
-        if claimed is None or not isinstance(op, ThunderOp):
+        claimer = claimed_by(op)
+        if claimer is None or not isinstance(op, ThunderOp):
             return
-        ex = self.executors.get(claimed.data)  # type: ignore[attr-defined]
+        ex = self.executors.get(claimer)
         if ex is None:
             return
         new_ops = ex.lower(op)
@@ -257,15 +258,14 @@ class _LowerClaimed(RewritePattern):
             raise TypeError(f"executor {ex.name!r} lowered {op.name} to ops with result types "
                             f"{[str(r.type) for r in results]}, expected "
                             f"{[str(r.type) for r in op.results]}")
-        loc = op.attributes.get("loc")
-        if loc is not None:
+        if has_location(op):
             for o in new_ops:
-                o.attributes.setdefault("loc", loc)
+                if not has_location(o):
+                    o.location = op.location
         rewriter.replace(op, new_ops, results)
 
 
-@register_pass  # the lowering names its own passes (thunder-ir-opt, pipeline specs)
-@dataclass(frozen=True)
+@dataclass(frozen=True)  # registered by name in `thunder_ir.lowering.pass_names`
 class LowerClaimedPass(ModulePass):
     """Ops claimed by an executor with its own lowering (``Executor.lower``) become the ops
     that executor returns; the rest are left for ``lower-to-torch``."""

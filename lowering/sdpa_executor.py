@@ -328,7 +328,7 @@ def _emit_call(g: Any, callee: str, operands: list[SSAValue], kwargs: dict[str, 
     call = make_call(callee, operands, [OperandRef(i) for i in range(len(operands))], kwargs,
                      result_types=result_types, pure=True)
     if g.emitter.loc is not None:
-        call.attributes["loc"] = g.emitter.loc
+        call.location = g.emitter.loc
     return call
 
 

@@ -7,8 +7,10 @@
   direct implementation for; ``claims`` narrows it.
 * ``lower-to-torch`` rewrites each remaining ``ltorch``/``prims`` op into a ``torch.call``:
   the op's torch function when its reference *is* that call (``torch.exp(t0)``,
-  ``torch.nn.functional.linear(x, w, None)``), else the op's reference implementation,
-  registered in the generated-code namespace as ``<dialect>_<op>`` (``tir.prims_sum``).
+  ``torch.nn.functional.linear(x, w, None)``), else the op's Python call
+  (`thunder_ir.dialects.base.ThunderOp.python_call`, what the op namespaces and the
+  interpreter call too), registered in the generated-code namespace as ``<dialect>_<op>``
+  (``tir.prims_sum``).
 """
 
 from __future__ import annotations
@@ -34,19 +36,22 @@ from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call, torch_name
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.passes.claim import ClaimPass  # noqa: F401  (its home before passes/claim.py)
-from thunder_ir.passes.registry import register_pass
 from thunder_ir.runtime import namespace
 from thunder_ir.runtime.namespace import helper_name, is_dialect_helper, wrapper_name
 
-_WRAPPERS: dict[type, str] = {}
+_CALLEES: dict[type, str] = {}
 
 
-def wrapper_for(cls: type[ThunderOp]) -> str:
-    """The callee path of ``cls``'s reference implementation (registered in the
-    generated-code namespace on first use: ``tir.prims_sum`` in generated code)."""
-    path = _WRAPPERS.get(cls)
+def python_callee(cls: type[ThunderOp]) -> str:
+    """The callee path of ``cls.python_call()``: for the op's torch function itself, its
+    own path (`torch_callee`); else the op's entry in the generated-code namespace,
+    registered on first use (``tir.prims_sum`` in generated code)."""
+    path = _CALLEES.get(cls)
     if path is None:
-        path = _WRAPPERS[cls] = namespace.register(wrapper_name(cls), cls.ref)
+        fn = cls.python_call()
+        path = torch_callee(fn) if fn is getattr(cls, "TORCH_FN", None) else \
+            namespace.register(wrapper_name(cls), fn)
+        _CALLEES[cls] = path
     return path
 
 
@@ -71,7 +76,7 @@ def direct_call(op: ThunderOp, args: list[Any], params: dict[str, Any]
 
     Each family says it beside its `ref` (``ThunderOp.torch_call``). A class whose `ref` is
     defined below the family that answers (a leaf with a reference of its own) is called
-    through `wrapper_for` instead.
+    through `python_callee` instead.
     """
     cls = type(op)
     if getattr(cls, "TORCH_FN", None) is None:
@@ -114,12 +119,11 @@ def lower_op(op: ThunderOp) -> CallOp:
                   if not (k in defaults and type(defaults[k]) is type(v) and defaults[k] == v)
                   or (k == "dim" and params.get("keepdim"))}
     else:
-        callee = wrapper_for(type(op))
+        callee = python_callee(type(op))
     call = make_call(callee, flat, args, params, result_types=[r.type for r in op.results])
     if _returns_sequence(type(op)):
         call.properties["multi"] = to_attr(True)
-    if "loc" in op.attributes:
-        call.attributes["loc"] = op.attributes["loc"]
+    call.location = op.location
     return call
 
 
@@ -193,19 +197,17 @@ def _into_fresh(op: ThunderOp) -> CallOp | None:
     target = op.operands[0]
     owner = target.owner
     fresh = isinstance(owner, FullOp) or (
-        isinstance(owner, CallOp) and owner.callee.data == wrapper_for(FullOp))
+        isinstance(owner, CallOp) and owner.callee.data == python_callee(FullOp))
     if not fresh or not target.has_one_use():
         return None
     call = make_call(INDEX_ADD_INTO, list(op.operands),
                      [OperandRef(0), OperandRef(1), OperandRef(2)], {"dim": op.params()["dim"]},
                      result_types=[op.results[0].type])
-    if "loc" in op.attributes:
-        call.attributes["loc"] = op.attributes["loc"]
+    call.location = op.location
     return call
 
 
-@register_pass  # the lowering names its own passes (thunder-ir-opt, pipeline specs)
-@dataclass(frozen=True)
+@dataclass(frozen=True)  # registered by name in `thunder_ir.lowering.pass_names`
 class LowerToTorchPass(ModulePass):
     """Every ltorch/prims op becomes the ``torch.call`` that computes it."""
 

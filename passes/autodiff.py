@@ -46,8 +46,9 @@ from thunder_ir.dialects.autograd import (
     StopGradientOp,
 )
 from thunder_ir.dialects.base import Emitter
+from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_function
-from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.torch import OUTPUT_STRIDES, CallOp
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.context import VjpLookup, resolve, spec_with_names, vjp_overrides
@@ -88,7 +89,7 @@ class _DecomposeWithoutRule(RewritePattern):
         if any(lookup(op) is not None for lookup in self.overriding):
             return  # an executor in use differentiates it whole
         emitter = Emitter()
-        emitter.loc = op.attributes.get("loc")
+        emitter.loc = op.location
         out = decompose_op(op, emitter)
         rewriter.replace(op, emitter.ops, out if isinstance(out, list) else [out])
 
@@ -220,12 +221,12 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
         if rule is None:
             if has_no_derivative(op):
                 continue
-            loc = op.attributes.get("loc")
-            where = f" (at {loc.data})" if loc is not None else ""  # type: ignore[attr-defined]
+            loc = location_text(op)
+            where = f" (at {loc})" if loc else ""
             raise AutodiffError(f"{op.name}{where} has no VJP rule, so thunder_ir cannot "
                                 "differentiate through it; register one with "
                                 "thunder_ir.passes.vjp.vjp")
-        g.emitter.loc = op.attributes.get("loc")
+        g.emitter.loc = op.location
         backpropagate(g, new_op, rule, cts, active_new.__contains__)
     g.emitter.loc = None
     grads_out: list[SSAValue] = []
@@ -343,11 +344,11 @@ def _replace_function(module: ModuleOp, old: func.FuncOp, new: Sequence[func.Fun
 
 
 def _keep_output_strides(old: func.FuncOp, new: func.FuncOp) -> None:
-    """Eager's strides of the user's results (``thunder.output_strides``, which tracing
+    """Eager's strides of the user's results (``torch.output_strides``, which tracing
     sets and `restride-outputs` reads) stay on the function that returns them first."""
-    strides = old.attributes.get("thunder.output_strides")
+    strides = old.attributes.get(OUTPUT_STRIDES)
     if strides is not None:
-        new.attributes["thunder.output_strides"] = strides
+        new.attributes[OUTPUT_STRIDES] = strides
 
 
 def grad_layout_of(fn: func.FuncOp) -> JointLayoutAttr | BackwardLayoutAttr | None:

@@ -266,10 +266,12 @@ def _dtype(v: SSAValue) -> torch.dtype | None:
 
 
 def _clone_with_operand(op: Operation, operand: SSAValue) -> Operation:
-    """A copy of single-operand ``op`` (properties, attributes, result type) reading
-    ``operand``."""
-    return type(op).create(operands=[operand], result_types=[op.results[0].type],
-                           properties=dict(op.properties), attributes=dict(op.attributes))
+    """A copy of single-operand ``op`` (properties, attributes, result type, location)
+    reading ``operand``."""
+    new = type(op).create(operands=[operand], result_types=[op.results[0].type],
+                          properties=dict(op.properties), attributes=dict(op.attributes))
+    new.location = op.location
+    return new
 
 
 PATTERNS: tuple[type[PrimPattern], ...] = (

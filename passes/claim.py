@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, PatternRewriteWalker, RewritePattern
 from xdsl.utils.arg_spec import ArgSpec
 
+from thunder_ir.dialects.fusion import claim, claimed_by
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.passes.context import resolve, spec_with_names
 
@@ -33,7 +34,7 @@ class _Claim(RewritePattern):
         self.executors = executors
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, LtorchOp) or "claimed" in op.attributes:
+        if not isinstance(op, LtorchOp) or claimed_by(op) is not None:
             return
         for ex in self.executors:
             if ex.can_claim(op):
@@ -42,7 +43,7 @@ class _Claim(RewritePattern):
                 # revisit inserted ops, so they are claimed here.
                 new = ex.expand(op)
                 if new is None:
-                    op.attributes["claimed"] = StringAttr(ex.name)
+                    claim(op, ex.name)
                     rewriter.has_done_action = True
                     return
                 new_ops, results = new

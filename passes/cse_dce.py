@@ -12,10 +12,10 @@ an unused draw stays (it advances the RNG stream).
 
 Differences from xDSL's own ``cse``/``dce``:
 
-* CSE ignores the ``loc`` attribute (the user's source location), as MLIR ignores
-  locations: ``x.exp()`` on line 3 and on line 7 is one computation. The merged op keeps
-  the first location. xDSL compares all attributes, so it would merge nothing across lines.
-  Each op's key is hashed once (xDSL hashes it on every look-up).
+* Each op's key is hashed once (xDSL hashes it on every look-up). Like xDSL's, it leaves
+  out the op's location (``Operation.location``, the user's line), as MLIR ignores
+  locations: ``x.exp()`` on line 3 and on line 7 is one computation, and the merged op
+  keeps the first line.
 * DCE of a single-block region is one backward walk (erasing an op frees its operands,
   so chains die in the same walk): about 3.5 times faster than xDSL's liveness fixpoint, which
   still handles multi-block regions.
@@ -34,25 +34,16 @@ from xdsl.traits import IsolatedFromAbove
 from xdsl.transforms.common_subexpression_elimination import CSEDriver
 from xdsl.transforms.dead_code_elimination import is_trivially_dead, region_dce
 
-LOC = "loc"
-"""The discardable attribute holding an op's source location; CSE ignores it."""
-
-
-def _attrs_key(attrs: dict[str, Any]) -> dict[str, Any]:
-    if LOC in attrs:
-        return {k: v for k, v in attrs.items() if k != LOC}
-    return attrs
-
 
 class _OpKey:
-    """An op as a CSE key: name, properties, attributes except ``loc``, operands, result
-    types and (structurally) regions. The hash is computed once."""
+    """An op as a CSE key: name, properties, attributes, operands, result types and
+    (structurally) regions, not its location. The hash is computed once."""
 
     __slots__ = ("_attrs", "_hash", "op")
 
     def __init__(self, op: Operation) -> None:
         self.op = op
-        self._attrs = _attrs_key(op.attributes)
+        self._attrs = op.attributes
         self._hash = hash((
             op.name,
             sum(hash(i) for i in self._attrs.items()),
@@ -184,4 +175,4 @@ class DCEPass(ModulePass):
         dce(op)
 
 
-__all__ = ["LOC", "CSEPass", "DCEPass", "cse", "dce"]
+__all__ = ["CSEPass", "DCEPass", "cse", "dce"]

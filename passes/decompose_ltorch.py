@@ -22,6 +22,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from thunder_ir.dialects.base import Emitter
+from thunder_ir.dialects.fusion import claimed_by
 from thunder_ir.dialects.ltorch import LtorchOp
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 
@@ -33,12 +34,12 @@ class DecomposeLtorch(RewritePattern):
         self.rules = load_rules()
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
-        if not isinstance(op, LtorchOp) or "claimed" in op.attributes:
+        if not isinstance(op, LtorchOp) or claimed_by(op) is not None:
             return
         if type(op) not in self.rules:
             return
         emitter = Emitter()
-        emitter.loc = op.attributes.get("loc")
+        emitter.loc = op.location
         out = decompose_op(op, emitter)
         new_results = out if isinstance(out, list) else [out]
         rewriter.replace(op, emitter.ops, new_results)

@@ -54,7 +54,7 @@ from xdsl.traits import IsTerminator, is_side_effect_free
 from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.base import Emitter, ThunderOp
-from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.fusion import RegionOp, YieldOp, claimed_by
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import program_functions
@@ -103,10 +103,7 @@ def _color(op: Operation, executors: Sequence[Any]) -> int:
     """The index of the first executor that may fuse ``op``, or -1."""
     if isinstance(op, ConstantOp | RegionOp) or op.regions or not op.results:
         return -1
-    claimed = op.attributes.get("claimed")
-    claimer = claimed.data if isinstance(claimed, StringAttr) else None
-    if claimed is not None and claimer is None:
-        return -1
+    claimer = claimed_by(op)
     if not is_side_effect_free(op):
         return -1
     for k, ex in enumerate(executors):

@@ -15,7 +15,10 @@ Switches (constructor arguments; ``verify`` and ``dump`` default to environment 
 * ``dump`` (``THUNDER_IR_DUMP=1``): print each pass's result as MLIR to stderr.
 * ``record`` (default on): keep a Trace per pass. A snapshot copies the module (linear in
   its size, and about as costly as the four standard passes together on a large program);
-  turn it off when nobody will read them.
+  turn it off when nobody will read them. ``record="functions"``: a Trace per function
+  the pass ran on (`Trace.function` names it; an `OnEachFunction` pass names the ones it
+  runs on), which is how ``jit`` keeps ``last_traces`` (``@forward``) and
+  ``last_backward_traces`` (``@backward``) apart.
 * ``pause_gc`` (default on): pause Python's cyclic garbage collector while the passes run.
   IR is a web of reference cycles; with the collector on, its full collections make
   decompositions and snapshots grow faster than the program (at 50k ops: decompose 147
@@ -31,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -40,6 +43,7 @@ from xdsl.ir.core import SSAValues, Use
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
+from thunder_ir.dialects.location import location_text
 from thunder_ir.passes.registry import make_passes
 from thunder_ir.passes.trace import Printer, Trace
 
@@ -67,8 +71,8 @@ def _env_flag(name: str) -> bool:
 
 
 def _describe(op: Operation) -> str:
-    loc = op.attributes.get("loc")
-    where = f" at {loc.data}" if loc is not None and hasattr(loc, "data") else ""
+    loc = location_text(op)
+    where = f" at {loc}" if loc else ""
     return f"{op.name}{where}"
 
 
@@ -225,14 +229,33 @@ def _copy(op: Operation, operands: list[SSAValue], regions: list[Region]) -> Ope
 
 @dataclass
 class TraceRecorder:
-    """The hook that records a `Trace` (a `snapshot` of the module) after each pass."""
+    """Records a `Trace` after each pass: a `snapshot` of the module or, ``per_function``,
+    of each function the pass ran on (every function of `program_functions`, or those an
+    `OnEachFunction` pass names), of class ``trace_type``."""
 
     traces: list[Trace] = field(default_factory=list)
     printer: Printer | None = None
+    per_function: bool = False
+    trace_type: type[Trace] = Trace
+
+    def record(self, p: ModulePass, module: ModuleOp, duration_s: float) -> None:
+        """Records what pass ``p`` left in ``module``."""
+        if not self.per_function:
+            self(p.name, module, duration_s)
+            return
+        from thunder_ir.dialects.program import program_functions
+
+        only = p.functions if isinstance(p, OnEachFunction) else ()
+        for fn in program_functions(module):
+            name = fn.sym_name.data
+            if not only or name in only:
+                self.traces.append(self.trace_type(
+                    ir=snapshot_function(fn), pass_name=p.name, duration_s=duration_s,
+                    printer=self.printer, function=name))
 
     def __call__(self, pass_name: str, module: ModuleOp, duration_s: float) -> None:
-        self.traces.append(Trace(ir=snapshot(module), pass_name=pass_name,
-                                 duration_s=duration_s, printer=self.printer))
+        self.traces.append(self.trace_type(ir=snapshot(module), pass_name=pass_name,
+                                           duration_s=duration_s, printer=self.printer))
 
 
 def verify_hook(pass_name: str, module: ModuleOp, duration_s: float) -> None:
@@ -340,18 +363,21 @@ class Pipeline:
             string.
         verify: verify the input and the IR after each pass (default: ``THUNDER_IR_VERIFY``).
         dump: print the IR after each pass to stderr (default: ``THUNDER_IR_DUMP``).
-        record: record a `Trace` after each pass.
+        record: record a `Trace` after each pass (``"functions"``: one per function the
+            pass ran on).
         printer: how the recorded traces print as Python (the lowering's
             ``print_python``); None: the compile context's printer, if it has one, else
             they print as MLIR.
+        trace_type: the class of the recorded traces (``thunder_ir.Trace`` for jit's).
         pause_gc: pause the cyclic garbage collector while the passes run.
         hooks: more hooks, called after the built-in ones.
     """
 
     def __init__(self, passes: str | Iterable[str | ModulePass], *,
-                 verify: bool | None = None, dump: bool | None = None, record: bool = True,
-                 printer: Printer | None = None, pause_gc: bool = True,
-                 hooks: Sequence[Hook] = ()) -> None:
+                 verify: bool | None = None, dump: bool | None = None,
+                 record: bool | Literal["functions"] = True, printer: Printer | None = None,
+                 pause_gc: bool = True, hooks: Sequence[Hook] = (),
+                 trace_type: type[Trace] = Trace) -> None:
         specs = [passes] if isinstance(passes, str) else list(passes)
         resolved: list[ModulePass] = []
         for p in specs:
@@ -361,6 +387,7 @@ class Pipeline:
         self.dump = _env_flag(DUMP_ENV) if dump is None else dump
         self.record = record
         self.printer = printer
+        self.trace_type = trace_type
         self.pause_gc = pause_gc
         self.extra_hooks = tuple(hooks)
 
@@ -381,7 +408,8 @@ class Pipeline:
             dump_hook()(name, module, duration_s)
 
     def run(self, module: ModuleOp, ctx: Context | None = None) -> list[Trace]:
-        """Runs every pass on ``module`` in place; returns one `Trace` per pass.
+        """Runs every pass on ``module`` in place; returns one `Trace` per pass (per function
+        it ran on, with ``record="functions"``).
 
         ``ctx`` is what the passes compile with: a
         `thunder_ir.passes.context.CompileContext` (its executors, the registry that
@@ -393,12 +421,11 @@ class Pipeline:
         """
         ctx = ctx if ctx is not None else _context()
         recorder = TraceRecorder(printer=self.printer if self.printer is not None
-                                 else getattr(ctx, "printer", None))
-        hooks: list[Hook] = []
-        if self.verify:
-            hooks.append(verify_hook)
-        if self.record:
-            hooks.append(recorder)
+                                 else getattr(ctx, "printer", None),
+                                 per_function=self.record == "functions",
+                                 trace_type=self.trace_type)
+        record = recorder.record if self.record else None
+        hooks: list[Hook] = []  # after verifying and recording
         if self.dump:
             hooks.append(dump_hook())
         hooks.extend(self.extra_hooks)
@@ -410,6 +437,10 @@ class Pipeline:
                 start = clock()
                 p.apply(ctx, module)
                 duration = clock() - start
+                if self.verify:  # a broken result is reported, not recorded
+                    verify_hook(p.name, module, duration)
+                if record is not None:
+                    record(p, module, duration)
                 for hook in hooks:
                     hook(p.name, module, duration)
         return recorder.traces

@@ -8,7 +8,7 @@ already. A ``fusion.region`` lays its outputs out as its kernel does (Triton and
 nvFuser write them row-major; Inductor as its graph's example outputs), and a
 decomposition into ``prims`` as the primitives do. So each user result that such an op
 makes (directly, or through views of it) is passed through ``tir.restride`` with eager's
-strides (tracing records them as the forward function's ``thunder.output_strides``): at
+strides (tracing records them on the forward function, ``#torch.output_strides<...>``): at
 run time it is the result itself where the strides agree, else a copy laid out as eager's.
 The trace shows the call.
 """
@@ -23,18 +23,14 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
+from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.program import FORWARD, program_functions
-from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
+from thunder_ir.dialects.torch import CallOp, make_call, output_strides, runtime_callee
 from thunder_ir.dialects.traits import ViewLike
 
 RESTRIDE = runtime_callee("restride")
 """The runtime's ``restride(x, strides)`` (`thunder_ir.runtime.layout.restride`)."""
-
-OUTPUT_STRIDES = "thunder.output_strides"
-"""The forward function's attribute: per output, eager's strides (or none)."""
-
 
 def made_by_our_kernel(v: SSAValue) -> bool:
     """Whether a fusion region or a ``prims`` op (not eager's own kernel) computes ``v``,
@@ -55,12 +51,12 @@ def made_by_our_kernel(v: SSAValue) -> bool:
 def restride_outputs(fn: func.FuncOp) -> int:
     """Inserts ``tir.restride`` before ``fn``'s return for each result our own kernels
     make; returns how many."""
-    attr = fn.attributes.get(OUTPUT_STRIDES)
+    eager = output_strides(fn)
     ret = fn.body.block.last_op
-    if attr is None or not isinstance(ret, func.ReturnOp):
+    if eager is None or not isinstance(ret, func.ReturnOp):
         return 0
     n = 0
-    for k, strides in enumerate(from_attr(attr)):
+    for k, strides in enumerate(eager):
         if strides is None or k >= len(ret.operands):
             continue
         v = ret.operands[k]
@@ -87,5 +83,5 @@ class RestrideOutputsPass(ModulePass):
                 restride_outputs(fn)
 
 
-__all__ = ["OUTPUT_STRIDES", "RESTRIDE", "RestrideOutputsPass", "made_by_our_kernel",
+__all__ = ["RESTRIDE", "RestrideOutputsPass", "made_by_our_kernel",
            "restride_outputs"]

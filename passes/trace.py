@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
 
+from thunder_ir.dialects.location import print_mlir
+
 Printer = Callable[..., str]
 """``print(module, header=..., free_after_last_use=...) -> source``."""
 
@@ -32,10 +34,12 @@ class Trace:
     final: bool = False  # the execution trace: prints with `del` after last uses
     source: str | None = None  # for the execution trace: the exact source that runs
     printer: Printer | None = None  # how it prints as Python (None: as MLIR)
+    function: str | None = None  # the one function it shows (None: the whole module)
 
     def mlir(self) -> str:
-        """MLIR text of the program (parses back with `thunder_ir.dialects.program.parse`)."""
-        return str(self.ir)
+        """MLIR text of the program, with the ops' source locations (parses back with
+        `thunder_ir.dialects.program.parse`)."""
+        return print_mlir(self.ir)
 
     def python(self) -> str:
         """The program as Python source (what ``str(trace)`` returns)."""

@@ -77,7 +77,7 @@ class Grad:
             self.forward_inserted += 1
 
         fwd = Grad(Emitter(insert))
-        fwd.emitter.loc = before.attributes.get("loc")
+        fwd.emitter.loc = before.location
         return fwd
 
     def replace_forward(self, old: Operation, new: Operation | None,

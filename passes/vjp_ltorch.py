@@ -473,8 +473,7 @@ def _attention_with_weights(g: Grad, out: SSAValue, q: SSAValue, k: SSAValue, v:
                       OperandRef(3) if attn_mask is not None else None, dropout_p,
                       is_causal, scale, enable_gqa],
                      result_types=[out.type, weights], layout=True)
-    if "loc" in op.attributes:
-        call.attributes["loc"] = op.attributes["loc"]
+    call.location = op.location
     g.replace_forward(op, call, [call.results[0]], erase=True)
     return call.results[1]
 
@@ -788,8 +787,7 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
         {"args": args, "kwargs": kwargs, "grad_inputs": tuple(diff),
          "layout": None if op.multi is None else from_attr(op.multi)},
         result_types=[*(r.type for r in op.results), HANDLE], layout=True)
-    if "loc" in op.attributes:
-        fwd.attributes["loc"] = op.attributes["loc"]
+    fwd.location = op.location
     g.replace_forward(op, fwd, fwd.results[:-1], erase=True)
     ct_at = [i for i, c in enumerate(ct) if c is not None]
     operands = [fwd.results[-1], *(ct[i] for i in ct_at)]

@@ -1,8 +1,9 @@
 """The reference interpreter: runs a program op by op with each op's torch reference.
 
 It is the ground truth that decompositions and passes are tested against, not the
-runtime (generated Python is). It runs every dialect: ltorch/prims ops through ``ref``,
-``torch.call`` through its callee, ``fusion.region`` through its body.
+runtime (generated Python is). It runs every dialect: ltorch/prims ops through their
+Python call (`thunder_ir.dialects.base.ThunderOp.python_call`, what generated code calls
+for them too), ``torch.call`` through its callee, ``fusion.region`` through its body.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def run_op(op: Operation, vals: Sequence[Any]) -> list[Any]:
         out = run_block(op.body.block, vals)
     elif isinstance(op, ThunderOp):
         grouped = group(op.operand_layout(), list(vals), op._segment_sizes())
-        out = op.ref(*grouped, **op.params())
+        out = type(op).python_call()(*grouped, **op.params())
     else:
         raise NotImplementedError(f"the interpreter cannot run {op.name}")
     if not op.results:

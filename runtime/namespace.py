@@ -17,9 +17,10 @@ another against the arrows to reach it:
 * the runtime's own functions (`call_with_grad`, the hook runners, attention with dropout,
   `no_grad`, the prologue's `tensor_meta` and `aliases`, `restride`) are registered here,
   by this module;
-* the lowering registers what it synthesizes (``prims_sum``: an op's reference
-  implementation for the torch executor; the SDPA and Triton executors' callees; the op
-  namespaces ``prims``/``ltorch`` of not yet lowered traces);
+* the lowering registers what it synthesizes (``prims_sum``: an op's Python call,
+  `thunder_ir.dialects.base.ThunderOp.python_call`, for the torch executor; the SDPA
+  and Triton executors' callees; the op namespaces ``prims``/``ltorch`` of not yet
+  lowered traces);
 * the frontend and the extension API register their helpers (``setitem``,
   ``grouped_mm``, ``operator_vjp``).
 
@@ -123,7 +124,7 @@ def __getattr__(name: str) -> Any:
 
 
 def wrapper_name(cls: type[Any]) -> str:
-    """The name an op's reference implementation has here (``prims.sum`` ->
+    """The name an op's Python call (``python_call``) has here (``prims.sum`` ->
     ``prims_sum``)."""
     return cls.name.replace(".", "_", 1)
 
@@ -140,16 +141,19 @@ def helper_name(fn: Callable[..., Any]) -> str:
 
 def op_callable(name: str) -> Any:
     """What generated code calls as ``tir.<name>`` for an in-tree op, found by name (for
-    printed source run before anything lowered the op): the op's reference implementation
-    (`wrapper_name`) or its torch function that is a dialect's helper (`helper_name`);
-    None for any other name."""
+    printed source run before anything lowered the op): the op's Python call
+    (``python_call``, by `wrapper_name`; never the op's torch function itself, which
+    generated code names by its own path) or its torch function that is a dialect's helper
+    (`helper_name`); None for any other name."""
     from thunder_ir.dialects import ltorch, prims
 
     tables = {"prims": prims.OPS, "ltorch": ltorch.OPS}
     dialect, _, short = name.partition("_")
     cls = tables.get(dialect, {}).get(short)
     if cls is not None and wrapper_name(cls) == name:
-        return cls.ref
+        fn = cls.python_call()
+        if fn is not getattr(cls, "TORCH_FN", None):
+            return fn
     for table in tables.values():
         for cls in table.values():
             fn = getattr(cls, "TORCH_FN", None)

@@ -3,8 +3,9 @@ ops) and compiled from it.
 
 `build_prologue` makes the function from what the key covers: the flat argument leaves
 (named for messages), the module's parameters and buffers, and the guard tokens.
-`prologue_source` generates its Python from the IR: no loops, attribute reads into one
-tuple (each op says its expression, `thunder_ir.dialects.guard.GuardOp.python`)::
+`prologue_source` prints its Python from the IR with the one printer of generated code
+(`thunder_ir.runtime.python_printer`, which inlines each guard op's expression,
+`thunder_ir.dialects.guard.GuardOp.python`): no loops, attribute reads into one tuple::
 
     def prologue(args):
       (a0, a1,) = args
@@ -14,18 +15,17 @@ tuple (each op says its expression, `thunder_ir.dialects.guard.GuardOp.python`):
               (p0.is_contiguous() or p0.stride()), _grad(), _default_dtype(),
               _autocast(), _tokens,)
 
-`compile_prologue` executes that text with the prologue's globals bound: the parameters
-and buffers as ``p<i>``, the tokens as ``_tokens``, and the helpers (``_meta`` and
+`compile_prologue` executes that text (`load_python`, as every generated function is
+executed) with the prologue's globals bound (`prologue_globals`): the parameters and
+buffers as ``p<i>``, the tokens as ``_tokens``, and the helpers (``_meta`` and
 ``_aliases`` from the generated-code namespace, torch's grad-mode, default-dtype and
 autocast getters). `make_prologue` does all three. The prologue is built before tracing
-(the cache looks the call up with it); a compile appends a copy of its function to the
-program module, as its last function.
+(the cache looks the call up with it); a compile appends a copy of the one the cache keys
+the program by to the program module, once, as its last function.
 """
 
 from __future__ import annotations
 
-import itertools
-import linecache
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +38,7 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from thunder_ir.dialects import guard as G
 from thunder_ir.dialects.program import PROLOGUE, prologue_function
 from thunder_ir.runtime import namespace
-
-_counter = itertools.count()
+from thunder_ir.runtime.python_printer import load_python, print_python
 
 _any_autocast = torch._C._is_any_autocast_enabled
 
@@ -73,9 +72,9 @@ class Prologue:
         another's only there (``thunder_ir.api`` then reuses a program whose trace made no
         decision by layout)."""
         if self._layout_free is None:
-            src, g = _generate(_function(self.ir), self.state, layout=False)
-            exec(compile(src, "<thunder_ir layout-free prologue>", "exec"), g)
-            self._layout_free = g["prologue"]
+            fn = _function(self.ir)
+            src = print_python(_checked(fn), layouts=False)
+            self._layout_free = load_python(src, "prologue", prologue_globals(fn, self.state))
         return self._layout_free
 
     @property
@@ -148,42 +147,20 @@ def _function(module: ModuleOp | func.FuncOp) -> func.FuncOp:
     return fn
 
 
-def _generate(fn: func.FuncOp, state: Sequence[Any] | None, layout: bool = True
-              ) -> tuple[str, dict[str, Any]]:
-    """The prologue's Python, and (given ``state``) the globals it reads; one walk
-    (``layout``: with the tensors' layouts, else ``None`` in their places)."""
-    block = fn.body.block
-    exprs: dict[SSAValue, str] = {a: f"a{i}" for i, a in enumerate(block.args)}
-    lines = ["def prologue(args):"]
-    if block.args:
-        lines.append(f"  ({', '.join(exprs[a] for a in block.args)},) = args")
-    g: dict[str, Any] = {"_meta": namespace.tensor_meta, "_aliases": namespace.aliases,
-                         "_grad": torch.is_grad_enabled,
-                         "_default_dtype": torch.get_default_dtype,
-                         "_autocast": _autocast_state, "_tokens": ()}
-    for op in block.ops:
-        if isinstance(op, func.ReturnOp):
-            lines.append(f"  return {exprs[op.operands[0]]}")
-            continue
-        if not isinstance(op, G.GuardOp):
+def _checked(fn: func.FuncOp) -> func.FuncOp:
+    """``fn``, once every op of it is a guard op (the printer would print another as a
+    statement of a program function)."""
+    for op in fn.body.block.ops:
+        if not isinstance(op, G.GuardOp | func.ReturnOp):
             raise ValueError(f"@prologue holds {op.name}, which is not a guard op")
-        operands = [exprs[v] for v in op.operands]
-        python = op.python(operands) if layout else op.python_without_layout(operands)
-        for r, e in zip(op.results, python, strict=True):
-            exprs[r] = e
-        if state is None:
-            continue
-        if isinstance(op, G.StateMetaOp):
-            g.update((f"p{i}", t) for i, t in enumerate(state))
-        elif isinstance(op, G.TokensOp):
-            g["_tokens"] = op.values()
-    return "\n".join(lines) + "\n", g
+    return fn
 
 
 def prologue_source(module: ModuleOp | func.FuncOp) -> str:
     """The Python of ``@prologue``: ``def prologue(args)`` returning the key as one tuple
-    expression (the ops' expressions inlined; nothing is assigned but the arguments)."""
-    return _generate(_function(module), None)[0]
+    expression (the ops' expressions inlined; nothing is assigned but the arguments), as
+    the printer prints every function over Python objects."""
+    return print_python(_checked(_function(module)))
 
 
 def prologue_labels(module: ModuleOp | func.FuncOp) -> list[str]:
@@ -207,16 +184,24 @@ def prologue_labels(module: ModuleOp | func.FuncOp) -> list[str]:
 def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any]) -> dict[str, Any]:
     """The globals the prologue's Python reads: the helpers, ``p<i>`` (``state[i]``, the
     parameters and buffers) and ``_tokens``."""
-    return _generate(_function(module), state)[1]
+    g: dict[str, Any] = {"_meta": namespace.tensor_meta, "_aliases": namespace.aliases,
+                         "_grad": torch.is_grad_enabled,
+                         "_default_dtype": torch.get_default_dtype,
+                         "_autocast": _autocast_state, "_tokens": ()}
+    for op in _function(module).body.block.ops:
+        if isinstance(op, G.StateMetaOp):
+            g.update((f"p{i}", t) for i, t in enumerate(state))
+        elif isinstance(op, G.TokensOp):
+            g["_tokens"] = op.values()
+    return g
 
 
 def compile_prologue(module: ModuleOp, state: Sequence[Any]) -> Prologue:
     """The prologue's function, compiled from its IR (``state``: the tensors ``p<i>``)."""
-    src, g = _generate(_function(module), state)
-    filename = f"<thunder_ir prologue {next(_counter)}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    exec(compile(src, filename, "exec"), g)
-    return Prologue(g["prologue"], src, module, tuple(state))
+    fn = _function(module)
+    src = prologue_source(fn)
+    return Prologue(load_python(src, "prologue", prologue_globals(fn, state)), src, module,
+                    tuple(state))
 
 
 def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],

@@ -115,7 +115,7 @@ def test_a_pass_spec_names_the_contexts_executor() -> None:
     module = parse(SIN)
     Pipeline("claim{executors=claims_sin}", record=False).run(
         module, compile_context([ClaimsSin()]))
-    assert 'claimed = "claims_sin"' in str(module)
+    assert '#fusion.executor<"claims_sin">' in str(module)
     with pytest.raises(ValueError, match="unknown executor 'claims_sin'"):
         Pipeline("claim{executors=claims_sin}", record=False).run(module, compile_context())
 

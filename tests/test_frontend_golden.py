@@ -99,10 +99,11 @@ def test_module_parameters_are_named_inputs() -> None:
 
 
 def test_mlir_of_a_trace_parses_back() -> None:
+    from thunder_ir.dialects.location import print_mlir
     from thunder_ir.dialects.program import parse
 
     jf = thunder_ir.jit(lambda x: torch.relu(x) * 2)
     jf(torch.randn(3))
     for t in thunder_ir.last_traces(jf):
         text = t.mlir()
-        assert str(parse(text)) == text
+        assert print_mlir(parse(text)) == text  # source locations included

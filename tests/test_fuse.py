@@ -30,7 +30,7 @@ from xdsl.traits import Pure
 
 import thunder_ir
 from thunder_ir.dialects import prims
-from thunder_ir.dialects.fusion import RegionOp
+from thunder_ir.dialects.fusion import RegionOp, claim
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.types import number_type, tensor_type
 from thunder_ir.lowering.codegen import compile_program
@@ -221,10 +221,8 @@ def test_claimed_ops_stay_whole_unless_claimed_by_the_torch_fallback() -> None:
 
     m = make(body)
     ops = top_ops(m)
-    from xdsl.dialects.builtin import StringAttr
-
-    ops[0].attributes["claimed"] = StringAttr("torch")
-    ops[1].attributes["claimed"] = StringAttr("my_executor")
+    claim(ops[0], "torch")
+    claim(ops[1], "my_executor")
     fuse(m, min_size=1)
     fused = [n for r in regions(m) for n in body_names(r)]
     assert "prims.exp" in fused and "prims.sin" not in fused

@@ -99,6 +99,7 @@ def test_every_op_helper_has_a_name_of_its_own() -> None:
 
 
 def test_the_runtime_lowering_and_frontend_register_what_generated_code_calls() -> None:
+    assert thunder_ir.jit is not None  # the first use of the public API composes the package
     for name in ("no_grad", "call_with_grad", "handle_vjp", "call_on_copies", "no_derivative",
                  "inplace_on_copy", "sdpa_dropout_forward", "run_tensor_hook",
                  "run_output_hooks", "run_input_hooks",  # the runtime's

@@ -127,3 +127,20 @@ def test_bad_pipeline_specs_and_plugins_give_one_line(
     assert err.startswith(f"thunder-ir-opt: error: {message}"), err
     assert len(err.splitlines()) == 1
 
+
+
+def test_help_answers_without_importing_torch() -> None:
+    """``--help`` (and ``--version``) need no dialect, executor or torch: the compile
+    context is built after the arguments are parsed, the public names of ``thunder_ir``
+    load on first use and the lowering's passes are registered by name."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom thunder_ir.opt import main\n"
+            "for flag in ('--help', '--version'):\n"
+            "    try:\n        main([flag])\n    except SystemExit:\n        pass\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "Available passes are:" in out and "lower-to-torch" in out
+    assert "del-last-used" in out and out.strip().endswith("False")

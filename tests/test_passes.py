@@ -21,6 +21,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects import fusion, ltorch, prims
 from thunder_ir.dialects.base import build
+from thunder_ir.dialects.location import location_text, source_location
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.torch import CallOp, make_call
 from thunder_ir.dialects.types import tensor_type
@@ -47,7 +48,7 @@ def program(body: Callable[..., Any], arg_types: Sequence[Attribute] = (F32, F32
     """Builds ``body(P, *args) -> outputs`` into a module (P builds prims)."""
     p = Program("computation", list(arg_types), [f"a{i}" for i in range(len(arg_types))])
     if loc is not None:
-        p.emitter.loc = StringAttr(loc)
+        p.emitter.loc = source_location(loc)
     out = body(p.emitter.ns(prims.OPS), *p.args)
     return p.finish(list(out) if isinstance(out, list | tuple) else [out])
 
@@ -374,14 +375,14 @@ def test_cse_keeps_identical_rng_draws_and_merges_pure_ops() -> None:
 def test_cse_ignores_source_locations() -> None:
     p = Program("computation", [F32], ["a"])
     P = p.emitter.ns(prims.OPS)
-    p.emitter.loc = StringAttr("model.py:3")
+    p.emitter.loc = source_location("model.py:3")
     x = P.exp(p.args[0])
-    p.emitter.loc = StringAttr("model.py:7")
+    p.emitter.loc = source_location("model.py:7")
     y = P.exp(p.args[0])
     m = apply(CSEPass(), p.finish([P.add(x, y)]))
     exp = next(op for op in m.walk() if isinstance(op, prims.ExpOp))
     assert names(m) == ["prims.exp", "prims.add"]
-    assert exp.attributes["loc"] == StringAttr("model.py:3")  # the first one stays
+    assert location_text(exp) == "model.py:3"  # the first one stays
 
 
 def test_cse_merges_users_of_merged_values() -> None:
@@ -553,7 +554,7 @@ def test_reshapes_fold() -> None:
                                                           shape=(3, 2)), shape=(1, 6)))
     assert ops == ["prims.reshape"]
     (r,) = [op for op in m.walk() if isinstance(op, prims.ReshapeOp)]
-    assert r.x == main_function(m).args[0] and r.attributes["loc"] == StringAttr("test.py:1")
+    assert r.x == main_function(m).args[0] and location_text(r) == "test.py:1"
     ops, _ = canonical(lambda P, a, b: P.reshape(P.reshape(a, shape=(6,)), shape=(2, 3)))
     assert ops == []
 

@@ -186,3 +186,19 @@ def test_a_training_program_holds_forward_backward_and_prologue(
     assert tokens.labels()[0] == f"argument structure or globals of {__name__}"
     assert tokens.values() == (0, 0)
     torch.testing.assert_close(x.grad, x.detach().cos() * 6.0)
+
+
+def test_the_printer_prints_the_prologue_as_every_function() -> None:
+    """The guard ops print through the one printer: each result its op's expression,
+    inlined; the layout-free key puts None in the layouts' places."""
+    from thunder_ir.runtime.python_printer import is_key_function, print_python
+
+    ir, state = _module_case()
+    fn = prologue_function(ir)
+    assert fn is not None and is_key_function(fn)
+    assert print_python(fn) == print_python(ir.ops.first) == MODULE_SOURCE  # type: ignore[arg-type]
+    free = print_python(fn, layouts=False)
+    assert "is_contiguous" not in free and free.count("None") == 1  # (state: left out)
+    x = torch.randn(3, 4)
+    pro = compile_prologue(ir, list(state.values()))
+    assert pro.layout_free([x]) == pro.layout_free([x.t().contiguous().t()])

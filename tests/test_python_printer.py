@@ -12,6 +12,7 @@ from xdsl.ir import Block, Region, SSAValue
 from thunder_ir.dialects import ltorch, prims
 from thunder_ir.dialects.base import Emitter, OperandRef
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.location import source_location
 from thunder_ir.dialects.program import Program
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import number_type, tensor_type
@@ -303,7 +304,7 @@ def test_names_are_unique_valid_identifiers() -> None:
 def test_locations_are_printed_on_request() -> None:
     t = tensor_type((2,), F32)
     p = Program("computation", [t], ["x"])
-    p.emitter.loc = StringAttr("model.py:12")
+    p.emitter.loc = source_location("model.py:12")
     y = p.emitter.ns(prims.OPS).exp(p.args[0])
     m = p.finish([y])
     assert "model.py" not in print_python(m)

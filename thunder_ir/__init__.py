@@ -18,30 +18,79 @@ if (not _os.path.isdir(_os.path.join(_HERE, "dialects"))
         and _os.path.isfile(_os.path.join(_ROOT, "pyproject.toml"))):
     __path__.append(_ROOT)
 
-from thunder_ir import extend  # noqa: E402
-from thunder_ir.api import (  # noqa: E402
-    ThunderModule,
-    cache_hits,
-    cache_misses,
-    jit,
-    last_backward_traces,
-    last_prologue_traces,
-    last_traces,
-    transform,
-)
-from thunder_ir.frontend import (  # noqa: E402
-    DataDependentError,
-    TensorProxy,
-    ThunderTraceError,
-)
-from thunder_ir.lowering.executors import (  # noqa: E402
-    get_all_executors,
-    get_default_executors,
-    load_builtin_executors,
-)
-from thunder_ir.trace import Trace  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-load_builtin_executors()  # the composition root: executors register what they call
+# The public names load on first use (PEP 562), so that a tool that needs none of them
+# (``thunder-ir-opt --help``) does not pay for importing torch. The first use of any of
+# them composes the package as a plain import once did (`_compose`): the API, extend and
+# the built-in executors, each registering what generated code calls.
+_EXPORTS = {
+    "DataDependentError": "thunder_ir.frontend",
+    "TensorProxy": "thunder_ir.frontend",
+    "ThunderTraceError": "thunder_ir.frontend",
+    "ThunderModule": "thunder_ir.api",
+    "cache_hits": "thunder_ir.api",
+    "cache_misses": "thunder_ir.api",
+    "jit": "thunder_ir.api",
+    "last_backward_traces": "thunder_ir.api",
+    "last_prologue_traces": "thunder_ir.api",
+    "last_traces": "thunder_ir.api",
+    "transform": "thunder_ir.api",
+    "get_all_executors": "thunder_ir.lowering.executors",
+    "get_default_executors": "thunder_ir.lowering.executors",
+    "load_builtin_executors": "thunder_ir.lowering.executors",
+    "Trace": "thunder_ir.trace",
+}
+_SUBMODULES = frozenset({"extend", "dynamo", "api", "frontend", "trace", "pipeline", "opt",
+                         "testing", "dialects", "passes", "lowering", "runtime"})
+
+
+def _compose() -> None:
+    """The composition root: every part that registers callees of generated code."""
+    import thunder_ir.api
+    import thunder_ir.extend  # noqa: F401
+    from thunder_ir.lowering.executors import load_builtin_executors
+
+    load_builtin_executors()
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    if name in _SUBMODULES:
+        return importlib.import_module(f"thunder_ir.{name}")
+    home = _EXPORTS.get(name)
+    if home is None:
+        raise AttributeError(f"module 'thunder_ir' has no attribute {name!r}")
+    _compose()
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next access is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
+
+
+if TYPE_CHECKING:
+    from thunder_ir import extend
+    from thunder_ir.api import (
+        ThunderModule,
+        cache_hits,
+        cache_misses,
+        jit,
+        last_backward_traces,
+        last_prologue_traces,
+        last_traces,
+        transform,
+    )
+    from thunder_ir.frontend import DataDependentError, TensorProxy, ThunderTraceError
+    from thunder_ir.lowering.executors import (
+        get_all_executors,
+        get_default_executors,
+        load_builtin_executors,  # noqa: F401  (a public name, not in __all__)
+    )
+    from thunder_ir.trace import Trace
 
 __version__ = "0.1.0"
 

@@ -27,11 +27,9 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
 )
 
-from thunder_ir.dialects.autograd import BackwardLayoutAttr
 from thunder_ir.dialects.program import (
     BACKWARD,
     FORWARD,
-    program_functions,
     prologue_function,
 )
 from thunder_ir.dialects.types import TensorType
@@ -40,8 +38,7 @@ from thunder_ir.frontend.autocast import autocast_state, without_autocast
 from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
-from thunder_ir.passes.autodiff import grad_layout_of
-from thunder_ir.passes.pipeline import OnEachFunction, Pipeline, snapshot, snapshot_function
+from thunder_ir.passes.pipeline import Pipeline, snapshot, snapshot_function
 from thunder_ir.pipeline import JitOptions, jit_pipeline
 from thunder_ir.runtime.cache import (
     CACHE_CAPACITY,
@@ -57,7 +54,7 @@ from thunder_ir.runtime.layout import check_layouts
 from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, Origin, StateEntry
 from thunder_ir.runtime.prologue import Prologue, make_prologue
 from thunder_ir.runtime.pystate import apply as apply_epilogue
-from thunder_ir.runtime.pystate import path_expr, resolve
+from thunder_ir.runtime.pystate import resolve
 from thunder_ir.runtime.speculation import SpeculationFailed
 from thunder_ir.trace import Trace
 
@@ -116,31 +113,10 @@ def _user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModuleP
     return out
 
 
-class _Recorder:
-    """The hook that records the traces of a `jit_pipeline` run: one per pass and function
-    (``last_traces`` shows ``@forward``, ``last_backward_traces`` ``@backward``; the
-    ``@prologue`` no pass changes is left out). Code generation's traces are made from
-    what it returns afterwards (`_final_traces`)."""
-
-    def __init__(self, passes: Sequence[ModulePass], forward: list[Trace]) -> None:
-        self._passes = iter(passes)
-        self.forward = forward
-        self.backward: list[Trace] = []
-
-    def __call__(self, pass_name: str, module: ModuleOp, duration_s: float) -> None:
-        p = next(self._passes)
-        only = p.functions if isinstance(p, OnEachFunction) else ()
-        for fn in program_functions(module):
-            name = fn.sym_name.data
-            if only and name not in only:
-                continue
-            out = self.backward if name == BACKWARD else self.forward
-            out.append(Trace(snapshot_function(fn), pass_name, duration_s))
-
-
-def _final_traces(module: ModuleOp, program: CompiledProgram, recorder: _Recorder) -> None:
-    """Appends each function's execution trace (its generated source) to its list."""
+def _final_traces(module: ModuleOp, program: CompiledProgram) -> list[Trace]:
+    """Each function's execution trace (its generated source)."""
     alone = len(module.body.block.ops) == 1
+    out = []
     for name, gen in program.functions.items():
         f = gen.op
         if not alone:
@@ -148,8 +124,9 @@ def _final_traces(module: ModuleOp, program: CompiledProgram, recorder: _Recorde
             ir = ModuleOp([f])
         else:
             ir = module
-        target = recorder.backward if name == BACKWARD else recorder.forward
-        target.append(Trace(ir, CODEGEN, gen.seconds, final=True, source=gen.source))
+        out.append(Trace(ir, CODEGEN, gen.seconds, final=True, source=gen.source,
+                         function=name))
+    return out
 
 
 class CompiledCallable:
@@ -349,10 +326,10 @@ class CompiledCallable:
                 pro = self._prologues.get((spec, tokens)) or self._prologue(
                     spec, args, kwargs, len(leaves), tokens)
                 with _outside_functorch():
-                    variant, traced = self._compile(args, kwargs, pro)
+                    variant, _, _ = self._compile(args, kwargs, spec, len(leaves), pro,
+                                                  exact=False)
                 self.cache.stats.misses += 1
                 self._compiles += 1
-                self._guard_reads(traced)
                 entry.variant = variant
             entry = variant
             if entry.draws and rng is None:
@@ -376,22 +353,11 @@ class CompiledCallable:
                 self.cache.stats.hits += 1
                 return entry
             with _outside_functorch():  # compiling is not the transform's business
-                entry, traced = self._compile(args, kwargs, pro)
+                entry, traced, keyed = self._compile(args, kwargs, spec, len(leaves), pro)
             self.cache.stats.misses += 1
-            rekey = self._guard_reads(traced)
-            if traced.exact_layout and spec not in self._exact:
-                # The key now holds exact layouts for this structure; the entries keyed by
-                # contiguity are not hit again (the cache's LRU drops them).
-                self._exact.add(spec)
-                self._prologues = {k: p for k, p in self._prologues.items() if k[0] != spec}
-                rekey = True
-            if rekey:
-                tokens = tuple([g.check() for g in self.guards])
-                pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
+            if keyed is not pro:  # the trace added guards or read exact layouts: re-keyed
+                pro = keyed
                 key = pro.fn(leaves)
-                entry.prologue_source = pro.source
-                _put_prologue(entry.traces[0].ir, pro)  # what the cache now keys it by
-            if rekey:
                 self._layout_free.clear()
             if not traced.layout_read and not _restrides(entry):
                 if len(self._layout_free) >= CACHE_CAPACITY:
@@ -402,6 +368,25 @@ class CompiledCallable:
                 self._warn_recompiles(key, pro)
             self.cache.insert(key, entry)
             return entry
+
+    def _keyed_prologue(self, traced: TracedProgram, spec: Any, args: tuple[Any, ...],
+                        kwargs: dict[str, Any], n: int, pro: Prologue, exact: bool
+                        ) -> Prologue:
+        """The prologue the cache keys a traced program by: ``pro``, or the one rebuilt
+        where the trace added guards (globals it read) or, with ``exact``, read exact
+        strides or storage offsets for this call structure. Known once the trace is, so
+        the program module takes its ``@prologue`` once (`_put_prologue`)."""
+        rekey = self._guard_reads(traced)
+        if exact and traced.exact_layout and spec not in self._exact:
+            # The key now holds exact layouts for this structure; the entries keyed by
+            # contiguity are not hit again (the cache's LRU drops them).
+            self._exact.add(spec)
+            self._prologues = {k: p for k, p in self._prologues.items() if k[0] != spec}
+            rekey = True
+        if not rekey:
+            return pro
+        tokens = tuple([g.check() for g in self.guards])
+        return self._prologue(spec, args, kwargs, n, tokens)
 
     def _guard_reads(self, traced: TracedProgram) -> bool:
         """Adds guards for the globals the trace read that no guard covers yet; entries
@@ -459,14 +444,14 @@ class CompiledCallable:
 
     def _compile_training(self, traced: TracedProgram, program: CompiledProgram,
                           traces: list[Trace], bwd_traces: list[Trace],
-                          state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
+                          state: dict[str, torch.Tensor]) -> Entry:
         """The entry of a training program (``@forward`` and ``@backward``)."""
         from thunder_ir.runtime.autograd import TrainingProgram, make_runner
 
         fwd, bwd = program[FORWARD], program[BACKWARD]
-        fwd_fn, fwd_op, bwd_fn, bwd_op = fwd.fn, fwd.op, bwd.fn, bwd.op
-        lay = grad_layout_of(bwd_op)
-        assert isinstance(lay, BackwardLayoutAttr), "remat-split lays out @backward"
+        fwd_fn, fwd_op, bwd_fn = fwd.fn, fwd.op, bwd.fn
+        lay = program.layout
+        assert lay is not None and program.gather is not None and program.prologue is not None
         n_out = lay.n_outputs
         ct_outputs, grad_inputs = lay.ct_output_list(), lay.grad_input_list()
         out_types = fwd_op.function_type.outputs.data
@@ -481,15 +466,21 @@ class CompiledCallable:
             tensor_residuals=all(isinstance(t, TensorType) for t in out_types[n_out:]))
         return Entry(
             fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
-            gather=_make_gather(traced, state),
+            gather=program.gather,
             output_leaves=traced.output_leaves, output_spec=traced.output_spec,
-            writebacks=_bind_writebacks(traced, state), traces=traces, prologue_source=pro.source,
+            writebacks=_bind_writebacks(traced, state), traces=traces,
+            prologue_source=program.prologue.source,
             single_output=_single_output(traced, n_out),
             backward_traces=bwd_traces, replays=traced.replays, epilogue=traced.epilogue,
             speculative=traced.speculative, draws=traced.draws)
 
-    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], pro: Prologue
-                 ) -> tuple[Entry, TracedProgram]:
+    def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, n: int,
+                 pro: Prologue, *, exact: bool = True
+                 ) -> tuple[Entry, TracedProgram, Prologue]:
+        """Traces, runs the pipeline and generates the code for one call (``spec``: its
+        structure, ``n`` leaves, ``pro`` the prologue that looked it up). Returns the
+        entry, the trace, and the prologue the cache keys the entry by (`_keyed_prologue`;
+        ``exact=False``: a speculation variant, which takes its parent's layouts)."""
         if self.signature is not None:
             try:
                 self.signature.bind(*args, **kwargs)
@@ -504,38 +495,43 @@ class CompiledCallable:
         under_autocast = autocast_state() is not None
         traced = trace_program(fn, args, kwargs, self.module, state, self.method)
         t_trace = time.perf_counter() - t0
+        pro = self._keyed_prologue(traced, spec, args, kwargs, n, pro, exact)
         module = traced.module
-        _put_prologue(module, pro)
+        _put_prologue(module, pro)  # once: trace 0 shows the prologue the cache keys by
         traces = [Trace(snapshot(module), "trace", t_trace)]
         training = any(traced.output_requires_grad)
         passes = jit_pipeline(JitOptions(
             executors=tuple(self.executors), training=training,
             requires_grad=tuple(traced.input_requires_grad), remat=self.remat_policy,
             user=self.user))
-        recorder = _Recorder(passes, traces)
-        pipeline = Pipeline(passes, record=False, hooks=[recorder])
-        pipeline.run(module, self.ctx)
-        program = generate(module, self.ctx.executors)
+        # A trace per pass and function: `last_traces` shows @forward's,
+        # `last_backward_traces` @backward's (no pass changes @prologue).
+        pipeline = Pipeline(passes, record="functions", trace_type=Trace)
+        recorded = pipeline.run(module, self.ctx)
+        program = generate(module, self.ctx.executors, origins=traced.input_kinds,
+                           state=state, prologue=pro)
         if under_autocast:  # its casts are explicit: the program runs with autocast off
-            program = CompiledProgram({k: replace(g, fn=without_autocast(g.fn))
-                                       for k, g in program.functions.items()})
+            program = program.with_functions(without_autocast)
         pipeline.after_step(CODEGEN, module, sum(g.seconds for g in program.functions.values()))
-        _final_traces(module, program, recorder)
+        recorded += _final_traces(module, program)
+        traces += [t for t in recorded if t.function != BACKWARD]
         if training:
-            entry = self._compile_training(traced, program, traces, recorder.backward,
-                                           state, pro)
+            entry = self._compile_training(
+                traced, program, traces, [t for t in recorded if t.function == BACKWARD],
+                state)
         else:
-            entry = self._entry(traced, program, traces, state, pro)
+            entry = self._entry(traced, program, traces, state)
         check_layouts(entry, traced.output_strides, self._name())
-        return entry, traced
+        return entry, traced, pro
 
     def _name(self) -> str:
         return (type(self.module).__name__ if self.module is not None
                 else getattr(self.fn, "__qualname__", repr(self.fn)))
 
     def _entry(self, traced: TracedProgram, program: CompiledProgram, traces: list[Trace],
-               state: dict[str, torch.Tensor], pro: Prologue) -> Entry:
+               state: dict[str, torch.Tensor]) -> Entry:
         """The entry of an inference program (``@forward`` only)."""
+        assert program.gather is not None and program.prologue is not None
         fn_, fn_op = program[FORWARD].fn, program[FORWARD].op
         n_out = len(fn_op.function_type.outputs)
         if traced.detach_outputs:
@@ -543,12 +539,12 @@ class CompiledCallable:
         return Entry(
             fn=fn_,
             n_outputs=n_out,
-            gather=_make_gather(traced, state),
+            gather=program.gather,
             output_leaves=traced.output_leaves,
             output_spec=traced.output_spec,
             writebacks=_bind_writebacks(traced, state),
             traces=traces,
-            prologue_source=pro.source,
+            prologue_source=program.prologue.source,
             single_output=_single_output(traced, n_out),
             replays=traced.replays,
             epilogue=traced.epilogue,
@@ -603,7 +599,8 @@ def _restrides(entry: Entry) -> bool:
 
 def _put_prologue(module: ModuleOp, pro: Prologue) -> None:
     """Makes a copy of ``pro``'s ``@prologue`` the last function of the program ``module``
-    (in place of the one it holds)."""
+    (in place of one it holds). `CompiledCallable._compile` calls it once per program,
+    with the prologue the cache keys the program by."""
     new = prologue_function(pro.ir)
     assert new is not None
     old = prologue_function(module)
@@ -669,35 +666,11 @@ def _is_leaf_spec(spec: Any) -> bool:
 def _bind_writebacks(traced: TracedProgram, state: dict[str, torch.Tensor]
                      ) -> list[tuple[int, Origin]]:
     """The program's in-place writes, each ``(output index, origin)``, a parameter's or
-    buffer's bound to the tensor (``Captured``): bound once, as `_make_gather` binds the
+    buffer's bound to the tensor (``Captured``): bound once, as the gather binds the
     state it reads (a replaced parameter or buffer fails the guards, so the call compiles
     again), so that a call does not collect the module's state."""
     return [(idx, Captured(state[kind.name]) if isinstance(kind, StateEntry) else kind)
             for idx, kind in traced.writebacks]
-
-
-def _make_gather(traced: TracedProgram, state: dict[str, torch.Tensor]
-                 ) -> Callable[[list[Any]], list[Any]]:
-    """``gather(leaves) -> program arguments`` as generated code (no per-call branching)."""
-    parts: list[str] = []
-    g: dict[str, Any] = {}
-    for i, kind in enumerate(traced.input_kinds):
-        if isinstance(kind, ArgLeaf):
-            parts.append(f"L[{kind.index}]")
-        elif isinstance(kind, ArgPath):  # a tensor inside an argument object
-            parts.append(path_expr(f"L[{kind.leaf}]", kind.steps))
-        elif isinstance(kind, StateEntry):
-            g[f"s{i}"] = state[kind.name]
-            parts.append(f"s{i}")
-        elif isinstance(kind, Captured):
-            g[f"c{i}"] = kind.tensor
-            parts.append(f"c{i}")
-        else:
-            raise TypeError(f"a program argument comes from {kind!r}, which a call cannot "
-                            "gather")
-    src = f"def gather(L):\n  return ({', '.join(parts)}{',' if parts else ''})\n"
-    exec(compile(src, "<thunder_ir gather>", "exec"), g)
-    return g["gather"]
 
 
 _OWN = frozenset({"_model", "_compiled", "__signature__", "training", "_forward_jit"})

@@ -26,6 +26,7 @@ from typing import IO, Any, ClassVar
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.targets.mlir import MLIRTarget
 from xdsl.utils.exceptions import ArgSpecParseError
 from xdsl.utils.target import Target
 from xdsl.xdsl_opt_main import xDSLOptMain
@@ -34,23 +35,40 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 @dataclass(frozen=True)
 class PythonTarget(Target):
     """``-t python``: prints the program as the Python source of a trace (each function in
-    turn; ``@prologue`` as the cache's generated key function)."""
+    turn, through the one printer of generated code; ``@prologue``, of guard ops, as the
+    cache's key function)."""
 
     name: ClassVar[str] = "python"
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from xdsl.dialects import func
 
-        from thunder_ir.dialects.program import PROLOGUE
-        from thunder_ir.lowering.python_printer import print_python
-        from thunder_ir.runtime.prologue import prologue_source
+        from thunder_ir.runtime.python_printer import print_python
 
         fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
-        if len(fns) > 1 or (fns and fns[0].sym_name.data == PROLOGUE):
-            output.write("\n\n".join(prologue_source(f) if f.sym_name.data == PROLOGUE
-                                      else print_python(f) for f in fns))
-        else:
-            output.write(print_python(module))
+        output.write("\n\n".join(print_python(f) for f in fns) if fns
+                     else print_python(module))
+
+
+@dataclass(frozen=True)
+class LocatedMLIRTarget(MLIRTarget):
+    """xdsl-opt's ``mlir`` target printing the ops' known source locations
+    (``loc("model.py":3:0)``), so a round trip keeps the user's lines;
+    ``--print-debuginfo`` prints every location, unknown ones included, as xdsl-opt does."""
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        if self.syntax_highlight:
+            super().emit(ctx, module, output)
+            return
+        from thunder_ir.dialects.location import LocatedPrinter
+
+        printer = LocatedPrinter(
+            stream=output, print_generic_format=self.print_generic_format,
+            print_properties_as_attributes=self.print_properties_as_attributes,
+            print_debuginfo=self.print_debuginfo)
+        printer.print_op(module)
+        printer.print_metadata(ctx.loaded_dialects)
+        print("\n", file=output)
 
 
 class ThunderIROptMain(xDSLOptMain):
@@ -59,28 +77,32 @@ class ThunderIROptMain(xDSLOptMain):
     version_format: ClassVar[str] = "thunder-ir-opt (xdsl {xdsl_version})"
 
     def register_all_dialects(self) -> None:
-        # The passes run with a compile context: executors named in a pass spec
-        # (``claim{executors=sdpa}``) are found in the executor registry.
-        from thunder_ir.lowering.executors import compile_context
-
-        self.ctx = compile_context(())
+        """Nothing yet: the compile context (the dialects, the executor registry, and so
+        torch) is built once the arguments are parsed (`setup_pipeline`), so that
+        ``--help`` and ``--version`` answer without it."""
 
     def register_all_passes(self) -> None:
+        import thunder_ir.lowering  # noqa: F401  (registers the lowering's passes by name)
         from thunder_ir.passes.registry import pass_factories
 
         for name, factory in pass_factories().items():
             self.register_pass(name, factory)
 
     def register_all_targets(self) -> None:
-        from xdsl.targets import get_all_targets
-
-        self.available_targets["mlir"] = get_all_targets()["mlir"]
+        self.available_targets["mlir"] = lambda: LocatedMLIRTarget
         self.available_targets["python"] = lambda: PythonTarget
 
     def setup_pipeline(self) -> None:
         from xdsl.utils.arg_spec import parse_pipeline
 
+        from thunder_ir.lowering.executors import compile_context
         from thunder_ir.passes.registry import get_pass
+
+        # The passes run with a compile context: executors named in a pass spec
+        # (``claim{executors=sdpa}``) are found in the executor registry.
+        allow_unregistered = self.ctx.allow_unregistered
+        self.ctx = compile_context(())
+        self.ctx.allow_unregistered = allow_unregistered
 
         for spec in parse_pipeline(self.args.passes):
             if spec.name not in self.available_passes:

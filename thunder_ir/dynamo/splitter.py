@@ -1,8 +1,9 @@
 """Which nodes of a Dynamo FX graph thunder_ir runs, and the split around the others.
 
-`find_unsupported` runs the graph once under thunder_ir's tracing, node by node, with
-tensor proxies built from the graph's fake-tensor metadata (``node.meta["example_value"]``),
-so it asks exactly what ``thunder_ir.jit`` would do with each node. A node is unsupported
+`find_unsupported` runs the graph once under thunder_ir's tracing (the frontend's
+`thunder_ir.frontend.subtrace`, as user code), node by node, with tensor proxies built from
+the graph's fake-tensor metadata (``node.meta["example_value"]``), so it asks exactly what
+``thunder_ir.jit`` would do with each node. A node is unsupported
 when its call becomes a ``torch.call`` (an op that only torch runs: the automatic
 fallback) or when tracing it raises. `split` cuts the graph with ``torch.fx``'s
 ``split_module`` into ``thunder_0``, ``inductor_1``, ``thunder_2``, ...: a new partition
@@ -103,7 +104,7 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
 
     ``examples`` gives the placeholders' example values by name, for a graph (a partition
     made by ``split_module``) whose placeholders carry none."""
-    from thunder_ir.frontend import trace_program
+    from thunder_ir.frontend import subtrace
     from thunder_ir.frontend.context import current
 
     reasons: dict[Node, SplitReason] = {}
@@ -136,7 +137,7 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
                 env[node] = _fetch_attr(gm, str(node.target))
                 continue
             a, kw = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)  # type: ignore[misc]
-            start = ctx.block.last_op
+            start = ctx.build.block.last_op
             try:
                 if node.op == "call_function":
                     out = node.target(*a, **kw)  # type: ignore[operator]
@@ -151,7 +152,7 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
                     f"{type(e).__name__}: {e}", e)
                 env[node] = stand_in(node)
                 continue
-            op = start.next_op if start is not None else ctx.block.first_op
+            op = start.next_op if start is not None else ctx.build.block.first_op
             while op is not None:
                 if op.name == "torch.call":
                     callee = op.properties["callee"].data  # type: ignore[attr-defined]
@@ -163,7 +164,7 @@ def find_unsupported(gm: GraphModule, examples: dict[str, Any] | None = None
                 op = op.next_op
             env[node] = out
 
-    trace_program(run, inputs, {})
+    subtrace(run, inputs, names=[n.name for n in placeholders])
     if reasons and any(n.op == "call_function" and n.target in _AUTOCAST for n in graph.nodes):
         # The graph enters an autocast region (Dynamo's enter/exit nodes), which must stay
         # in one piece: traced whole by thunder_ir when every node is supported (the

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.fusion import claim
 from thunder_ir.dialects.types import pretty_type
 from thunder_ir.extend.grads import grad_transform_rule
 from thunder_ir.extend.ops import OperatorOp
@@ -153,7 +153,7 @@ class OperatorExecutor(Executor):
                 f"the execution transform of {op.name} returned {len(sub.outputs)} tensors, "
                 f"but the op has {len(results)} results")
         vm = dict(sub.mapping)
-        new_ops = clone_into(sub.ops, vm, op.attributes.get("loc"))
+        new_ops = clone_into(sub.ops, vm, op.location)
         values = [vm.get(v, v) for v in sub.outputs]
         for v, r in zip(values, results):
             if v.type != r.type:
@@ -162,7 +162,7 @@ class OperatorExecutor(Executor):
                     f"where the op has {pretty_type(r.type)}")
         for o in new_ops:  # the transform may fall back to the op itself: do not recurse
             if type(o) is type(op):
-                o.attributes["claimed"] = StringAttr(self.name)
+                claim(o, self.name)
         return new_ops, values
 
     def vjp_rule(self, op: Operation) -> Callable[..., Any] | None:

@@ -8,6 +8,7 @@ from typing import Any
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp, group
+from thunder_ir.dialects.location import UNKNOWN
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.extend.subtrace import GRAD_STATES, clone_into, subtrace
 from thunder_ir.frontend.errors import ThunderTraceError
@@ -28,7 +29,7 @@ def get_grad(x: Any) -> Any:
     if not is_proxy(x):
         raise TypeError(f"get_grad() expects a traced tensor, got {type(x).__name__}")
     state = GRAD_STATES[-1]
-    ph = state.ctx.add_input(x._value.type, "ct", Cotangent())
+    ph = state.ctx.build.add_input(x._value.type, "ct", Cotangent())
     p = TensorProxy(ph)
     state.cts.append((x, x._value, ph))
     return p
@@ -98,7 +99,7 @@ def grad_transform_rule(grad_transform: Callable[..., Any]) -> Callable[..., lis
             if any(r in needed and r not in premapped for r in o.results):
                 keep.append(o)
                 needed.update(o.operands)
-        for c_op in clone_into(list(reversed(keep)), vm, None):
+        for c_op in clone_into(list(reversed(keep)), vm, UNKNOWN):
             g.emitter.insert(c_op)  # with the forward op's source location
         flat: list[SSAValue | None] = [None] * len(op.operands)
         for pos, gp in state.grads.items():

@@ -9,17 +9,18 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.builtin import LocationAttr
+from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.types import TensorType, pretty_type
 from thunder_ir.extend.ops import OperatorOp
-from thunder_ir.extend.symbols import trace_into
-from thunder_ir.frontend import torch_map
-from thunder_ir.frontend.context import TraceContext
+from thunder_ir.frontend import torch_map, tracer
+from thunder_ir.frontend.context import TraceContext, current
 from thunder_ir.frontend.errors import ThunderTraceError
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.tracer import Placeholder
 from thunder_ir.runtime.origins import ArgLeaf, Cotangent
 
 
@@ -80,55 +81,53 @@ class _SubTrace:
 
 
 def subtrace(fn: Callable[..., Any], op: ThunderOp, what: str, grad: bool = False
-              ) -> _SubTrace:
-    """Traces ``fn`` called like ``op`` (proxies bound to its operands) into fresh ops."""
-    ctx = TraceContext()
-    mapping: dict[SSAValue, SSAValue] = {}
-    flat: list[Any] = []
-    positions: dict[int, int] = {}
-    for i, v in enumerate(op.operands):
-        if isinstance(v.type, TensorType):
-            a = ctx.add_input(v.type, v.name_hint or "t", ArgLeaf(i))
-            mapping[a] = v
-            p = TensorProxy(a)
-            positions[id(p)] = i
-            flat.append(p)
-        else:
-            flat.append(_number_value(v))
-    args, kwargs = _op_call_args(op, flat)
-    state = _GradState(ctx, positions) if grad else None
-    if state is not None:
+             ) -> _SubTrace:
+    """Traces ``fn`` called like ``op`` (proxies bound to its operands) into fresh ops: the
+    frontend's `thunder_ir.frontend.tracer.subtrace`, as a fragment of the extension's own
+    (no diversion of ``replaces=`` functions: a transform may call the function its
+    operator replaces). ``grad``: a grad transform, whose `get_grad` and `put_grads` calls
+    are recorded (`GRAD_STATES`)."""
+    inputs = [Placeholder(v.type, v.name_hint or "t") if isinstance(v.type, TensorType)
+              else _number_value(v) for v in op.operands]
+    state: _GradState | None = None
+
+    def call(*flat: Any) -> Any:
+        nonlocal state
+        args, kwargs = _op_call_args(op, flat)
+        if not grad:
+            return fn(*args, **kwargs)
+        state = _GradState(current(), {id(p): i for i, p in enumerate(flat) if is_proxy(p)})
         GRAD_STATES.append(state)
-    try:
-        with trace_into(ctx):
-            out = fn(*args, **kwargs)
-    finally:
-        if state is not None:
+        try:
+            return fn(*args, **kwargs)
+        finally:
             GRAD_STATES.pop()
-    for kind in ctx.input_kinds:
+
+    sub = tracer.subtrace(call, inputs, user_code=False)
+    for kind in sub.ctx.build.input_kinds:
         if not isinstance(kind, ArgLeaf | Cotangent):
             raise ThunderTraceError(
                 f"the {what} of {op.name} uses a tensor that is not one of its arguments "
                 "(or random numbers); pass such tensors in as arguments")
     outputs = []
-    for leaf in pytree.tree_leaves(out):
+    for leaf in pytree.tree_leaves(sub.result):
         if isinstance(leaf, torch.Tensor):
             if not is_proxy(leaf):
                 raise ThunderTraceError(
                     f"the {what} of {op.name} returned a tensor that does not depend on its "
                     "arguments")
             outputs.append(leaf._value)  # type: ignore[attr-defined]
-    return _SubTrace(list(ctx.program.block.ops), outputs, mapping, state)
+    mapping = {a: v for a, v in zip(sub.inputs, op.operands, strict=True) if a is not None}
+    return _SubTrace(sub.ops, outputs, mapping, state)
 
 
 def clone_into(ops: Sequence[Operation], vm: dict[SSAValue, SSAValue],
-                loc: Attribute | None) -> list[Operation]:
+               loc: LocationAttr) -> list[Operation]:
+    """Copies of ``ops`` (operands mapped through ``vm``), each at ``loc``: the line of the
+    op they stand for, not the extension's own source."""
     out = []
     for o in ops:
         c = o.clone(value_mapper=vm)
-        if loc is not None:
-            c.attributes["loc"] = loc
-        else:
-            c.attributes.pop("loc", None)
+        c.location = loc
         out.append(c)
     return out

@@ -26,11 +26,11 @@ from thunder_ir.extend.ops import (
     make_op_class,
 )
 from thunder_ir.extend.vjp import autograd_rule
-from thunder_ir.frontend.context import TraceContext, TraceMode, current, recording, tracing_now
+from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location
-from thunder_ir.frontend.proxy import TensorProxy, type_of_any
+from thunder_ir.frontend.proxy import type_of_any
+from thunder_ir.frontend.tracer import Placeholder, subtrace
 from thunder_ir.passes.vjp import vjp
-from thunder_ir.runtime.origins import ArgLeaf
 
 if TYPE_CHECKING:
     from thunder_ir.extend.executor import OperatorExecutor
@@ -52,21 +52,6 @@ def suspend_diversion() -> Iterator[None]:
         yield
     finally:
         _STATE.suspended -= 1
-
-
-@contextlib.contextmanager
-def trace_into(ctx: TraceContext) -> Iterator[None]:
-    """Records torch calls into ``ctx`` alone: the modes of a trace in progress are set
-    aside, so the shape rules of ``ctx``'s ops (meta runs) do not reach them."""
-    stash = []
-    while torch._C._len_torch_function_stack() > 0:
-        stash.append(torch._C._pop_torch_function_stack())
-    try:
-        with recording(ctx), TraceMode(ctx):
-            yield
-    finally:
-        for m in reversed(stash):
-            torch._C._push_on_torch_function_stack(m)
 
 
 def _freeze(v: Any) -> Any:
@@ -157,17 +142,15 @@ class Symbol:
             key, hit = None, None
         if hit is not None:
             return hit
-        scratch = TraceContext()
-
-        def to_proxy(x: Any) -> Any:
+        def placeholder(x: Any) -> Any:
             if isinstance(x, torch.Tensor):
-                v = scratch.add_input(type_of_any(x), "a", ArgLeaf(0))
-                return TensorProxy(v, requires_grad=bool(x.requires_grad))
+                return Placeholder(type_of_any(x), "a", bool(x.requires_grad))
             return x
 
-        m_args, m_kwargs = pytree.tree_map(to_proxy, (tuple(args), dict(kwargs)))
-        with suspend_diversion(), trace_into(scratch):
-            out = self.meta(*m_args, **m_kwargs)
+        # traced into a scratch program of its own: its torch calls never reach the trace
+        inputs = pytree.tree_map(placeholder, (tuple(args), dict(kwargs)))
+        with suspend_diversion():
+            out = subtrace(lambda a, k: self.meta(*a, **k), inputs, user_code=False).result
         dev = next((type_of_any(x).dev for x in pytree.tree_leaves((args, kwargs))
                     if isinstance(x, torch.Tensor)), "cpu")
         leaves, spec = pytree.tree_flatten(out)
@@ -220,7 +203,7 @@ class Symbol:
                 if isinstance(v, torch.Tensor):
                     groups.append(ctx.value_of(v))
                 elif type(v) in (bool, int, float):
-                    groups.append(ctx.number(v))
+                    groups.append(ctx.build.number(v))
                 else:
                     groups.append(None)
                     if v is not None:

@@ -7,18 +7,21 @@ Modules, each importing only those listed before it:
 * `table`: the handler table (torch callable -> handler) and the calls answered directly;
 * `builder`: `Builder`, the interface handlers write through;
 * `fallback`: the handler of torch calls without an ``ltorch`` op (an opaque call);
-* `context`: `TraceContext` (the `Builder` of tracing, with eager's autograd rules) and
-  `TraceMode`, the ``TorchFunctionMode`` that routes calls to handlers;
+* `program_build`, `eager_autograd`, `aliasing`, `pystate`: the four parts of a trace's
+  state (program building; eager autograd state; alias tracking; state reads);
+* `context`: `TraceContext` (the `Builder` of tracing, composing those parts, with eager's
+  autograd rules) and `TraceMode`, the ``TorchFunctionMode`` that routes calls to handlers;
 * `torch_map`: the handlers of torch calls that become ``ltorch`` ops;
 * `takeover`, `custom_function`, `backward_hooks`: handlers of what no
   ``TorchFunctionMode`` sees (``Function.apply``, RNG state, backward hooks);
-* `tracer`: `trace_program`, the entry point.
+* `tracer`: the entry points: `trace_program` (a user's call) and `subtrace` (a function
+  traced on its own: extensions' transforms and meta functions, the ThunderFX probe).
 """
 
 from thunder_ir.frontend.context import TracedProgram
 from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError
 from thunder_ir.frontend.proxy import TensorProxy
-from thunder_ir.frontend.tracer import trace_program
+from thunder_ir.frontend.tracer import Placeholder, SubTrace, subtrace, trace_program
 
-__all__ = ["DataDependentError", "TensorProxy", "ThunderTraceError", "TracedProgram",
-           "trace_program"]
+__all__ = ["DataDependentError", "Placeholder", "SubTrace", "TensorProxy", "ThunderTraceError",
+           "TracedProgram", "subtrace", "trace_program"]

@@ -4,7 +4,7 @@ view replay.
 Tensors that share memory form a *storage group*: a root proxy (the tensor that owns the
 storage: an argument, a buffer, a fresh result) and its live views
 (`TensorProxy._base_proxy` and ``_views``, weakly held). Each view's value remembers how
-it was made from its parent (`TraceContext.view_parent`: the op and which of its results,
+it was made from its parent (`AliasTracking.view_parent`: the op and which of its results,
 or a strided view of a span). An in-place write to any member is functionalized as
 torch's functionalization does it:
 
@@ -36,10 +36,12 @@ import torch
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects.ltorch_core import ChunkOp, SplitOp
+from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import TensorType, tensor_type
 from thunder_ir.frontend.errors import ThunderTraceError, where
 from thunder_ir.frontend.fallback import fallback
-from thunder_ir.frontend.layout import storage_elements
+from thunder_ir.frontend.layout import Layout, storage_elements
 from thunder_ir.frontend.proxy import TensorProxy
 from thunder_ir.runtime.namespace import export
 
@@ -105,7 +107,72 @@ def _overlaps(shape: Sequence[int], strides: Sequence[int]) -> bool:
 
 
 NO_GRAD = "no_grad"
-"""`TraceContext.view_meta`: the view was made under no-grad (eager's ``NO_GRAD_MODE``)."""
+"""`AliasTracking.view_meta`: the view was made under no-grad (eager's ``NO_GRAD_MODE``)."""
+
+
+class AliasTracking:
+    """Alias tracking, one of `TraceContext`'s parts: which traced values share storage,
+    how each view was made, and eager's layout of each value.
+
+    Attributes:
+        storage, members: each value's storage (a view shares its base's) and each
+            storage's values, in the order they were made (`remember`).
+        view_parent: how each view's value was made from its parent's (view replay).
+        arg_groups: per storage, the arguments that share it (`span_root`).
+        view_meta: views eager forbids writing to while grad mode is on (its creation
+            metas): the op that returned several views (its name), or `NO_GRAD`.
+        forbidden: such views after a write to their base: eager's error where autograd
+            next uses them (`_forbid_after_write`).
+        not_views: values known not to view their operand although their op could (a
+            reshape that copied).
+        layouts: eager's strides and storage offset of each value the trace made a proxy
+            for (`thunder_ir.frontend.layout`).
+    """
+
+    __slots__ = ("arg_groups", "forbidden", "layouts", "members", "not_views", "storage",
+                 "view_meta", "view_parent")
+
+    def __init__(self) -> None:
+        self.storage: dict[SSAValue, int] = {}
+        self.members: dict[int, list[SSAValue]] = {}
+        self.view_parent: dict[SSAValue, ViewParent] = {}
+        self.arg_groups: dict[int, list[TensorProxy]] = {}
+        self.view_meta: dict[SSAValue, str] = {}
+        self.forbidden: dict[SSAValue, str] = {}
+        self.not_views: set[SSAValue] = set()
+        self.layouts: dict[SSAValue, Layout] = {}
+
+    def remember(self, p: TensorProxy) -> TensorProxy:
+        """Notes which storage ``p``'s value lives in (its base's, for a view)."""
+        v = p._value
+        if v not in self.storage:
+            self.storage[v] = p._storage
+            self.members.setdefault(p._storage, []).append(v)
+        return p
+
+    def rebind(self, p: TensorProxy, value: SSAValue) -> None:
+        """``p`` now stands for ``value``, a new value in ``p``'s storage."""
+        p._value = value
+        self.storage[value] = p._storage
+        self.members.setdefault(p._storage, []).append(value)
+
+    def note_view(self, value: SSAValue, parent: SSAValue, op: Operation, index: int,
+                  parent_active: bool) -> None:
+        """Records that ``value`` (result ``index`` of ``op``, or what tracking made of it)
+        views ``parent`` (``parent_active``: it requires grad), so a write through an alias
+        can re-derive it (view replay)."""
+        self.view_parent[value] = (parent, op, index)
+        if not torch.is_grad_enabled() and parent_active:
+            self.view_meta[value] = NO_GRAD
+        elif len(op.results) > 1 or "multi" in op.properties or isinstance(op, SplitOp | ChunkOp):
+            self.view_meta[value] = _backward_name(op)  # one of the views a call returns
+
+
+def _backward_name(op: Operation) -> str:
+    """How eager names the backward of the op that made a view (``SplitBackward0``)."""
+    name = op.callee.data.rsplit(".", 1)[-1] if isinstance(op, CallOp) else \
+        op.name.split(".", 1)[-1]
+    return "".join(p.capitalize() for p in name.split("_")) + "Backward0"
 
 
 def check_writable(ctx: TraceContext, target: TensorProxy, opname: str) -> None:
@@ -122,10 +189,10 @@ def check_writable(ctx: TraceContext, target: TensorProxy, opname: str) -> None:
     root = target._base_proxy
     if root is None or not torch.is_grad_enabled():
         return
-    if id(root) in ctx.leaf_proxies and root._value in ctx.active:
+    if id(root) in ctx.autograd.leaf_proxies and root._value in ctx.active:
         raise RuntimeError("a view of a leaf Variable that requires grad is being used in an "
                            f"in-place operation.\n  at {where(ctx.loc)}")
-    made = ctx.view_meta.get(target._value)
+    made = ctx.aliases.view_meta.get(target._value)
     if made is None or target._value not in ctx.active:
         return
     if made == NO_GRAD:
@@ -163,7 +230,7 @@ def span_root(ctx: TraceContext, group: list[TensorProxy]) -> TensorProxy:
         members.update((id(v), v) for v in list(p._views or ()))
         p._views = None
     for p, (shape, strides, off) in zip(group, layouts, strict=True):
-        ctx.view_parent[p._value] = (span._value, None, (shape, strides, off - lo))
+        ctx.aliases.view_parent[p._value] = (span._value, None, (shape, strides, off - lo))
     for m in members.values():
         m._base_proxy = span
         span.add_view(m)
@@ -175,7 +242,7 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
     """Functionalizes a write of ``new`` into ``target`` onto its storage group (see the
     module doc); every member's value is re-derived. Returns ``target``'s new value."""
     root = target._base_proxy if target._base_proxy is not None else target
-    group = ctx.arg_groups.pop(root._storage, None)
+    group = ctx.aliases.arg_groups.pop(root._storage, None)
     if group is not None:  # arguments sharing memory: a root spanning them
         root = span_root(ctx, group)
         members = [m for m in [root, *list(root._views or ())] if m is not target]
@@ -213,7 +280,7 @@ def _forbid_after_write(ctx: TraceContext, old: SSAValue, new: SSAValue) -> None
     function returned, or one made under no-grad): eager raises where autograd next needs
     it, in a forward op that requires grad or in the backward. So does the trace
     (`TraceContext.track`), and so does the program's backward (``saved_modified``)."""
-    made = ctx.view_meta.get(old)
+    made = ctx.aliases.view_meta.get(old)
     if made is None:
         return
     if made == NO_GRAD:
@@ -228,7 +295,7 @@ def _forbid_after_write(ctx: TraceContext, old: SSAValue, new: SSAValue) -> None
                "been modified inplace. This view is the output of a function that returns "
                "multiple views. Such functions do not allow the output views to be modified "
                "inplace. You should replace the inplace operation by an out-of-place one.")
-    ctx.forbidden[new] = msg
+    ctx.aliases.forbidden[new] = msg
     op = new.owner
     if isinstance(op, Operation):
         op.attributes["saved_modified"] = StringAttr(f"{msg} (written at {where(ctx.loc)})")
@@ -239,7 +306,7 @@ def _renew_member(ctx: TraceContext, v: SSAValue, renewed: dict[SSAValue, SSAVal
     """`_renew` of a member's value. Under no-grad a view made with grad mode on still
     passes its gradient to the root (eager regenerates its ``grad_fn`` from the base's):
     its ops are replayed with grad mode on."""
-    if grad or ctx.view_meta.get(v) == NO_GRAD:
+    if grad or ctx.aliases.view_meta.get(v) == NO_GRAD:
         return _renew(ctx, v, renewed)
     with torch.enable_grad():
         return _renew(ctx, v, renewed)
@@ -257,7 +324,7 @@ def _renew(ctx: TraceContext, v: SSAValue, renewed: dict[SSAValue, SSAValue]) ->
     done = renewed.get(v)
     if done is not None:
         return done
-    how = ctx.view_parent.get(v)
+    how = ctx.aliases.view_parent.get(v)
     if how is None:
         raise ThunderTraceError(
             f"{where(ctx.loc)}: an in-place write reaches a tensor that shares its memory "
@@ -272,7 +339,7 @@ def _renew(ctx: TraceContext, v: SSAValue, renewed: dict[SSAValue, SSAValue]) ->
         out = fallback(ctx, strided_view, (_stand_in(ctx, new_parent), shape, strides, off),
                        {}, result_type=t)
         r = out._value
-        ctx.view_parent[r] = (new_parent, None, index)
+        ctx.aliases.view_parent[r] = (new_parent, None, index)
     else:
         r = _replay(ctx, op, parent, new_parent, index)
     ctx.note_layout(r, ctx.layout_of(v))
@@ -287,7 +354,7 @@ def _replay(ctx: TraceContext, op: Operation, parent: SSAValue, new_parent: SSAV
     clone = op.clone(value_mapper={parent: new_parent})
     results = ctx.record(clone, view=True)
     r = results[index]
-    ctx.view_parent[r] = (new_parent, clone, index)
+    ctx.aliases.view_parent[r] = (new_parent, clone, index)
     return r
 
 

@@ -80,7 +80,7 @@ def _register_hook(ctx: TraceContext, t: Any, fn: Any) -> Any:
     (r,) = ctx.record(op)
     # Place it where t is computed, and route every use of t through it.
     op.detach()
-    block = ctx.block
+    block = ctx.build.block
     owner = v.owner
     if isinstance(owner, Operation) and owner.parent is block:
         block.insert_op_after(op, owner)
@@ -92,8 +92,8 @@ def _register_hook(ctx: TraceContext, t: Any, fn: Any) -> Any:
     t._value = r
     ctx.remember(t)
     # A hooked input is not written: it must not be copied back into the caller's tensor.
-    ctx.input_proxies = [(p, r if p is t and orig is v else orig, kind)
-                         for p, orig, kind in ctx.input_proxies]
+    ctx.build.input_proxies = [(p, r if p is t and orig is v else orig, kind)
+                               for p, orig, kind in ctx.build.input_proxies]
     return _TracedHandle(op, v, t)
 
 
@@ -101,7 +101,7 @@ HANDLERS[torch.Tensor.register_hook] = _register_hook
 
 
 def _module_of(ctx: TraceContext, module: torch.nn.Module) -> torch.nn.Module:
-    return ctx.originals.get(id(module), module)
+    return ctx.reads.originals.get(id(module), module)
 
 
 def _wrap(ctx: TraceContext, items: Sequence[Any], name: str, callee: str,

@@ -29,19 +29,16 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_function
-from thunder_ir.dialects.base import Emitter, ShapeError, ThunderOp, group, to_attr
+from thunder_ir.dialects.base import ShapeError, ThunderOp, to_attr
+from thunder_ir.dialects.location import location_text, source_location
 from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, SplitOp
-from thunder_ir.dialects.prims import ConstantOp
-from thunder_ir.dialects.program import FORWARD, Program
-from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.traits import ViewLike, has_no_derivative
 from thunder_ir.dialects.types import NumberType, TensorType, is_complex, type_of_tensor
 from thunder_ir.frontend.aliasing import (
-    NO_GRAD,
-    ViewParent,
+    AliasTracking,
     check_writable,
     live_members,
     write_through,
@@ -57,6 +54,7 @@ from thunder_ir.frontend.autocast import (
 )
 from thunder_ir.frontend.autocast import probe as autocast_probe
 from thunder_ir.frontend.builder import Builder, differentiable
+from thunder_ir.frontend.eager_autograd import EagerAutograd
 from thunder_ir.frontend.errors import (
     DATA_HINT,
     DataDependentError,
@@ -76,7 +74,9 @@ from thunder_ir.frontend.layout import (
     view_layouts,
 )
 from thunder_ir.frontend.numpy_values import NDARRAY, python_numbers
+from thunder_ir.frontend.program_build import ProgramBuild
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.pystate import StateReads
 from thunder_ir.frontend.table import (
     COMPUTED_GETTERS,
     DATA_DEPENDENT,
@@ -117,7 +117,7 @@ class TracedProgram:
             where the first run checks them under ``THUNDER_IR_VERIFY=1``
             (`thunder_ir.runtime.layout`): None for write-backs, layouts no copy makes and
             results of opaque calls (eager's own kernel lays those out). The forward
-            function's ``thunder.output_strides`` holds them all, for `restride-outputs`.
+            function's ``torch.output_strides`` holds them all, for `restride-outputs`.
         exact_layout: user code read exact strides or storage offsets (``x.stride()``,
             ``x.storage_offset()``, ``as_strided``): the cache key must hold every
             tensor's, not only whether it is contiguous.
@@ -157,114 +157,42 @@ def _is_complex(v: SSAValue) -> bool:
 
 
 class TraceContext(Builder):
-    """The program under construction while user code runs.
+    """The program under construction while user code runs: the `Builder` of tracing.
+
+    Its state lives in four parts, each of which owns its fields; `TraceContext` composes
+    them, and its methods are where they meet (an in-place write reads the aliases, the
+    autograd state and the program):
 
     Attributes:
-        block: where ops are recorded (the program's body, or a region being traced,
-            such as a custom ``Function``'s backward; see `into`).
-        active: values that require grad (see the module doc).
-        pending: gradient sources met while grad mode was off; they become active if user
-            code turns grad mode on (``torch.enable_grad()`` inside a no-grad call).
-        inference: values created in inference mode (eager's inference tensors).
-        storage, members, saved: which values share storage, and which ops' backwards
-            saved which values (`note_saved`): an in-place write to a saved value makes
-            eager's backward through that op raise, and so does thunder_ir's.
+        build: program building (`ProgramBuild`): the program, where ops go now
+            (``build.block``, ``build.emitter``; see `ProgramBuild.into`), its inputs, the
+            numbers made, and speculation's concrete values.
+        autograd: eager autograd state (`EagerAutograd`): which values require grad, which
+            are eager's leaves or inference tensors, what each backward saved.
+        aliases: alias tracking (`AliasTracking`): which values share storage, how views
+            were made, eager's layout of each value.
+        reads: state reads (`StateReads`): globals read and written, the module copies'
+            originals, replays on arguments, whether layout was read.
+        active: ``autograd.active`` itself (the same set; `Builder` names it, and handlers
+            ask it on every op).
+        loc: the user's ``file:line`` of the torch call being handled.
+        handlers: handlers of this trace only, ahead of `HANDLERS` (the extension API's
+            ``replaces=`` diversions of torch callables): another thread's trace, or code
+            run outside tracing, never sees them.
     """
 
+    __slots__ = ("active", "aliases", "autograd", "build", "handlers", "loc", "reads")
+
     def __init__(self) -> None:
-        self.program = Program(FORWARD, [])
-        self.handlers: dict[Any, Any] = {}
-        """Handlers of this trace only, ahead of `HANDLERS` (the extension API's
-        ``replaces=`` diversions of torch callables): another thread's trace, or code run
-        outside tracing, never sees them."""
-        self.block: Block = self.program.block
-        self.emitter = self.program.emitter
-        self.input_kinds: list[Origin] = []
-        self.input_requires_grad: list[bool] = []
-        self.input_proxies: list[tuple[TensorProxy, SSAValue, Origin]] = []
-        self._consts: dict[int, TensorProxy] = {}
-        self._numbers: dict[tuple[type, Any], SSAValue] = {}
-        self._names: set[str] = set()
+        self.build = ProgramBuild()
+        self.autograd = EagerAutograd()
+        self.aliases = AliasTracking()
+        self.reads = StateReads()
+        self.active: set[SSAValue] = self.autograd.active
         self.loc: str = ""
-        self.active: set[SSAValue] = set()
-        self.pending: list[SSAValue] = []
-        self.inference: set[SSAValue] = set()
-        # Eager's saved-tensor checks: which storage each value lives in (views share
-        # their base's), and the ops whose backward saved each value.
-        self.leaf_proxies: set[int] = set()  # the program's inputs: eager's leaves
-        self.call_start: Operation | None = None  # the last op before this torch call
-        self.storage: dict[SSAValue, int] = {}
-        self.members: dict[int, list[SSAValue]] = {}
-        self.saved: dict[SSAValue, list[Operation]] = {}
-        self.saved_operands: dict[Operation, tuple[int, ...]] = {}
-        # Module namespaces whose globals user code read: id -> (namespace, names).
-        self.global_reads: dict[int, tuple[dict[str, Any], set[str]]] = {}
-        # Globals user code writes (`global g; g = ...`), with their values before the
-        # trace: (namespace id, name) -> (namespace, name, value or `pystate.MISSING`).
-        self.global_writes: dict[tuple[int, str], tuple[dict[str, Any], str, Any]] = {}
-        # What tracing ran instead of the user's modules: a copy's id -> the original.
-        self.originals: dict[int, torch.nn.Module] = {}
-        # The sys.settrace hook recording global reads (`_global_reads_recorded`).
-        self.recorder: Callable[..., Any] | None = None
-        # In-place metadata ops on arguments (x.t_()), to replay on the caller's tensors:
-        # (argument leaf index, method name, args, kwargs).
-        self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
-        # Arguments that require grad and are not leaves (they have a grad_fn).
-        self.nonleaf_inputs: set[SSAValue] = set()
-        # Tensors made while traced that user code made require grad (`set_requires_grad`):
-        # eager's leaves, not computed from a tensor that requires grad.
-        self.grad_leaves: set[SSAValue] = set()
-        # Parameters and buffers whose ``.data`` user code replaced by a tensor of another
-        # dtype or shape (`set_data`): their new value is set as ``.data`` after each call.
-        self.data_replaced: list[TensorProxy] = []
-        # The real tensors of this call behind the program's arguments, and values computed
-        # from them, for speculating on a data-dependent condition
-        # (`thunder_ir.frontend.speculation`); whether the program checks one.
-        self.concrete: dict[SSAValue, Any] = {}
-        self.speculative = False
-        # The random generators' states after the draws computed so far for speculation,
-        # in program order (None: none yet; they start from the call's states).
-        self.concrete_rng: Any = None
-        # Eager's layout of each value the trace made a proxy for (`thunder_ir.frontend.layout`).
-        self.layouts: dict[SSAValue, Layout] = {}
-        # Whether user code read exact strides or storage offsets (the key then holds them),
-        # and whether any decision depended on layout (`Builder.read_layout`).
-        self.exact_layout = False
-        self.layout_read = False
-        # How each view's value was made from its parent's, and which arguments share
-        # memory, per storage (`thunder_ir.frontend.aliasing`).
-        self.view_parent: dict[SSAValue, ViewParent] = {}
-        self.arg_groups: dict[int, list[TensorProxy]] = {}
-        # Views eager forbids writing to while grad mode is on (its creation metas): the
-        # op that returned several views (its name), or `aliasing.NO_GRAD`.
-        self.view_meta: dict[SSAValue, str] = {}
-        # Such views after a write to their base: eager's error where autograd next uses
-        # them (`aliasing._forbid_after_write`).
-        self.forbidden: dict[SSAValue, str] = {}
-        # Values known not to view their operand although their op could (a reshape that
-        # copied).
-        self.not_views: set[SSAValue] = set()
+        self.handlers: dict[Any, Any] = {}
 
     # ---- inputs
-
-    def _unique(self, name: str) -> str:
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "t"
-        if base[0].isdigit():
-            base = "t_" + base
-        n, i = base, 1
-        while n in self._names:
-            n, i = f"{base}_{i}", i + 1
-        self._names.add(n)
-        return n
-
-    def add_input(self, t: Attribute, name: str, kind: Origin) -> SSAValue:
-        """Appends a program argument."""
-        block = self.program.block
-        v = block.insert_arg(t, len(block.args))
-        v.name_hint = self._unique(name)
-        self.input_kinds.append(kind)
-        self.input_requires_grad.append(False)
-        return v
 
     def tensor_input(self, tensor: torch.Tensor, name: str, kind: Origin
                      ) -> TensorProxy:
@@ -272,71 +200,40 @@ class TraceContext(Builder):
 
         A tensor that requires grad is a gradient source: active at once when grad mode
         is on, else pending until user code turns it on."""
-        v = self.add_input(type_of_tensor(tensor), name, kind)
-        self.concrete[v] = tensor
+        v = self.build.add_input(type_of_tensor(tensor), name, kind)
+        self.build.concrete[v] = tensor
         rg = tensor.requires_grad
         if rg and tensor.grad_fn is not None:  # not a leaf in eager: an intermediate
-            self.nonleaf_inputs.add(v)
+            self.autograd.nonleaf_inputs.add(v)
         if rg:
             if torch.is_grad_enabled():
                 self.active.add(v)
-                self.input_requires_grad[-1] = True
+                self.build.input_requires_grad[-1] = True
             else:
-                self.pending.append(v)
+                self.autograd.pending.append(v)
         if tensor.is_inference():
-            self.inference.add(v)
+            self.autograd.inference.add(v)
         if tensor.layout != torch.strided:
             raise ThunderTraceError(
                 f"{name}: {tensor.layout} tensors are not supported by thunder_ir (only "
                 "strided ones). Pass a dense tensor (x.to_dense()), or call that part outside "
                 "the jitted function.")
-        strides, offset = self.layouts[v] = layout_of_tensor(tensor)
+        strides, offset = self.aliases.layouts[v] = layout_of_tensor(tensor)
         p = TensorProxy(v, requires_grad=rg, strides=strides, offset=offset)
         self.remember(p)
-        self.leaf_proxies.add(id(p))
-        self.input_proxies.append((p, v, kind))
+        self.autograd.leaf_proxies.add(id(p))
+        self.build.input_proxies.append((p, v, kind))
         return p
 
     def lift_constant(self, tensor: torch.Tensor) -> TensorProxy:
         """A real tensor met during tracing becomes a program argument fed at call time."""
-        p = self._consts.get(id(tensor))
+        p = self.build.consts.get(id(tensor))
         if p is None:
             p = self.tensor_input(tensor, "c", Captured(tensor))
-            self._consts[id(tensor)] = p
+            self.build.consts[id(tensor)] = p
         return p
 
-    def activate_pending(self) -> None:
-        """Grad mode came on: the pending gradient sources become active. Their uses so
-        far (under no-grad) read them through ``autograd.stop_gradient``."""
-        block = self.program.block
-        for v in self.pending:
-            uses = list(v.uses)
-            if uses:
-                sg = StopGradientOp.create(operands=[v], result_types=[v.type])
-                if block.first_op is None:
-                    block.add_op(sg)
-                else:
-                    block.insert_op_before(sg, block.first_op)
-                v.replace_uses_with_if(sg.results[0], _not_used_by(sg))
-            self.active.add(v)
-            self.input_requires_grad[v.index] = True  # type: ignore[attr-defined]
-        self.pending.clear()
-
-    def is_leaf(self, v: SSAValue) -> bool:
-        """True for the program's arguments (eager's leaves: inputs, parameters)."""
-        return v.owner is self.program.block
-
     # ---- values
-
-    def number(self, value: Any) -> SSAValue:
-        """A Python number as an SSA value (one ``prims.constant`` per distinct value per
-        block; ``0.0`` and ``-0.0`` are distinct)."""
-        key = (type(value), repr(value) if type(value) is float else value)
-        v = self._numbers.get(key)
-        if v is None:
-            v = self.emitter.emit(ConstantOp, value=value)
-            self._numbers[key] = v
-        return v
 
     def value_of(self, x: Any) -> SSAValue:
         """The SSA value of a proxy, a real tensor (lifted) or a Python number."""
@@ -345,7 +242,7 @@ class TraceContext(Builder):
         if isinstance(x, torch.Tensor):
             return self.lift_constant(x)._value
         if type(x) in (bool, int, float):
-            return self.number(x)
+            return self.build.number(x)
         if type(x) is NDARRAY:  # eager's argument parser: a TypeError (operators: declined)
             raise TypeError(f"{where(self.loc)}: expected a Tensor or a number, not "
                             "numpy.ndarray")
@@ -358,9 +255,9 @@ class TraceContext(Builder):
 
         Returns its result (a list for several), with eager's gradient rules applied
         (`track`)."""
-        self.emitter.loc = StringAttr(self.loc) if self.loc else None
+        self.build.emitter.loc = source_location(self.loc) if self.loc else None
         try:
-            out = self.emitter.emit(op, *operands, **params)
+            out = self.build.emitter.emit(op, *operands, **params)
         except ShapeError as e:
             raise ThunderTraceError(f"{where(self.loc)}: {e}") from None
         results = out if isinstance(out, list) else [out]
@@ -377,18 +274,18 @@ class TraceContext(Builder):
         if _view and built.operands:
             for k, (r, tr) in enumerate(zip(results, tracked, strict=True)):
                 self.layout_of(r, view=True)  # (and whether eager's result is a view)
-                if r not in self.not_views:
+                if r not in self.aliases.not_views:
                     self.note_view(tr, built.operands[0], built, k)
                 else:
-                    self.not_views.add(tr)
+                    self.aliases.not_views.add(tr)
         return tracked if isinstance(out, list) else tracked[0]
 
     def record(self, op: Operation, requires_grad: Sequence[bool] | None = None,
                view: bool = False) -> list[SSAValue]:
         """Appends a prebuilt op at the current location; its results, tracked."""
         if self.loc:
-            op.attributes["loc"] = StringAttr(self.loc)
-        self.block.add_op(op)
+            op.location = source_location(self.loc)
+        self.build.block.add_op(op)
         return self.track(op, list(op.results), requires_grad, view)
 
     def track(self, op: Any, results: list[SSAValue],
@@ -404,20 +301,24 @@ class TraceContext(Builder):
         gradient back (`detached_view`). Returns the values the caller should use in place
         of ``results``.
         """
+        autograd = self.autograd
         if torch.is_inference_mode_enabled():
-            self.inference.update(results)
-        if self.block is not self.program.block:
+            autograd.inference.update(results)
+        build = self.build
+        if build.block is not build.program.block:
             return results  # a region (a custom backward): no gradients of gradients
-        if self.forbidden and torch.is_grad_enabled():
-            bad = next((self.forbidden[o] for o in op.operands if o in self.forbidden), None)
+        forbidden = self.aliases.forbidden
+        if forbidden and torch.is_grad_enabled():
+            bad = next((forbidden[o] for o in op.operands if o in forbidden), None)
             if bad is not None:
                 raise RuntimeError(f"{bad}\n  at {where(self.loc)}")
         active = self.active
         if not active or not any(o in active for o in op.operands):
             return results
         grad = torch.is_grad_enabled()
-        if grad and self.inference and any(o in self.inference for o in op.operands):
-            self._check_inference_inputs(op)
+        inference = autograd.inference
+        if grad and inference and any(o in inference for o in op.operands):
+            autograd.check_inference_inputs(op, self.loc)
         if requires_grad is None:
             diff = (grad and not has_no_derivative(op)) or (view and not grad)
             flags = [diff and differentiable(r) for r in results]
@@ -435,7 +336,7 @@ class TraceContext(Builder):
             else:
                 out.append(r)
         if grad and any(flags):
-            self.note_saved(op, out)
+            autograd.note_saved(op, out)
         return out
 
     def detached_view(self, op: Operation, v: SSAValue) -> SSAValue:
@@ -451,46 +352,19 @@ class TraceContext(Builder):
         """Records an ``autograd.function`` whose one result requires grad whatever the
         grad mode (it stands for a tensor eager still tracks); returns the result."""
         if self.loc:
-            fn.attributes["loc"] = StringAttr(self.loc)
-        self.block.add_op(fn)
+            fn.location = source_location(self.loc)
+        self.build.block.add_op(fn)
         r = fn.results[0]
         self.active.add(r)
         return r
 
     def stop_gradient(self, v: SSAValue) -> SSAValue:
         """``v`` with its gradient cut (``autograd.stop_gradient``)."""
-        self.emitter.loc = StringAttr(self.loc) if self.loc else None
-        r: SSAValue = self.emitter.emit(StopGradientOp, v)
-        if v in self.inference:
-            self.inference.add(r)
+        self.build.emitter.loc = source_location(self.loc) if self.loc else None
+        r: SSAValue = self.build.emitter.emit(StopGradientOp, v)
+        if v in self.autograd.inference:
+            self.autograd.inference.add(r)
         return r
-
-    def _check_inference_inputs(self, op: Any) -> None:
-        """Raises eager's error where an op would save an inference tensor for backward:
-        the op's torch function runs on meta tensors flagged as the traced ones are."""
-        def meta(v: SSAValue) -> Any:
-            t = v.type
-            if isinstance(t, NumberType):
-                return t.python_type(1)
-            assert isinstance(t, TensorType)
-            if v in self.inference:
-                with torch.inference_mode():
-                    return torch.empty(t.sizes, dtype=t.dtype, device="meta")
-            return torch.empty(t.sizes, dtype=t.dtype, device="meta",
-                               requires_grad=v in self.active and differentiable(v))
-
-        metas = [meta(v) for v in op.operands]
-        try:
-            with torch.enable_grad():
-                if isinstance(op, CallOp):
-                    op.run(metas)
-                elif isinstance(op, ThunderOp):
-                    grouped = group(op.operand_layout(), metas, op._segment_sizes())
-                    type(op).eager_ref(*grouped, **{k: v for k, v in op.params().items()
-                                                    if v is not None})
-        except RuntimeError as e:
-            if "nference tensor" in str(e):
-                raise RuntimeError(f"{e}\n  at {where(self.loc)}") from None
 
     def wrap(self, value: Any, base: TensorProxy | None = None,
              layout: Layout | None = None) -> Any:
@@ -502,34 +376,30 @@ class TraceContext(Builder):
         if isinstance(value.type, NumberType):
             raise ThunderTraceError(f"{where(self.loc)}: traced numbers are not supported")
         if layout is not None:
-            self.layouts[value] = layout
+            self.aliases.layouts[value] = layout
         strides, offset = self.layout_of(value, view=base is not None)
-        if base is not None and value in self.not_views:
+        if base is not None and value in self.aliases.not_views:
             base = None  # eager copied (a reshape of a layout it cannot view)
-            self.view_parent.pop(value, None)
+            self.aliases.view_parent.pop(value, None)
         return self.remember(TensorProxy(value, requires_grad=value in self.active, base=base,
                                          strides=strides, offset=offset))
 
     def note_view(self, value: SSAValue, parent: SSAValue, op: Operation, index: int) -> None:
         """Records that ``value`` (result ``index`` of ``op``, or what tracking made of it)
         views ``parent``, so a write through an alias can re-derive it (view replay)."""
-        self.view_parent[value] = (parent, op, index)
-        if not torch.is_grad_enabled() and parent in self.active:
-            self.view_meta[value] = NO_GRAD
-        elif len(op.results) > 1 or "multi" in op.properties or isinstance(op, SplitOp | ChunkOp):
-            self.view_meta[value] = _backward_name(op)  # one of the views a call returns
+        self.aliases.note_view(value, parent, op, index, parent in self.active)
 
     def note_layout(self, v: SSAValue, layout: Layout) -> None:
-        self.layouts[v] = layout
+        self.aliases.layouts[v] = layout
 
     def read_layout(self) -> None:
-        self.layout_read = True
+        self.reads.layout_read = True
 
     def layout_of(self, v: SSAValue, view: bool = False) -> Layout:
         """Eager's layout of the tensor ``v`` stands for: known for arguments and proxies,
         else computed from the op that made it (``view``: that op's results view its first
         operand) and its operands' layouts (`thunder_ir.frontend.layout`)."""
-        lay = self.layouts.get(v)
+        lay = self.aliases.layouts.get(v)
         if lay is not None:
             return lay
         op = v.owner
@@ -539,18 +409,18 @@ class TraceContext(Builder):
             return contiguous_layout(t)
         if isinstance(op, StopGradientOp):
             lay = self.layout_of(op.operands[0])
-            self.layouts[v] = lay
+            self.aliases.layouts[v] = lay
             return lay
         if isinstance(op, FunctionOp):
             for r, x in zip(op.results, op.values, strict=True):
-                self.layouts[r] = self.layout_of(x)
-            return self.layouts[v]
+                self.aliases.layouts[r] = self.layout_of(x)
+            return self.aliases.layouts[v]
         operands = [self.layout_of(o) if isinstance(o.type, TensorType) else None
                     for o in op.operands]
         tensors = [r for r in op.results if isinstance(r.type, TensorType)]
         if view or _views_its_operand(op):
             if getattr(type(op), "LAYOUT_FN", None) is not None:
-                self.layout_read = True  # eager's view works or raises by layout
+                self.reads.layout_read = True  # eager's view works or raises by layout
             try:
                 found = view_layouts(op, operands)
             except LayoutError as e:
@@ -558,38 +428,20 @@ class TraceContext(Builder):
             outs = [lay for lay, _ in found]
             copied = [r for r, (_, is_view) in zip(tensors, found) if not is_view]
             if copied:  # a reshape that copied: nothing aliases its result
-                self.not_views.update(copied)
-                self.layout_read = True
+                self.aliases.not_views.update(copied)
+                self.reads.layout_read = True
         else:
             outs = fresh_layouts(op, operands)
         for r, lay in zip(tensors, outs):
-            self.layouts.setdefault(r, lay)
-        lay = self.layouts.get(v)
+            self.aliases.layouts.setdefault(r, lay)
+        lay = self.aliases.layouts.get(v)
         if lay is None:  # a value tracking made of a result (its stop_gradient)
-            lay = self.layouts[v] = contiguous_layout(t)
+            lay = self.aliases.layouts[v] = contiguous_layout(t)
         return lay
 
     def remember(self, p: TensorProxy) -> TensorProxy:
         """Notes which storage ``p``'s value lives in (its base's, for a view)."""
-        v = p._value
-        if v not in self.storage:
-            self.storage[v] = p._storage
-            self.members.setdefault(p._storage, []).append(v)
-        return p
-
-    def note_saved(self, op: Operation, results: Sequence[SSAValue]) -> None:
-        """Records the operands and results eager's backward of ``op`` saves (a meta run of
-        its torch function under ``saved_tensors_hooks``, cached per signature);
-        ``results``: the values the program uses for the op's results."""
-        where_saved = _eager_saves(op, [o in self.active for o in op.operands])
-        if not where_saved:
-            return
-        operands, saved_results = where_saved
-        self.saved_operands[op] = operands
-        for i in operands:
-            self.saved.setdefault(op.operands[i], []).append(op)
-        for i in saved_results:
-            self.saved.setdefault(results[i], []).append(op)
+        return self.aliases.remember(p)
 
     def _written(self, target: TensorProxy, skip: set[Operation],
                  keep_saved: bool = False) -> None:
@@ -599,14 +451,15 @@ class TraceContext(Builder):
         which eager clones for an in-place op, so those records go (with ``keep_saved`` they
         stay: see `Builder.assign`); a tensor of that storage they read as another operand
         (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it."""
-        for v in self.members.get(target._storage, ()):
-            ops = self.saved.pop(v, ())
+        saved, saved_operands = self.autograd.saved, self.autograd.saved_operands
+        for v in self.aliases.members.get(target._storage, ()):
+            ops = saved.pop(v, ())
             kept = [op for op in ops if op in skip] if keep_saved else []
             if kept:
-                self.saved[v] = kept
+                saved[v] = kept
             for op in ops:
                 if op in skip and (keep_saved or not any(
-                        i > 0 and op.operands[i] is v for i in self.saved_operands.get(op, ()))):
+                        i > 0 and op.operands[i] is v for i in saved_operands.get(op, ()))):
                     continue
                 if "saved_modified" not in op.attributes:
                     t = v.type
@@ -614,7 +467,7 @@ class TraceContext(Builder):
                     op.attributes["saved_modified"] = StringAttr(
                         "one of the variables needed for gradient computation has been "
                         f"modified by an inplace operation: [{t.pretty()}], saved for the "
-                        f"backward of {op.name} at {where(_loc_of(op))}, written in place at "
+                        f"backward of {op.name} at {where(location_text(op))}, written in place at "
                         f"{where(self.loc)}")
 
     def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
@@ -631,18 +484,18 @@ class TraceContext(Builder):
                                     "not traced; pass it as an argument instead")
         members = live_members(target)
         if members:
-            self.layout_read = True  # the write reaches aliases by their strides
+            self.reads.layout_read = True  # the write reaches aliases by their strides
             check_writable(self, target, opname)
         old = target._value
         # The ops this torch call built (the in-place op's functional form, casts): their
         # reads are not later writes. A value that existed before (copy_'s source) is not.
-        made = self.ops_of_this_call()
+        made = self.build.ops_of_this_call()
         tt, nt = old.type, new.type
         assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
         if nt.sizes != tt.sizes:
             raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} would change the "
                                     f"shape {list(tt.sizes)} to {list(nt.sizes)}")
-        if old in self.inference and not torch.is_inference_mode_enabled():
+        if old in self.autograd.inference and not torch.is_inference_mode_enabled():
             raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
                                "allowed.You can make a clone to get a normal tensor before "
                                "doing inplace update.See https://github.com/pytorch/rfcs/pull/17 "
@@ -660,13 +513,13 @@ class TraceContext(Builder):
         if old in self.active:
             if not torch.is_grad_enabled():
                 new = self.keep_identity(old, new)
-            elif old in self.nonleaf_inputs:
+            elif old in self.autograd.nonleaf_inputs:
                 raise ThunderTraceError(
                     f"{where(self.loc)}: in-place {opname} on an argument that requires grad "
                     "and is not a leaf (it has a grad_fn) is not supported by thunder_ir: its "
                     "autograd history would have to change outside the program. Pass "
                     "`x.clone()`, or write out of place.")
-            elif id(target) in self.leaf_proxies:
+            elif id(target) in self.autograd.leaf_proxies:
                 raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                    f"in-place operation.\n  at {where(self.loc)}")
             elif new not in self.active or not (isinstance(new.owner, Operation)
@@ -674,22 +527,11 @@ class TraceContext(Builder):
                 new = self.overwrites(old, new)
         self._written(target, made, keep_saved)
         with torch._C.DisableTorchFunction():  # the write keeps the target's layout
-            self.layouts[new] = (tuple(target.stride()), target.storage_offset())
+            self.aliases.layouts[new] = (tuple(target.stride()), target.storage_offset())
         if members:  # the other aliases see the write (`thunder_ir.frontend.aliasing`)
             new = write_through(self, target, new, members)
-        target._value = new
-        self.storage[new] = target._storage
-        self.members.setdefault(target._storage, []).append(new)
+        self.aliases.rebind(target, new)
         return target
-
-    def ops_of_this_call(self) -> set[Operation]:
-        """The ops recorded since the torch call being traced began (`TraceMode`)."""
-        op = self.block.first_op if self.call_start is None else self.call_start.next_op
-        out: set[Operation] = set()
-        while op is not None:
-            out.add(op)
-            op = op.next_op
-        return out
 
     def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new`` written over ``old`` in place (``copy_``, ``zero_``, ``fill_``): eager's
@@ -720,15 +562,15 @@ class TraceContext(Builder):
         shared `GRAD_ANCHOR`, gives them their ``grad_fn``; the gradient reaching the new
         leaf goes nowhere the caller can see, as in eager)."""
         v = target._value
-        if flag == (v in self.active or v in self.pending):
+        if flag == self.autograd.is_source(v):
             return
-        if id(target) in self.leaf_proxies:
+        if id(target) in self.autograd.leaf_proxies:
             raise ThunderTraceError(
                 f"{where(self.loc)}: requires_grad_({flag}) on an argument, parameter or "
                 "buffer inside a jitted function would change which of your tensors autograd "
                 "tracks; set requires_grad on them before the call (parameters already "
                 "require grad), or on a tensor made inside the function.")
-        if v in self.active and v not in self.grad_leaves:
+        if v in self.active and v not in self.autograd.grad_leaves:
             raise RuntimeError(
                 "you can only change requires_grad flags of leaf variables. If you want to use "
                 "a computed variable in a subgraph that doesn't require differentiation use "
@@ -738,22 +580,19 @@ class TraceContext(Builder):
                                f"gradients\n  at {where(self.loc)}")
         if flag:
             anchor = self.lift_constant(GRAD_ANCHOR)._value
-            if anchor in self.pending:  # a gradient source whatever the grad mode
-                self.pending.remove(anchor)
-                self.active.add(anchor)
-                self.input_requires_grad[anchor.index] = True  # type: ignore[attr-defined]
+            if anchor in self.autograd.pending:  # a gradient source whatever the grad mode
+                self.autograd.make_source(anchor, self.build)
             # `v`'s values, a value of its own (its aliases stay as they are) that autodiff
             # sees as computed from the anchor (a zero gradient goes there).
             leaf = self.overwrites(anchor, v)
             with torch._C.DisableTorchFunction():
-                self.layouts[leaf] = (tuple(target.stride()), int(target.storage_offset()))
-            target._value = leaf
-            self.storage[leaf] = target._storage
-            self.members.setdefault(target._storage, []).append(leaf)
-            self.grad_leaves.add(leaf)
+                layout = (tuple(target.stride()), int(target.storage_offset()))
+            self.aliases.layouts[leaf] = layout
+            self.aliases.rebind(target, leaf)
+            self.autograd.grad_leaves.add(leaf)
         else:
             self.active.discard(v)
-            self.grad_leaves.discard(v)
+            self.autograd.grad_leaves.discard(v)
         with torch._C.DisableTorchFunction():
             torch.Tensor.requires_grad.__set__(target, flag)  # type: ignore[attr-defined]
 
@@ -777,7 +616,7 @@ class TraceContext(Builder):
             finally:
                 torch._C._set_grad_enabled(grad)
             return
-        kind = next((k for p, _, k in self.input_proxies if p is target), None)
+        kind = self.build.kind_of(target)
         if not isinstance(kind, StateEntry) or target._value in self.active:
             raise ThunderTraceError(
                 f"{where(self.loc)}: `.data = ` with another dtype or shape "
@@ -789,10 +628,10 @@ class TraceContext(Builder):
         with torch._C.DisableTorchFunction(), torch._C._ExcludeDispatchKeyGuard(
                 torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
             torch.Tensor.data.__set__(target, src)  # type: ignore[attr-defined]
-            self.layouts[value] = (tuple(target.stride()), int(target.storage_offset()))
+            self.aliases.layouts[value] = (tuple(target.stride()), int(target.storage_offset()))
         target._value = value
-        if all(p is not target for p in self.data_replaced):
-            self.data_replaced.append(target)
+        if all(p is not target for p in self.reads.data_replaced):
+            self.reads.data_replaced.append(target)
 
     def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
@@ -807,7 +646,7 @@ class TraceContext(Builder):
         its view ``new``, with that view's sizes and strides. On an argument the op is
         replayed on the caller's tensor after the call; on a parameter or buffer it is
         refused."""
-        kind = next((k for p, _, k in self.input_proxies if p is target), None)
+        kind = self.build.kind_of(target)
         if kind is not None and not isinstance(kind, ArgLeaf):
             raise ThunderTraceError(
                 f"{where(self.loc)}: in-place {name} on a parameter or buffer would change the "
@@ -815,27 +654,27 @@ class TraceContext(Builder):
         old = target._value
         t = new.type
         assert isinstance(t, TensorType)
-        self.layout_read = True
+        self.reads.layout_read = True
         strides, offset = self.layout_of(new)
         target.set_layout(t.sizes, strides, offset)
         target._value = new
         self.remember(target)
         if kind is not None:
-            self.replays.append((kind.index, name, args, kwargs))
-            self.input_proxies = [(p, new if p is target and orig is old else orig, k)
-                                  for p, orig, k in self.input_proxies]
+            self.reads.replays.append((kind.index, name, args, kwargs))
+            self.build.input_proxies = [(p, new if p is target and orig is old else orig, k)
+                                        for p, orig, k in self.build.input_proxies]
         return target
 
     def set_grad_enabled(self, mode: bool) -> None:
         """Grad mode switches for real while user code runs; each op reads it. Turned on,
         it makes the pending gradient sources active."""
         torch._C._set_grad_enabled(mode)
-        if mode and self.pending:
-            self.activate_pending()
+        if mode and self.autograd.pending:
+            self.autograd.activate_pending(self.build)
 
     def is_inference(self, v: SSAValue) -> bool:
         """Whether ``v`` was created in inference mode (eager's inference tensors)."""
-        return v in self.inference
+        return v in self.autograd.inference
 
     def run_python(self, fn: Callable[..., Any], args: Sequence[Any],
                    kwargs: dict[str, Any]) -> Any:
@@ -843,25 +682,6 @@ class TraceContext(Builder):
         a handler runs), so every torch call it makes is traced."""
         with TraceMode(self):
             return fn(*args, **kwargs)
-
-    # ---- tracing into a region
-
-    @contextlib.contextmanager
-    def into(self, block: Block) -> Iterator[None]:
-        """Records ops into ``block`` (a region's body) while the context is open."""
-        saved = (self.block, self.emitter, self._numbers)
-        self.block, self.emitter, self._numbers = block, Emitter(block.add_op), {}
-        try:
-            yield
-        finally:
-            self.block, self.emitter, self._numbers = saved
-
-
-def _backward_name(op: Operation) -> str:
-    """How eager names the backward of the op that made a view (``SplitBackward0``)."""
-    name = op.callee.data.rsplit(".", 1)[-1] if isinstance(op, CallOp) else \
-        op.name.split(".", 1)[-1]
-    return "".join(p.capitalize() for p in name.split("_")) + "Backward0"
 
 
 def _views_its_operand(op: Operation) -> bool:
@@ -873,70 +693,6 @@ def _views_its_operand(op: Operation) -> bool:
     if isinstance(op, SplitOp | ChunkOp):
         return True
     return isinstance(op, GetitemOp) and len(op.operands) == 1
-
-
-def _loc_of(op: Operation) -> str:
-    loc = op.attributes.get("loc")
-    return loc.data if isinstance(loc, StringAttr) else ""
-
-
-_SAVES: dict[Any, tuple[tuple[int, ...], tuple[int, ...]] | None] = {}
-
-
-def _eager_saves(op: Operation, active: Sequence[bool]
-                 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """Which operands and results eager's backward of ``op`` saves, by running its torch
-    function on meta tensors (the ``active`` ones requiring grad) under
-    ``saved_tensors_hooks``; None if it saves none or cannot run (cached per signature)."""
-    if not isinstance(op, ThunderOp) or isinstance(op, FunctionOp):
-        return None  # a custom Function's saved tensors are what its ctx saved
-    try:
-        key: Any = (op.name, tuple(o.type for o in op.operands), str(op.properties),
-                    tuple(active))
-        hash(key)
-    except TypeError:
-        return None
-    if key in _SAVES:
-        return _SAVES[key]
-    metas: list[Any] = []
-    for o, a in zip(op.operands, active, strict=True):
-        t = o.type
-        if isinstance(t, TensorType):
-            metas.append(torch.empty(t.sizes, dtype=t.dtype, device="meta",
-                                     requires_grad=a and differentiable(o)))
-        elif isinstance(t, NumberType):
-            metas.append(t.python_type(1))
-        else:
-            metas.append(None)
-    saved: list[torch.Tensor] = []
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved.append(t)
-        return t
-
-    result: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-    try:
-        with torch._C.DisableTorchFunction(), torch.enable_grad(), \
-                torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            if isinstance(op, CallOp):
-                out = op.run(metas)
-            else:
-                grouped = group(op.operand_layout(), metas, op._segment_sizes())
-                out = type(op).eager_ref(*grouped, **op.params())
-        outs = list(out) if isinstance(out, list | tuple) else [out]
-        ids = {id(t._base if t._base is not None else t) for t in saved}  # views: their base
-        operands = tuple(i for i, m in enumerate(metas) if id(m) in ids)
-        results = tuple(i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and
-                        id(o._base if o._base is not None else o) in ids)
-        result = (operands, results) if operands or results else None
-    except Exception:  # a kernel without a meta implementation: nothing known
-        result = None
-    _SAVES[key] = result
-    return result
-
-
-def _not_used_by(op: Operation) -> Callable[[Any], bool]:
-    return lambda use: use.operation is not op
 
 
 _LOCAL = threading.local()
@@ -1013,7 +769,7 @@ class TraceMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        recorder = self.ctx.recorder
+        recorder = self.ctx.reads.settrace_hook
         if recorder is None:
             return self._dispatch(func, args, kwargs or {})
         sys.settrace(None)  # thunder_ir's own code reads no user globals: not recorded
@@ -1034,12 +790,12 @@ class TraceMode(TorchFunctionMode):
                 "tensors cannot be wrapped. Apply the transform outside the jitted function "
                 "(torch.func.vmap(jitted_fn) works), or run this part eagerly.")
         if func in LAYOUT_READS:
-            ctx.layout_read = True
+            ctx.reads.layout_read = True
             if func in EXACT_LAYOUT_READS:
-                ctx.exact_layout = True
+                ctx.reads.exact_layout = True
         if h is not None:
             ctx.loc = user_location()
-            ctx.call_start = ctx.block.last_op
+            ctx.build.call_start = ctx.build.block.last_op
             if _any_autocast():
                 return self._under_autocast(func, h, args, kwargs)
             try:
@@ -1059,7 +815,7 @@ class TraceMode(TorchFunctionMode):
         if what is not None:
             raise DataDependentError(
                 f"{where(ctx.loc)}: {what} needs a traced tensor's value, but {DATA_HINT}")
-        ctx.call_start = ctx.block.last_op
+        ctx.build.call_start = ctx.build.block.last_op
         if _any_autocast():
             return self._under_autocast(func, None, args, kwargs)
         return fallback(ctx, func, args, kwargs)

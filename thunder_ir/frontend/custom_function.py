@@ -125,7 +125,7 @@ def trace_apply(ctx: TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
     body = Block(arg_types=[v.type for v in values])
     # The backward runs when ``.backward()`` is called, outside autocast as a rule (a
     # ``custom_bwd`` backward sets the forward's autocast state itself): traced so.
-    with torch.no_grad(), ctx.into(body), autocast_off():
+    with torch.no_grad(), ctx.build.into(body), autocast_off():
         cts: list[Any] = [None] * len(outs)
         for k, i in enumerate(diff_pos):
             cts[i] = TensorProxy(body.args[k])
@@ -139,7 +139,7 @@ def trace_apply(ctx: TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
     results = ctx.record(op)
     for t in fctx.to_save:  # eager checks these tensors' versions when the backward runs
         if is_proxy(t):
-            ctx.saved.setdefault(t._value, []).append(op)
+            ctx.autograd.saved.setdefault(t._value, []).append(op)
     new_outs = list(outs)
     for i, r in zip(diff_pos, results, strict=True):
         o = outs[i]

@@ -55,6 +55,49 @@ from thunder_ir.runtime.pystate import (
     plain_object,
 )
 
+# --------------------------------------------------------------------------- state reads
+
+
+class StateReads:
+    """State reads, one of `TraceContext`'s parts: what the trace read and wrote outside
+    the program's dataflow, which the cache guards and the call replays.
+
+    Attributes:
+        global_reads: module namespaces whose globals user code read: id -> (namespace,
+            names); the cache guards their values.
+        global_writes: globals user code writes (``global g; g = ...``), with their values
+            before the trace: (namespace id, name) -> (namespace, name, value or
+            `MISSING`).
+        settrace_hook: the ``sys.settrace`` hook recording global reads while user code
+            runs (`thunder_ir.frontend.tracer`); `TraceMode` sets it aside while
+            thunder_ir's own code runs.
+        originals: what tracing ran instead of the user's modules: a copy's id -> the
+            original (hooks called at run time get the original).
+        replays: in-place metadata ops on arguments (``x.t_()``), to replay on the caller's
+            tensors: (argument leaf index, method name, args, kwargs).
+        data_replaced: parameters and buffers whose ``.data`` user code replaced by a
+            tensor of another dtype or shape (`TraceContext.set_data`): their new value
+            is set as ``.data`` after each call.
+        exact_layout: user code read exact strides or storage offsets (the cache key then
+            holds them).
+        layout_read: some decision of the trace depended on layout
+            (`thunder_ir.frontend.builder.Builder.read_layout`).
+    """
+
+    __slots__ = ("data_replaced", "exact_layout", "global_reads", "global_writes",
+                 "layout_read", "originals", "replays", "settrace_hook")
+
+    def __init__(self) -> None:
+        self.global_reads: dict[int, tuple[dict[str, Any], set[str]]] = {}
+        self.global_writes: dict[tuple[int, str], tuple[dict[str, Any], str, Any]] = {}
+        self.settrace_hook: Callable[..., Any] | None = None
+        self.originals: dict[int, torch.nn.Module] = {}
+        self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
+        self.data_replaced: list[TensorProxy] = []
+        self.exact_layout = False
+        self.layout_read = False
+
+
 # --------------------------------------------------------------------------- recording
 
 
@@ -362,4 +405,4 @@ def escaped(where: str, v: Any, seen: set[int] | None = None) -> str | None:
     return found[0] if found else None
 
 
-__all__ = ["Recorder", "contains_proxy", "escaped"]
+__all__ = ["Recorder", "StateReads", "contains_proxy", "escaped"]

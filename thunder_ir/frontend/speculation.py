@@ -62,10 +62,10 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
     it. So every op with effects before the last such draw runs too, in program order, each
     draw from the generator state the previous one left (`TraceContext.concrete_rng`,
     starting from the call's); the program then checks on every call what it drew."""
-    env = ctx.concrete
+    env = ctx.build.concrete
     if v in env:
         return env[v]
-    block = ctx.program.block
+    block = ctx.build.program.block
     needed = _slice(ctx, v, set())
     order = list(block.ops)
     if any(map(_draws, needed)):  # (the program scanned for earlier draws only then)
@@ -80,10 +80,10 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
         with torch.no_grad():
             for op in ops:
                 if _draws(op):
-                    if ctx.concrete_rng is not None:
-                        _rng_set(ctx.concrete_rng)
+                    if ctx.build.concrete_rng is not None:
+                        _rng_set(ctx.build.concrete_rng)
                     _run([op], env)
-                    ctx.concrete_rng = _rng_get()
+                    ctx.build.concrete_rng = _rng_get()
                     _rng_set(saved)
                 else:
                     _run([op], env)
@@ -99,14 +99,14 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
 def _slice(ctx: TraceContext, v: SSAValue, needed: set[Operation]) -> set[Operation]:
     """Adds to ``needed`` the ops of the program's block that ``v`` depends on (those not
     computed yet)."""
-    env = ctx.concrete
+    env = ctx.build.concrete
     stack = [v]
     while stack:
         x = stack.pop()
         if x in env:
             continue
         op = x.owner
-        if not isinstance(op, Operation) or op.parent_block() is not ctx.program.block:
+        if not isinstance(op, Operation) or op.parent_block() is not ctx.build.program.block:
             raise _cannot(ctx, "it is computed where its value cannot be known")
         if op not in needed:
             needed.add(op)
@@ -147,7 +147,7 @@ def _cannot(ctx: TraceContext, why: str) -> DataDependentError:
 
 def speculate(ctx: TraceContext, p: TensorProxy) -> bool:
     """``bool(p)`` for this call, checked by the program on every call."""
-    if ctx.block is not ctx.program.block:
+    if ctx.build.in_region():
         raise DataDependentError(f"{where(ctx.loc)}: bool(tensor) inside a custom backward "
                                  f"needs a traced tensor's value, but {DATA_HINT}")
     n = p.numel()
@@ -159,7 +159,7 @@ def speculate(ctx: TraceContext, p: TensorProxy) -> bool:
     op = make_call(ASSUME, [p._value], [OperandRef(0), result, where(ctx.loc)],
                    result_types=[])
     ctx.record(op)
-    ctx.speculative = True
+    ctx.build.speculative = True
     return result
 
 
@@ -195,7 +195,7 @@ def _item(ctx: TraceContext, self: Any) -> Any:
 def speculate_count(ctx: TraceContext, count: TensorProxy) -> int:
     """The value of ``count`` (a one-element integer tensor: how many elements a
     data-dependent op selects) for this call, checked by the program on every call."""
-    if ctx.block is not ctx.program.block:
+    if ctx.build.in_region():
         raise DataDependentError(f"{where(ctx.loc)}: an op sized by a traced tensor's values "
                                  f"inside a custom backward, but {DATA_HINT}")
     n = int(concrete(ctx, count._value))

@@ -29,6 +29,7 @@ import random
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,10 +37,10 @@ from torch.utils import _pytree as pytree
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
-from thunder_ir.dialects.base import to_attr
 from thunder_ir.dialects.program import main_function
-from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.torch import CallOp, set_output_strides
 from thunder_ir.dialects.traits import ViewLike
+from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import (
     backward_hooks,
     custom_function,
@@ -163,7 +164,7 @@ def _global_reads_recorded(ctx: TraceContext, module: torch.nn.Module | None
             code = getattr(type(m).forward, "__code__", None)
             if code is not None and not skip(code.co_filename):
                 model_files.add(code.co_filename)
-    reads, writes = ctx.global_reads, ctx.global_writes
+    reads, writes = ctx.reads.global_reads, ctx.reads.global_writes
     seen: set[Any] = set()
     before = sys.gettrace()
 
@@ -180,13 +181,13 @@ def _global_reads_recorded(ctx: TraceContext, module: torch.nn.Module | None
                     writes.setdefault((id(g), n), (g, n, g.get(n, MISSING)))
         return before(frame, event, arg) if before is not None else None
 
-    ctx.recorder = trace_calls
+    ctx.reads.settrace_hook = trace_calls
     sys.settrace(trace_calls)
     try:
         yield
     finally:
         sys.settrace(before)
-        ctx.recorder = None
+        ctx.reads.settrace_hook = None
 
 
 def _is_size(x: Any) -> bool:
@@ -258,7 +259,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         proxies[id(v)] = p
     call: Callable[..., Any] = fn
     if module is not None:
-        root, ctx.originals = _shadow_modules(module, proxies, rec)
+        root, ctx.reads.originals = _shadow_modules(module, proxies, rec)
         call = types.MethodType(method, root) if method is not None else root
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program
@@ -281,7 +282,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                     "torch.randint...), or draw outside the jitted function and pass the "
                     "value in.")
     except BaseException:
-        rec.globals_written(ctx.global_writes, failed=True)
+        rec.globals_written(ctx.reads.global_writes, failed=True)
         raise
     finally:
         if gc_was_enabled:
@@ -291,7 +292,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     out_leaves: list[tuple[str, Any]] = []
     detach_outputs: list[int] = []
     strides_at: dict[int, tuple[int, ...] | None] = {}
-    arg_proxies = {id(p): (k.index, v) for p, v, k in ctx.input_proxies
+    arg_proxies = {id(p): (k.index, v) for p, v, k in ctx.build.input_proxies
                    if isinstance(k, ArgLeaf)}
     rec.begin(outputs, _known_tensors(ctx, state or {}))
     for leaf in leaves:
@@ -302,7 +303,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             strides_at[len(outputs)] = _dense_strides(leaf)
             base = leaf._base_proxy
             if (leaf._value not in ctx.active and base is not None and base.requires_grad
-                    and ctx.is_leaf(base._value)):
+                    and ctx.build.is_leaf(base._value)):
                 # A detached alias of an input that requires grad (x.detach().view(-1)): run
                 # without its detach, it would come out as a view requiring grad.
                 detach_outputs.append(len(outputs))
@@ -313,31 +314,137 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         else:  # a Python value, or a tensor captured from outside: returned as it is
             out_leaves.append(("value", leaf))
     writebacks = []
-    replaced = {id(p) for p in ctx.data_replaced}
-    for p, original, kind in ctx.input_proxies:
+    replaced = {id(p) for p in ctx.reads.data_replaced}
+    for p, original, kind in ctx.build.input_proxies:
         if p._value is not original and isinstance(kind, ArgLeaf | StateEntry | ArgPath) \
                 and id(p) not in replaced:
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)
-    epilogue = rec.epilogue() + rec.globals_written(ctx.global_writes) + [
+    epilogue = rec.epilogue() + rec.globals_written(ctx.reads.global_writes) + [
         Action(("obj", state[k.name]), "setattr", "data", rec.template(p, f"{k.name}.data"),
                f"{k.name}.data")  # `Module.to(dtype)` in forward: the tensor's new data
-        for p, _, k in ctx.input_proxies
+        for p, _, k in ctx.build.input_proxies
         if id(p) in replaced and state is not None and isinstance(k, StateEntry)]
     rec.release()
     _check_no_proxy_escaped(ctx, module, args, kwargs, names)
     strides = [strides_at.get(i) for i in range(len(outputs))]
-    ir = ctx.program.finish(outputs)
+    ir = ctx.build.program.finish(outputs)
     if any(s is not None for s in strides):  # for `restride-outputs`
-        main_function(ir).attributes["thunder.output_strides"] = to_attr(tuple(strides))
+        set_output_strides(main_function(ir), strides)
     checked = [None if s is None or _made_by_a_call(v) else s
                for v, s in zip(outputs, strides, strict=True)]
-    return TracedProgram(ir, ctx.input_kinds, out_spec, out_leaves,
-                         writebacks, ctx.input_requires_grad,
+    build, reads = ctx.build, ctx.reads
+    return TracedProgram(ir, build.input_kinds, out_spec, out_leaves,
+                         writebacks, build.input_requires_grad,
                          [o in ctx.active for o in outputs], detach_outputs,
-                         list(ctx.global_reads.values()), ctx.replays, checked,
-                         ctx.exact_layout, ctx.layout_read, epilogue, ctx.speculative,
-                         ctx.speculative and speculation.may_draw(ir))
+                         list(reads.global_reads.values()), reads.replays, checked,
+                         reads.exact_layout, reads.layout_read, epilogue, build.speculative,
+                         build.speculative and speculation.may_draw(ir))
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """An input of `subtrace` known by its type alone (no real tensor behind it): a plain
+    proxy of that type, laid out contiguously."""
+
+    type: TensorType
+    name: str = "t"
+    requires_grad: bool = False
+
+
+@dataclass
+class SubTrace:
+    """A function traced on its own by `subtrace`.
+
+    Attributes:
+        ctx: the trace (its program is ``ctx.build.program``; its inputs, in order,
+            ``ctx.build.input_kinds``: those of ``inputs`` first, then any the function
+            added, such as captured tensors).
+        args: what the function was called with: the inputs, proxies in place of their
+            tensors and placeholders.
+        inputs: per input leaf (``inputs`` flattened), the program argument it became
+            (None for a value passed as it is).
+        result: what the function returned.
+    """
+
+    ctx: TraceContext
+    args: list[Any]
+    inputs: list[SSAValue | None]
+    result: Any
+
+    @property
+    def ops(self) -> list[Operation]:
+        """The ops recorded, in order."""
+        return list(self.ctx.build.program.block.ops)
+
+
+def subtrace(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequence[str] = (),
+             user_code: bool = True) -> SubTrace:
+    """Traces ``fn(*inputs)`` into a program of its own, with every torch call it makes
+    recorded as `trace_program` records it; the caller reads the ops (`SubTrace.ops`).
+
+    Each tensor among ``inputs`` (pytree leaves) becomes a program argument with that
+    tensor's metadata, each `Placeholder` one of its type, and other values are passed as
+    they are. ``names``: the inputs' names in the program (by top-level input). While
+    ``fn`` runs, `thunder_ir.frontend.context.current` is the trace (``fn`` may add inputs
+    or read the ops recorded so far), and the torch-function modes of a trace in progress
+    are set aside, so neither the recorded calls nor the shape rules of the ops they make
+    reach it.
+
+    ``user_code``: ``fn`` is the user's (a graph of user code: the ThunderFX splitter's
+    probe), traced with what `trace_program` enters around user code (the diversions of
+    extensions' ``replaces=`` functions, the take-overs of functions no mode sees), and
+    grad mode, the default dtype and the random state as they were afterwards. Otherwise
+    it is a fragment of thunder_ir's or an extension's own (an execution or grad
+    transform, a meta function): traced with the handlers alone, in the state it finds.
+    """
+    stash = []  # the modes of a trace in progress, set aside
+    while torch._C._len_torch_function_stack() > 0:
+        stash.append(torch._C._pop_torch_function_stack())
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # IR is a web of reference cycles: full collections grow with the program
+    try:
+        ctx = TraceContext()
+        args, values = _bind(ctx, inputs, names)
+        with contextlib.ExitStack() as stack:
+            if user_code:
+                stack.enter_context(_global_state_kept())
+            stack.enter_context(recording(ctx))
+            if user_code:
+                for factory in TRACING_CONTEXTS:
+                    stack.enter_context(factory())
+            stack.enter_context(TraceMode(ctx))
+            result = fn(*args)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        for m in reversed(stash):
+            torch._C._push_on_torch_function_stack(m)
+    return SubTrace(ctx, args, values, result)
+
+
+def _bind(ctx: TraceContext, inputs: Sequence[Any], names: Sequence[str]
+          ) -> tuple[list[Any], list[SSAValue | None]]:
+    """`subtrace`'s inputs as ``ctx``'s arguments: the inputs with proxies in place of their
+    tensors and placeholders, and per input leaf its argument (None: passed as it is)."""
+    flat, spec = pytree.tree_flatten(list(inputs), is_leaf=_is_size)
+    leaf_names = [names[i] if i < len(names) else "t" for i, x in enumerate(inputs)
+                  for _ in pytree.tree_leaves(x, is_leaf=_is_size)]
+    values: list[SSAValue | None] = []
+    bound: list[Any] = []
+    for i, leaf in enumerate(flat):
+        if isinstance(leaf, torch.Tensor):
+            p = ctx.tensor_input(leaf, leaf_names[i], ArgLeaf(i))
+        elif isinstance(leaf, Placeholder):
+            v = ctx.build.add_input(leaf.type, leaf.name, ArgLeaf(i))
+            p = TensorProxy(v, requires_grad=leaf.requires_grad)
+        else:
+            values.append(None)
+            bound.append(leaf)
+            continue
+        values.append(p._value)
+        bound.append(p)
+    return pytree.tree_unflatten(bound, spec), values
 
 
 def _made_by_a_call(v: SSAValue) -> bool:
@@ -369,7 +476,7 @@ def _returned_argument(ctx: TraceContext, leaf: TensorProxy,
         return None
     with torch._C.DisableTorchFunction():
         view = (tuple(leaf.shape), tuple(leaf.stride()), int(leaf.storage_offset()))
-    ctx.layout_read = True  # the view is made by its strides
+    ctx.reads.layout_read = True  # the view is made by its strides
     return ("argview", (hit[0], *view))
 
 
@@ -399,7 +506,7 @@ def _known_tensors(ctx: TraceContext, state: dict[str, torch.Tensor]
                    ) -> Callable[[TensorProxy], tuple[Any, ...] | None]:
     """For the epilogue: a proxy that stands for a tensor the program does not make (a
     parameter or buffer, a captured tensor) is that very tensor (if it was not written)."""
-    kinds = {id(p): (kind, v) for p, v, kind in ctx.input_proxies}
+    kinds = {id(p): (kind, v) for p, v, kind in ctx.build.input_proxies}
 
     def known(p: TensorProxy) -> tuple[Any, ...] | None:
         hit = kinds.get(id(p))
@@ -426,7 +533,7 @@ def _check_no_proxy_escaped(ctx: TraceContext, module: torch.nn.Module | None,
     if module is not None:
         places += [(f"self{'.' + n if n else ''}", m) for n, m in module.named_modules()]
     places += list(zip(names, [*args, *kwargs.values()]))
-    for ns, read in ctx.global_reads.values():
+    for ns, read in ctx.reads.global_reads.values():
         mod = ns.get("__name__", "?")
         for n in [n for n in read if n in ns]:
             if is_proxy(ns[n]):
@@ -476,10 +583,11 @@ def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
         p._base_proxy = base
         p._storage = base._storage
         base.add_view(p)
-        ctx.arg_groups.setdefault(base._storage, [base]).append(p)
+        ctx.aliases.arg_groups.setdefault(base._storage, [base]).append(p)
     elif ptr:
         by_storage[ptr] = (tensor, p, name)
     return p
 
 
-__all__ = ["HANDLER_MODULES", "arg_names", "trace_program"]
+__all__ = ["HANDLER_MODULES", "Placeholder", "SubTrace", "arg_names", "subtrace",
+           "trace_program"]

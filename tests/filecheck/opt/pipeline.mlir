@@ -10,18 +10,18 @@
 // it. alpha = 1 leaves no multiplication; the unused add goes.
 
 func.func @block(%x: !prims.tensor<4x8xf32, cpu>, %b: !prims.tensor<8xf32, cpu>, %w: !prims.tensor<16x8xf32, cpu>) -> !prims.tensor<4x16xf32, cpu> {
-  %0 = "ltorch.add"(%x, %b) <{alpha = 1 : i64}> {loc = "model.py:3"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
-  %1 = "ltorch.add"(%0, %b) {loc = "model.py:4"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
-  %2 = "ltorch.add"(%1, %1) {loc = "model.py:5"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
-  %3 = "ltorch.linear"(%1, %w) {loc = "model.py:6"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<16x8xf32, cpu>) -> !prims.tensor<4x16xf32, cpu>
+  %0 = "ltorch.add"(%x, %b) <{alpha = 1 : i64}> : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu> loc("model.py":3:0)
+  %1 = "ltorch.add"(%0, %b) : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu> loc("model.py":4:0)
+  %2 = "ltorch.add"(%1, %1) : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu> loc("model.py":5:0)
+  %3 = "ltorch.linear"(%1, %w) : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<16x8xf32, cpu>) -> !prims.tensor<4x16xf32, cpu> loc("model.py":6:0)
   func.return %3 : !prims.tensor<4x16xf32, cpu>
 }
 
 // CHECK-LABEL: func.func @block
-// CHECK-NEXT:  %[[B:.*]] = "prims.broadcast_in_dim"(%b) <{shape = array<i64: 4, 8>, broadcast_dims = array<i64: 1>}> {loc = "model.py:3"}
-// CHECK-NEXT:  %[[A0:.*]] = "prims.add"(%x, %[[B]]) {loc = "model.py:3"}
-// CHECK-NEXT:  %[[A1:.*]] = "prims.add"(%[[A0]], %[[B]]) {loc = "model.py:4"}
-// CHECK-NEXT:  %[[Y:.*]] = "prims.linear"(%[[A1]], %w) {loc = "model.py:6"}
+// CHECK-NEXT:  %[[B:.*]] = "prims.broadcast_in_dim"(%b) <{shape = array<i64: 4, 8>, broadcast_dims = array<i64: 1>}> {{.*}} loc("model.py":3:0)
+// CHECK-NEXT:  %[[A0:.*]] = "prims.add"(%x, %[[B]]) {{.*}} loc("model.py":3:0)
+// CHECK-NEXT:  %[[A1:.*]] = "prims.add"(%[[A0]], %[[B]]) {{.*}} loc("model.py":4:0)
+// CHECK-NEXT:  %[[Y:.*]] = "prims.linear"(%[[A1]], %w) {{.*}} loc("model.py":6:0)
 // CHECK-NEXT:  func.return %[[Y]]
 
 // BETWEEN:      IR after decompose-ltorch:

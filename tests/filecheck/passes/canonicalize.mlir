@@ -22,15 +22,15 @@ func.func @identities(%x: !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32,
 // one's location); a reshape back to the original shape disappears.
 
 func.func @reshapes(%x: !prims.tensor<2x3xf32, cpu>) -> (!prims.tensor<1x6xf32, cpu>, !prims.tensor<2x3xf32, cpu>) {
-  %0 = "prims.reshape"(%x) <{shape = array<i64: 6>}> {loc = "model.py:1"} : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<6xf32, cpu>
-  %1 = "prims.reshape"(%0) <{shape = array<i64: 3, 2>}> {loc = "model.py:2"} : (!prims.tensor<6xf32, cpu>) -> !prims.tensor<3x2xf32, cpu>
-  %2 = "prims.reshape"(%1) <{shape = array<i64: 1, 6>}> {loc = "model.py:3"} : (!prims.tensor<3x2xf32, cpu>) -> !prims.tensor<1x6xf32, cpu>
-  %3 = "prims.reshape"(%1) <{shape = array<i64: 2, 3>}> {loc = "model.py:4"} : (!prims.tensor<3x2xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %0 = "prims.reshape"(%x) <{shape = array<i64: 6>}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<6xf32, cpu> loc("model.py":1:0)
+  %1 = "prims.reshape"(%0) <{shape = array<i64: 3, 2>}> : (!prims.tensor<6xf32, cpu>) -> !prims.tensor<3x2xf32, cpu> loc("model.py":2:0)
+  %2 = "prims.reshape"(%1) <{shape = array<i64: 1, 6>}> : (!prims.tensor<3x2xf32, cpu>) -> !prims.tensor<1x6xf32, cpu> loc("model.py":3:0)
+  %3 = "prims.reshape"(%1) <{shape = array<i64: 2, 3>}> : (!prims.tensor<3x2xf32, cpu>) -> !prims.tensor<2x3xf32, cpu> loc("model.py":4:0)
   func.return %2, %3 : !prims.tensor<1x6xf32, cpu>, !prims.tensor<2x3xf32, cpu>
 }
 
 // CHECK-LABEL: func.func @reshapes
-// CHECK-NEXT:  %[[R:.*]] = "prims.reshape"(%x) <{shape = array<i64: 1, 6>}> {loc = "model.py:3"} : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<1x6xf32, cpu>
+// CHECK-NEXT:  %[[R:.*]] = "prims.reshape"(%x) <{shape = array<i64: 1, 6>}> : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<1x6xf32, cpu> loc("model.py":3:0)
 // CHECK-NEXT:  func.return %[[R]], %x
 
 // -----

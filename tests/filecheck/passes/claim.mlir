@@ -12,8 +12,8 @@ func.func @forward(%x: !prims.tensor<2x4xf32, cpu>) -> !prims.tensor<f32, cpu> {
 }
 
 // CHECK-LABEL: func.func @forward
-// CHECK-NEXT:  %[[G:.*]] = "ltorch.gelu"(%x) <{approximate = "none"}> {claimed = "torch"}
-// CHECK-NEXT:  %[[S:.*]] = "ltorch.sum"(%[[G]]) <{keepdim = false}> {claimed = "torch"}
+// CHECK-NEXT:  %[[G:.*]] = "ltorch.gelu"(%x) <{approximate = "none"}> {fusion.claimed = #fusion.executor<"torch">}
+// CHECK-NEXT:  %[[S:.*]] = "ltorch.sum"(%[[G]]) <{keepdim = false}> {fusion.claimed = #fusion.executor<"torch">}
 // CHECK-NEXT:  func.return %[[S]]
 
 // SDPA-LABEL: func.func @forward

@@ -4,8 +4,8 @@
 // ops that differ in a property, an operand or a result type do not.
 
 func.func @merge(%x: !prims.tensor<2x3xf32, cpu>) -> (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2xf32, cpu>, !prims.tensor<3xf32, cpu>) {
-  %0 = "prims.exp"(%x) {loc = "model.py:3"} : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
-  %1 = "prims.exp"(%x) {loc = "model.py:7"} : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %0 = "prims.exp"(%x) : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu> loc("model.py":3:0)
+  %1 = "prims.exp"(%x) : (!prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu> loc("model.py":7:0)
   %2 = "prims.add"(%0, %1) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
   %3 = "prims.add"(%0, %1) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
   %4 = "prims.mul"(%2, %3) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<2x3xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
@@ -15,7 +15,7 @@ func.func @merge(%x: !prims.tensor<2x3xf32, cpu>) -> (!prims.tensor<2x3xf32, cpu
 }
 
 // CHECK-LABEL: func.func @merge
-// CHECK-NEXT:  %[[E:.*]] = "prims.exp"(%x) {loc = "model.py:3"}
+// CHECK-NEXT:  %[[E:.*]] = "prims.exp"(%x) {{.*}} loc("model.py":3:0)
 // CHECK-NEXT:  %[[A:.*]] = "prims.add"(%[[E]], %[[E]])
 // CHECK-NEXT:  %[[M:.*]] = "prims.mul"(%[[A]], %[[A]])
 // CHECK-NEXT:  %[[S1:.*]] = "prims.sum"(%[[M]]) <{dims = array<i64: 1>}>

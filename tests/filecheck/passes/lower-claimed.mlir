@@ -6,7 +6,7 @@
 // executor has none (lower-to-torch lowers its claims), so its pass changes nothing.
 
 func.func @forward(%x: !prims.tensor<4x5xf32, cpu>, %t: !prims.tensor<4xi64, cpu>) -> !prims.tensor<f32, cpu> {
-  %0 = "ltorch.cross_entropy"(%x, %t) <{ignore_index = -100 : i64, reduction = "mean", label_smoothing = 0.000000e+00 : f64}> {claimed = "triton"} : (!prims.tensor<4x5xf32, cpu>, !prims.tensor<4xi64, cpu>) -> !prims.tensor<f32, cpu>
+  %0 = "ltorch.cross_entropy"(%x, %t) <{ignore_index = -100 : i64, reduction = "mean", label_smoothing = 0.000000e+00 : f64}> {fusion.claimed = #fusion.executor<"triton">} : (!prims.tensor<4x5xf32, cpu>, !prims.tensor<4xi64, cpu>) -> !prims.tensor<f32, cpu>
   func.return %0 : !prims.tensor<f32, cpu>
 }
 

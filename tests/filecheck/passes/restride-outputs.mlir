@@ -2,11 +2,11 @@
 
 // restride-outputs: a user result that a prims op makes (a decomposition; a fusion region
 // likewise), directly or through a view, goes through tir.restride with eager's strides
-// (the forward's thunder.output_strides); one eager's own kernel makes (an ltorch op, an
+// (the forward's torch.output_strides); one eager's own kernel makes (an ltorch op, an
 // opaque torch.call) is left alone, and so is an output without recorded strides (a
 // write-back).
 
-func.func @forward(%x: !prims.tensor<4x6xf32, cpu>) -> (!prims.tensor<4x6xf32, cpu>, !prims.tensor<6x4xf32, cpu>, !prims.tensor<4x6xf32, cpu>, !prims.tensor<4x6xf32, cpu>) attributes {thunder.output_strides = [array<i64: 1, 4>, array<i64: 4, 1>, array<i64: 6, 1>, none]} {
+func.func @forward(%x: !prims.tensor<4x6xf32, cpu>) -> (!prims.tensor<4x6xf32, cpu>, !prims.tensor<6x4xf32, cpu>, !prims.tensor<4x6xf32, cpu>, !prims.tensor<4x6xf32, cpu>) attributes {torch.output_strides = #torch.output_strides<[[1, 4], [4, 1], [6, 1], none]>} {
   %0 = "prims.exp"(%x) : (!prims.tensor<4x6xf32, cpu>) -> !prims.tensor<4x6xf32, cpu>
   %1 = "prims.transpose"(%0) <{permutation = array<i64: 1, 0>}> : (!prims.tensor<4x6xf32, cpu>) -> !prims.tensor<6x4xf32, cpu>
   %2 = "ltorch.sin"(%x) : (!prims.tensor<4x6xf32, cpu>) -> !prims.tensor<4x6xf32, cpu>

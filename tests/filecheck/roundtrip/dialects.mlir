@@ -1,12 +1,12 @@
 // RUN: thunder-ir-opt %s | thunder-ir-opt --print-op-generic | thunder-ir-opt | filecheck %s
 
-// The other dialects: ltorch ops with params and discardable attributes (the source
-// location `loc`, an executor's `claimed` mark), an opaque torch.call with kwargs, and a
+// The other dialects: ltorch ops with params, source locations (`loc(...)`, xDSL's own)
+// and an executor's `fusion.claimed` mark, an opaque torch.call with kwargs, and a
 // fusion.region whose body holds an RNG prim. Value names survive the round trip.
 
 func.func @dialects(%x: !prims.tensor<4x8xf32, cpu>, %w: !prims.tensor<16x8xf32, cpu>, %seed: !prims.number<i64>) -> (!prims.tensor<4x16xf32, cpu>, !prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) {
-  %0 = "ltorch.add"(%x, %x) <{alpha = 2 : i64}> {loc = "model.py:3"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
-  %1 = "ltorch.linear"(%0, %w) {loc = "model.py:4", claimed = "torch"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<16x8xf32, cpu>) -> !prims.tensor<4x16xf32, cpu>
+  %0 = "ltorch.add"(%x, %x) <{alpha = 2 : i64}> : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu> loc("model.py":3:0)
+  %1 = "ltorch.linear"(%0, %w) {fusion.claimed = #fusion.executor<"torch">} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<16x8xf32, cpu>) -> !prims.tensor<4x16xf32, cpu> loc("model.py":4:0)
   %2 = "torch.call"(%0) <{callee = "torch.nn.functional.softmax", args = [#prims.operand<0>], kwargs = {dim = -1 : i64}}> : (!prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
   %3 = "fusion.region"(%0, %seed) <{executor = "torch_compile", kernel = "fusion0"}> ({
   ^bb0(%a: !prims.tensor<4x8xf32, cpu>, %s: !prims.number<i64>):
@@ -19,8 +19,8 @@ func.func @dialects(%x: !prims.tensor<4x8xf32, cpu>, %w: !prims.tensor<16x8xf32,
 
 // CHECK: builtin.module {
 // CHECK-NEXT: func.func @dialects(%x: !prims.tensor<4x8xf32, cpu>, %w: !prims.tensor<16x8xf32, cpu>, %seed: !prims.number<i64>) -> (!prims.tensor<4x16xf32, cpu>, !prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) {
-// CHECK-NEXT: %0 = "ltorch.add"(%x, %x) <{alpha = 2 : i64}> {loc = "model.py:3"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
-// CHECK-NEXT: %1 = "ltorch.linear"(%0, %w) {loc = "model.py:4", claimed = "torch"} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<16x8xf32, cpu>) -> !prims.tensor<4x16xf32, cpu>
+// CHECK-NEXT: %0 = "ltorch.add"(%x, %x) <{alpha = 2 : i64}> : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu> loc("model.py":3:0)
+// CHECK-NEXT: %1 = "ltorch.linear"(%0, %w) {fusion.claimed = #fusion.executor<"torch">} : (!prims.tensor<4x8xf32, cpu>, !prims.tensor<16x8xf32, cpu>) -> !prims.tensor<4x16xf32, cpu> loc("model.py":4:0)
 // CHECK-NEXT: %2 = "torch.call"(%0) <{callee = "torch.nn.functional.softmax", args = [#prims.operand<0>], kwargs = {dim = -1 : i64}}> : (!prims.tensor<4x8xf32, cpu>) -> !prims.tensor<4x8xf32, cpu>
 // CHECK-NEXT: %3 = "fusion.region"(%0, %seed) <{executor = "torch_compile", kernel = "fusion0"}> ({
 // CHECK-NEXT: ^bb0(%a: !prims.tensor<4x8xf32, cpu>, %s: !prims.number<i64>):

@@ -8,8 +8,8 @@
 // parameter bound as p0, the tokens as _tokens), and the jit pipeline leaves it alone.
 
 func.func @forward(%x: !prims.tensor<3x4xf32, cpu>, %scale: !prims.number<f64>, %t_weight: !prims.tensor<2x4xf32, cpu>) -> !prims.tensor<3x2xf32, cpu> {
-  %0 = "ltorch.mul"(%x, %scale) {loc = "model.py:3"} : (!prims.tensor<3x4xf32, cpu>, !prims.number<f64>) -> !prims.tensor<3x4xf32, cpu>
-  %1 = "ltorch.linear"(%0, %t_weight) {loc = "model.py:4"} : (!prims.tensor<3x4xf32, cpu>, !prims.tensor<2x4xf32, cpu>) -> !prims.tensor<3x2xf32, cpu>
+  %0 = "ltorch.mul"(%x, %scale) : (!prims.tensor<3x4xf32, cpu>, !prims.number<f64>) -> !prims.tensor<3x4xf32, cpu> loc("model.py":3:0)
+  %1 = "ltorch.linear"(%0, %t_weight) : (!prims.tensor<3x4xf32, cpu>, !prims.tensor<2x4xf32, cpu>) -> !prims.tensor<3x2xf32, cpu> loc("model.py":4:0)
   func.return %1 : !prims.tensor<3x2xf32, cpu>
 }
 func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {

@@ -72,7 +72,7 @@ func.func @devices(%a: !prims.tensor<2xf32, cpu>, %b: !prims.tensor<2xf32, cuda:
 // -----
 
 func.func @ltorch_broadcast(%a: !prims.tensor<2x3xf32, cpu>, %b: !prims.tensor<4xf32, cpu>) -> !prims.tensor<2x3xf32, cpu> {
-  %0 = "ltorch.add"(%a, %b) {loc = "model.py:5"} : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<4xf32, cpu>) -> !prims.tensor<2x3xf32, cpu>
+  %0 = "ltorch.add"(%a, %b) : (!prims.tensor<2x3xf32, cpu>, !prims.tensor<4xf32, cpu>) -> !prims.tensor<2x3xf32, cpu> loc("model.py":5:0)
   func.return %0 : !prims.tensor<2x3xf32, cpu>
 }
 
