@@ -79,10 +79,37 @@ class GradHandle:
         return GradHandle(tensors[:n], self.positions, tensors[n:])
 
 
+def record_graph(fn: Callable[[list[Any]], Any], inputs: Sequence[Any],
+                 grad_inputs: Sequence[int], layout: Sequence[int] | bool | None
+                 ) -> tuple[list[Any], GradHandle]:
+    """The one way a torch-computed op gets its gradient: runs ``fn(values)`` with grad
+    mode on, the inputs in ``grad_inputs`` replaced by detached leaves that require grad,
+    so that torch records its autograd graph. Returns the tensors ``fn`` returned (by
+    ``layout``, as `call_with_grad`'s) and the `GradHandle` of that graph, which
+    `handle_vjp` differentiates.
+
+    Opaque calls record in the forward (`call_with_grad`: the backward then uses the
+    forward's own draws and side effects); extension operators without a grad transform
+    record in the backward, re-running their pure ``fn`` (``thunder_ir.extend``'s
+    ``operator_vjp``), so the forward keeps the operator claimable by executors."""
+    vals = list(inputs)
+    leaves = []
+    for i in grad_inputs:
+        leaf = vals[i].detach().requires_grad_(True)
+        vals[i] = leaf
+        leaves.append(leaf)
+    with torch.enable_grad():
+        out = fn(vals)
+    outs = _tensors_of(out, layout)
+    graph = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
+    return outs, GradHandle([o for _, o in graph], [i for i, _ in graph], leaves)
+
+
 def call_with_grad(callee: str, *inputs: Any, args: Sequence[Any],
                    kwargs: Sequence[tuple[str, Any]], grad_inputs: Sequence[int],
                    layout: Sequence[int] | bool | None) -> tuple[Any, ...]:
-    """Runs ``callee`` recording its autograd graph for the inputs in ``grad_inputs``.
+    """Runs ``callee`` recording its autograd graph for the inputs in ``grad_inputs``
+    (`record_graph`).
 
     Args:
         callee: the call's import path (``"torch.cumsum"``).
@@ -97,24 +124,17 @@ def call_with_grad(callee: str, *inputs: Any, args: Sequence[Any],
     Returns:
         The call's tensors (detached), then a `GradHandle`.
     """
-    vals = list(inputs)
-    leaves = []
-    for i in grad_inputs:
-        leaf = vals[i].detach().requires_grad_(True)
-        vals[i] = leaf
-        leaves.append(leaf)
-    with torch.enable_grad():
-        out = _callee(callee)(*decode_refs(tuple(args), vals),
-                              **{k: decode_refs(v, vals) for k, v in kwargs})
-    outs = _tensors_of(out, layout)
-    graph = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
-    handle = GradHandle([o for _, o in graph], [i for i, _ in graph], leaves)
+    fn = _callee(callee)
+    outs, handle = record_graph(
+        lambda vals: fn(*decode_refs(tuple(args), vals),
+                        **{k: decode_refs(v, vals) for k, v in kwargs}),
+        inputs, grad_inputs, layout)
     return (*(o.detach() for o in outs), handle)
 
 
 def handle_vjp(handle: GradHandle, *cts: torch.Tensor | None, ct_outputs: Sequence[int]
                ) -> Any:
-    """Input cotangents of a `call_with_grad` call through its saved graph.
+    """Input cotangents of a recorded call (`record_graph`) through its graph.
 
     Args:
         handle: the call's `GradHandle`.
@@ -128,20 +148,6 @@ def handle_vjp(handle: GradHandle, *cts: torch.Tensor | None, ct_outputs: Sequen
     where = dict(zip(handle.positions, handle.outputs))
     pairs = [(where[i], c) for i, c in zip(ct_outputs, cts) if i in where and c is not None]
     return leaf_cotangents(pairs, handle.leaves)
-
-
-def leaves_for_grad(values: Sequence[Any], n_inputs: int, grad_inputs: Sequence[int]
-                    ) -> tuple[list[Any], Sequence[Any], list[torch.Tensor]]:
-    """Splits a backward call's values into forward inputs and cotangents, and replaces the
-    inputs in ``grad_inputs`` by detached leaves that require grad (returned too). For
-    backwards that re-run a deterministic function (extension operators)."""
-    inputs = list(values[:n_inputs])
-    leaves = []
-    for i in grad_inputs:
-        leaf = inputs[i].detach().requires_grad_(True)
-        inputs[i] = leaf
-        leaves.append(leaf)
-    return inputs, values[n_inputs:], leaves
 
 
 def leaf_cotangents(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -201,4 +207,4 @@ def inplace_on_copy(callee: str, x: torch.Tensor, *args: Any, **kwargs: Any) -> 
 
 __all__ = ["COPIED", "OPERAND", "GradHandle", "call_on_copies", "call_with_grad",
            "decode_refs", "encode_refs", "handle_vjp", "inplace_on_copy", "leaf_cotangents",
-           "leaves_for_grad", "no_derivative"]
+           "no_derivative", "record_graph"]

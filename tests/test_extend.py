@@ -158,6 +158,41 @@ def test_operator_without_grad_transform_uses_autograd(ex_name: str) -> None:
     assert "operator_vjp" in str(thunder_ir.last_backward_traces(jitted)[-1])
 
 
+def test_operators_and_opaque_calls_share_one_gradient_path(
+        ex_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator without a grad transform (re-run in the backward) and an opaque torch
+    call (recorded in the forward) are both recorded by `record_graph` and differentiated
+    by `handle_vjp`: one mechanism, two schedules."""
+    from thunder_ir.runtime import autograd_fallback
+
+    my_ex = OperatorExecutor(ex_name)
+    thunder_ir.extend.register_executor(my_ex)
+    my_ex.register_operator("apply_rope", like=E.apply_rope, fn=E.apply_rope,
+                            replaces=E.apply_rope)
+    recorded: list[int] = []
+    real = autograd_fallback.record_graph
+
+    def spy(fn: Any, inputs: Any, grad_inputs: Any, layout: Any) -> Any:
+        recorded.append(len(inputs))
+        return real(fn, inputs, grad_inputs, layout)
+
+    monkeypatch.setattr(autograd_fallback, "record_graph", spy)
+
+    def f(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return torch.special.logsumexp(rope_fn(x, cos, sin), -1)  # an opaque call
+
+    x, cos, sin = _rope_inputs(requires_grad=True)
+    (g_expected,) = torch.autograd.grad(f(x, cos, sin).sum(), (x,))
+    jitted = thunder_ir.jit(f, executors=[my_ex])
+    out = jitted(x, cos, sin)
+    assert len(recorded) == 1  # the opaque call, in the forward
+    (g_actual,) = torch.autograd.grad(out.sum(), (x,))
+    assert len(recorded) == 2  # the operator, re-run in the backward
+    torch.testing.assert_close(g_actual, g_expected)
+    bwd = str(thunder_ir.last_backward_traces(jitted)[-1])
+    assert "operator_vjp" in bwd and "handle_vjp" in bwd
+
+
 def test_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     E.main()
     out = capsys.readouterr().out

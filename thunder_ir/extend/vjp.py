@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects.base import OperandRef, group
@@ -20,8 +19,9 @@ from thunder_ir.runtime.namespace import export
 def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
                  segments: Sequence[int], ct_outputs: Sequence[int],
                  grad_inputs: Sequence[int]) -> Any:
-    """Run-time backward of an operator that has no grad transform: ``torch.autograd``
-    through its ``fn``, re-run on the forward inputs.
+    """Run-time backward of an operator that has no grad transform: its ``fn`` re-run on
+    the forward inputs and recorded as an opaque call's is (`record_graph`), then
+    differentiated through that graph (`handle_vjp`).
 
     Args:
         op_name: the operator op's name (``my_ex.apply_rope``).
@@ -31,22 +31,25 @@ def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
         ct_outputs: which results the cotangents belong to.
         grad_inputs: which operands get a gradient.
     """
-    from thunder_ir.runtime.autograd_fallback import leaf_cotangents, leaves_for_grad
+    from thunder_ir.runtime.autograd_fallback import handle_vjp, record_graph
 
     cls = OP_CLASSES[op_name]
-    inputs, cts, leaves = leaves_for_grad(values, n_inputs, grad_inputs)
-    groups = group(cls.operand_layout(), inputs, tuple(segments) or None)
-    with torch.enable_grad():
-        args, kwargs = cls.call_args(groups, {k: _decode_refs(v) for k, v in params})
-        out = cls.pick(cls.SYMBOL._run_fn(*args, **kwargs))
-    outs = out if isinstance(out, list) else [out]
-    pairs = [(outs[i], c) for i, c in zip(ct_outputs, cts)]
-    if any(not o.requires_grad for o, _ in pairs):
+    decoded = {k: _decode_refs(v) for k, v in params}
+    segs = tuple(segments) or None
+
+    def run(inputs: list[Any]) -> Any:
+        args, kwargs = cls.call_args(group(cls.operand_layout(), inputs, segs), decoded)
+        return cls.pick(cls.SYMBOL._run_fn(*args, **kwargs))
+
+    # the same recording as an opaque call's, made here in the backward: fn is pure
+    outs, handle = record_graph(run, values[:n_inputs], grad_inputs,
+                                None if cls.SINGLE else True)
+    if any(not outs[i].requires_grad for i in ct_outputs):
         raise RuntimeError(
             f"{op_name}: torch.autograd cannot differentiate the operator's fn (its outputs "
             "do not require grad, e.g. a Triton kernel); register a grad_transform for it "
             "with register_implementation")
-    return leaf_cotangents(pairs, leaves)
+    return handle_vjp(handle, *values[n_inputs:], ct_outputs=ct_outputs)
 
 
 _OPERATOR_VJP = runtime_callee("operator_vjp")
