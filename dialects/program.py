@@ -79,6 +79,7 @@ def prologue_function(module: ModuleOp) -> func.FuncOp | None:
 def context() -> Context:
     """A context with every thunder_ir dialect loaded (for parsing)."""
     from thunder_ir.dialects.autograd import Autograd
+    from thunder_ir.dialects.dist import Dist
     from thunder_ir.dialects.fusion import Fusion
     from thunder_ir.dialects.guard import Guard
     from thunder_ir.dialects.ltorch import Ltorch
@@ -86,7 +87,7 @@ def context() -> Context:
     from thunder_ir.dialects.torch import Torch
 
     ctx = Context()
-    for d in (Builtin, func.Func, Prims, Ltorch, Torch, Fusion, Autograd, Guard):
+    for d in (Builtin, func.Func, Prims, Ltorch, Torch, Fusion, Autograd, Guard, Dist):
         ctx.load_dialect(d)
     return ctx
 

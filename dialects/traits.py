@@ -32,6 +32,8 @@ kind               meaning                                                who as
                    iota, zeros, constants)                                Inductor
 `Random`           draws from the RNG (bernoulli, dropout)                (never recomputed
                                                                           or fused)
+`Collective`       communicates with other processes (the ``dist``        (never recomputed
+                   dialect: all-reduce, all-gather, wait)                 or fused)
 `Library`          a call into a library kernel (matmul, attention,       (not recomputed;
                    gather/scatter, a compiled region)                     executors choose)
 `Opaque`           computes what the compiler cannot see (a torch call,   (nothing)
@@ -134,6 +136,12 @@ class Random(OpKind):
 
 
 @dataclass(frozen=True)
+class Collective(OpKind):
+    """Communicates with the other processes of a group (``dist``): never merged, dropped,
+    recomputed or fused."""
+
+
+@dataclass(frozen=True)
 class Library(OpKind):
     """A call into a library kernel (BLAS, attention, gather/scatter, a compiled region)."""
 
@@ -226,6 +234,7 @@ __all__ = [
     "RESHAPE",
     "RESTRIDE",
     "VIEW",
+    "Collective",
     "Creation",
     "DeviceLayout",
     "Elementwise",

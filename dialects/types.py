@@ -330,4 +330,5 @@ def pretty_type(t: Attribute) -> str:
     """How a type prints in a Python trace comment."""
     if isinstance(t, TensorType | NumberType | HandleType):
         return t.pretty()
-    return str(t)
+    pretty = getattr(t, "pretty", None)  # another dialect's type (``dist.pending``)
+    return pretty() if callable(pretty) else str(t)

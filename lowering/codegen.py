@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec
 
+from thunder_ir.dialects import dist as dist_dialect
 from thunder_ir.dialects import ltorch as ltorch_dialect
 from thunder_ir.dialects import prims as prims_dialect
 from thunder_ir.dialects.autograd import BackwardLayoutAttr
@@ -110,6 +111,7 @@ def _bind_table(dialect: str, ops: Mapping[str, type[ThunderOp]]) -> ModuleType:
 
 prims = _bind_table("prims", prims_dialect.OPS)
 ltorch = _bind_table("ltorch", ltorch_dialect.OPS)
+dist = _bind_table("dist", dist_dialect.OPS)
 
 
 # --------------------------------------------------------------------------- kernels

@@ -47,10 +47,11 @@ _BUILTINS: dict[str, str] = {
     "autodiff": "thunder_ir.passes.autodiff:AutodiffPass",
     "remat-split": "thunder_ir.passes.autodiff:RematSplitPass",
     "restride-outputs": "thunder_ir.passes.restride:RestrideOutputsPass",
+    "ddp-allreduce": "thunder_ir.passes.ddp:DDPAllReducePass",
 }
 """This package's passes, imported on first use. The lowering registers its own
-(``lower-claimed``, ``lower-to-torch``, ``del-last-used``) with `register_pass` when it is
-imported, which ``import thunder_ir`` does: nothing here names a package above it."""
+(``lower-claimed``, ``lower-to-torch``, ``del-last-used``) by name when any of its modules
+is imported (`thunder_ir.lowering.pass_names`): nothing here names a package above it."""
 
 _FACTORIES: dict[str, type[ModulePass] | PassFactory] = {}
 """Passes registered by call or entry point; they take precedence over `_BUILTINS`."""

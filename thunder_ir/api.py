@@ -503,7 +503,7 @@ class CompiledCallable:
         passes = jit_pipeline(JitOptions(
             executors=tuple(self.executors), training=training,
             requires_grad=tuple(traced.input_requires_grad), remat=self.remat_policy,
-            user=self.user))
+            user=self.user, data_parallel=self._data_parallel(traced) if training else None))
         # A trace per pass and function: `last_traces` shows @forward's,
         # `last_backward_traces` @backward's (no pass changes @prologue).
         pipeline = Pipeline(passes, record="functions", trace_type=Trace)
@@ -523,6 +523,27 @@ class CompiledCallable:
             entry = self._entry(traced, program, traces, state)
         check_layouts(entry, traced.output_strides, self._name())
         return entry, traced, pro
+
+    def _data_parallel(self, traced: TracedProgram) -> ModulePass | None:
+        """The ``ddp-allreduce`` pass when the module is data-parallel and its backwards
+        synchronize (`thunder_ir.distributed`): its parameters are the program inputs
+        whose gradients are averaged."""
+        if self.module is None:
+            return None
+        from thunder_ir.distributed import config_of
+        from thunder_ir.passes.ddp import DDPAllReducePass
+
+        cfg = config_of(self.module)
+        if cfg is None:
+            return None
+        named = dict(self.module.named_parameters())
+        ids = {id(p) for p in named.values()}
+        # a parameter reaches the program by name, or captured (a checkpointed region's
+        # closure): each of its inputs' gradients is averaged, so their sum is too
+        positions = tuple(i for i, kind in enumerate(traced.input_kinds)
+                          if (isinstance(kind, StateEntry) and kind.name in named)
+                          or (isinstance(kind, Captured) and id(kind.tensor) in ids))
+        return DDPAllReducePass(positions, cfg.world, cfg.group, cfg.bucket_bytes)
 
     def _name(self) -> str:
         return (type(self.module).__name__ if self.module is not None
@@ -725,6 +746,13 @@ class ThunderModule(torch.nn.Module):
                 model.forward = old
             else:
                 del model.forward
+
+    def no_sync(self) -> Any:
+        """``with jitted.no_sync():`` backwards accumulate gradients without communication
+        (a data-parallel module, `thunder_ir.distributed.no_sync`)."""
+        from thunder_ir.distributed import no_sync
+
+        return no_sync(self._model)
 
     def __getattr__(self, name: str) -> Any:
         try:
