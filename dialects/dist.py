@@ -41,7 +41,7 @@ from xdsl.irdl import (
 from xdsl.traits import EffectInstance, MemoryEffect, MemoryEffectKind
 
 from thunder_ir.dialects.base import ShapeError, ThunderOp, op_table
-from thunder_ir.dialects.traits import Collective, NoDerivative
+from thunder_ir.dialects.traits import Collective
 from thunder_ir.dialects.types import TensorType, tensor_type
 
 WORLD = "world"
@@ -215,7 +215,8 @@ class AllGatherOp(CollectiveOp):
         import torch.distributed as dist
 
         out = input.new_empty((input.shape[0] * world, *input.shape[1:]))
-        work = communicate(cls.name, group, lambda: dist.all_gather_into_tensor(
+        fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        work = communicate(cls.name, group, lambda: fn(
             out, input.contiguous(), group=process_group(group), async_op=True))
         return Pending(work, out, cls.name, group)
 
@@ -280,7 +281,7 @@ class WaitOp(ThunderOp):
 
     pending = operand_def(PendingType)
     out = result_def(TensorType)
-    traits = traits_def(Collective(), Communicates(), NoDerivative())
+    traits = traits_def(Collective(), Communicates())
 
     @classmethod
     def infer(cls, pending: Any) -> TensorType:

@@ -48,6 +48,9 @@ _BUILTINS: dict[str, str] = {
     "remat-split": "thunder_ir.passes.autodiff:RematSplitPass",
     "restride-outputs": "thunder_ir.passes.restride:RestrideOutputsPass",
     "ddp-allreduce": "thunder_ir.passes.ddp:DDPAllReducePass",
+    "fsdp-grad-scale": "thunder_ir.passes.fsdp:FSDPGradScalePass",
+    "fsdp-zero3": "thunder_ir.passes.fsdp:Zero3Pass",
+    "schedule-collectives": "thunder_ir.passes.collectives:ScheduleCollectivesPass",
 }
 """This package's passes, imported on first use. The lowering registers its own
 (``lower-claimed``, ``lower-to-torch``, ``del-last-used``) by name when any of its modules

@@ -30,6 +30,7 @@ from typing import Any
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
+from thunder_ir.dialects.dist import PendingType
 from thunder_ir.dialects.torch import runtime_callee
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, ttype
@@ -185,14 +186,19 @@ def raising_rule(message: str) -> VjpRule:
 
 
 def is_differentiable_value(v: SSAValue) -> bool:
-    """Floating-point and complex tensors carry gradients; numbers, ints and bools do not."""
+    """Floating-point and complex tensors carry gradients (and a started collective of
+    one, ``!dist.pending``, whose cotangent is its tensor's); numbers, ints and bools do
+    not."""
     t = v.type
+    if isinstance(t, PendingType):
+        t = t.tensor
     return isinstance(t, TensorType) and (t.dtype.is_floating_point or t.dtype.is_complex)
 
 
 def load_vjp_rules() -> dict[type[ThunderOp], VjpRule]:
     """Imports every VJP rule module (registering its rules) and returns the table."""
     import thunder_ir.passes.vjp_autograd
+    import thunder_ir.passes.vjp_dist
     import thunder_ir.passes.vjp_ltorch
     import thunder_ir.passes.vjp_ltorch_core
     import thunder_ir.passes.vjp_prims  # noqa: F401

@@ -24,7 +24,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import thunder_ir
-from thunder_ir.distributed import ddp
+from thunder_ir.distributed import FSDPType, ddp, fsdp, sharded_state_dict
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")
@@ -43,12 +43,12 @@ def _free_port() -> int:
 # --------------------------------------------------------------------------- models
 
 
-def _llama() -> nn.Module:
+def _llama(vocab_size: int = 64) -> nn.Module:
     sys.path.insert(0, str(Path(__file__).parent))
     from models import Config, LlamaGPT
 
     return LlamaGPT(Config(n_layer=2, n_embd=32, n_head=4, n_query_groups=2,
-                           intermediate_size=64, vocab_size=64, block_size=16))
+                           intermediate_size=64, vocab_size=vocab_size, block_size=16))
 
 
 def _checkpointed_llama() -> nn.Module:
@@ -97,11 +97,13 @@ CASES: dict[str, tuple[Callable[[], nn.Module], Callable[..., torch.Tensor]]] = 
     "llama": (_llama, _llama_loss),
     "hf_llama": (_hf_llama, _hf_loss),
     "checkpointed": (_checkpointed_llama, _llama_loss),
+    "llama_odd": (lambda: _llama(vocab_size=67), _llama_loss),
 }
 
 JIT_OPTIONS: dict[str, dict[str, Any]] = {
     "inductor": {"executors": ["torch_compile", "torch"]},  # fusion regions beside collectives
     "save_all": {"remat": "save-all"},
+    "zero2_inductor": {"executors": ["torch_compile", "torch"]},
 }
 
 
@@ -121,6 +123,13 @@ def _init(rank: int, port: int) -> None:
                             timeout=timedelta(seconds=60))
 
 
+def _wrap(model: nn.Module, mode: str) -> nn.Module:
+    if mode.startswith("zero"):
+        strategy = FSDPType.ZERO3 if mode.startswith("zero3") else FSDPType.ZERO2
+        return fsdp(model, sharding_strategy=strategy)
+    return ddp(model, bucket_size_in_mb=0.01)
+
+
 def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
     _init(rank, port)
     try:
@@ -130,7 +139,7 @@ def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
                 for p in model.parameters():
                     p.add_(1.0)
         loss_fn = CASES[case][1]
-        jm = thunder_ir.jit(ddp(model, bucket_size_in_mb=0.01), **JIT_OPTIONS.get(mode, {}))
+        jm = thunder_ir.jit(_wrap(model, mode), **JIT_OPTIONS.get(mode, {}))
         opt = torch.optim.SGD(jm.parameters(), lr=LR)
         losses = []
         for step in range(STEPS):
@@ -139,6 +148,9 @@ def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
             if mode == "no_sync":  # two micro-batches, the first without communication
                 with jm.no_sync():
                     loss_fn(jm, xs[:1], ys[:1]).backward()
+                loss = loss_fn(jm, xs[1:], ys[1:])
+            elif mode == "zero3_accum":  # two micro-batches, each reduce-scattered
+                loss_fn(jm, xs[:1], ys[:1]).backward()
                 loss = loss_fn(jm, xs[1:], ys[1:])
             else:
                 loss = loss_fn(jm, xs, ys)
@@ -151,15 +163,22 @@ def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
         result: dict[str, Any] = {"losses": losses,
                                   "params": {k: v.detach().clone()
                                              for k, v in jm.state_dict().items()}}
-        if mode == "checkpoint":  # a fresh wrapped model from the state dict continues alike
-            fresh = _model(case)
+        if mode in ("checkpoint", "zero3_checkpoint"):  # a fresh wrapped model continues alike
+            fresh = _wrap(_model(case), mode)
             fresh.load_state_dict(jm.state_dict())
-            jf = thunder_ir.jit(ddp(fresh))
+            jf = thunder_ir.jit(fresh)
             x, y = _llama_batch(STEPS)
             a = loss_fn(jm, x.chunk(WORLD)[rank], y.chunk(WORLD)[rank])
             b = loss_fn(jf, x.chunk(WORLD)[rank], y.chunk(WORLD)[rank])
             result["continued"] = (float(a), float(b))
+            if mode == "zero3_checkpoint":  # this process's shards load back too
+                again = _wrap(_model(case), mode)
+                again.load_state_dict(sharded_state_dict(jm))
+                c = loss_fn(thunder_ir.jit(again), x.chunk(WORLD)[rank], y.chunk(WORLD)[rank])
+                result["continued"] = (float(a), float(b), float(c))
         result["backward"] = str(thunder_ir.last_backward_traces(jm)[-1])
+        result["forward"] = str(thunder_ir.last_traces(jm)[-1])
+        result["shard_shapes"] = [tuple(p.shape) for p in jm.parameters()]
         if rank == 0:
             torch.save(result, out)
     finally:
@@ -222,6 +241,41 @@ def test_ddp_trains_as_one_process_on_the_whole_batch(case: str, mode: str,
     computes_after = [i for i, ln in enumerate(lines[starts[0]:], starts[0])
                       if " = torch." in ln or " = ltorch." in ln]
     assert computes_after and starts[0] < computes_after[0] < waits[0]
+
+
+@pytest.mark.parametrize(("case", "mode"), [
+    ("llama", "zero2"), ("llama", "zero3"), ("llama_odd", "zero3_checkpoint"),
+    ("hf_llama", "zero3"), ("llama", "zero3_accum"), ("llama", "zero2_inductor")])
+def test_fsdp_trains_as_one_process_on_the_whole_batch(case: str, mode: str,
+                                                       tmp_path: Path) -> None:
+    """Parameters sharded along dim 0 (padded: ``llama_odd``'s vocabulary is odd), the
+    forward all-gathers them ahead of use, the backward reduce-scatters their gradients;
+    ZERO3 gathers them again in the backward. Losses, full parameters (``state_dict``)
+    and a checkpoint's continuation equal one process on the whole batch."""
+    out = tmp_path / "rank0.pt"
+    _spawn(_train_worker, case, mode, str(out))
+    got = torch.load(out)
+    want = _single(case, "no_sync" if mode == "zero3_accum" else "plain")
+    torch.testing.assert_close(got["losses"], want["losses"], rtol=1e-5, atol=1e-6)
+    assert got["params"].keys() == want["params"].keys()
+    for k, v in want["params"].items():  # full and unpadded, under the original names
+        torch.testing.assert_close(got["params"][k], v, rtol=1e-5, atol=1e-6, msg=k)
+    full = {tuple(v.shape) for v in want["params"].values()}
+    assert any(shape not in full for shape in got["shard_shapes"])  # the optimizer's shards
+    if mode == "zero3_checkpoint":
+        a, b, c = got["continued"]
+        assert a == b == c
+    if mode == "zero2_inductor":
+        assert "inductorFusion" in got["backward"]
+    fwd, bwd = got["forward"].splitlines(), got["backward"]
+    gathers = [i for i, ln in enumerate(fwd) if "dist.all_gather(" in ln]
+    waits = [i for i, ln in enumerate(fwd) if "dist.wait(" in ln]
+    assert len(gathers) > 2 and len(waits) == len(gathers)
+    assert gathers[1] < waits[0]  # the next layer's gather starts before the first wait
+    uses = [i for i, ln in enumerate(fwd) if " = torch." in ln or " = ltorch." in ln]
+    assert uses[0] < waits[-1]  # and the last wait comes after computing has begun
+    assert "dist.reduce_scatter(" in bwd
+    assert ("dist.all_gather(" in bwd) == mode.startswith("zero3")
 
 
 # --------------------------------------------------------------------------- bad use

@@ -493,7 +493,8 @@ class CompiledCallable:
         fn = self.fn if self.module is None else self.module.__call__
         assert fn is not None
         under_autocast = autocast_state() is not None
-        traced = trace_program(fn, args, kwargs, self.module, state, self.method)
+        traced = trace_program(fn, args, kwargs, self.module, state, self.method,
+                               unshard=self._unshard())
         t_trace = time.perf_counter() - t0
         pro = self._keyed_prologue(traced, spec, args, kwargs, n, pro, exact)
         module = traced.module
@@ -503,7 +504,7 @@ class CompiledCallable:
         passes = jit_pipeline(JitOptions(
             executors=tuple(self.executors), training=training,
             requires_grad=tuple(traced.input_requires_grad), remat=self.remat_policy,
-            user=self.user, data_parallel=self._data_parallel(traced) if training else None))
+            user=self.user, data_parallel=self._data_parallel(traced) if training else ()))
         # A trace per pass and function: `last_traces` shows @forward's,
         # `last_backward_traces` @backward's (no pass changes @prologue).
         pipeline = Pipeline(passes, record="functions", trace_type=Trace)
@@ -524,26 +525,56 @@ class CompiledCallable:
         check_layouts(entry, traced.output_strides, self._name())
         return entry, traced, pro
 
-    def _data_parallel(self, traced: TracedProgram) -> ModulePass | None:
-        """The ``ddp-allreduce`` pass when the module is data-parallel and its backwards
-        synchronize (`thunder_ir.distributed`): its parameters are the program inputs
-        whose gradients are averaged."""
-        if self.module is None:
+    def _unshard(self) -> Callable[..., Any] | None:
+        """How tracing reads the parameters of a sharded module (`thunder_ir.distributed
+        .fsdp`): gathered; None for any other."""
+        if self.module is None or not hasattr(self.module, "_thunder_fsdp"):
             return None
-        from thunder_ir.distributed import config_of
-        from thunder_ir.passes.ddp import DDPAllReducePass
+        from thunder_ir.distributed.fsdp import config_of, unshard_in_trace
 
         cfg = config_of(self.module)
-        if cfg is None:
-            return None
+        return None if cfg is None else unshard_in_trace(cfg)
+
+    def _data_parallel(self, traced: TracedProgram) -> tuple[ModulePass, ...]:
+        """The passes of a data-parallel module's training program
+        (`thunder_ir.distributed`): ``ddp-allreduce`` of its parameters' gradients while
+        its backwards synchronize; for a sharded module, ``fsdp-grad-scale`` of the
+        shards' gradients (their reduce-scatter is autodiff's), ``ddp-allreduce`` of the
+        parameters it does not shard, ZERO3's gathering again in the backward, and the
+        prefetching schedule."""
+        if self.module is None:
+            return ()
+        from thunder_ir.distributed import config_of
+        from thunder_ir.distributed.fsdp import FSDPType
+        from thunder_ir.distributed.fsdp import config_of as fsdp_config_of
+        from thunder_ir.passes.collectives import ScheduleCollectivesPass
+        from thunder_ir.passes.ddp import DDPAllReducePass
+        from thunder_ir.passes.fsdp import FSDPGradScalePass, Zero3Pass
+
         named = dict(self.module.named_parameters())
         ids = {id(p) for p in named.values()}
         # a parameter reaches the program by name, or captured (a checkpointed region's
         # closure): each of its inputs' gradients is averaged, so their sum is too
-        positions = tuple(i for i, kind in enumerate(traced.input_kinds)
-                          if (isinstance(kind, StateEntry) and kind.name in named)
-                          or (isinstance(kind, Captured) and id(kind.tensor) in ids))
-        return DDPAllReducePass(positions, cfg.world, cfg.group, cfg.bucket_bytes)
+        positions = [i for i, kind in enumerate(traced.input_kinds)
+                     if (isinstance(kind, StateEntry) and kind.name in named)
+                     or (isinstance(kind, Captured) and id(kind.tensor) in ids)]
+        sharded = fsdp_config_of(self.module)
+        if sharded is not None:
+            shard_pos = tuple(i for i in positions if isinstance(
+                traced.input_kinds[i], StateEntry) and traced.input_kinds[i].name  # type: ignore[union-attr]
+                in sharded.shards)
+            rest = tuple(i for i in positions if i not in shard_pos)
+            passes: list[ModulePass] = [FSDPGradScalePass(shard_pos, sharded.world)]
+            if rest:
+                passes.append(DDPAllReducePass(rest, sharded.world, sharded.group))
+            if sharded.strategy is FSDPType.ZERO3:
+                passes.append(Zero3Pass())
+            passes.append(ScheduleCollectivesPass())
+            return tuple(passes)
+        cfg = config_of(self.module)
+        if cfg is None:
+            return ()
+        return (DDPAllReducePass(tuple(positions), cfg.world, cfg.group, cfg.bucket_bytes),)
 
     def _name(self) -> str:
         return (type(self.module).__name__ if self.module is not None

@@ -54,8 +54,9 @@ class JitOptions:
         requires_grad: per program argument, whether it requires grad (training).
         remat: the remat policy (a name or a `thunder_ir.passes.remat.RematPolicy`).
         user: user passes by stage (``ltorch``, ``prims``, ``fusion``, ``backward``).
-        data_parallel: the ``ddp-allreduce`` pass of a data-parallel module (training),
-            which averages the parameters' gradients across processes in ``@backward``.
+        data_parallel: the passes of a data-parallel module's training program, run after
+            ``remat-split`` (``ddp-allreduce``; for a sharded module ``fsdp-grad-scale``,
+            ``fsdp-zero3``, ``schedule-collectives``; see `thunder_ir.distributed`).
     """
 
     executors: tuple[Any, ...] = ("torch",)
@@ -63,7 +64,7 @@ class JitOptions:
     requires_grad: tuple[bool, ...] = ()
     remat: Any = "auto"
     user: Mapping[str, Sequence[ModulePass]] = field(default_factory=dict)
-    data_parallel: ModulePass | None = None
+    data_parallel: tuple[ModulePass, ...] = ()
 
 
 def _user(passes: Sequence[ModulePass], functions: tuple[str, ...] = ()
@@ -82,8 +83,7 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
                    AutodiffPass(tuple(options.requires_grad), ex),
                    RematSplitPass(options.remat, ex)]
         passes += _user(user.get("backward", ()), (BACKWARD,))
-        if options.data_parallel is not None:
-            passes.append(options.data_parallel)
+        passes += options.data_parallel
     passes += [StripAutogradPass(), ClaimPass(ex), DecomposeLtorchPass()]
     passes += _user(user.get("prims", ()))
     # Clean up while ops are still Pure ltorch/prims ops (torch.call is opaque to CSE/DCE):

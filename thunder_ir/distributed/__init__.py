@@ -53,7 +53,9 @@ def _module(model: torch.nn.Module) -> torch.nn.Module:
         else model
 
 
-def _require_group(what: str, group: Any) -> Any:
+def require_group(what: str, group: Any) -> Any:
+    """``torch.distributed``, once a process group is initialized (else a clear error
+    naming ``what`` needs it)."""
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
@@ -82,31 +84,39 @@ def ddp(model: torch.nn.Module, *, broadcast_from: int | None = 0,
         RuntimeError: no process group is initialized.
         ValueError: ``broadcast_from=None`` and the processes' parameters differ.
     """
-    dist = _require_group("ddp", process_group)
+    dist = require_group("ddp", process_group)
     target = _module(model)
-    world = dist.get_world_size(process_group)
-    named = [*target.named_parameters(), *target.named_buffers()]
-    if broadcast_from is not None:
-        src = broadcast_from if process_group is None else \
-            dist.get_global_rank(process_group, broadcast_from)
-        group = register_group(process_group)
-        with torch.no_grad():
-            works = [communicate("ddp's broadcast of the parameters", group,
-                                 lambda t=t: dist.broadcast(t.detach(), src,
-                                                            group=process_group,
-                                                            async_op=True))
-                     for _, t in named]
-            for w in works:
-                communicate("ddp's broadcast of the parameters", group, w.wait)
-    else:
-        _check_equal(named, process_group, world)
-    setattr(target, DDP_ATTR, DDPConfig(register_group(process_group), world,
+    same_start(target, broadcast_from, process_group, "ddp")
+    setattr(target, DDP_ATTR, DDPConfig(register_group(process_group),
+                                        dist.get_world_size(process_group),
                                         int(bucket_size_in_mb * 2**20)))
     setattr(target, SYNC_ATTR, True)
     return model
 
 
-def _check_equal(named: list[tuple[str, torch.Tensor]], group: Any, world: int) -> None:
+def same_start(module: torch.nn.Module, broadcast_from: int | None, process_group: Any,
+               what: str) -> None:
+    """Makes every process's parameters and buffers rank ``broadcast_from``'s (or checks
+    that they are equal, for None)."""
+    import torch.distributed as dist
+
+    named = [*module.named_parameters(), *module.named_buffers()]
+    if broadcast_from is None:
+        _check_equal(named, process_group, dist.get_world_size(process_group), what)
+        return
+    src = broadcast_from if process_group is None else \
+        dist.get_global_rank(process_group, broadcast_from)
+    group = register_group(process_group)
+    step = f"{what}'s broadcast of the parameters"
+    with torch.no_grad():
+        works = [communicate(step, group, lambda t=t: dist.broadcast(
+            t.detach(), src, group=process_group, async_op=True)) for _, t in named]
+        for w in works:
+            communicate(step, group, w.wait)
+
+
+def _check_equal(named: list[tuple[str, torch.Tensor]], group: Any, world: int,
+                 what: str) -> None:
     """Raises naming the first tensor whose values differ between processes."""
     import torch.distributed as dist
 
@@ -115,9 +125,9 @@ def _check_equal(named: list[tuple[str, torch.Tensor]], group: Any, world: int) 
     flat = torch.cat([t.detach().reshape(-1).to(torch.float64, copy=True) for _, t in named])
     hi, lo = flat.clone(), flat
     name = register_group(group)
-    communicate("ddp's check of the parameters", name,
+    communicate(f"{what}'s check of the parameters", name,
                 lambda: dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group))
-    communicate("ddp's check of the parameters", name,
+    communicate(f"{what}'s check of the parameters", name,
                 lambda: dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=group))
     if torch.equal(hi, lo):
         return
@@ -126,7 +136,7 @@ def _check_equal(named: list[tuple[str, torch.Tensor]], group: Any, world: int) 
         n = t.numel()
         if not torch.equal(hi[offset:offset + n], lo[offset:offset + n]):
             raise ValueError(
-                f"thunder_ir.distributed.ddp(broadcast_from=None): {name!r} differs across "
+                f"thunder_ir.distributed.{what}(broadcast_from=None): {name!r} differs across "
                 f"the {world} processes; seed every process alike, or pass "
                 "broadcast_from=0 to start all from rank 0's values")
         offset += n
@@ -167,7 +177,7 @@ def average_gradients(model: torch.nn.Module, cfg: DDPConfig) -> None:
     """Averages the parameters' ``.grad`` across the processes (bucketed, in place)."""
     from thunder_ir.dialects.dist import process_group
 
-    dist = _require_group("no_sync", None)
+    dist = require_group("no_sync", None)
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     group = process_group(cfg.group)
     buckets: list[list[torch.Tensor]] = []
@@ -191,4 +201,7 @@ def average_gradients(model: torch.nn.Module, cfg: DDPConfig) -> None:
                 offset += g.numel()
 
 
-__all__ = ["DDPConfig", "average_gradients", "config_of", "ddp", "no_sync"]
+from thunder_ir.distributed.fsdp import FSDPType, fsdp, sharded_state_dict  # noqa: E402
+
+__all__ = ["DDPConfig", "FSDPType", "average_gradients", "config_of", "ddp", "fsdp",
+           "no_sync", "require_group", "same_start", "sharded_state_dict"]

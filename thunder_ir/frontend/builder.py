@@ -18,13 +18,17 @@ import torch
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.dist import PendingType
 from thunder_ir.dialects.types import TensorType, is_complex, is_float
 from thunder_ir.frontend.proxy import TensorProxy
 
 
 def differentiable(v: SSAValue) -> bool:
-    """A value that can carry a gradient: a floating-point or complex tensor."""
+    """A value that can carry a gradient: a floating-point or complex tensor (or a started
+    collective of one, ``!dist.pending``)."""
     t = v.type
+    if isinstance(t, PendingType):
+        t = t.tensor
     return isinstance(t, TensorType) and (is_float(t.dtype) or is_complex(t.dtype))
 
 

@@ -219,9 +219,15 @@ def _global_state_kept() -> Iterator[None]:
 def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
                   module: torch.nn.Module | None = None,
                   state: dict[str, torch.Tensor] | None = None,
-                  method: Callable[..., Any] | None = None) -> TracedProgram:
+                  method: Callable[..., Any] | None = None,
+                  unshard: Callable[[TraceContext, str, TensorProxy], TensorProxy] | None
+                  = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
-    ``method``, a function of its class, on it) into IR."""
+    ``method``, a function of its class, on it) into IR.
+
+    ``unshard(ctx, name, proxy)``: what the module's code sees of the state entry ``name``
+    whose program input is ``proxy`` (a sharded parameter: its full value, gathered in the
+    trace; `thunder_ir.distributed.fsdp`)."""
     ctx = TraceContext()
     rec = Recorder(ctx)
     names = arg_names(types.MethodType(method, module) if method is not None and module
@@ -256,7 +262,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), StateEntry(k))
         if id(v) in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
             p._is_param = True  # type: ignore[attr-defined]
-        proxies[id(v)] = p
+        proxies[id(v)] = p if unshard is None else unshard(ctx, k, p)
     call: Callable[..., Any] = fn
     if module is not None:
         root, ctx.reads.originals = _shadow_modules(module, proxies, rec)
