@@ -32,13 +32,21 @@ from xdsl.passes import ModulePass
 from thunder_ir.dialects import dist, prims
 from thunder_ir.dialects.program import program_functions
 
+LAYOUT_OPS = frozenset({"prims.slice", "prims.reshape", "ltorch.reshape", "ltorch.split",
+                        "ltorch.getitem"})
+"""Single-operand ops that only lay a waited buffer out as the values used (a bucket's
+reshape and split, a padding's slice): they move with their wait."""
+
+
+def _lays_out(op: Operation) -> bool:
+    return op.name in LAYOUT_OPS and len(op.operands) == 1
+
 
 def _sinks(op: Operation, sinking: set[Operation]) -> bool:
-    """A wait, or a reshape/slice of a value a sinking op makes."""
+    """A wait, or a layout op of a value a sinking op makes."""
     if isinstance(op, dist.WaitOp):
         return True
-    return (isinstance(op, prims.SliceOp | prims.ReshapeOp)
-            and op.operands[0].owner in sinking)
+    return _lays_out(op) and op.operands[0].owner in sinking
 
 
 def sink_waits(block: Block) -> int:
@@ -75,7 +83,7 @@ def _consumer(wait: Operation) -> Operation | None:
         for r in op.results:
             for use in r.uses:
                 user = use.operation
-                if isinstance(user, prims.SliceOp | prims.ReshapeOp):
+                if _lays_out(user):
                     todo.append(user)
                 else:
                     found.append(user)
@@ -174,4 +182,5 @@ class ScheduleCollectivesPass(ModulePass):
             prefetch_gathers(block)
 
 
-__all__ = ["ScheduleCollectivesPass", "hoist_starts", "prefetch_gathers", "sink_waits"]
+__all__ = ["LAYOUT_OPS", "ScheduleCollectivesPass", "hoist_starts", "prefetch_gathers",
+           "sink_waits"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from thunder_ir.dialects import dist, prims
@@ -29,6 +29,7 @@ from thunder_ir.dialects.autograd import BackwardLayoutAttr
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import BACKWARD, FORWARD, program_functions
 from thunder_ir.dialects.types import TensorType
+from thunder_ir.passes.collectives import LAYOUT_OPS
 
 
 def _functions(module: ModuleOp) -> dict[str, func.FuncOp]:
@@ -81,52 +82,56 @@ class FSDPGradScalePass(ModulePass):
             scale_gradients(bwd, tuple(self.params), self.world)
 
 
-def _gathered(v: SSAValue, fwd: Block) -> tuple[BlockArgument, list[Operation]] | None:
-    """Whether ``v`` is a forward input gathered (``wait(all_gather(shard))``, possibly
-    sliced): the shard and the ops from the gather to ``v``, in order."""
+def _gathered(v: SSAValue) -> tuple[SSAValue, list[Operation]] | None:
+    """Whether ``v`` is a gathered parameter (``wait(all_gather(x))``, laid out by
+    `LAYOUT_OPS`): ``x`` and the ops from the gather to ``v``, in order."""
     chain: list[Operation] = []
     op = v.owner
-    if isinstance(op, prims.SliceOp):
+    while isinstance(op, Operation) and not isinstance(op, dist.WaitOp):
+        if op.name not in LAYOUT_OPS or len(op.operands) != 1:
+            return None
         chain.append(op)
         op = op.operands[0].owner
     if not isinstance(op, dist.WaitOp):
         return None
-    chain.append(op)
     start = op.operands[0].owner
     if not isinstance(start, dist.AllGatherOp):
         return None
-    shard = start.operands[0]
-    if not isinstance(shard, BlockArgument) or shard.block is not fwd:
-        return None
-    chain.append(start)
-    return shard, chain[::-1]
+    return start.operands[0], [start, op, *reversed(chain)]
 
 
 def regather_in_backward(fwd: func.FuncOp, bwd: func.FuncOp) -> int:
-    """ZERO3: each residual that is a gathered parameter becomes its shard, gathered again
-    at the top of ``@backward``; returns how many."""
+    """ZERO3: each residual that is a gathered parameter becomes what was gathered (the
+    shard, or a bucket's flat shards), gathered again at the top of ``@backward`` (once
+    per gathered buffer); returns how many residuals changed."""
     lay = _layout(bwd, "fsdp-zero3")
     ret = fwd.body.block.last_op
     assert isinstance(ret, func.ReturnOp)
     n_out = lay.n_outputs
     block = bwd.body.block
+    regathered: dict[SSAValue, dict[SSAValue, SSAValue]] = {}  # forward buffer -> mapping
+    anchor = block.first_op  # the gathers go before the backward's own ops, in order
+    assert anchor is not None
     n = 0
     for k in range(n_out, len(ret.operands)):
-        found = _gathered(ret.operands[k], fwd.body.block)
+        value = ret.operands[k]
+        found = _gathered(value)
         if found is None:
             continue
-        shard, chain = found
-        ret.operands[k] = shard
+        source, chain = found
+        ret.operands[k] = source
         old = block.args[k - n_out]  # @backward takes the residuals first, in order
-        new = block.insert_arg(shard.type, old.index)
-        anchor = block.first_op
-        assert anchor is not None
-        value: SSAValue = new
-        for op in chain:  # the same gather, on the backward's own input
-            copy = op.clone(value_mapper={op.operands[0]: value})
+        new = block.insert_arg(source.type, old.index)
+        vm = regathered.get(source)
+        if vm is None:
+            vm = regathered[source] = {source: new}
+        for op in chain:  # the same gather and layout, on the backward's own input
+            if op.results[0] in vm:
+                continue
+            copy = op.clone(value_mapper=dict(vm))
             block.insert_op_before(copy, anchor)
-            value = copy.results[0]
-        old.replace_all_uses_with(value)
+            vm.update(zip(op.results, copy.results))
+        old.replace_all_uses_with(vm[value])
         block.erase_arg(old)
         n += 1
     if n:

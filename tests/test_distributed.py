@@ -24,7 +24,13 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import thunder_ir
-from thunder_ir.distributed import FSDPType, ddp, fsdp, sharded_state_dict
+from thunder_ir.distributed import (
+    FSDPBucketingStrategy,
+    FSDPType,
+    ddp,
+    fsdp,
+    sharded_state_dict,
+)
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")
@@ -49,6 +55,14 @@ def _llama(vocab_size: int = 64) -> nn.Module:
 
     return LlamaGPT(Config(n_layer=2, n_embd=32, n_head=4, n_query_groups=2,
                            intermediate_size=64, vocab_size=vocab_size, block_size=16))
+
+
+def _gpt2() -> nn.Module:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from models import GPT2, Config
+
+    return GPT2(Config(n_layer=2, n_embd=32, n_head=4, n_query_groups=4, vocab_size=64,
+                       block_size=16, bias=True))
 
 
 def _checkpointed_llama() -> nn.Module:
@@ -98,6 +112,7 @@ CASES: dict[str, tuple[Callable[[], nn.Module], Callable[..., torch.Tensor]]] = 
     "hf_llama": (_hf_llama, _hf_loss),
     "checkpointed": (_checkpointed_llama, _llama_loss),
     "llama_odd": (lambda: _llama(vocab_size=67), _llama_loss),
+    "gpt2": (_gpt2, lambda model, x, y: model(x, y.contiguous())[1]),  # biases, tied weights
 }
 
 JIT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -126,7 +141,10 @@ def _init(rank: int, port: int) -> None:
 def _wrap(model: nn.Module, mode: str) -> nn.Module:
     if mode.startswith("zero"):
         strategy = FSDPType.ZERO3 if mode.startswith("zero3") else FSDPType.ZERO2
-        return fsdp(model, sharding_strategy=strategy)
+        bucketing = (FSDPBucketingStrategy.BLOCK if "block" in mode else
+                     FSDPBucketingStrategy.LAYER if "layer" in mode else
+                     FSDPBucketingStrategy.NONE)
+        return fsdp(model, sharding_strategy=strategy, bucketing_strategy=bucketing)
     return ddp(model, bucket_size_in_mb=0.01)
 
 
@@ -245,7 +263,8 @@ def test_ddp_trains_as_one_process_on_the_whole_batch(case: str, mode: str,
 
 @pytest.mark.parametrize(("case", "mode"), [
     ("llama", "zero2"), ("llama", "zero3"), ("llama_odd", "zero3_checkpoint"),
-    ("hf_llama", "zero3"), ("llama", "zero3_accum"), ("llama", "zero2_inductor")])
+    ("hf_llama", "zero3"), ("llama", "zero3_accum"), ("llama", "zero2_inductor"),
+    ("llama_odd", "zero3_block"), ("gpt2", "zero2_layer")])
 def test_fsdp_trains_as_one_process_on_the_whole_batch(case: str, mode: str,
                                                        tmp_path: Path) -> None:
     """Parameters sharded along dim 0 (padded: ``llama_odd``'s vocabulary is odd), the
@@ -271,6 +290,8 @@ def test_fsdp_trains_as_one_process_on_the_whole_batch(case: str, mode: str,
     gathers = [i for i, ln in enumerate(fwd) if "dist.all_gather(" in ln]
     waits = [i for i, ln in enumerate(fwd) if "dist.wait(" in ln]
     assert len(gathers) > 2 and len(waits) == len(gathers)
+    if "block" in mode or "layer" in mode:  # fewer, larger all-gathers
+        assert len(gathers) < len(got["shard_shapes"])
     assert gathers[1] < waits[0]  # the next layer's gather starts before the first wait
     uses = [i for i, ln in enumerate(fwd) if " = torch." in ln or " = ltorch." in ln]
     assert uses[0] < waits[-1]  # and the last wait comes after computing has begun

@@ -159,6 +159,11 @@ def no_sync(model: torch.nn.Module) -> Iterator[None]:
     target = _module(model)
     cfg = getattr(target, DDP_ATTR, None)
     if not isinstance(cfg, DDPConfig):
+        if hasattr(target, "_thunder_fsdp"):
+            raise ValueError(
+                f"no_sync: {type(target).__name__} is sharded (fsdp), whose backwards "
+                "reduce-scatter every gradient (each process keeps only its shard's); "
+                "accumulating over micro-batches needs no no_sync: call backward on each")
         raise ValueError(f"no_sync: {type(target).__name__} is not data-parallel; wrap it "
                          "with thunder_ir.distributed.ddp(model) first")
     before = getattr(target, SYNC_ATTR, True)
@@ -201,7 +206,13 @@ def average_gradients(model: torch.nn.Module, cfg: DDPConfig) -> None:
                 offset += g.numel()
 
 
-from thunder_ir.distributed.fsdp import FSDPType, fsdp, sharded_state_dict  # noqa: E402
+from thunder_ir.distributed.fsdp import (  # noqa: E402
+    FSDPBucketingStrategy,
+    FSDPType,
+    fsdp,
+    sharded_state_dict,
+)
 
-__all__ = ["DDPConfig", "FSDPType", "average_gradients", "config_of", "ddp", "fsdp",
-           "no_sync", "require_group", "same_start", "sharded_state_dict"]
+__all__ = ["DDPConfig", "FSDPBucketingStrategy", "FSDPType", "average_gradients",
+           "config_of", "ddp", "fsdp", "no_sync", "require_group", "same_start",
+           "sharded_state_dict"]

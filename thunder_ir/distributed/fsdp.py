@@ -38,6 +38,18 @@ FSDP_ATTR = "_thunder_fsdp"
 """The attribute of the user's module holding its `FSDPConfig`."""
 
 
+class FSDPBucketingStrategy(enum.Enum):
+    """How many parameters one all-gather carries (the reference's names)."""
+
+    NONE = "none"
+    """One all-gather per parameter."""
+    LAYER = "layer"
+    """One per module that holds parameters of its own (a linear layer's weight and bias)."""
+    BLOCK = "block"
+    """One per block: each module of the model's largest ``nn.ModuleList`` (a transformer
+    block) and, apart, each other module that holds parameters."""
+
+
 class FSDPType(enum.Enum):
     """What the backward has of the gathered parameters (the reference's names)."""
 
@@ -65,6 +77,9 @@ class FSDPConfig:
     rank: int
     strategy: FSDPType
     shards: Mapping[str, Shard] = field(default_factory=dict)
+    buckets: tuple[tuple[str, ...], ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    """Every name of a sharded parameter (tied weights have several) -> its shard's."""
 
 
 def _module(model: torch.nn.Module) -> torch.nn.Module:
@@ -73,12 +88,15 @@ def _module(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def fsdp(model: torch.nn.Module, *, sharding_strategy: FSDPType = FSDPType.ZERO2,
+         bucketing_strategy: FSDPBucketingStrategy = FSDPBucketingStrategy.NONE,
          broadcast_from: int | None = 0, process_group: Any = None) -> torch.nn.Module:
     """Shards ``model``'s parameters over ``process_group`` (default: the whole world).
 
     Args:
         model: the module; create its optimizer afterwards (it then holds the shards).
         sharding_strategy: `FSDPType.ZERO2` or `FSDPType.ZERO3`.
+        bucketing_strategy: how many parameters one all-gather carries
+            (`FSDPBucketingStrategy`): fewer, larger collectives for the same bytes.
         broadcast_from: the rank whose parameters and buffers every process starts from;
             None: they must already be equal (checked).
         process_group: a ``torch.distributed`` process group; None: the default group.
@@ -111,7 +129,11 @@ def fsdp(model: torch.nn.Module, *, sharding_strategy: FSDPType = FSDPType.ZERO2
                 full = torch.cat([full, full.new_zeros((rows * world - p.shape[0],
                                                         *p.shape[1:]))])
             p.data = full[rank * rows:(rank + 1) * rows].clone()
-    cfg = FSDPConfig(register_group(process_group), world, rank, sharding_strategy, shards)
+    first = {id(p): n for n, p in target.named_parameters()}
+    aliases = {n: first[id(p)] for n, p in target.named_parameters(remove_duplicate=False)
+               if first[id(p)] in shards}
+    cfg = FSDPConfig(register_group(process_group), world, rank, sharding_strategy, shards,
+                     _buckets(target, shards, bucketing_strategy), aliases)
     setattr(target, FSDP_ATTR, cfg)
     target._register_state_dict_hook(_full_state_dict_hook)
     target._register_load_state_dict_pre_hook(_shard_on_load_hook, with_module=True)
@@ -124,25 +146,82 @@ def config_of(model: torch.nn.Module) -> FSDPConfig | None:
     return cfg if isinstance(cfg, FSDPConfig) else None
 
 
-def unshard_in_trace(cfg: FSDPConfig) -> Callable[[Any, str, Any], Any]:
-    """What tracing reads a sharded parameter as: ``unshard(ctx, name, shard_proxy)``
-    emits the all-gather of the shard, its wait and the slice that drops the padding,
-    and returns the full parameter's proxy (the shard's own for a parameter not sharded)."""
-    from thunder_ir.dialects import dist, prims
+def _buckets(model: torch.nn.Module, shards: Mapping[str, Shard],
+             strategy: FSDPBucketingStrategy) -> tuple[tuple[str, ...], ...]:
+    """The sharded parameters' names grouped into all-gathers, in module order; one dtype
+    and device per group."""
+    names = list(shards)
+    if strategy is FSDPBucketingStrategy.NONE:
+        return tuple((n,) for n in names)
+    owner = {n: n.rpartition(".")[0] for n in names}  # the module holding each parameter
+    if strategy is FSDPBucketingStrategy.BLOCK:
+        lists = [(prefix, m) for prefix, m in model.named_modules()
+                 if isinstance(m, torch.nn.ModuleList)]
+        if lists:
+            prefix, biggest = max(lists, key=lambda pm: sum(1 for _ in pm[1].parameters()))
+            blocks = [f"{prefix}.{i}" if prefix else str(i) for i in range(len(biggest))]
+            for n in names:
+                block = next((b for b in blocks if n.startswith(b + ".")), None)
+                if block is not None:
+                    owner[n] = block
+    params = dict(model.named_parameters())
+    out: list[list[str]] = []
+    key: tuple[Any, ...] | None = None
+    for n in names:
+        k = (owner[n], params[n].dtype, params[n].device)
+        if k != key:
+            out.append([])
+            key = k
+        out[-1].append(n)
+    return tuple(tuple(b) for b in out)
+
+
+def unshard_in_trace(cfg: FSDPConfig) -> Callable[[Any, dict[str, Any]], dict[str, Any]]:
+    """What tracing reads the sharded parameters as: ``unshard(ctx, inputs)`` emits, per
+    bucket, the all-gather of its shards (one shard, or their rows flattened and joined),
+    its wait, and the ops that lay the gathered buffer out as each full parameter (the
+    bucket's split and reshapes, the padding's slice); it returns the full parameters'
+    proxies by name."""
+    from thunder_ir.dialects import dist, ltorch, prims
     from thunder_ir.frontend.proxy import TensorProxy
 
-    def unshard(ctx: Any, name: str, proxy: Any) -> Any:
-        shard = cfg.shards.get(name)
-        if shard is None:
-            return proxy
-        pending = ctx.emit(dist.AllGatherOp, proxy._value, group=cfg.group, world=cfg.world)
-        full = ctx.emit(dist.WaitOp, pending)
+    def full_parameter(ctx: Any, name: str, gathered: Any) -> Any:
+        shard = cfg.shards[name]
         if shard.rows * cfg.world != shard.shape[0]:
             rank = len(shard.shape)
-            full = ctx.emit(prims.SliceOp, full, start_indices=(0,) * rank,
-                            end_indices=shard.shape, strides=(1,) * rank)
-        out = TensorProxy(full)
+            gathered = ctx.emit(prims.SliceOp, gathered, start_indices=(0,) * rank,
+                                end_indices=shard.shape, strides=(1,) * rank)
+        out = TensorProxy(gathered)
         out._is_param = True  # type: ignore[attr-defined]
+        return out
+
+    def gather(ctx: Any, value: Any) -> Any:
+        pending = ctx.emit(dist.AllGatherOp, value, group=cfg.group, world=cfg.world)
+        return ctx.emit(dist.WaitOp, pending)
+
+    def unshard(ctx: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for bucket in cfg.buckets:
+            names = [n for n in bucket if n in inputs]
+            if len(names) == 1:
+                n = names[0]
+                out[n] = full_parameter(ctx, n, gather(ctx, inputs[n]._value))
+                continue
+            if not names:
+                continue
+            sizes = [inputs[n]._value.type.numel() for n in names]
+            flat = [ctx.emit(ltorch.OPS["reshape"], inputs[n]._value, shape=(size,))
+                    for n, size in zip(names, sizes)]
+            joined = ctx.emit(ltorch.OPS["cat"], flat, dim=0)
+            grid = ctx.emit(ltorch.OPS["reshape"], gather(ctx, joined),
+                            shape=(cfg.world, sum(sizes)))
+            pieces = ctx.emit(ltorch.OPS["split"], grid, split_size_or_sections=tuple(sizes),
+                              dim=1)
+            for n, piece in zip(names, pieces):
+                shard = cfg.shards[n]
+                rows = ctx.emit(ltorch.OPS["reshape"], piece,
+                                shape=(shard.rows * cfg.world, *shard.shape[1:]))
+                out[n] = full_parameter(ctx, n, rows)
         return out
 
     return unshard
@@ -167,10 +246,13 @@ def _full_state_dict_hook(module: torch.nn.Module, state_dict: dict[str, Any], p
     cfg = config_of(module)
     if cfg is None or getattr(module, "_thunder_fsdp_sharded_dict", False):
         return state_dict
-    for name in cfg.shards:
-        key = prefix + name
+    gathered: dict[str, torch.Tensor] = {}
+    for alias, name in cfg.aliases.items():  # tied weights: gathered once
+        key = prefix + alias
         if key in state_dict:
-            state_dict[key] = _gather_full(cfg, name, state_dict[key])
+            if name not in gathered:
+                gathered[name] = _gather_full(cfg, name, state_dict[key])
+            state_dict[key] = gathered[name]
     return state_dict
 
 
@@ -179,8 +261,9 @@ def _shard_on_load_hook(module: torch.nn.Module, state_dict: dict[str, Any], pre
     cfg = config_of(module)
     if cfg is None:
         return
-    for name, info in cfg.shards.items():
-        key = prefix + name
+    for alias, name in cfg.aliases.items():
+        info = cfg.shards[name]
+        key = prefix + alias
         value = state_dict.get(key)
         if value is None or tuple(value.shape) != info.shape:
             continue  # absent, or a shard already
@@ -201,5 +284,5 @@ def sharded_state_dict(model: torch.nn.Module) -> dict[str, Any]:
         del target._thunder_fsdp_sharded_dict
 
 
-__all__ = ["FSDPConfig", "FSDPType", "Shard", "config_of", "fsdp", "sharded_state_dict",
-           "unshard_in_trace"]
+__all__ = ["FSDPBucketingStrategy", "FSDPConfig", "FSDPType", "Shard", "config_of", "fsdp",
+           "sharded_state_dict", "unshard_in_trace"]

@@ -220,14 +220,14 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   module: torch.nn.Module | None = None,
                   state: dict[str, torch.Tensor] | None = None,
                   method: Callable[..., Any] | None = None,
-                  unshard: Callable[[TraceContext, str, TensorProxy], TensorProxy] | None
-                  = None) -> TracedProgram:
+                  unshard: Callable[[TraceContext, dict[str, TensorProxy]],
+                                    dict[str, TensorProxy]] | None = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR.
 
-    ``unshard(ctx, name, proxy)``: what the module's code sees of the state entry ``name``
-    whose program input is ``proxy`` (a sharded parameter: its full value, gathered in the
-    trace; `thunder_ir.distributed.fsdp`)."""
+    ``unshard(ctx, inputs)``: what the module's code sees of the state entries whose
+    program inputs are ``inputs`` (by name), where it is not the input itself (a sharded
+    parameter: its full value, gathered in the trace; `thunder_ir.distributed.fsdp`)."""
     ctx = TraceContext()
     rec = Recorder(ctx)
     names = arg_names(types.MethodType(method, module) if method is not None and module
@@ -258,11 +258,15 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
     params = {id(v) for v in module.parameters()} if module is not None else set()
     proxies: dict[int, TensorProxy] = {}
+    by_name: dict[str, TensorProxy] = {}
     for k, v in (state or {}).items():
         p = ctx.tensor_input(v, "t_" + k.replace(".", "_"), StateEntry(k))
         if id(v) in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
             p._is_param = True  # type: ignore[attr-defined]
-        proxies[id(v)] = p if unshard is None else unshard(ctx, k, p)
+        proxies[id(v)] = by_name[k] = p
+    if unshard is not None and state:
+        for k, full in unshard(ctx, by_name).items():
+            proxies[id(state[k])] = full
     call: Callable[..., Any] = fn
     if module is not None:
         root, ctx.reads.originals = _shadow_modules(module, proxies, rec)
