@@ -264,7 +264,7 @@ def test_ddp_trains_as_one_process_on_the_whole_batch(case: str, mode: str,
 @pytest.mark.parametrize(("case", "mode"), [
     ("llama", "zero2"), ("llama", "zero3"), ("llama_odd", "zero3_checkpoint"),
     ("hf_llama", "zero3"), ("llama", "zero3_accum"), ("llama", "zero2_inductor"),
-    ("llama_odd", "zero3_block"), ("gpt2", "zero2_layer")])
+    ("llama_odd", "zero3_block"), ("gpt2", "zero2_layer"), ("checkpointed", "zero3")])
 def test_fsdp_trains_as_one_process_on_the_whole_batch(case: str, mode: str,
                                                        tmp_path: Path) -> None:
     """Parameters sharded along dim 0 (padded: ``llama_odd``'s vocabulary is odd), the

@@ -266,7 +266,10 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         proxies[id(v)] = by_name[k] = p
     if unshard is not None and state:
         for k, full in unshard(ctx, by_name).items():
-            proxies[id(state[k])] = full
+            # the module's code reads it through the shadow module, and code that holds
+            # the real parameter (a closure over the module) reads it as lifted: both see
+            # the full value
+            proxies[id(state[k])] = ctx.build.consts[id(state[k])] = full
     call: Callable[..., Any] = fn
     if module is not None:
         root, ctx.reads.originals = _shadow_modules(module, proxies, rec)
