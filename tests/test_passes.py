@@ -105,9 +105,10 @@ def test_unknown_pass_lists_the_available_ones() -> None:
         registry.get_pass("cs")
     msg = str(e.value)
     assert "unknown pass 'cs'" in msg and "Did you mean 'cse'" in msg
-    assert ("autodiff, canonicalize, claim, cse, dce, decompose-for-grad, decompose-ltorch, "
-            "del-last-used, fuse, lower-claimed, lower-to-torch, remat-split, "
-            "restride-outputs, strip-autograd") in msg
+    assert ("autodiff, canonicalize, claim, cse, dce, ddp-allreduce, decompose-for-grad, "
+            "decompose-ltorch, del-last-used, fsdp-grad-scale, fsdp-zero3, fuse, "
+            "lower-claimed, lower-to-torch, remat-split, restride-outputs, "
+            "schedule-collectives, strip-autograd") in msg
 
 
 def test_register_pass_by_call() -> None:

@@ -20,6 +20,10 @@ if (not _os.path.isdir(_os.path.join(_HERE, "dialects"))
 
 from typing import TYPE_CHECKING  # noqa: E402
 
+# Every pass is registered by name on import (the lowering's as factories; no torch yet),
+# so the pass registry lists them all.
+from thunder_ir.lowering import pass_names as _pass_names  # noqa: E402, F401
+
 # The public names load on first use (PEP 562), so that a tool that needs none of them
 # (``thunder-ir-opt --help``) does not pay for importing torch. The first use of any of
 # them composes the package as a plain import once did (`_compose`): the API, extend and
