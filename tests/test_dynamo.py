@@ -26,6 +26,7 @@ from torch import nn
 
 import thunder_ir
 from thunder_ir.dynamo import (
+    InductorPartition,
     SplitReasonType,
     ThunderCompiler,
     report,
@@ -106,7 +107,7 @@ def test_seed_example_splits_around_the_fallback_op() -> None:
     assert len(info.submodule_to_compiled_functions) == 3
     assert len(info.thunder_compiled_fns) == 2
     printed = str(info.split_graph_module)
-    for part in ("(thunder_0): ThunderModule", "(inductor_1): OptimizedModule",
+    for part in ("(thunder_0): ThunderModule", "(inductor_1): InductorPartition",
                  "(thunder_2): ThunderModule", "self.thunder_0(", "self.inductor_1(",
                  "self.thunder_2("):
         assert part in printed, part
@@ -162,8 +163,33 @@ def test_options_reach_thunder_and_inductor_partitions() -> None:
     tm = info.thunder_compiled_fns[0]
     assert tm._compiled.remat_policy.name == "save-all"
     inductor = info.split_graph_module.inductor_1
-    assert isinstance(inductor, torch._dynamo.eval_frame.OptimizedModule)
+    assert isinstance(inductor, InductorPartition)
     assert backend.torch_inductor_options == {"epilogue_fusion": False}
+    assert inductor.options == {"epilogue_fusion": False}
+
+
+def test_inductor_partitions_are_compiled_by_inductor() -> None:
+    """An unsupported partition runs Inductor's compiled code (its counters move; one
+    compiled callable per input signature), with eager's values and gradients. A
+    ``torch.compile``d partition called inside Dynamo's frame would run eagerly."""
+    from torch._dynamo.utils import counters
+
+    backend = ThunderCompiler()
+    f = torch.compile(lambda t: torch.sinc(t.sin()).cos(), backend=backend)
+    counters.clear()
+    x = torch.randn(8, requires_grad=True)
+    out = f(x)
+    out.sum().backward()
+    xe = x.detach().clone().requires_grad_()
+    expected = torch.sinc(xe.sin()).cos()
+    expected.sum().backward()
+    _close(out, expected)
+    _close(x.grad, xe.grad)
+    assert sum(counters["inductor"].values()) > 0
+    inductor = backend.subgraph_infos[0].split_graph_module.inductor_1
+    assert len(inductor.compiled) == 1
+    with torch.no_grad():  # another grad mode: Inductor compiles that one too
+        _close(f(x), expected.detach())
 
 
 # ---- the project's models

@@ -11,6 +11,7 @@ from torch._dynamo import list_backends as _list_backends
 from torch._dynamo import register_backend as _register_backend
 
 from thunder_ir.dynamo.compiler import (
+    InductorPartition,
     SubgraphInfo,
     ThunderCompiler,
     ThunderFXCompiledObject,
@@ -23,5 +24,5 @@ from thunder_ir.dynamo.splitter import SplitReason, SplitReasonType
 if "thunder_ir" not in _list_backends(exclude_tags=()):
     _register_backend(thunder_backend, name="thunder_ir")
 
-__all__ = ["SplitReason", "SplitReasonType", "SubgraphInfo", "ThunderCompiler",
-           "ThunderFXCompiledObject", "report", "thunderfx"]
+__all__ = ["InductorPartition", "SplitReason", "SplitReasonType", "SubgraphInfo",
+           "ThunderCompiler", "ThunderFXCompiledObject", "report", "thunderfx"]

@@ -4,7 +4,8 @@ Dynamo hands the backend one FX graph per region between graph breaks. Each grap
 (`thunder_ir.dynamo.splitter`): what thunder_ir runs natively becomes a `ThunderModule`
 (``thunder_ir.jit`` of the partition's ``GraphModule``, traced by running its generated
 Python under thunder_ir's proxies); the rest is compiled by Inductor. The backend returns
-the split module, whose forward calls the partitions in order.
+the split module, whose forward calls the partitions in order. An Inductor partition is an
+`InductorPartition`, which Inductor compiles on its first call.
 
 Dynamo guards the graph's inputs (shapes, strides, dtypes, devices, requires_grad, grad
 mode, the Python state it read), so a partition whose inputs are all tensors runs its
@@ -53,6 +54,40 @@ class _DynamoCompiled(CompiledCallable):
 
 def _thunder_module(gm: GraphModule, options: dict[str, Any]) -> ThunderModule:
     return build(gm, _DynamoCompiled, **options)  # type: ignore[no-any-return]
+
+
+class InductorPartition(torch.nn.Module):
+    """A partition thunder_ir does not run, compiled by Inductor itself
+    (``torch._inductor.compile``: AOTAutograd and Inductor's code generation) on its
+    first call with each input signature (shapes, strides, dtypes, devices,
+    ``requires_grad``, the Python values, grad mode).
+
+    Why not ``torch.compile(partition)``: the backend's split module runs inside the frame
+    Dynamo compiled, where Dynamo does not compile again, so a ``torch.compile``d
+    partition ran as a plain ``GraphModule``, eagerly.
+
+    Attributes:
+        graph_module: the partition.
+        compiled: each input signature's compiled callable.
+    """
+
+    def __init__(self, graph_module: GraphModule, options: dict[str, Any]) -> None:
+        super().__init__()
+        self.graph_module = graph_module
+        self.options = dict(options)
+        self.compiled: dict[Any, Callable[..., Any]] = {}
+
+    def forward(self, *args: Any) -> Any:
+        key = (torch.is_grad_enabled(), *(
+            (a.shape, a.stride(), a.dtype, a.device, a.requires_grad)
+            if isinstance(a, torch.Tensor) else a for a in args))
+        fn = self.compiled.get(key)
+        if fn is None:
+            from torch._inductor import compile as inductor_compile
+
+            fn = self.compiled[key] = inductor_compile(
+                self.graph_module, list(args), options=self.options or None)
+        return fn(*args)
 
 
 @dataclasses.dataclass
@@ -109,8 +144,7 @@ class ThunderCompiler:
                 fn = _thunder_module(sub, self.thunder_options)
                 thunder_fns.append(fn)  # type: ignore[arg-type]
             else:
-                fn = torch.compile(sub, backend="inductor",  # type: ignore[assignment]
-                                   options=self.torch_inductor_options or None)
+                fn = InductorPartition(sub, self.torch_inductor_options)
             compiled[sub] = fn
             setattr(split_gm, name, fn)
         self.subgraph_infos.append(SubgraphInfo(
@@ -190,5 +224,5 @@ def thunder_backend(gm: GraphModule, example_inputs: Sequence[Any],
     return ThunderCompiler(**(options or {}))(gm, example_inputs)
 
 
-__all__ = ["SubgraphInfo", "ThunderCompiler", "ThunderFXCompiledObject", "thunder_backend",
-           "thunderfx"]
+__all__ = ["InductorPartition", "SubgraphInfo", "ThunderCompiler", "ThunderFXCompiledObject",
+           "thunder_backend", "thunderfx"]
