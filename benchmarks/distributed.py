@@ -67,7 +67,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from harness import llama_config, pin_malloc  # noqa: E402
+from harness import cpu_busy_s, llama_config, pin_malloc  # noqa: E402
 
 WORLD = 2
 VOCAB = 4096
@@ -143,16 +143,6 @@ class WaitTimer:
                 self.s += time.perf_counter() - t
 
         Pending.wait = wait  # type: ignore[method-assign]
-
-
-def cpu_busy_s() -> float | None:
-    """CPU seconds all processes of the machine have spent busy since boot (Linux)."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
 
 
 # --------------------------------------------------------------------------- the variants
@@ -318,25 +308,18 @@ def worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
             buckets[name] = counters[name].sizes
 
         # Interleaved rounds.
-        order = list(steps)
-        rounds: dict[str, list[float]] = {n: [] for n in order}
-        phases: dict[str, list[tuple[float, float, float]]] = {n: [] for n in order}
+        phases: dict[str, list[tuple[float, float, float]]] = {n: [] for n in steps}
         waits: list[float] = []
+
+        def each(name: str, result: Any, seconds: float) -> None:
+            phases[name].append(result[1:])
+            if name == OURS:
+                waits.append(waited.s)  # ours' dist.waits blocked this long in the step
+            waited.s = 0.0
+
         busy0, own0, t0 = cpu_busy_s(), time.process_time(), time.perf_counter()
-        for r in range(a.rounds):
-            for k in range(len(order)):
-                name = order[(r + k) % len(order)]
-                dist.barrier()
-                times = []
-                for _ in range(a.steps):
-                    waited.s = 0.0
-                    t = time.perf_counter()
-                    _, f, b, o = steps[name]()
-                    times.append(time.perf_counter() - t)
-                    phases[name].append((f, b, o))
-                    if name == OURS:
-                        waits.append(waited.s)
-                rounds[name].append(statistics.median(times))
+        waited.s = 0.0
+        rounds = interleaved(steps, a.rounds, a.steps, dist.barrier, each)
         busy1, own1, t1 = cpu_busy_s(), time.process_time(), time.perf_counter()
         own = torch.tensor([own1 - own0])  # both processes' CPU time
         dist.all_reduce(own)
@@ -508,6 +491,30 @@ def count_sharded(counter: Counter) -> None:
         setattr(dist, name, wrapped)
 
 
+def interleaved(steps: dict[str, Callable[[], Any]], n_rounds: int, n_steps: int,
+                barrier: Callable[[], Any],
+                each: Callable[[str, Any, float], None] | None = None
+                ) -> dict[str, list[float]]:
+    """Median seconds of ``n_steps`` steps per variant and round, the variants' order
+    rotating each round and every process meeting at ``barrier`` before each variant;
+    ``each(name, result, seconds)`` sees every step."""
+    order = list(steps)
+    rounds: dict[str, list[float]] = {n: [] for n in order}
+    for r in range(n_rounds):
+        for k in range(len(order)):
+            name = order[(r + k) % len(order)]
+            barrier()
+            times = []
+            for _ in range(n_steps):
+                t = time.perf_counter()
+                result = steps[name]()
+                times.append(time.perf_counter() - t)
+                if each is not None:
+                    each(name, result, times[-1])
+            rounds[name].append(statistics.median(times))
+    return rounds
+
+
 def fsdp_worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
     import torch
     import torch.distributed as dist
@@ -584,18 +591,7 @@ def fsdp_worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
             steps[name]()
             shared.on = False
             counters[name].sizes = list(shared.sizes)
-        order = list(steps)
-        rounds: dict[str, list[float]] = {n: [] for n in order}
-        for r in range(a.rounds):
-            for k in range(len(order)):
-                name = order[(r + k) % len(order)]
-                dist.barrier()
-                times = []
-                for _ in range(a.steps):
-                    t = time.perf_counter()
-                    steps[name]()
-                    times.append(time.perf_counter() - t)
-                rounds[name].append(statistics.median(times))
+        rounds = interleaved(steps, a.rounds, a.steps, dist.barrier)
         if rank == 0:
             with open(out, "w") as f:
                 json.dump({"step_ms": {n: statistics.median(v) * 1e3

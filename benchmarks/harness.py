@@ -49,7 +49,7 @@ def pin_malloc() -> bool:
 # --------------------------------------------------------------------------- interleaved timing
 
 
-def _cpu_busy_s() -> float | None:
+def cpu_busy_s() -> float | None:
     """CPU seconds all processes have spent busy since boot (Linux), or None."""
     try:
         with open("/proc/stat") as f:
@@ -107,7 +107,7 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], device: str, second
         calls[name] = max(3, min(10_000, round(seconds / rounds / batch / max(per_call, 1e-7))))
     samples: dict[str, list[float]] = {n: [] for n in names}
     faults = dict.fromkeys(names, 0)
-    busy0, own0, t0 = _cpu_busy_s(), time.process_time(), time.perf_counter()
+    busy0, own0, t0 = cpu_busy_s(), time.process_time(), time.perf_counter()
     for r in range(rounds):
         for k in range(len(names)):
             name = names[(r + k) % len(names)]
@@ -115,7 +115,7 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], device: str, second
             samples[name].append(statistics.median(call_ms(variants[name], calls[name],
                                                            batches[name])))
             faults[name] += page_faults() - f0
-    busy1, own1, t1 = _cpu_busy_s(), time.process_time(), time.perf_counter()
+    busy1, own1, t1 = cpu_busy_s(), time.process_time(), time.perf_counter()
     others = None
     if busy0 is not None and busy1 is not None:
         others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
