@@ -49,7 +49,8 @@ def python_callee(cls: type[ThunderOp]) -> str:
     path = _CALLEES.get(cls)
     if path is None:
         fn = cls.python_call()
-        path = torch_callee(fn) if fn is getattr(cls, "TORCH_FN", None) else \
+        torch_fn = getattr(cls, "TORCH_FN", None)
+        path = torch_callee(fn) if torch_fn is not None and fn is torch_fn else \
             namespace.register(wrapper_name(cls), fn)
         _CALLEES[cls] = path
     return path
