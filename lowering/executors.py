@@ -4,8 +4,8 @@ An executor is one of two kinds (or both):
 
 * an **operator executor** claims whole ops (``can_claim``): the torch executor claims ltorch
   ops it runs with one torch call; an extension's executor claims the ops it registered or
-  implements. A claimed op is marked ``claimed = "<executor name>"`` and lowered by its
-  executor's ``lower`` (default: the torch executor's lowering to ``torch.call``).
+  implements. A claimed op is marked ``fusion.claimed = #fusion.executor<"<name>">`` and
+  lowered by its executor's ``lower`` (default: the torch executor's lowering to ``torch.call``).
 * a **fusion executor** groups fusible prims (``can_fuse``) into ``fusion.region`` ops and
   compiles each region into one callable (``compile_region``): Triton kernels, nvFuser
   FusionDefinitions, torch.compile (Inductor) functions.

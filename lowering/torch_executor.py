@@ -1,6 +1,6 @@
 """The torch executor: it claims ltorch ops it runs directly and lowers ops to torch calls.
 
-* Claiming (the ``claim`` pass, `thunder_ir.passes.claim`) marks (``claimed = "torch"``)
+* Claiming (the ``claim`` pass, `thunder_ir.passes.claim`) marks (``#fusion.executor<"torch">``)
   the ltorch ops this executor implements with one torch call, so ``decompose-ltorch``
   leaves them whole. Without fusion, one eager kernel (``F.softmax``) beats the five prims
   it decomposes into, so by default the torch executor claims every ltorch op it has a

@@ -1,10 +1,10 @@
 """``claim``: executors, in priority order, claim the ltorch ops they run whole.
 
 Claiming is *claim or flatten* (STYLE.md): the first executor whose ``can_claim`` accepts
-an ltorch op marks it ``claimed = "<executor name>"`` (so ``decompose-ltorch`` leaves it
-whole); an op nobody claims is decomposed into prims afterwards. An executor may also
-replace what it claims (``expand``, an execution transform); the new ops are claimed in
-turn.
+an ltorch op marks it ``fusion.claimed = #fusion.executor<"<name>">`` (so
+``decompose-ltorch`` leaves it whole); an op nobody claims is decomposed into prims
+afterwards. An executor may also replace what it claims (``expand``, an execution
+transform); the new ops are claimed in turn.
 
 The pass sees executors through that interface only (``name``, ``can_claim``,
 ``expand``). Names given in a pass spec (``claim{executors=torch}``) are resolved through
