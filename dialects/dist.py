@@ -169,9 +169,13 @@ class CollectiveOp(ThunderOp):
         return PendingType(cls.result_tensor(input, **params))
 
 
-def _owned(x: torch.Tensor, donated: bool | None) -> torch.Tensor:
-    """The buffer an in-place collective may write: ``x`` itself when donated."""
-    return x if donated else x.clone(memory_format=torch.contiguous_format)
+def _in_place(what: str, input: torch.Tensor, donated: bool | None, group: str,
+              start: Callable[[torch.Tensor, Any], Any]) -> Pending:
+    """Starts a collective that writes its buffer in place (``start(buffer, group)``): on
+    ``input`` itself when donated, else on a copy."""
+    buf = input if donated else input.clone(memory_format=torch.contiguous_format)
+    work = communicate(what, group, lambda: start(buf, process_group(group)))
+    return Pending(work, buf, what, group)
 
 
 @irdl_op_definition
@@ -188,10 +192,8 @@ class AllReduceOp(CollectiveOp):
             donated: bool | None = False) -> Pending:
         import torch.distributed as dist
 
-        buf = _owned(input, donated)
-        work = communicate(cls.name, group, lambda: dist.all_reduce(
-            buf, op=_reduce_op(reduce), group=process_group(group), async_op=True))
-        return Pending(work, buf, cls.name, group)
+        return _in_place(cls.name, input, donated, group, lambda buf, pg: dist.all_reduce(
+            buf, op=_reduce_op(reduce), group=pg, async_op=True))
 
 
 @irdl_op_definition
@@ -265,10 +267,8 @@ class BroadcastOp(CollectiveOp):
             donated: bool | None = False) -> Pending:
         import torch.distributed as dist
 
-        buf = _owned(input, donated)
-        work = communicate(cls.name, group, lambda: dist.broadcast(
-            buf, src, group=process_group(group), async_op=True))
-        return Pending(work, buf, cls.name, group)
+        return _in_place(cls.name, input, donated, group, lambda buf, pg: dist.broadcast(
+            buf, src, group=pg, async_op=True))
 
 
 @irdl_op_definition

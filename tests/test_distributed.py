@@ -148,6 +148,16 @@ def _wrap(model: nn.Module, mode: str) -> nn.Module:
     return ddp(model, bucket_size_in_mb=0.01)
 
 
+def _step(loss: torch.Tensor, opt: torch.optim.Optimizer) -> float:
+    """Backward and an SGD step; the loss averaged over the processes (the whole batch's)."""
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    t = loss.detach().clone()
+    dist.all_reduce(t)
+    return float(t) / WORLD
+
+
 def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
     _init(rank, port)
     try:
@@ -172,12 +182,7 @@ def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
                 loss = loss_fn(jm, xs[1:], ys[1:])
             else:
                 loss = loss_fn(jm, xs, ys)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            t = loss.detach().clone()
-            dist.all_reduce(t)
-            losses.append(float(t) / WORLD)
+            losses.append(_step(loss, opt))
         result: dict[str, Any] = {"losses": losses,
                                   "params": {k: v.detach().clone()
                                              for k, v in jm.state_dict().items()}}
@@ -380,12 +385,7 @@ def _fx_worker(rank: int, port: int, out: str) -> None:
         for step in range(STEPS):
             x, y = _llama_batch(step)
             loss = _llama_loss(compiled, x.chunk(WORLD)[rank], y.chunk(WORLD)[rank])
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            t = loss.detach().clone()
-            dist.all_reduce(t)
-            losses.append(float(t) / WORLD)
+            losses.append(_step(loss, opt))
         if rank == 0:
             torch.save({"losses": losses,
                         "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
