@@ -350,6 +350,7 @@ def worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
             }
             with open(out, "w") as f:
                 json.dump(result, f)
+        dist.barrier()  # tear gloo down together: one side closing first can abort the other
     finally:
         dist.destroy_process_group()
 
@@ -599,6 +600,7 @@ def fsdp_worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
                            "first_s": first, "loss_diff": float(diff), "losses": losses,
                            "bytes": {n: sum(c.sizes) for n, c in counters.items()},
                            "calls": {n: len(c.sizes) for n, c in counters.items()}}, f)
+        dist.barrier()  # tear gloo down together: one side closing first can abort the other
     finally:
         dist.destroy_process_group()
 

@@ -204,6 +204,7 @@ def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
         result["shard_shapes"] = [tuple(p.shape) for p in jm.parameters()]
         if rank == 0:
             torch.save(result, out)
+        dist.barrier()  # tear gloo down together: one side closing first can abort the other
     finally:
         dist.destroy_process_group()
 
@@ -325,6 +326,7 @@ def _differ_worker(rank: int, port: int, out: str) -> None:
             ddp(model, broadcast_from=None)
         except ValueError as e:
             Path(f"{out}.{rank}").write_text(str(e))
+        dist.barrier()  # tear gloo down together: one side closing first can abort the other
     finally:
         dist.destroy_process_group()
 
@@ -392,6 +394,7 @@ def _fx_worker(rank: int, port: int, out: str) -> None:
                         "graphs": len(backend.subgraph_infos),
                         "thunder": sum(len(s.thunder_compiled_fns)
                                        for s in backend.subgraph_infos)}, out)
+        dist.barrier()  # tear gloo down together: one side closing first can abort the other
     finally:
         dist.destroy_process_group()
 
