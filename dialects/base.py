@@ -70,6 +70,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from thunder_ir.dialects.symbols import SymExprAttr, SymText, same_types, sym_text, sym_value
 from thunder_ir.dialects.types import DTYPE_BY_ELEMENT, dtype_info, pretty_type
 
 
@@ -86,12 +87,13 @@ class SliceAttr(ParametrizedAttribute):
 
     name = "prims.slice"
 
-    start: IntAttr | NoneAttr
-    stop: IntAttr | NoneAttr
-    step: IntAttr | NoneAttr
+    start: IntAttr | NoneAttr | SymExprAttr
+    stop: IntAttr | NoneAttr | SymExprAttr
+    step: IntAttr | NoneAttr | SymExprAttr
 
     def print_parameters(self, printer: Printer) -> None:
-        parts = ("none" if isinstance(p, NoneAttr) else str(p.data)
+        parts = ("none" if isinstance(p, NoneAttr) else f'"{p.text}"'
+                 if isinstance(p, SymExprAttr) else str(p.data)
                  for p in (self.start, self.stop, self.step))
         printer.print_string(f"<{', '.join(parts)}>")
 
@@ -100,6 +102,9 @@ class SliceAttr(ParametrizedAttribute):
         def one() -> Attribute:
             if parser.parse_optional_keyword("none") is not None:
                 return NoneAttr()
+            text = parser.parse_optional_str_literal()
+            if text is not None:  # a symbolic bound
+                return SymExprAttr(StringAttr(text))
             return IntAttr(parser.parse_integer())
 
         with parser.in_angle_brackets():
@@ -166,9 +171,10 @@ class OperandRef(int):
 
 
 BASE_ATTRIBUTES: tuple[type[Attribute], ...] = (SliceAttr, EllipsisAttr, OperandRefAttr,
-                                                TorchConstantAttr)
+                                                SymExprAttr, TorchConstantAttr)
 
 _INT_ARRAYS: dict[tuple[int, ...], Attribute] = {}
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, SymText)
 _TRUE = IntegerAttr(1, i1)
 _FALSE = IntegerAttr(0, i1)
 _NONE = NoneAttr()
@@ -183,6 +189,9 @@ def to_attr(value: Any) -> Attribute:
         return _FALSE
     if isinstance(value, OperandRef):
         return OperandRefAttr(IntAttr(int(value)))
+    if isinstance(value, _SYMBOLIC):  # a symbolic size: its text, or the constant it is
+        text = sym_text(value)
+        return SymExprAttr(StringAttr(text)) if isinstance(text, str) else to_attr(text)
     if isinstance(value, int):
         if not -(2**63) <= value < 2**63:
             raise TypeError(f"integer {value} does not fit a static argument (int64)")
@@ -206,7 +215,7 @@ def to_attr(value: Any) -> Attribute:
     if isinstance(value, dict):
         return DictionaryAttr({str(k): to_attr(v) for k, v in value.items()})
     if isinstance(value, slice):
-        return SliceAttr(*(_NONE if v is None else IntAttr(_index(v)) for v in _slice_parts(value)))
+        return SliceAttr(*(_NONE if v is None else _bound(v) for v in _slice_parts(value)))
     if isinstance(value, EllipsisType):
         return _ELLIPSIS
     if isinstance(value, torch.device):
@@ -218,6 +227,16 @@ def to_attr(value: Any) -> Attribute:
 
 def _slice_parts(s: slice) -> tuple[Any, Any, Any]:
     return (s.start, s.stop, s.step)
+
+
+def _bound(v: Any) -> Attribute:
+    """A slice bound: an int, or a symbolic size's text (``x[:, :n]``)."""
+    if isinstance(v, _SYMBOLIC):
+        text = sym_text(v)
+        if isinstance(text, str):
+            return SymExprAttr(StringAttr(text))
+        v = text
+    return IntAttr(_index(v))
 
 
 def _index(v: Any) -> int:
@@ -247,13 +266,16 @@ def from_attr(attr: Attribute) -> Any:
     if cls is BytesAttr:  # non-ASCII strings parse back as bytes
         return attr.data.decode("utf-8")  # type: ignore[attr-defined]
     if cls is SliceAttr:
-        return slice(*(None if isinstance(p, NoneAttr) else p.data for p in attr.parameters))  # type: ignore[attr-defined]
+        return slice(*(None if isinstance(p, NoneAttr) else sym_value(p.text)
+                       if isinstance(p, SymExprAttr) else p.data for p in attr.parameters))  # type: ignore[attr-defined]
     if cls is EllipsisAttr:
         return ...
     if cls is OperandRefAttr:
         return OperandRef(attr.index.data)  # type: ignore[attr-defined]
     if cls is IntAttr:
         return attr.data  # type: ignore[attr-defined]
+    if cls is SymExprAttr:
+        return sym_value(attr.text)  # type: ignore[attr-defined]
     if cls is TorchConstantAttr:
         return getattr(torch, attr.constant.data)  # type: ignore[attr-defined]
     info = DTYPE_BY_ELEMENT.get(attr)
@@ -382,7 +404,7 @@ class ThunderOp(IRDLOperation):
             raise VerifyException(str(e)) from e
         expected_list = expected if isinstance(expected, list) else [expected]
         got = [r.type for r in self.results]
-        if got != expected_list:
+        if got != expected_list and not same_types(got, expected_list):
             raise VerifyException(
                 f"{self.name}: result types ({', '.join(pretty_type(t) for t in got)}) do not "
                 f"match the shape rule's ({', '.join(pretty_type(t) for t in expected_list)})"

@@ -51,6 +51,7 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 
 from thunder_ir.dialects import traits as T
+from thunder_ir.dialects.symbols import SYMBOL_NAME
 
 # --------------------------------------------------------------------------- the type
 
@@ -299,6 +300,54 @@ class KeyOp(GuardOp):
         return ["the key"]
 
 
+# --------------------------------------------------------------------------- symbolic sizes
+
+
+@irdl_op_definition
+class SymbolOp(GuardOp):
+    """`%s0 = "guard.symbol"(%a0) <{symbol = "s0", path = ".shape[1]"}>`: the value a
+    symbolic program's symbol has in this call, read from the leaf it comes from (``path``:
+    the attribute and item steps into an argument object, then ``.shape[d]``; empty for
+    an ``int`` leaf). Ops of ``@shape_guard`` (`thunder_ir.runtime.dynamic`)."""
+
+    name = "guard.symbol"
+
+    arg = operand_def(ValueType)
+    symbol = prop_def(StringAttr)
+    path = prop_def(StringAttr)
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return [f"{operands[0]}{self.path.data}"]
+
+    def labels(self) -> list[str]:
+        return [f"the size {self.symbol.data}"]
+
+
+@irdl_op_definition
+class ShapeChecksOp(GuardOp):
+    """`%ok = "guard.shape_checks"(%s0, %s1) <{symbols = ["s0", "s1"],
+    checks = ["s0 >= 2", "s1 <= 64"]}>`: whether this call's sizes pass every guard a
+    symbolic program was traced under (each check Python text over the symbols, which
+    stand for the operands' values)."""
+
+    name = "guard.shape_checks"
+
+    values = var_operand_def(ValueType)
+    symbols = prop_def(ArrayAttr[StringAttr])
+    checks = prop_def(ArrayAttr[StringAttr])
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        names = dict(zip((a.data for a in self.symbols.data), operands, strict=True))
+        exprs = [SYMBOL_NAME.sub(lambda m: names.get(m.group(0), m.group(0)), c.data)
+                 for c in self.checks.data]
+        return ["(" + " and ".join(f"({e})" for e in exprs) + ")" if exprs else "True"]
+
+    def labels(self) -> list[str]:
+        return ["the sizes pass the program's shape guards"]
+
+
 def tokens_attr(tokens: Sequence[int]) -> DenseArrayBase:
     """The ``tokens`` property of `TokensOp`."""
     return DenseArrayBase.from_list(i64, list(tokens))
@@ -310,8 +359,10 @@ def names_attr(names: Sequence[str]) -> ArrayAttr[StringAttr]:
 
 
 Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, StateMetaOp, GradModeOp,
-                          DefaultDtypeOp, AutocastOp, TokensOp, KeyOp], [ValueType])
+                          DefaultDtypeOp, AutocastOp, TokensOp, KeyOp, SymbolOp,
+                          ShapeChecksOp], [ValueType])
 
 __all__ = ["VALUE", "AliasesOp", "AutocastOp", "DefaultDtypeOp", "GradModeOp", "Guard",
-           "GuardOp", "KeyOp", "LeafMetaOp", "StateMetaOp", "TensorMetaOp", "TokensOp",
+           "GuardOp", "KeyOp", "LeafMetaOp", "ShapeChecksOp", "StateMetaOp", "SymbolOp",
+           "TensorMetaOp", "TokensOp",
            "ValueType", "names_attr", "tokens_attr"]

@@ -20,6 +20,7 @@ import torch
 from xdsl.ir import Attribute
 from xdsl.irdl import irdl_op_definition
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.torch import meta_value, type_of_meta
 from thunder_ir.dialects.types import NumberType, TensorType, pretty_type
@@ -80,9 +81,11 @@ class LtorchOp(ThunderOp):
             cls, _freeze(operand_types), _freeze(sorted(params.items())),
             torch.get_default_dtype())
         try:
-            hit = _INFER_CACHE.get(key)
+            hit = _INFER_CACHE.get(key) if symbols.current() is None else None
         except TypeError:  # unhashable param: skip the cache
             key, hit = None, None
+        if symbols.current() is not None:  # a symbolic run records guards: never cached
+            key = None
         if hit is not None:
             return hit
         flat = [t for g in operand_types for t in (g if isinstance(g, list) else [g])
@@ -94,7 +97,8 @@ class LtorchOp(ThunderOp):
                  (None if g is None else meta_value(g)) for g in operand_types]
         meta_params = {k: ("meta" if k == "device" else v) for k, v in params.items()}
         try:
-            out = cls.ref(*metas, **meta_params)
+            with symbols.stand_in_mode():
+                out = cls.ref(*metas, **meta_params)
         except (RuntimeError, ValueError, TypeError, IndexError, AssertionError) as e:
             # (torch's meta functions check their inputs with asserts too)
             shapes = ", ".join(pretty_type(t) for t in flat)

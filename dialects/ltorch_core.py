@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
-from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, StringAttr
+from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, StringAttr
 from xdsl.ir import Attribute
 from xdsl.irdl import (
     operand_def,
@@ -40,6 +40,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
+from thunder_ir.dialects.prims_base import Int, IntArray, Number
 from thunder_ir.dialects.torch import substitute
 from thunder_ir.dialects.traits import (
     COPY,
@@ -56,8 +57,6 @@ from thunder_ir.dialects.traits import (
 from thunder_ir.dialects.types import NumberType, TensorType
 
 AnyValue = TensorType | NumberType
-Number = IntegerAttr | FloatAttr
-IntArray = DenseArrayBase
 Dims = DenseArrayBase | IntegerAttr  # an int or a tuple of ints
 DType = Attribute  # an element type (f32, bf16, i64, i1…); see `types.DTYPE_BY_ELEMENT`
 
@@ -481,7 +480,7 @@ class RoundOp(UnaryOp):
 
     name = "ltorch.round"
 
-    decimals = opt_prop_def(IntegerAttr)
+    decimals = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "decimals")
     DEFAULTS: ClassVar[dict[str, Any]] = {"decimals": 0}
 
@@ -622,6 +621,7 @@ class ReductionFamily(CoreOp):
 
     @classmethod
     def ref(cls, input: Any, **params: Any) -> Any:
+        params = {"dim": None, **params} if cls.DIM_NONE and "keepdim" in params else params
         return cls.TORCH_FN(input, **{k: v for k, v in params.items()
                                       if v is not None or (k == "dim" and cls.DIM_NONE)})
 
@@ -651,7 +651,7 @@ class SumOp(ReductionOp):
     name = "ltorch.sum"
 
     dim = opt_prop_def(Dims)
-    keepdim = opt_prop_def(IntegerAttr)
+    keepdim = opt_prop_def(Int)
     dtype = opt_prop_def(DType)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "keepdim", "dtype")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False, "dtype": None}
@@ -664,7 +664,7 @@ class MeanOp(ReductionOp):
     name = "ltorch.mean"
 
     dim = opt_prop_def(Dims)
-    keepdim = opt_prop_def(IntegerAttr)
+    keepdim = opt_prop_def(Int)
     dtype = opt_prop_def(DType)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "keepdim", "dtype")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False, "dtype": None}
@@ -679,7 +679,7 @@ class VarOp(ReductionOp):
 
     dim = opt_prop_def(Dims)
     correction = opt_prop_def(Number)
-    keepdim = opt_prop_def(IntegerAttr)
+    keepdim = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "correction", "keepdim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "correction": 1, "keepdim": False}
 
@@ -691,7 +691,7 @@ class AmaxOp(ReductionOp):
     name = "ltorch.amax"
 
     dim = opt_prop_def(Dims)
-    keepdim = opt_prop_def(IntegerAttr)
+    keepdim = opt_prop_def(Int)
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": (), "keepdim": False}
 
 
@@ -702,7 +702,7 @@ class AminOp(ReductionOp):
     name = "ltorch.amin"
 
     dim = opt_prop_def(Dims)
-    keepdim = opt_prop_def(IntegerAttr)
+    keepdim = opt_prop_def(Int)
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": (), "keepdim": False}
 
 
@@ -712,8 +712,8 @@ class ProdOp(ReductionOp):
 
     name = "ltorch.prod"
 
-    dim = opt_prop_def(IntegerAttr)
-    keepdim = opt_prop_def(IntegerAttr)
+    dim = opt_prop_def(Int)
+    keepdim = opt_prop_def(Int)
     dtype = opt_prop_def(DType)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "keepdim", "dtype")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False, "dtype": None}
@@ -735,8 +735,8 @@ class ArgmaxOp(ArgReductionOp):
 
     name = "ltorch.argmax"
 
-    dim = opt_prop_def(IntegerAttr)
-    keepdim = opt_prop_def(IntegerAttr)
+    dim = opt_prop_def(Int)
+    keepdim = opt_prop_def(Int)
 
 
 @ltorch_op(torch.argmin)
@@ -745,8 +745,8 @@ class ArgminOp(ArgReductionOp):
 
     name = "ltorch.argmin"
 
-    dim = opt_prop_def(IntegerAttr)
-    keepdim = opt_prop_def(IntegerAttr)
+    dim = opt_prop_def(Int)
+    keepdim = opt_prop_def(Int)
 
 
 @ltorch_op(torch.max)
@@ -773,8 +773,8 @@ class ReductionWithIndicesOp(CoreOp):
     """``%values, %indices = ltorch.<op> %input {dim, keepdim}``: ``torch.max(x, dim)``."""
 
     input = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
-    keepdim = opt_prop_def(IntegerAttr)
+    dim = prop_def(Int)
+    keepdim = opt_prop_def(Int)
     values = result_def(TensorType)
     indices = result_def(TensorType)
     traits = traits_def(Pure(), Reduction(indices=True))
@@ -808,10 +808,10 @@ class TopkOp(CoreOp):
     name = "ltorch.topk"
 
     input = operand_def(TensorType)
-    k = prop_def(IntegerAttr)
-    dim = opt_prop_def(IntegerAttr)
-    largest = opt_prop_def(IntegerAttr)
-    sorted = opt_prop_def(IntegerAttr)
+    k = prop_def(Int)
+    dim = opt_prop_def(Int)
+    largest = opt_prop_def(Int)
+    sorted = opt_prop_def(Int)
     values = result_def(TensorType)
     indices = result_def(TensorType)
     traits = traits_def(Pure(), Reduction(indices=True))
@@ -886,8 +886,8 @@ class TransposeOp(ShapeOp):
     name = "ltorch.transpose"
     traits = traits_def(ViewLike(RESTRIDE))
 
-    dim0 = prop_def(IntegerAttr)
-    dim1 = prop_def(IntegerAttr)
+    dim0 = prop_def(Int)
+    dim1 = prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim0", "dim1")
 
 
@@ -923,8 +923,8 @@ class FlattenOp(ShapeOp):
     name = "ltorch.flatten"
     traits = traits_def(ViewLike(RESHAPE))
 
-    start_dim = opt_prop_def(IntegerAttr)
-    end_dim = opt_prop_def(IntegerAttr)
+    start_dim = opt_prop_def(Int)
+    end_dim = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "start_dim", "end_dim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"start_dim": 0, "end_dim": -1}
 
@@ -936,7 +936,7 @@ class UnsqueezeOp(ShapeOp):
     name = "ltorch.unsqueeze"
     traits = traits_def(ViewLike(VIEW))
 
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim")
 
 
@@ -970,7 +970,7 @@ class TriuOp(ShapeOp):
     name = "ltorch.triu"
     traits = traits_def(Elementwise())
 
-    diagonal = opt_prop_def(IntegerAttr)
+    diagonal = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "diagonal")
     DEFAULTS: ClassVar[dict[str, Any]] = {"diagonal": 0}
 
@@ -982,7 +982,7 @@ class TrilOp(ShapeOp):
     name = "ltorch.tril"
     traits = traits_def(Elementwise())
 
-    diagonal = opt_prop_def(IntegerAttr)
+    diagonal = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "diagonal")
     DEFAULTS: ClassVar[dict[str, Any]] = {"diagonal": 0}
 
@@ -1012,7 +1012,7 @@ class SplitOp(MultiResultOp):
 
     tensor = operand_def(TensorType)
     split_size_or_sections = prop_def(Dims)
-    dim = opt_prop_def(IntegerAttr)
+    dim = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("tensor", "split_size_or_sections", "dim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": 0}
 
@@ -1024,8 +1024,8 @@ class ChunkOp(MultiResultOp):
     name = "ltorch.chunk"
 
     input = operand_def(TensorType)
-    chunks = prop_def(IntegerAttr)
-    dim = opt_prop_def(IntegerAttr)
+    chunks = prop_def(Int)
+    dim = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "chunks", "dim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": 0}
 
@@ -1034,7 +1034,7 @@ class JoinOp(CoreOp):
     """``%y = ltorch.<op> %a, %b, … {dim}``: joins tensors (promoting their dtypes)."""
 
     tensors = var_operand_def(TensorType)
-    dim = opt_prop_def(IntegerAttr)
+    dim = opt_prop_def(Int)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Movement(many=True))
     SIGNATURE: ClassVar[tuple[str, ...]] = ("tensors", "dim")

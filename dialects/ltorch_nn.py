@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, StringAttr
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr
 from xdsl.ir import Attribute, Operation
 from xdsl.irdl import (
     AttrSizedOperandSegments,
@@ -43,10 +43,11 @@ from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
 from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
+from thunder_ir.dialects.symbols import INT_ARRAY, SymExprAttr
 from thunder_ir.dialects.traits import DeviceLayout, Elementwise, Library, Random, Reduction
 from thunder_ir.dialects.types import TensorType, tensor_type
 
-Number = IntegerAttr | FloatAttr
+Number = IntegerAttr | FloatAttr | SymExprAttr  # SymExprAttr: a symbolic size (x.shape[1])
 _aten = torch.ops.aten
 """(The backward kernels below call ATen overloads directly: ``torch.ops`` packets resolve
 their overload on every call, a few microseconds that a 2-ms training step notices.)"""
@@ -71,7 +72,7 @@ _K_NLL_LOSS_FORWARD = _kernel("nll_loss_forward")
 _K_SILU_BACKWARD = _kernel("silu_backward")
 _K_THRESHOLD_BACKWARD = _kernel("threshold_backward")
 Bool = IntegerAttr
-IntArray = DenseArrayBase
+IntArray = INT_ARRAY  # array<i64: ...>, or [...] with a symbolic size (#prims.sym)
 
 
 class NNOp(LtorchOp):
@@ -266,7 +267,7 @@ class ConvolutionOp(BoundCallOp):
     stride = prop_def(IntArray)
     padding = prop_def(IntArray)
     dilation = prop_def(IntArray)
-    groups = prop_def(IntegerAttr)
+    groups = prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     # The backend picks the result's memory format (channels-last for a channels-last
     # input or weight on the CPU).
@@ -405,7 +406,7 @@ class SoftmaxFamilyOp(NNOp):
     ``x`` to ``dtype`` when given."""
 
     input = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     dtype = opt_prop_def(Attribute)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Reduction())
@@ -656,7 +657,7 @@ class EmbeddingOp(NNOp):
 
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
-    padding_idx = opt_prop_def(IntegerAttr)
+    padding_idx = opt_prop_def(IntegerAttr | SymExprAttr)
     max_norm = opt_prop_def(Number)
     norm_type = opt_prop_def(Number)
     scale_grad_by_freq = opt_prop_def(Bool)
@@ -751,7 +752,7 @@ class CrossEntropyOp(NNOp):
     target = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
     size_average = opt_prop_def(Bool)
-    ignore_index = opt_prop_def(IntegerAttr)
+    ignore_index = opt_prop_def(IntegerAttr | SymExprAttr)
     reduce = opt_prop_def(Bool)
     reduction = opt_prop_def(StringAttr)
     label_smoothing = opt_prop_def(Number)
@@ -833,7 +834,7 @@ class SoftmaxBackwardFamilyOp(NNOp):
 
     grad_output = operand_def(TensorType)
     output = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     input_dtype = prop_def(Attribute)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Reduction())
@@ -927,7 +928,7 @@ class ConvolutionBackwardOp(NNOp):
     stride = prop_def(IntArray)
     padding = prop_def(IntArray)
     dilation = prop_def(IntArray)
-    groups = prop_def(IntegerAttr)
+    groups = prop_def(IntegerAttr | SymExprAttr)
     output_mask = prop_def(IntArray)
     outs = var_result_def(TensorType)
     traits = traits_def(Pure(), Library(), DeviceLayout())
@@ -1036,8 +1037,8 @@ class EmbeddingBackwardOp(NNOp):
 
     grad_output = operand_def(TensorType)
     indices = operand_def(TensorType)
-    num_weights = prop_def(IntegerAttr)
-    padding_idx = opt_prop_def(IntegerAttr)
+    num_weights = prop_def(IntegerAttr | SymExprAttr)
+    padding_idx = opt_prop_def(IntegerAttr | SymExprAttr)
     scale_grad_by_freq = opt_prop_def(Bool)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
@@ -1071,7 +1072,7 @@ class NllLossForwardOp(NNOp):
     target = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
     reduction = opt_prop_def(StringAttr)
-    ignore_index = opt_prop_def(IntegerAttr)
+    ignore_index = opt_prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     total_weight = result_def(TensorType)
     traits = traits_def(Pure(), Library())
@@ -1105,7 +1106,7 @@ class NllLossBackwardOp(NNOp):
     total_weight = operand_def(TensorType)
     weight = opt_operand_def(TensorType)
     reduction = opt_prop_def(StringAttr)
-    ignore_index = opt_prop_def(IntegerAttr)
+    ignore_index = opt_prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "target", "total_weight",

@@ -16,11 +16,13 @@ from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, FloatAttr, IntegerA
 from xdsl.irdl import irdl_op_definition
 
 from thunder_ir.dialects.base import ShapeError, ThunderOp
+from thunder_ir.dialects.symbols import INT_ARRAY, SymExprAttr
 from thunder_ir.dialects.types import NumberType, TensorType, tensor_type
 
 AnyValue = TensorType | NumberType
-IntArray = DenseArrayBase
-Number = IntegerAttr | FloatAttr
+IntArray = INT_ARRAY  # array<i64: ...>, or [...] with a symbolic size (#prims.sym)
+Number = IntegerAttr | FloatAttr | SymExprAttr  # SymExprAttr: a symbolic size (x.shape[1])
+Int = IntegerAttr | SymExprAttr  # an int param that may be a symbolic size
 PadConfig = ArrayAttr | DenseArrayBase  # () of a 0-d tensor is dense
 
 _T = TypeVar("_T", bound=type[ThunderOp])

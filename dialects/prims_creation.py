@@ -23,6 +23,7 @@ from thunder_ir.dialects.prims_base import (
     shape_err,
     tensor_operand,
 )
+from thunder_ir.dialects.symbols import SymExprAttr
 from thunder_ir.dialects.traits import Creation, NoDerivative, NumberConstant, Random
 from thunder_ir.dialects.types import NumberType, TensorType, is_float, number_type, tensor_type
 
@@ -51,7 +52,7 @@ class IotaOp(CreationOp):
 
     name = "prims.iota"
 
-    length = prop_def(IntegerAttr)
+    length = prop_def(IntegerAttr | SymExprAttr)
     start = prop_def(Number)
     step = prop_def(Number)
     device = prop_def(StringAttr)
@@ -178,12 +179,16 @@ class ConstantOp(ThunderOp):
 
     name = "prims.constant"
 
-    value = prop_def(Number)
+    value = prop_def(Number | SymExprAttr)
     out = result_def(NumberType)
     traits = traits_def(NoDerivative(), Pure(), Creation(), NumberConstant())
 
     @classmethod
     def infer(cls, *, value: Any) -> NumberType:
+        if type(value) is torch.SymInt:  # a symbolic size (``x.shape[1]``)
+            return number_type(int)
+        if type(value) is torch.SymFloat:
+            return number_type(float)
         if type(value) not in (bool, int, float):
             raise shape_err(cls.name, f"value must be a bool, int or float, got {value!r}")
         if type(value) is int and not -(2**63) <= value < 2**63:

@@ -20,6 +20,7 @@ from thunder_ir.dialects.prims_base import (
     shape_err,
     tensor_operand,
 )
+from thunder_ir.dialects.symbols import SymExprAttr
 from thunder_ir.dialects.traits import Library
 from thunder_ir.dialects.types import TensorType
 
@@ -41,7 +42,7 @@ class TakeOp(ThunderOp):
 
     x = operand_def(TensorType)
     index = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
 
@@ -69,7 +70,7 @@ class GatherOp(ThunderOp):
 
     x = operand_def(TensorType)
     index = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
 
@@ -97,7 +98,7 @@ class IndexAddOp(ThunderOp):
     x = operand_def(TensorType)
     index = operand_def(TensorType)
     source = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
 
@@ -131,7 +132,7 @@ class ScatterAddOp(ThunderOp):
     x = operand_def(TensorType)
     index = operand_def(TensorType)
     src = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
 

@@ -25,6 +25,7 @@ from thunder_ir.dialects.prims_base import (
     shape_err,
     tensor_operand,
 )
+from thunder_ir.dialects.symbols import SymExprAttr
 from thunder_ir.dialects.traits import Library, NoDerivative, Reduction
 from thunder_ir.dialects.types import TensorType, is_float, is_int
 
@@ -131,7 +132,7 @@ class ArgReductionOp(ThunderOp):
     """``%y = prims.<op> %x {dim}``: the int64 index of the extreme along ``dim``."""
 
     x = operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Reduction(indices=True))
     TORCH_FN: ClassVar[Callable[..., Any]]

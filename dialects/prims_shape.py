@@ -26,6 +26,7 @@ from thunder_ir.dialects.prims_base import (
     shape_err,
     tensor_operand,
 )
+from thunder_ir.dialects.symbols import SymExprAttr
 from thunder_ir.dialects.traits import RESHAPE, RESTRIDE, VIEW, Movement, ViewLike
 from thunder_ir.dialects.types import TensorType
 
@@ -233,7 +234,7 @@ class CatOp(ThunderOp):
     name = "prims.cat"
 
     tensors = var_operand_def(TensorType)
-    dim = prop_def(IntegerAttr)
+    dim = prop_def(IntegerAttr | SymExprAttr)
     out = result_def(TensorType)
     traits = traits_def(Pure(), Movement(many=True))
 

@@ -39,6 +39,7 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     DictionaryAttr,
     IntAttr,
+    IntegerAttr,
     NoneAttr,
     StringAttr,
     UnitAttr,
@@ -58,6 +59,7 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import EffectInstance, MemoryEffect
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
 from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import (
@@ -350,7 +352,8 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     op = CallOp.create(operands=list(operands), result_types=(), properties=props)
     if requires_grad is not None:  # run in the caller's grad mode (views under no_grad)
         metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
-    with _WriteSpy(metas) as spy, torch.device("meta") if factory else _NO_DEVICE:
+    with _WriteSpy(metas) as spy, torch.device("meta") if factory else _NO_DEVICE, \
+            symbols.stand_in_mode():
         out = op.run(metas)
     if isinstance(out, tuple | list):
         items, layout, kind = list(out), tuple(0 if o is None else 1 for o in out), type(out)
@@ -427,6 +430,9 @@ def _operands_without_gradient(metas: Sequence[Any], requires_grad: Sequence[boo
 def meta_value(t: Attribute) -> Any:
     """A stand-in value of a type for a meta run: a meta tensor or a sample number."""
     if isinstance(t, TensorType):
+        table = symbols.current()
+        if table is not None:  # a symbolic compilation: a fake tensor of its ShapeEnv
+            return table.meta(t.sizes, t.dtype)
         return torch.empty(t.sizes, dtype=t.dtype, device="meta")
     if isinstance(t, NumberType):
         return t.python_type(1)
@@ -463,12 +469,13 @@ class OutputStridesAttr(ParametrizedAttribute):
     @staticmethod
     def make(strides: Sequence[Sequence[int] | None]) -> OutputStridesAttr:
         return OutputStridesAttr(ArrayAttr([
-            NoneAttr() if s is None else ArrayAttr([IntAttr(int(x)) for x in s])
+            NoneAttr() if s is None else ArrayAttr([_stride_attr(x) for x in s])
             for s in strides]))
 
     def values(self) -> list[tuple[int, ...] | None]:
-        """The strides per output, as Python values."""
-        return [None if isinstance(a, NoneAttr) else tuple(x.data for x in a.data)  # type: ignore[attr-defined]
+        """The strides per output, as Python values (a symbolic one: `from_attr`'s)."""
+        return [None if isinstance(a, NoneAttr) else tuple(
+            x.data if isinstance(x, IntAttr) else from_attr(x) for x in a.data)  # type: ignore[attr-defined]
                 for a in self.strides.data]
 
     def print_parameters(self, printer: Printer) -> None:
@@ -487,6 +494,31 @@ class OutputStridesAttr(ParametrizedAttribute):
         with parser.in_angle_brackets():
             items = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, one)
         return (ArrayAttr(items),)
+
+
+def _stride_attr(x: Any) -> Attribute:
+    """A stride: an int, or a symbolic one's text (``#prims.sym``)."""
+    if type(x) is int:
+        return IntAttr(x)
+    a = to_attr(x)
+    return IntAttr(a.value.data) if isinstance(a, IntegerAttr) else a
+
+
+SYMBOL_ARGS = "torch.symbol_args"
+"""The forward function's attribute: a symbolic ``int`` argument's symbol -> the index of
+the function argument it is (`thunder_ir.dialects.symbols`): the generated code binds the
+symbol from it."""
+
+
+def set_symbol_args(fn: Operation, args: dict[str, int]) -> None:
+    """Records which of ``fn``'s arguments are symbolic ``int``s (see `SYMBOL_ARGS`)."""
+    fn.attributes[SYMBOL_ARGS] = DictionaryAttr({k: IntAttr(i) for k, i in args.items()})
+
+
+def symbol_args(fn: Operation) -> dict[str, int]:
+    """``fn``'s symbolic ``int`` arguments (symbol -> argument index)."""
+    a = fn.attributes.get(SYMBOL_ARGS)
+    return {k: v.data for k, v in a.data.items()} if isinstance(a, DictionaryAttr) else {}  # type: ignore[attr-defined]
 
 
 def set_output_strides(fn: Operation, strides: Sequence[Sequence[int] | None]) -> None:

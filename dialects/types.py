@@ -19,7 +19,7 @@ on hot paths (the shape as a tuple, the torch dtype) are cached the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from xdsl.dialects.builtin import (
@@ -43,6 +43,8 @@ from xdsl.irdl import irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+
+from thunder_ir.dialects.symbols import SymExprAttr, hint, sym_text, sym_value
 
 # --------------------------------------------------------------------------- dtypes
 
@@ -136,12 +138,13 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
     name = "prims.tensor"
 
-    shape: ArrayAttr[IntAttr]
+    shape: ArrayAttr[IntAttr | SymExprAttr]
     element_type: Attribute
     device: StringAttr
 
     def print_parameters(self, printer: Printer) -> None:
-        dims = "".join(f"{d.data}x" for d in self.shape.data)
+        dims = "".join(f"{d.data}x" if isinstance(d, IntAttr) else f"[{d.text}]x"
+                       for d in self.shape.data)
         printer.print_string(f"<{dims}")
         printer.print_attribute(self.element_type)
         printer.print_string(f", {self.device.data}>")
@@ -159,7 +162,7 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
     def verify(self) -> None:
         if self.element_type not in DTYPE_BY_ELEMENT:
             raise VerifyException(f"unsupported tensor element type {self.element_type}")
-        if any(d.data < 0 for d in self.shape.data):
+        if any(isinstance(d, IntAttr) and d.data < 0 for d in self.shape.data):
             raise VerifyException(f"negative dimension in tensor shape {self.sizes}")
         dev = self.device.data
         if not (dev in ("cpu", "meta") or (dev.startswith("cuda:") and dev[5:].isdigit())):
@@ -167,11 +170,30 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
     @property
     def sizes(self) -> tuple[int, ...]:
-        """The shape as a tuple of ints."""
+        """The shape as a tuple of ints; a symbolic size is a ``SymInt`` of the current
+        compilation (`thunder_ir.dialects.symbols`), or its text outside one."""
         try:
             return self.__dict__["_sizes"]  # type: ignore[no-any-return]
         except KeyError:
+            if self.symbolic:
+                return tuple(d.data if isinstance(d, IntAttr) else sym_value(d.text)
+                             for d in self.shape.data)
             return self._cache_info()[0]
+
+    @property
+    def symbolic(self) -> bool:
+        """True if a size is symbolic."""
+        try:
+            return self.__dict__["_symbolic"]  # type: ignore[no-any-return]
+        except KeyError:
+            sym = self.__dict__["_symbolic"] = any(
+                isinstance(d, SymExprAttr) for d in self.shape.data)
+            return sym
+
+    @property
+    def dims_text(self) -> tuple[int | str, ...]:
+        """The sizes as ints and symbolic expression text (no compilation needed)."""
+        return tuple(d.data if isinstance(d, IntAttr) else d.text for d in self.shape.data)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -183,6 +205,9 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
     def _cache_info(self) -> tuple[tuple[int, ...], torch.dtype]:
         # Stored on the (immutable) instance: a side-table lookup hashes the whole type.
+        if self.symbolic:  # sizes depend on the compilation: only the dtype is stored
+            dtype = self.__dict__["_dtype"] = DTYPE_BY_ELEMENT[self.element_type].torch_dtype
+            return self.sizes, dtype
         info = _INFO[self]
         self.__dict__["_sizes"], self.__dict__["_dtype"] = info
         return info
@@ -203,12 +228,20 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
         return n
 
     def nbytes(self) -> int:
-        """Bytes of a contiguous tensor of this type (shape x itemsize)."""
+        """Bytes of a contiguous tensor of this type (shape x itemsize); a symbolic size
+        counts as its value in the traced call (`thunder_ir.dialects.symbols.hint`), so
+        that cost models record no guards."""
+        if self.symbolic:
+            n = 1
+            for d in self.sizes:
+                n *= hint(d)
+            return n * self.dtype.itemsize
         return self.numel() * self.dtype.itemsize
 
     def pretty(self) -> str:
-        """As Python traces print it: ``cpu f32[8, 784]``."""
-        return f"{self.dev} {DTYPE_BY_TORCH[self.dtype].short}[{', '.join(map(str, self.sizes))}]"
+        """As Python traces print it: ``cpu f32[8, 784]`` (``cpu f32[s0, 784]``)."""
+        return (f"{self.dev} {DTYPE_BY_TORCH[self.dtype].short}"
+                f"[{', '.join(map(str, self.dims_text))}]")
 
 
 @irdl_attr_definition
@@ -279,9 +312,13 @@ NUMBER_TYPES: dict[type, NumberType] = {
 
 
 def tensor_type(shape: Sequence[int], dtype: torch.dtype, device: str = "cpu") -> TensorType:
-    """The (cached) tensor type of this shape, torch dtype and device."""
+    """The (cached) tensor type of this shape, torch dtype and device (a size may be a
+    ``SymInt`` of the current compilation: `thunder_ir.dialects.symbols`)."""
     key = (tuple(shape), dtype, device)
-    t = _TENSOR_TYPES.get(key)
+    try:
+        t = _TENSOR_TYPES.get(key)
+    except TypeError:  # a SymInt (unhashable): by its text
+        return _symbolic_tensor_type(key[0], dtype, device)
     if t is None:
         shape_t = key[0]
         if any(not isinstance(d, int) or d < 0 for d in shape_t):
@@ -293,6 +330,26 @@ def tensor_type(shape: Sequence[int], dtype: torch.dtype, device: str = "cpu") -
         )
         _TENSOR_TYPES[key] = t
         _INFO[t] = (shape_t, dtype)
+    return t
+
+
+def _symbolic_tensor_type(shape: tuple[Any, ...], dtype: torch.dtype, device: str
+                          ) -> TensorType:
+    dims = tuple(d if type(d) is int else sym_text(d) for d in shape)
+    if all(type(d) is int for d in dims):
+        return tensor_type(dims, dtype, device)  # type: ignore[arg-type]
+    key = (dims, dtype, device)
+    t = _TENSOR_TYPES.get(key)
+    if t is None:
+        if any(type(d) is int and d < 0 for d in dims):
+            raise ValueError(f"tensor shape must be non-negative, got {dims}")
+        t = TensorType(
+            ArrayAttr([IntAttr(d) if type(d) is int else SymExprAttr(StringAttr(str(d)))
+                       for d in dims]),
+            dtype_info(dtype).element_type,
+            StringAttr(device),
+        )
+        _TENSOR_TYPES[key] = t  # type: ignore[index]
     return t
 
 

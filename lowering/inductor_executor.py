@@ -232,10 +232,15 @@ class InductorExecutor(Executor):
         single = len(region.results) == 1
         variants: dict[tuple[Any, ...], Callable[..., Any]] = {}
         options = self.options
+        # A region of a symbolic program: one kernel for every size (Inductor's dynamic
+        # shapes), per contiguity of the inputs rather than per strides.
+        dynamic = any(isinstance(t, TensorType) and t.symbolic
+                      for t in (*(v.type for v in region.operands),
+                                *(r.type for r in region.results)))
 
         def compile_for(args: tuple[Any, ...]) -> Callable[..., Any]:
             try:
-                compiled = _inductor_compile(fn, args, single, options)
+                compiled = _inductor_compile(fn, args, single, options, dynamic)
             except Exception as e:  # make_fx or Inductor could not compile this region
                 warnings.warn(
                     f"{self.name}: compiling {name} failed, it runs eagerly "
@@ -247,7 +252,8 @@ class InductorExecutor(Executor):
             return compiled
 
         def kernel(*args: Any) -> Any:
-            sig = tuple([a.stride() if isinstance(a, torch.Tensor) else None for a in args])
+            sig = tuple([(a.is_contiguous() or a.stride()) if dynamic else a.stride()
+                         if isinstance(a, torch.Tensor) else None for a in args])
             impl = variants.get(sig)
             if impl is None:
                 impl = variants[sig] = compile_for(args)
@@ -259,14 +265,16 @@ class InductorExecutor(Executor):
 
 
 def _inductor_compile(
-    fn: Callable[..., Any], args: tuple[Any, ...], single: bool, options: dict[str, Any] | None
+    fn: Callable[..., Any], args: tuple[Any, ...], single: bool, options: dict[str, Any] | None,
+    dynamic: bool = False,
 ) -> Callable[..., Any]:
     """Traces ``fn`` at the ATen level on ``args`` and compiles it with Inductor.
 
     The graph is what AOTAutograd would hand Inductor for a pure function without grad:
     Inductor's decompositions applied, inputs as fake tensors of a static ``ShapeEnv``
-    (inside a ``TracingContext``, where the FX graph cache looks for it). The compiled
-    graph takes a list of inputs; the returned callable takes them positionally."""
+    (``dynamic``: with symbolic sizes, so the kernel serves every size) inside a
+    ``TracingContext``, where the FX graph cache looks for it. The compiled graph takes a
+    list of inputs; the returned callable takes them positionally."""
     import torch._inductor
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
@@ -279,8 +287,8 @@ def _inductor_compile(
         return (out,) if single else tuple(out)
 
     mode = FakeTensorMode(shape_env=ShapeEnv())
-    fake = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a
-            for a in args]
+    fake = [mode.from_tensor(a, static_shapes=not dynamic) if isinstance(a, torch.Tensor)
+            else a for a in args]
     with torch.no_grad(), torch._inductor.config.patch(options or {}), \
             torch._guards.tracing(torch._guards.TracingContext(mode)):
         gm = make_fx(as_tuple, decomposition_table=select_decomp_table(),

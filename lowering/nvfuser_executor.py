@@ -37,6 +37,7 @@ from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
+from thunder_ir.dialects.symbols import check_static_region
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
 from thunder_ir.passes.fuse import fuses_decomposed, prims_body
@@ -676,6 +677,7 @@ class NvFuserExecutor(Executor):
                 that would have been built).
         """
         assert isinstance(region, RegionOp)
+        check_static_region(region, self.name)
         source, out_index = record_region(region)
         if not self.is_available():
             raise RuntimeError(

@@ -53,6 +53,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_nn import ScaledDotProductAttentionOp
+from thunder_ir.dialects.symbols import hints
 from thunder_ir.dialects.torch import make_call, runtime_callee
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
@@ -314,7 +315,7 @@ def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue 
         return False
     if attn_mask is not None and (may_need_grad(attn_mask) if mask_grad is None else mask_grad):
         return False
-    empty = [torch.empty(t.sizes, dtype=t.dtype) for t in tensors]
+    empty = [torch.empty(hints(t.sizes), dtype=t.dtype) for t in tensors]
     mask = _float_mask(empty[3], tq.dtype) if attn_mask is not None else None
     choice = torch._fused_sdp_choice(empty[0], empty[1], empty[2], mask, 0.0, is_causal,
                                      scale=scale)

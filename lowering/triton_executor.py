@@ -35,6 +35,7 @@ from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
+from thunder_ir.dialects.symbols import check_static_region
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
@@ -173,6 +174,7 @@ class TritonExecutor(Executor):
         schedule runs with the reference interpreter and is listed in `fallbacks`.
         """
         assert isinstance(region, RegionOp)
+        check_static_region(region, self.name)
         key = structural_key(region)
         fn = self._cache.get(key)
         if fn is not None:

@@ -18,6 +18,7 @@ from xdsl.ir import SSAValue
 from thunder_ir.dialects import ltorch_core as L
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.prims import ConstantOp, broadcast_shapes
+from thunder_ir.dialects.symbols import range_len, same_sizes, slice_indices
 from thunder_ir.dialects.types import (
     NumberType,
     TensorType,
@@ -106,7 +107,7 @@ def keep_dims(d: Decomposer, v: SSAValue, in_shape: Sequence[int], dims: Sequenc
 
 def reshape(d: Decomposer, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     """``prims.reshape`` (no op when the shape already matches)."""
-    if ttype(v).sizes == tuple(shape):
+    if same_sizes(ttype(v).sizes, shape):
         return v
     return d.prims.reshape(v, shape=tuple(shape))
 
@@ -774,13 +775,14 @@ def getitem(d: Decomposer, x: SSAValue, indices: Sequence[SSAValue], index: Any 
             n = t.sizes[dim]
             if not -n <= it < n:
                 raise IndexError(f"index {it} is out of bounds for dim {dim} of size {n}")
-            starts[dim], ends[dim] = it % n, it % n + 1
+            k = it + n if it < 0 else it  # (``it % n``, over a symbolic size too)
+            starts[dim], ends[dim] = k, k + 1
         elif isinstance(it, slice):
-            lo, hi, st = it.indices(t.sizes[dim])
+            lo, hi, st = slice_indices(it, t.sizes[dim])
             if st < 1:
                 raise ValueError("ltorch.getitem: slice steps must be positive")
             starts[dim], ends[dim], steps[dim] = lo, max(lo, hi), st
-            out_shape.append(len(range(lo, hi, st)))
+            out_shape.append(range_len(lo, hi, st))
         else:
             raise TypeError(f"ltorch.getitem: unsupported index {it!r}")
         dim += 1

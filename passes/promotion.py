@@ -15,6 +15,7 @@ import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects.prims import broadcast_shapes
+from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.types import NumberType, TensorType, is_float, is_int
 from thunder_ir.passes.decompositions import Decomposer
 
@@ -78,7 +79,7 @@ def expand_to(d: Decomposer, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     """Broadcasts a tensor value to ``shape`` (numpy rules; no op when equal)."""
     t = v.type
     shape = tuple(shape)
-    if not isinstance(t, TensorType) or t.sizes == shape:
+    if not isinstance(t, TensorType) or same_sizes(t.sizes, shape):
         return v
     lead = len(shape) - t.rank
     keep = [i for i, s in enumerate(t.sizes) if s == shape[lead + i]]

@@ -31,6 +31,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
 from thunder_ir.dialects.dist import PendingType
+from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.torch import runtime_callee
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, ttype
@@ -109,13 +110,13 @@ class Grad:
         """Sums a broadcast cotangent back to ``shape`` (numpy broadcasting rules)."""
         t = v.type
         assert isinstance(t, TensorType)
-        if t.sizes == tuple(shape):
+        if same_sizes(t.sizes, shape):
             return v
         lead = t.rank - len(shape)
         dims = list(range(lead)) + [lead + i for i, s in enumerate(shape)
                                     if s == 1 and t.sizes[lead + i] != 1]
         out = self.prims.sum(v, dims=dims) if dims else v
-        if ttype(out).sizes != tuple(shape):
+        if not same_sizes(ttype(out).sizes, shape):
             out = self.prims.reshape(out, shape=tuple(shape))
         return out
 

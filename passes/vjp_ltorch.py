@@ -46,6 +46,7 @@ from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef, from_attr
 from thunder_ir.dialects.prims import broadcast_shapes
+from thunder_ir.dialects.symbols import hint
 from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
 from thunder_ir.dialects.types import TensorType, compute_dtype, is_float, ttype
 from thunder_ir.passes.vjp import (
@@ -529,7 +530,8 @@ def eager_attention_backend(q: SSAValue, k: SSAValue, v: SSAValue,
     def like(x: SSAValue, requires_grad: bool = False) -> torch.Tensor:
         t = ttype(x)
         strides = (0,) * (t.rank - 1) + (1,) if t.rank else ()
-        return torch.empty_strided(t.sizes, strides, dtype=t.dtype, device=t.dev,
+        sizes = [hint(d) for d in t.sizes]  # a symbolic size: its traced value
+        return torch.empty_strided(sizes, strides, dtype=t.dtype, device=t.dev,
                                    requires_grad=requires_grad)
 
     mask = like(attn_mask, mask_grad) if attn_mask is not None else None

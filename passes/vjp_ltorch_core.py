@@ -21,6 +21,7 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects.base import ThunderOp
+from thunder_ir.dialects.symbols import same_sizes, slice_indices
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, compute_dtype, ttype
 from thunder_ir.passes.vjp import (
@@ -66,7 +67,7 @@ def sum_dims(g: Grad, v: SSAValue, dims: Sequence[int]) -> SSAValue:
 
 def sum_to_shape(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     """`Grad.sum_to`, accumulating float16/bfloat16 in float32."""
-    if ttype(v).sizes == tuple(shape):
+    if same_sizes(ttype(v).sizes, shape):
         return v
     dtype = ttype(v).dtype
     return cast_to(g, g.sum_to(upcast(g, v), tuple(shape)), dtype)
@@ -106,13 +107,13 @@ def _lsum_to(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     """Sums a broadcast cotangent back to ``shape`` with ltorch ops (numpy broadcasting)."""
     vt = ttype(v)
     shape = tuple(shape)
-    if vt.sizes == shape:
+    if same_sizes(vt.sizes, shape):
         return v
     lead = vt.rank - len(shape)
     dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
                                       if s == 1 and vt.sizes[lead + i] != 1)
     out = g.ltorch.sum(v, dim=dims) if dims else v
-    if ttype(out).sizes != shape:
+    if not same_sizes(ttype(out).sizes, shape):
         out = g.ltorch.reshape(out, shape=shape)
     return out
 
@@ -335,7 +336,7 @@ def _unreduce(g: Grad, dy: SSAValue, x: SSAValue, dim: Any, keepdim: Any) -> SSA
     xt = ttype(x)
     dims = _reduced_dims(xt.rank, dim)
     kept = tuple(1 if i in dims else s for i, s in enumerate(xt.sizes))
-    if ttype(dy).sizes != kept:
+    if not same_sizes(ttype(dy).sizes, kept):
         dy = g.ltorch.reshape(dy, shape=kept)
     if kept != xt.sizes:
         dy = g.ltorch.expand(dy, size=xt.sizes)
@@ -383,7 +384,7 @@ def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Gra
     if not is_differentiable_value(x):
         return [None]
     dy = _ct0(ct)
-    if ttype(dy).sizes != ttype(x).sizes:
+    if not same_sizes(ttype(dy).sizes, ttype(x).sizes):
         dy = g.ltorch.reshape(dy, shape=ttype(x).sizes)
     return [grad_as(g, dy, x)]
 
@@ -492,9 +493,10 @@ def _basic_index(xt: TensorType, index: Any) -> tuple[list[tuple[int, int]], lis
         if isinstance(it, int):
             if not -n <= it < n:
                 return None
-            ranges[dim] = (it % n, it % n + 1)
+            k = it + n if it < 0 else it
+            ranges[dim] = (k, k + 1)
         else:
-            lo, hi, st = it.indices(n)
+            lo, hi, st = slice_indices(it, n)
             if st != 1:
                 return None
             ranges[dim] = (lo, max(lo, hi))
@@ -516,7 +518,7 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
         return _via_decomposition(g, out, ct)
     ranges, region = basic
     dy = _ct0(ct)
-    if ttype(dy).sizes != tuple(region):
+    if not same_sizes(ttype(dy).sizes, region):
         dy = g.ltorch.reshape(dy, shape=tuple(region))
     config = tuple((lo, n - hi, 0) for (lo, hi), n in zip(ranges, xt.sizes, strict=True))
     if any(lo or hi for lo, hi, _ in config):

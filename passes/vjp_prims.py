@@ -18,6 +18,7 @@ from typing import Any
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import prims as P
+from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.passes.vjp import Grad, is_differentiable_value, vjp
 
@@ -369,7 +370,7 @@ def broadcast_in_dim(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, *,
     kept = {d for d, s in zip(broadcast_dims, xs) if s == shape[d]}
     dims = [i for i in range(len(shape)) if i not in kept]
     v = g.prims.sum(ct[0], dims=dims) if dims else ct[0]
-    if _ttype(v).sizes != xs:
+    if not same_sizes(_ttype(v).sizes, xs):
         v = g.prims.reshape(v, shape=xs)
     return [v]
 
@@ -437,7 +438,7 @@ def pad(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, *, padding_value: An
     ends = [s + ((n - 1) * (mid + 1) + 1 if n else 0)
             for s, n, (_, _, mid) in zip(starts, xs, padding_config)]
     steps = [mid + 1 for _, _, mid in padding_config]
-    if _ttype(v).sizes != xs:
+    if not same_sizes(_ttype(v).sizes, xs):
         v = g.prims.slice(v, start_indices=starts, end_indices=ends, strides=steps)
     return [v]
 

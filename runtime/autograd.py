@@ -38,7 +38,11 @@ class TrainingProgram:
     nondiff_outputs: list[int]
     backward_n_outputs: int
     reaches: list[tuple[int, ...]] = field(default_factory=list)
-    ct_meta: list[tuple[tuple[int, ...], torch.dtype, str]] = field(default_factory=list)
+    ct_meta: list[tuple[tuple[int, ...] | None, torch.dtype, str]] = field(
+        default_factory=list)
+    """Per differentiated output, what its zero cotangent is made as (shape None: a
+    symbolic one, read from the output each call: ``symbolic_outputs``)."""
+    symbolic_outputs: bool = False
     tensor_residuals: bool = False
     """Every residual is typed a tensor (no opaque call's graph, no number): they are
     saved as they come, without sorting them per call."""
@@ -57,6 +61,8 @@ class ThunderFunction(torch.autograd.Function):
         res = _as_tuple(prog.forward(*inputs), n_total)
         outs, residuals = res[:prog.n_outputs], res[prog.n_outputs:]
         ctx.prog = prog
+        if prog.symbolic_outputs:  # the shapes of zero cotangents, this call's
+            ctx.ct_shapes = [outs[i].shape for i in prog.ct_outputs]
         ctx.set_materialize_grads(False)
         if prog.tensor_residuals:
             ctx.save_for_backward(*residuals)
@@ -87,6 +93,8 @@ class ThunderFunction(torch.autograd.Function):
                 cts.append(g.contiguous())
             else:  # the program wants a cotangent for every output it differentiates
                 shape, dtype, device = prog.ct_meta[len(cts)]
+                if shape is None:
+                    shape = ctx.ct_shapes[len(cts)]
                 cts.append(torch.zeros(shape, dtype=dtype, device=device))
         out = prog.backward(*residuals, *cts)
         grads_in = _as_tuple(out, prog.backward_n_outputs)

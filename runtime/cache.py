@@ -120,6 +120,9 @@ class Entry:
     variant: Entry | None = None
     """The program traced for a call whose conditions differed from this one's (tried
     next, before tracing again)."""
+    shape_guard: Any = None
+    """A symbolic program's `thunder_ir.runtime.dynamic.ShapeGuard`: the checks under
+    which it runs for a call of other sizes (None: a program for one set of sizes)."""
 
     def __post_init__(self) -> None:
         self.after = bool(self.writebacks or self.replays or self.epilogue or any(

@@ -68,8 +68,8 @@ from typing import Any
 
 import torch
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
+from xdsl.ir import Attribute, Block, Operation, ParametrizedAttribute, SSAValue
 from xdsl.irdl import VariadicDef
 
 from thunder_ir.dialects.autograd import FunctionOp
@@ -80,11 +80,20 @@ from thunder_ir.dialects.guard import GuardOp, ValueType
 from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import main_function
-from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, CallOp
-from thunder_ir.dialects.types import pretty_type
+from thunder_ir.dialects.symbols import (
+    SYMBOL_NAME,
+    SymbolicError,
+    SymExprAttr,
+    SymText,
+    detached,
+    sym_text,
+)
+from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, CallOp, symbol_args
+from thunder_ir.dialects.types import TensorType, pretty_type
 from thunder_ir.runtime.namespace import ALIAS, IMPORT
 
 _IN_NAMESPACE = RUNTIME_NAMESPACE + "."
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, SymText)
 
 INDENT = "  "
 
@@ -111,6 +120,9 @@ def py_literal(value: Any, operands: Sequence[str] = ()) -> str:
     """
     if isinstance(value, OperandRef):  # before int: an OperandRef is an int
         return operands[int(value)]
+    if isinstance(value, _SYMBOLIC):  # a symbolic size: its text over the bound symbols
+        text = sym_text(value)
+        return text if isinstance(text, str) else repr(text)
     if value is None or isinstance(value, bool | int | str):
         return repr(value)
     if isinstance(value, float):
@@ -342,9 +354,12 @@ class _PythonPrinter:
         for a in self.block.args:
             if a.name_hint is not None:
                 hints.add(sanitize(a.name_hint))
+        self.symbols: set[str] = set()
         for top in self.block.ops:
             self._scan_top(top, reserved)
             for op in top.walk():
+                if op.properties:
+                    self._scan_symbols(op)
                 for r in op.results:
                     if r.name_hint is not None:
                         hints.add(sanitize(r.name_hint))
@@ -353,9 +368,48 @@ class _PythonPrinter:
                         for a in b.args:
                             if a.name_hint is not None:
                                 hints.add(sanitize(a.name_hint))
+        reserved |= self.symbols
         self.fn_name = sanitize(fn.sym_name.data)
         reserved.add(self.fn_name)
         self.namer = _Namer(reserved, hints)
+
+    def _scan_symbols(self, op: Operation) -> None:
+        """Collects the symbols the op's static arguments use (``#prims.sym``)."""
+        stack: list[Attribute] = list(op.properties.values())
+        while stack:
+            a = stack.pop()
+            if isinstance(a, SymExprAttr):
+                self.symbols |= set(SYMBOL_NAME.findall(a.text))
+            elif isinstance(a, ArrayAttr):
+                stack.extend(a.data)
+            elif isinstance(a, DictionaryAttr):
+                stack.extend(a.data.values())
+            elif isinstance(a, ParametrizedAttribute):  # a slice's bounds
+                stack.extend(a.parameters)
+
+    def bind_symbols(self) -> None:
+        """``s0 = x.shape[1]``: binds each symbol the function uses from the first
+        argument with a dimension of exactly that size (a symbolic function computes its
+        sizes from its arguments' shapes)."""
+        if not self.symbols:
+            return
+        bound: dict[str, str] = {}
+        args = self.block.args
+        for name, i in symbol_args(self.fn).items():  # a symbolic int argument: itself
+            if name in self.symbols and i < len(args):
+                bound[name] = self.exprs[args[i]]
+        for a in self.block.args:
+            t = a.type
+            if isinstance(t, TensorType) and t.symbolic:
+                for i, d in enumerate(t.dims_text):
+                    if isinstance(d, str) and d in self.symbols and d not in bound:
+                        bound[d] = f"{self.exprs[a]}.shape[{i}]"
+        missing = self.symbols - bound.keys()
+        if missing:
+            raise SymbolicError(
+                f"function {self.fn_name} uses the sizes {', '.join(sorted(missing))}, "
+                "which no argument's shape holds")
+        self.lines.extend(f"{INDENT}{k} = {v}" for k, v in sorted(bound.items()))
 
     def _scan_top(self, op: Operation, reserved: set[str]) -> None:
         """Collects what a top-level op needs: imports and names values must not take."""
@@ -533,6 +587,7 @@ class _PythonPrinter:
             args = [self.define(a) for a in self.block.args]
             for a in self.block.args:
                 lines.append(f"{INDENT}{self.type_comment(a)}")
+            self.bind_symbols()
         ops = list(self.block.ops)
         ret = ops[-1] if ops and isinstance(ops[-1], func.ReturnOp) else None
         if ret is None:
@@ -630,8 +685,9 @@ def print_python(
         the fusion kernels it calls as globals (a key function: the prologue's globals).
     """
     fn = module if isinstance(module, func.FuncOp) else main_function(module)
-    return _PythonPrinter(fn, locations=locations, layouts=layouts).print(
-        header, free_after_last_use)
+    with detached():  # symbolic sizes print as the text the IR holds
+        return _PythonPrinter(fn, locations=locations, layouts=layouts).print(
+            header, free_after_last_use)
 
 
 __all__ = ["PyFunction", "callee_expr", "callee_module", "is_key_function", "load_python",

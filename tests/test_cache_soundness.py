@@ -277,11 +277,31 @@ def test_no_recompile_for_module_slicing_and_loss_modules() -> None:
     assert thunder_ir.cache_misses(jm) == 1
 
 
+def test_step_counter_is_one_symbolic_program() -> None:
+    """A Python ``int`` that changes on every call (a step counter) is a symbolic number
+    from its second value on (automatic dynamic): 0 and 1 get programs of their own, every
+    other value runs the symbolic one, and nothing warns."""
+    def f(x: torch.Tensor, step: int) -> torch.Tensor:
+        return x * step + torch.arange(step, step + 3)
+
+    j = thunder_ir.jit(f)
+    x = torch.randn(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(CACHE_CAPACITY + 6):
+            torch.testing.assert_close(j(x, step), f(x, step))
+    assert not [w for w in caught if "thunder_ir.jit" in str(w.message)]
+    assert thunder_ir.cache_misses(j) == 3
+    assert j.symbolic_failures == []
+
+
 def test_step_counter_warns_once_and_the_cache_stays_bounded() -> None:
+    """With ``cache="static"``, a program per value: the warning names the argument and
+    the cache keeps the most recent programs."""
     def f(x: torch.Tensor, step: int) -> torch.Tensor:
         return x * step
 
-    j = thunder_ir.jit(f)
+    j = thunder_ir.jit(f, cache="static")
     x = torch.randn(3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -389,7 +409,7 @@ class Small(nn.Module):
 
 def test_four_threads_first_calls_with_different_shapes() -> None:
     m = Small()
-    jm = thunder_ir.jit(m)
+    jm = thunder_ir.jit(m, cache="static")  # a program per shape: one compile per key
     errors: list[BaseException] = []
     start = threading.Barrier(4)
 

@@ -480,3 +480,26 @@ def test_parameters_after_adamw_steps_match_eager() -> None:
     for (k, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
                               strict=True):
         _close(p, q, k)
+
+
+def test_dynamo_symbolic_sizes_are_one_program_per_partition() -> None:
+    """With Dynamo's dynamic shapes, a partition's inputs that Dynamo traced as symbols
+    (and its ``SymInt`` inputs) are symbolic in thunder_ir from the first call: one program
+    serves every size, forward and backward matching eager."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x.sin() * x.shape[0]).reshape(-1, 2).sum(0)
+
+    backend = ThunderCompiler()
+    cf = torch.compile(f, backend=backend, dynamic=True)
+    for n in (4, 6, 8, 10, 12):
+        x = torch.randn(n, 2, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        out, expected = cf(x), f(xe)
+        _close(out, expected)
+        out.sum().backward()
+        expected.sum().backward()
+        _close(x.grad, xe.grad)
+    (info,) = backend.subgraph_infos
+    (part,) = info.thunder_compiled_fns
+    assert thunder_ir.cache_misses(part) == 1
+    assert part._compiled.symbolic_failures == []

@@ -40,6 +40,7 @@ _EXPORTS = {
     "last_prologue_traces": "thunder_ir.api",
     "last_traces": "thunder_ir.api",
     "transform": "thunder_ir.api",
+    "mark_dynamic": "thunder_ir.runtime.dynamic",
     "get_all_executors": "thunder_ir.lowering.executors",
     "get_default_executors": "thunder_ir.lowering.executors",
     "load_builtin_executors": "thunder_ir.lowering.executors",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
         get_default_executors,
         load_builtin_executors,  # noqa: F401  (a public name, not in __all__)
     )
+    from thunder_ir.runtime.dynamic import mark_dynamic
     from thunder_ir.trace import Trace
 
 __version__ = "0.1.0"
@@ -113,5 +115,6 @@ __all__ = [
     "last_backward_traces",
     "last_prologue_traces",
     "last_traces",
+    "mark_dynamic",
     "transform",
 ]

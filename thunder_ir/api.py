@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 import time
 import warnings
@@ -32,6 +33,7 @@ from thunder_ir.dialects.program import (
     FORWARD,
     prologue_function,
 )
+from thunder_ir.dialects.symbols import SymbolTable
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.frontend.autocast import autocast_state, without_autocast
@@ -48,6 +50,18 @@ from thunder_ir.runtime.cache import (
     all_tensors,
     flatten_args,
     unflatten_outputs,
+)
+from thunder_ir.runtime.dynamic import (
+    CACHE_MODES,
+    Dynamic,
+    DynamicKey,
+    changed,
+    every_size,
+    key_positions,
+    marked,
+    merge,
+    shape_guard,
+    sizes_of,
 )
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
 from thunder_ir.runtime.layout import check_layouts
@@ -154,6 +168,11 @@ class CompiledCallable:
         self.executors = list(self.ctx.executors)
         self._transforms = transforms
         self.user = _user_transforms(transforms)
+        self.cache_mode = "auto"
+        """``jit(cache=...)``: one of `thunder_ir.runtime.dynamic.CACHE_MODES`."""
+        self.dynamic_args: Dynamic = {}
+        """Sizes known to be dynamic before any call, as marks are (the ThunderFX backend
+        sets Dynamo's symbolic sizes of a partition's inputs here)."""
         from thunder_ir.passes.remat import AUTO
 
         self.remat_policy: Any = AUTO
@@ -190,6 +209,16 @@ class CompiledCallable:
         if cg is not None:
             self.guards.append(cg)
         self._guarded_globals: dict[int, set[str]] = {}
+        self._sizes_seen: dict[Any, tuple[Any, ...]] = {}
+        """Per call structure, the sizes of its last miss (automatic dynamic)."""
+        self._grown: dict[Any, Dynamic] = {}
+        """Per call structure, the sizes that changed since (kept symbolic from then on)."""
+        self._shape_entries: dict[Any, list[Entry]] = {}
+        """Symbolic programs by dynamic key (`thunder_ir.runtime.dynamic.DynamicKey`)."""
+        self._static_only: set[Any] = set()
+        """Call structures a symbolic compile failed for: compiled per size."""
+        self.symbolic_failures: list[str] = []
+        """Why symbolic compiles fell back to static ones (the step and its error)."""
         self._compiles = 0
         self._warned = False
 
@@ -352,13 +381,25 @@ class CompiledCallable:
             if entry is not None:
                 self.cache.stats.hits += 1
                 return entry
+            dynamic = self._dynamic_sizes(spec, leaves)
+            if dynamic:
+                entry = self._symbolic_entry(pro, key, dynamic, leaves)
+                if entry is not None:  # a symbolic program holds for these sizes
+                    self.cache.stats.hits += 1
+                    self.cache.insert(key, entry)
+                    return entry
             with _outside_functorch():  # compiling is not the transform's business
-                entry, traced, keyed = self._compile(args, kwargs, spec, len(leaves), pro)
+                entry, traced, keyed = self._compile_dynamic(args, kwargs, spec, leaves,
+                                                             pro, dynamic)
             self.cache.stats.misses += 1
             if keyed is not pro:  # the trace added guards or read exact layouts: re-keyed
                 pro = keyed
                 key = pro.fn(leaves)
                 self._layout_free.clear()
+            if entry.shape_guard is not None:
+                assert dynamic
+                self._shape_entries.setdefault(
+                    DynamicKey(key_positions(pro.ir), dynamic)(key), []).append(entry)
             if not traced.layout_read and not _restrides(entry):
                 if len(self._layout_free) >= CACHE_CAPACITY:
                     self._layout_free.clear()
@@ -368,6 +409,52 @@ class CompiledCallable:
                 self._warn_recompiles(key, pro)
             self.cache.insert(key, entry)
             return entry
+
+    # ---- dynamic sizes (`thunder_ir.runtime.dynamic`)
+
+    def _dynamic_sizes(self, spec: Any, leaves: list[Any]) -> Dynamic:
+        """The sizes a compile for this call keeps symbolic: the marked ones (in every
+        cache mode), all of them (``cache="symbolic values"``), and (automatic dynamic)
+        those that changed between two misses of this call structure."""
+        known = merge(marked(leaves), self.dynamic_args) if self.dynamic_args \
+            else marked(leaves)
+        if self.cache_mode == "static":  # the user's marks only
+            return known
+        now = sizes_of(leaves)
+        dyn = every_size(leaves) if self.cache_mode == "symbolic values" else known
+        before = self._sizes_seen.get(spec)
+        self._sizes_seen[spec] = now
+        if self.cache_mode == "auto":
+            grown = self._grown.get(spec, {})
+            if before is not None:
+                grown = self._grown[spec] = merge(grown, changed(before, now))
+            dyn = merge(dyn, grown)
+        return dyn
+
+    def _symbolic_entry(self, pro: Prologue, key: Any, dynamic: Dynamic,
+                        leaves: list[Any]) -> Entry | None:
+        """A symbolic program whose shape guard holds for this call, if one was compiled."""
+        found = self._shape_entries.get(DynamicKey(key_positions(pro.ir), dynamic)(key))
+        for entry in found or ():
+            if entry.shape_guard(leaves):
+                return entry
+        return None
+
+    def _compile_dynamic(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any,
+                         leaves: list[Any], pro: Prologue, dynamic: Dynamic
+                         ) -> tuple[Entry, TracedProgram, Prologue]:
+        """`_compile`, symbolic in ``dynamic`` where every step can be; else (a step that
+        cannot handle a symbolic size, `symbolic_failures` says which) for this call's
+        sizes."""
+        if dynamic and spec not in self._static_only:
+            try:
+                return self._compile(args, kwargs, spec, len(leaves), pro, dynamic=dynamic)
+            except Exception as e:
+                if _STRICT_SYMBOLIC:
+                    raise
+                self.symbolic_failures.append(f"{type(e).__name__}: {e}")
+                self._static_only.add(spec)
+        return self._compile(args, kwargs, spec, len(leaves), pro)
 
     def _keyed_prologue(self, traced: TracedProgram, spec: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], n: int, pro: Prologue, exact: bool
@@ -423,9 +510,10 @@ class CompiledCallable:
         warnings.warn(
             f"thunder_ir.jit: {name} has compiled {self._compiles} programs; the last one "
             f"because of a change in {what}. A value that changes on every call, such as a "
-            "step counter passed as a Python number, compiles a new program each time: pass "
-            "it as a tensor (torch.tensor(step)) instead. The cache keeps the "
-            f"{CACHE_CAPACITY} most recently used programs.", stacklevel=4)
+            "step counter passed as a Python number, compiles a new program each time where "
+            "it cannot be symbolic (cache='static', or a use of it that fixes its value; "
+            "see symbolic_failures): pass it as a tensor (torch.tensor(step)) instead. The "
+            f"cache keeps the {CACHE_CAPACITY} most recently used programs.", stacklevel=4)
 
     def _write_back(self, entry: Entry, leaves: list[Any], outs: Any,
                     tops: Sequence[Any]) -> None:
@@ -462,7 +550,9 @@ class CompiledCallable:
             nondiff_outputs=[i for i in range(n_out) if i not in ct_outputs],
             backward_n_outputs=len(grad_inputs),
             reaches=lay.reach_list(),
-            ct_meta=[(t.sizes, t.dtype, t.dev) for t in (out_types[i] for i in ct_outputs)],
+            ct_meta=[(None if t.symbolic else t.sizes, t.dtype, t.dev)
+                     for t in (out_types[i] for i in ct_outputs)],
+            symbolic_outputs=any(out_types[i].symbolic for i in ct_outputs),
             tensor_residuals=all(isinstance(t, TensorType) for t in out_types[n_out:]))
         return Entry(
             fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
@@ -475,12 +565,32 @@ class CompiledCallable:
             speculative=traced.speculative, draws=traced.draws)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, n: int,
-                 pro: Prologue, *, exact: bool = True
+                 pro: Prologue, *, exact: bool = True, dynamic: Dynamic | None = None
                  ) -> tuple[Entry, TracedProgram, Prologue]:
         """Traces, runs the pipeline and generates the code for one call (``spec``: its
         structure, ``n`` leaves, ``pro`` the prologue that looked it up). Returns the
         entry, the trace, and the prologue the cache keys the entry by (`_keyed_prologue`;
-        ``exact=False``: a speculation variant, which takes its parent's layouts)."""
+        ``exact=False``: a speculation variant, which takes its parent's layouts).
+
+        ``dynamic``: the leaves' sizes to keep symbolic (`thunder_ir.runtime.dynamic`);
+        the entry then holds its `ShapeGuard`."""
+        if not dynamic:
+            return self._compile_in(args, kwargs, spec, n, pro, exact, None)
+        table = SymbolTable()
+        with table.active():
+            entry, traced, keyed = self._compile_in(args, kwargs, spec, n, pro, exact,
+                                                    dynamic)
+            from thunder_ir.frontend.tracer import arg_names as _arg_names
+
+            target = self.module.forward if self.module is not None else self.fn
+            assert target is not None
+            names = _leaf_names(_arg_names(target, len(args), kwargs), args, kwargs, n)
+            entry.shape_guard = shape_guard(table, names)
+        return entry, traced, keyed
+
+    def _compile_in(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, n: int,
+                    pro: Prologue, exact: bool, dynamic: Dynamic | None
+                    ) -> tuple[Entry, TracedProgram, Prologue]:
         if self.signature is not None:
             try:
                 self.signature.bind(*args, **kwargs)
@@ -494,7 +604,7 @@ class CompiledCallable:
         assert fn is not None
         under_autocast = autocast_state() is not None
         traced = trace_program(fn, args, kwargs, self.module, state, self.method,
-                               unshard=self._unshard())
+                               unshard=self._unshard(), dynamic=dynamic)
         t_trace = time.perf_counter() - t0
         pro = self._keyed_prologue(traced, spec, args, kwargs, n, pro, exact)
         module = traced.module
@@ -603,6 +713,10 @@ class CompiledCallable:
             speculative=traced.speculative,
             draws=traced.draws,
         )
+
+
+_STRICT_SYMBOLIC = os.environ.get("THUNDER_IR_SYMBOLIC_STRICT") == "1"
+"""Debugging: a symbolic compile's failure raises instead of compiling per size."""
 
 
 def _rng_states() -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -766,7 +880,7 @@ class ThunderModule(torch.nn.Module):
         if fwd is None:
             c = self._compiled
             fwd = build(model.forward, type(c), executors=c._executors_arg,
-                        transforms=c._transforms, remat=c.remat_policy)
+                        transforms=c._transforms, remat=c.remat_policy, cache=c.cache_mode)
             self.__dict__["_forward_jit"] = fwd
         had, old = "forward" in model.__dict__, model.__dict__.get("forward")
         model.forward = fwd
@@ -827,7 +941,7 @@ for _name in ("register_state_dict_pre_hook", "register_state_dict_post_hook",
 
 
 def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
-        transforms: Sequence[Any] | None = None, remat: Any = "auto",
+        transforms: Sequence[Any] | None = None, remat: Any = "auto", cache: str = "auto",
         **options: Any) -> Any:
     """Compiles a module or function with thunder_ir.
 
@@ -843,22 +957,31 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
             fuses the recomputation; views always), ``"min-cut"`` (recompute them even
             where each is an eager kernel of its own), ``"save-all"``, or a
             `thunder_ir.passes.remat.RematPolicy`.
+        cache: ``"auto"`` (a size or ``int`` argument that changed between two compiles
+            is symbolic from then on: one program serves every value its guards allow),
+            ``"static"`` (a program per size but for `mark_dynamic`'s dimensions) or
+            ``"symbolic values"`` (every size and
+            ``int`` argument symbolic from the first compile). `mark_dynamic` marks
+            single dimensions. See `thunder_ir.runtime.dynamic`.
 
     Returns:
         A drop-in replacement that traces on the first call with new input metadata and
         then runs the cached program.
     """
     return build(fn, CompiledCallable, executors=executors, transforms=transforms, remat=remat,
-                 **options)
+                 cache=cache, **options)
 
 
 def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[CompiledCallable], *,
           executors: Sequence[Any] | None = None, transforms: Sequence[Any] | None = None,
-          remat: Any = "auto", **options: Any) -> Any:
+          remat: Any = "auto", cache: str = "auto", **options: Any) -> Any:
     """`jit` with the compiled callable of class ``cls`` (a `CompiledCallable`; the torch.compile
     backend's partitions use one that skips the prologue Dynamo makes redundant)."""
     if options:
         raise TypeError(f"jit() got unsupported options: {', '.join(options)}")
+    if cache not in CACHE_MODES:
+        raise ValueError(f"unknown cache mode {cache!r}; choose from "
+                         f"{', '.join(map(repr, CACHE_MODES))}")
     from thunder_ir.passes.remat import POLICIES, RematPolicy
 
     if isinstance(remat, str):
@@ -870,7 +993,7 @@ def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[CompiledCallable],
         raise TypeError(f"remat must be a policy name or a RematPolicy, got {remat!r}")
     if isinstance(fn, torch.nn.Module):
         compiled = cls(None, fn, executors, transforms)
-        compiled.remat_policy = remat
+        compiled.remat_policy, compiled.cache_mode = remat, cache
         return ThunderModule(fn, compiled)
     if inspect.ismethod(fn) and isinstance(fn.__self__, torch.nn.Module):
         # ``model.forward = thunder_ir.jit(model.forward)`` (what `generate` calls): the
@@ -879,13 +1002,13 @@ def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[CompiledCallable],
         compiled = cls(None, fn.__self__, executors, transforms)
         compiled.method = fn.__func__
         compiled.signature = inspect.signature(fn)
-        compiled.remat_policy = remat
+        compiled.remat_policy, compiled.cache_mode = remat, cache
         functools.update_wrapper(compiled, fn)  # type: ignore[arg-type]
         return compiled
     if not callable(fn):
         raise TypeError(f"jit() expects a function or an nn.Module, got {type(fn).__name__}")
     compiled = cls(fn, None, executors, transforms)
-    compiled.remat_policy = remat
+    compiled.remat_policy, compiled.cache_mode = remat, cache
     functools.update_wrapper(compiled, fn)  # type: ignore[arg-type]
     return compiled
 
@@ -931,21 +1054,35 @@ def last_prologue_traces(f: Any) -> list[str]:
     builds the key, then each guard on the Python state the programs read (module
     attributes, submodules, parameters, hooks, globals, closure cells), as checks."""
     c = _compiled_of(f)
-    src = _last(f).prologue_source
+    last = _last(f)
+    src = last.prologue_source
+    if last.shape_guard is not None:
+        src += ("\n# A symbolic program: it runs for a call whose dynamic sizes pass\n"
+                + last.shape_guard.source)
     if c.guards:
         src += "\n# The key's _tokens: one per guard below.\n"
         src += "\n\n".join(g.source() for g in c.guards) + "\n"
     return [src]
 
 
+def _with_generate(f: Any) -> list[CompiledCallable]:
+    """A jitted module's compiled callables: its own, and its ``generate``'s forward."""
+    out = [_compiled_of(f)]
+    if isinstance(f, ThunderModule):
+        gen = f.__dict__.get("_forward_jit")
+        if isinstance(gen, CompiledCallable):
+            out.append(gen)
+    return out
+
+
 def cache_hits(f: Any) -> int:
-    """How many calls ran a cached program."""
-    return _compiled_of(f).cache.stats.hits
+    """How many calls ran a cached program (a jitted module's ``generate`` steps too)."""
+    return sum(c.cache.stats.hits for c in _with_generate(f))
 
 
 def cache_misses(f: Any) -> int:
-    """How many calls compiled a new program."""
-    return _compiled_of(f).cache.stats.misses
+    """How many calls compiled a new program (a jitted module's ``generate`` steps too)."""
+    return sum(c.cache.stats.misses for c in _with_generate(f))
 
 
 __all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform",

@@ -53,7 +53,29 @@ class _DynamoCompiled(CompiledCallable):
 
 
 def _thunder_module(gm: GraphModule, options: dict[str, Any]) -> ThunderModule:
-    return build(gm, _DynamoCompiled, **options)  # type: ignore[no-any-return]
+    """A partition's jitted module; the sizes Dynamo made symbolic in its inputs are
+    symbolic in its programs from the first call (one program for every size Dynamo's
+    graph serves, not one per size)."""
+    tm: ThunderModule = build(gm, _DynamoCompiled, **options)
+    tm._compiled.dynamic_args = dynamo_symbolic_inputs(gm)
+    return tm
+
+
+def dynamo_symbolic_inputs(gm: GraphModule) -> dict[int, tuple[int, ...]]:
+    """Per placeholder of ``gm`` (by position), the dimensions Dynamo traced as symbols
+    (its example value's ``SymInt`` sizes), or ``()`` for a ``SymInt`` placeholder."""
+    out: dict[int, tuple[int, ...]] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(placeholders):
+        val = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(val, torch.SymInt) and not val.node.is_constant():
+            out[i] = ()
+        elif isinstance(val, torch.Tensor):
+            dims = tuple(d for d, n in enumerate(val.shape)
+                         if isinstance(n, torch.SymInt) and not n.node.is_constant())
+            if dims:
+                out[i] = dims
+    return out
 
 
 class InductorPartition(torch.nn.Module):

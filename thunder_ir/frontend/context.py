@@ -35,8 +35,16 @@ from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_functi
 from thunder_ir.dialects.base import ShapeError, ThunderOp, to_attr
 from thunder_ir.dialects.location import location_text, source_location
 from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, SplitOp
+from thunder_ir.dialects.symbols import SYMBOLIC_NUMBERS, SymbolicError
 from thunder_ir.dialects.traits import ViewLike, has_no_derivative
-from thunder_ir.dialects.types import NumberType, TensorType, is_complex, type_of_tensor
+from thunder_ir.dialects.types import (
+    NumberType,
+    TensorType,
+    canonical_device,
+    is_complex,
+    tensor_type,
+    type_of_tensor,
+)
 from thunder_ir.frontend.aliasing import (
     AliasTracking,
     check_writable,
@@ -69,6 +77,7 @@ from thunder_ir.frontend.layout import (
     Layout,
     LayoutError,
     contiguous_layout,
+    contiguous_strides,
     fresh_layouts,
     layout_of_tensor,
     view_layouts,
@@ -194,13 +203,16 @@ class TraceContext(Builder):
 
     # ---- inputs
 
-    def tensor_input(self, tensor: torch.Tensor, name: str, kind: Origin
-                     ) -> TensorProxy:
-        """A proxy for a tensor the program takes as an argument.
+    def tensor_input(self, tensor: torch.Tensor, name: str, kind: Origin,
+                     sizes: Sequence[Any] | None = None) -> TensorProxy:
+        """A proxy for a tensor the program takes as an argument (``sizes``: its sizes
+        where some are symbolic, ``SymInt``s of the compilation's `SymbolTable`).
 
         A tensor that requires grad is a gradient source: active at once when grad mode
         is on, else pending until user code turns it on."""
-        v = self.build.add_input(type_of_tensor(tensor), name, kind)
+        ty = type_of_tensor(tensor) if sizes is None else tensor_type(
+            sizes, tensor.dtype, canonical_device(tensor.device))
+        v = self.build.add_input(ty, name, kind)
         self.build.concrete[v] = tensor
         rg = tensor.requires_grad
         if rg and tensor.grad_fn is not None:  # not a leaf in eager: an intermediate
@@ -218,7 +230,12 @@ class TraceContext(Builder):
                 f"{name}: {tensor.layout} tensors are not supported by thunder_ir (only "
                 "strided ones). Pass a dense tensor (x.to_dense()), or call that part outside "
                 "the jitted function.")
-        strides, offset = self.aliases.layouts[v] = layout_of_tensor(tensor)
+        if sizes is None:
+            strides, offset = self.aliases.layouts[v] = layout_of_tensor(tensor)
+        else:  # dynamic sizes: a contiguous tensor's strides, over them
+            if not tensor.is_contiguous() or tensor.storage_offset():
+                raise SymbolicError(f"{name}: a dynamic size of a non-contiguous tensor")
+            strides, offset = self.aliases.layouts[v] = contiguous_strides(sizes), 0
         p = TensorProxy(v, requires_grad=rg, strides=strides, offset=offset)
         self.remember(p)
         self.autograd.leaf_proxies.add(id(p))
@@ -241,7 +258,7 @@ class TraceContext(Builder):
             return x._value
         if isinstance(x, torch.Tensor):
             return self.lift_constant(x)._value
-        if type(x) in (bool, int, float):
+        if type(x) in (bool, int, float) or type(x) in SYMBOLIC_NUMBERS:
             return self.build.number(x)
         if type(x) is NDARRAY:  # eager's argument parser: a TypeError (operators: declined)
             raise TypeError(f"{where(self.loc)}: expected a Tensor or a number, not "

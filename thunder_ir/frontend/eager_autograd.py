@@ -18,6 +18,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import ThunderOp, group
+from thunder_ir.dialects.symbols import hints
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.frontend.builder import differentiable
@@ -113,8 +114,8 @@ class EagerAutograd:
             assert isinstance(t, TensorType)
             if v in self.inference:
                 with torch.inference_mode():
-                    return torch.empty(t.sizes, dtype=t.dtype, device="meta")
-            return torch.empty(t.sizes, dtype=t.dtype, device="meta",
+                    return torch.empty(hints(t.sizes), dtype=t.dtype, device="meta")
+            return torch.empty(hints(t.sizes), dtype=t.dtype, device="meta",
                                requires_grad=v in self.active and differentiable(v))
 
         metas = [meta(v) for v in op.operands]
@@ -153,7 +154,7 @@ def eager_saves(op: Operation, active: Sequence[bool]
     for o, a in zip(op.operands, active, strict=True):
         t = o.type
         if isinstance(t, TensorType):
-            metas.append(torch.empty(t.sizes, dtype=t.dtype, device="meta",
+            metas.append(torch.empty(hints(t.sizes), dtype=t.dtype, device="meta",
                                      requires_grad=a and differentiable(o)))
         elif isinstance(t, NumberType):
             metas.append(t.python_type(1))

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.traits import DeviceLayout
 from thunder_ir.dialects.types import NumberType, TensorType
@@ -49,7 +50,13 @@ _CONTIGUOUS: dict[tuple[int, ...], Strides] = {}
 def contiguous_strides(sizes: Sequence[int]) -> Strides:
     """The strides ``torch.empty(sizes)`` gets (a size-0 or size-1 dim counts as 1)."""
     key = tuple(sizes)
-    s = _CONTIGUOUS.get(key)
+    try:
+        s = _CONTIGUOUS.get(key)
+    except TypeError:  # a symbolic size (SymInt): computed each time, over the symbols
+        out = [1] * len(key)
+        for i in range(len(key) - 2, -1, -1):
+            out[i] = out[i + 1] * torch.sym_max(key[i + 1], 1)
+        return tuple(out)
     if s is None:
         out = [1] * len(key)
         for i in range(len(key) - 2, -1, -1):
@@ -89,6 +96,14 @@ def meta_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
     """A meta tensor of type ``t`` with ``layout`` (strides and storage offset), viewing no
     other tensor (``_base`` is None, so a meta run can tell which results view it)."""
     strides, offset = layout
+    table = symbols.current()
+    if table is not None:  # a symbolic compilation: a fake tensor over its symbols
+        with torch._C.DisableTorchFunction(), table.fake_mode:
+            if offset == 0:
+                return torch.empty_strided(t.sizes, strides, dtype=t.dtype, device="meta")
+            n = storage_elements(t.sizes, strides, offset)
+            return torch.empty(n, dtype=t.dtype, device="meta").as_strided(
+                t.sizes, strides, offset)
     with torch._C.DisableTorchFunction():
         if offset == 0:
             return torch.empty_strided(t.sizes, strides, dtype=t.dtype, device="meta")
@@ -159,8 +174,8 @@ def view_layouts(op: Operation, layouts: Sequence[Layout | None]
         LayoutError: eager's own error, where the view cannot be made (``Tensor.view`` of
             a layout that does not allow it).
     """
-    try:
-        key = _signature(op, layouts)
+    try:  # (a symbolic compilation's layouts hold its own SymInts: never shared)
+        key = _signature(op, layouts) if symbols.current() is None else None
         hash(key)
     except TypeError:
         key = None
@@ -224,7 +239,7 @@ def _all_contiguous(op: Operation, layouts: Sequence[Layout | None]) -> bool:
     for v, lay in zip(op.operands, layouts):
         if lay is not None:
             sizes = v.type.sizes  # type: ignore[attr-defined]
-            if lay[0] != _CONTIGUOUS.get(sizes) and not is_contiguous(sizes, lay[0]):
+            if lay[0] != contiguous_strides(sizes) and not is_contiguous(sizes, lay[0]):
                 return False
     return True
 
@@ -263,8 +278,8 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
     every device, not for a convolution's memory format, attention's kernel choice or
     LAPACK's and pocketfft's CPU layouts.
     """
-    try:
-        key = (fake, _signature(op, layouts))
+    try:  # (a symbolic compilation's layouts hold its own SymInts: never shared)
+        key = (fake, _signature(op, layouts)) if symbols.current() is None else None
         hash(key)
     except TypeError:
         key = None
@@ -276,7 +291,8 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
             with fake_mode():
                 outs = _run(op, _operand_values(op, layouts, fake_stand_in))
         else:
-            outs = _run(op, _operand_values(op, layouts, meta_stand_in))
+            with symbols.stand_in_mode():
+                outs = _run(op, _operand_values(op, layouts, meta_stand_in))
         if len(outs) == len(_tensor_results(op)):
             found = tuple(layout_of_tensor(o) for o in outs)
     except Exception:  # no fake or meta kernel, or it cannot run there

@@ -19,6 +19,7 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import FORWARD, Program
+from thunder_ir.dialects.symbols import SYMBOLIC_NUMBERS, sym_text
 from thunder_ir.frontend.proxy import TensorProxy
 from thunder_ir.runtime.origins import Origin
 
@@ -101,7 +102,13 @@ class ProgramBuild:
     def number(self, value: Any) -> SSAValue:
         """A Python number as an SSA value (one ``prims.constant`` per distinct value per
         block; ``0.0`` and ``-0.0`` are distinct)."""
-        key = (type(value), repr(value) if type(value) is float else value)
+        if type(value) in SYMBOLIC_NUMBERS:  # ``x.shape[1] * 2``: by its text
+            text = sym_text(value)
+            if not isinstance(text, str):
+                return self.number(text)
+            key: Any = (type(value), text)
+        else:
+            key = (type(value), repr(value) if type(value) is float else value)
         v = self.numbers.get(key)
         if v is None:
             v = self.emitter.emit(ConstantOp, value=value)

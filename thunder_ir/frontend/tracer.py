@@ -28,7 +28,7 @@ import os
 import random
 import sys
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +36,13 @@ import torch
 from torch.utils import _pytree as pytree
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.program import main_function
-from thunder_ir.dialects.torch import CallOp, set_output_strides
+from thunder_ir.dialects.symbols import SymbolSource
+from thunder_ir.dialects.torch import CallOp, set_output_strides, set_symbol_args
 from thunder_ir.dialects.traits import ViewLike
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, number_type
 from thunder_ir.frontend import (
     backward_hooks,
     custom_function,
@@ -221,20 +223,26 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   state: dict[str, torch.Tensor] | None = None,
                   method: Callable[..., Any] | None = None,
                   unshard: Callable[[TraceContext, dict[str, TensorProxy]],
-                                    dict[str, TensorProxy]] | None = None) -> TracedProgram:
+                                    dict[str, TensorProxy]] | None = None,
+                  dynamic: Mapping[int, tuple[int, ...]] | None = None) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR.
 
     ``unshard(ctx, inputs)``: what the module's code sees of the state entries whose
     program inputs are ``inputs`` (by name), where it is not the input itself (a sharded
-    parameter: its full value, gathered in the trace; `thunder_ir.distributed.fsdp`)."""
+    parameter: its full value, gathered in the trace; `thunder_ir.distributed.fsdp`).
+
+    ``dynamic``: flat argument leaf -> its dimensions traced as symbols (an ``int`` leaf:
+    ``()``, the value itself), of the current `thunder_ir.dialects.symbols.SymbolTable`."""
     ctx = TraceContext()
+    table = symbols.current() if dynamic else None
     rec = Recorder(ctx)
     names = arg_names(types.MethodType(method, module) if method is not None and module
                       is not None else module.forward if module is not None else fn,
                       len(args), kwargs)
     top = [*args, *kwargs.values()]
     proxied_top = []
+    symbol_args: dict[str, int] = {}  # a symbolic int argument's symbol -> its program input
     leaf_index = 0
     by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]] = {}
     for top_index, (name, value) in enumerate(zip(names, top)):
@@ -242,12 +250,19 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         new_leaves = []
         for j, leaf in enumerate(leaves):
             nm = name if len(leaves) == 1 else f"{name}_{j}"
+            dims = dynamic.get(leaf_index) if table is not None and dynamic else None
             if isinstance(leaf, torch.Tensor):
-                p = _input_proxy(ctx, leaf, nm, leaf_index, by_storage)
+                sizes = None if dims is None else [
+                    table.size(n, SymbolSource(leaf_index, i)) if i in dims else n  # type: ignore[union-attr]
+                    for i, n in enumerate(leaf.shape)]
+                p = _input_proxy(ctx, leaf, nm, leaf_index, by_storage, sizes)
                 rec.sources[id(p)] = ("path", leaf_index, ())
                 new_leaves.append(p)
             elif plain_object(leaf):  # its tensors are inputs; writes to it, replayed
-                new_leaves.append(rec.argument(leaf, leaf_index, nm, ctx.tensor_input))
+                make = ctx.tensor_input if dims is None else _symbolic_inputs(ctx, table)  # type: ignore[arg-type]
+                new_leaves.append(rec.argument(leaf, leaf_index, nm, make))
+            elif dims is not None and type(leaf) is int:  # a symbolic int argument
+                new_leaves.append(_int_input(ctx, table, leaf, nm, leaf_index, symbol_args))  # type: ignore[arg-type]
             else:
                 new_leaves.append(leaf)
             leaf_index += 1
@@ -342,10 +357,12 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     _check_no_proxy_escaped(ctx, module, args, kwargs, names)
     strides = [strides_at.get(i) for i in range(len(outputs))]
     ir = ctx.build.program.finish(outputs)
+    if symbol_args:
+        set_symbol_args(main_function(ir), symbol_args)
     if any(s is not None for s in strides):  # for `restride-outputs`
         set_output_strides(main_function(ir), strides)
-    checked = [None if s is None or _made_by_a_call(v) else s
-               for v, s in zip(outputs, strides, strict=True)]
+    checked = [None if s is None or _made_by_a_call(v) or not all(type(x) is int for x in s)
+               else s for v, s in zip(outputs, strides, strict=True)]
     build, reads = ctx.build, ctx.reads
     return TracedProgram(ir, build.input_kinds, out_spec, out_leaves,
                          writebacks, build.input_requires_grad,
@@ -576,8 +593,38 @@ def _dense_strides(p: TensorProxy) -> tuple[int, ...] | None:
     return strides if is_dense(shape, strides) else None
 
 
+def _symbolic_inputs(ctx: TraceContext, table: symbols.SymbolTable
+                     ) -> Callable[[torch.Tensor, str, Any], TensorProxy]:
+    """``make_input`` for an argument object whose tensors' sizes are all dynamic (a
+    ``DynamicCache`` that grows by a token a call)."""
+    def make(tensor: torch.Tensor, name: str, kind: Any) -> TensorProxy:
+        leaf, steps = (kind.leaf, kind.steps) if isinstance(kind, ArgPath) else (-1, ())
+        if leaf < 0 or not tensor.is_contiguous() or tensor.storage_offset():
+            return ctx.tensor_input(tensor, name, kind)
+        sizes = [table.size(n, SymbolSource(leaf, i, tuple(steps)))
+                 for i, n in enumerate(tensor.shape)]
+        return ctx.tensor_input(tensor, name, kind, sizes)
+
+    return make
+
+
+def _int_input(ctx: TraceContext, table: symbols.SymbolTable, value: int, name: str,
+               index: int, symbol_args: dict[str, int]) -> Any:
+    """A dynamic ``int`` argument: a ``SymInt`` that user code computes with, and a program
+    input of its own (the generated code binds its symbol from it; a number operand made
+    from it is that input)."""
+    sym = table.integer(value, SymbolSource(index, None))
+    if isinstance(sym, torch.SymInt):
+        v = ctx.build.add_input(number_type(int), name, ArgLeaf(index))
+        text = symbols.sym_text(sym)
+        ctx.build.numbers[(torch.SymInt, text)] = v
+        symbol_args[str(text)] = len(ctx.build.input_kinds) - 1
+    return sym
+
+
 def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
-                 by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]]) -> TensorProxy:
+                 by_storage: dict[int, tuple[torch.Tensor, TensorProxy, str]],
+                 sizes: Sequence[Any] | None = None) -> TensorProxy:
     """The proxy of argument leaf ``index``. Arguments that share memory (the prologue keys
     on that, see `thunder_ir.runtime.cache.aliases`) are traced as such: the same tensor
     passed twice is one proxy, so a write through one name is seen through the other; a
@@ -590,7 +637,7 @@ def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
     first = by_storage.get(ptr) if ptr else None
     if first is not None and first[0] is tensor:
         return first[1]  # the program reads it once, from the first leaf
-    p = ctx.tensor_input(tensor, name, ArgLeaf(index))
+    p = ctx.tensor_input(tensor, name, ArgLeaf(index), sizes)
     if first is not None:
         base = first[1]
         p._base_proxy = base

@@ -1,0 +1,439 @@
+"""Symbolic sizes: the symbols of one compilation, and how they live in the IR.
+
+A dimension of an input that the user marked dynamic (`thunder_ir.mark_dynamic`, or
+``cache="symbolic values"``, or a length that changed on an earlier miss) is a *symbol*
+(``s0``) while the program is traced and compiled. On the Python side a symbolic size is
+torch's own ``SymInt`` of a ``ShapeEnv`` (the one torch.compile uses): user code that
+computes with ``x.shape[1]`` gets ``SymInt``s, shape rules and decompositions compute with
+them as with ints, and every decision they make on a size (``if n > 1``, ``n % 8 == 0``)
+is recorded by the ``ShapeEnv`` as a guard. In the IR a size is an ``int`` or an
+expression attribute (`SymExprAttr`: ``#prims.sym<"s0 + 1">``), as Python text over the
+symbols: that text is what the generated code evaluates, each function having bound the
+symbols it uses from its arguments' shapes (``s0 = x.shape[1]``).
+
+`SymbolTable` is one compilation's ``ShapeEnv`` and symbol names; `active` makes it the
+current one (tracing, the passes and code generation run inside it) so that a type's
+``sizes`` and an op's static arguments come back as ``SymInt``s of that compilation. When
+the compile ends, `SymbolTable.guards` lists the checks (as Python text over the symbols)
+under which the program holds: the runtime checks them on each call before reusing it
+(`thunder_ir.runtime.cache`).
+
+Outside a compilation (printing a recorded trace), a symbolic size is its text
+(`SymText`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+from torch.utils._sympy.printers import PythonPrinter
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, IntegerAttr, StringAttr
+from xdsl.ir import Attribute, ParametrizedAttribute
+from xdsl.irdl import AttrConstraint, irdl_attr_definition
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat)
+"""The types of a symbolic number user code computes with (``x.shape[1] * 2``)."""
+
+SYMBOL_NAME = re.compile(r"\bs\d+\b")
+"""A symbol's name in expression text: ``s0``, ``s12``."""
+
+
+class SymbolicError(NotImplementedError):
+    """A step of the compiler cannot handle a symbolic size: the caller compiles for the
+    call's concrete sizes instead."""
+
+
+@irdl_attr_definition
+class SymExprAttr(ParametrizedAttribute):
+    """A symbolic size or number, as Python text over symbols: ``#prims.sym<"2*s0">``."""
+
+    name = "prims.sym"
+
+    expr: StringAttr
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f'<"{self.expr.data}">')
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> list[Any]:
+        with parser.in_angle_brackets():
+            return [StringAttr(parser.parse_str_literal())]
+
+    @property
+    def text(self) -> str:
+        return self.expr.data
+
+
+@dataclass(frozen=True)
+class IntArrayConstraint(AttrConstraint):
+    """A static argument that is a list of sizes or dims: ``array<i64: 2, 3>``, or, where a
+    size is symbolic, ``[2 : i64, #prims.sym<"s0">]``."""
+
+    def verify(self, attr: Attribute, constraint_context: Any) -> None:
+        if isinstance(attr, DenseArrayBase):
+            return
+        if isinstance(attr, ArrayAttr) and all(
+                isinstance(a, IntegerAttr | SymExprAttr) for a in attr.data):
+            return
+        raise VerifyException(f"expected an int array (array<i64: ...>, or [...] holding "
+                              f"symbolic sizes #prims.sym), got {attr}")
+
+    def get_bases(self) -> set[type[Attribute]] | None:
+        return {DenseArrayBase, ArrayAttr}
+
+    def mapping_type_vars(self, type_var_mapping: Any) -> IntArrayConstraint:
+        return self
+
+
+INT_ARRAY = IntArrayConstraint()
+"""The constraint of a static argument holding sizes or dims (``prop_def(INT_ARRAY)``)."""
+
+
+class SymText(str):
+    """A symbolic size read outside a compilation: its Python text (prints as it is)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def is_symbolic(x: Any) -> bool:
+    """True for a ``SymInt``/``SymFloat`` whose value is not a known constant, or a
+    `SymText`."""
+    if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return not x.node.is_constant() and not x.node.expr.is_number
+    return type(x) is SymText
+
+
+class _Env(ShapeEnv):
+    """torch's ``ShapeEnv`` naming its symbols in order of creation (``s0``, ``s1``...)
+    rather than by a hash of where they came from, so that traces read the same on every
+    run."""
+
+    def _generate_unique_id(self, source_name: str) -> int:
+        i = len(self.unique_ids)
+        self.unique_ids.add(i)
+        return i
+
+
+_PRINTER = PythonPrinter()
+
+
+@dataclass(frozen=True)
+class SymbolSource:
+    """Where a symbol's value comes from at call time: dimension ``dim`` of flat argument
+    leaf ``leaf``, or of the tensor inside that argument object reached by ``steps``
+    (`thunder_ir.runtime.pystate` paths: ``(("attr", "layers"), ("item", 0))``); ``dim``
+    None: the leaf is an ``int``."""
+
+    leaf: int
+    dim: int | None
+    steps: tuple[Any, ...] = ()
+
+
+
+@dataclass
+class SymbolTable:
+    """The symbols of one compilation (see the module doc)."""
+
+    env: ShapeEnv = field(default_factory=lambda: _Env(duck_shape=False))
+    sources: dict[str, SymbolSource] = field(default_factory=dict)
+    _exprs: dict[str, sympy.Expr] = field(default_factory=dict)
+    _symbols: dict[str, sympy.Symbol] = field(default_factory=dict)
+    _values: dict[str, Any] = field(default_factory=dict)
+
+    # ---- making symbols
+
+    def size(self, value: int, source: SymbolSource) -> Any:
+        """A ``SymInt`` for a dynamic size ``value`` read from ``source``; sizes 0 and 1
+        stay ints (as torch.compile specializes them: a program for length 1 is another
+        program)."""
+        if value in (0, 1):
+            return value
+        return self._symint(value, source)
+
+    def integer(self, value: int, source: SymbolSource) -> Any:
+        """A ``SymInt`` for a dynamic ``int`` argument (any value but 0 and 1)."""
+        if value in (0, 1) or value < 0:
+            return value
+        return self._symint(value, source)
+
+    def _symint(self, value: int, source: SymbolSource) -> Any:
+        from torch._dynamo.source import ConstantSource
+
+        src = ConstantSource(f"leaf{source.leaf}_{source.steps}_{source.dim}")
+        sym = self.env.create_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
+        name = str(sym)
+        self.sources[name] = source
+        self._symbols[name] = sym
+        self._exprs[name] = sym
+        return self.env.create_symintnode(sym, hint=value, source=src)
+
+    # ---- stand-ins
+
+    @property
+    def fake_mode(self) -> Any:
+        """torch's ``FakeTensorMode`` over this table's ``ShapeEnv``."""
+        mode = self.__dict__.get("_fake_mode")
+        if mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            mode = self.__dict__["_fake_mode"] = FakeTensorMode(
+                shape_env=self.env, allow_non_fake_inputs=True)
+        return mode
+
+    def meta(self, sizes: Any, dtype: torch.dtype, strides: Any = None) -> torch.Tensor:
+        """A stand-in tensor of these (symbolic) sizes for a shape rule's run: a fake
+        tensor on the meta device, whose results' sizes are ``SymInt``s of this table."""
+        with self.fake_mode:
+            if strides is not None:
+                return torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
+            return torch.empty(sizes, dtype=dtype, device="meta")
+
+    # ---- text <-> values
+
+    def text(self, x: Any) -> str | int | float:
+        """The Python text of a symbolic value (a constant comes back as a number)."""
+        if type(x) is SymText:
+            return str(x)
+        expr = self.env.simplify(x.node.expr)
+        if expr.is_number:
+            return int(expr) if isinstance(x, torch.SymInt) else float(expr)
+        text = _PRINTER.doprint(expr)
+        if isinstance(x, torch.SymFloat):
+            text = f"float({text})" if not isinstance(expr, sympy.Float) else text
+            self._exprs.setdefault(text, expr)
+            return text
+        self._exprs.setdefault(text, expr)
+        return text
+
+    def value(self, text: str) -> Any:
+        """The ``SymInt`` (or ``SymFloat``: text ``float(...)``) for expression text made
+        by `text`."""
+        v = self._values.get(text)
+        if v is not None:
+            return v
+        expr = self._exprs.get(text)
+        if expr is None:
+            raise SymbolicError(f"unknown symbolic expression {text!r} (not made by this "
+                                "compilation)")
+        known = getattr(self.env, "backed_var_to_val", None) or self.env.var_to_val
+        at = expr.xreplace(known)
+        if text.startswith("float("):
+            v = self.env.create_symfloatnode(expr, hint=float(at))
+        else:
+            v = self.env.create_symintnode(expr, hint=int(at))
+        self._values[text] = v
+        return v
+
+    def free_symbols(self, text: str) -> set[str]:
+        """The names of the symbols in expression text."""
+        return set(SYMBOL_NAME.findall(text))
+
+    # ---- guards
+
+    def specialized(self) -> dict[str, int]:
+        """Symbols that a decision fixed to one value (``if n == 7``): name -> value."""
+        out: dict[str, int] = {}
+        for sym, repl in self.env.replacements.items():
+            name = str(sym)
+            if name in self.sources and repl.is_number:
+                out[name] = int(repl)
+        return out
+
+    def guards(self) -> list[str]:
+        """The checks, as Python text over the symbols, under which the program holds: each
+        symbol's range (a dynamic size is at least 2), the replacements decisions made
+        (``s1 == s0``), and every guard the ``ShapeEnv`` recorded."""
+        out: list[str] = []
+        seen: set[str] = set()
+
+        def add(text: str) -> None:
+            if text not in seen:
+                seen.add(text)
+                out.append(text)
+
+        for name, sym in self._symbols.items():
+            vr = self.env.var_to_range.get(sym)
+            lower = 2
+            if vr is not None and isinstance(vr.lower, sympy.Integer) and int(vr.lower) > lower:
+                lower = int(vr.lower)
+            add(f"{name} >= {lower}")
+            if vr is not None and isinstance(vr.upper, sympy.Integer):
+                add(f"{name} <= {int(vr.upper)}")
+        for sym, repl in self.env.replacements.items():
+            if str(sym) in self.sources:
+                add(f"{sym} == {_PRINTER.doprint(repl)}")
+        for g in self.env.guards:
+            text = _PRINTER.doprint(g.expr)
+            if text != "True":
+                add(text)
+        return out
+
+    # ---- activation
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[SymbolTable]:
+        """Makes this the current compilation's table."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+
+_ACTIVE: contextvars.ContextVar[SymbolTable | None] = contextvars.ContextVar(
+    "thunder_ir_symbols", default=None)
+
+
+@contextlib.contextmanager
+def detached() -> Iterator[None]:
+    """No compilation's table is current: symbolic sizes read as their text (`SymText`),
+    as printing wants them (the text the generated code evaluates)."""
+    token = _ACTIVE.set(None)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+def stand_in_mode() -> Any:
+    """Where shape rules run their stand-ins: the current compilation's fake mode (torch's
+    composite kernels trace ``SymInt`` sizes only under it), else nothing."""
+    table = _ACTIVE.get()
+    return _NOTHING if table is None else table.fake_mode
+
+
+def current() -> SymbolTable | None:
+    """The table of the compilation running in this context, if it has symbols."""
+    return _ACTIVE.get()
+
+
+def sym_value(text: str) -> Any:
+    """The value of expression text: a ``SymInt`` of the current compilation, or the
+    `SymText` outside one."""
+    table = _ACTIVE.get()
+    if table is None:
+        return SymText(text)
+    return table.value(text)
+
+
+def sym_text(x: Any) -> str | int | float:
+    """The text of a symbolic value in the current compilation (a number if it is one).
+
+    Raises:
+        SymbolicError: a symbolic value met outside a symbolic compilation.
+    """
+    table = _ACTIVE.get()
+    if table is None:
+        if type(x) is SymText:
+            return str(x)
+        raise SymbolicError(f"symbolic value {x} outside a symbolic compilation")
+    return table.text(x)
+
+
+def hint(x: Any) -> int:
+    """A size's value in the call the program was traced for (its *hint*), without
+    recording a guard: what cost models (remat's bytes) weigh sizes by."""
+    if isinstance(x, torch.SymInt):
+        return int(x.node.hint) if x.node.hint is not None else 8192
+    if type(x) is SymText:
+        return 8192
+    return int(x)
+
+
+def slice_indices(s: slice, n: Any) -> tuple[Any, Any, Any]:
+    """``s.indices(n)`` where ``n`` or a bound may be a ``SymInt`` (``slice.indices`` makes
+    ints of them, fixing the symbols to their traced values): the same normalization,
+    recording guards for the comparisons it makes instead."""
+    if type(n) is int and all(type(b) is int or b is None for b in (s.start, s.stop, s.step)):
+        return s.indices(n)
+    step = 1 if s.step is None else s.step
+    if type(step) is not int or step <= 0:
+        raise SymbolicError(f"slice {s} of a symbolic size: only positive int steps")
+
+    def bound(b: Any, default: Any) -> Any:
+        if b is None:
+            return default
+        if b < 0:
+            b = b + n
+            return 0 if b < 0 else b
+        return n if b > n else b
+
+    return bound(s.start, 0), bound(s.stop, n), step
+
+
+def range_len(lo: Any, hi: Any, step: int) -> Any:
+    """``len(range(lo, hi, step))`` (step > 0) where a bound may be a ``SymInt``."""
+    if type(lo) is int and type(hi) is int:
+        return len(range(lo, hi, step))
+    n = (hi - lo + step - 1) // step
+    return n if n > 0 else 0
+
+
+def same_sizes(a: Any, b: Any) -> bool:
+    """``tuple(a) == tuple(b)`` for a rewrite that skips a no-op (a reshape to the shape a
+    value has): ranks first, then each size, True only where known equal without a guard
+    (a symbolic size is not compared with a constant or another symbol; a tuple compare
+    would record such a guard, fixing the program to sizes that happen to differ)."""
+    a, b = tuple(a), tuple(b)
+    if len(a) != len(b):
+        return False
+    if all(type(x) is int for x in a) and all(type(y) is int for y in b):
+        return a == b
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
+def same_types(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Types equal up to what the compilation learned since one was made (a symbol a
+    later decision fixed, ``s1 == 64``, against a type made before it): same dtypes and
+    devices, and sizes known equal now."""
+    if _ACTIVE.get() is None or len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        if not (hasattr(x, "sizes") and hasattr(y, "sizes")) or x.dtype != y.dtype \
+                or x.dev != y.dev or not same_sizes(x.sizes, y.sizes):
+            return False
+    return True
+
+
+def check_static_region(region: Any, executor: str) -> None:
+    """Raises `SymbolicError` for a fusion region with a symbolic size, for an executor
+    whose kernels are compiled for one set of sizes (the program is then compiled for the
+    call's sizes instead)."""
+    types = [*(v.type for v in region.operands), *(r.type for r in region.results)]
+    if any(getattr(t, "symbolic", False) for t in types):
+        raise SymbolicError(f"{executor}: kernels are compiled for one set of sizes, and "
+                            f"{region.kernel.data} has symbolic ones")
+
+
+def hints(sizes: Any) -> tuple[int, ...]:
+    """`hint` of each size: concrete sizes for a probe whose answer does not depend on
+    them (which operands a kernel saves, which attention kernel eager picks)."""
+    return tuple(hint(d) for d in sizes)
+
+
+__all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_NAME", "IntArrayConstraint",
+           "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
+           "check_static_region", "current", "detached", "hint", "hints", "is_symbolic",
+           "range_len", "same_sizes", "same_types", "slice_indices", "stand_in_mode",
+           "sym_text", "sym_value"]

@@ -1,0 +1,263 @@
+"""Dynamic sizes at call time: which sizes a program leaves symbolic, how a call finds a
+symbolic program, and the checks that decide whether it may run it.
+
+A jitted callable compiles a *symbolic* program (`thunder_ir.dialects.symbols`) for the
+sizes that are dynamic in a call structure: the dimensions the user marked
+(`mark_dynamic`, or torch's own ``torch._dynamo.mark_dynamic``), every dimension and
+``int`` argument under ``cache="symbolic values"``, and, by default, the ones that
+changed between two calls that missed the cache (*automatic dynamic*, as torch.compile
+does). ``cache="static"`` compiles for every new size (but for marked dimensions).
+
+The cache still keys programs by a call's exact metadata (one dict lookup per call).
+A call that misses looks for a symbolic program under its *dynamic key*: the exact key
+with the dynamic sizes (each >= 2; 0 and 1 stay in the key) blanked out (`DynamicKey`).
+A program found there runs if its shape guard holds for the call (`ShapeGuard`: each
+symbol's range and every decision the trace made on sizes, ``s0 % 8 == 0``), and is then
+stored under the call's exact key too, so the next call of that size is a plain hit. A
+program whose guard fails is not the only one: the next one under that key is tried, and
+if none holds a new one is compiled for the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Block, Region
+
+from thunder_ir.dialects import guard as G
+from thunder_ir.dialects.symbols import SymbolSource, SymbolTable
+from thunder_ir.runtime.pystate import object_key, path_expr, plain_object
+from thunder_ir.runtime.python_printer import load_python, print_python
+
+CACHE_MODES = ("auto", "static", "symbolic values")
+"""``jit(cache=...)``: automatic dynamic (the default), a program per size, or every size
+symbolic from the first compile."""
+
+Dynamic = dict[int, tuple[int, ...]]
+"""Flat argument leaf -> its dynamic dimensions (``()`` for an ``int`` leaf, ``(EVERY,)``
+for an argument object: every dimension of every tensor inside it)."""
+
+EVERY = -1
+"""The dims of an argument object (a ``DynamicCache``) whose tensors' shapes changed: all
+of them are symbolic (its guards fix those that cannot vary, a cache's head count)."""
+
+
+def mark_dynamic(t: torch.Tensor, dim: int | Sequence[int]) -> None:
+    """Marks dimension ``dim`` (or several) of ``t`` dynamic: a jitted function called
+    with ``t`` compiles one program for every size of that dimension (that the trace's
+    guards allow), as ``torch._dynamo.mark_dynamic`` does for torch.compile (whose marks
+    thunder_ir reads too)."""
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    for d in dims:
+        if not -t.ndim <= d < t.ndim:
+            raise IndexError(f"mark_dynamic: dimension {d} out of range for a "
+                             f"{t.ndim}-d tensor")
+    marked = set(getattr(t, "_dynamo_dynamic_indices", ()))
+    marked.update(d % t.ndim for d in dims)
+    t._dynamo_dynamic_indices = marked  # type: ignore[attr-defined]
+
+
+def marked(leaves: Sequence[Any]) -> Dynamic:
+    """The dimensions the call's tensors were marked dynamic in."""
+    out: Dynamic = {}
+    for i, x in enumerate(leaves):
+        dims = getattr(x, "_dynamo_dynamic_indices", None) if isinstance(x, torch.Tensor) \
+            else None
+        if dims:
+            out[i] = tuple(sorted(dims))
+    return out
+
+
+def every_size(leaves: Sequence[Any]) -> Dynamic:
+    """``cache="symbolic values"``: every dimension of every tensor, every ``int``."""
+    out: Dynamic = {}
+    for i, x in enumerate(leaves):
+        if isinstance(x, torch.Tensor) and x.ndim:
+            out[i] = tuple(range(x.ndim))
+        elif type(x) is int:
+            out[i] = ()
+    return out
+
+
+def sizes_of(leaves: Sequence[Any]) -> tuple[Any, ...]:
+    """What automatic dynamic compares between two calls: each leaf's shape (tensors) or
+    value (``int``s), None for anything else."""
+    return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else x if type(x) is int
+                 else ("object", object_key(x)) if plain_object(x) else None for x in leaves)
+
+
+def changed(old: tuple[Any, ...], new: tuple[Any, ...]) -> Dynamic:
+    """The sizes that differ between two calls of one structure (`sizes_of`): an ``int``'s
+    value; every dimension of a tensor (of the same rank) whose shape changed (a batch
+    that grows after the length did is then no third compile; the trace's guards fix the
+    dimensions that cannot vary)."""
+    out: Dynamic = {}
+    for i, (a, b) in enumerate(zip(old, new, strict=True)):
+        if a == b or a is None or b is None:
+            continue
+        if type(a) is int and type(b) is int:
+            out[i] = ()
+        elif type(a) is tuple and a and a[0] == "object" and type(b) is tuple and b \
+                and b[0] == "object":
+            if _blank_tensors(a[1]) == _blank_tensors(b[1]):  # only tensors' sizes differ
+                out[i] = (EVERY,)
+        elif isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+            out[i] = tuple(range(len(a)))
+    return out
+
+
+def merge(a: Mapping[int, tuple[int, ...]], b: Mapping[int, tuple[int, ...]]) -> Dynamic:
+    """The union of two sets of dynamic sizes."""
+    out = dict(a)
+    for i, dims in b.items():
+        out[i] = tuple(sorted(set(out.get(i, ())) | set(dims)))
+    return out
+
+
+# --------------------------------------------------------------------------- the key
+
+
+@dataclass(frozen=True)
+class DynamicKey:
+    """Blanks a call's dynamic sizes out of its exact key (`thunder_ir.runtime.prologue`):
+    ``positions`` says where each leaf's metadata sits in the key, ``dynamic`` which of
+    its sizes are dynamic."""
+
+    positions: Mapping[int, tuple[int, bool]]
+    """leaf -> (index in the key, True: the element is the tensor's shape; False: the
+    leaf's whole metadata tuple, ``_meta``)."""
+    dynamic: Mapping[int, tuple[int, ...]]
+
+    def __call__(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
+        k = list(key)
+        for leaf, dims in self.dynamic.items():
+            at = self.positions.get(leaf)
+            if at is None:
+                continue
+            pos, is_shape = at
+            if is_shape:
+                k[pos] = _blank(k[pos], dims)
+            elif dims == (EVERY,):
+                k[pos] = _blank_tensors(k[pos])
+            else:
+                meta = k[pos]
+                if isinstance(meta, tuple) and len(meta) == 2 and meta[0] is int:
+                    if meta[1] >= 2:
+                        k[pos] = (int, None)
+                elif isinstance(meta, tuple) and meta and isinstance(meta[0], torch.Size):
+                    k[pos] = (_blank(meta[0], dims), *meta[1:])
+        return (*k, tuple(sorted(self.dynamic.items())))
+
+
+def _blank_tensors(key: Any) -> Any:
+    """An argument object's key (`thunder_ir.runtime.pystate.object_key`) with every size
+    >= 2 of its tensors blanked."""
+    if type(key) is tuple:
+        if len(key) == 5 and isinstance(key[0], torch.Size):  # a tensor's metadata
+            return (_blank(key[0], range(len(key[0]))), *key[1:])
+        return tuple(_blank_tensors(k) for k in key)
+    return key
+
+
+def _blank(shape: Any, dims: Iterable[int]) -> Any:
+    dims = set(dims)
+    return tuple(None if i in dims and d >= 2 else d for i, d in enumerate(shape))
+
+
+def key_positions(prologue_ir: ModuleOp) -> dict[int, tuple[int, bool]]:
+    """Where each leaf's metadata sits in the key the prologue returns."""
+    fn = next(op for op in prologue_ir.ops if hasattr(op, "body"))
+    block = fn.body.block  # type: ignore[attr-defined]
+    key_op = next(op for op in block.ops if isinstance(op, G.KeyOp))
+    at: dict[Any, int] = {}
+    pos = 0
+    for v in key_op.operands:
+        at[v] = pos
+        owner = v.owner
+        pos += owner.widths()[v.index] if isinstance(owner, G.GuardOp) else 1  # type: ignore[attr-defined]
+    args = list(block.args)
+    out: dict[int, tuple[int, bool]] = {}
+    for op in block.ops:
+        if isinstance(op, G.TensorMetaOp):
+            out[args.index(op.arg)] = (at[op.results[0]], True)
+        elif isinstance(op, G.LeafMetaOp):
+            out[args.index(op.operands[0])] = (at[op.results[0]], False)
+    return out
+
+
+# --------------------------------------------------------------------------- guards
+
+
+@dataclass
+class ShapeGuard:
+    """The checks under which a symbolic program holds, over the call's leaves: the
+    function ``@shape_guard`` of ``guard`` ops (``ir``), its Python (``source``, printed by
+    the one printer) and that Python compiled (``fn``)."""
+
+    checks: list[str]
+    sources: dict[str, SymbolSource]
+    fn: Callable[[Sequence[Any]], bool]
+    source: str
+    ir: ModuleOp
+    specialized: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, leaves: Sequence[Any]) -> bool:
+        return self.fn(leaves)
+
+
+SHAPE_GUARD = "shape_guard"
+
+
+def _path(src: SymbolSource) -> str:
+    """How a symbol's value is read from its leaf (``.layers[0].keys.shape[2]``)."""
+    path = path_expr("", src.steps)
+    return path if src.dim is None else f"{path}.shape[{src.dim}]"
+
+
+def shape_guard_ir(table: SymbolTable, names: Sequence[str]) -> ModuleOp:
+    """``func.func @shape_guard(leaves...) -> ok``: a ``guard.symbol`` per symbol, read
+    from its leaf, and one ``guard.shape_checks`` of the compilation's guards."""
+    block = Block(arg_types=[G.VALUE] * len(names))
+    for i, a in enumerate(block.args):
+        a.name_hint = f"a{i}"
+    order = sorted(table.sources.items(), key=lambda kv: int(kv[0][1:]))
+    values = []
+    for name, src in order:
+        op = G.SymbolOp.create(operands=[block.args[src.leaf]], result_types=[G.VALUE],
+                               properties={"symbol": StringAttr(name),
+                                           "path": StringAttr(_path(src))})
+        block.add_op(op)
+        values.append(op.results[0])
+    checks = G.ShapeChecksOp.create(
+        operands=values, result_types=[G.VALUE],
+        properties={"symbols": G.names_attr([n for n, _ in order]),
+                    "checks": G.names_attr(table.guards())})
+    block.add_op(checks)
+    block.add_op(func.ReturnOp(checks.results[0]))
+    fn = func.FuncOp(SHAPE_GUARD, ([G.VALUE] * len(names), [G.VALUE]), Region(block))
+    return ModuleOp([fn])
+
+
+def shape_guard(table: SymbolTable, names: Sequence[str]) -> ShapeGuard:
+    """The shape guard of a symbolic compilation (``names``: the call's leaves'), built as
+    IR and compiled from its printed Python::
+
+        def shape_guard(args):
+          (a0, a1,) = args
+          return ((a0.shape[1] >= 2) and (a0.shape[1] <= 64))
+    """
+    ir = shape_guard_ir(table, names)
+    fn_op = next(iter(ir.ops))
+    source = print_python(fn_op)  # type: ignore[arg-type]
+    return ShapeGuard(table.guards(), dict(table.sources), load_python(source, SHAPE_GUARD, {}),
+                      source, ir, table.specialized())
+
+
+__all__ = ["CACHE_MODES", "EVERY", "Dynamic", "DynamicKey", "ShapeGuard", "changed", "every_size",
+           "key_positions", "mark_dynamic", "marked", "merge", "shape_guard", "shape_guard_ir",
+           "sizes_of"]
