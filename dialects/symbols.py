@@ -109,14 +109,6 @@ class SymText(str):
         return str(self)
 
 
-def is_symbolic(x: Any) -> bool:
-    """True for a ``SymInt``/``SymFloat`` whose value is not a known constant, or a
-    `SymText`."""
-    if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
-        return not x.node.is_constant() and not x.node.expr.is_number
-    return type(x) is SymText
-
-
 class _Env(ShapeEnv):
     """torch's ``ShapeEnv`` naming its symbols in order of creation (``s0``, ``s1``...)
     rather than by a hash of where they came from, so that traces read the same on every
@@ -141,7 +133,6 @@ class SymbolSource:
     leaf: int
     dim: int | None
     steps: tuple[Any, ...] = ()
-
 
 
 @dataclass
@@ -237,10 +228,6 @@ class SymbolTable:
             v = self.env.create_symintnode(expr, hint=int(at))
         self._values[text] = v
         return v
-
-    def free_symbols(self, text: str) -> set[str]:
-        """The names of the symbols in expression text."""
-        return set(SYMBOL_NAME.findall(text))
 
     # ---- guards
 
@@ -434,6 +421,6 @@ def hints(sizes: Any) -> tuple[int, ...]:
 
 __all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_NAME", "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
-           "check_static_region", "current", "detached", "hint", "hints", "is_symbolic",
-           "range_len", "same_sizes", "same_types", "slice_indices", "stand_in_mode",
+           "check_static_region", "current", "detached", "hint", "hints", "range_len",
+           "same_sizes", "same_types", "slice_indices", "stand_in_mode",
            "sym_text", "sym_value"]

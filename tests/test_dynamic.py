@@ -319,3 +319,54 @@ def test_inductor_regions_of_a_symbolic_program_compile_once() -> None:
     assert thunder_ir.cache_misses(jf) == 2
     assert len(compiles) == 2  # the first program's kernel, then the symbolic one's
     assert jf.symbolic_failures == []
+
+
+def test_symbolic_programs_keep_eager_layouts_and_in_place_writes() -> None:
+    """Results of a symbolic program have eager's strides (a transposed product stays
+    transposed), and in-place writes to dynamic arguments reach the caller's tensors."""
+    def layouts(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x.transpose(0, 1) * 2
+        return y, y.sum(0), x.permute(1, 0).contiguous() + 1
+
+    jl = thunder_ir.jit(layouts, cache="symbolic values")
+    for n, m in ((3, 4), (5, 7), (6, 2)):
+        x = torch.randn(n, m)
+        for got, want in zip(jl(x), layouts(x), strict=True):
+            assert got.shape == want.shape and got.stride() == want.stride()
+            torch.testing.assert_close(got, want)
+    assert thunder_ir.cache_misses(jl) == 1
+
+    def writes(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        buf[: x.shape[0]] += x.sum(1)
+        return x.view(-1)[1:] * 1
+
+    jw = thunder_ir.jit(writes)
+    for n in (3, 5, 8, 11):
+        x, buf = torch.randn(n, 4), torch.zeros(16)
+        xe, be = x.clone(), buf.clone()
+        got, want = jw(x, buf), writes(xe, be)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x, xe)
+        torch.testing.assert_close(buf, be)
+    assert thunder_ir.cache_misses(jw) == 2
+    assert jw.symbolic_failures == []
+
+
+def test_a_returned_view_of_a_written_argument_compiles_per_size() -> None:
+    """Eager returns the caller's own tensor's view after an in-place write; that view is
+    made from its layout after the call, which is not symbolic yet: per-size programs,
+    with eager's results and aliasing."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x.view(-1)[1:]
+
+    jf = thunder_ir.jit(f)
+    for n in (3, 5, 8):
+        x = torch.randn(n, 4)
+        xe = x.clone()
+        got, want = jf(x), f(xe)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x, xe)
+        assert got.data_ptr() == x.data_ptr() + 4  # a view of the caller's tensor
+    assert "returned view" in jf.symbolic_failures[0]

@@ -505,7 +505,10 @@ def _returned_argument(ctx: TraceContext, leaf: TensorProxy,
     if hit is None or root is None or root._value is hit[1] or leaf._value in ctx.active:
         return None
     with torch._C.DisableTorchFunction():
-        view = (tuple(leaf.shape), tuple(leaf.stride()), int(leaf.storage_offset()))
+        view = (tuple(leaf.shape), tuple(leaf.stride()), leaf.storage_offset())
+    if not all(type(n) is int for n in (*view[0], *view[1], view[2])):
+        raise symbols.SymbolicError("a returned view of an argument written in place has "
+                                    "symbolic sizes (made again per call from its layout)")
     ctx.reads.layout_read = True  # the view is made by its strides
     return ("argview", (hit[0], *view))
 
