@@ -23,7 +23,7 @@ Part (2): a tiny Hugging Face Llama (``benchmarks/generate.py``'s) generates ``-
 tokens greedily from a 16-token prompt with the default ``DynamicCache``, once per
 variant (compiles included): eager, torch.compile (of ``model.forward``, default and
 ``dynamic=True``), thunder_ir with ``cache="static"`` (a program per cache length) and
-with the default cache (symbolic after the first decode step). Every variant's tokens
+with the default cache (the prefill, then one symbolic decode step). Every variant's tokens
 must equal eager's. Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/dynamic.py [--calls 50] [--max-len 256]

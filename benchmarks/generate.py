@@ -7,8 +7,8 @@ against eager's before its time counts):
 * ``torch.compile``: ``model.forward = torch.compile(model.forward)``, dynamic cache
   (Dynamo recompiles once for the second length, then marks the length dynamic);
 * ``thunder_ir dynamic``: ``thunder_ir.jit(model).generate(...)``, dynamic cache (the
-  prefill, the first decode step, then one symbolic decode step for every later cache
-  length: automatic dynamic, `thunder_ir.runtime.dynamic`);
+  prefill, then one symbolic decode step for every cache length: automatic dynamic,
+  `thunder_ir.runtime.dynamic`);
 * ``thunder_ir static``: the same with ``cache_implementation="static"`` (prefill and
   decode compile once each);
 * ``eager static`` and ``torch.compile static``: the static cache under the other two, so

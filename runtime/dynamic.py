@@ -95,7 +95,8 @@ def changed(old: tuple[Any, ...], new: tuple[Any, ...]) -> Dynamic:
     """The sizes that differ between two calls of one structure (`sizes_of`): an ``int``'s
     value; every dimension of a tensor (of the same rank) whose shape changed (a batch
     that grows after the length did is then no third compile; the trace's guards fix the
-    dimensions that cannot vary)."""
+    dimensions that cannot vary); every size of the tensors in an argument object that
+    changed and holds tensors (a ``DynamicCache``, from the empty one of a prefill on)."""
     out: Dynamic = {}
     for i, (a, b) in enumerate(zip(old, new, strict=True)):
         if a == b or a is None or b is None:
@@ -104,8 +105,8 @@ def changed(old: tuple[Any, ...], new: tuple[Any, ...]) -> Dynamic:
             out[i] = ()
         elif type(a) is tuple and a and a[0] == "object" and type(b) is tuple and b \
                 and b[0] == "object":
-            if _blank_tensors(a[1]) == _blank_tensors(b[1]):  # only tensors' sizes differ
-                out[i] = (EVERY,)
+            if _holds_tensors(b[1]):  # its tensors' sizes, or which tensors it holds
+                out[i] = (EVERY,)  # (an empty cache filled: the sizes will grow from here)
         elif isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
             out[i] = tuple(range(len(a)))
     return out
@@ -152,6 +153,15 @@ class DynamicKey:
                 elif isinstance(meta, tuple) and meta and isinstance(meta[0], torch.Size):
                     k[pos] = (_blank(meta[0], dims), *meta[1:])
         return (*k, tuple(sorted(self.dynamic.items())))
+
+
+def _holds_tensors(key: Any) -> bool:
+    """Whether an argument object's key holds a tensor's metadata."""
+    if type(key) is tuple:
+        if len(key) == 5 and isinstance(key[0], torch.Size):
+            return True
+        return any(_holds_tensors(k) for k in key)
+    return False
 
 
 def _blank_tensors(key: Any) -> Any:
