@@ -41,11 +41,12 @@ from xdsl.irdl import (
 )
 from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
-from thunder_ir.dialects.symbols import INT_ARRAY, SymExprAttr
+from thunder_ir.dialects.symbols import INT_ARRAY, SymExprAttr, same_sizes
 from thunder_ir.dialects.traits import DeviceLayout, Elementwise, Library, Random, Reduction
-from thunder_ir.dialects.types import TensorType, tensor_type
+from thunder_ir.dialects.types import TensorType, is_float, tensor_type
 
 Number = IntegerAttr | FloatAttr | SymExprAttr  # SymExprAttr: a symbolic size (x.shape[1])
 _aten = torch.ops.aten
@@ -157,6 +158,22 @@ class LinearOp(NNOp):
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        """In a symbolic compile, the plain case directly (a fake-tensor run costs ~10 ms):
+        ``(*x.shape[:-1], w.shape[0])`` for a 2-d weight of ``x``'s dtype and inner size
+        and a matching 1-d bias; torch's meta kernel otherwise."""
+        x, w, b = operand_types
+        if symbols.current() is not None and isinstance(x, TensorType) and x.rank >= 1 \
+                and isinstance(w, TensorType) and w.rank == 2 and x.dtype == w.dtype \
+                and x.dev == w.dev \
+                and is_float(x.dtype) and same_sizes(x.sizes[-1:], w.sizes[-1:]) and (
+                    b is None or (isinstance(b, TensorType) and b.rank == 1
+                    and b.dtype == x.dtype and b.dev == x.dev
+                    and same_sizes(b.sizes, w.sizes[:1]))):
+            return tensor_type((*x.sizes[:-1], w.sizes[0]), x.dtype, x.dev)
+        return super().infer(*operand_types, **params)
 
 
 def _aligned(t: torch.Tensor) -> bool:
@@ -735,7 +752,27 @@ class ScaledDotProductAttentionOp(NNOp):
                 raise ShapeError(f"{cls.name}: attn_mask {list(mask.sizes)} does not "
                                  f"broadcast to the attention scores' shape {list(scores)} "
                                  "(torch adds it to them in place and raises too)")
+        if symbols.current() is not None:  # fake-tensor attention costs ~100 ms a call
+            fast = _attention_type(*operand_types[:3])
+            if fast is not None:
+                return fast
         return super().infer(*operand_types, **params)
+
+
+def _attention_type(q: Any, k: Any, v: Any) -> TensorType | None:
+    """Attention's result type where the rule is plain (same leading dims and dtypes,
+    matching head and sequence sizes): ``(*q.shape[:-1], v.shape[-1])``; None otherwise
+    (the meta kernel decides, and raises torch's errors)."""
+    if not (isinstance(q, TensorType) and isinstance(k, TensorType)
+            and isinstance(v, TensorType)) or not q.rank == k.rank == v.rank >= 2 \
+            or not q.dtype == k.dtype == v.dtype or not is_float(q.dtype) \
+            or not q.dev == k.dev == v.dev:
+        return None
+    qs, ks, vs = q.sizes, k.sizes, v.sizes
+    if not (same_sizes(qs[:-2], ks[:-2]) and same_sizes(ks[:-2], vs[:-2])
+            and same_sizes(qs[-1:], ks[-1:]) and same_sizes(ks[-2:-1], vs[-2:-1])):
+        return None
+    return tensor_type((*qs[:-1], vs[-1]), q.dtype, q.dev)
 
 
 # --------------------------------------------------------------------------- losses
