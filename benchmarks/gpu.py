@@ -18,11 +18,16 @@ records its error and lets the others run):
   besides its kernels).
 * ``mlp``: the seed's MLP (``examples/train_mnist.py``'s, 784-784-784-784-28-10, dropout
   0.1, Adam), a training step at batch 8 on random digits-shaped data.
+* ``dynamic``: the Llama-style model (``--dyn-layers``, no grad) called at ``--dyn-calls``
+  random lengths (1/16 to 1/2 of ``--seq``, batch ``--batch``/2): each variant's total
+  time (compiles and kernel builds included), a second pass (steady), thunder_ir's
+  compiles with the default cache (symbolic from the second length: Triton kernels that
+  take sizes as arguments) and with ``cache="static"``.
 
 Prints each figure and the ratios of thunder_ir to eager and to torch.compile (below 1.00x
 is faster), and the first-step ratio torch.compile / thunder_ir. Usage::
 
-    python benchmarks/gpu.py [--json PATH] [--traces PATH] [--sections llama,overhead,mlp]
+    python benchmarks/gpu.py [--json PATH] [--traces PATH] [--sections llama,overhead,mlp,dynamic]
                              [--layers 8 --embd 2048 --heads 16 --groups 4 --seq 1024
                               --batch 8 --vocab 32000] [--seconds 8 --rounds 8] [--smoke]
 
@@ -287,7 +292,72 @@ def mlp(b: Bench, a: argparse.Namespace) -> None:
     b.steady("mlp", steps, a.seconds / 2, a.rounds)
 
 
-SECTIONS = {"llama": llama, "overhead": overhead, "mlp": mlp}
+# --------------------------------------------------------------------------- dynamic
+
+
+def dynamic(b: Bench, a: argparse.Namespace) -> None:
+    """Inference at a new length on every call: each variant's total time over the calls
+    (compiles and kernel builds included) and a second pass over the same lengths (steady),
+    with thunder_ir's compiles; every variant's outputs against eager's."""
+    from models import Config, LlamaGPT
+
+    dev, dtype = b.device, torch.bfloat16
+    cfg = Config(
+        n_layer=a.dyn_layers,
+        n_embd=a.embd,
+        n_head=a.heads,
+        n_query_groups=a.groups,
+        intermediate_size=a.intermediate or int(a.embd * 2.75),
+        block_size=a.seq,
+        vocab_size=a.vocab,
+    )
+    g = torch.Generator().manual_seed(1)
+    lengths = [int(t) for t in torch.randint(a.seq // 16, a.seq // 2 + 1, (a.dyn_calls,),
+                                             generator=g)]
+    inputs = [torch.randint(0, cfg.vocab_size, (a.batch // 2 or 1, t), generator=g).to(dev)
+              for t in lengths]
+    print(f"dynamic: {cfg.n_layer} layers, no grad, bf16, batch {a.batch // 2 or 1}, "
+          f"lengths {lengths}", flush=True)
+    b.put("dynamic", "lengths", lengths)
+    torch.manual_seed(0)
+    model = LlamaGPT(cfg).to(dev, dtype).eval()
+    variants = {
+        "eager": model,
+        "thunder_ir": thunder_ir.jit(model),
+        "thunder_ir static": thunder_ir.jit(model, cache="static"),
+        "torch.compile": torch.compile(model),
+    }
+    want: list[torch.Tensor] = []
+    for v, fn in variants.items():
+        with torch.no_grad():
+            for rep in ("total", "steady"):
+                outs = []
+                b.sync()
+                t0 = time.perf_counter()
+                for x in inputs:
+                    outs.append(fn(x))
+                b.sync()
+                s = time.perf_counter() - t0
+                b.put("dynamic", f"{rep}_s.{v}", s)
+                print(f"  {rep:>6} {v:>18}: {s:8.3f} s", flush=True)
+        if v == "eager":
+            want = outs
+        else:
+            for o, w in zip(outs, want, strict=True):
+                torch.testing.assert_close(o.float(), w.float(), rtol=2e-2, atol=2e-2)
+        if v.startswith("thunder_ir"):
+            b.put("dynamic", f"compiles.{v}", thunder_ir.cache_misses(fn))
+            b.put("dynamic", f"symbolic_failures.{v}", fn._compiled.symbolic_failures)
+            print(f"  {v}: {thunder_ir.cache_misses(fn)} compiles", flush=True)
+    r = b.results["dynamic"]
+    for base in ("eager", "thunder_ir static", "torch.compile"):
+        for rep in ("total", "steady"):
+            k = f"ratio.{rep}_s.thunder_ir/{base}"
+            b.put("dynamic", k, r[f"{rep}_s.thunder_ir"] / r[f"{rep}_s.{base}"])
+            print(f"  {k}: {r[k]:.3f}x", flush=True)
+
+
+SECTIONS = {"llama": llama, "overhead": overhead, "mlp": mlp, "dynamic": dynamic}
 
 
 def main() -> int:
@@ -304,6 +374,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--mlp-batch", type=int, default=8)
+    ap.add_argument("--dyn-layers", type=int, default=2, help="dynamic: the model's layers")
+    ap.add_argument("--dyn-calls", type=int, default=8, help="dynamic: calls (lengths)")
     ap.add_argument(
         "--seconds",
         type=float,

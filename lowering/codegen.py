@@ -46,7 +46,9 @@ from thunder_ir.dialects.autograd import BackwardLayoutAttr
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.program import BACKWARD, PROLOGUE, main_function, program_functions
+from thunder_ir.dialects.symbols import SYMBOL_NAME, SymbolicError
 from thunder_ir.dialects.torch import CallOp
+from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.regions import compile_kernels
 from thunder_ir.passes.autodiff import grad_layout_of
 from thunder_ir.passes.context import resolve, spec_with_names
@@ -125,14 +127,50 @@ def interpreted_kernel(region: RegionOp) -> Callable[..., Any]:
     block = region.body.clone().block
     name = region.kernel.data
     single = len(region.results) == 1
+    sources = _symbol_sources(block)
+    if sources:  # a region of a symbolic program: its static arguments hold symbols
 
-    def kernel(*args: Any) -> Any:
-        outs = run_block(block, args)
-        return outs[0] if single else tuple(outs)
+        def kernel(*args: Any) -> Any:
+            symbols = {s: args[i].shape[d] for s, (i, d) in sources.items()}
+            outs = run_block(block, args, symbols)
+            return outs[0] if single else tuple(outs)
+    else:
+
+        def kernel(*args: Any) -> Any:
+            outs = run_block(block, args)
+            return outs[0] if single else tuple(outs)
 
     kernel.__name__ = kernel.__qualname__ = name
     kernel.__doc__ = f"{name} ({region.executor.data}), run by the reference interpreter."
     return kernel
+
+
+def _symbol_sources(block: Any) -> dict[str, tuple[int, int]]:
+    """Symbol -> (argument, dim) it is read from, for every symbol the body's types and
+    static arguments use (raises `SymbolicError` for one no argument's shape gives)."""
+    used: set[str] = set()
+    if not any(isinstance(v.type, TensorType) and v.type.symbolic
+               for v in (*block.args, *(r for op in block.walk() for r in op.results))):
+        return {}
+    for op in block.walk():
+        for v in op.results:
+            if isinstance(v.type, TensorType) and v.type.symbolic:
+                used |= {d for d in v.type.dims_text if isinstance(d, str)}
+        for attr in op.properties.values():
+            used |= set(SYMBOL_NAME.findall(str(attr))) if "prims.sym" in str(attr) else set()
+    sources: dict[str, tuple[int, int]] = {}
+    for i, a in enumerate(block.args):
+        t = a.type
+        if isinstance(t, TensorType) and t.symbolic:
+            used |= {d for d in t.dims_text if isinstance(d, str)}
+            for d, size in enumerate(t.dims_text):
+                if isinstance(size, str) and SYMBOL_NAME.fullmatch(size):
+                    sources.setdefault(size, (i, d))
+    names = set().union(*(SYMBOL_NAME.findall(u) for u in used)) if used else set()
+    missing = names - sources.keys()
+    if missing:
+        raise SymbolicError(f"no input of the region has a dimension {sorted(missing)[0]}")
+    return {s: sources[s] for s in sorted(names)}
 
 
 # --------------------------------------------------------------------------- compile

@@ -1,8 +1,17 @@
 """Triton source for ``fusion.region`` ops: a schedule of kernels and a Python launcher.
 
-Why generate source: a region of prims is small and static (shapes and dtypes are known),
-so one readable ``@triton.jit`` function per kernel, with every size baked in, is both the
+Why generate source: a region of prims is small and its shapes and dtypes are known, so
+one readable ``@triton.jit`` function per kernel, with every size baked in, is both the
 fastest thing to compile and the easiest to review (``tests/snapshots/triton``).
+
+**Symbolic sizes.** In a program compiled for every length (``!prims.tensor<[s0]x64xf32>``)
+a size may be an expression over symbols. The generator computes with such sizes as sympy
+expressions (no guards are recorded), each kernel takes the symbols it uses as ``int``
+arguments, and the launcher binds them from its inputs' shapes (``s0 = a0.shape[1]``) and
+picks, per call, the block (a power of two, so each size class compiles once, as Triton
+caches kernels by their ``constexpr`` values) and whether indices need 64 bits (``WIDE``).
+A reduction's row length is checked against `MAX_REDUCTION` by ``fusible`` with the
+compilation's ``SymInt`` sizes: a guard of the program (``s1 <= 8192``).
 
 **Scheduling.** A region becomes one or more kernels, run in order by a launcher:
 
@@ -32,18 +41,22 @@ compiles and caches it. Nothing here imports triton.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
+import sympy
 import torch
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
+from thunder_ir.dialects.symbols import SYMBOL_NAME, SymbolicError, current
 from thunder_ir.dialects.traits import Reduction
 from thunder_ir.dialects.types import NumberType, TensorType
 
@@ -51,6 +64,8 @@ MAX_REDUCTION = 8192
 """The most elements one reduction may reduce (one block per row; no loop)."""
 POINTWISE_BLOCK = 1024
 """The largest block of a pointwise kernel."""
+WIDE_INDEX = 2**31
+"""Kernels over this many elements or more compute indices in 64 bits."""
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -140,7 +155,7 @@ def _dtype_ok(kind: str, dtype: torch.dtype) -> bool:
     return dtype in TENSOR_DTYPES
 
 
-def _size1_reshape(src: Sequence[int], dst: Sequence[int]) -> bool:
+def _size1_reshape(src: Sequence[Size], dst: Sequence[Size]) -> bool:
     """A reshape that only adds or removes size-1 dims."""
     return [d for d in src if d != 1] == [d for d in dst if d != 1]
 
@@ -162,7 +177,7 @@ def fusible(op: Operation) -> bool:
     cls = type(op)
     types = [v.type for v in (*op.operands, *op.results)]
     for t in types:
-        if isinstance(t, TensorType) and (t.dtype not in TENSOR_DTYPES or t.numel() == 0):
+        if isinstance(t, TensorType) and (t.dtype not in TENSOR_DTYPES or 0 in _dims(t)):
             return False
     if cls in _UNARY:
         return _dtype_ok(_UNARY[cls][1], _tensor(op.operands[0]).dtype)
@@ -178,9 +193,13 @@ def fusible(op: Operation) -> bool:
         dims = _params(op)["dims"]
         if not dims or x.dtype not in FLOAT_DTYPES:
             return False
-        return math.prod(x.sizes[d] for d in dims) <= MAX_REDUCTION
+        if x.symbolic and current() is None:  # generating for a region fused already
+            return True
+        # With symbolic sizes the comparison is a guard of the program (``s0 <= 8192``):
+        # longer rows make another program, without this fusion.
+        return bool(math.prod(x.sizes[d] for d in dims) <= MAX_REDUCTION)
     if cls is P.ReshapeOp:
-        return _size1_reshape(_tensor(op.operands[0]).sizes, _tensor(op.results[0]).sizes)
+        return _size1_reshape(_dims(_tensor(op.operands[0])), _dims(_tensor(op.results[0])))
     return cls in _HANDLERS or cls is P.ConstantOp
 
 
@@ -188,6 +207,62 @@ def _tensor(v: SSAValue) -> TensorType:
     t = v.type
     assert isinstance(t, TensorType), f"expected a tensor, got {t}"
     return t
+
+
+# --------------------------------------------------------------------------- sizes
+
+Size: TypeAlias = "int | sympy.Expr"
+"""A size as the generator computes with it: an int, or a sympy expression over the
+program's symbols (``s0``, ``64*s0``), which kernels take as arguments."""
+
+_SIZE_TEXT = re.compile(r"[\w\s+*()-]*")
+_NAMES = re.compile(r"[A-Za-z_]\w*")
+
+
+@functools.lru_cache(maxsize=4096)
+def _sym(text: str) -> sympy.Expr:
+    """The sympy expression of a symbolic size's text (sums and products of symbols and
+    ints; anything else, ``s0//2``, raises `SymbolicError`)."""
+    names = _NAMES.findall(text)
+    if not _SIZE_TEXT.fullmatch(text) or "**" in text \
+            or not all(SYMBOL_NAME.fullmatch(n) for n in names):
+        raise SymbolicError(f"triton: kernels take sums and products of sizes, not {text!r}")
+    expr = sympy.sympify(text, locals={n: sympy.Symbol(n, integer=True, positive=True)
+                                       for n in names})
+    if "**" in str(expr):
+        raise SymbolicError(f"triton: kernels take sums and products of sizes, not {text!r}")
+    return expr
+
+
+def _dims(t: TensorType) -> tuple[Size, ...]:
+    """The sizes of ``t`` as the generator uses them (no guards are recorded)."""
+    if not t.symbolic:
+        return t.sizes
+    return tuple(d if isinstance(d, int) else _sym(d) for d in t.dims_text)
+
+
+def _num(n: Size) -> int | sympy.Expr:
+    """An expression that is a number, as an int."""
+    if isinstance(n, sympy.Expr) and n.is_Integer:
+        return int(n)
+    return n
+
+
+def _text(n: Size) -> str:
+    """A size as source: ``8``, ``s0``, ``(64*s0)``."""
+    n = _num(n)
+    if isinstance(n, int):
+        return str(n)
+    text = str(n)
+    return text if n.is_Symbol else f"({text})"
+
+
+def _prod(sizes: Sequence[Size]) -> Size:
+    return _num(math.prod(sizes))
+
+
+def _symbolic(sizes: Sequence[Size]) -> bool:
+    return any(not isinstance(d, int) for d in sizes)
 
 
 def _params(op: Operation) -> dict[str, Any]:
@@ -233,7 +308,7 @@ class Kernel:
     """
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[Size, ...]
     reduced: tuple[int, ...] = ()
     stores: list[SSAValue] = field(default_factory=list)
     reductions: list[Operation] = field(default_factory=list)
@@ -247,18 +322,18 @@ class Kernel:
         return tuple(d for d in range(len(self.shape)) if d not in self.reduced)
 
     @property
-    def kept_shape(self) -> tuple[int, ...]:
+    def kept_shape(self) -> tuple[Size, ...]:
         return tuple(self.shape[d] for d in self.kept)
 
     def store_map(self, v: SSAValue) -> tuple[int | None, ...]:
         """How a stored value's dims map to the domain's (full shape or kept shape)."""
-        sizes = _tensor(v).sizes
+        sizes = _dims(_tensor(v))
         dims = self.kept if (self.is_reduction and sizes == self.kept_shape
                              and sizes != self.shape) else tuple(range(len(self.shape)))
         return _normalize(dims, sizes)
 
 
-def _normalize(m: Sequence[int | None], sizes: Sequence[int]) -> tuple[int | None, ...]:
+def _normalize(m: Sequence[int | None], sizes: Sequence[Size]) -> tuple[int | None, ...]:
     """An index map with size-1 dims mapped to nothing (their index is always 0)."""
     return tuple(None if s == 1 else d for d, s in zip(m, sizes))
 
@@ -302,15 +377,15 @@ def plan(block: Block, base: str) -> Schedule:
     kernels: list[Kernel] = []
     owner: dict[Operation, int] = {}
 
-    def new_kernel(shape: tuple[int, ...], reduced: tuple[int, ...]) -> int:
+    def new_kernel(shape: tuple[Size, ...], reduced: tuple[int, ...]) -> int:
         kernels.append(Kernel("", shape, reduced))
         return len(kernels) - 1
 
-    last_of_key: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    last_of_key: dict[tuple[tuple[Size, ...], tuple[int, ...]], int] = {}
     for op in ops:
         if not _is_reduction(op):
             continue
-        key = (_tensor(op.operands[0]).sizes, tuple(sorted(_params(op)["dims"])))
+        key = (_dims(_tensor(op.operands[0])), tuple(sorted(_params(op)["dims"])))
         level = max((owner[r] for r in deps.get(op.operands[0], ())), default=-1)
         cand = last_of_key.get(key)
         if cand is None or cand < level:
@@ -320,7 +395,7 @@ def plan(block: Block, base: str) -> Schedule:
         kernels[cand].reductions.append(op)
 
     n_reduction_kernels = len(kernels)
-    pointwise: dict[tuple[int, ...], int] = {}
+    pointwise: dict[tuple[Size, ...], int] = {}
     stored_by: dict[SSAValue, int] = {}
 
     def store(v: SSAValue, k: int) -> None:
@@ -334,7 +409,7 @@ def plan(block: Block, base: str) -> Schedule:
         if _is_reduction(y.owner):  # type: ignore[arg-type]
             store(y, owner[y.owner])  # type: ignore[index]
             continue
-        sizes = _tensor(y).sizes
+        sizes = _dims(_tensor(y))
         ds = deps.get(y, frozenset())
         if ds:
             k = max(owner[r] for r in ds)
@@ -355,7 +430,7 @@ def plan(block: Block, base: str) -> Schedule:
     # Reductions read by a later kernel go through memory: their kernel stores them too.
     # Last kernel first, so that a kernel's stores are final when it is walked.
     for i in range(len(kernels) - 1, -1, -1):
-        for r in _foreign_reductions(kernels[i], i, owner):
+        for r in _foreign_reductions(kernels[i], i, owner, stored_by):
             if owner[r] >= i:
                 raise UnsupportedRegion(f"{r.name} is needed before it is computed")
             store(r.results[0], owner[r])
@@ -370,15 +445,16 @@ def plan(block: Block, base: str) -> Schedule:
     return Schedule(block, kernels, owner, stored_by)
 
 
-def _foreign_reductions(kern: Kernel, index: int, owner: dict[Operation, int]
-                        ) -> list[Operation]:
-    """Reductions of other kernels that ``kern``'s stores read, in first-seen order."""
+def _foreign_reductions(kern: Kernel, index: int, owner: dict[Operation, int],
+                        stored_by: dict[SSAValue, int]) -> list[Operation]:
+    """Reductions of other kernels that ``kern``'s stores read, in first-seen order (not
+    through values an earlier kernel stores: ``kern`` loads those)."""
     seen: set[SSAValue] = set()
     out: list[Operation] = []
     stack = list(reversed(kern.stores))
     while stack:
         v = stack.pop()
-        if v in seen:
+        if v in seen or stored_by.get(v, index) < index:
             continue
         seen.add(v)
         op = v.owner
@@ -405,10 +481,10 @@ class _Val:
     is_literal: bool = False
 
 
-def _contiguous_strides(sizes: Sequence[int]) -> tuple[int, ...]:
-    strides = [1] * len(sizes)
+def _contiguous_strides(sizes: Sequence[Size]) -> tuple[Size, ...]:
+    strides: list[Size] = [1] * len(sizes)
     for i in range(len(sizes) - 2, -1, -1):
-        strides[i] = strides[i + 1] * sizes[i + 1]
+        strides[i] = _num(strides[i + 1] * sizes[i + 1])
     return tuple(strides)
 
 
@@ -456,16 +532,16 @@ class _KernelWriter:
         cls = next(c for c, dims in self.classes.items() if d in dims)
         dims = self.classes[cls]
         pos = dims.index(d)
-        inner = math.prod(shape[k] for k in dims[pos + 1:])
-        e = cls if inner == 1 else f"{cls} // {inner}"
+        inner = _prod([shape[k] for k in dims[pos + 1:]])
+        e = cls if inner == 1 else f"{cls} // {_text(inner)}"
         if pos > 0:
-            e = f"{cls} % {shape[d]}" if inner == 1 else f"({e}) % {shape[d]}"
+            e = f"{cls} % {_text(shape[d])}" if inner == 1 else f"({e}) % {_text(shape[d])}"
         name = f"i{d}"
         self.pre[d] = f"{name} = {e}"
         self.idx_vars[d] = name
         return name
 
-    def _offset(self, sizes: Sequence[int], strides: Sequence[int],
+    def _offset(self, sizes: Sequence[Size], strides: Sequence[Size],
                 m: Sequence[int | None]) -> tuple[str, bool]:
         """The offset of domain point -> element of a buffer, and whether it varies by lane."""
         terms: list[str] = []
@@ -492,8 +568,8 @@ class _KernelWriter:
     # ---- loads and stores
 
     def _load(self, name: str, t: TensorType, m: Sequence[int | None],
-              sizes: Sequence[int] | None = None) -> _Val:
-        sizes = t.sizes if sizes is None else tuple(sizes)
+              sizes: Sequence[Size] | None = None) -> _Val:
+        sizes = _dims(t) if sizes is None else tuple(sizes)
         self.params[name] = None
         off, lane = self._offset(sizes, _contiguous_strides(sizes), m)
         key = (name, off)
@@ -510,7 +586,8 @@ class _KernelWriter:
         m = self.kern.store_map(v)
         val = self.eval(v, m)
         self.params[name] = None
-        off, lane = self._offset(t.sizes, _contiguous_strides(t.sizes), m)
+        sizes = _dims(t)
+        off, lane = self._offset(sizes, _contiguous_strides(sizes), m)
         expr = val.expr
         if not val.is_literal and t.dtype in LOW_PRECISION:
             expr = f"{expr}.to({_TL_DTYPE[t.dtype]})"
@@ -522,7 +599,7 @@ class _KernelWriter:
     def eval(self, v: SSAValue, m: Sequence[int | None]) -> _Val:
         """The value of ``v`` at the domain point, with ``v``'s dims mapped by ``m``."""
         t = v.type
-        key_m = _normalize(m, t.sizes) if isinstance(t, TensorType) else ()
+        key_m = _normalize(m, _dims(t)) if isinstance(t, TensorType) else ()
         key = (v, key_m)
         hit = self.memo.get(key)
         if hit is None:
@@ -595,7 +672,7 @@ class _KernelWriter:
                          _tensor(op.results[0]).dtype)
 
     def reduce(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
-        natural = _normalize(self.kern.kept, _tensor(op.results[0]).sizes)
+        natural = _normalize(self.kern.kept, _dims(_tensor(op.results[0])))
         if self.sched.owner.get(op) != self.index or m != natural:
             raise UnsupportedRegion(f"{op.name} is read at an index its kernel does not own")
         x_map = _normalize(range(len(self.kern.shape)), self.kern.shape)
@@ -610,13 +687,15 @@ class _KernelWriter:
             self.helpers.add(fn)
             return self._tmp(f"tl.reduce(tl.where({mk}, {xe}, float({fill})), 0, {fn})", dtype)
         # prims.var: a two-pass variance within the row.
-        n = math.prod(self.kern.shape[d] for d in self.kern.reduced)
+        n = _prod([self.kern.shape[d] for d in self.kern.reduced])
         corr = float(_params(op).get("correction", 1.0))
-        mean = self._tmp(f"tl.sum(tl.where({mk}, {xe}, 0.0), axis=0) / {literal(float(n))}",
-                         dtype)
+        if isinstance(n, int):
+            count, dof = literal(float(n)), literal(max(0.0, n - corr))
+        else:  # a symbolic row: at least as long as any correction torch allows
+            count, dof = _text(n), f"({_text(n)} - {literal(corr)})"
+        mean = self._tmp(f"tl.sum(tl.where({mk}, {xe}, 0.0), axis=0) / {count}", dtype)
         dev = self._tmp(f"tl.where({mk}, {xe} - {mean.expr}, 0.0)", dtype)
-        return self._tmp(f"tl.sum({dev.expr} * {dev.expr}, axis=0) / "
-                         f"{literal(max(0.0, n - corr))}", dtype)
+        return self._tmp(f"tl.sum({dev.expr} * {dev.expr}, axis=0) / {dof}", dtype)
 
     def where(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
         c, a, b = (self.eval(o, m) for o in op.operands)
@@ -683,7 +762,7 @@ class _KernelWriter:
 
     def reshape(self, op: Operation, m: tuple[int | None, ...]) -> _Val:
         x = op.operands[0]
-        src, dst = _tensor(x).sizes, _tensor(op.results[0]).sizes
+        src, dst = _dims(_tensor(x)), _dims(_tensor(op.results[0]))
         if _size1_reshape(src, dst):
             real = iter(d for d, s in zip(m, dst) if s != 1)
             return self.eval(x, [next(real) if s != 1 else None for s in src])
@@ -694,8 +773,8 @@ class _KernelWriter:
         raise UnsupportedRegion("prims.reshape of a computed value that is not in memory")
 
 
-def _scaled(name: str, stride: int) -> str:
-    return name if stride == 1 else f"{name} * {stride}"
+def _scaled(name: str, stride: Size) -> str:
+    return name if stride == 1 else f"{name} * {_text(stride)}"
 
 
 _Handler = Callable[[_KernelWriter, Operation, tuple[int | None, ...]], _Val]
@@ -765,10 +844,21 @@ def generate(region: RegionOp) -> TritonSource:
     return generate_block(region.body.block, region.kernel.data)
 
 
-def generate_block(block: Block, base: str) -> TritonSource:
+def generate_block(block: Block, base: str, wide_at: int | None = None) -> TritonSource:
     """The Triton source computing a region body of prims; the launcher is named ``base``
-    and its kernels ``<base>_k<i>`` (raises `UnsupportedRegion`)."""
+    and its kernels ``<base>_k<i>`` (raises `UnsupportedRegion`).
+
+    With symbolic sizes, kernels take the symbols they use as arguments, the launcher
+    binds them from its inputs' shapes and picks each launch's block and index width
+    (``wide_at``: the element count from which indices are 64-bit; `WIDE_INDEX` by
+    default).
+
+    Raises:
+        SymbolicError: a symbol no input's shape gives, or a size expression kernels
+            cannot compute.
+    """
     sched = plan(block, base)
+    wide_at = WIDE_INDEX if wide_at is None else wide_at
     term = block.last_op
     assert isinstance(term, YieldOp)
     args = [f"a{i}" for i in range(len(block.args))]
@@ -792,6 +882,7 @@ def generate_block(block: Block, base: str) -> TritonSource:
     launches: list[str] = []
     helpers: set[str] = set()
     used: set[str] = set()
+    symbols: set[str] = set()
     for i, kern in enumerate(sched.kernels):
         w = _KernelWriter(sched, i, buffers, numbers)
         for v in kern.stores:
@@ -800,8 +891,10 @@ def generate_block(block: Block, base: str) -> TritonSource:
         names = [*args, *(n for v, n in buffers.items() if not isinstance(v, BlockArgument))]
         params = [p for p in names if p in w.params]
         used.update(params)
-        kernel_src.append(_kernel_text(kern, w, params))
-        launches += _launch_lines(kern, params)
+        syms = _symbols_of(kern, w)
+        symbols.update(syms)
+        kernel_src.append(_kernel_text(kern, w, params, syms))
+        launches += _launch_lines(i, kern, params, syms, wide_at)
 
     lines = ["import torch", "import triton", "import triton.language as tl"]
     if helpers:
@@ -815,12 +908,17 @@ def generate_block(block: Block, base: str) -> TritonSource:
     for a, name in zip(block.args, args):
         if isinstance(a.type, TensorType) and name in used:
             out.append(f"    {name} = {name}.contiguous()")
+    allocs = []
     for v, name in buffers.items():
         if isinstance(v, BlockArgument):
             continue
         t = _tensor(v)
-        shape = f"({', '.join(map(str, t.sizes))}{',' if t.rank == 1 else ''})"
-        out.append(f"    {name} = torch.empty({shape}, dtype={t.dtype}, device=\"{t.dev}\")")
+        dims = _dims(t)
+        symbols.update(SYMBOL_NAME.findall(" ".join(map(str, dims))))
+        shape = f"({', '.join(map(_text, dims))}{',' if t.rank == 1 else ''})"
+        allocs.append(f"    {name} = torch.empty({shape}, dtype={t.dtype}, device=\"{t.dev}\")")
+    out += _bind_symbols(symbols, block, args)
+    out += allocs
     out += launches
     rets = []
     for y in term.values:
@@ -837,42 +935,107 @@ def generate_block(block: Block, base: str) -> TritonSource:
     return TritonSource("\n".join(out) + "\n", base, sched)
 
 
-def _kernel_text(kern: Kernel, w: _KernelWriter, params: list[str]) -> str:
+def _symbol_order(name: str) -> int:
+    return int(name[1:])
+
+
+def _symbols_of(kern: Kernel, w: _KernelWriter) -> list[str]:
+    """The symbols a kernel's body computes with (its size arguments), in order."""
+    text = " ".join([*map(str, kern.shape), *w.pre.values(), *w.body])
+    return sorted(set(SYMBOL_NAME.findall(text)), key=_symbol_order)
+
+
+def _bind_symbols(symbols: set[str], block: Block, args: Sequence[str]) -> list[str]:
+    """``s0 = a0.shape[1]``: each symbol from the first input with a dim of exactly it."""
+    lines = []
+    for name in sorted(symbols, key=_symbol_order):
+        for a, arg in zip(block.args, args):
+            t = a.type
+            if isinstance(t, TensorType) and t.symbolic and name in t.dims_text:
+                lines.append(f"    {name} = {arg}.shape[{t.dims_text.index(name)}]")
+                break
+        else:
+            raise SymbolicError(f"triton: no input of the region has a dimension {name}")
+    return lines
+
+
+def _kernel_text(kern: Kernel, w: _KernelWriter, params: list[str], syms: list[str]) -> str:
     shape = kern.shape
     block = "RBLOCK" if kern.is_reduction else "BLOCK"
-    sig = _wrap_call(f"def {kern.name}", [*params, f"{block}: tl.constexpr"], "", ":")
-    wide = math.prod(shape) >= 2**31
-    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
-    if kern.is_reduction:
-        n = math.prod(shape[d] for d in kern.reduced)
-        doc = (f"Reduces dims {list(kern.reduced)} of {list(shape)}: one program per point "
-               f"of dims {list(kern.kept)}, {n} lanes.")
-        head = [f"row = {pid}", "cols = tl.arange(0, RBLOCK)", f"cmask = cols < {n}"]
+    meta = [f"{block}: tl.constexpr", *(["WIDE: tl.constexpr"] if syms else [])]
+    sig = _wrap_call(f"def {kern.name}", [*params, *syms, *meta], "", ":")
+    total = _prod(shape)
+    if syms:  # the launch says whether indices need 64 bits
+        pid = "pid"
+        wide = ["pid = tl.program_id(0)", "if WIDE:", "    pid = pid.to(tl.int64)",
+                *(f"    {s} = {s}.to(tl.int64)" for s in syms)]
     else:
-        doc = f"Elementwise over {list(shape)}."
-        head = [f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
-                f"mask = offs < {math.prod(shape)}"]
+        wide = []
+        pid = "tl.program_id(0).to(tl.int64)" if total >= 2**31 else "tl.program_id(0)"
+    shown = "[" + ", ".join(map(str, shape)) + "]"
+    if kern.is_reduction:
+        n = _prod([shape[d] for d in kern.reduced])
+        doc = (f"Reduces dims {list(kern.reduced)} of {shown}: one program per point "
+               f"of dims {list(kern.kept)}, {n} lanes.")
+        head = [*wide, f"row = {pid}", "cols = tl.arange(0, RBLOCK)",
+                f"cmask = cols < {_text(n)}"]
+    else:
+        doc = f"Elementwise over {shown}."
+        head = [*wide, f"offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
+                f"mask = offs < {_text(total)}"]
     pre = [w.pre[d] for d in sorted(w.pre)]  # index variables, in dim order
     body = [f'"""{doc}"""', *head, *pre, *w.body]
     return "\n".join(["@triton.jit", *sig, *("    " + ln for ln in body)])
 
 
-def _launch_lines(kern: Kernel, params: list[str]) -> list[str]:
+def _launch_lines(index: int, kern: Kernel, params: list[str], syms: list[str],
+                  wide_at: int) -> list[str]:
     shape = kern.shape
+    if syms:
+        return _symbolic_launch(index, kern, [*params, *syms], wide_at)
     if kern.is_reduction:
         rows = math.prod(shape[d] for d in kern.kept)
         n = math.prod(shape[d] for d in kern.reduced)
-        block = _next_pow2(n)
+        block = _next_pow2(n)  # type: ignore[arg-type]
         warps = max(1, min(16, block // 256))
         grid, meta = rows, [f"RBLOCK={block}", f"num_warps={warps}"]
     else:
         n = math.prod(shape)
-        block = min(POINTWISE_BLOCK, max(32, _next_pow2(n)))
+        block = min(POINTWISE_BLOCK, max(32, _next_pow2(n)))  # type: ignore[arg-type]
         grid = -(-n // block)
         meta = [f"BLOCK={block}", f"num_warps={max(1, min(4, block // 256))}"]
     if grid == 0:
         return []
     return _wrap_call(f"{kern.name}[({grid},)]", [*params, *meta], "    ")
+
+
+def _symbolic_launch(index: int, kern: Kernel, args: list[str], wide_at: int) -> list[str]:
+    """A launch whose sizes are known at call time: the block (a power of two, so each
+    size class compiles once) and the index width are picked per call."""
+    shape = kern.shape
+    total = _prod(shape)
+    b = f"B{index}"
+    if kern.is_reduction:
+        rows = _text(_prod([shape[d] for d in kern.kept]))
+        n = _prod([shape[d] for d in kern.reduced])
+        if isinstance(n, int):  # the rows' length is fixed: so is the block
+            lines = []
+            block = _next_pow2(n)
+            meta = [f"RBLOCK={block}", f"num_warps={max(1, min(16, block // 256))}"]
+        else:
+            lines = [f"{b} = triton.next_power_of_2({_text(n)})"]
+            meta = [f"RBLOCK={b}", f"num_warps=max(1, min(16, {b} // 256))"]
+        grid = rows
+    else:
+        n = _text(total)
+        lines = [f"{b} = min({POINTWISE_BLOCK}, max(32, triton.next_power_of_2({n})))"]
+        grid, meta = f"triton.cdiv({n}, {b})", [f"BLOCK={b}",
+                                                f"num_warps=max(1, min(4, {b} // 256))"]
+    meta.insert(1, f"WIDE={_text(total)} >= {wide_at}")
+    lines += _wrap_call(f"{kern.name}[({grid},)]", [*args, *meta], "")
+    if isinstance(total, sympy.Expr) and not total.is_positive:  # may be empty
+        return [f"    if {_text(total)} > 0:", *("        " + ln for ln in lines)]
+    return ["    " + ln for ln in lines]
 
 
 def structural_key(region: RegionOp) -> str:

@@ -35,7 +35,6 @@ from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.ltorch_base import LtorchOp
-from thunder_ir.dialects.symbols import check_static_region
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
@@ -172,9 +171,15 @@ class TritonExecutor(Executor):
 
         Launchers are cached by the region's structure. A region the generator cannot
         schedule runs with the reference interpreter and is listed in `fallbacks`.
+
+        A region with symbolic sizes gets kernels that take them as arguments, so one
+        launcher serves every size (`thunder_ir.lowering.triton_codegen`; its structural
+        key holds the symbols' relations, not their values), and the interpreter's
+        fallback binds them from its inputs' shapes. A size expression kernels cannot
+        compute (``s0//2``) raises `SymbolicError`: the program is then compiled for the
+        call's sizes.
         """
         assert isinstance(region, RegionOp)
-        check_static_region(region, self.name)
         key = structural_key(region)
         fn = self._cache.get(key)
         if fn is not None:

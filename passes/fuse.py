@@ -435,13 +435,17 @@ def fuses_decomposed(op: Operation, prim_ok: Callable[[Operation], bool],
     if not is_side_effect_free(op):
         return False
     key = decomposition_key(op)
-    ok = cache.get(key)
+    # With symbolic sizes the answer may hold guards of this compilation (a row's length
+    # against a kernel's limit): asked again in each.
+    symbolic = any(getattr(v.type, "symbolic", False) for v in op.operands)
+    ok = None if symbolic else cache.get(key)
     if ok is None:
         try:
             ok = all(p is not op and prim_ok(p) for p in decompose_detached(op))
         except Exception:  # a rule that rejects these inputs: leave the op to torch
             ok = False
-        cache[key] = ok
+        if not symbolic:
+            cache[key] = ok
     return ok
 
 

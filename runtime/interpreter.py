@@ -8,7 +8,7 @@ for them too), ``torch.call`` through its callee, ``fusion.region`` through its 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from xdsl.dialects import func
@@ -18,18 +18,36 @@ from xdsl.ir import Block, Operation, SSAValue
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.program import main_function
+from thunder_ir.dialects.symbols import SymText
 from thunder_ir.dialects.torch import CallOp
 
+Symbols = Mapping[str, int]
+"""The values of a symbolic program's symbols in one call: ``{"s0": 7}``."""
 
-def run_op(op: Operation, vals: Sequence[Any]) -> list[Any]:
-    """Runs one op on its operands' values; returns its results' values."""
+
+def bind(value: Any, symbols: Symbols) -> Any:
+    """A static argument with its symbolic sizes (`SymText`, ``"2*s0"``) evaluated."""
+    if type(value) is SymText:
+        return eval(str(value), {"__builtins__": {}}, dict(symbols))
+    if isinstance(value, list | tuple) and any(isinstance(v, list | tuple | SymText)
+                                              for v in value):
+        return type(value)(bind(v, symbols) for v in value)
+    return value
+
+
+def run_op(op: Operation, vals: Sequence[Any], symbols: Symbols | None = None) -> list[Any]:
+    """Runs one op on its operands' values; returns its results' values. ``symbols``:
+    the symbols' values, for an op of a symbolic program."""
     if isinstance(op, CallOp):
         out: Any = op.run(list(vals))
     elif isinstance(op, RegionOp):
-        out = run_block(op.body.block, vals)
+        out = run_block(op.body.block, vals, symbols)
     elif isinstance(op, ThunderOp):
         grouped = group(op.operand_layout(), list(vals), op._segment_sizes())
-        out = type(op).python_call()(*grouped, **op.params())
+        params = op.params()
+        if symbols is not None:
+            params = {k: bind(v, symbols) for k, v in params.items()}
+        out = type(op).python_call()(*grouped, **params)
     else:
         raise NotImplementedError(f"the interpreter cannot run {op.name}")
     if not op.results:
@@ -43,13 +61,15 @@ def run_op(op: Operation, vals: Sequence[Any]) -> list[Any]:
     return outs
 
 
-def run_block(block: Block, args: Sequence[Any]) -> list[Any]:
+def run_block(block: Block, args: Sequence[Any], symbols: Symbols | None = None
+              ) -> list[Any]:
     """Runs a block on argument values; returns the values its terminator returns."""
     env: dict[SSAValue, Any] = dict(zip(block.args, args, strict=True))
     for op in block.ops:
         if isinstance(op, func.ReturnOp | YieldOp):
             return [env[v] for v in op.operands]
-        env.update(zip(op.results, run_op(op, [env[v] for v in op.operands]), strict=True))
+        env.update(zip(op.results, run_op(op, [env[v] for v in op.operands], symbols),
+                       strict=True))
     raise RuntimeError("block has no terminator")
 
 

@@ -436,6 +436,44 @@ def test_llama_training_matches_eager(dtype: torch.dtype) -> None:
         assert "sdpa_backward" in bwd, bwd  # torch's fused CUDA attention backward
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_llama_every_length_one_symbolic_program(dtype: torch.dtype) -> None:
+    """Training at a new length on every step with the default executors: automatic
+    dynamic compiles twice, the second program's Triton kernels take the sizes as
+    arguments (no interpreter fallback, no per-size compile), and loss and gradients
+    match eager's at every length."""
+    _triton_ready()
+    model, _, _ = _llama(dtype)
+    eager = copy.deepcopy(model)
+    ref = copy.deepcopy(model).double()
+    jm = thunder_ir.jit(model, executors=_executors())
+    cfg = model.config
+    ex = _triton()
+    n = len(ex.fallbacks)
+    gen = torch.Generator().manual_seed(0)
+    lengths = (48, 80, 33, 127, 64) if ON_CUDA else (8, 13, 5)
+    for t in lengths:
+        idx, tgt = (torch.randint(0, cfg.vocab_size, (2, t), generator=gen).to(DEVICE)
+                    for _ in range(2))
+        losses = [_loss(m, idx, tgt) for m in (jm, eager, ref)]
+        for loss in losses:
+            loss.backward()
+        _agree(f"loss at length {t}", *losses, model=True)
+        for (k, p), q, r in zip(
+            model.named_parameters(), eager.parameters(), ref.parameters(), strict=True
+        ):
+            _agree(f"gradient of {k} at length {t}", p.grad, q.grad, r.grad, model=True)
+        for m in (model, eager, ref):
+            m.zero_grad(set_to_none=True)
+    assert thunder_ir.cache_misses(jm) == 2
+    assert jm._compiled.symbolic_failures == []
+    fwd = str(thunder_ir.last_traces(jm)[-1])
+    assert "tritonFusion" in fwd and "s0 = " in fwd, fwd
+    regions = _fused_regions(jm)
+    assert any(r.results[0].type.symbolic for r in regions)
+    assert len(ex.fallbacks) == n or not ON_CUDA, ex.fallbacks[n:]
+
+
 def test_dropout_draws_what_eager_draws_on_cuda() -> None:
     """CUDA's generator: the same seed gives eager's mask, forward and backward, with
     the dropout between fused elementwise ops."""

@@ -410,6 +410,142 @@ def test_generated_source_snapshot(name: str) -> None:
         "THUNDER_IR_UPDATE_SNAPSHOTS=1 and review the diff")
 
 
+# --------------------------------------------------------------------------- symbolic sizes
+
+
+def _symbolic_rows(p: Any, x: SSAValue, w: SSAValue) -> list[SSAValue]:
+    """(s0, s1, 8) rows: an RMS norm over the last dim times ``w``; column sums of the
+    result over the symbolic dims; a transposed copy."""
+    n, t, _ = x.type.sizes
+    ms = p.div(p.sum(p.mul(x, x), dims=(2,)), p.c(8.0))
+    r = p.broadcast_in_dim(p.rsqrt(p.add(ms, p.c(1e-6))), shape=(n, t, 8),
+                           broadcast_dims=(0, 1))
+    y = p.mul(p.mul(x, r), p.broadcast_in_dim(w, shape=(n, t, 8), broadcast_dims=(2,)))
+    return [y, p.sum(y, dims=(0, 1)), p.transpose(y, permutation=(2, 0, 1))]
+
+
+def _with_symbols(fn: Callable[[Any, Any], Any], n: int = 3, t: int = 5) -> Any:
+    """``fn(s0, s1)`` inside a symbolic compilation whose sizes ``s0``, ``s1`` were traced
+    as ``n`` and ``t``."""
+    from thunder_ir.dialects.symbols import SymbolSource, SymbolTable
+
+    table = SymbolTable()
+    with table.active():
+        return fn(table.size(n, SymbolSource(0, 0)), table.size(t, SymbolSource(0, 1)))
+
+
+def _symbolic_region(kernel: str = "tritonFusion0") -> RegionOp:
+    return _with_symbols(lambda s0, s1: prims_region(
+        [tensor_type((s0, s1, 8), torch.float32), tensor_type((8,), torch.float32)],
+        _symbolic_rows, kernel))
+
+
+def _check_symbolic_rows(fn: Callable[..., Any], n: int, t: int) -> None:
+    gen = torch.Generator().manual_seed(n * 100 + t)
+    x, w = torch.randn(n, t, 8, generator=gen), torch.randn(8, generator=gen)
+    y, cols, moved = fn(x, w)
+    want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    torch.testing.assert_close(y, want)
+    torch.testing.assert_close(cols, want.sum((0, 1)))
+    torch.testing.assert_close(moved, want.permute(2, 0, 1))
+
+
+def test_symbolic_kernels_take_sizes_as_arguments() -> None:
+    """One launcher for every size: kernels take the symbols they use, the launcher binds
+    them from its inputs' shapes and picks each launch's block."""
+    region = _symbolic_region()
+    fn = _with_symbols(lambda *_: EX.compile_region(region))
+    src = EX.source(region).source
+    assert "def tritonFusion0_k0(a0, a1, out0, s0, s1, RBLOCK: tl.constexpr, WIDE: " in src
+    assert "    s0 = a0.shape[0]\n    s1 = a0.shape[1]\n" in src
+    assert "torch.empty((s0, s1, 8), dtype=torch.float32" in src
+    assert "B1 = triton.next_power_of_2((s0*s1))" in src  # the column sums' rows
+    for n, t in ((3, 5), (2, 2), (7, 3), (4, 40)):
+        _check_symbolic_rows(fn, n, t)
+
+
+def test_symbolic_kernels_with_64_bit_indices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``WIDE``: the launch that needs 64-bit indices gets them (from ``WIDE_INDEX``
+    elements; lowered here so that a small tensor takes that path)."""
+    from thunder_ir.lowering import triton_codegen
+
+    monkeypatch.setattr(triton_codegen, "WIDE_INDEX", 100)
+    region = _symbolic_region("tritonFusion9")
+    src = EX.source(region)
+    assert "WIDE=(8*s0*s1) >= 100" in src.source
+    fn = EX._load(src)
+    _check_symbolic_rows(fn, 2, 3)  # 48 elements: 32-bit
+    _check_symbolic_rows(fn, 3, 7)  # 168: 64-bit
+
+
+def test_symbolic_source_snapshot() -> None:
+    source = EX.source(_symbolic_region()).source
+    path = SNAPSHOTS / "symbolic_rows.py"
+    if os.environ.get("THUNDER_IR_UPDATE_SNAPSHOTS") == "1":
+        path.write_text(source)
+    assert source == path.read_text(), (
+        f"generated source differs from {path}; if the change is meant, rerun with "
+        "THUNDER_IR_UPDATE_SNAPSHOTS=1 and review the diff")
+
+
+def test_symbolic_sizes_kernels_cannot_compute() -> None:
+    from thunder_ir.dialects.symbols import SymbolicError
+    from thunder_ir.lowering.triton_codegen import _sym
+
+    assert str(_sym("2*s0 + s1")) == "2*s0 + s1"
+    for text in ("s0//2", "Mod(s0, 2)", "s0**2", "x + 1"):
+        with pytest.raises(SymbolicError, match="sums and products"):
+            _sym(text)
+
+
+def test_jit_one_program_for_every_length() -> None:
+    """``jit`` with the Triton executor, forward and backward, over lengths and batch
+    sizes: automatic dynamic compiles twice, and the second program's regions are
+    symbolic Triton kernels."""
+    from models import Config, LlamaGPT
+
+    torch.manual_seed(0)
+    cfg = Config(n_layer=1)
+    model = LlamaGPT(cfg)
+    jm = thunder_ir.jit(model, executors=["triton"])
+    for b, t in ((2, 8), (3, 13), (2, 5), (3, 24)):
+        idx = torch.randint(0, cfg.vocab_size, (b, t))
+        loss = jm(idx).float().pow(2).mean()
+        loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        ref = model(idx).float().pow(2).mean()
+        ref.backward()
+        torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
+        for g, p in zip(got, model.parameters(), strict=True):
+            torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+        model.zero_grad(set_to_none=True)
+    assert thunder_ir.cache_misses(jm) == 2
+    assert jm._compiled.symbolic_failures == []
+    fwd = str(thunder_ir.last_traces(jm)[-1])
+    bwd = str(thunder_ir.last_backward_traces(jm)[-1])
+    assert '"cpu i64[2, s0]"' in fwd or "s0" in fwd
+    assert "tritonFusion" in fwd and "tritonFusion" in bwd
+
+
+def test_a_row_past_the_kernel_limit_is_another_program() -> None:
+    """A reduction over a symbolic length fuses under a guard (``s0 <= MAX_REDUCTION``):
+    a longer row compiles a program without that fusion, and shorter rows go back to the
+    first."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * 2, -1) + 1
+
+    jf = thunder_ir.jit(f, executors=["triton"])
+    fused = []
+    for n in (6, 10, 12, MAX_REDUCTION + 8, 20):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(jf(x), f(x))
+        fused.append("tritonFusion" in str(thunder_ir.last_traces(jf)[-1]))
+    assert fused == [True, True, True, False, True]
+    assert thunder_ir.cache_misses(jf) == 3 and jf.symbolic_failures == []
+    assert f"<= {MAX_REDUCTION}" in thunder_ir.last_prologue_traces(jf)[0]
+
+
 # --------------------------------------------------------------------------- cross entropy
 
 
