@@ -371,3 +371,18 @@ def test_a_returned_view_of_a_written_argument_compiles_per_size() -> None:
         torch.testing.assert_close(x, xe)
         assert got.data_ptr() == x.data_ptr() + 4  # a view of the caller's tensor
     assert "returned view" in jf.symbolic_failures[0]
+
+
+def test_matmul_batch_times_matrix_rule_matches_the_meta_kernel() -> None:
+    """``ltorch.matmul``'s direct rule for a batch times a matrix or vector (torch 2.11's
+    kernel asks a symbolic batch its ``numel()``) gives the meta kernel's types."""
+    from thunder_ir.dialects import ltorch_nn as N
+    from thunder_ir.dialects.ltorch_base import LtorchOp
+
+    table = SymbolTable()
+    with table.active():
+        s0, s1 = (table.size(n, SymbolSource(0, d)) for d, n in enumerate((2, 5)))
+        for x, y in [((s0, s1, 8), (8, 3)), ((s0, s1, 8), (8,)), ((8,), (s0, 8, 3)),
+                     ((4, 8), (s0, 8, 3)), ((s1, 4, 8), (8, 3))]:
+            a, b = tensor_type(x, torch.float32), tensor_type(y, torch.float32)
+            assert N.MatmulOp.infer(a, b) == LtorchOp.infer.__func__(N.MatmulOp, a, b)
