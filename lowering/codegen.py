@@ -181,6 +181,7 @@ def compile_program(
     kernels: Mapping[str, Callable[..., Any]] | None = None,
     *,
     header: str | None = None,
+    packed: bool = False,
 ) -> tuple[Callable[..., Any], str]:
     """Prints a program as Python (freeing values after their last use) and executes it.
 
@@ -190,6 +191,9 @@ def compile_program(
             inputs positionally and returns its one output itself, or a sequence of
             several. Regions without one run their body with the reference interpreter.
         header: comment lines to print first (as `print_python` takes them).
+        packed: the function takes its arguments as one list and empties it (as
+            `print_python` prints it): ``@backward``, so that each residual is freed
+            after its last use.
 
     Returns:
         ``(fn, source)``: the function the source defines, and the source itself. ``fn``
@@ -217,7 +221,7 @@ def compile_program(
                 scope[name] = interpreted_kernel(op)
         elif isinstance(op, ThunderOp) and not isinstance(op, CallOp):
             bind_op(type(op))
-    source = print_python(fn_op, header, free_after_last_use=True)
+    source = print_python(fn_op, header, free_after_last_use=True, packed=packed)
     return load_python(source, sanitize(fn_op.sym_name.data), scope), source
 
 
@@ -291,7 +295,9 @@ def generate(module: ModuleOp, executors: Sequence[Any] = (), *,
              state: Mapping[str, Any] | None = None,
              prologue: Prologue | None = None) -> CompiledProgram:
     """Code generation: each function of the program (``@prologue`` aside) becomes Python
-    source, freeing each value after its last use, and the function it defines; fusion
+    source, freeing each value after its last use, and the function it defines
+    (``@backward`` takes one list, residuals then cotangents, and empties it, so that the
+    bridge's references do not keep a residual alive past its last use); fusion
     regions are compiled by their executors (``executors``: objects, those in use).
     With ``origins`` (where each program argument comes from) and ``state`` (the module's
     parameters and buffers by name), the argument gather is generated too; ``prologue``
@@ -302,7 +308,8 @@ def generate(module: ModuleOp, executors: Sequence[Any] = (), *,
     for fn_op in program_functions(module):
         start = time.perf_counter()
         kernels = compile_kernels(fn_op, executors) if fusion else {}
-        fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER)
+        fn, source = compile_program(fn_op, kernels=kernels, header=CODEGEN_HEADER,
+                                     packed=fn_op.sym_name.data == BACKWARD)
         out[fn_op.sym_name.data] = GeneratedFunction(fn, source, fn_op,
                                                      time.perf_counter() - start)
     gather, gather_source = None, ""

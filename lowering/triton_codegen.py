@@ -257,6 +257,12 @@ def _text(n: Size) -> str:
     return text if n.is_Symbol else f"({text})"
 
 
+def _bare(n: Size) -> str:
+    """A size as a call's argument or a tuple's item: ``s0*s1``, without parentheses."""
+    text = _text(n)
+    return text[1:-1] if text.startswith("(") else text
+
+
 def _prod(sizes: Sequence[Size]) -> Size:
     return _num(math.prod(sizes))
 
@@ -1016,18 +1022,18 @@ def _symbolic_launch(index: int, kern: Kernel, args: list[str], wide_at: int) ->
     total = _prod(shape)
     b = f"B{index}"
     if kern.is_reduction:
-        rows = _text(_prod([shape[d] for d in kern.kept]))
+        rows = _bare(_prod([shape[d] for d in kern.kept]))
         n = _prod([shape[d] for d in kern.reduced])
         if isinstance(n, int):  # the rows' length is fixed: so is the block
             lines = []
             block = _next_pow2(n)
             meta = [f"RBLOCK={block}", f"num_warps={max(1, min(16, block // 256))}"]
         else:
-            lines = [f"{b} = triton.next_power_of_2({_text(n)})"]
+            lines = [f"{b} = triton.next_power_of_2({_bare(n)})"]
             meta = [f"RBLOCK={b}", f"num_warps=max(1, min(16, {b} // 256))"]
         grid = rows
     else:
-        n = _text(total)
+        n = _bare(total)
         lines = [f"{b} = min({POINTWISE_BLOCK}, max(32, triton.next_power_of_2({n})))"]
         grid, meta = f"triton.cdiv({n}, {b})", [f"BLOCK={b}",
                                                 f"num_warps=max(1, min(4, {b} // 256))"]

@@ -4,8 +4,11 @@
 residuals with ``save_for_backward``, so autograd frees them once the backward has run and
 keeps them under ``retain_graph=True``. A residual that is the autograd graph of an opaque
 torch call (`thunder_ir.runtime.autograd_fallback.GradHandle`) is saved the same way,
-through its tensors. Its backward runs the generated backward program. Outputs show
-``grad_fn=<ThunderFunctionBackward>``.
+through its tensors. Its backward runs the generated backward program, handing it the
+residuals in one list that the program empties, and lets autograd release its own
+references first (``maybe_clear_saved_tensors``, which keeps them under
+``retain_graph=True``): each residual is freed right after its last use in ``@backward``.
+Outputs show ``grad_fn=<ThunderFunctionBackward>``.
 
 Gradients are ``None`` where eager's are: autograd hands the backward ``None`` for outputs
 that did not reach the loss (grads are not materialized), and an input whose dependent
@@ -30,6 +33,7 @@ class TrainingProgram:
 
     forward: Callable[..., Any]
     backward: Callable[..., Any]
+    """Takes one list (residuals, then cotangents) and empties it."""
     n_inputs: int
     n_outputs: int
     n_residuals: int
@@ -85,18 +89,25 @@ class ThunderFunction(torch.autograd.Function):
         present = [grads[i] is not None for i in prog.ct_outputs]
         if not any(present):
             return tuple(result)
-        residuals = ctx.saved_tensors if ctx.layout is None else _unpack_mixed(ctx)
-        cts = []
+        # The residuals, unpacked (saved-tensor hooks' unpack, version checks), then let
+        # go by the node unless the graph is retained: the generated backward empties the
+        # list, so each residual is freed after its last use, as eager's nodes free theirs.
+        args = list(ctx.saved_tensors) if ctx.layout is None else _unpack_mixed(ctx)
+        clear = getattr(ctx, "maybe_clear_saved_tensors", None)
+        if clear is not None:
+            clear()
+        n = len(args)
         for i, p in zip(prog.ct_outputs, present):
             g = grads[i]
             if p:
-                cts.append(g.contiguous())
+                args.append(g.contiguous())
             else:  # the program wants a cotangent for every output it differentiates
-                shape, dtype, device = prog.ct_meta[len(cts)]
+                shape, dtype, device = prog.ct_meta[len(args) - n]
                 if shape is None:
-                    shape = ctx.ct_shapes[len(cts)]
-                cts.append(torch.zeros(shape, dtype=dtype, device=device))
-        out = prog.backward(*residuals, *cts)
+                    shape = ctx.ct_shapes[len(args) - n]
+                args.append(torch.zeros(shape, dtype=dtype, device=device))
+        del grads
+        out = prog.backward(args)
         grads_in = _as_tuple(out, prog.backward_n_outputs)
         every = all(present)
         for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):

@@ -8,7 +8,8 @@ for them too), ``torch.call`` through its callee, ``fusion.region`` through its 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import builtins
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from xdsl.dialects import func
@@ -18,17 +19,32 @@ from xdsl.ir import Block, Operation, SSAValue
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.program import main_function
-from thunder_ir.dialects.symbols import SymText
+from thunder_ir.dialects.symbols import SYMBOL_NAME, SymText
 from thunder_ir.dialects.torch import CallOp
+from thunder_ir.runtime.python_printer import load_python
 
 Symbols = Mapping[str, int]
 """The values of a symbolic program's symbols in one call: ``{"s0": 7}``."""
 
 
+_SIZES: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {}
+
+
+def _size_function(text: str) -> tuple[Callable[..., Any], tuple[str, ...]]:
+    """``def size(s0, s1): return <text>``, printed and loaded once per expression."""
+    hit = _SIZES.get(text)
+    if hit is None:
+        names = tuple(sorted(set(SYMBOL_NAME.findall(text)), key=lambda n: int(n[1:])))
+        source = f"def size({', '.join(names)}):\n    return {text}\n"
+        hit = _SIZES[text] = (load_python(source, "size", {"__builtins__": builtins}), names)
+    return hit
+
+
 def bind(value: Any, symbols: Symbols) -> Any:
     """A static argument with its symbolic sizes (`SymText`, ``"2*s0"``) evaluated."""
     if type(value) is SymText:
-        return eval(str(value), {"__builtins__": {}}, dict(symbols))
+        fn, names = _size_function(str(value))
+        return fn(*(symbols[n] for n in names))
     if isinstance(value, list | tuple) and any(isinstance(v, list | tuple | SymText)
                                               for v in value):
         return type(value)(bind(v, symbols) for v in value)

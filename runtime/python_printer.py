@@ -199,6 +199,9 @@ class PyFunction:
         packed: the function takes one sequence argument of this name and unpacks it
             into ``params`` (``(a0, a1,) = args``); None: ``params`` are its parameters.
         head: the lines before ``def`` (comments, imports, a decorator).
+        clear: with ``packed``, the function empties the list it was given after
+            unpacking it, so that the caller holds no reference to the values: each is
+            freed after its last use (``@backward``'s residuals).
     """
 
     name: str
@@ -207,6 +210,7 @@ class PyFunction:
     body: Sequence[str] = ()
     packed: str | None = None
     head: Sequence[str] = ()
+    clear: bool = False
 
 
 def render(fn: PyFunction) -> str:
@@ -218,6 +222,8 @@ def render(fn: PyFunction) -> str:
         lines.append(f"def {fn.name}({fn.packed}):")
         if fn.params:
             lines.append(f"{INDENT}({', '.join(fn.params)},) = {fn.packed}")
+        if fn.clear:
+            lines.append(f"{INDENT}{fn.packed}.clear()  # each value is freed after its last use")
     lines.extend(fn.body)
     lines.append(f"{INDENT}return {fn.result}")
     return "\n".join(lines) + "\n"
@@ -338,8 +344,10 @@ class _Namer:
 class _PythonPrinter:
     """One printing of one function. ``exprs`` maps each value to its Python expression."""
 
-    def __init__(self, fn: func.FuncOp, *, locations: bool, layouts: bool = True) -> None:
+    def __init__(self, fn: func.FuncOp, *, locations: bool, layouts: bool = True,
+                 packed: bool = False) -> None:
         self.fn = fn
+        self.packed = packed
         self.block: Block = fn.body.block
         self.locations = locations
         self.layouts = layouts
@@ -615,6 +623,9 @@ class _PythonPrinter:
             head.append(f"from {RUNTIME_NAMESPACE} import {', '.join(sorted(self.namespaces))}")
         head.append("")
         head.append(f"@{ALIAS}.no_grad")
+        if self.packed:
+            return PyFunction(self.fn_name, args, ret_expr, lines, packed="args", head=head,
+                              clear=True)
         return PyFunction(self.fn_name, args, ret_expr, lines, head=head)
 
 
@@ -668,6 +679,7 @@ def print_python(
     free_after_last_use: bool = False,
     locations: bool = False,
     layouts: bool = True,
+    packed: bool = False,
 ) -> str:
     """Prints a program (a module holding one ``func.func``) as Python source.
 
@@ -679,6 +691,9 @@ def print_python(
         locations: append each op's ``loc`` attribute (its user source line) to its line.
         layouts: guard ops read the tensors' layouts; False: ``None`` in their places
             (the layout-free key, `thunder_ir.runtime.prologue.Prologue.layout_free`).
+        packed: the function takes its arguments as one list, which it empties once it
+            has unpacked it (`PyFunction.clear`): with ``free_after_last_use``, each
+            argument is freed after its last use, whatever the caller held.
 
     Returns:
         The source text, ending in a newline. Executing it defines the function, given
@@ -686,8 +701,8 @@ def print_python(
     """
     fn = module if isinstance(module, func.FuncOp) else main_function(module)
     with detached():  # symbolic sizes print as the text the IR holds
-        return _PythonPrinter(fn, locations=locations, layouts=layouts).print(
-            header, free_after_last_use)
+        return _PythonPrinter(fn, locations=locations, layouts=layouts,
+                              packed=packed).print(header, free_after_last_use)
 
 
 __all__ = ["PyFunction", "callee_expr", "callee_module", "is_key_function", "load_python",

@@ -112,7 +112,8 @@ def test_every_generated_function_is_the_printers_text() -> None:
     for trace, name in ((thunder_ir.last_traces(jf)[-1], FORWARD),
                         (thunder_ir.last_backward_traces(jf)[-1], BACKWARD)):
         (fn,) = [g for g in trace.ir.ops if g.sym_name.data == name]  # type: ignore[attr-defined]
-        assert trace.source == print_python(fn, CODEGEN_HEADER, free_after_last_use=True)
+        assert trace.source == print_python(fn, CODEGEN_HEADER, free_after_last_use=True,
+                                            packed=name == BACKWARD)
 
     entry = jf.cache.last  # type: ignore[attr-defined]
     # the prologue the cache keys by: printed from trace 0's @prologue, as the key function

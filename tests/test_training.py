@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -254,7 +257,7 @@ def test_remat_saves_the_rotated_value_not_what_builds_it() -> None:
     xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
     jf(xs, ws, cos).square().sum().backward()
     bwd = str(thunder_ir.last_backward_traces(jf)[-1])
-    params = re.search(r"def backward\((.*?)\)", bwd)
+    params = re.search(r"\((.*?),\) = args", bwd)  # backward(args) unpacks its list
     assert params is not None
     # The inputs x, w and cos, one residual (r) and the cotangent; q is not among them,
     # and the backward multiplies by cos only the cotangent (no recomputed q * cos).
@@ -340,6 +343,98 @@ def test_autograd_grad_multiple_and_nondiff_outputs() -> None:
     v = torch.randn(3, 5)
     (gx,) = torch.autograd.grad(jf(x, w, k)[0], (x,), v)
     torch.testing.assert_close(gx, v @ w.detach().T)
+
+
+_PEAK = r"""
+import os, sys
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+import thunder_ir
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+class Peak(TorchDispatchMode):
+    peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.peak = max(self.peak, rss())
+        return out
+
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(*(m for _ in range(8)
+                              for m in (torch.nn.Linear(1024, 1024), torch.nn.Tanh())))
+x = torch.randn(512, 1024, requires_grad=True)  # 2 MiB per activation
+
+
+def peak(fn):
+    best = float("inf")
+    for _ in range(3):
+        model.zero_grad(set_to_none=True)
+        loss = fn(x).sum()
+        base = rss()
+        with Peak() as p:
+            loss.backward()
+        best = min(best, (p.peak - base) / 2**20)
+    return best
+
+
+print(peak(model), peak(thunder_ir.jit(model)))
+"""
+
+
+def test_backward_frees_each_residual_after_its_last_use() -> None:
+    """Peak memory while an 8-layer model's backward runs (resident memory after every
+    op, above what it was when the backward began, in a process whose allocations of
+    64 KiB and more are mapped and unmapped one by one): no more than eager's, which frees
+    each node's saved tensors as it goes. Before residuals were freed after their last
+    use, thunder_ir's peak was 16 MiB above eager's here (8 layers x 2 MiB saved)."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _PEAK], env=env, capture_output=True,
+                         text=True, timeout=600, check=True)
+    eager, ours = map(float, out.stdout.split())
+    assert ours <= eager + 1.0, (ours, eager)
+
+
+def test_saved_tensor_hooks_see_every_residual() -> None:
+    """``saved_tensors_hooks`` (activation offloading's mechanism) pack every residual
+    thunder_ir saves and unpack each one for the backward, which computes with what
+    unpack returns."""
+    packed: list[torch.Tensor] = []
+    unpacked: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> Any:
+        packed.append(t)
+        return t.clone()
+
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        unpacked.append(t)
+        return t
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ w).sin().sum()
+
+    jf = thunder_ir.jit(f)
+    x, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    jf(x, w)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        out = jf(x, w)
+    n = len(packed)
+    assert n >= 2  # x, w or their products: the program saves what its backward reads
+    out.backward()
+    assert len(unpacked) == n
+    gx, gw = x.grad, w.grad
+    x.grad = w.grad = None
+    f(x, w).backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
 
 
 def test_accumulation_retain_graph_and_freed_residuals() -> None:

@@ -459,7 +459,7 @@ def test_symbolic_kernels_take_sizes_as_arguments() -> None:
     assert "def tritonFusion0_k0(a0, a1, out0, s0, s1, RBLOCK: tl.constexpr, WIDE: " in src
     assert "    s0 = a0.shape[0]\n    s1 = a0.shape[1]\n" in src
     assert "torch.empty((s0, s1, 8), dtype=torch.float32" in src
-    assert "B1 = triton.next_power_of_2((s0*s1))" in src  # the column sums' rows
+    assert "B1 = triton.next_power_of_2(s0*s1)" in src  # the column sums' rows
     for n, t in ((3, 5), (2, 2), (7, 3), (4, 40)):
         _check_symbolic_rows(fn, n, t)
 

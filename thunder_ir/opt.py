@@ -45,9 +45,12 @@ class PythonTarget(Target):
 
         from thunder_ir.runtime.python_printer import print_python
 
+        from thunder_ir.dialects.program import BACKWARD
+
         fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
-        output.write("\n\n".join(print_python(f) for f in fns) if fns
-                     else print_python(module))
+        # @backward as it runs: one list of residuals and cotangents, which it empties
+        output.write("\n\n".join(print_python(f, packed=f.sym_name.data == BACKWARD)
+                                  for f in fns) if fns else print_python(module))
 
 
 @dataclass(frozen=True)

@@ -22,5 +22,7 @@ func.func @backward(%e: !prims.tensor<4xf32, cpu>, %ct: !prims.tensor<4xf32, cpu
 
 // PY: def forward(x):
 // PY:   torch.exp(x)
-// PY: def backward(e, ct):
+// PY: def backward(args):
+// PY:   (e, ct,) = args
+// PY:   args.clear()
 // PY:   torch.mul(ct, e)

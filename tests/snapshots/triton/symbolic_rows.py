@@ -69,13 +69,13 @@ def tritonFusion0(a0, a1):
     out0 = torch.empty((s0, s1, 8), dtype=torch.float32, device="cpu")
     out1 = torch.empty((8,), dtype=torch.float32, device="cpu")
     out2 = torch.empty((8, s0, s1), dtype=torch.float32, device="cpu")
-    tritonFusion0_k0[((s0*s1),)](a0, a1, out0, s0, s1, RBLOCK=8, WIDE=(8*s0*s1) >= 2147483648,
-                                 num_warps=1)
-    B1 = triton.next_power_of_2((s0*s1))
+    tritonFusion0_k0[(s0*s1,)](a0, a1, out0, s0, s1, RBLOCK=8, WIDE=(8*s0*s1) >= 2147483648,
+                               num_warps=1)
+    B1 = triton.next_power_of_2(s0*s1)
     tritonFusion0_k1[(8,)](out0, out1, s0, s1, RBLOCK=B1, WIDE=(8*s0*s1) >= 2147483648,
                            num_warps=max(1, min(16, B1 // 256)))
-    B2 = min(1024, max(32, triton.next_power_of_2((8*s0*s1))))
-    tritonFusion0_k2[(triton.cdiv((8*s0*s1), B2),)](out0, out2, s0, s1, BLOCK=B2,
-                                                    WIDE=(8*s0*s1) >= 2147483648,
-                                                    num_warps=max(1, min(4, B2 // 256)))
+    B2 = min(1024, max(32, triton.next_power_of_2(8*s0*s1)))
+    tritonFusion0_k2[(triton.cdiv(8*s0*s1, B2),)](out0, out2, s0, s1, BLOCK=B2,
+                                                  WIDE=(8*s0*s1) >= 2147483648,
+                                                  num_warps=max(1, min(4, B2 // 256)))
     return (out0, out1, out2)
