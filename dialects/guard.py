@@ -4,6 +4,7 @@ cache key.
 The prologue takes the call's flat argument leaves and returns one tuple: each leaf's
 metadata (or value), which leaves share memory, every parameter's and buffer's metadata
 (one op for all of them, its elements spliced into the key),
+the ``int``s module attributes hold that a program reads as symbolic numbers,
 grad mode, the default dtype, autocast, and the tokens of the guarded Python state
 (`thunder_ir.runtime.guards`). Each op reads one of those; ``guard.key`` makes the tuple::
 
@@ -24,7 +25,8 @@ that reads it (`GuardOp.python`), so the prologue's generated code
 hand-written one; and what each element of the key stands for (`GuardOp.labels`), for the
 warning that names what keeps recompiling. The names the expressions use besides the
 arguments (``a0``…) are the prologue's globals: ``p<index>`` the parameters and buffers,
-``_meta``, ``_aliases``, ``_grad``, ``_default_dtype``, ``_autocast`` and ``_tokens``.
+``m<index>`` modules, ``_meta``, ``_aliases``, ``_grad``, ``_default_dtype``, ``_autocast``
+and ``_tokens``.
 
 The ops are ``Pure`` reads of the call's inputs and the thread's state: no pass rewrites
 the prologue (the pipeline skips ``@prologue``; see `thunder_ir.dialects.program`).
@@ -35,7 +37,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, StringAttr, UnitAttr, i64
+from xdsl.dialects.builtin import (
+    I64,
+    ArrayAttr,
+    DenseArrayBase,
+    IntegerAttr,
+    StringAttr,
+    UnitAttr,
+    i64,
+)
 from xdsl.ir import Dialect, ParametrizedAttribute, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
@@ -212,6 +222,30 @@ class StateMetaOp(GuardOp):
         return [len(_META) * len(self.names.data)]
 
 
+@irdl_op_definition
+class AttrValueOp(GuardOp):
+    """`%v = "guard.attr_value"() <{label = "self.step", attr = "step", index = 0}>`: the
+    value of an ``int`` a module of the jitted tree keeps that the program reads as a
+    symbolic number (`thunder_ir.runtime.symbolic_attrs`): the module is the prologue's
+    global ``m<index>``, and the value stands in the key where an ``int`` argument's would
+    (`thunder_ir.runtime.dynamic.DynamicKey` blanks it for a symbolic program)."""
+
+    name = "guard.attr_value"
+
+    label = prop_def(StringAttr)
+    attr = prop_def(StringAttr)
+    index = prop_def(IntegerAttr[I64])
+    out = result_def(ValueType)
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        name = self.attr.data
+        base = f"m{self.index.value.data}"
+        return [f"{base}.{name}" if name.isidentifier() else f"{base}.__dict__[{name!r}]"]
+
+    def labels(self) -> list[str]:
+        return [f"the module attribute '{self.label.data}'"]
+
+
 # --------------------------------------------------------------------------- thread state
 
 
@@ -358,11 +392,11 @@ def names_attr(names: Sequence[str]) -> ArrayAttr[StringAttr]:
     return ArrayAttr([StringAttr(n) for n in names])
 
 
-Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, StateMetaOp, GradModeOp,
-                          DefaultDtypeOp, AutocastOp, TokensOp, KeyOp, SymbolOp,
+Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, StateMetaOp, AttrValueOp,
+                          GradModeOp, DefaultDtypeOp, AutocastOp, TokensOp, KeyOp, SymbolOp,
                           ShapeChecksOp], [ValueType])
 
-__all__ = ["VALUE", "AliasesOp", "AutocastOp", "DefaultDtypeOp", "GradModeOp", "Guard",
-           "GuardOp", "KeyOp", "LeafMetaOp", "ShapeChecksOp", "StateMetaOp", "SymbolOp",
+__all__ = ["VALUE", "AliasesOp", "AttrValueOp", "AutocastOp", "DefaultDtypeOp", "GradModeOp",
+           "Guard", "GuardOp", "KeyOp", "LeafMetaOp", "ShapeChecksOp", "StateMetaOp", "SymbolOp",
            "TensorMetaOp", "TokensOp",
            "ValueType", "names_attr", "tokens_attr"]

@@ -229,6 +229,11 @@ class SymbolTable:
         self._values[text] = v
         return v
 
+    def hints(self) -> dict[str, int]:
+        """Each symbol's value in the call being traced, by name."""
+        known = getattr(self.env, "backed_var_to_val", None) or self.env.var_to_val
+        return {name: int(known[sym]) for name, sym in self._symbols.items() if sym in known}
+
     # ---- guards
 
     def specialized(self) -> dict[str, int]:

@@ -26,8 +26,8 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
+from xdsl.ir import Attribute, Operation, ParametrizedAttribute, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -48,7 +48,14 @@ from thunder_ir.dialects.autograd import (
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_function
-from thunder_ir.dialects.torch import OUTPUT_STRIDES, CallOp
+from thunder_ir.dialects.symbols import SYMBOL_NAME, SymExprAttr
+from thunder_ir.dialects.torch import (
+    OUTPUT_STRIDES,
+    SYMBOL_ARGS,
+    CallOp,
+    set_symbol_args,
+    symbol_args,
+)
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.context import VjpLookup, resolve, spec_with_names, vjp_overrides
@@ -293,7 +300,10 @@ def split(joint: Joint, policy: Any = None) -> Split:
     fvm: dict[SSAValue, SSAValue] = dict(zip(fwd_args, fprog.args))
     for op in fwd_ops:
         fprog.block.add_op(op.clone(value_mapper=fvm))
-    residuals = plan.saved
+    residuals = list(plan.saved)
+    carried = _symbol_residuals(symbol_args(fn), fwd_args, [*plan.recompute, *bwd_ops],
+                                [*residuals, *ct_args])
+    residuals += [v for v in carried.values() if v not in residuals]
     forward = fprog.finish([fvm[v] for v in user_outs] + [fvm[v] for v in residuals])
 
     # Backward: residuals and cotangents in; recomputed forward ops, then the backward ops.
@@ -305,7 +315,37 @@ def split(joint: Joint, policy: Any = None) -> Split:
     for op in bwd_ops:
         bprog.block.add_op(op.clone(value_mapper=bvm))
     backward = bprog.finish([bvm[g] for g in grads])
+    if carried:
+        set_symbol_args(main_function(backward),
+                        {s: residuals.index(v) for s, v in carried.items()})
     return Split(forward, backward, len(user_outs), len(residuals))
+
+
+def _symbol_residuals(sym_args: dict[str, int], fwd_args: Sequence[SSAValue],
+                      bwd_ops: Sequence[Operation], bwd_args: Sequence[SSAValue]
+                      ) -> dict[str, SSAValue]:
+    """The symbolic ``int`` arguments (``torch.symbol_args``) whose symbols the backward
+    computes with (``ct * (s0 + 1)``) but no tensor it takes has in its shape: each is
+    saved as a residual (a number), from which ``@backward`` binds the symbol."""
+    if not sym_args:
+        return {}
+    used: set[str] = set()
+    stack: list[Attribute] = [a for op in bwd_ops for o in op.walk()
+                              for a in o.properties.values()]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, SymExprAttr):
+            used.update(SYMBOL_NAME.findall(a.text))
+        elif isinstance(a, ArrayAttr):
+            stack.extend(a.data)
+        elif isinstance(a, DictionaryAttr):
+            stack.extend(a.data.values())
+        elif isinstance(a, ParametrizedAttribute):
+            stack.extend(a.parameters)
+    shapes = {d for v in bwd_args if isinstance(v.type, TensorType)
+              for d in v.type.dims_text if isinstance(d, str)}
+    return {s: fwd_args[i] for s, i in sorted(sym_args.items())
+            if s in used and s not in shapes and i < len(fwd_args)}
 
 
 def live_ops(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[Operation]:
@@ -345,10 +385,13 @@ def _replace_function(module: ModuleOp, old: func.FuncOp, new: Sequence[func.Fun
 
 def _keep_output_strides(old: func.FuncOp, new: func.FuncOp) -> None:
     """Eager's strides of the user's results (``torch.output_strides``, which tracing
-    sets and `restride-outputs` reads) stay on the function that returns them first."""
-    strides = old.attributes.get(OUTPUT_STRIDES)
-    if strides is not None:
-        new.attributes[OUTPUT_STRIDES] = strides
+    sets and `restride-outputs` reads) stay on the function that returns them first, and
+    so do its symbolic ``int`` arguments (``torch.symbol_args``: ``@joint`` and
+    ``@forward`` take the program's arguments first, in order)."""
+    for name in (OUTPUT_STRIDES, SYMBOL_ARGS):
+        value = old.attributes.get(name)
+        if value is not None:
+            new.attributes[name] = value
 
 
 def grad_layout_of(fn: func.FuncOp) -> JointLayoutAttr | BackwardLayoutAttr | None:

@@ -814,7 +814,8 @@ def arange(d: Decomposer, start: Any = 0, end: Any = None, step: Any = 1,
     start = 0 if start is None else start
     step = 1 if step is None else step
     n = rt.sizes[0]
-    exact_int = not is_float(rt.dtype) and all(type(v) is int for v in (start, step))
+    exact_int = not is_float(rt.dtype) and all(type(v) in (int, torch.SymInt)
+                                               for v in (start, step))
     acc = torch.int64 if exact_int else torch.float64
     y = d.prims.iota(length=n, start=cast_number(start, acc), step=cast_number(step, acc),
                      device=rt.dev, dtype=acc)

@@ -115,11 +115,12 @@ def default_float(dtype: torch.dtype) -> torch.dtype:
 
 
 def cast_number(value: Any, dtype: torch.dtype) -> Any:
-    """A Python number as a value of ``dtype``'s kind (what a prim accepts for it)."""
+    """A Python number as a value of ``dtype``'s kind (what a prim accepts for it); a
+    symbolic ``int`` stays one for an integer kind (``int()`` would fix it to its value)."""
     if dtype == torch.bool:
         return bool(value)
     if is_int(dtype):
-        return int(value)
+        return value if type(value) is torch.SymInt else int(value)
     return float(value)
 
 

@@ -123,6 +123,17 @@ class Entry:
     shape_guard: Any = None
     """A symbolic program's `thunder_ir.runtime.dynamic.ShapeGuard`: the checks under
     which it runs for a call of other sizes (None: a program for one set of sizes)."""
+    dynamic: Any = None
+    """A symbolic program's dynamic sizes (`thunder_ir.runtime.dynamic.Dynamic`): its
+    speculation variants are compiled symbolic in them too."""
+    writes_symbolic_ints: bool = False
+    """The epilogue writes nothing but the module's symbolic ``int`` attributes, with
+    ``int``s (``self.step += 1``): the module guard's token stays what it was
+    (`thunder_ir.runtime.symbolic_attrs.SymbolicAttrs.writes_only_ints`)."""
+    symbols: Callable[[Sequence[Any]], dict[str, Any]] | None = None
+    """Where the epilogue or a returned value computes a symbolic number (``self.step =
+    s0 + 1``): this call's values of the symbols it uses, read before anything is written
+    back (`thunder_ir.runtime.dynamic.symbol_reader`)."""
 
     def __post_init__(self) -> None:
         self.after = bool(self.writebacks or self.replays or self.epilogue or any(
@@ -193,17 +204,18 @@ def _is_size(x: Any) -> bool:
 
 
 def unflatten_outputs(entry: Entry, outs: Any, args: Sequence[Any] = (),
-                      tops: Sequence[Any] = ()) -> Any:
+                      tops: Sequence[Any] = (), env: dict[str, Any] | None = None) -> Any:
     """The user's output structure from the program's flat outputs (``args``: the call's
     argument leaves, some of which the user's function returns: ``("arg", i)``, or views of
     them: ``("argview", (i, sizes, strides, offset))``; ``tops``: its top-level arguments;
-    ``("build", template)``: an object made on each call, `thunder_ir.runtime.pystate`)."""
+    ``("build", template)``: an object or symbolic number made on each call,
+    `thunder_ir.runtime.pystate`, with ``env`` the symbols' values)."""
     if entry.single_output:
         return outs
     if entry.n_outputs == 1:
         outs = (outs,)
     leaves = [outs[v] if kind == "out" else args[v] if kind == "arg"
               else args[v[0]].as_strided(*v[1:]) if kind == "argview"
-              else build(v, args, tops, outs) if kind == "build" else v
+              else build(v, args, tops, outs, env) if kind == "build" else v
               for kind, v in entry.output_leaves]
     return pytree.tree_unflatten(leaves, entry.output_spec)

@@ -6,7 +6,9 @@ sizes that are dynamic in a call structure: the dimensions the user marked
 (`mark_dynamic`, or torch's own ``torch._dynamo.mark_dynamic``), every dimension and
 ``int`` argument under ``cache="symbolic values"``, and, by default, the ones that
 changed between two calls that missed the cache (*automatic dynamic*, as torch.compile
-does). ``cache="static"`` compiles for every new size (but for marked dimensions).
+does). ``cache="static"`` compiles for every new size (but for marked dimensions). The
+``int`` attributes of a jitted module tree that changed between misses are symbolic numbers
+too, standing for leaves after the call's own (`thunder_ir.runtime.symbolic_attrs`).
 
 The cache still keys programs by a call's exact metadata (one dict lookup per call).
 A call that misses looks for a symbolic program under its *dynamic key*: the exact key
@@ -20,6 +22,7 @@ if none holds a new one is compiled for the call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +33,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Region
 
 from thunder_ir.dialects import guard as G
-from thunder_ir.dialects.symbols import SymbolSource, SymbolTable
+from thunder_ir.dialects.symbols import SYMBOL_NAME, SymbolSource, SymbolTable
 from thunder_ir.runtime.pystate import object_key, path_expr, plain_object
 from thunder_ir.runtime.python_printer import load_python, print_python
 
@@ -131,7 +134,8 @@ class DynamicKey:
 
     positions: Mapping[int, tuple[int, bool]]
     """leaf -> (index in the key, True: the element is the tensor's shape; False: the
-    leaf's whole metadata tuple, ``_meta``)."""
+    leaf's whole metadata tuple, ``_meta``, or a module attribute's value: the leaves
+    after the call's own stand for the attributes the key reads, in order)."""
     dynamic: Mapping[int, tuple[int, ...]]
 
     def __call__(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -147,12 +151,23 @@ class DynamicKey:
                 k[pos] = _blank_tensors(k[pos])
             else:
                 meta = k[pos]
-                if isinstance(meta, tuple) and len(meta) == 2 and meta[0] is int:
+                if type(meta) is int:  # a module attribute's value (`G.AttrValueOp`)
+                    if meta >= 2:
+                        k[pos] = None
+                elif isinstance(meta, tuple) and len(meta) == 2 and meta[0] is int:
                     if meta[1] >= 2:
                         k[pos] = (int, None)
                 elif isinstance(meta, tuple) and meta and isinstance(meta[0], torch.Size):
                     k[pos] = (_blank(meta[0], dims), *meta[1:])
         return (*k, tuple(sorted(self.dynamic.items())))
+
+
+def dynamic_key(pro: Any, dynamic: Dynamic, key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The dynamic key of ``key``, which prologue ``pro`` made (`DynamicKey`; where each
+    leaf sits in the key is read from the prologue's IR once, `key_positions`)."""
+    if pro.positions is None:
+        pro.positions = key_positions(pro.ir)
+    return DynamicKey(pro.positions, dynamic)(key)
 
 
 def _holds_tensors(key: Any) -> bool:
@@ -180,7 +195,8 @@ def _blank(shape: Any, dims: Iterable[int]) -> Any:
 
 
 def key_positions(prologue_ir: ModuleOp) -> dict[int, tuple[int, bool]]:
-    """Where each leaf's metadata sits in the key the prologue returns."""
+    """Where each leaf's metadata sits in the key the prologue returns (the module
+    attributes it reads, `G.AttrValueOp`, numbered after the call's leaves)."""
     fn = next(op for op in prologue_ir.ops if hasattr(op, "body"))
     block = fn.body.block  # type: ignore[attr-defined]
     key_op = next(op for op in block.ops if isinstance(op, G.KeyOp))
@@ -197,6 +213,8 @@ def key_positions(prologue_ir: ModuleOp) -> dict[int, tuple[int, bool]]:
             out[args.index(op.arg)] = (at[op.results[0]], True)
         elif isinstance(op, G.LeafMetaOp):
             out[args.index(op.operands[0])] = (at[op.results[0]], False)
+        elif isinstance(op, G.AttrValueOp):
+            out[len(args) + op.index.value.data] = (at[op.results[0]], False)
     return out
 
 
@@ -268,6 +286,49 @@ def shape_guard(table: SymbolTable, names: Sequence[str]) -> ShapeGuard:
                       source, ir, table.specialized())
 
 
-__all__ = ["CACHE_MODES", "EVERY", "Dynamic", "DynamicKey", "ShapeGuard", "changed", "every_size",
+# --------------------------------------------------------------------------- symbol values
+
+
+def symbol_reader(sources: Mapping[str, tuple[Any, Sequence[Any], int | None]]
+                  ) -> Callable[[Sequence[Any]], dict[str, Any]]:
+    """``symbols(leaves) -> {name: value}``: this call's values of the symbols ``sources``
+    names, each ``(at, steps, dim)``: flat leaf ``at`` (an ``int``) or the object ``at``
+    (a module whose attribute ``steps`` reads), then ``steps`` into it, then dimension
+    ``dim`` of that tensor (None: the value itself). Printed and executed::
+
+        def symbols(L):
+          return {'s0': o0.step, 's1': L[0].shape[1]}
+    """
+    parts: list[str] = []
+    bound: dict[str, Any] = {}
+    for name, (at, steps, dim) in sources.items():
+        if type(at) is int:
+            base = f"L[{at}]"
+        else:
+            base = f"o{len(bound)}"
+            bound[base] = at
+        expr = path_expr(base, steps) + ("" if dim is None else f".shape[{dim}]")
+        parts.append(f"{name!r}: {expr}")
+    src = f"def symbols(L):\n  return {{{', '.join(parts)}}}\n"
+    return load_python(src, "symbols", bound)
+
+
+def symbolic_value(text: str) -> Callable[[dict[str, Any]], Any]:
+    """``value(env)``: the symbolic number ``text`` (Python over the symbols, ``1 + s0``)
+    computed from one call's values of its symbols (`symbol_reader`'s), printed and
+    executed::
+
+        def value(env):
+          s0 = env['s0']
+          return 1 + s0
+    """
+    names = sorted(set(SYMBOL_NAME.findall(text)), key=lambda n: int(n[1:]))
+    lines = [f"  {n} = env[{n!r}]" for n in names]
+    src = "def value(env):\n" + "".join(f"{line}\n" for line in lines) + f"  return {text}\n"
+    return load_python(src, "value", {"math": math, "torch": torch})
+
+
+__all__ = ["CACHE_MODES", "EVERY", "Dynamic", "DynamicKey", "ShapeGuard", "changed",
+           "dynamic_key", "every_size",
            "key_positions", "mark_dynamic", "marked", "merge", "shape_guard", "shape_guard_ir",
-           "sizes_of"]
+           "sizes_of", "symbol_reader", "symbolic_value"]

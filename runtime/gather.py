@@ -5,11 +5,13 @@ from the leaves, or binds it once when the program is built, so a call does no p
 branching and does not collect the module's state::
 
     def gather(L):
-      return (L[0], L[1].h, s2, c3,)
+      return (L[0], L[1].h, s2, c3, m4.step,)
 
 ``L[i]`` is leaf ``i`` (`ArgLeaf`), ``L[1].h`` a tensor inside an argument object
 (`ArgPath`, `thunder_ir.runtime.pystate.path_expr`), ``s2`` a parameter or buffer
-(`StateEntry`) and ``c3`` a captured tensor (`Captured`), bound as globals. It has no IR
+(`StateEntry`) and ``c3`` a captured tensor (`Captured`), bound as globals, and
+``m4.step`` a number the module keeps (`ModuleAttr`: the module bound, its attribute read
+on each call). It has no IR
 (its origins are not values of the program); it is a `PyFunction` of the one printer
 (`thunder_ir.runtime.python_printer`), rendered and executed as every generated function is.
 """
@@ -21,7 +23,14 @@ from typing import Any
 
 import torch
 
-from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, Origin, StateEntry
+from thunder_ir.runtime.origins import (
+    ArgLeaf,
+    ArgPath,
+    Captured,
+    ModuleAttr,
+    Origin,
+    StateEntry,
+)
 from thunder_ir.runtime.pystate import path_expr
 from thunder_ir.runtime.python_printer import PyFunction, load_python, render, tuple_expr
 
@@ -50,6 +59,9 @@ def gather_function(origins: Sequence[Origin], state: Mapping[str, torch.Tensor]
         elif isinstance(kind, Captured):
             bound[f"c{i}"] = kind.tensor
             parts.append(f"c{i}")
+        elif isinstance(kind, ModuleAttr):  # a number the module keeps: read on each call
+            bound[f"m{i}"] = kind.module
+            parts.append(path_expr(f"m{i}", (("attr", kind.name),)))
         else:
             raise TypeError(f"a program argument comes from {kind!r}, which a call cannot "
                             "gather")

@@ -93,18 +93,28 @@ def _config_like(v: Any) -> bool:
         | types.ModuleType | types.BuiltinFunctionType | Callable))
 
 
+SYMBOLIC_INT = "symbolic int"
+"""What a fingerprint holds for an ``int`` field whose value the programs read as a symbolic
+number (`thunder_ir.runtime.symbolic_attrs`): its type, not its value, which the cache key
+holds instead."""
+
+
 def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]] | None,
                skip: frozenset[str] = frozenset(),
-               lists: list[tuple[list[Any], tuple[Any, ...]]] | None = None) -> Hashable:
+               lists: list[tuple[list[Any], tuple[Any, ...]]] | None = None,
+               ints: frozenset[str] = frozenset()) -> Hashable:
     """The fingerprint of a dict of fields. With ``watched``, a config-like value's own
     fields (and a plain dict's items) are watched and fingerprinted too, one level down;
     with ``lists``, a list's items too (a list has no version: `StateGuard` compares its
-    items on every call)."""
+    items on every call). ``ints``: fields that, while they hold an ``int``, are
+    fingerprinted by that type alone (`SYMBOLIC_INT`)."""
     out: list[Any] = []
     for k, v in d.items():
         if k in skip:
             continue
-        if lists is not None and type(v) is list and len(v) <= 64:
+        if k in ints and type(v) is int:
+            out.append((k, SYMBOLIC_INT))
+        elif lists is not None and type(v) is list and len(v) <= 64:
             items = tuple(value_key(x, keep) for x in v)
             lists.append((v, items))
             out.append((k, "list", id(v), items))
@@ -179,6 +189,21 @@ class StateGuard:
         lines += [f"check({c})" for c in self.render()]
         return "\n".join(lines)
 
+    def unchanged(self) -> bool:
+        """Whether no watched dict was written since the last `check` (one sum)."""
+        return bool(_summary(map(dict_version, self.dicts)) == self.versions)
+
+    def resync(self) -> None:
+        """Takes the watched dicts' versions as they are now: the caller wrote to them,
+        after `unchanged`, only what leaves the fingerprint as it was (a symbolic
+        ``int`` attribute's new value, `thunder_ir.runtime.symbolic_attrs`)."""
+        self.versions = _summary(map(dict_version, self.dicts))
+
+    def invalidate(self) -> None:
+        """Makes the next `check` re-read the state (what ``describe`` fingerprints
+        changed)."""
+        self.versions = None
+
     def refresh(self) -> int:
         dicts: list[Any] = []
         hooks: list[Any] = []
@@ -217,12 +242,14 @@ def shown(v: Any) -> str:
 
 
 def _field_checks(prefix: str, d: dict[Any, Any], skip: frozenset[str] = frozenset(),
-                  deep: bool = True) -> list[str]:
+                  deep: bool = True, ints: frozenset[str] = frozenset()) -> list[str]:
     out: list[Any] = []
     for k, v in d.items():
         if k in skip:
             continue
-        if deep and _config_like(v):
+        if k in ints and type(v) is int:
+            out.append(f"type({prefix}.{k}) is int")  # its value: in the key (symbolic)
+        elif deep and _config_like(v):
             out.append(f"{prefix}.{k} {shown(v)}")
             out += _field_checks(f"{prefix}.{k}", v.__dict__, deep=False)
         elif deep and type(v) is dict and len(v) <= 64:
@@ -248,11 +275,19 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
                  "_global_backward_pre_hooks")
 
 
-def module_guard(root: torch.nn.Module) -> StateGuard:
+def module_guard(root: torch.nn.Module,
+                 ints: dict[int, frozenset[str]] | None = None) -> StateGuard:
     """The state of a module tree: each module's class and plain attributes (config objects
     one level down), its parameters', buffers' and submodules' identities, and every module
-    hook (its own and torch's global ones)."""
+    hook (its own and torch's global ones).
+
+    ``ints``: per module (by id), the attributes whose ``int`` values the programs read as
+    symbolic numbers (`thunder_ir.runtime.symbolic_attrs`, which fills the dict and
+    `StateGuard.invalidate`s the guard): guarded on being ``int``s; their values are in the
+    cache key instead."""
     g = torch.nn.modules.module
+    ints = {} if ints is None else ints
+    none: frozenset[str] = frozenset()
 
     def describe(dicts: list[Any], keep: list[Any], hooks: list[Any]) -> Hashable:
         out: list[Any] = []
@@ -265,7 +300,8 @@ def module_guard(root: torch.nn.Module) -> StateGuard:
             md = m.__dict__
             dicts.append(md)
             parts: list[Any] = [id(m), type(m),
-                                fields_key(md, keep, dicts, _SKIP_FIELDS, guard.lists)]
+                                fields_key(md, keep, dicts, _SKIP_FIELDS, guard.lists,
+                                           ints.get(id(m), none))]
             for name in _MODULE_DICTS:
                 d = md.get(name)
                 if d is None:
@@ -284,7 +320,7 @@ def module_guard(root: torch.nn.Module) -> StateGuard:
             out.append(f"torch.nn.modules.module.{name} == {_names(hooks)}")
         for path, m in root.named_modules(prefix="self"):
             out.append(f"type({path}) is {type(m).__qualname__}")
-            out += _field_checks(path, m.__dict__, _SKIP_FIELDS)
+            out += _field_checks(path, m.__dict__, _SKIP_FIELDS, ints=ints.get(id(m), none))
             for name in _MODULE_DICTS:
                 d = m.__dict__.get(name)
                 if d is None:
@@ -383,5 +419,5 @@ def closure_guard(fn: Any) -> StateGuard | None:
                       always=True)
 
 
-__all__ = ["MODULE_FIELDS", "StateGuard", "closure_guard", "dict_version", "fields_key",
-           "global_loads", "globals_guard", "module_guard", "value_key"]
+__all__ = ["MODULE_FIELDS", "SYMBOLIC_INT", "StateGuard", "closure_guard", "dict_version",
+           "fields_key", "global_loads", "globals_guard", "module_guard", "value_key"]

@@ -10,6 +10,8 @@ position in a tuple::
     StateEntry("fc.weight")              a module parameter or buffer, by name
     Captured(t)                          a tensor captured from user code (or, once bound,
                                          the parameter or buffer itself)
+    ModuleAttr(m, "step")                an ``int`` the module keeps (``self.step``), read
+                                         from it on each call: a symbolic number
     Cotangent()                          a cotangent placeholder (an extension's grad
                                          transform, traced on its own)
 """
@@ -53,12 +55,22 @@ class Captured:
     tensor: torch.Tensor
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ModuleAttr:
+    """An ``int`` attribute of a module of the jitted tree (``self.step``) that changes
+    between calls: a symbolic number of the program, read from the module on each call
+    (`thunder_ir.runtime.symbolic_attrs`). Compared by identity."""
+
+    module: Any
+    name: str
+
+
 @dataclass(frozen=True, slots=True)
 class Cotangent:
     """A cotangent placeholder of an extension's grad transform traced on its own."""
 
 
-Origin = ArgLeaf | ArgPath | StateEntry | Captured | Cotangent
+Origin = ArgLeaf | ArgPath | StateEntry | Captured | ModuleAttr | Cotangent
 """Where a program argument comes from."""
 
-__all__ = ["ArgLeaf", "ArgPath", "Captured", "Cotangent", "Origin", "StateEntry"]
+__all__ = ["ArgLeaf", "ArgPath", "Captured", "Cotangent", "ModuleAttr", "Origin", "StateEntry"]

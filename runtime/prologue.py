@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr, UnitAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, UnitAttr, i64
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from thunder_ir.dialects import guard as G
@@ -64,6 +64,11 @@ class Prologue:
     ir: ModuleOp
     state: Sequence[Any] = ()
     _layout_free: Callable[..., Any] | None = None
+    modules: Sequence[Any] = ()
+    """The modules whose ``int`` attributes the key reads (``m<i>``, `G.AttrValueOp`)."""
+    positions: Any = None
+    """Where each leaf's part sits in the key (`thunder_ir.runtime.dynamic.key_positions`),
+    once a miss asked."""
 
     @property
     def layout_free(self) -> Callable[..., Any]:
@@ -74,7 +79,8 @@ class Prologue:
         if self._layout_free is None:
             fn = _function(self.ir)
             src = print_python(_checked(fn), layouts=False)
-            self._layout_free = load_python(src, "prologue", prologue_globals(fn, self.state))
+            self._layout_free = load_python(src, "prologue",
+                                            prologue_globals(fn, self.state, self.modules))
         return self._layout_free
 
     @property
@@ -94,7 +100,8 @@ def _op(cls: type[Operation], operands: Sequence[SSAValue] = (), n_results: int 
 
 def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
                    all_tensors: bool = False, tokens: Sequence[int] = (),
-                   token_names: Sequence[str] = (), exact: bool = False) -> ModuleOp:
+                   token_names: Sequence[str] = (), exact: bool = False,
+                   attrs: Sequence[tuple[int, str, str]] = ()) -> ModuleOp:
     """The module holding ``func.func @prologue(leaves...) -> key``.
 
     Args:
@@ -107,6 +114,9 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
         tokens: the guard tokens the prologue is built for; ``token_names`` the guards'.
         exact: key every tensor's exact strides and storage offset (a trace for this call
             structure read them), not only its contiguity.
+        attrs: the module attributes whose ``int`` values the key holds (symbolic numbers
+            of the programs, `thunder_ir.runtime.symbolic_attrs`), each ``(i, label,
+            name)``: attribute ``name`` of the global ``m<i>``.
     """
     block = Block(arg_types=[G.VALUE] * len(arg_names))
     for i, a in enumerate(block.args):
@@ -126,6 +136,9 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
         add(_op(G.AliasesOp, block.args))
     if state_names:
         add(_op(G.StateMetaOp, names=G.names_attr(state_names), **flag))
+    for i, shown, attr in attrs:
+        add(_op(G.AttrValueOp, label=StringAttr(shown), attr=StringAttr(attr),
+                index=IntegerAttr(i, i64)))
     for cls in (G.GradModeOp, G.DefaultDtypeOp, G.AutocastOp):
         add(_op(cls))
     # always last: `thunder_ir.api` re-keys entries by it
@@ -181,9 +194,11 @@ def prologue_labels(module: ModuleOp | func.FuncOp) -> list[str]:
             for lab in labels.get(v, [f"part {i} of the key"])]
 
 
-def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any]) -> dict[str, Any]:
+def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any],
+                     modules: Sequence[Any] = ()) -> dict[str, Any]:
     """The globals the prologue's Python reads: the helpers, ``p<i>`` (``state[i]``, the
-    parameters and buffers) and ``_tokens``."""
+    parameters and buffers), ``m<i>`` (``modules[i]``, whose attributes it reads) and
+    ``_tokens``."""
     g: dict[str, Any] = {"_meta": namespace.tensor_meta, "_aliases": namespace.aliases,
                          "_grad": torch.is_grad_enabled,
                          "_default_dtype": torch.get_default_dtype,
@@ -193,30 +208,38 @@ def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any]) -> di
             g.update((f"p{i}", t) for i, t in enumerate(state))
         elif isinstance(op, G.TokensOp):
             g["_tokens"] = op.values()
+    g.update((f"m{i}", m) for i, m in enumerate(modules))
     return g
 
 
-def compile_prologue(module: ModuleOp, state: Sequence[Any]) -> Prologue:
-    """The prologue's function, compiled from its IR (``state``: the tensors ``p<i>``)."""
+def compile_prologue(module: ModuleOp, state: Sequence[Any],
+                     modules: Sequence[Any] = ()) -> Prologue:
+    """The prologue's function, compiled from its IR (``state``: the tensors ``p<i>``;
+    ``modules``: the modules ``m<i>``)."""
     fn = _function(module)
     src = prologue_source(fn)
-    return Prologue(load_python(src, "prologue", prologue_globals(fn, state)), src, module,
-                    tuple(state))
+    return Prologue(load_python(src, "prologue", prologue_globals(fn, state, modules)), src,
+                    module, tuple(state), modules=tuple(modules))
 
 
 def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
                   all_tensors: bool = False, tokens: tuple[int, ...] = (),
-                  token_names: Sequence[str] = (), exact: bool = False) -> Prologue:
+                  token_names: Sequence[str] = (), exact: bool = False,
+                  attrs: Sequence[tuple[int, str, str]] = (),
+                  modules: Sequence[Any] = ()) -> Prologue:
     """Builds ``key(args) -> tuple`` for flat args plus module state (`build_prologue`,
     then `compile_prologue`).
 
     ``args`` are the flat leaves of the call's arguments (``arg_names``: what to call each
     in messages); the module's parameters and buffers (``state``) are bound into the
     function's globals, and so are the guard ``tokens`` the state had when the prologue was
-    built (the caller picks the prologue by them).
+    built (the caller picks the prologue by them). ``attrs``: ``(i, label, name)`` of each
+    module attribute whose ``int`` value the key holds, attribute ``name`` of
+    ``modules[i]``.
     """
-    module = build_prologue(arg_names, list(state), all_tensors, tokens, token_names, exact)
-    return compile_prologue(module, list(state.values()))
+    module = build_prologue(arg_names, list(state), all_tensors, tokens, token_names, exact,
+                            attrs)
+    return compile_prologue(module, list(state.values()), modules)
 
 
 __all__ = ["Prologue", "build_prologue", "compile_prologue", "make_prologue",

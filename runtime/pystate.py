@@ -15,7 +15,12 @@ leaves, ``("top", index, steps)`` inside its top-level arguments (a list or dict
 in), or ``("obj", object)``, one the program holds (a module, a container on a module).
 A value template is ``("const", v)``, ``("out", k)`` (program output ``k``),
 ``("ref", ref)``, ``("list", [...])``, ``("tuple", type, [...])``, ``("dict", type,
-[(key, ...)])`` or ``("new", type, [(field, ...)])`` (an object made again on each call).
+[(key, ...)])``, ``("new", type, [(field, ...)])`` (an object made again on each call) or
+``("sym", text, fn)``: a symbolic number of the program (``s0 + 1``, where ``s0`` is an
+``int`` argument or a number the module keeps), ``fn(env)`` computing it from this call's
+values of the symbols (``env``, read by the program's
+`thunder_ir.runtime.dynamic.symbol_reader` before the epilogue writes;
+`thunder_ir.runtime.dynamic.symbolic_value`).
 """
 
 from __future__ import annotations
@@ -145,8 +150,10 @@ def find(ref: Ref, leaves: Sequence[Any], tops: Sequence[Any]) -> Any:
     return ref[1]
 
 
-def build(t: Any, leaves: Sequence[Any], tops: Sequence[Any], outs: Sequence[Any]) -> Any:
-    """A value template made into the value for one call."""
+def build(t: Any, leaves: Sequence[Any], tops: Sequence[Any], outs: Sequence[Any],
+          env: dict[str, Any] | None = None) -> Any:
+    """A value template made into the value for one call (``env``: the symbols' values
+    in this call, for ``("sym", ...)`` templates)."""
     kind = t[0]
     if kind == "const":
         return t[1]
@@ -154,37 +161,49 @@ def build(t: Any, leaves: Sequence[Any], tops: Sequence[Any], outs: Sequence[Any
         return outs[t[1]]
     if kind == "ref":
         return find(t[1], leaves, tops)
+    if kind == "sym":
+        return t[2](env)
     if kind == "list":
-        return [build(v, leaves, tops, outs) for v in t[1]]
+        return [build(v, leaves, tops, outs, env) for v in t[1]]
     if kind == "tuple":
-        items = (build(v, leaves, tops, outs) for v in t[2])
+        items = (build(v, leaves, tops, outs, env) for v in t[2])
         return tuple(items) if t[1] is tuple else t[1](*items)
     if kind == "dict":
-        return t[1]((k, build(v, leaves, tops, outs)) for k, v in t[2])
+        return t[1]((k, build(v, leaves, tops, outs, env)) for k, v in t[2])
     obj = blank(t[1])  # "new"
-    obj.__dict__.update((k, build(v, leaves, tops, outs)) for k, v in t[2])
+    obj.__dict__.update((k, build(v, leaves, tops, outs, env)) for k, v in t[2])
     return obj
 
 
 def apply(actions: Sequence[Action], leaves: Sequence[Any], tops: Sequence[Any],
-          outs: Sequence[Any]) -> None:
+          outs: Sequence[Any], env: dict[str, Any] | None = None) -> None:
     """Replays the epilogue on the caller's objects (``leaves``: the call's argument
-    leaves; ``tops``: its top-level arguments; ``outs``: the program's outputs)."""
+    leaves; ``tops``: its top-level arguments; ``outs``: the program's outputs; ``env``:
+    the symbols' values, read before the program ran or the epilogue wrote)."""
     for a in actions:
         target = find(a.target, leaves, tops)
         op = a.op
         if op == "setattr":
-            setattr(target, a.key, build(a.value, leaves, tops, outs))
+            setattr(target, a.key, build(a.value, leaves, tops, outs, env))
         elif op == "setitem":
-            target[a.key] = build(a.value, leaves, tops, outs)
+            target[a.key] = build(a.value, leaves, tops, outs, env)
         elif op == "assign":
-            target[:] = build(a.value, leaves, tops, outs)
+            target[:] = build(a.value, leaves, tops, outs, env)
         elif op == "delattr":
             delattr(target, a.key)
         else:
             del target[a.key]
 
 
+def written_before(e: BaseException, leaves: Sequence[Any], tops: Sequence[Any]) -> None:
+    """Where a trace raised the user's own error (eager's), makes the writes the user's
+    code made before raising, as eager's call made them: the actions tracing attached to
+    the error (`thunder_ir.frontend.pystate.Recorder.written_before_failing`), once."""
+    writes = getattr(e, "__dict__", {}).pop("_thunder_ir_writes", None)
+    if writes:
+        apply(writes, leaves, tops, ())
+
+
 __all__ = ["Action", "MAX_DEPTH", "MAX_ITEMS", "MISSING", "PRIMITIVE", "Ref", "Step", "apply",
            "blank", "build", "find", "object_key", "path_expr", "path_text", "plain_object",
-           "resolve"]
+           "resolve", "written_before"]

@@ -174,7 +174,7 @@ class Counter(nn.Module):
 
 def test_attribute_writes_in_forward_reach_the_module() -> None:
     """``self.calls += 1`` counts every call, and each call computes with the current
-    value (a new value compiles a new program: a number the trace bakes in)."""
+    value (from its second value on a symbolic number: see the next section)."""
     torch.manual_seed(0)
     m = Counter()
     e = copy.deepcopy(m)
@@ -306,6 +306,246 @@ def test_lazy_modules_initialize_on_the_first_call_as_in_eager(
         torch.manual_seed(i)
         _same(a, e(x))
     assert thunder_ir.cache_misses(jm) == 1  # the first call ran eagerly, as eager's does
+
+
+# ------------------------------------------------------------------- numbers the module keeps
+#
+# An ``int`` attribute that changes between calls (``self.calls += 1``) is a symbolic number
+# from its second value on, as an ``int`` argument is (`thunder_ir.runtime.symbolic_attrs`):
+# 0 and 1 get programs of their own, every other value runs one program, which reads the
+# attribute on each call and writes back what the call computed.
+
+
+def _misses(jm: Any) -> int:
+    return thunder_ir.cache_misses(jm)  # type: ignore[no-any-return]
+
+
+def test_a_counter_in_module_state_is_one_symbolic_program() -> None:
+    torch.manual_seed(0)
+    m = Counter()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(20):
+            x = torch.randn(2, 3)
+            _same(jm(x), e(x))
+            assert type(m.calls) is int and m.calls == e.calls == i + 1
+    assert not [w for w in caught if "thunder_ir.jit" in str(w.message)]
+    assert _misses(jm) == 3  # calls == 0, calls == 1, then one program for every value
+    assert jm._compiled.symbolic_failures == []
+    assert "self_calls" in thunder_ir.last_traces(jm)[-1].source  # a program input
+    assert "m0.calls" in thunder_ir.last_prologue_traces(jm)[0]  # its value: in the key
+    m.calls = 1000  # set from outside: read on the next call, no compile
+    e.calls = 1000
+    x = torch.randn(2, 3)
+    _same(jm(x), e(x))
+    assert m.calls == e.calls == 1001 and _misses(jm) == 3
+
+
+class Stepper(nn.Module):
+    """A step counter used as a size-free scalar (int and float) and in ``arange``, a
+    number computed from it and stored, and a constant ``int`` attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0
+        self.width = 3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.step += 1
+        self.double = self.step * 2
+        return x * (self.step / 4) + torch.arange(self.step, self.step + self.width)
+
+
+def test_a_counter_in_arange_and_as_a_scalar() -> None:
+    m = Stepper()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for _ in range(10):
+        x = torch.randn(3)
+        _same(jm(x), e(x))
+        assert vars(m).keys() == vars(e).keys()
+        assert m.step == e.step and type(m.double) is int and m.double == e.double
+    assert _misses(jm) == 3 and jm._compiled.symbolic_failures == []
+    # the constant attribute stays a guarded constant: not read by the key
+    assert {a.label for a in jm._compiled._attrs.attrs} == {"self.step", "self.double"}
+    assert "width" not in thunder_ir.last_prologue_traces(jm)[0].split("# The key")[0]
+
+
+class Outer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Stepper()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return self.lin(self.inner(x)), self.inner.step
+
+
+def test_a_counter_in_a_submodule_and_returned() -> None:
+    torch.manual_seed(0)
+    m = Outer()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    with torch.no_grad():
+        for _ in range(8):
+            x = torch.randn(2, 3)
+            (a, n), (b, k) = jm(x), e(x)
+            _same(a, b)
+            assert type(n) is int and n == k == m.inner.step == e.inner.step
+    assert _misses(jm) == 3 and jm._compiled.symbolic_failures == []
+
+
+def test_a_counter_in_training() -> None:
+    """Forward and backward with the counter: the backward's scalar is this call's too
+    (the symbolic number is a residual)."""
+    torch.manual_seed(0)
+    m = Counter()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for _ in range(8):
+        x = torch.randn(2, 3, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        jm(x).pow(2).sum().backward()
+        e(xe).pow(2).sum().backward()
+        _same(x.grad, xe.grad)
+        _same(m.lin.weight.grad, e.lin.weight.grad)
+        _same(m.lin.bias.grad, e.lin.bias.grad)
+    assert m.calls == e.calls == 8
+    assert _misses(jm) == 3 and jm._compiled.symbolic_failures == []
+
+
+def test_a_static_cache_compiles_per_value() -> None:
+    torch.manual_seed(0)
+    m = Counter()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m, cache="static")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the recompile warning: expected here
+        for _ in range(10):
+            x = torch.randn(2, 3)
+            _same(jm(x), e(x))
+    assert m.calls == e.calls == 10
+    assert _misses(jm) == 10 and jm._compiled._attrs.attrs == []
+
+
+class Threshold(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls > 5:
+            return x * 2
+        return x - self.calls
+
+
+def test_a_counter_in_control_flow_recompiles_at_the_threshold() -> None:
+    """``if self.calls > 5`` is a guard of the symbolic program: the value that crosses
+    it compiles the other branch, once."""
+    m = Threshold()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for _ in range(12):
+        x = torch.randn(3)
+        _same(jm(x), e(x))
+        assert m.calls == e.calls
+    assert _misses(jm) == 4  # 0, 1, the symbolic program up to 4, the one from 5 on
+    assert "a1" in thunder_ir.last_prologue_traces(jm)[0].split("def shape_guard")[1]
+
+
+class Branchy(nn.Module):
+    """A counter next to a data-dependent branch (speculated: `tir.assume`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if x.sum() > 0:
+            return x * self.calls
+        return x - self.calls
+
+
+def test_a_counter_next_to_a_data_dependent_branch() -> None:
+    """A symbolic program's speculation variants are symbolic too (each run where its
+    shape guard holds): the branch a call takes computes with that call's counter."""
+    torch.manual_seed(0)
+    m = Branchy()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+
+    def f(x: torch.Tensor, step: int) -> torch.Tensor:
+        return x * step if x.sum() > 0 else x - step
+
+    jf = thunder_ir.jit(f)
+    for i in range(20):
+        x = torch.randn(3) + (2.0 if i % 3 else -2.0)
+        _same(jm(x), e(x))
+        _same(jf(x, i), f(x, i))
+        assert m.calls == e.calls
+    assert _misses(jm) <= 5 and jm._compiled.symbolic_failures == []
+
+
+class Failing(nn.Module):
+    """Counts, remembers, then raises for long inputs (after its writes, as eager does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.history: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        self.history.append(self.calls + 10)
+        if x.shape[0] > 3:
+            raise ValueError("too long")
+        return x * self.calls
+
+
+def test_the_module_is_left_as_eager_leaves_it_after_an_exception() -> None:
+    m = Failing()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for n in (2, 2, 2, 5, 2, 5, 2, 2):
+        x = torch.randn(n)
+        if n > 3:
+            with pytest.raises(ValueError, match="too long"):
+                jm(x)
+            with pytest.raises(ValueError, match="too long"):
+                e(x)
+        else:
+            _same(jm(x), e(x))
+        assert vars(m).keys() == vars(e).keys()
+        assert m.calls == e.calls and m.history == e.history
+        assert type(m.calls) is int and all(type(v) is int for v in m.history)
+        _no_proxy(m, "m")
+    assert jm._compiled.symbolic_failures == []  # the user's error is not symbolic's
+
+
+def test_a_symbolic_int_argument_written_or_returned_is_an_int() -> None:
+    """What a call computes from a symbolic ``int`` argument and stores or returns is that
+    call's number (not the trace's ``SymInt``)."""
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor, step: int) -> tuple[torch.Tensor, int]:
+            self.last = step + 1
+            return x * step, step * 2
+
+    m = M()
+    jm = thunder_ir.jit(m)
+    for step in range(2, 7):
+        x = torch.randn(3)
+        out, twice = jm(x, step)
+        _same(out, x * step)
+        assert type(twice) is int and twice == 2 * step
+        assert type(m.last) is int and m.last == step + 1
+    # step 2; step 3 (symbolic; ``self.last`` first set); step 4 (``self.last`` changed:
+    # symbolic too); then one program
+    assert _misses(jm) == 3 and jm._compiled.symbolic_failures == []
 
 
 # --------------------------------------------------------------------------- no proxy escapes

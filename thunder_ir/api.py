@@ -54,10 +54,9 @@ from thunder_ir.runtime.cache import (
 from thunder_ir.runtime.dynamic import (
     CACHE_MODES,
     Dynamic,
-    DynamicKey,
     changed,
+    dynamic_key,
     every_size,
-    key_positions,
     marked,
     merge,
     shape_guard,
@@ -68,8 +67,9 @@ from thunder_ir.runtime.layout import check_layouts
 from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, Origin, StateEntry
 from thunder_ir.runtime.prologue import Prologue, make_prologue
 from thunder_ir.runtime.pystate import apply as apply_epilogue
-from thunder_ir.runtime.pystate import resolve
+from thunder_ir.runtime.pystate import resolve, written_before
 from thunder_ir.runtime.speculation import SpeculationFailed
+from thunder_ir.runtime.symbolic_attrs import SymbolicAttrs
 from thunder_ir.trace import Trace
 
 STAGES = ("ltorch", "prims", "fusion", "backward")
@@ -203,8 +203,11 @@ class CompiledCallable:
         """Call structures whose tensors are not all strided (sparse): their key reads
         each leaf through ``tensor_meta``, which knows layouts without strides."""
         self.guards: list[StateGuard] = []
-        if self.module is not None:
-            self.guards.append(module_guard(self.module))
+        self._attrs = SymbolicAttrs(self.module) if self.module is not None else None
+        """The module tree's ``int`` attributes that are symbolic numbers
+        (`thunder_ir.runtime.symbolic_attrs`)."""
+        if self._attrs is not None:
+            self.guards.append(module_guard(self._attrs.root, self._attrs.by_module))
         cg = closure_guard(self.fn)
         if cg is not None:
             self.guards.append(cg)
@@ -264,11 +267,14 @@ class CompiledCallable:
         if structure is None:
             with self._lock:  # two threads' new structures must not get one number
                 structure = self._structures.setdefault(spec, len(self._structures))
+        attrs = self._attrs
         pro = make_prologue(names, self._state(),
                             all_tensors=all_tensors(spec) and spec not in self._general,
                             exact=spec in self._exact,
                             tokens=(structure, *tokens),
-                            token_names=["argument structure", *(g.name for g in self.guards)])
+                            token_names=["argument structure", *(g.name for g in self.guards)],
+                            attrs=attrs.prologue_attrs() if attrs else (),
+                            modules=attrs.modules() if attrs else ())
         self._prologues[(spec, tokens)] = pro
         return pro
 
@@ -311,8 +317,8 @@ class CompiledCallable:
             outs = entry.fn(*entry.gather(leaves))
         if entry.after:
             tops = (*args, *kwargs.values())
-            self._write_back(entry, leaves, outs, tops)
-            return unflatten_outputs(entry, outs, leaves, tops)
+            env = self._write_back(entry, leaves, outs, tops)
+            return unflatten_outputs(entry, outs, leaves, tops, env)
         if entry.single_output:  # the common case, without a call
             return outs
         return unflatten_outputs(entry, outs, leaves)
@@ -327,6 +333,7 @@ class CompiledCallable:
         drawn. Returns the entry that ran (None: eagerly) and its outputs."""
         rng = _rng_states() if entry.draws else None
         tried = 0
+        ext: list[Any] | None = None  # the leaves a symbolic variant's shape guard reads
         while True:
             try:
                 outs = entry.fn(*entry.gather(leaves))
@@ -336,12 +343,37 @@ class CompiledCallable:
                 if rng is not None:
                     _put_rng_states(rng)
                 tried += 1
-            if entry.variant is not None:
-                entry = entry.variant
+            nxt = entry.variant  # a symbolic program's variants are symbolic: each runs
+            while nxt is not None and nxt.shape_guard is not None:  # where its guard holds
+                ext = self._with_attrs({}, leaves)[1] if ext is None else ext
+                if nxt.shape_guard(ext):
+                    break
+                entry, nxt = nxt, nxt.variant
+            if nxt is not None:
+                entry = nxt
                 if entry.draws and rng is None:
                     rng = _rng_states()  # (the state before the first program ran: none drew)
                 continue
-            if tried >= MAX_VARIANTS:
+            variant = None
+            if tried < MAX_VARIANTS:
+                with self._lock:
+                    tokens = tuple([g.check() for g in self.guards])
+                    pro = self._prologues.get((spec, tokens)) or self._prologue(
+                        spec, args, kwargs, len(leaves), tokens)
+                    try:
+                        with _outside_functorch():
+                            variant, _, _ = self._compile(args, kwargs, spec, len(leaves),
+                                                          pro, exact=False,
+                                                          dynamic=entry.dynamic)
+                    except Exception as e:
+                        if not entry.dynamic:  # the user's own error, raised by a trace of
+                            written_before(e, leaves, (*args, *kwargs.values()))
+                            raise
+                    if variant is not None:  # (a symbolic one that failed: run eagerly)
+                        self.cache.stats.misses += 1
+                        self._compiles += 1
+                        entry.variant = variant
+            if variant is None:
                 self.cache.stats.eager_calls += 1
                 self.cache.last = _ran_eagerly(entry, tried)
                 if self.module is None:
@@ -350,16 +382,6 @@ class CompiledCallable:
                 if self.method is not None:
                     return None, self.method(self.module, *args, **kwargs)
                 return None, self.module(*args, **kwargs)
-            with self._lock:
-                tokens = tuple([g.check() for g in self.guards])
-                pro = self._prologues.get((spec, tokens)) or self._prologue(
-                    spec, args, kwargs, len(leaves), tokens)
-                with _outside_functorch():
-                    variant, _, _ = self._compile(args, kwargs, spec, len(leaves), pro,
-                                                  exact=False)
-                self.cache.stats.misses += 1
-                self._compiles += 1
-                entry.variant = variant
             entry = variant
             if entry.draws and rng is None:
                 rng = _rng_states()
@@ -381,13 +403,22 @@ class CompiledCallable:
             if entry is not None:
                 self.cache.stats.hits += 1
                 return entry
-            dynamic = self._dynamic_sizes(spec, leaves)
+            sizes = self._dynamic_sizes(spec, leaves)
+            dynamic, ext = self._with_attrs(sizes, leaves)
             if dynamic:
-                entry = self._symbolic_entry(pro, key, dynamic, leaves)
+                entry = self._symbolic_entry(pro, key, dynamic, ext)
                 if entry is not None:  # a symbolic program holds for these sizes
                     self.cache.stats.hits += 1
                     self.cache.insert(key, entry)
                     return entry
+            if self._attrs is not None and self.cache_mode != "static" and self._attrs.grow():
+                # module ints that changed are symbolic from now on: the module guard no
+                self.guards[0].invalidate()  # longer holds their values, the key does
+                self._prologues.clear()
+                tokens = tuple([g.check() for g in self.guards])
+                pro = self._prologue(spec, args, kwargs, len(leaves), tokens)
+                key = pro.fn(leaves)
+                dynamic, ext = self._with_attrs(sizes, leaves)
             with _outside_functorch():  # compiling is not the transform's business
                 entry, traced, keyed = self._compile_dynamic(args, kwargs, spec, leaves,
                                                              pro, dynamic)
@@ -398,8 +429,7 @@ class CompiledCallable:
                 self._layout_free.clear()
             if entry.shape_guard is not None:
                 assert dynamic
-                self._shape_entries.setdefault(
-                    DynamicKey(key_positions(pro.ir), dynamic)(key), []).append(entry)
+                self._shape_entries.setdefault(dynamic_key(pro, dynamic, key), []).append(entry)
             if not traced.layout_read and not _restrides(entry):
                 if len(self._layout_free) >= CACHE_CAPACITY:
                     self._layout_free.clear()
@@ -431,10 +461,19 @@ class CompiledCallable:
             dyn = merge(dyn, grown)
         return dyn
 
+    def _with_attrs(self, dynamic: Dynamic, leaves: list[Any]) -> tuple[Dynamic, list[Any]]:
+        """``dynamic`` and the leaves, with the module's symbolic ``int`` attributes
+        (`thunder_ir.runtime.symbolic_attrs`) as leaves after the call's own."""
+        if self._attrs is None or not self._attrs.attrs:
+            return dynamic, leaves
+        ext = [*leaves, *self._attrs.values(self.guards[0].tok)]
+        return merge(dynamic, {i: () for i in range(len(leaves), len(ext))
+                               if type(ext[i]) is int}), ext
+
     def _symbolic_entry(self, pro: Prologue, key: Any, dynamic: Dynamic,
                         leaves: list[Any]) -> Entry | None:
         """A symbolic program whose shape guard holds for this call, if one was compiled."""
-        found = self._shape_entries.get(DynamicKey(key_positions(pro.ir), dynamic)(key))
+        found = self._shape_entries.get(dynamic_key(pro, dynamic, key))
         for entry in found or ():
             if entry.shape_guard(leaves):
                 return entry
@@ -446,15 +485,23 @@ class CompiledCallable:
         """`_compile`, symbolic in ``dynamic`` where every step can be; else (a step that
         cannot handle a symbolic size, `symbolic_failures` says which) for this call's
         sizes."""
+        failure = None
         if dynamic and spec not in self._static_only:
             try:
                 return self._compile(args, kwargs, spec, len(leaves), pro, dynamic=dynamic)
             except Exception as e:
                 if _STRICT_SYMBOLIC:
                     raise
-                self.symbolic_failures.append(f"{type(e).__name__}: {e}")
-                self._static_only.add(spec)
-        return self._compile(args, kwargs, spec, len(leaves), pro)
+                failure = f"{type(e).__name__}: {e}"
+        try:
+            out = self._compile(args, kwargs, spec, len(leaves), pro)
+        except Exception as e:
+            written_before(e, leaves, (*args, *kwargs.values()))
+            raise
+        if failure is not None:  # the symbolic compile's own failure: per size from now on
+            self.symbolic_failures.append(failure)
+            self._static_only.add(spec)
+        return out
 
     def _keyed_prologue(self, traced: TracedProgram, spec: Any, args: tuple[Any, ...],
                         kwargs: dict[str, Any], n: int, pro: Prologue, exact: bool
@@ -516,7 +563,10 @@ class CompiledCallable:
             f"cache keeps the {CACHE_CAPACITY} most recently used programs.", stacklevel=4)
 
     def _write_back(self, entry: Entry, leaves: list[Any], outs: Any,
-                    tops: Sequence[Any]) -> None:
+                    tops: Sequence[Any]) -> dict[str, Any] | None:
+        """Replays, writes back and runs the epilogue after a call; returns the values of
+        the symbols a returned symbolic number computes with (read before any write)."""
+        env = entry.symbols(leaves) if entry.symbols is not None else None
         outs_t = outs if entry.n_outputs != 1 else (outs,)
         for i, name, args, kwargs in entry.replays:  # x.t_() on an argument: its layout
             getattr(leaves[i], name)(*args, **kwargs)
@@ -528,7 +578,12 @@ class CompiledCallable:
             with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order
                 torch._foreach_copy_(targets, [outs_t[idx] for idx, _ in entry.writebacks])
         if entry.epilogue:  # writes to Python objects, replayed with real tensors
-            apply_epilogue(entry.epilogue, leaves, tops, outs_t)
+            guard = self.guards[0] if entry.writes_symbolic_ints else None
+            quiet = guard is not None and guard.unchanged()
+            apply_epilogue(entry.epilogue, leaves, tops, outs_t, env)
+            if quiet:  # ``self.step += 1``: the module guard's token stays; no re-read
+                guard.resync()  # type: ignore[union-attr]
+        return env
 
     def _compile_training(self, traced: TracedProgram, program: CompiledProgram,
                           traces: list[Trace], bwd_traces: list[Trace],
@@ -562,7 +617,7 @@ class CompiledCallable:
             prologue_source=program.prologue.source,
             single_output=_single_output(traced, n_out),
             backward_traces=bwd_traces, replays=traced.replays, epilogue=traced.epilogue,
-            speculative=traced.speculative, draws=traced.draws)
+            speculative=traced.speculative, draws=traced.draws, symbols=traced.symbols)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, n: int,
                  pro: Prologue, *, exact: bool = True, dynamic: Dynamic | None = None
@@ -585,7 +640,10 @@ class CompiledCallable:
             target = self.module.forward if self.module is not None else self.fn
             assert target is not None
             names = _leaf_names(_arg_names(target, len(args), kwargs), args, kwargs, n)
+            if self._attrs is not None:  # the module ints: leaves after the call's own
+                names += [a.label for a in self._attrs.attrs]
             entry.shape_guard = shape_guard(table, names)
+            entry.dynamic = dynamic
         return entry, traced, keyed
 
     def _compile_in(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, n: int,
@@ -604,7 +662,8 @@ class CompiledCallable:
         assert fn is not None
         under_autocast = autocast_state() is not None
         traced = trace_program(fn, args, kwargs, self.module, state, self.method,
-                               unshard=self._unshard(), dynamic=dynamic)
+                               unshard=self._unshard(), dynamic=dynamic,
+                               attrs=self._attrs.attrs if dynamic and self._attrs else ())
         t_trace = time.perf_counter() - t0
         pro = self._keyed_prologue(traced, spec, args, kwargs, n, pro, exact)
         module = traced.module
@@ -633,6 +692,8 @@ class CompiledCallable:
         else:
             entry = self._entry(traced, program, traces, state)
         check_layouts(entry, traced.output_strides, self._name())
+        entry.writes_symbolic_ints = self._attrs is not None and \
+            self._attrs.writes_only_ints(entry.epilogue)
         return entry, traced, pro
 
     def _unshard(self) -> Callable[..., Any] | None:
@@ -712,6 +773,7 @@ class CompiledCallable:
             epilogue=traced.epilogue,
             speculative=traced.speculative,
             draws=traced.draws,
+            symbols=traced.symbols,
         )
 
 
@@ -957,11 +1019,13 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
             fuses the recomputation; views always), ``"min-cut"`` (recompute them even
             where each is an eager kernel of its own), ``"save-all"``, or a
             `thunder_ir.passes.remat.RematPolicy`.
-        cache: ``"auto"`` (a size or ``int`` argument that changed between two compiles
-            is symbolic from then on: one program serves every value its guards allow),
+        cache: ``"auto"`` (a size, ``int`` argument or ``int`` attribute of the module
+            tree that changed between two compiles is symbolic from then on: one program
+            serves every value its guards allow; `thunder_ir.runtime.symbolic_attrs`),
             ``"static"`` (a program per size but for `mark_dynamic`'s dimensions) or
             ``"symbolic values"`` (every size and
-            ``int`` argument symbolic from the first compile). `mark_dynamic` marks
+            ``int`` argument symbolic from the first compile; module attributes as under
+            ``"auto"``). `mark_dynamic` marks
             single dimensions. See `thunder_ir.runtime.dynamic`.
 
     Returns:

@@ -42,9 +42,8 @@ class _DynamoCompiled(CompiledCallable):
             entry = fast[1]
             self.cache.last = entry
             outs = entry.fn(*entry.gather(args))
-            if entry.after:
-                self._write_back(entry, list(args), outs, args)
-            return unflatten_outputs(entry, outs, args)
+            env = self._write_back(entry, list(args), outs, args) if entry.after else None
+            return unflatten_outputs(entry, outs, args, (), env)
         out = super().__call__(*args, **kwargs)
         if not kwargs and all(type(a) is torch.Tensor or isinstance(a, torch.nn.Parameter)
                               for a in args):

@@ -139,6 +139,9 @@ class TracedProgram:
             (`thunder_ir.frontend.speculation`).
         draws: a speculative program may draw random numbers before a check stops it
             (the generators are then put back before the call runs another way).
+        symbols: where the epilogue or a returned value computes a symbolic number
+            (``self.step = s0 + 1``): reads the call's values of its symbols
+            (`thunder_ir.runtime.dynamic.symbol_reader`); None otherwise.
     """
 
     module: ModuleOp
@@ -158,6 +161,7 @@ class TracedProgram:
     epilogue: list[Any] = field(default_factory=list)
     speculative: bool = False
     draws: bool = False
+    symbols: Callable[[Sequence[Any]], dict[str, Any]] | None = None
 
 
 def _is_complex(v: SSAValue) -> bool:

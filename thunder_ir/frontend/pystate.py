@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
     from thunder_ir.frontend.context import TraceContext
 
+from thunder_ir.dialects.symbols import SYMBOL_NAME, SYMBOLIC_NUMBERS, sym_text
+from thunder_ir.dialects.symbols import current as symbols_current
+from thunder_ir.runtime.dynamic import symbolic_value
 from thunder_ir.runtime.guards import MODULE_FIELDS
 from thunder_ir.runtime.origins import ArgPath
 from thunder_ir.runtime.pystate import (
@@ -127,7 +130,10 @@ class Recorder:
     shadows: list[_Shadow] = field(default_factory=list)
     by_id: dict[int, _Shadow] = field(default_factory=dict)
     sources: dict[int, Ref] = field(default_factory=dict)
+    symbols: set[str] = field(default_factory=set)
+    """The symbols the ``("sym", ...)`` templates made so far compute with."""
     _made: dict[int, Any] = field(default_factory=dict)
+    _concrete: bool = False
 
     # ---- making shadows
 
@@ -224,6 +230,20 @@ class Recorder:
         self._known = known
         self._out_index: dict[Any, int] = {}
 
+    def written_before_failing(self) -> list[Action]:
+        """After a trace that raised the user's error: the writes user code made before
+        it (eager's call made them too), those holding no traced tensor, symbolic numbers
+        at their values in this call."""
+        self.begin([], lambda p: None)
+        self._concrete = True
+        try:
+            actions = self.epilogue()
+        except ThunderTraceError:
+            return []
+        finally:
+            self._concrete = False
+        return [a for a in actions if not _makes_output(a.value)]
+
     def epilogue(self) -> list[Action]:
         """The writes user code made to the shadows, as actions (after `begin`)."""
         actions: list[Action] = []
@@ -296,6 +316,8 @@ class Recorder:
         t = type(v)
         if t in PRIMITIVE:
             return ("const", v)
+        if t in SYMBOLIC_NUMBERS or t is torch.SymBool:
+            return self._symbolic(v)
         if is_proxy(v):
             src = self.sources.get(id(v))
             if src is not None:
@@ -311,7 +333,7 @@ class Recorder:
         rec = self.by_id.get(id(v))
         if rec is not None:
             return ("ref", rec.ref)
-        if isinstance(v, torch.Tensor) or not contains_proxy(v):
+        if isinstance(v, torch.Tensor) or not contains_proxy(v, symbolic=True):
             return ("const", v)
         if depth < MAX_DEPTH:
             if t is list:
@@ -330,11 +352,52 @@ class Recorder:
             "dicts and plain objects). Store a tensor, a list or a dict there, or return "
             "the value instead.")
 
+    def _symbolic(self, v: Any) -> Any:
+        """The template of a symbolic number written or returned (``self.step + 1``):
+        computed on each call from that call's values of its symbols, where its text
+        computes the traced value; else (and for a ``SymBool``: a decision) its value,
+        which fixes the program to it (the ``ShapeEnv`` records that guard)."""
+        if type(v) is torch.SymBool:
+            return ("const", bool(v))
+        if self._concrete:
+            return ("const", v.node.hint)
+        text = sym_text(v)
+        if not isinstance(text, str):
+            return ("const", text)
+        table = symbols_current()
+        traced = v.node.hint
+        try:
+            fn = symbolic_value(text)
+            ok = table is not None and traced is not None and fn(table.hints()) == traced
+        except Exception:
+            ok = False
+        if not ok:
+            return ("const", int(v) if type(v) is torch.SymInt else float(v))
+        self.symbols.update(SYMBOL_NAME.findall(text))
+        return ("sym", text, fn)
 
-def contains_proxy(v: Any, depth: int = 0, seen: set[int] | None = None) -> bool:
-    """Whether a traced tensor is in ``v`` (in containers and plain objects, a few levels
-    down)."""
-    if is_proxy(v):
+
+_SYMBOLIC = (*SYMBOLIC_NUMBERS, torch.SymBool)
+
+
+def _makes_output(t: Any) -> bool:
+    """Whether a value template reads a program output (a traced tensor)."""
+    if type(t) is not tuple or not t:
+        return False
+    if t[0] == "out":
+        return True
+    if t[0] in ("list", "tuple", "dict", "new"):
+        items = t[1] if t[0] == "list" else t[2]
+        return any(_makes_output(x[1] if type(x) is tuple and len(x) == 2
+                                 and t[0] in ("dict", "new") else x) for x in items)
+    return False
+
+
+def contains_proxy(v: Any, depth: int = 0, seen: set[int] | None = None,
+                   symbolic: bool = False) -> bool:
+    """Whether a traced tensor (with ``symbolic``, or a symbolic number) is in ``v`` (in
+    containers and plain objects, a few levels down)."""
+    if is_proxy(v) or (symbolic and isinstance(v, _SYMBOLIC)):
         return True
     if depth > MAX_DEPTH or type(v) in PRIMITIVE or isinstance(v, torch.Tensor):
         return False
@@ -350,7 +413,7 @@ def contains_proxy(v: Any, depth: int = 0, seen: set[int] | None = None) -> bool
         items = list(vars(v).values())[:MAX_ITEMS]
     else:
         return False
-    return any(contains_proxy(x, depth + 1, seen) for x in items)
+    return any(contains_proxy(x, depth + 1, seen, symbolic) for x in items)
 
 
 _MODULE_SKIP = MODULE_FIELDS - {"_buffers"}

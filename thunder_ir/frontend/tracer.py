@@ -58,9 +58,11 @@ from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
+from thunder_ir.runtime.dynamic import symbol_reader
 from thunder_ir.runtime.guards import MODULE_FIELDS
-from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, StateEntry
+from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, ModuleAttr, Origin, StateEntry
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
+from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
 
 HANDLER_MODULES = (torch_map, torch_map_nn, einsum, custom_function, takeover,
                    backward_hooks, speculation, hops)
@@ -80,7 +82,8 @@ def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> li
 
 
 def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
-                    rec: Recorder | None = None
+                    rec: Recorder | None = None,
+                    overrides: Mapping[int, dict[str, Any]] | None = None
                     ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module]]:
     """A copy of ``root``'s module tree that tracing runs instead of the user's.
 
@@ -92,9 +95,10 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
     parameters. What ``forward`` assigns to ``self`` while traced (a counter, a flag, a
     cache of tensors), and writes to the lists, dicts and plain objects a module holds
     (copied too, ``rec``: `thunder_ir.frontend.pystate.Recorder`), are found after the
-    trace and replayed on the user's modules after every call. Returns the root's copy and
-    a map from each copy's id to its original (hooks called at run time get the
-    original)."""
+    trace and replayed on the user's modules after every call. ``overrides``: per module
+    (by id), attributes its copy holds in place of the module's own (a symbolic ``int``,
+    `thunder_ir.runtime.symbolic_attrs`). Returns the root's copy and a map from each
+    copy's id to its original (hooks called at run time get the original)."""
     copies: dict[int, torch.nn.Module] = {}
     originals: dict[int, torch.nn.Module] = {}
 
@@ -116,6 +120,8 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
             for k, v in d.items():
                 if k not in MODULE_FIELDS and (type(v) in (list, dict) or plain_object(v)):
                     d[k] = rec.attribute(v, f"{path}.{k}")
+        if overrides and id(m) in overrides:
+            d.update(overrides[id(m)])
         c.__dict__.update(d)
         copies[id(m)] = c
         originals[id(c)] = m
@@ -224,7 +230,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   method: Callable[..., Any] | None = None,
                   unshard: Callable[[TraceContext, dict[str, TensorProxy]],
                                     dict[str, TensorProxy]] | None = None,
-                  dynamic: Mapping[int, tuple[int, ...]] | None = None) -> TracedProgram:
+                  dynamic: Mapping[int, tuple[int, ...]] | None = None,
+                  attrs: Sequence[SymbolicAttr] = ()) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR.
 
@@ -233,7 +240,10 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     parameter: its full value, gathered in the trace; `thunder_ir.distributed.fsdp`).
 
     ``dynamic``: flat argument leaf -> its dimensions traced as symbols (an ``int`` leaf:
-    ``()``, the value itself), of the current `thunder_ir.dialects.symbols.SymbolTable`."""
+    ``()``, the value itself), of the current `thunder_ir.dialects.symbols.SymbolTable`.
+    ``attrs``: ``int`` attributes of ``module``'s tree that stand for the leaves after the
+    call's own (`thunder_ir.runtime.symbolic_attrs`): those ``dynamic`` names are symbolic
+    numbers the module's copies hold, program inputs read from the module on each call."""
     ctx = TraceContext()
     table = symbols.current() if dynamic else None
     rec = Recorder(ctx)
@@ -269,6 +279,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         rebuilt = pytree.tree_unflatten(new_leaves, spec)
         _pair_containers(rec, value, rebuilt, top_index, (), name)
         proxied_top.append(rebuilt)
+    overrides = _symbolic_attrs(ctx, table, attrs, leaf_index, dynamic, symbol_args) \
+        if attrs and table is not None else {}
     p_args = proxied_top[:len(args)]
     p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
     params = {id(v) for v in module.parameters()} if module is not None else set()
@@ -287,7 +299,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             proxies[id(state[k])] = ctx.build.consts[id(state[k])] = full
     call: Callable[..., Any] = fn
     if module is not None:
-        root, ctx.reads.originals = _shadow_modules(module, proxies, rec)
+        root, ctx.reads.originals = _shadow_modules(module, proxies, rec, overrides)
         call = types.MethodType(method, root) if method is not None else root
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program
@@ -309,8 +321,14 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                     "(eager draws on every call). Use torch's random functions (torch.rand, "
                     "torch.randint...), or draw outside the jitted function and pass the "
                     "value in.")
-    except BaseException:
+    except BaseException as e:
         rec.globals_written(ctx.reads.global_writes, failed=True)
+        if isinstance(e, Exception) and not isinstance(e, ThunderTraceError
+                                                       | symbols.SymbolicError):
+            # the user's error: what eager's call wrote before raising, for the caller to
+            # write (once, where no other trace follows)
+            with contextlib.suppress(Exception):
+                e._thunder_ir_writes = rec.written_before_failing()  # type: ignore[attr-defined]
         raise
     finally:
         if gc_was_enabled:
@@ -337,7 +355,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 detach_outputs.append(len(outputs))
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
-        elif contains_proxy(leaf):  # an object made while traced holding tensors (a cache)
+        elif contains_proxy(leaf, symbolic=True):  # an object made while traced holding
+            # tensors (a cache), or a symbolic number (``step + 1``): made on each call
             out_leaves.append(("build", rec.template(leaf, "the returned value")))
         else:  # a Python value, or a tensor captured from outside: returned as it is
             out_leaves.append(("value", leaf))
@@ -353,6 +372,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                f"{k.name}.data")  # `Module.to(dtype)` in forward: the tensor's new data
         for p, _, k in ctx.build.input_proxies
         if id(p) in replaced and state is not None and isinstance(k, StateEntry)]
+    reader = _symbol_reader(table, rec.symbols, leaf_index, attrs) if rec.symbols else None
     rec.release()
     _check_no_proxy_escaped(ctx, module, args, kwargs, names)
     strides = [strides_at.get(i) for i in range(len(outputs))]
@@ -369,7 +389,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                          [o in ctx.active for o in outputs], detach_outputs,
                          list(reads.global_reads.values()), reads.replays, checked,
                          reads.exact_layout, reads.layout_read, epilogue, build.speculative,
-                         build.speculative and speculation.may_draw(ir))
+                         build.speculative and speculation.may_draw(ir), reader)
 
 
 @dataclass(frozen=True)
@@ -612,17 +632,57 @@ def _symbolic_inputs(ctx: TraceContext, table: symbols.SymbolTable
 
 
 def _int_input(ctx: TraceContext, table: symbols.SymbolTable, value: int, name: str,
-               index: int, symbol_args: dict[str, int]) -> Any:
-    """A dynamic ``int`` argument: a ``SymInt`` that user code computes with, and a program
-    input of its own (the generated code binds its symbol from it; a number operand made
-    from it is that input)."""
+               index: int, symbol_args: dict[str, int], origin: Origin | None = None) -> Any:
+    """A dynamic ``int`` argument (or, with ``origin``, a number the module keeps): a
+    ``SymInt`` that user code computes with, and a program input of its own (the generated
+    code binds its symbol from it; a number operand made from it is that input)."""
     sym = table.integer(value, SymbolSource(index, None))
     if isinstance(sym, torch.SymInt):
-        v = ctx.build.add_input(number_type(int), name, ArgLeaf(index))
+        v = ctx.build.add_input(number_type(int), name,
+                                ArgLeaf(index) if origin is None else origin)
         text = symbols.sym_text(sym)
         ctx.build.numbers[(torch.SymInt, text)] = v
         symbol_args[str(text)] = len(ctx.build.input_kinds) - 1
     return sym
+
+
+def _symbolic_attrs(ctx: TraceContext, table: symbols.SymbolTable,
+                    attrs: Sequence[SymbolicAttr], first: int,
+                    dynamic: Mapping[int, tuple[int, ...]] | None,
+                    symbol_args: dict[str, int]) -> dict[int, dict[str, Any]]:
+    """The symbolic numbers the module's copies hold in place of ``attrs`` (leaves
+    ``first``, ``first + 1``... of ``dynamic``), each a program input read from its module
+    on each call: per module id, attribute -> ``SymInt`` (0, 1 and negative values stay
+    ``int``s)."""
+    out: dict[int, dict[str, Any]] = {}
+    for k, a in enumerate(attrs):
+        value = a.module.__dict__.get(a.name)
+        if dynamic is None or dynamic.get(first + k) is None or type(value) is not int:
+            continue
+        sym = _int_input(ctx, table, value, a.label.replace(".", "_"), first + k,
+                         symbol_args, ModuleAttr(a.module, a.name))
+        out.setdefault(id(a.module), {})[a.name] = sym
+    return out
+
+
+def _symbol_reader(table: symbols.SymbolTable | None, used: set[str], first: int,
+                   attrs: Sequence[SymbolicAttr]) -> Any:
+    """What reads, on each call, the symbols the epilogue or a returned value computes with
+    (`thunder_ir.runtime.dynamic.symbol_reader`): from the call's leaves, or from the
+    modules (leaves ``first`` on: ``attrs``)."""
+    if table is None:
+        raise symbols.SymbolicError("a symbolic number outside a symbolic compilation")
+    sources: dict[str, tuple[Any, tuple[Any, ...], int | None]] = {}
+    for name in sorted(used, key=lambda n: int(n[1:])):
+        src = table.sources.get(name)
+        if src is None:
+            raise symbols.SymbolicError(f"the symbol {name} written back has no source")
+        if src.leaf >= first:
+            a = attrs[src.leaf - first]
+            sources[name] = (a.module, (("attr", a.name),), None)
+        else:
+            sources[name] = (src.leaf, tuple(src.steps), src.dim)
+    return symbol_reader(sources)
 
 
 def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
