@@ -43,9 +43,8 @@ class PythonTarget(Target):
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from xdsl.dialects import func
 
-        from thunder_ir.runtime.python_printer import print_python
-
         from thunder_ir.dialects.program import BACKWARD
+        from thunder_ir.runtime.python_printer import print_python
 
         fns = [op for op in module.ops if isinstance(op, func.FuncOp)]
         # @backward as it runs: one list of residuals and cotangents, which it empties
