@@ -24,7 +24,11 @@ eager (steady step). ``--autocast bf16`` runs every forward and loss under
 Usage::
 
     python benchmarks/models.py [--families llama,bert,...] [--seconds 3] [--rounds 5]
-                                [--no-compile] [--autocast bf16]
+                                [--no-compile] [--autocast bf16] [--tiered]
+
+``--tiered`` adds ``jit(model, tiered=True)`` (`thunder_ir.lowering.tiered`): its first
+calls are those of the unfused program's plus handing the kernels to the background
+thread; its steady step is timed once every kernel is in (the steps that took are shown).
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ def _variant(name: str, model: Any) -> Any:
 
     if name == "thunder_ir":
         return thunder_ir.jit(model)
+    if name == "thunder_ir:tiered":
+        return thunder_ir.jit(model, tiered=True)
     if name == "torch.compile":
         torch._dynamo.reset()
         return torch.compile(model)
@@ -131,12 +137,23 @@ def _first_calls(variant: str, build: Callable[[], Any], kw: dict[str, Any]
     with torch.no_grad(), _autocast():
         fn(**{k: v for k, v in kw.items() if k != "labels"})
     fwd = time.perf_counter() - t
+    _settle(variant, fn)
     model = build().train()
     gc.collect()
     t = time.perf_counter()
     fn = _variant(variant, model)
     _loss(fn, kw).backward()
-    return fwd, time.perf_counter() - t
+    both = time.perf_counter() - t
+    _settle(variant, fn)
+    return fwd, both
+
+
+def _settle(variant: str, fn: Any) -> None:
+    """A tiered variant's background compiles finish before anything else is timed."""
+    if variant == "thunder_ir:tiered":
+        import thunder_ir
+
+        thunder_ir.compile_status(fn, wait=None)
 
 
 def _step(fn: Any, opt: Any, kw: dict[str, Any]) -> Callable[[], None]:
@@ -166,13 +183,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="steady-step time per variant")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--tiered", action="store_true",
+                    help="add jit(model, tiered=True), timed once its kernels are in")
     ap.add_argument("--autocast", choices=("", "bf16"), default="",
                     help="forward and loss under torch.autocast('cpu', torch.bfloat16)")
     a = ap.parse_args()
     AUTOCAST[0] = torch.bfloat16 if a.autocast == "bf16" else None
     warnings.simplefilter("ignore")
     pinned = pin_malloc()
-    variants = ["eager", "thunder_ir"] + ([] if a.no_compile else ["torch.compile"])
+    variants = ["eager", "thunder_ir"] + (["thunder_ir:tiered"] if a.tiered else []) + (
+        [] if a.no_compile else ["torch.compile"])
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__},"
           f" malloc {'pinned' if pinned else 'default'}; batch 2, sequence {L}")
     print(f"{'family':<12}" + "".join(f"{v + ' fwd':>18}{v + ' fwd+bwd':>22}" for v in variants)
@@ -209,6 +229,7 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
     for v in variants:  # every variant's loss is eager's before anything is timed
         torch.manual_seed(0)  # dropout: the same draws for every variant
         loss = _loss(fns[v], kw)
+        _settle(v, fns[v])  # before torch.compile traces: make_fx and Dynamo do not mix
         ref = loss if ref is None else ref
         tol = (2e-2, 2e-2) if AUTOCAST[0] is not None else (1e-5, 1e-5)
         if not torch.allclose(loss, ref, rtol=tol[0], atol=tol[1]):
@@ -220,6 +241,14 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
     # lr 0: the step runs in full but leaves the weights alone, so every timed step
     # computes what the checked one did
     opts = {v: torch.optim.SGD(models[v].parameters(), lr=0.0) for v in timed}
+    if "thunder_ir:tiered" in timed:  # steps until its kernels are in, then timed like all
+        import thunder_ir
+
+        step = _step(fns["thunder_ir:tiered"], opts["thunder_ir:tiered"], kw)
+        swap = 0
+        while not thunder_ir.compile_status(fns["thunder_ir:tiered"])["ready"] or swap < 3:
+            step()
+            swap += 1
 
     timings, others = time_interleaved({v: _step(fns[v], opts[v], kw) for v in timed},
                                   "cpu", seconds, rounds)
@@ -234,6 +263,12 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
         tc = firsts["torch.compile"]
         ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "
                       "than torch.compile")
+    if "thunder_ir:tiered" in timings:
+        tiered = timings["thunder_ir:tiered"].ms
+        ratios.append(f"tiered step {tiered / timings['eager'].ms:.2f}x eager"
+                      + (f", {tiered / timings['torch.compile'].ms:.2f}x torch.compile"
+                         if "torch.compile" in timings else "")
+                      + f" (in after {swap} steps)")
     ratios.extend(wrong.values())
     if others is not None:  # CPU time other processes took while the steps were timed
         ratios.append(f"other processes {others:.2f} CPUs busy")

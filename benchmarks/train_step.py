@@ -29,7 +29,12 @@ machine. It reports no first-step or memory figures (those need a process each).
 thunder_ir with autocast).
 
 A variant ``thunder_ir+NAME`` puts executor NAME (e.g. the ``torch_compile`` fusion
-executor) ahead of the default executors.
+executor) ahead of the default executors. ``thunder_ir:tiered`` is ``jit(model,
+tiered=True)``: the Inductor executor's regions run unfused until a background thread has
+compiled them; it also reports the step after which every kernel was swapped in, the
+seconds from the first step's start to then (``swap_step``, ``swap_s``; 0 for the others)
+and how many compiled kernels lost to their unfused region when both were timed
+(``kept_unfused``).
 """
 
 from __future__ import annotations
@@ -66,7 +71,11 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
     torch.set_flush_denormal(True)
     cfg = llama_config(a, vocab_size=4096)
     model = LlamaGPT(cfg)
-    if variant.startswith("thunder_ir"):
+    if variant == "thunder_ir:tiered":
+        import thunder_ir
+
+        fn = thunder_ir.jit(model, remat=a.remat, tiered=True)
+    elif variant.startswith("thunder_ir"):
         import thunder_ir
 
         # "thunder_ir+torch_compile": that fusion executor first, then the defaults.
@@ -116,8 +125,22 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     t = time.perf_counter()
     step()
     first = time.perf_counter() - t
+    swap_step, swap_s, unfused = 0, 0.0, 0
+    if variant == "thunder_ir:tiered":  # steps until every kernel is swapped in
+        import thunder_ir
+
+        swap_step = 1
+        while not thunder_ir.compile_status(fn)["ready"] and swap_step < 10_000:
+            step()
+            swap_step += 1
+        swap_s = time.perf_counter() - t
     for _ in range(2):
         step()
+    if variant == "thunder_ir:tiered":  # kernels that lost to their unfused region
+        status = thunder_ir.compile_status(fn)
+        unfused = status["unfused"]
+        for name, f_ms, u_ms in status["timings"]:
+            print(f"# {name}: fused {f_ms:.2f} ms, unfused {u_ms:.2f} ms", file=sys.stderr)
     times = []
     faults = page_faults()
     for _ in range(a.steps):
@@ -138,7 +161,8 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     del logits
     return {"first_s": first, "step_ms": statistics.median(times) * 1e3,
             "saved_mb": sum(storages.values()) / 2**20, "faults": faults,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "swap_step": swap_step, "swap_s": swap_s, "kept_unfused": unfused}
 
 
 def main() -> None:
@@ -183,12 +207,16 @@ def main() -> None:
             print(f"{v}: failed\n{out.stderr[-2000:]}")
             continue
         results[v] = json.loads(out.stdout.strip().splitlines()[-1])
-    report(results, ("first_s", "step_ms", "saved_mb", "peak_rss_mb", "faults"))
+    keys = ("first_s", "step_ms", "saved_mb", "peak_rss_mb", "faults")
+    if "thunder_ir:tiered" in results:
+        keys += ("swap_step", "swap_s", "kept_unfused")
+    report(results, keys)
 
 
 LABELS = {"first_s": "first step (s)", "step_ms": "steady step (ms)",
           "saved_mb": "saved for backward (MiB)", "peak_rss_mb": "peak RSS (MiB)",
-          "faults": "page faults per step"}
+          "faults": "page faults per step", "swap_step": "swapped in after step",
+          "swap_s": "swapped in after (s)", "kept_unfused": "kernels kept unfused"}
 
 
 def report(results: dict[str, dict], keys: tuple[str, ...]) -> None:
@@ -204,7 +232,8 @@ def report(results: dict[str, dict], keys: tuple[str, ...]) -> None:
         for base in ("eager", "torch.compile"):
             if base in results:
                 print(f"{name} / {base}: " + ", ".join(
-                    f"{k} {ours[k] / results[base][k]:.2f}x" for k in keys if k != "faults"))
+                    f"{k} {ours[k] / results[base][k]:.2f}x" for k in keys
+                    if k not in ("faults", "swap_step", "swap_s", "kept_unfused")))
 
 
 def interleaved(a: argparse.Namespace) -> None:

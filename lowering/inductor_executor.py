@@ -33,7 +33,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from xdsl.dialects.builtin import ModuleOp
@@ -57,6 +57,7 @@ from thunder_ir.dialects.traits import (
 )
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
+from thunder_ir.lowering.tiered import BackgroundCompiler, measured, warn_failures
 
 FUSED_KINDS: tuple[type[OpKind], ...] = (Elementwise, ViewLike, Movement, Creation, Reduction)
 """The kinds of op (`thunder_ir.dialects.traits`) this executor fuses: pointwise math, views
@@ -167,14 +168,18 @@ class InductorExecutor(Executor):
 
     Args:
         options: passed to ``torch.compile`` as ``options`` (Inductor config), if any.
+        tiered: compile kernels in the background (`thunder_ir.lowering.tiered`): a region
+            runs unfused until its kernel is ready (``jit(fn, tiered=True)``).
     """
 
     name = "torch_compile"
     version = torch.__version__
     kernel_prefix = "inductorFusion"
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
+    def __init__(self, options: dict[str, Any] | None = None, *, tiered: bool = False
+                 ) -> None:
         self.options = options
+        self.background = BackgroundCompiler() if tiered else None
 
     def is_available(self) -> bool:
         """Inductor must import; on CPU it also needs a C++ compiler."""
@@ -223,7 +228,8 @@ class InductorExecutor(Executor):
         few µs instead of a Dynamo guard evaluation. Inductor specializes the kernel to the
         inputs' strides, so the kernel keeps one compiled variant per stride signature.
         Should tracing or compiling fail, the region runs its Python function eagerly,
-        with a warning.
+        with a warning. A tiered executor runs the function until the background thread
+        has compiled the kernel (`thunder_ir.lowering.tiered`).
         """
         if not isinstance(region, RegionOp):
             raise TypeError(f"{self.name} compiles fusion.region ops, got {region.name}")
@@ -251,12 +257,43 @@ class InductorExecutor(Executor):
                 return fn
             return compiled
 
+        background = self.background
+
+        def in_background(sig: tuple[Any, ...], args: tuple[Any, ...]) -> Callable[..., Any]:
+            """Runs unfused now; the kernel replaces ``fn`` once compiled."""
+            assert background is not None
+            if dynamic:  # symbolic fake sizes need the tensors themselves: on this thread
+                made = _fake_inputs(args, dynamic)
+                fake_inputs: Callable[[], tuple[Any, list[Any]]] = lambda: made  # noqa: E731
+            else:  # only the metadata: the fake mode is made on the compiling thread
+                meta = [_TensorMeta(a.shape, a.stride(), a.dtype, a.device)
+                        if isinstance(a, torch.Tensor) else a for a in args]
+                fake_inputs = lambda: _fake_from_metadata(meta)  # noqa: E731
+
+            def compile() -> Callable[..., Any]:
+                mode, fake = fake_inputs()
+                return _compile_graph(fn, mode, fake, single, options)
+
+            def install(impl: Callable[..., Any]) -> None:
+                variants[sig] = impl
+
+            def done(compiled: Callable[..., Any] | None, error: BaseException | None
+                     ) -> None:
+                if compiled is not None:  # timed against ``fn`` at its first call
+                    install(measured(name, compiled, fn, install, background.status))
+
+            background.submit(name, compile, done)
+            return fn
+
         def kernel(*args: Any) -> Any:
             sig = tuple([(a.is_contiguous() or a.stride()) if dynamic else a.stride()
                          if isinstance(a, torch.Tensor) else None for a in args])
             impl = variants.get(sig)
             if impl is None:
-                impl = variants[sig] = compile_for(args)
+                impl = variants[sig] = (compile_for(args) if background is None
+                                        else in_background(sig, args))
+            elif background is not None and background._warnings:
+                warn_failures(background, self.name)
             return impl(*args)
 
         kernel.__name__ = kernel.__qualname__ = name
@@ -275,20 +312,54 @@ def _inductor_compile(
     (``dynamic``: with symbolic sizes, so the kernel serves every size) inside a
     ``TracingContext``, where the FX graph cache looks for it. The compiled graph takes a
     list of inputs; the returned callable takes them positionally."""
+    mode, fake = _fake_inputs(args, dynamic)
+    return _compile_graph(fn, mode, fake, single, options)
+
+
+def _fake_inputs(args: tuple[Any, ...], dynamic: bool) -> tuple[Any, list[Any]]:
+    """Fake tensors of ``args``' metadata, in a mode of their own (symbolic sizes with
+    ``dynamic``)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    return mode, [mode.from_tensor(a, static_shapes=not dynamic)
+                  if isinstance(a, torch.Tensor) else a for a in args]
+
+
+class _TensorMeta(NamedTuple):
+    shape: Any
+    stride: Any
+    dtype: torch.dtype
+    device: torch.device
+
+
+def _fake_from_metadata(meta: list[Any]) -> tuple[Any, list[Any]]:
+    """`_fake_inputs` (static sizes) from each tensor's `_TensorMeta`: no real tensor is
+    read, so any thread may make them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    with mode:
+        fake = [torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device=m.device)
+                if isinstance(m, _TensorMeta) else m for m in meta]
+    return mode, fake
+
+
+def _compile_graph(fn: Callable[..., Any], mode: Any, fake: list[Any], single: bool,
+                   options: dict[str, Any] | None) -> Callable[..., Any]:
+    """`_inductor_compile`'s trace and compile, on fake inputs (any thread: nothing here
+    reads a real tensor)."""
     import torch._inductor
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     def as_tuple(*xs: Any) -> tuple[Any, ...]:
         out = fn(*xs)
         return (out,) if single else tuple(out)
 
-    mode = FakeTensorMode(shape_env=ShapeEnv())
-    fake = [mode.from_tensor(a, static_shapes=not dynamic) if isinstance(a, torch.Tensor)
-            else a for a in args]
     with torch.no_grad(), torch._inductor.config.patch(options or {}), \
             torch._guards.tracing(torch._guards.TracingContext(mode)):
         gm = make_fx(as_tuple, decomposition_table=select_decomp_table(),
@@ -303,5 +374,15 @@ def _inductor_compile(
 register_executor(InductorExecutor(), default=False)
 
 
+def tiered_executors(executors: Any) -> list[Any]:
+    """``executors`` (None: the defaults) with a tiered Inductor executor of its own
+    first, in place of the registered one: ``jit(fn, tiered=True)``."""
+    from thunder_ir.lowering.executors import get_default_executors
+
+    given = list(get_default_executors() if executors is None else executors)
+    rest = [e for e in given if (e if isinstance(e, str) else e.name) != InductorExecutor.name]
+    return [InductorExecutor(tiered=True), *rest]
+
+
 __all__ = ["FUSED_KINDS", "FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "KEPT_OUT", "LIBRARY_OPS",
-           "InductorExecutor", "region_function", "region_program"]
+           "InductorExecutor", "region_function", "region_program", "tiered_executors"]

@@ -40,6 +40,7 @@ from thunder_ir.frontend.autocast import autocast_state, without_autocast
 from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
+from thunder_ir.lowering.tiered import TRACING
 from thunder_ir.passes.pipeline import Pipeline, snapshot, snapshot_function
 from thunder_ir.pipeline import JitOptions, jit_pipeline
 from thunder_ir.runtime.cache import (
@@ -661,9 +662,10 @@ class CompiledCallable:
         fn = self.fn if self.module is None else self.module.__call__
         assert fn is not None
         under_autocast = autocast_state() is not None
-        traced = trace_program(fn, args, kwargs, self.module, state, self.method,
-                               unshard=self._unshard(), dynamic=dynamic,
-                               attrs=self._attrs.attrs if dynamic and self._attrs else ())
+        with TRACING:  # never beside a tiered background compile's make_fx
+            traced = trace_program(fn, args, kwargs, self.module, state, self.method,
+                                   unshard=self._unshard(), dynamic=dynamic,
+                                   attrs=self._attrs.attrs if dynamic and self._attrs else ())
         t_trace = time.perf_counter() - t0
         pro = self._keyed_prologue(traced, spec, args, kwargs, n, pro, exact)
         module = traced.module
@@ -1004,7 +1006,7 @@ for _name in ("register_state_dict_pre_hook", "register_state_dict_post_hook",
 
 def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
         transforms: Sequence[Any] | None = None, remat: Any = "auto", cache: str = "auto",
-        **options: Any) -> Any:
+        tiered: bool = False, **options: Any) -> Any:
     """Compiles a module or function with thunder_ir.
 
     Args:
@@ -1027,11 +1029,19 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
             ``int`` argument symbolic from the first compile; module attributes as under
             ``"auto"``). `mark_dynamic` marks
             single dimensions. See `thunder_ir.runtime.dynamic`.
+        tiered: fuse with the Inductor executor without waiting for it: its regions run
+            unfused until a background thread has compiled their kernels, which then
+            replace them (`thunder_ir.lowering.tiered`; `compile_status`). Needs what the
+            Inductor executor needs (on CPU, a C++ compiler).
 
     Returns:
         A drop-in replacement that traces on the first call with new input metadata and
         then runs the cached program.
     """
+    if tiered:
+        from thunder_ir.lowering.inductor_executor import tiered_executors
+
+        executors = tiered_executors(executors)
     return build(fn, CompiledCallable, executors=executors, transforms=transforms, remat=remat,
                  cache=cache, **options)
 
@@ -1149,6 +1159,31 @@ def cache_misses(f: Any) -> int:
     return sum(c.cache.stats.misses for c in _with_generate(f))
 
 
+def _backgrounds(f: Any) -> list[Any]:
+    return [e.background for c in _with_generate(f) for e in c.executors
+            if getattr(e, "background", None) is not None]
+
+
+def compile_status(f: Any, wait: float | None = 0.0) -> dict[str, Any]:
+    """A tiered jitted callable's background compiles (``jit(fn, tiered=True)``): kernels
+    ``pending``, ``compiled`` and ``failed``, compile ``seconds``, ``ready`` (none
+    pending), the compiled kernels kept ``unfused`` because their region ran faster
+    without them, and ``timings``: ``(kernel, fused_ms, unfused_ms)`` per region timed.
+    ``wait``: first wait up to this many seconds for the pending ones (None: until they
+    are done)."""
+    backgrounds = _backgrounds(f)
+    if wait != 0.0:
+        for b in backgrounds:
+            b.wait(wait)
+    out: dict[str, Any] = {"pending": 0, "compiled": 0, "failed": 0, "seconds": 0.0,
+                           "unfused": 0, "timings": []}
+    for b in backgrounds:
+        for k in out:
+            out[k] += getattr(b.status, k)
+    out["ready"] = out["pending"] == 0
+    return out
+
+
 __all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform",
-           "transform", "cache_hits", "cache_misses", "jit",
+           "transform", "cache_hits", "cache_misses", "compile_status", "jit",
            "last_backward_traces", "last_prologue_traces", "last_traces"]
