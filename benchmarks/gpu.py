@@ -147,12 +147,12 @@ def compiled(variant: str, model: Any) -> Any:
 # --------------------------------------------------------------------------- llama
 
 
-def llama(b: Bench, a: argparse.Namespace) -> None:
-    from models import Config, LlamaGPT
+def llama_config(a: argparse.Namespace, layers: int) -> Any:
+    """The Llama-style model's config from the command line, with ``layers`` layers."""
+    from models import Config
 
-    dev, dtype = b.device, torch.bfloat16
-    cfg = Config(
-        n_layer=a.layers,
+    return Config(
+        n_layer=layers,
         n_embd=a.embd,
         n_head=a.heads,
         n_query_groups=a.groups,
@@ -160,6 +160,13 @@ def llama(b: Bench, a: argparse.Namespace) -> None:
         block_size=a.seq,
         vocab_size=a.vocab,
     )
+
+
+def llama(b: Bench, a: argparse.Namespace) -> None:
+    from models import LlamaGPT
+
+    dev, dtype = b.device, torch.bfloat16
+    cfg = llama_config(a, a.layers)
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g).to(dev)
     tgt = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g).to(dev)
@@ -299,18 +306,10 @@ def dynamic(b: Bench, a: argparse.Namespace) -> None:
     """Inference at a new length on every call: each variant's total time over the calls
     (compiles and kernel builds included) and a second pass over the same lengths (steady),
     with thunder_ir's compiles; every variant's outputs against eager's."""
-    from models import Config, LlamaGPT
+    from models import LlamaGPT
 
     dev, dtype = b.device, torch.bfloat16
-    cfg = Config(
-        n_layer=a.dyn_layers,
-        n_embd=a.embd,
-        n_head=a.heads,
-        n_query_groups=a.groups,
-        intermediate_size=a.intermediate or int(a.embd * 2.75),
-        block_size=a.seq,
-        vocab_size=a.vocab,
-    )
+    cfg = llama_config(a, a.dyn_layers)
     g = torch.Generator().manual_seed(1)
     lengths = [int(t) for t in torch.randint(a.seq // 16, a.seq // 2 + 1, (a.dyn_calls,),
                                              generator=g)]
