@@ -120,17 +120,30 @@ def test_each_kernel_is_kept_only_where_it_is_faster(monkeypatch: pytest.MonkeyP
 
 _EXIT = """
 import time, torch, thunder_ir
+from thunder_ir.lowering import inductor_executor
+
+real = inductor_executor._compile_graph
+
+
+def long_compile(*args, **kwargs):  # Inductor's compile, then 60 s more of "compiling"
+    out = real(*args, **kwargs)
+    time.sleep(60)
+    return out
+
+
+inductor_executor._compile_graph = long_compile
 m = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.Linear(48, 8))
 jm = thunder_ir.jit(m, tiered=True)
 jm(torch.randn(4, 32)).sum().backward()
+time.sleep(0.5)  # the thread is compiling
 print(thunder_ir.compile_status(jm)["pending"], time.time())
 """
 
 
 def test_an_exit_during_the_background_compile_waits_for_nothing_and_leaves_nothing(
         tmp_path: Any) -> None:
-    """The process exits while its kernels compile (cold caches: seconds of work left):
-    at once, and no process of its own (a compiler it started) is left running."""
+    """The process exits while its kernels compile (each takes a minute here): at once,
+    and no process of its own (a compiler it started) is left running."""
     mark = uuid.uuid4().hex
     env = {**os.environ, "THUNDER_IR_TIERED_TEST": mark,
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
@@ -139,7 +152,7 @@ def test_an_exit_during_the_background_compile_waits_for_nothing_and_leaves_noth
     exited = time.time()
     pending, printed = out.stdout.split()[-2:]
     assert int(pending) >= 1, out.stdout  # still compiling when the script ended
-    assert exited - float(printed) < 2.0, (exited - float(printed), out.stderr[-2000:])
+    assert exited - float(printed) < 10.0, (exited - float(printed), out.stderr[-2000:])
     time.sleep(1.0)
     left = []
     for pid in os.listdir("/proc"):
