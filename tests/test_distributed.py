@@ -12,7 +12,8 @@ import os
 import socket
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,24 @@ def _init(rank: int, port: int) -> None:
                             timeout=timedelta(seconds=60))
 
 
+@contextmanager
+def _group(rank: int, port: int) -> Iterator[None]:
+    """A worker's process group: made, then torn down on both sides together (a barrier:
+    one side closing first can abort the other). A worker that finished leaves with
+    ``os._exit(0)``, skipping interpreter finalization, where gloo's threads have aborted
+    a spawned process after its work was done and checked ("terminate called without an
+    active exception", once in CI); a worker that failed raises as before."""
+    _init(rank, port)
+    try:
+        yield
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def _wrap(model: nn.Module, mode: str) -> nn.Module:
     if mode.startswith("zero"):
         strategy = FSDPType.ZERO3 if mode.startswith("zero3") else FSDPType.ZERO2
@@ -159,8 +178,7 @@ def _step(loss: torch.Tensor, opt: torch.optim.Optimizer) -> float:
 
 
 def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
-    _init(rank, port)
-    try:
+    with _group(rank, port):
         model = _model(case)
         if rank == 1:  # ddp broadcasts rank 0's parameters: rank 1's own do not matter
             with torch.no_grad():
@@ -204,9 +222,6 @@ def _train_worker(rank: int, port: int, case: str, mode: str, out: str) -> None:
         result["shard_shapes"] = [tuple(p.shape) for p in jm.parameters()]
         if rank == 0:
             torch.save(result, out)
-        dist.barrier()  # tear gloo down together: one side closing first can abort the other
-    finally:
-        dist.destroy_process_group()
 
 
 def _single(case: str, mode: str) -> dict[str, Any]:
@@ -316,8 +331,7 @@ def test_ddp_without_a_process_group_says_what_to_do() -> None:
 
 
 def _differ_worker(rank: int, port: int, out: str) -> None:
-    _init(rank, port)
-    try:
+    with _group(rank, port):
         model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
         torch.manual_seed(rank)  # different on each rank
         for p in model.parameters():
@@ -326,9 +340,6 @@ def _differ_worker(rank: int, port: int, out: str) -> None:
             ddp(model, broadcast_from=None)
         except ValueError as e:
             Path(f"{out}.{rank}").write_text(str(e))
-        dist.barrier()  # tear gloo down together: one side closing first can abort the other
-    finally:
-        dist.destroy_process_group()
 
 
 def test_ddp_names_a_parameter_that_differs_without_broadcast(tmp_path: Path) -> None:
@@ -376,8 +387,7 @@ def test_a_process_that_dies_makes_the_others_fail_not_hang(tmp_path: Path) -> N
 def _fx_worker(rank: int, port: int, out: str) -> None:
     from thunder_ir.dynamo import ThunderCompiler
 
-    _init(rank, port)
-    try:
+    with _group(rank, port):
         model = _model("llama")
         backend = ThunderCompiler()
         ddp_model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
@@ -394,9 +404,6 @@ def _fx_worker(rank: int, port: int, out: str) -> None:
                         "graphs": len(backend.subgraph_infos),
                         "thunder": sum(len(s.thunder_compiled_fns)
                                        for s in backend.subgraph_infos)}, out)
-        dist.barrier()  # tear gloo down together: one side closing first can abort the other
-    finally:
-        dist.destroy_process_group()
 
 
 def test_torch_ddp_under_the_thunderfx_backend_trains_as_torch_ddp(tmp_path: Path) -> None:
