@@ -141,6 +141,50 @@ def test_guards_from_decisions_on_sizes() -> None:
     assert any("% 2" in g or "Mod" in g for g in _guards(jf))
 
 
+TEXTS = {
+    "str": lambda n: str(n), "f-string": lambda n: f"len {n}", "repr": lambda n: repr(n),
+    "format": lambda n: "{}".format(n), "%s": lambda n: "%s" % n, "%d": lambda n: "%d" % n,  # noqa: UP031, UP032
+    "Size": lambda n: str(torch.Size([n, 3])), "list": lambda n: str([n]),
+    "bool": lambda n: str(n > 9), "float": lambda n: str(n / 4),
+}
+
+
+@pytest.mark.parametrize("form", list(TEXTS))
+def test_a_size_turned_into_text_reads_as_eagers_digits(form: str) -> None:
+    """User code that makes text of a symbolic size (a cache key, a name, a length) gets
+    eager's digits and a guard on the value, not the symbol's name ``s0`` for every length:
+    each text compiles its own program, and each is right."""
+    text = TEXTS[form]
+    seen: dict[str, int] = {}
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        key = text(x.shape[0])
+        seen[key] = seen.get(key, 0) + 1
+        return x * len(key)
+
+    jf = thunder_ir.jit(f, cache="symbolic values")
+    for n in (5, 50, 500, 50):
+        x = torch.ones(n, 3)
+        torch.testing.assert_close(jf(x), x * len(text(n)))
+    texts = {text(n) for n in (5, 50, 500)}
+    assert thunder_ir.cache_misses(jf) == len(texts)  # one program per text (bool: 2)
+    assert sorted(seen) == sorted(texts)
+    assert "s0" not in str(thunder_ir.last_traces(jf)[-1]).split("def ")[0]
+
+
+def test_sizes_printed_by_thunder_ir_stay_symbolic() -> None:
+    """The wrapped ``__repr__`` answers the symbol's name outside user code: a symbolic
+    program's trace prints ``s0``, and it is one program for every length."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1) * 2
+
+    jf = thunder_ir.jit(f, cache="symbolic values")
+    for n in (5, 50, 500):
+        torch.testing.assert_close(jf(torch.ones(n, 3)), torch.full((3 * n,), 2.0))
+    assert thunder_ir.cache_misses(jf) == 1
+    assert "s0" in str(thunder_ir.last_traces(jf)[-1])
+
+
 def _guards(jf: object) -> list[str]:
     return [e.shape_guard.source for es in jf._shape_entries.values() for e in es]  # type: ignore[attr-defined]
 

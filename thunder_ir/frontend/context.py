@@ -45,6 +45,7 @@ from thunder_ir.dialects.types import (
     tensor_type,
     type_of_tensor,
 )
+from thunder_ir.frontend import symtext
 from thunder_ir.frontend.aliasing import (
     AliasTracking,
     check_writable,
@@ -734,6 +735,9 @@ def current() -> TraceContext:
 def tracing_now() -> bool:
     """True while this thread traces user code."""
     return bool(_stack())
+
+
+symtext.install(tracing_now)  # str(x.shape[0]) in user code: eager's digits, guarded
 
 
 @contextlib.contextmanager
