@@ -18,6 +18,7 @@ no trace running) it is torch's ``__repr__``.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -31,16 +32,11 @@ _CONCRETE: dict[type, Callable[[Any], Any]] = {
 
 
 def _library_dirs() -> tuple[str, ...]:
-    """Directories whose code is not user code: torch's and thunder_ir's packages."""
-    import thunder_ir
-    import thunder_ir.dialects
-    import thunder_ir.lowering
-    import thunder_ir.passes
-    import thunder_ir.runtime
-
-    dirs = [os.path.dirname(str(pkg.__file__)) for pkg in (
-        torch, thunder_ir, thunder_ir.dialects, thunder_ir.passes, thunder_ir.lowering,
-        thunder_ir.runtime)]  # (not ``__path__``: thunder_ir's holds the repository's root)
+    """Directories whose code is not user code: torch's and thunder_ir's packages (each
+    package's own directory: thunder_ir's ``__path__`` also holds the repository's root)."""
+    names = ("torch", "thunder_ir", "thunder_ir.dialects", "thunder_ir.passes",
+             "thunder_ir.lowering", "thunder_ir.runtime")
+    dirs = [os.path.dirname(str(importlib.import_module(n).__file__)) for n in names]
     return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
 
 
@@ -79,8 +75,8 @@ def install(tracing_now: Callable[[], bool]) -> None:
     for cls in _CONCRETE:
         if cls in _ORIGINAL:
             continue
-        _ORIGINAL[cls] = cls.__repr__
-        cls.__repr__ = _make_repr(cls, tracing_now)  # type: ignore[method-assign]
+        _ORIGINAL[cls] = cls.__repr__  # type: ignore[assignment]
+        setattr(cls, "__repr__", _make_repr(cls, tracing_now))  # noqa: B010
 
 
 __all__ = ["install"]
