@@ -349,6 +349,29 @@ def hint(x: Any) -> int:
     return int(x)
 
 
+def hinted(value: Any) -> Any:
+    """``value`` (a static argument: numbers, tuples, lists, slices, dicts) with each
+    symbolic number replaced by its `hint`, recording no guard: the parameters of a probe
+    run on `hints` sizes (a slice bound ``ceil(s0/2)`` applied to a concrete stand-in
+    would otherwise fix ``s0``)."""
+    if isinstance(value, torch.SymInt | SymText):
+        return hint(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value.node.hint) if value.node.hint is not None else 8192.0
+    if isinstance(value, torch.SymBool):
+        return bool(value.node.hint) if value.node.hint is not None else True
+    if isinstance(value, tuple | list):
+        items = [hinted(v) for v in value]
+        if hasattr(value, "_fields"):  # a named tuple
+            return type(value)(*items)
+        return type(value)(items)
+    if isinstance(value, slice):
+        return slice(hinted(value.start), hinted(value.stop), hinted(value.step))
+    if isinstance(value, dict):
+        return {k: hinted(v) for k, v in value.items()}
+    return value
+
+
 def slice_indices(s: slice, n: Any) -> tuple[Any, Any, Any]:
     """``s.indices(n)`` where ``n`` or a bound may be a ``SymInt`` (``slice.indices`` makes
     ints of them, fixing the symbols to their traced values): the same normalization,
@@ -426,6 +449,6 @@ def hints(sizes: Any) -> tuple[int, ...]:
 
 __all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_NAME", "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
-           "check_static_region", "current", "detached", "hint", "hints", "range_len",
+           "check_static_region", "current", "detached", "hint", "hinted", "hints", "range_len",
            "same_sizes", "same_types", "slice_indices", "stand_in_mode",
            "sym_text", "sym_value"]

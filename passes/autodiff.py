@@ -26,7 +26,7 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
 from xdsl.ir import Attribute, Operation, ParametrizedAttribute, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
@@ -47,6 +47,7 @@ from thunder_ir.dialects.autograd import (
 )
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.location import location_text
+from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_function
 from thunder_ir.dialects.symbols import SYMBOL_NAME, SymExprAttr
 from thunder_ir.dialects.torch import (
@@ -57,7 +58,7 @@ from thunder_ir.dialects.torch import (
     symbol_args,
 )
 from thunder_ir.dialects.traits import has_no_derivative
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, number_type
 from thunder_ir.passes.context import VjpLookup, resolve, spec_with_names, vjp_overrides
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 from thunder_ir.passes.strip_autograd import strip_autograd
@@ -302,7 +303,7 @@ def split(joint: Joint, policy: Any = None) -> Split:
         fprog.block.add_op(op.clone(value_mapper=fvm))
     residuals = list(plan.saved)
     carried = _symbol_residuals(symbol_args(fn), fwd_args, [*plan.recompute, *bwd_ops],
-                                [*residuals, *ct_args])
+                                [*residuals, *ct_args], fprog, fvm)
     residuals += [v for v in carried.values() if v not in residuals]
     forward = fprog.finish([fvm[v] for v in user_outs] + [fvm[v] for v in residuals])
 
@@ -322,13 +323,15 @@ def split(joint: Joint, policy: Any = None) -> Split:
 
 
 def _symbol_residuals(sym_args: dict[str, int], fwd_args: Sequence[SSAValue],
-                      bwd_ops: Sequence[Operation], bwd_args: Sequence[SSAValue]
+                      bwd_ops: Sequence[Operation], bwd_args: Sequence[SSAValue],
+                      fprog: Program, fvm: dict[SSAValue, SSAValue]
                       ) -> dict[str, SSAValue]:
-    """The symbolic ``int`` arguments (``torch.symbol_args``) whose symbols the backward
-    computes with (``ct * (s0 + 1)``) but no tensor it takes has in its shape: each is
-    saved as a residual (a number), from which ``@backward`` binds the symbol."""
-    if not sym_args:
-        return {}
+    """The symbols the backward computes with (``ct * (s0 + 1)``, a slice's gradient
+    padded to the input's length ``s0``) that no tensor it takes has in its shape: each is
+    saved as a residual (a number), from which ``@backward`` binds the symbol. A symbolic
+    ``int`` argument (``torch.symbol_args``) is saved itself; a size is saved as a
+    ``prims.constant`` of the symbol, added to ``fprog`` (``@forward`` binds it from its
+    arguments' shapes) and mapped to itself in ``fvm``."""
     used: set[str] = set()
     stack: list[Attribute] = [a for op in bwd_ops for o in op.walk()
                               for a in o.properties.values()]
@@ -344,8 +347,17 @@ def _symbol_residuals(sym_args: dict[str, int], fwd_args: Sequence[SSAValue],
             stack.extend(a.parameters)
     shapes = {d for v in bwd_args if isinstance(v.type, TensorType)
               for d in v.type.dims_text if isinstance(d, str)}
-    return {s: fwd_args[i] for s, i in sorted(sym_args.items())
-            if s in used and s not in shapes and i < len(fwd_args)}
+    out: dict[str, SSAValue] = {}
+    for s in sorted(used - shapes):
+        i = sym_args.get(s)
+        if i is not None and i < len(fwd_args):
+            out[s] = fwd_args[i]
+            continue
+        const = ConstantOp.create(properties={"value": SymExprAttr(StringAttr(s))},
+                                  result_types=[number_type(int)])
+        fprog.block.add_op(const)
+        out[s] = fvm[const.out] = const.out
+    return out
 
 
 def live_ops(ops: Sequence[Operation], outputs: Sequence[SSAValue]) -> list[Operation]:

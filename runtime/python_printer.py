@@ -247,6 +247,7 @@ def load_python(source: str, name: str, scope: dict[str, Any]) -> Callable[..., 
     """
     filename = f"<thunder_ir generated {name} #{next(_COUNTER)}>"
     code = compile(source, filename, "exec")
+    scope.setdefault("math", math)  # symbolic text may say math.ceil / math.floor
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     exec(code, scope)
     fn = scope[name]
@@ -388,6 +389,8 @@ class _PythonPrinter:
             a = stack.pop()
             if isinstance(a, SymExprAttr):
                 self.symbols |= set(SYMBOL_NAME.findall(a.text))
+                if "math." in a.text:  # sympy prints ceiling and floor as math.ceil/floor
+                    self.modules.add("math")
             elif isinstance(a, ArrayAttr):
                 stack.extend(a.data)
             elif isinstance(a, DictionaryAttr):

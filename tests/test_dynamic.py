@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -170,6 +172,43 @@ def test_a_size_turned_into_text_reads_as_eagers_digits(form: str) -> None:
     assert thunder_ir.cache_misses(jf) == len(texts)  # one program per text (bool: 2)
     assert sorted(seen) == sorted(texts)
     assert "s0" not in str(thunder_ir.last_traces(jf)[-1]).split("def ")[0]
+
+
+SIZE_MATH = {
+    "ceil": lambda x, n: x * math.ceil(n / 3),
+    "floor": lambda x, n: x * math.floor(n / 3),
+    "floordiv": lambda x, n: x * (n // 3),
+    "mod": lambda x, n: x * (n % 3),
+    "sym_max": lambda x, n: x * torch.sym_max(n, 20),
+    "slice_ceil": lambda x, n: x[:math.ceil(n / 2)] * 2,
+    "view_floordiv": lambda x, n: x[:(n // 2) * 2].view(n // 2, 2).sum(1),
+}
+
+
+@pytest.mark.parametrize("form", list(SIZE_MATH))
+def test_arithmetic_on_sizes_is_one_program(form: str) -> None:
+    """``math.ceil``/``math.floor``, ``//``, ``%`` and ``sym_max`` of a size stay symbolic:
+    one program for every length, forward and backward equal eager's (the generated code
+    and the printed trace import ``math`` where sympy's text uses it). A slice's backward
+    pads the gradient to the input's length, a symbol no tensor of ``@backward`` has in
+    its shape: ``@forward`` saves it as a number residual."""
+    g = SIZE_MATH[form]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return g(x, x.shape[0])
+
+    jf = thunder_ir.jit(f, cache="symbolic values")
+    for n in (5, 51, 23):  # odd: an even length drops view_floordiv's padding (a guard)
+        x = torch.randn(n, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        got, want = jf(x), f(xe)
+        torch.testing.assert_close(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(x.grad, xe.grad)
+    assert thunder_ir.cache_misses(jf) == 1, jf.symbolic_failures
+    trace = str(thunder_ir.last_traces(jf)[-1])
+    assert ("math." in trace) == ("import math" in trace)
 
 
 def test_sizes_printed_by_thunder_ir_stay_symbolic() -> None:

@@ -18,7 +18,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import ThunderOp, group
-from thunder_ir.dialects.symbols import hints
+from thunder_ir.dialects.symbols import hinted, hints
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.frontend.builder import differentiable
@@ -174,7 +174,7 @@ def eager_saves(op: Operation, active: Sequence[bool]
                 out = op.run(metas)
             else:
                 grouped = group(op.operand_layout(), metas, op._segment_sizes())
-                out = type(op).eager_ref(*grouped, **op.params())
+                out = type(op).eager_ref(*grouped, **hinted(op.params()))
         outs = list(out) if isinstance(out, list | tuple) else [out]
         ids = {id(t._base if t._base is not None else t) for t in saved}  # views: their base
         operands = tuple(i for i, m in enumerate(metas) if id(m) in ids)
