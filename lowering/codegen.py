@@ -27,6 +27,7 @@ ones in ``kernels``; any other region runs its body with the reference interpret
 from __future__ import annotations
 
 import builtins
+import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -240,6 +241,14 @@ class GeneratedFunction:
     source: str
     op: func.FuncOp
     seconds: float
+
+    def lazy(self) -> Callable[..., Any]:
+        """``@backward`` reading each argument right before its first use (`print_python`'s
+        ``lazy``), in ``fn``'s globals (its kernels): made when first needed, for
+        residuals that saved-tensor hooks packed (`thunder_ir.runtime.autograd`)."""
+        source = print_python(self.op, CODEGEN_HEADER, free_after_last_use=True, lazy=True)
+        inner = inspect.unwrap(self.fn)  # under ``@tir.no_grad``
+        return load_python(source, sanitize(self.op.sym_name.data), dict(inner.__globals__))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ through its tensors. Its backward runs the generated backward program, handing i
 residuals in one list that the program empties, and lets autograd release its own
 references first (``maybe_clear_saved_tensors``, which keeps them under
 ``retain_graph=True``): each residual is freed right after its last use in ``@backward``.
+Residuals that saved-tensor hooks packed (activation offloading) are unpacked one by one
+instead, as the lazy form of ``@backward`` first reads each (`_Unpacking`), so that they
+do not all come back at the backward's start.
 Outputs show ``grad_fn=<ThunderFunctionBackward>``.
 
 Gradients are ``None`` where eager's are: autograd hands the backward ``None`` for outputs
@@ -50,6 +53,34 @@ class TrainingProgram:
     tensor_residuals: bool = False
     """Every residual is typed a tensor (no opaque call's graph, no number): they are
     saved as they come, without sorting them per call."""
+    lazy_backward: Callable[[], Callable[..., Any]] | None = None
+    """Makes ``backward`` in the form that reads each argument right before its first
+    use (`print_python`'s ``lazy``): for residuals packed by saved-tensor hooks."""
+    _lazy: Callable[..., Any] | None = None
+
+    def unpacking_backward(self) -> Callable[..., Any] | None:
+        """``lazy_backward()``, made once; None without one."""
+        if self._lazy is None and self.lazy_backward is not None:
+            self._lazy = self.lazy_backward()
+        return self._lazy
+
+
+class _Unpacking(list):  # type: ignore[type-arg]
+    """``@backward``'s argument list when saved-tensor hooks packed the residuals: the
+    raw saved tensors, then the cotangents. Reading an item takes it out of the list and
+    unpacks a residual there (the hook's ``unpack``), so the lazy ``@backward`` unpacks
+    each residual right before its first use, as eager's nodes unpack theirs."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        v = list.__getitem__(self, i)
+        list.__setitem__(self, i, None)
+        return v.unpack() if type(v) is _SavedTensor else v
+
+
+_SavedTensor = torch._C._autograd.SavedTensor
+_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
 def _as_tuple(x: Any, n: int) -> tuple[Any, ...]:
@@ -69,8 +100,12 @@ class ThunderFunction(torch.autograd.Function):
             ctx.ct_shapes = [outs[i].shape for i in prog.ct_outputs]
         ctx.set_materialize_grads(False)
         if prog.tensor_residuals:
-            ctx.save_for_backward(*residuals)
             ctx.layout = None
+            ctx.hooked = prog.lazy_backward is not None and _hooks(False) is not None
+            if ctx.hooked:  # an output saved as itself could not be unpacked alone
+                ids = {id(o) for o in outs}
+                residuals = tuple(r.detach() if id(r) in ids else r for r in residuals)
+            ctx.save_for_backward(*residuals)
         else:
             _save_mixed(ctx, residuals)
         if prog.nondiff_outputs:
@@ -92,9 +127,13 @@ class ThunderFunction(torch.autograd.Function):
         # The residuals, unpacked (saved-tensor hooks' unpack, version checks), then let
         # go by the node unless the graph is retained: the generated backward empties the
         # list, so each residual is freed after its last use, as eager's nodes free theirs.
-        args = list(ctx.saved_tensors) if ctx.layout is None else _unpack_mixed(ctx)
+        hooked = ctx.layout is None and getattr(ctx, "hooked", False)
+        if hooked:  # packed by saved-tensor hooks: each unpacked when first read
+            args: list[Any] = _Unpacking(ctx._raw_saved_tensors)
+        else:
+            args = list(ctx.saved_tensors) if ctx.layout is None else _unpack_mixed(ctx)
         clear = getattr(ctx, "maybe_clear_saved_tensors", None)
-        if clear is not None:
+        if clear is not None and not hooked:
             clear()
         n = len(args)
         for i, p in zip(prog.ct_outputs, present):
@@ -107,7 +146,12 @@ class ThunderFunction(torch.autograd.Function):
                     shape = ctx.ct_shapes[len(args) - n]
                 args.append(torch.zeros(shape, dtype=dtype, device=device))
         del grads
-        out = prog.backward(args)
+        if hooked:
+            out = prog.unpacking_backward()(args)  # type: ignore[misc]
+            if clear is not None:
+                clear()
+        else:
+            out = prog.backward(args)
         grads_in = _as_tuple(out, prog.backward_n_outputs)
         every = all(present)
         for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):

@@ -69,7 +69,7 @@ from typing import Any
 import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
-from xdsl.ir import Attribute, Block, Operation, ParametrizedAttribute, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, ParametrizedAttribute, SSAValue
 from xdsl.irdl import VariadicDef
 
 from thunder_ir.dialects.autograd import FunctionOp
@@ -346,9 +346,10 @@ class _PythonPrinter:
     """One printing of one function. ``exprs`` maps each value to its Python expression."""
 
     def __init__(self, fn: func.FuncOp, *, locations: bool, layouts: bool = True,
-                 packed: bool = False) -> None:
+                 packed: bool = False, lazy: bool = False) -> None:
         self.fn = fn
-        self.packed = packed
+        self.packed = packed or lazy
+        self.lazy = lazy
         self.block: Block = fn.body.block
         self.locations = locations
         self.layouts = layouts
@@ -356,6 +357,7 @@ class _PythonPrinter:
         self.exprs: dict[SSAValue, str] = {}
         self.preset: set[SSAValue] = set()  # body values that print as a region's results
         self.lines: list[str] = []
+        self.taken: set[SSAValue] = set()  # ``lazy``: the arguments read so far
         self.namespaces: set[str] = set()
         self.modules: set[str] = set()
         reserved = set(_ALWAYS_RESERVED)
@@ -420,7 +422,19 @@ class _PythonPrinter:
             raise SymbolicError(
                 f"function {self.fn_name} uses the sizes {', '.join(sorted(missing))}, "
                 "which no argument's shape holds")
+        if self.lazy:  # the arguments the bindings read are taken first
+            names = {self.exprs[a]: a for a in self.block.args}
+            for v in sorted(bound.values()):
+                self._take(names[v.split(".shape[", 1)[0]])
         self.lines.extend(f"{INDENT}{k} = {v}" for k, v in sorted(bound.items()))
+
+    def _take(self, arg: SSAValue) -> None:
+        """``lazy``: reads argument ``arg`` from the list (`PyFunction.lazy`) once, before
+        its first use."""
+        if arg not in self.taken:
+            self.taken.add(arg)
+            assert isinstance(arg, BlockArgument)
+            self.lines.append(f"{INDENT}{self.exprs[arg]} = args[{arg.index}]")
 
     def _scan_top(self, op: Operation, reserved: set[str]) -> None:
         """Collects what a top-level op needs: imports and names values must not take."""
@@ -604,13 +618,22 @@ class _PythonPrinter:
         if ret is None:
             raise ValueError("python printer: the function does not end in func.return")
         frees = _last_uses(self.block, ops, ret) if free_after_last_use else None
+        args_of = set(self.block.args) if self.lazy else set()
         for i, op in enumerate(ops[:-1]):
             if isinstance(op, func.ReturnOp):
                 raise ValueError("python printer: func.return before the end of the function")
+            if args_of:
+                for o in _walk(op):
+                    for v in o.operands:
+                        if v in args_of:
+                            self._take(v)
             self.emit_op(op, INDENT, False)
             if frees is not None and frees[i]:
                 dead = [self.exprs[v] for v in frees[i]]
                 lines.append(f"{INDENT}del {', '.join(dead)}")
+        for v in ret.operands:
+            if v in args_of:
+                self._take(v)
         outs = [self.expr(v) for v in ret.operands]
         ret_expr = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
         if self.key:
@@ -626,6 +649,8 @@ class _PythonPrinter:
             head.append(f"from {RUNTIME_NAMESPACE} import {', '.join(sorted(self.namespaces))}")
         head.append("")
         head.append(f"@{ALIAS}.no_grad")
+        if self.lazy:
+            return PyFunction(self.fn_name, (), ret_expr, lines, packed="args", head=head)
         if self.packed:
             return PyFunction(self.fn_name, args, ret_expr, lines, packed="args", head=head,
                               clear=True)
@@ -683,6 +708,7 @@ def print_python(
     locations: bool = False,
     layouts: bool = True,
     packed: bool = False,
+    lazy: bool = False,
 ) -> str:
     """Prints a program (a module holding one ``func.func``) as Python source.
 
@@ -697,6 +723,11 @@ def print_python(
         packed: the function takes its arguments as one list, which it empties once it
             has unpacked it (`PyFunction.clear`): with ``free_after_last_use``, each
             argument is freed after its last use, whatever the caller held.
+        lazy: packed, but each argument is read from the list (``x = args[3]``) right
+            before its first use, rather than all at once: the list the caller passes
+            may unpack an item when it is read (`thunder_ir.runtime.autograd`:
+            residuals packed by saved-tensor hooks, unpacked as the backward reaches
+            them, as eager's nodes unpack theirs).
 
     Returns:
         The source text, ending in a newline. Executing it defines the function, given
@@ -704,8 +735,8 @@ def print_python(
     """
     fn = module if isinstance(module, func.FuncOp) else main_function(module)
     with detached():  # symbolic sizes print as the text the IR holds
-        return _PythonPrinter(fn, locations=locations, layouts=layouts,
-                              packed=packed).print(header, free_after_last_use)
+        return _PythonPrinter(fn, locations=locations, layouts=layouts, packed=packed,
+                              lazy=lazy).print(header, free_after_last_use)
 
 
 __all__ = ["PyFunction", "callee_expr", "callee_module", "is_key_function", "load_python",

@@ -100,6 +100,38 @@ def computation(x, t_fc_1_weight):
     )
 
 
+def test_packed_and_lazy_golden() -> None:
+    """``packed`` (``@backward``): one list, unpacked at once and emptied. ``lazy``: each
+    argument read from the list right before its first use (the list the bridge passes
+    unpacks a residual that saved-tensor hooks packed when it is read)."""
+    packed = print_python(mlp_program(), free_after_last_use=True, packed=True)
+    assert packed.split("@tir.no_grad\n")[1] == """\
+def computation(args):
+  (x, t_fc_1_weight,) = args
+  args.clear()  # each value is freed after its last use
+  # x: "cpu f32[8, 784]"
+  # t_fc_1_weight: "cpu f32[10, 784]"
+  t0 = prims.mul(x, 2.0)  # t0: "cpu f32[8, 784]"
+  del x
+  t1 = prims.linear(t0, t_fc_1_weight, None)  # t1: "cpu f32[8, 10]"
+  del t0, t_fc_1_weight
+  return t1
+"""
+    lazy = print_python(mlp_program(), free_after_last_use=True, lazy=True)
+    assert lazy.split("@tir.no_grad\n")[1] == """\
+def computation(args):
+  # x: "cpu f32[8, 784]"
+  # t_fc_1_weight: "cpu f32[10, 784]"
+  x = args[0]
+  t0 = prims.mul(x, 2.0)  # t0: "cpu f32[8, 784]"
+  del x
+  t_fc_1_weight = args[1]
+  t1 = prims.linear(t0, t_fc_1_weight, None)  # t1: "cpu f32[8, 10]"
+  del t0, t_fc_1_weight
+  return t1
+"""
+
+
 def test_del_keeps_outputs_and_frees_unused_results() -> None:
     t = tensor_type((2, 6), F32)
     p = Program("computation", [t, t], ["a", "b"])

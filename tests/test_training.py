@@ -437,6 +437,68 @@ def test_saved_tensor_hooks_see_every_residual() -> None:
     torch.testing.assert_close(gw, w.grad)
 
 
+def _offloaded_peak(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                    retain: bool = False) -> tuple[int, int]:
+    """Runs ``fn(x).sum().backward()`` under hooks that offload each saved tensor (pack:
+    a copy kept aside; unpack: a fresh copy, as a GPU copy of an offloaded activation
+    would be). Returns (tensors saved, most unpacked copies alive at one unpack)."""
+    import weakref
+
+    alive: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+    saved, peak = 0, 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal saved
+        saved += 1
+        return t.detach().clone()
+
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal peak
+        out = t.clone()
+        alive.add(out)
+        peak = max(peak, len(alive))
+        return out
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        out = fn(x).sum()
+    out.backward(retain_graph=retain)
+    if retain:
+        out.backward()
+    return saved, peak
+
+
+def test_saved_tensor_hooks_unpack_each_residual_when_the_backward_reaches_it() -> None:
+    """Activation offloading: eager's nodes unpack their saved tensors as the backward
+    reaches them, so only a few unpacked copies are alive at once. thunder_ir's
+    ``@backward`` (its lazy form, used when hooks packed the residuals) reads each
+    residual right before its first use and frees it after its last: the copies alive
+    at once stay as few as eager's, not all of them; gradients equal eager's, and
+    ``retain_graph=True`` unpacks them again."""
+    torch.manual_seed(0)
+    layers = [nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(8)]
+    model = nn.Sequential(*layers)
+    jm = thunder_ir.jit(model)
+    x = torch.randn(4, 16)
+    jm(x).sum().backward()  # compiled; the hooks below see a cached call
+    model.zero_grad()
+    saved, peak = _offloaded_peak(jm, x)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    eager_saved, eager_peak = _offloaded_peak(model, x)
+    for g, p in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(g, p.grad)
+    assert saved >= 8 and peak <= eager_peak + 2 < saved, (saved, peak, eager_saved, eager_peak)
+    model.zero_grad()
+    _offloaded_peak(jm, x, retain=True)
+    for g, p in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, 2 * g)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        out = jm(x).sum()
+    out.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        out.backward()
+
+
 def test_accumulation_retain_graph_and_freed_residuals() -> None:
     jf = thunder_ir.jit(lambda x: (x.sin() * x).sum())
     x = torch.randn(5, requires_grad=True)

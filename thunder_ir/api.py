@@ -609,7 +609,8 @@ class CompiledCallable:
             ct_meta=[(None if t.symbolic else t.sizes, t.dtype, t.dev)
                      for t in (out_types[i] for i in ct_outputs)],
             symbolic_outputs=any(out_types[i].symbolic for i in ct_outputs),
-            tensor_residuals=all(isinstance(t, TensorType) for t in out_types[n_out:]))
+            tensor_residuals=all(isinstance(t, TensorType) for t in out_types[n_out:]),
+            lazy_backward=bwd.lazy)
         return Entry(
             fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
             gather=program.gather,
