@@ -211,6 +211,36 @@ def test_arithmetic_on_sizes_is_one_program(form: str) -> None:
     assert ("math." in trace) == ("import math" in trace)
 
 
+CLASS_QUESTIONS = {
+    "isinstance int": lambda n: isinstance(n, int),
+    "isinstance tuple": lambda n: isinstance(n, (int, float)),
+    "isinstance float": lambda n: isinstance(n / 2, float),
+    "isinstance bool": lambda n: isinstance(n > 3, bool),
+    "not a tensor": lambda n: not isinstance(n, torch.Tensor),
+}
+
+
+@pytest.mark.parametrize("form", list(CLASS_QUESTIONS))
+def test_isinstance_of_a_symbolic_number_answers_as_eager(form: str) -> None:
+    """``isinstance(n, int)`` of a symbolic size or ``int`` argument is True, as eager's
+    answer for the number it stands for: the branch is eager's, and the number stays
+    symbolic (one program for every value)."""
+    question = CLASS_QUESTIONS[form]
+
+    def f(x: torch.Tensor, k: int) -> torch.Tensor:
+        n = x.shape[0]
+        return x * (2 if question(n) else 3) + (k if question(k) else -1)
+
+    jf = thunder_ir.jit(f, cache="symbolic values")
+    for n, k in ((5, 3), (50, 4), (500, 7)):
+        x = torch.ones(n)
+        torch.testing.assert_close(jf(x, k), f(x, k))
+    assert thunder_ir.cache_misses(jf) == 1
+    # the class wrapper is there only while a symbolic compile traces
+    assert all("__getattribute__" not in c.__dict__
+               for c in (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
 def test_sizes_printed_by_thunder_ir_stay_symbolic() -> None:
     """The wrapped ``__repr__`` answers the symbol's name outside user code: a symbolic
     program's trace prints ``s0``, and it is one program for every length."""

@@ -36,6 +36,7 @@ from thunder_ir.dialects.base import ShapeError, ThunderOp, to_attr
 from thunder_ir.dialects.location import location_text, source_location
 from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, SplitOp
 from thunder_ir.dialects.symbols import SYMBOLIC_NUMBERS, SymbolicError
+from thunder_ir.dialects.symbols import current as current_symbols
 from thunder_ir.dialects.traits import ViewLike, has_no_derivative
 from thunder_ir.dialects.types import (
     NumberType,
@@ -45,7 +46,7 @@ from thunder_ir.dialects.types import (
     tensor_type,
     type_of_tensor,
 )
-from thunder_ir.frontend import symtext
+from thunder_ir.frontend import symbolic_numbers
 from thunder_ir.frontend.aliasing import (
     AliasTracking,
     check_writable,
@@ -737,7 +738,7 @@ def tracing_now() -> bool:
     return bool(_stack())
 
 
-symtext.install(tracing_now)  # str(x.shape[0]) in user code: eager's digits, guarded
+symbolic_numbers.install(tracing_now)  # str(n), isinstance(n, int) in user code: as eager
 
 
 @contextlib.contextmanager
@@ -745,8 +746,12 @@ def recording(ctx: TraceContext) -> Iterator[None]:
     """Makes ``ctx`` this thread's current trace while the context is open."""
     s = _stack()
     s.append(ctx)
+    # (a static compile hands user code no symbolic number: no wrapper to pay for)
+    classes = symbolic_numbers.classes_as_eager() if current_symbols() is not None \
+        else contextlib.nullcontext()
     try:
-        yield
+        with classes:
+            yield
     finally:
         s.pop()
 
