@@ -235,20 +235,26 @@ class GeneratedFunction:
         source: that source, exactly as it runs.
         op: the function's IR.
         seconds: how long its code generation took (fusion regions compiled included).
+        wraps: the wrappers `CompiledProgram.with_functions` put around ``fn``, innermost
+            first (`lazy` puts them around its function too).
     """
 
     fn: Callable[..., Any]
     source: str
     op: func.FuncOp
     seconds: float
+    wraps: tuple[Callable[[Callable[..., Any]], Callable[..., Any]], ...] = ()
 
     def lazy(self) -> Callable[..., Any]:
         """``@backward`` reading each argument right before its first use (`print_python`'s
-        ``lazy``), in ``fn``'s globals (its kernels): made when first needed, for
-        residuals that saved-tensor hooks packed (`thunder_ir.runtime.autograd`)."""
+        ``lazy``), in ``fn``'s globals (its kernels) and wrappers: made when first needed,
+        for residuals that saved-tensor hooks packed (`thunder_ir.runtime.autograd`)."""
         source = print_python(self.op, CODEGEN_HEADER, free_after_last_use=True, lazy=True)
-        inner = inspect.unwrap(self.fn)  # under ``@tir.no_grad``
-        return load_python(source, sanitize(self.op.sym_name.data), dict(inner.__globals__))
+        inner = inspect.unwrap(self.fn)  # under ``@tir.no_grad`` and ``wraps``
+        fn = load_python(source, sanitize(self.op.sym_name.data), dict(inner.__globals__))
+        for wrap in self.wraps:
+            fn = wrap(fn)
+        return fn
 
 
 @dataclass(frozen=True)
@@ -288,7 +294,7 @@ class CompiledProgram:
     def with_functions(self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]
                        ) -> CompiledProgram:
         """This program with each function's callable wrapped (``without_autocast``)."""
-        return replace(self, functions={k: replace(g, fn=wrap(g.fn))
+        return replace(self, functions={k: replace(g, fn=wrap(g.fn), wraps=(*g.wraps, wrap))
                                         for k, g in self.functions.items()})
 
 

@@ -499,6 +499,39 @@ def test_saved_tensor_hooks_unpack_each_residual_when_the_backward_reaches_it() 
         out.backward()
 
 
+def test_the_lazy_backward_is_the_plain_one_under_autocast() -> None:
+    """A backward called inside ``torch.autocast``: the generated ``@backward`` runs with
+    autocast off (its casts are explicit ops), and so does its lazy form under saved-tensor
+    hooks: both give the same gradients, to the bit."""
+    class Mixed(nn.Module):  # a float32 matmul inside the autocast region
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.autocast("cpu", enabled=False):
+                h = torch.tanh(self.a(x))
+            return self.b(h)
+
+    torch.manual_seed(0)
+    model = Mixed()
+    jm = thunder_ir.jit(model)
+    x = torch.randn(4, 16)
+    grads = []
+    for hooks in (False, True):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if hooks:
+                with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+                    out = jm(x).float().sum()
+            else:
+                out = jm(x).float().sum()
+            out.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_accumulation_retain_graph_and_freed_residuals() -> None:
     jf = thunder_ir.jit(lambda x: (x.sin() * x).sum())
     x = torch.randn(5, requires_grad=True)
