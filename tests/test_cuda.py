@@ -163,6 +163,21 @@ CPU_REHEARSAL_GAPS = {
 expected failures there; on CUDA these run as every other case."""
 
 
+def _backward_agrees(when: str, losses: list[torch.Tensor], model: nn.Module,
+                     eager: nn.Module, ref: nn.Module) -> None:
+    """Backward of each loss (thunder_ir's, eager's, the float64 reference's); losses and
+    every parameter's gradient agree (`_agree`); gradients cleared for the next step."""
+    for loss in losses:
+        loss.backward()
+    _agree(f"loss {when}", *losses, model=True)
+    for (k, p), q, r in zip(
+        model.named_parameters(), eager.parameters(), ref.parameters(), strict=True
+    ):
+        _agree(f"gradient of {k} {when}", p.grad, q.grad, r.grad, model=True)
+    for m in (model, eager, ref):
+        m.zero_grad(set_to_none=True)
+
+
 def _rehearsal_gap(key: str, dtype: torch.dtype, e: AssertionError) -> None:
     """Marks a known CPU-rehearsal miss as an expected failure; re-raises anything else."""
     reason = None if ON_CUDA else CPU_REHEARSAL_GAPS.get((key, dtype))
@@ -418,16 +433,8 @@ def test_llama_training_matches_eager(dtype: torch.dtype) -> None:
     ref = copy.deepcopy(model).double()
     jm = thunder_ir.jit(model, executors=_executors())
     for step in range(2):
-        loss_j, loss_e, loss_r = (_loss(m, idx, tgt) for m in (jm, eager, ref))
-        for loss in (loss_j, loss_e, loss_r):
-            loss.backward()
-        _agree(f"loss at step {step}", loss_j, loss_e, loss_r, model=True)
-        for (k, p), q, r in zip(
-            model.named_parameters(), eager.parameters(), ref.parameters(), strict=True
-        ):
-            _agree(f"gradient of {k} at step {step}", p.grad, q.grad, r.grad, model=True)
-        for m in (model, eager, ref):
-            m.zero_grad(set_to_none=True)
+        losses = [_loss(m, idx, tgt) for m in (jm, eager, ref)]
+        _backward_agrees(f"at step {step}", losses, model, eager, ref)
     assert thunder_ir.cache_misses(jm) == 1 and thunder_ir.cache_hits(jm) == 1
     fwd = str(thunder_ir.last_traces(jm)[-1])
     bwd = str(thunder_ir.last_backward_traces(jm)[-1])
@@ -456,15 +463,7 @@ def test_llama_every_length_one_symbolic_program(dtype: torch.dtype) -> None:
         idx, tgt = (torch.randint(0, cfg.vocab_size, (2, t), generator=gen).to(DEVICE)
                     for _ in range(2))
         losses = [_loss(m, idx, tgt) for m in (jm, eager, ref)]
-        for loss in losses:
-            loss.backward()
-        _agree(f"loss at length {t}", *losses, model=True)
-        for (k, p), q, r in zip(
-            model.named_parameters(), eager.parameters(), ref.parameters(), strict=True
-        ):
-            _agree(f"gradient of {k} at length {t}", p.grad, q.grad, r.grad, model=True)
-        for m in (model, eager, ref):
-            m.zero_grad(set_to_none=True)
+        _backward_agrees(f"at length {t}", losses, model, eager, ref)
     assert thunder_ir.cache_misses(jm) == 2
     assert jm._compiled.symbolic_failures == []
     fwd = str(thunder_ir.last_traces(jm)[-1])
@@ -530,15 +529,7 @@ def test_hugging_face_family_matches_eager(family: str, dtype: torch.dtype) -> N
             warnings.simplefilter("ignore")
             losses = [m(**kw).loss for m in (jm, eager)]
             losses.append(ref(**_hf_inputs(kw, torch.float64)).loss)
-        for loss in losses:
-            loss.backward()
-        _agree(f"loss at step {step}", *losses, model=True)
-        for (k, p), q, r in zip(
-            model.named_parameters(), eager.parameters(), ref.parameters(), strict=True
-        ):
-            _agree(f"gradient of {k} at step {step}", p.grad, q.grad, r.grad, model=True)
-        for m in (model, eager, ref):
-            m.zero_grad(set_to_none=True)
+        _backward_agrees(f"at step {step}", losses, model, eager, ref)
     assert thunder_ir.cache_misses(jm) == 2  # inference and training
 
 
