@@ -60,7 +60,14 @@ from xdsl.printer import Printer
 from xdsl.traits import EffectInstance, MemoryEffect
 
 from thunder_ir.dialects import symbols
-from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
+from thunder_ir.dialects.base import (
+    OperandRef,
+    ShapeError,
+    ThunderOp,
+    from_attr,
+    new_op,
+    to_attr,
+)
 from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import (
     HandleType,
@@ -283,8 +290,8 @@ def make_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
         props["multi"] = to_attr(True if layout is True or all(layout) else tuple(layout))
     if nograd:
         props["nograd"] = DenseArrayBase.from_list(i64, list(nograd))
-    return CallOp.create(operands=list(operands), result_types=list(result_types),
-                         properties=props)
+    return new_op(CallOp, list(operands), list(result_types),  # type: ignore[return-value]
+                  props)
 
 
 @dataclass

@@ -17,25 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Attribute, Operation
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
-    PatternRewriter,
-    PatternRewriteWalker,
-    RewritePattern,
-)
+from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
-from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
+from thunder_ir.dialects.base import OperandRef, ThunderOp, new_op, to_attr
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call, torch_name
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.passes.claim import ClaimPass  # noqa: F401  (its home before passes/claim.py)
+from thunder_ir.passes.rewrite import replace_each
 from thunder_ir.runtime import namespace
 from thunder_ir.runtime.namespace import helper_name, is_dialect_helper, wrapper_name
 
@@ -165,17 +161,47 @@ class TorchExecutor(Executor):
 
 
 class _Lower(RewritePattern):
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+    """Rewrites an ltorch/prims op into the ``torch.call`` that computes it.
+
+    Ops alike lower alike: `lower_op` reads only an op's class, properties and operand
+    types, so the call's properties are kept per such key for the rest of the pass
+    (the layers of a model repeat their ops; a hit costs a hash and `new_op`)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[Any, dict[str, Attribute]] = {}
+
+    def lowered(self, op: Operation) -> CallOp | None:
+        """The call that replaces ``op``, or None for an op that stays."""
         from thunder_ir.dialects.prims import ConstantOp
 
         if not isinstance(op, ThunderOp) or isinstance(op, CallOp | ConstantOp):
-            return
+            return None
         if isinstance(op.parent_op(), RegionOp):
-            return  # a fusion region's body: its executor compiles it
+            return None  # a fusion region's body: its executor compiles it
         if getattr(type(op), "EXECUTABLE", False):
-            return  # generated code calls it through its namespace (extension operators)
-        call = _into_fresh(op) or lower_op(op)
-        rewriter.replace(op, [call], list(call.results))
+            return None  # generated code calls it through its namespace (extension operators)
+        call = _into_fresh(op)
+        if call is not None:
+            return call
+        try:
+            key: Any = (type(op), tuple(op.properties.items()),
+                        tuple([v.type for v in op.operands]))
+            props = self.calls.get(key)
+        except TypeError:  # an unhashable attribute: no reuse
+            key, props = None, None
+        if props is None:
+            call = lower_op(op)
+            if key is not None:
+                self.calls[key] = dict(call.properties)
+            return call
+        made = new_op(CallOp, list(op.operands), [r.type for r in op.results], dict(props))
+        made.location = op.location
+        return cast(CallOp, made)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        call = self.lowered(op)
+        if call is not None:
+            rewriter.replace(op, [call], list(call.results))
 
 
 def index_add_into(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor,
@@ -215,7 +241,4 @@ class LowerToTorchPass(ModulePass):
     name = "lower-to-torch"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(
-            GreedyRewritePatternApplier([_Lower()], dce_enabled=False),
-            apply_recursively=False,
-        ).rewrite_module(op)
+        replace_each(op, _Lower().lowered)

@@ -61,6 +61,7 @@ from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, number_type
 from thunder_ir.passes.context import VjpLookup, resolve, spec_with_names, vjp_overrides
 from thunder_ir.passes.decompositions import decompose_op, load_rules
+from thunder_ir.passes.snapshot import clone_op
 from thunder_ir.passes.strip_autograd import strip_autograd
 from thunder_ir.passes.vjp import (
     Cotangents,
@@ -204,7 +205,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
     prog = Program("joint", arg_types, names)
     vm: dict[SSAValue, SSAValue] = dict(zip(block.args, prog.args))
     for op in ops:
-        prog.block.add_op(op.clone(value_mapper=vm))
+        prog.block.add_op(clone_op(op, vm))
     n_forward_ops = len(ops)
     g = Grad(prog.emitter)
 
@@ -300,7 +301,7 @@ def split(joint: Joint, policy: Any = None) -> Split:
                     [a.name_hint for a in fwd_args])
     fvm: dict[SSAValue, SSAValue] = dict(zip(fwd_args, fprog.args))
     for op in fwd_ops:
-        fprog.block.add_op(op.clone(value_mapper=fvm))
+        fprog.block.add_op(clone_op(op, fvm))
     residuals = list(plan.saved)
     carried = _symbol_residuals(symbol_args(fn), fwd_args, [*plan.recompute, *bwd_ops],
                                 [*residuals, *ct_args], fprog, fvm)
@@ -312,9 +313,9 @@ def split(joint: Joint, policy: Any = None) -> Split:
                     [v.name_hint for v in residuals] + [c.name_hint for c in ct_args])
     bvm: dict[SSAValue, SSAValue] = dict(zip(residuals + ct_args, bprog.args))
     for op in plan.recompute:
-        bprog.block.add_op(op.clone(value_mapper=bvm))
+        bprog.block.add_op(clone_op(op, bvm))
     for op in bwd_ops:
-        bprog.block.add_op(op.clone(value_mapper=bvm))
+        bprog.block.add_op(clone_op(op, bvm))
     backward = bprog.finish([bvm[g] for g in grads])
     if carried:
         set_symbol_args(main_function(backward),

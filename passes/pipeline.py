@@ -13,12 +13,12 @@ Switches (constructor arguments; ``verify`` and ``dump`` default to environment 
   A failure raises `PassVerificationError` naming the pass, the op, its source location
   and what is wrong. Tests turn it on; it costs about as much as a pass.
 * ``dump`` (``THUNDER_IR_DUMP=1``): print each pass's result as MLIR to stderr.
-* ``record`` (default on): keep a Trace per pass. A snapshot copies the module (linear in
-  its size, and about as costly as the four standard passes together on a large program);
-  turn it off when nobody will read them. ``record="functions"``: a Trace per function
-  the pass ran on (`Trace.function` names it; an `OnEachFunction` pass names the ones it
-  runs on), which is how ``jit`` keeps ``last_traces`` (``@forward``) and
-  ``last_backward_traces`` (``@backward``) apart.
+* ``record`` (default on): keep a Trace per pass. It records the module in a frozen form
+  (`thunder_ir.passes.snapshot.freeze`, linear in its size) and builds the IR only when
+  the trace is read; turn it off when nobody will read them. ``record="functions"``: a
+  Trace per function the pass ran on (`Trace.function` names it; an `OnEachFunction` pass
+  names the ones it runs on), which is how ``jit`` keeps ``last_traces`` (``@forward``)
+  and ``last_backward_traces`` (``@backward``) apart.
 * ``pause_gc`` (default on): pause Python's cyclic garbage collector while the passes run.
   IR is a web of reference cycles; with the collector on, its full collections make
   decompositions and snapshots grow faster than the program (at 50k ops: decompose 147
@@ -38,13 +38,13 @@ from typing import Any, Literal, TextIO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, ErasedSSAValue, Operation, OpResult, Region, SSAValue
-from xdsl.ir.core import SSAValues, Use
+from xdsl.ir import Block, ErasedSSAValue, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from thunder_ir.dialects.location import location_text
 from thunder_ir.passes.registry import make_passes
+from thunder_ir.passes.snapshot import freeze, snapshot, snapshot_function
 from thunder_ir.passes.trace import Printer, Trace
 
 VERIFY_ENV = "THUNDER_IR_VERIFY"
@@ -143,95 +143,15 @@ def _first_invalid_op(module: ModuleOp) -> tuple[Operation | None, str]:
     return None, ""
 
 
-# --------------------------------------------------------------------------- snapshots
-
-
-class _GenericCloneNeeded(Exception):
-    pass
-
-
-def snapshot(module: ModuleOp) -> ModuleOp:
-    """A deep copy of ``module`` for a `Trace` (a third cheaper than ``module.clone()``).
-
-    Each op is created once with its final operands, where xDSL's clone creates it bare and
-    sets its operands in a second walk. IR with block successors or multi-block regions
-    (where a use may precede its definition in walk order) takes xDSL's clone.
-    """
-    try:
-        return _clone_op(module, {})  # type: ignore[return-value]
-    except _GenericCloneNeeded:
-        return module.clone()
-
-
-def snapshot_function(fn: Operation) -> ModuleOp:
-    """A deep copy of one function of a module, as a module of its own (see `snapshot`)."""
-    try:
-        return ModuleOp([_clone_op(fn, {})])
-    except _GenericCloneNeeded:
-        return ModuleOp([fn.clone()])
-
-
-def _clone_op(op: Operation, mapper: dict[SSAValue, SSAValue]) -> Operation:
-    if op.successors:
-        raise _GenericCloneNeeded
-    regions = []
-    for region in op.regions:
-        if len(region.blocks) > 1:
-            raise _GenericCloneNeeded
-        new_region = Region()
-        for block in region.blocks:
-            new_block = Block(arg_types=block.arg_types)
-            for a, na in zip(block.args, new_block.args, strict=True):
-                mapper[a] = na
-                if a.name_hint is not None:
-                    na.name_hint = a.name_hint
-            for inner in block.ops:
-                new_block.add_op(_clone_op(inner, mapper))
-            new_region.add_block(new_block)
-        regions.append(new_region)
-    get = mapper.get
-    new = _copy(op, [get(v, v) for v in op.operands], regions)
-    for r, nr in zip(op.results, new.results, strict=True):
-        mapper[r] = nr
-        if r.name_hint is not None:
-            nr.name_hint = r.name_hint
-    return new
-
-
-def _copy(op: Operation, operands: list[SSAValue], regions: list[Region]) -> Operation:
-    """A new op of ``op``'s class, properties, attributes, location and result types, with
-    these operands and regions: the fields ``Operation.create`` sets, set directly.
-
-    ``create`` also re-derives what a copy already has (default properties, the IRDL
-    checks of its ``__post_init__``) and routes every field through a setter: about half of
-    a snapshot's time. This follows the pinned xDSL's `Operation` fields; the snapshot
-    tests compare its copies with ``clone()``'s.
-    """
-    cls = type(op)
-    new = cls.__new__(cls)
-    vals = SSAValues(operands)
-    uses = tuple([Use(new, i) for i in range(len(vals))])
-    for v, u in zip(vals, uses):
-        v.add_use(u)
-    new._operands = vals
-    new._operand_uses = uses
-    new.results = SSAValues([OpResult(r.type, new, i) for i, r in enumerate(op.results)])
-    new.properties = dict(op.properties)
-    new.attributes = dict(op.attributes)
-    new.location = op.location
-    for region in regions:
-        new.add_region(region)
-    return new
-
-
 # --------------------------------------------------------------------------- hooks
 
 
 @dataclass
 class TraceRecorder:
-    """Records a `Trace` after each pass: a `snapshot` of the module or, ``per_function``,
+    """Records a `Trace` after each pass: the `freeze` of the module or, ``per_function``,
     of each function the pass ran on (every function of `program_functions`, or those an
-    `OnEachFunction` pass names), of class ``trace_type``."""
+    `OnEachFunction` pass names), of class ``trace_type``. A trace builds its IR from that
+    record when it is first read (`thunder_ir.passes.snapshot`)."""
 
     traces: list[Trace] = field(default_factory=list)
     printer: Printer | None = None
@@ -250,11 +170,11 @@ class TraceRecorder:
             name = fn.sym_name.data
             if not only or name in only:
                 self.traces.append(self.trace_type(
-                    ir=snapshot_function(fn), pass_name=p.name, duration_s=duration_s,
+                    ir=freeze(fn), pass_name=p.name, duration_s=duration_s,
                     printer=self.printer, function=name))
 
     def __call__(self, pass_name: str, module: ModuleOp, duration_s: float) -> None:
-        self.traces.append(self.trace_type(ir=snapshot(module), pass_name=pass_name,
+        self.traces.append(self.trace_type(ir=freeze(module), pass_name=pass_name,
                                            duration_s=duration_s, printer=self.printer))
 
 

@@ -15,20 +15,44 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
 
 from thunder_ir.dialects.location import print_mlir
+from thunder_ir.passes.snapshot import FrozenIR
 
 Printer = Callable[..., str]
 """``print(module, header=..., free_after_last_use=...) -> source``."""
 
 
+class _IR:
+    """``Trace.ir``: given a module or a `FrozenIR`; read, always the module (a frozen
+    record is thawed on the first read and kept)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> ModuleOp:
+        if obj is None:  # no default: the field is required
+            raise AttributeError(self.slot)
+        ir = obj.__dict__[self.slot]
+        if isinstance(ir, FrozenIR):
+            ir = obj.__dict__[self.slot] = ir.thaw()
+        return ir
+
+    def __set__(self, obj: Any, value: ModuleOp | FrozenIR) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass
 class Trace:
-    """A program snapshot: its IR, the pass that produced it and how long that took."""
+    """A program snapshot: its IR, the pass that produced it and how long that took.
 
-    ir: ModuleOp
+    ``ir`` may be given as a `thunder_ir.passes.snapshot.FrozenIR` (what the pipeline
+    records): it is built on the first read of ``trace.ir``."""
+
+    ir: _IR = _IR()
     pass_name: str = "trace"
     duration_s: float = 0.0
     final: bool = False  # the execution trace: prints with `del` after last uses

@@ -16,6 +16,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.autograd import FunctionOp, YieldOp
 from thunder_ir.dialects.types import TensorType
+from thunder_ir.passes.snapshot import clone_op
 from thunder_ir.passes.vjp import Grad, vjp
 
 
@@ -42,7 +43,7 @@ def function(g: Grad, out: list[SSAValue], ct: list[SSAValue | None], primals: l
                 for i, v in zip(grad_mask, bop.values, strict=True):
                     grads[i] = vm.get(v, v)
                 break
-            new: Operation = bop.clone(value_mapper=vm)
+            new: Operation = clone_op(bop, vm)
             g.emitter.insert(new)
     finally:
         g.emitter.loc = loc

@@ -107,3 +107,38 @@ def test_training_steps_are_dumped_and_verified(monkeypatch: pytest.MonkeyPatch,
     assert [f in last for f in ("@forward(", "@backward(", "@prologue(")] == [True] * 3
     assert last.index("@backward(") < last.index("@prologue(")
     torch.testing.assert_close(x.grad, x.detach().sin() + x.detach() * x.detach().cos())
+
+
+def test_lower_to_torch_reuses_the_lowering_of_ops_alike() -> None:
+    """``lower-to-torch`` lowers each op in one sweep and reuses the call's properties for
+    ops alike (class, properties, operand types): the IR equals what xDSL's worklist
+    driver gives with every op lowered afresh, on a model whose layers repeat."""
+    import sys
+
+    from xdsl.pattern_rewriter import GreedyRewritePatternApplier, PatternRewriteWalker
+
+    from thunder_ir.lowering.torch_executor import LowerToTorchPass, _Lower
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from models import Config, LlamaGPT
+
+    class Afresh(_Lower):
+        def lowered(self, op: object) -> object:  # type: ignore[override]
+            self.calls.clear()
+            return super().lowered(op)  # type: ignore[arg-type]
+
+    cfg = Config(n_layer=3, n_embd=32, n_head=4, n_query_groups=2, intermediate_size=64,
+                 block_size=16, vocab_size=64)
+    jm = thunder_ir.jit(LlamaGPT(cfg))
+    jm(torch.randint(0, 64, (2, 16))).sum().backward()
+    for traces in (thunder_ir.last_traces(jm), thunder_ir.last_backward_traces(jm)):
+        names = [t.pass_name for t in traces]
+        before = traces[names.index("lower-to-torch") - 1]
+        swept, walked = parse(before.mlir()), parse(before.mlir())
+        LowerToTorchPass().apply(None, swept)  # type: ignore[arg-type]
+        PatternRewriteWalker(GreedyRewritePatternApplier([Afresh()], dce_enabled=False),
+                             apply_recursively=False).rewrite_module(walked)
+        assert str(swept) == str(walked) == str(parse(traces[names.index("lower-to-torch")].mlir()))
+        rule = _Lower()
+        lowered = [rule.lowered(op) for op in parse(before.mlir()).walk()]
+        assert len(rule.calls) < sum(c is not None for c in lowered) / 2  # most ops reuse

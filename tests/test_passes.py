@@ -237,6 +237,19 @@ def test_pipeline_snapshots_are_independent() -> None:
     assert str(traces[0].ir) == before
 
 
+def test_a_trace_read_late_shows_what_its_pass_left() -> None:
+    """The pipeline records a frozen form and builds the IR on the first read: reading
+    after later passes rewrote the module still gives the IR of the pass's time."""
+    module, eager = _sample_program(), _sample_program()
+    traces = Pipeline(("canonicalize", "cse", "dce")).run(module)
+    expected = [str(t.ir) for t in Pipeline(("canonicalize", "cse", "dce")).run(eager)]
+    DCEPass().apply(CTX, module)
+    module.body.block.erase_op(module.body.block.first_op)  # the module is gone
+    assert [str(t.ir) for t in traces] == expected
+    assert expected[0] != expected[1]  # the passes changed the IR in between
+    assert traces[0].ir is traces[0].ir  # built once, then kept
+
+
 def test_pipeline_pauses_the_gc_and_restores_it() -> None:
     import gc
 
@@ -248,13 +261,41 @@ def test_pipeline_pauses_the_gc_and_restores_it() -> None:
     assert states == [False, True] and gc.isenabled()
 
 
-def test_snapshot_is_a_faithful_independent_copy() -> None:
+def test_new_op_builds_what_create_builds() -> None:
+    """`new_op` sets `Operation.create`'s fields directly: the same op, defaults included
+    (arith.addf's ``fastmath`` property has one), and no field left unset."""
+    from xdsl.dialects import arith
+    from xdsl.dialects.builtin import f32
+
+    from thunder_ir.dialects.base import new_op
+
+    block = Block(arg_types=[f32, f32])
+    for cls, props in ((arith.AddfOp, {}), (CallOp, {"callee": StringAttr("torch.add")})):
+        made = cls.create(operands=list(block.args), result_types=[f32], properties=props)
+        new = new_op(cls, list(block.args), [f32], dict(props))
+        assert str(new) == str(made) and new.properties == made.properties
+        assert new.attributes == made.attributes and new.location == made.location
+        assert new.regions == () and not new.successors and new.parent is None
+        assert all(r.owner is new for r in new.results)
+        assert [u.operation for v in block.args for u in v.uses].count(new) == 2
+    new = new_op(arith.AddfOp, list(block.args), [f32], {}, defaults=False)
+    assert new.properties == {}
+
+
+def _thawed(module: ModuleOp) -> ModuleOp:
+    from thunder_ir.passes.snapshot import freeze
+
+    return freeze(module).thaw()
+
+
+@pytest.mark.parametrize("copy_of", ["snapshot", "freeze"])
+def test_snapshot_is_a_faithful_independent_copy(copy_of: str) -> None:
     from thunder_ir.dialects.program import parse
-    from thunder_ir.passes.pipeline import snapshot
+    from thunder_ir.passes.snapshot import snapshot
 
     text = (Path(__file__).parent / "filecheck" / "roundtrip" / "dialects.mlir").read_text()
     module = parse(text)
-    copy = snapshot(module)
+    copy = snapshot(module) if copy_of == "snapshot" else _thawed(module)
     assert str(copy) == str(module) == str(module.clone())
     copy.verify()
     assert all(a is not b for a, b in zip(copy.walk(), module.walk(), strict=True))

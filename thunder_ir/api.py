@@ -41,7 +41,8 @@ from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
 from thunder_ir.lowering.tiered import TRACING
-from thunder_ir.passes.pipeline import Pipeline, snapshot, snapshot_function
+from thunder_ir.passes.pipeline import Pipeline, snapshot_function
+from thunder_ir.passes.snapshot import freeze
 from thunder_ir.pipeline import JitOptions, jit_pipeline
 from thunder_ir.runtime.cache import (
     CACHE_CAPACITY,
@@ -671,7 +672,7 @@ class CompiledCallable:
         pro = self._keyed_prologue(traced, spec, args, kwargs, n, pro, exact)
         module = traced.module
         _put_prologue(module, pro)  # once: trace 0 shows the prologue the cache keys by
-        traces = [Trace(snapshot(module), "trace", t_trace)]
+        traces = [Trace(freeze(module), "trace", t_trace)]
         training = any(traced.output_requires_grad)
         passes = jit_pipeline(JitOptions(
             executors=tuple(self.executors), training=training,
