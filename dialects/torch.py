@@ -65,9 +65,9 @@ from thunder_ir.dialects.base import (
     ShapeError,
     ThunderOp,
     from_attr,
-    new_op,
     to_attr,
 )
+from thunder_ir.dialects.construct import new_op
 from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import (
     HandleType,

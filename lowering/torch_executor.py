@@ -26,7 +26,8 @@ from xdsl.ir import Attribute, Operation
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 
-from thunder_ir.dialects.base import OperandRef, ThunderOp, new_op, to_attr
+from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
+from thunder_ir.dialects.construct import new_op
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.torch import CallOp, make_call, torch_name
 from thunder_ir.lowering.executors import Executor

@@ -21,7 +21,7 @@ from typing import Any
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 
-from thunder_ir.dialects.base import new_op
+from thunder_ir.dialects.construct import new_op
 
 
 class _GenericCloneNeeded(Exception):

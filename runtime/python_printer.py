@@ -68,7 +68,18 @@ from typing import Any
 
 import torch
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    FloatAttr,
+    IntAttr,
+    IntegerAttr,
+    ModuleOp,
+    NoneAttr,
+    StringAttr,
+    UnitAttr,
+)
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, ParametrizedAttribute, SSAValue
 from xdsl.irdl import VariadicDef
 
@@ -342,6 +353,12 @@ class _Namer:
 # --------------------------------------------------------------------------- printer
 
 
+_SYMBOL_FREE: frozenset[type] = frozenset((
+    IntegerAttr, FloatAttr, StringAttr, DenseArrayBase, NoneAttr, UnitAttr, IntAttr))
+"""Attribute classes that hold no symbolic size: `_scan_symbols` need not open them (an
+integer attribute's parameters are its value and its integer type)."""
+
+
 class _PythonPrinter:
     """One printing of one function. ``exprs`` maps each value to its Python expression."""
 
@@ -389,6 +406,8 @@ class _PythonPrinter:
         stack: list[Attribute] = list(op.properties.values())
         while stack:
             a = stack.pop()
+            if type(a) in _SYMBOL_FREE:
+                continue
             if isinstance(a, SymExprAttr):
                 self.symbols |= set(SYMBOL_NAME.findall(a.text))
                 if "math." in a.text:  # sympy prints ceiling and floor as math.ceil/floor

@@ -267,7 +267,7 @@ def test_new_op_builds_what_create_builds() -> None:
     from xdsl.dialects import arith
     from xdsl.dialects.builtin import f32
 
-    from thunder_ir.dialects.base import new_op
+    from thunder_ir.dialects.construct import new_op
 
     block = Block(arg_types=[f32, f32])
     for cls, props in ((arith.AddfOp, {}), (CallOp, {"callee": StringAttr("torch.add")})):
@@ -655,3 +655,4 @@ def test_canonicalize_never_changes_a_returned_type() -> None:
     t0 = tensor_type((), torch.float32)
     ops, _ = canonical(lambda P, a, b: P.mul(a, P.constant(value=1.0)), (t0, t0))
     assert ops == []
+

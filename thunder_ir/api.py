@@ -717,8 +717,9 @@ class CompiledCallable:
         shards' gradients (their reduce-scatter is autodiff's), ``ddp-allreduce`` of the
         parameters it does not shard, ZERO3's gathering again in the backward, and the
         prefetching schedule."""
-        if self.module is None:
-            return ()
+        if self.module is None or not (hasattr(self.module, "_thunder_ddp")
+                                       or hasattr(self.module, "_thunder_fsdp")):
+            return ()  # (without importing thunder_ir.distributed)
         from thunder_ir.distributed import config_of
         from thunder_ir.distributed.fsdp import FSDPType
         from thunder_ir.distributed.fsdp import config_of as fsdp_config_of

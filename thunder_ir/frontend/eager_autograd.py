@@ -142,12 +142,17 @@ def eager_saves(op: Operation, active: Sequence[bool]
     ``saved_tensors_hooks``; None if it saves none or cannot run (cached per signature)."""
     if not isinstance(op, ThunderOp) or isinstance(op, FunctionOp):
         return None  # a custom Function's saved tensors are what its ctx saved
-    try:
-        key: Any = (op.name, tuple(o.type for o in op.operands), str(op.properties),
-                    tuple(active))
+    try:  # attributes hash without printing; one that cannot is keyed by its text
+        key: Any = (op.name, tuple([o.type for o in op.operands]),
+                    tuple(op.properties.items()), tuple(active))
         hash(key)
     except TypeError:
-        return None
+        try:
+            key = (op.name, tuple([o.type for o in op.operands]), str(op.properties),
+                   tuple(active))
+            hash(key)
+        except TypeError:
+            return None
     if key in _SAVES:
         return _SAVES[key]
     metas: list[Any] = []
