@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.traits import (
@@ -38,6 +37,7 @@ from thunder_ir.dialects.traits import (
     free_to_recompute,
 )
 from thunder_ir.dialects.types import NumberType, TensorType
+from thunder_ir.passes.min_cut import SINK, SOURCE, Edge, latest_min_cut
 
 
 def cheap_elementwise(op: Operation) -> bool:
@@ -115,28 +115,6 @@ class RematPlan:
         return sum(nbytes(v) for v in self.saved)
 
 
-def _latest_min_cut(g: nx.DiGraph) -> set[object]:
-    """The source side of the minimum cut closest to the sink.
-
-    Among cuts of equal cost this one recomputes least: saving ``q * cos`` costs what
-    saving ``q`` does when ``cos`` is a constant, and only the later cut spares the
-    backward the multiplication. The sink side is every node that still reaches the sink
-    in the residual network of a maximum flow.
-    """
-    r = nx.algorithms.flow.preflow_push(g, "source", "sink", value_only=False)
-    sink_side = {"sink"}
-    stack = ["sink"]
-    while stack:
-        v = stack.pop()
-        for u in r.predecessors(v):
-            if u not in sink_side:
-                e = r[u][v]
-                if e["flow"] < e["capacity"]:
-                    sink_side.add(u)
-                    stack.append(u)
-    return set(g) - sink_side
-
-
 def plan_remat(fwd_args: Sequence[SSAValue], fwd_ops: Sequence[Operation],
                bwd_ops: Sequence[Operation], bwd_outputs: Sequence[SSAValue],
                policy: RematPolicy | str | None = None) -> RematPlan:
@@ -180,22 +158,24 @@ def plan_remat(fwd_args: Sequence[SSAValue], fwd_ops: Sequence[Operation],
         if src is not None and policy.recomputable(src):
             stack.extend(o for o in src.operands if o in fwd_values)
 
-    g = nx.DiGraph()
-    g.add_nodes_from(("source", "sink"))  # the cut is defined even if nothing is pinned
+    # Each value is an edge ("in", v) -> ("out", v) of what saving it costs; None:
+    # infinite. The source side of the cut closest to the sink recomputes least: among
+    # cuts of equal cost, saving ``q * cos`` costs what saving ``q`` does when ``cos`` is
+    # a constant, and only the later cut spares the backward the multiplication.
+    edges: list[Edge] = []
     for v in relevant:
         vin, vout = ("in", v), ("out", v)
         src = producer.get(v)
-        cost = 0 if src is None else nbytes(v)
-        g.add_edge(vin, vout, capacity=cost)
+        edges.append((vin, vout, 0 if src is None else nbytes(v)))
         if src is None or not policy.recomputable(src):
-            g.add_edge("source", vin)  # no capacity attribute: infinite
+            edges.append((SOURCE, vin, None))
         else:
             for o in src.operands:
                 if o in relevant:
-                    g.add_edge(("out", o), vin)
+                    edges.append((("out", o), vin, None))
     for v in needed:
-        g.add_edge(("out", v), "sink")
-    src_side = _latest_min_cut(g)
+        edges.append((("out", v), SINK, None))
+    src_side = latest_min_cut(edges)
     saved = [v for v in relevant if ("in", v) in src_side and ("out", v) not in src_side]
     recompute_values = {v for v in relevant if ("in", v) not in src_side}
     recompute_ops: list[Operation] = []

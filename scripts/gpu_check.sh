@@ -138,7 +138,7 @@ import torch
 print("python", sys.version.split()[0], "| torch", torch.__version__, "| cuda",
       torch.version.cuda, "| device",
       torch.cuda.get_device_name() if torch.cuda.is_available() else "none")
-for m in ("triton", "xdsl", "transformers", "expecttest", "hypothesis", "networkx",
+for m in ("triton", "xdsl", "transformers", "expecttest", "hypothesis",
           "pytest", "xdist", "pytest_timeout", "typing_extensions"):
     try:
         mod = importlib.import_module(m)

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
@@ -656,3 +658,45 @@ def test_canonicalize_never_changes_a_returned_type() -> None:
     ops, _ = canonical(lambda P, a, b: P.mul(a, P.constant(value=1.0)), (t0, t0))
     assert ops == []
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_latest_min_cut_is_networkx_cut(data: st.DataObject) -> None:
+    """`passes/min_cut.py`'s Dinic flow gives the cut the remat pass took from networkx's
+    preflow-push: the nodes that cannot reach the sink in the residual network (unique for
+    every maximum flow), on random graphs with finite and infinite capacities."""
+    nx = pytest.importorskip("networkx")
+    from thunder_ir.passes.min_cut import SINK, SOURCE, latest_min_cut
+
+    n = data.draw(st.integers(1, 12))
+    nodes: list[Any] = [SOURCE, *range(n), SINK]
+    edges = data.draw(st.lists(
+        st.tuples(st.sampled_from(nodes[:-1]), st.sampled_from(nodes[1:]),
+                  st.one_of(st.none(), st.integers(0, 20))), max_size=40))
+    edges = [(u, v, c) for u, v, c in edges if u != v]
+    g = nx.DiGraph()
+    g.add_nodes_from(nodes)
+    for u, v, c in edges:  # networkx keeps one edge per pair: add them up first
+        if g.has_edge(u, v):
+            old = g[u][v].get("capacity")
+            g[u][v].clear()
+            if old is not None and c is not None:
+                g[u][v]["capacity"] = old + c
+        else:
+            g.add_edge(u, v, **({} if c is None else {"capacity": c}))
+    try:
+        r = nx.algorithms.flow.preflow_push(g, SOURCE, SINK, value_only=False)
+    except nx.NetworkXUnbounded:
+        with pytest.raises(ValueError, match="infinite"):
+            latest_min_cut(edges, nodes)
+        return
+    sink_side = {SINK}
+    stack = [SINK]
+    while stack:
+        v = stack.pop()
+        for u in r.predecessors(v):
+            if u not in sink_side and r[u][v]["flow"] < r[u][v]["capacity"]:
+                sink_side.add(u)
+                stack.append(u)
+    assert latest_min_cut(edges, nodes) == set(g) - sink_side
