@@ -60,13 +60,7 @@ from xdsl.printer import Printer
 from xdsl.traits import EffectInstance, MemoryEffect
 
 from thunder_ir.dialects import symbols
-from thunder_ir.dialects.base import (
-    OperandRef,
-    ShapeError,
-    ThunderOp,
-    from_attr,
-    to_attr,
-)
+from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
 from thunder_ir.dialects.construct import new_op
 from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import (
