@@ -30,7 +30,6 @@ from typing import Any
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -42,6 +41,7 @@ from xdsl.utils.arg_spec import ArgSpec
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import claimed_by
 from thunder_ir.dialects.location import has_location
+from thunder_ir.passes.change import ReportsChange
 from thunder_ir.passes.context import CompileContext, resolve, spec_with_names
 
 
@@ -266,21 +266,22 @@ class _LowerClaimed(RewritePattern):
 
 
 @dataclass(frozen=True)  # registered by name in `thunder_ir.lowering.pass_names`
-class LowerClaimedPass(ModulePass):
+class LowerClaimedPass(ReportsChange):
     """Ops claimed by an executor with its own lowering (``Executor.lower``) become the ops
     that executor returns; the rest are left for ``lower-to-torch``."""
 
     name = "lower-claimed"
     executors: tuple[Any, ...] = ()
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def apply_and_report(self, ctx: Context, op: ModuleOp) -> bool:
         custom = {e.name: e for e in resolve(ctx, self.executors)
                   if type(e).lower is not Executor.lower}
         if not custom:
-            return
+            return False
         PatternRewriteWalker(GreedyRewritePatternApplier([_LowerClaimed(custom)],
                                                          dce_enabled=False),
                              apply_recursively=False).rewrite_module(op)
+        return True
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         return spec_with_names(self, include_default=include_default)

@@ -34,6 +34,8 @@ from xdsl.traits import IsolatedFromAbove
 from xdsl.transforms.common_subexpression_elimination import CSEDriver
 from xdsl.transforms.dead_code_elimination import is_trivially_dead, region_dce
 
+from thunder_ir.passes.change import ReportsChange
+
 
 class _OpKey:
     """An op as a CSE key: name, properties, attributes, operands, result types and
@@ -134,25 +136,31 @@ def cse(root: Operation) -> None:
     _CSEDriver(_known_ops=_KnownOps()).simplify(root)  # type: ignore[arg-type]
 
 
-def dce(root: Operation) -> None:
-    """Erases ops under ``root`` whose results are unused and that have no effect."""
+def dce(root: Operation) -> bool:
+    """Erases ops under ``root`` whose results are unused and that have no effect; False
+    if there were none."""
+    changed = False
     for region in root.regions:
-        _dce_region(region)
+        changed |= _dce_region(region)
+    return changed
 
 
-def _dce_region(region: Region) -> None:
+def _dce_region(region: Region) -> bool:
     if len(region.blocks) != 1:
         region_dce(region)  # liveness across blocks: xDSL's fixpoint
-        return
+        return True  # (which does not tell whether it erased anything)
+    changed = False
     block = region.block
     op = block.last_op
     while op is not None:
         prev = op.prev_op
         for r in op.regions:
-            _dce_region(r)
+            changed |= _dce_region(r)
         if is_trivially_dead(op):
             block.erase_op(op)
+            changed = True
         op = prev
+    return changed
 
 
 @dataclass(frozen=True)
@@ -166,13 +174,13 @@ class CSEPass(ModulePass):
 
 
 @dataclass(frozen=True)
-class DCEPass(ModulePass):
+class DCEPass(ReportsChange):
     """Dead-code elimination of pure ops (RNG, ``torch.call`` and the like stay)."""
 
     name = "dce"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        dce(op)
+    def apply_and_report(self, ctx: Context, op: ModuleOp) -> bool:
+        return dce(op)
 
 
 __all__ = ["CSEPass", "DCEPass", "cse", "dce"]

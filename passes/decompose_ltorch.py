@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -24,6 +23,7 @@ from xdsl.pattern_rewriter import (
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.fusion import claimed_by
 from thunder_ir.dialects.ltorch import LtorchOp
+from thunder_ir.passes.change import ReportsChange
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 
 
@@ -46,13 +46,19 @@ class DecomposeLtorch(RewritePattern):
 
 
 @dataclass(frozen=True)
-class DecomposeLtorchPass(ModulePass):
+class DecomposeLtorchPass(ReportsChange):
     """Decomposes every unclaimed ltorch op into prims."""
 
     name = "decompose-ltorch"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def apply_and_report(self, ctx: Context, op: ModuleOp) -> bool:
+        pattern = DecomposeLtorch()
+        rules = pattern.rules
+        if not any(isinstance(o, LtorchOp) and type(o) in rules and claimed_by(o) is None
+                   for o in op.walk()):
+            return False  # what executors claim is the common case: nothing to decompose
         PatternRewriteWalker(
-            GreedyRewritePatternApplier([DecomposeLtorch()], dce_enabled=False),
+            GreedyRewritePatternApplier([pattern], dce_enabled=False),
             apply_recursively=False,
         ).rewrite_module(op)
+        return True

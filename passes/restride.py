@@ -21,13 +21,13 @@ from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.program import FORWARD, program_functions
 from thunder_ir.dialects.torch import CallOp, make_call, output_strides, runtime_callee
 from thunder_ir.dialects.traits import ViewLike
+from thunder_ir.passes.change import ReportsChange
 
 RESTRIDE = runtime_callee("restride")
 """The runtime's ``restride(x, strides)`` (`thunder_ir.runtime.layout.restride`)."""
@@ -71,16 +71,18 @@ def restride_outputs(fn: func.FuncOp) -> int:
 
 
 @dataclass(frozen=True)
-class RestrideOutputsPass(ModulePass):
+class RestrideOutputsPass(ReportsChange):
     """Restrides the user's results that fusion regions or prims make to eager's
     strides (see the module doc)."""
 
     name = "restride-outputs"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def apply_and_report(self, ctx: Context, op: ModuleOp) -> bool:
+        n = 0
         for fn in program_functions(op):
             if fn.sym_name.data == FORWARD:
-                restride_outputs(fn)
+                n += restride_outputs(fn)
+        return n > 0
 
 
 __all__ = ["RESTRIDE", "RestrideOutputsPass", "made_by_our_kernel",

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -23,6 +22,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
+from thunder_ir.passes.change import ReportsChange
 
 
 class ForwardStopGradient(RewritePattern):
@@ -41,20 +41,27 @@ class ForwardFunction(RewritePattern):
         rewriter.replace(op, [], list(op.values))
 
 
-def strip_autograd(module: ModuleOp) -> None:
-    """Forwards every autograd marker in ``module`` to its values (one walk)."""
+def strip_autograd(module: ModuleOp) -> bool:
+    """Forwards every autograd marker in ``module`` to its values (one walk); False if
+    there was none."""
+    if not any(type(op) in _MARKERS for op in module.walk()):
+        return False  # (a type test per op: a tenth of the walker's visit)
     PatternRewriteWalker(
         GreedyRewritePatternApplier([ForwardStopGradient(), ForwardFunction()],
                                     dce_enabled=False),
         apply_recursively=False,
     ).rewrite_module(module)
+    return True
+
+
+_MARKERS = (StopGradientOp, FunctionOp)
 
 
 @dataclass(frozen=True)
-class StripAutogradPass(ModulePass):
+class StripAutogradPass(ReportsChange):
     """Forwards ``autograd.stop_gradient`` and ``autograd.function`` to their values."""
 
     name = "strip-autograd"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        strip_autograd(op)
+    def apply_and_report(self, ctx: Context, op: ModuleOp) -> bool:
+        return strip_autograd(op)

@@ -142,3 +142,93 @@ def test_lower_to_torch_reuses_the_lowering_of_ops_alike() -> None:
         rule = _Lower()
         lowered = [rule.lowered(op) for op in parse(before.mlir()).walk()]
         assert len(rule.calls) < sum(c is not None for c in lowered) / 2  # most ops reuse
+
+
+class _Detached(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return g * 2
+
+
+def _markers_and_dead_code(x: torch.Tensor) -> torch.Tensor:
+    unused = x.exp()  # noqa: F841  (dead: dce erases it)
+    with torch.no_grad():
+        scale = x.abs().mean()
+    return _Detached.apply(x).tanh() * scale + x.detach().sin()
+
+
+def test_a_pass_that_reports_no_change_left_the_ir_as_it_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `ReportsChange` pass that reports False left the module's text as it was, so
+    that the recorder may share the previous record; over jit's pipelines (inference and
+    training) of programs where each such pass finds work and where it finds none."""
+    import sys
+
+    from thunder_ir.passes import pipeline
+    from thunder_ir.passes.change import ReportsChange, apply_pass
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from models import Config, LlamaGPT
+
+    seen: dict[str, set[bool]] = {}
+
+    def checked(p: object, ctx: object, module: object) -> bool:
+        before = str(module)
+        changed = apply_pass(p, ctx, module)  # type: ignore[arg-type]
+        if isinstance(p, ReportsChange):
+            seen.setdefault(p.name, set()).add(changed)
+            assert changed or str(module) == before, p.name
+        return changed
+
+    monkeypatch.setattr(pipeline, "apply_pass", checked)
+    cfg = Config(n_layer=2, n_embd=32, n_head=4, n_query_groups=2, intermediate_size=64,
+                 block_size=16, vocab_size=64)
+    llama = thunder_ir.jit(LlamaGPT(cfg))
+    llama(torch.randint(0, 64, (2, 16))).sum().backward()
+    x = torch.randn(4, 8, requires_grad=True)
+    for arg in (x, x.detach()):  # training, then inference
+        jf = thunder_ir.jit(_markers_and_dead_code)
+        out = jf(arg)
+        torch.testing.assert_close(out, _markers_and_dead_code(arg))
+    assert set(seen) == {"strip-autograd", "decompose-ltorch", "dce", "restride-outputs",
+                         "lower-claimed"} and all(False in s for s in seen.values()), seen
+
+
+def test_passes_that_find_work_report_a_change() -> None:
+    """Run on the traced program (autograd markers, unclaimed ltorch ops, a dead op),
+    ``strip-autograd``, ``decompose-ltorch`` and ``dce`` report a change and make one; run
+    again, they report none and make none."""
+    from thunder_ir.passes.cse_dce import DCEPass
+    from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
+    from thunder_ir.passes.strip_autograd import StripAutogradPass
+
+    jf = thunder_ir.jit(_markers_and_dead_code)
+    jf(torch.randn(4, 8, requires_grad=True))
+    module = parse(thunder_ir.last_traces(jf)[0].mlir())
+    for p in (StripAutogradPass(), DCEPass(), DecomposeLtorchPass()):
+        before = str(module)
+        assert p.apply_and_report(None, module) and str(module) != before, p.name  # type: ignore[arg-type]
+        again = str(module)
+        assert not p.apply_and_report(None, module) and str(module) == again, p.name  # type: ignore[arg-type]
+
+
+def test_traces_of_passes_that_changed_nothing_share_the_record() -> None:
+    """``last_traces``: a pass that left the function as it was shows the same program
+    as the pass before it (one record, frozen once), under its own name."""
+    x = torch.randn(4, 8, requires_grad=True)
+    jf = thunder_ir.jit(_markers_and_dead_code)
+    jf(x).sum().backward()
+    for traces in (thunder_ir.last_traces(jf), thunder_ir.last_backward_traces(jf)):
+        names = [t.pass_name for t in traces]
+        i = names.index("dce")
+        records = [t.__dict__["_ir"] for t in traces]
+        assert any(records[j] is records[j - 1] for j in range(1, len(traces)))
+        for j in range(1, len(traces)):
+            if records[j] is records[j - 1]:
+                assert traces[j].mlir() == traces[j - 1].mlir()
+                assert traces[j].ir is not traces[j - 1].ir  # each reads its own module
+        assert names[i - 1] == "cse"
