@@ -193,10 +193,23 @@ def to_attr(value: Any) -> Attribute:
     if isinstance(value, _SYMBOLIC):  # a symbolic size: its text, or the constant it is
         text = sym_text(value)
         return SymExprAttr(StringAttr(text)) if isinstance(text, str) else to_attr(text)
+    if type(value) is int:  # building one costs ~10 µs; dims and sizes repeat
+        attr = _INTS.get(value)
+        if attr is None:
+            attr = _int_attr(value)
+            if len(_INTS) < _CACHED:
+                _INTS[value] = attr
+        return attr
     if isinstance(value, int):
-        if not -(2**63) <= value < 2**63:
-            raise TypeError(f"integer {value} does not fit a static argument (int64)")
-        return IntegerAttr(value, i64)
+        return _int_attr(value)
+    if type(value) is float:  # keyed by its exact bits: 0.0 and -0.0 are equal keys
+        key = value.hex()
+        attr = _FLOATS.get(key)
+        if attr is None:
+            attr = FloatAttr(value, f64)
+            if len(_FLOATS) < _CACHED:
+                _FLOATS[key] = attr
+        return attr
     if isinstance(value, float):
         return FloatAttr(value, f64)
     if isinstance(value, str):
@@ -224,6 +237,17 @@ def to_attr(value: Any) -> Attribute:
     if isinstance(value, _TORCH_CONSTANTS):
         return TorchConstantAttr(StringAttr(str(value).removeprefix("torch.")))
     raise TypeError(f"cannot store {value!r} of type {type(value).__name__} as a static argument")
+
+
+_INTS: dict[int, Attribute] = {}
+_FLOATS: dict[str, Attribute] = {}
+_CACHED = 4096  # values kept per table (attributes are immutable: shared freely)
+
+
+def _int_attr(value: int) -> Attribute:
+    if not -(2**63) <= value < 2**63:
+        raise TypeError(f"integer {value} does not fit a static argument (int64)")
+    return IntegerAttr(value, i64)
 
 
 def _slice_parts(s: slice) -> tuple[Any, Any, Any]:

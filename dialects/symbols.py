@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,17 @@ import sympy
 import torch
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 from torch.utils._sympy.printers import PythonPrinter
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, IntegerAttr, StringAttr
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    FloatAttr,
+    IntAttr,
+    IntegerAttr,
+    NoneAttr,
+    StringAttr,
+    UnitAttr,
+)
 from xdsl.ir import Attribute, ParametrizedAttribute
 from xdsl.irdl import AttrConstraint, irdl_attr_definition
 from xdsl.parser import AttrParser
@@ -441,14 +451,39 @@ def check_static_region(region: Any, executor: str) -> None:
                             f"{region.kernel.data} has symbolic ones")
 
 
+SYMBOL_FREE: frozenset[type] = frozenset((
+    IntegerAttr, FloatAttr, StringAttr, DenseArrayBase, NoneAttr, UnitAttr, IntAttr))
+"""Attribute classes that hold no symbolic size: `sym_exprs` need not open them (an
+integer attribute's parameters are its value and its integer type)."""
+
+
+def sym_exprs(attrs: Iterable[Attribute]) -> Iterator[SymExprAttr]:
+    """Every `SymExprAttr` in ``attrs`` and in the attributes they hold (arrays,
+    dictionaries, parameters: a slice's bounds). Most static arguments are integers and
+    integer arrays (`SYMBOL_FREE`), which are not opened."""
+    stack = list(attrs)
+    while stack:
+        a = stack.pop()
+        if type(a) in SYMBOL_FREE:
+            continue
+        if isinstance(a, SymExprAttr):
+            yield a
+        elif isinstance(a, ArrayAttr):
+            stack.extend(a.data)
+        elif isinstance(a, DictionaryAttr):
+            stack.extend(a.data.values())
+        elif isinstance(a, ParametrizedAttribute):
+            stack.extend(a.parameters)
+
+
 def hints(sizes: Any) -> tuple[int, ...]:
     """`hint` of each size: concrete sizes for a probe whose answer does not depend on
     them (which operands a kernel saves, which attention kernel eager picks)."""
     return tuple(hint(d) for d in sizes)
 
 
-__all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_NAME", "IntArrayConstraint",
+__all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_FREE", "SYMBOL_NAME", "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
            "check_static_region", "current", "detached", "hint", "hinted", "hints", "range_len",
            "same_sizes", "same_types", "slice_indices", "stand_in_mode",
-           "sym_text", "sym_value"]
+           "sym_exprs", "sym_text", "sym_value"]

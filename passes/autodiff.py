@@ -26,8 +26,8 @@ from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
-from xdsl.ir import Attribute, Operation, ParametrizedAttribute, SSAValue
+from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
@@ -49,7 +49,7 @@ from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import BACKWARD, FORWARD, Program, main_function
-from thunder_ir.dialects.symbols import SYMBOL_NAME, SymExprAttr
+from thunder_ir.dialects.symbols import SYMBOL_NAME, SymExprAttr, sym_exprs
 from thunder_ir.dialects.torch import (
     OUTPUT_STRIDES,
     SYMBOL_ARGS,
@@ -334,18 +334,8 @@ def _symbol_residuals(sym_args: dict[str, int], fwd_args: Sequence[SSAValue],
     ``prims.constant`` of the symbol, added to ``fprog`` (``@forward`` binds it from its
     arguments' shapes) and mapped to itself in ``fvm``."""
     used: set[str] = set()
-    stack: list[Attribute] = [a for op in bwd_ops for o in op.walk()
-                              for a in o.properties.values()]
-    while stack:
-        a = stack.pop()
-        if isinstance(a, SymExprAttr):
-            used.update(SYMBOL_NAME.findall(a.text))
-        elif isinstance(a, ArrayAttr):
-            stack.extend(a.data)
-        elif isinstance(a, DictionaryAttr):
-            stack.extend(a.data.values())
-        elif isinstance(a, ParametrizedAttribute):
-            stack.extend(a.parameters)
+    for a in sym_exprs(a for op in bwd_ops for o in op.walk() for a in o.properties.values()):
+        used.update(SYMBOL_NAME.findall(a.text))
     shapes = {d for v in bwd_args if isinstance(v.type, TensorType)
               for d in v.type.dims_text if isinstance(d, str)}
     out: dict[str, SSAValue] = {}

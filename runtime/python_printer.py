@@ -69,18 +69,9 @@ from typing import Any
 import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
-    ArrayAttr,
-    DenseArrayBase,
-    DictionaryAttr,
-    FloatAttr,
-    IntAttr,
-    IntegerAttr,
     ModuleOp,
-    NoneAttr,
-    StringAttr,
-    UnitAttr,
 )
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, ParametrizedAttribute, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.irdl import VariadicDef
 
 from thunder_ir.dialects.autograd import FunctionOp
@@ -94,9 +85,9 @@ from thunder_ir.dialects.program import main_function
 from thunder_ir.dialects.symbols import (
     SYMBOL_NAME,
     SymbolicError,
-    SymExprAttr,
     SymText,
     detached,
+    sym_exprs,
     sym_text,
 )
 from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, CallOp, symbol_args
@@ -353,12 +344,6 @@ class _Namer:
 # --------------------------------------------------------------------------- printer
 
 
-_SYMBOL_FREE: frozenset[type] = frozenset((
-    IntegerAttr, FloatAttr, StringAttr, DenseArrayBase, NoneAttr, UnitAttr, IntAttr))
-"""Attribute classes that hold no symbolic size: `_scan_symbols` need not open them (an
-integer attribute's parameters are its value and its integer type)."""
-
-
 class _PythonPrinter:
     """One printing of one function. ``exprs`` maps each value to its Python expression."""
 
@@ -403,21 +388,10 @@ class _PythonPrinter:
 
     def _scan_symbols(self, op: Operation) -> None:
         """Collects the symbols the op's static arguments use (``#prims.sym``)."""
-        stack: list[Attribute] = list(op.properties.values())
-        while stack:
-            a = stack.pop()
-            if type(a) in _SYMBOL_FREE:
-                continue
-            if isinstance(a, SymExprAttr):
-                self.symbols |= set(SYMBOL_NAME.findall(a.text))
-                if "math." in a.text:  # sympy prints ceiling and floor as math.ceil/floor
-                    self.modules.add("math")
-            elif isinstance(a, ArrayAttr):
-                stack.extend(a.data)
-            elif isinstance(a, DictionaryAttr):
-                stack.extend(a.data.values())
-            elif isinstance(a, ParametrizedAttribute):  # a slice's bounds
-                stack.extend(a.parameters)
+        for a in sym_exprs(op.properties.values()):
+            self.symbols |= set(SYMBOL_NAME.findall(a.text))
+            if "math." in a.text:  # sympy prints ceiling and floor as math.ceil/floor
+                self.modules.add("math")
 
     def bind_symbols(self) -> None:
         """``s0 = x.shape[1]``: binds each symbol the function uses from the first
