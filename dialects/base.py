@@ -203,12 +203,12 @@ def to_attr(value: Any) -> Attribute:
     if isinstance(value, int):
         return _int_attr(value)
     if type(value) is float:  # keyed by its exact bits: 0.0 and -0.0 are equal keys
-        key = value.hex()
-        attr = _FLOATS.get(key)
+        bits = value.hex()
+        attr = _FLOATS.get(bits)
         if attr is None:
             attr = FloatAttr(value, f64)
             if len(_FLOATS) < _CACHED:
-                _FLOATS[key] = attr
+                _FLOATS[bits] = attr
         return attr
     if isinstance(value, float):
         return FloatAttr(value, f64)
