@@ -51,10 +51,11 @@ from typing import Any
 import torch
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_nn import ScaledDotProductAttentionOp
 from thunder_ir.dialects.symbols import hints
-from thunder_ir.dialects.torch import make_call, runtime_callee
+from thunder_ir.dialects.torch import make_call, meta_call, runtime_callee
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
 from thunder_ir.passes.vjp_ltorch import runs_math_kernel
@@ -325,12 +326,28 @@ def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue 
 def _emit_call(g: Any, callee: str, operands: list[SSAValue], kwargs: dict[str, Any],
                result_types: list[Any] | None = None) -> Any:
     """A pure ``torch.call`` of ``callee`` on ``operands`` (passed positionally), tagged
-    with the forward op's source location."""
+    with the forward op's source location. Without ``result_types``, the meta run that
+    gives them is made once per callee, operand types and ``kwargs`` (the layers of a
+    model repeat their attention)."""
+    layout = None
+    if result_types is None:
+        key = (callee, tuple(o.type for o in operands), tuple(sorted(kwargs.items())))
+        known = _CALL_TYPES.get(key) if symbols.current() is None else None
+        if known is None:
+            meta = meta_call(callee, operands, [OperandRef(i) for i in range(len(operands))],
+                             kwargs)
+            known = (meta.result_types, meta.layout)
+            if symbols.current() is None:  # (symbolic types belong to one compilation)
+                _CALL_TYPES[key] = known
+        result_types, layout = known
     call = make_call(callee, operands, [OperandRef(i) for i in range(len(operands))], kwargs,
-                     result_types=result_types, pure=True)
+                     result_types=result_types, pure=True, layout=layout)
     if g.emitter.loc is not None:
         call.location = g.emitter.loc
     return call
+
+
+_CALL_TYPES: dict[Any, tuple[list[Any], tuple[int, ...] | None]] = {}
 
 
 def _attention_kwargs(is_causal: bool, scale: float | None) -> dict[str, Any]:
