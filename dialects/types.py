@@ -249,8 +249,13 @@ class TensorType(ParametrizedAttribute, TypeAttribute):
 
     def pretty(self) -> str:
         """As Python traces print it: ``cpu f32[8, 784]`` (``cpu f32[s0, 784]``)."""
-        return (f"{self.dev} {DTYPE_BY_TORCH[self.dtype].short}"
+        try:
+            return self.__dict__["_pretty"]  # type: ignore[no-any-return]
+        except KeyError:
+            text = self.__dict__["_pretty"] = (
+                f"{self.dev} {DTYPE_BY_TORCH[self.dtype].short}"
                 f"[{', '.join(map(str, self.dims_text))}]")
+            return text
 
 
 @irdl_attr_definition
