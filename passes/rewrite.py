@@ -13,15 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from xdsl.ir import Operation
+from xdsl.ir.core import SSAValues
 
 
 def replace_each(root: Operation, rule: Callable[[Operation], Operation | None]) -> bool:
     """Replaces each op under ``root`` for which ``rule(op)`` returns a new op (built, not
     inserted) with it, visiting every op once in program order; returns whether any was.
 
-    The new op takes the old one's place and results, and each result's name hint when it
-    has none (as `PatternRewriter.replace` does). Ops nested in a replaced op are not
-    visited. ``rule`` must not insert or erase ops itself.
+    The new op takes the old one's place and results: with the same result types, the
+    result values themselves (so no use needs moving), else their uses; either way each
+    result keeps the old name hint unless the new op's has one (as
+    `PatternRewriter.replace` does). Ops nested in a replaced op are not visited. ``rule``
+    must not insert or erase ops itself.
     """
     replaced: set[Operation] = set()  # those with regions: their ops are gone too
     changed = False
@@ -33,10 +36,21 @@ def replace_each(root: Operation, rule: Callable[[Operation], Operation | None])
         if new is None:
             continue
         block.insert_op_before(new, op)
-        for old, res in zip(op.results, new.results, strict=True):
-            old.replace_all_uses_with(res)
-            if not res.name_hint:
-                res.name_hint = old.name_hint
+        olds = op.results
+        if [r.type for r in olds] == [r.type for r in new.results]:
+            # The new op takes over the old one's result values, uses and names included:
+            # nothing that reads them changes (cheaper than moving every use over).
+            for r, fresh in zip(olds, new.results, strict=True):
+                r.op = new
+                if fresh.name_hint:
+                    r.name_hint = fresh.name_hint
+            new.results = olds
+            op.results = SSAValues(())
+        else:
+            for old, res in zip(olds, new.results, strict=True):
+                old.replace_all_uses_with(res)
+                if not res.name_hint:
+                    res.name_hint = old.name_hint
         if op.regions:
             replaced.add(op)
         block.erase_op(op)

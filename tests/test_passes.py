@@ -700,3 +700,61 @@ def test_latest_min_cut_is_networkx_cut(data: st.DataObject) -> None:
                 sink_side.add(u)
                 stack.append(u)
     assert latest_min_cut(edges, nodes) == set(g) - sink_side
+
+
+def test_replace_each_hands_over_the_results() -> None:
+    """`replace_each`: a new op with the old one's result types takes over its result
+    values (their uses and names, one it names itself kept); with other result types the
+    uses move to the new results. Either way the IR is what xDSL's rewriter makes."""
+    from xdsl.pattern_rewriter import (
+        GreedyRewritePatternApplier,
+        PatternRewriter,
+        PatternRewriteWalker,
+        RewritePattern,
+    )
+
+    from thunder_ir.dialects.construct import new_op
+    from thunder_ir.passes.rewrite import replace_each
+
+    def rule(op: Operation) -> Operation | None:
+        if not isinstance(op, prims.OPS["exp"]):
+            return None
+        t = op.results[0].type
+        if op.operands[0] is main_function(op.get_toplevel_object()).args[1]:  # other type
+            t = tensor_type((4,), torch.float64)
+        new = new_op(prims.OPS["sin"], list(op.operands), [t], {})
+        if op.operands[0] is main_function(op.get_toplevel_object()).args[0]:
+            new.results[0].name_hint = "own"
+        return new
+
+    class Pattern(RewritePattern):
+        def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+            new = rule(op)
+            if new is not None:
+                rewriter.replace(op, [new], list(new.results))
+
+    def body(P: Any, a: SSAValue, b: SSAValue) -> Any:
+        x = P.exp(a)
+        y = P.exp(b)
+        z = P.exp(P.add(a, b))
+        return P.add(P.add(x, z), y)
+
+    swept, walked = _named(program(body)), _named(program(body))
+    results = [op.results[0] for op in main_function(swept).body.block.ops
+               if op.name == "prims.exp"]
+    assert replace_each(swept, rule)
+    PatternRewriteWalker(GreedyRewritePatternApplier([Pattern()], dce_enabled=False),
+                         apply_recursively=False).rewrite_module(walked)
+    assert str(swept) == str(walked)
+    kept = [op.results[0] for op in main_function(swept).body.block.ops
+            if op.name == "prims.sin"]
+    assert kept[0] is results[0] and kept[0].name_hint == "own"  # taken over, renamed
+    assert kept[1] is not results[1] and not results[1].uses  # other type: uses moved
+    assert kept[2] is results[2] and kept[2].name_hint == "z" and kept[2].owner.name == "prims.sin"
+
+
+def _named(module: ModuleOp) -> ModuleOp:
+    for op, name in zip((o for o in main_function(module).body.block.ops
+                         if o.name == "prims.exp"), "xyz"):
+        op.results[0].name_hint = name
+    return module
