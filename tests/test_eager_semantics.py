@@ -971,6 +971,29 @@ def test_chains_of_in_place_writes_raise_only_where_eager_raises(fn: Any) -> Non
     check_against_eager(fn, a, y)
 
 
+def test_what_eager_saves_is_worked_out_only_when_a_write_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The meta runs that say which tensors each op's backward saves are made when an
+    in-place write asks (none in a program that writes nothing in place), for the ops
+    traced before it; such a write still raises where eager raises."""
+    from thunder_ir.frontend import eager_autograd
+
+    asked: list[str] = []
+    saves = eager_autograd.eager_saves
+
+    def counted(op: Any, active: Any) -> Any:
+        asked.append(op.name)
+        return saves(op, active)
+
+    monkeypatch.setattr(eager_autograd, "eager_saves", counted)
+    a = rand(3).requires_grad_()
+    y = (rand(3, seed=1).abs() + 0.5).requires_grad_()
+    check_against_eager(lambda a, y: (a.sin() * y).exp().sum(), a, y)
+    assert asked == []
+    check_against_eager(_square_in_place_then_add, a, y)
+    assert "ltorch.mul" in asked
+
+
 # --------------------------------------------------------------------------- memory layout
 
 

@@ -474,6 +474,7 @@ class TraceContext(Builder):
         which eager clones for an in-place op, so those records go (with ``keep_saved`` they
         stay: see `Builder.assign`); a tensor of that storage they read as another operand
         (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it."""
+        self.autograd.resolve_saved()
         saved, saved_operands = self.autograd.saved, self.autograd.saved_operands
         for v in self.aliases.members.get(target._storage, ()):
             ops = saved.pop(v, ())
