@@ -59,6 +59,7 @@ from thunder_ir.dialects.torch import (
 )
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, number_type
+from thunder_ir.passes.change import ReportsChange
 from thunder_ir.passes.context import VjpLookup, resolve, spec_with_names, vjp_overrides
 from thunder_ir.passes.decompositions import decompose_op, load_rules
 from thunder_ir.passes.snapshot import clone_op
@@ -86,29 +87,38 @@ class _DecomposeWithoutRule(RewritePattern):
         self.vjps = load_vjp_rules()
         self.overriding = overriding
 
-    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+    def wants(self, op: Operation) -> bool:
+        """Whether ``op`` is an ltorch op to decompose: no VJP rule, a decomposition."""
         from thunder_ir.dialects.ltorch_base import LtorchOp
 
         if not isinstance(op, LtorchOp) or type(op) in self.vjps or type(op) not in self.rules:
-            return
+            return False
         if "saved_modified" in op.attributes:  # its backward raises: keep it whole
-            return
+            return False
         if has_no_derivative(op):
+            return False
+        # (an executor in use may differentiate it whole)
+        return not any(lookup(op) is not None for lookup in self.overriding)
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not self.wants(op):
             return
-        if any(lookup(op) is not None for lookup in self.overriding):
-            return  # an executor in use differentiates it whole
         emitter = Emitter()
         emitter.loc = op.location
         out = decompose_op(op, emitter)
         rewriter.replace(op, emitter.ops, out if isinstance(out, list) else [out])
 
 
-def decompose_for_grad(module: ModuleOp, overriding: Sequence[VjpLookup] = ()) -> None:
+def decompose_for_grad(module: ModuleOp, overriding: Sequence[VjpLookup] = ()) -> bool:
     """Decomposes the ltorch ops that have no direct VJP rule into prims (neither in the
-    VJP table nor from one of the ``overriding`` executor lookups)."""
-    PatternRewriteWalker(GreedyRewritePatternApplier([_DecomposeWithoutRule(overriding)],
-                                                     dce_enabled=False),
+    VJP table nor from one of the ``overriding`` executor lookups); False if there were
+    none (the common case: one look at each op, without xDSL's walker)."""
+    pattern = _DecomposeWithoutRule(overriding)
+    if not any(pattern.wants(op) for op in module.walk()):
+        return False
+    PatternRewriteWalker(GreedyRewritePatternApplier([pattern], dce_enabled=False),
                          apply_recursively=False).rewrite_module(module)
+    return True
 
 
 # --------------------------------------------------------------------------- 2. joint
@@ -416,7 +426,7 @@ def joint_of(module: ModuleOp) -> Joint:
 
 
 @dataclass(frozen=True)
-class DecomposeForGradPass(ModulePass):
+class DecomposeForGradPass(ReportsChange):
     """Decomposes the ltorch ops that have no direct VJP rule into prims.
 
     Args:
@@ -427,8 +437,8 @@ class DecomposeForGradPass(ModulePass):
     name = "decompose-for-grad"
     executors: tuple[Any, ...] = ()
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        decompose_for_grad(op, vjp_overrides(resolve(ctx, self.executors)))
+    def apply_and_report(self, ctx: Context, op: ModuleOp) -> bool:
+        return decompose_for_grad(op, vjp_overrides(resolve(ctx, self.executors)))
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         return spec_with_names(self, include_default=include_default)

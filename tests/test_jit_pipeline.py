@@ -194,14 +194,17 @@ def test_a_pass_that_reports_no_change_left_the_ir_as_it_was(
         jf = thunder_ir.jit(_markers_and_dead_code)
         out = jf(arg)
         torch.testing.assert_close(out, _markers_and_dead_code(arg))
-    assert set(seen) == {"strip-autograd", "decompose-ltorch", "dce", "restride-outputs",
-                         "lower-claimed"} and all(False in s for s in seen.values()), seen
+    assert set(seen) == {"decompose-for-grad", "strip-autograd", "decompose-ltorch", "dce",
+                         "restride-outputs", "lower-claimed"} \
+        and all(False in s for s in seen.values()), seen
 
 
 def test_passes_that_find_work_report_a_change() -> None:
-    """Run on the traced program (autograd markers, unclaimed ltorch ops, a dead op),
+    """Run on the traced program (autograd markers, unclaimed ltorch ops, a dead op, an op
+    differentiated through its decomposition: ``abs``), ``decompose-for-grad``,
     ``strip-autograd``, ``decompose-ltorch`` and ``dce`` report a change and make one; run
     again, they report none and make none."""
+    from thunder_ir.passes.autodiff import DecomposeForGradPass
     from thunder_ir.passes.cse_dce import DCEPass
     from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
     from thunder_ir.passes.strip_autograd import StripAutogradPass
@@ -209,7 +212,7 @@ def test_passes_that_find_work_report_a_change() -> None:
     jf = thunder_ir.jit(_markers_and_dead_code)
     jf(torch.randn(4, 8, requires_grad=True))
     module = parse(thunder_ir.last_traces(jf)[0].mlir())
-    for p in (StripAutogradPass(), DCEPass(), DecomposeLtorchPass()):
+    for p in (DecomposeForGradPass(), StripAutogradPass(), DCEPass(), DecomposeLtorchPass()):
         before = str(module)
         assert p.apply_and_report(None, module) and str(module) != before, p.name  # type: ignore[arg-type]
         again = str(module)
