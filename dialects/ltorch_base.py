@@ -44,6 +44,11 @@ def ltorch_op(torch_fn: Callable[..., Any]) -> Callable[[_T], _T]:
 
 
 def _freeze(v: Any) -> Any:
+    t = type(v)
+    if t is TensorType or t is NumberType or v is None:  # (most operands and params)
+        return v
+    if t is tuple or t is list:
+        return tuple([_freeze(x) for x in v])
     if isinstance(v, list | tuple):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, slice):

@@ -306,27 +306,36 @@ def split(joint: Joint, policy: Any = None) -> Split:
     bwd_ops = live_ops(bwd_ops, grads)
     plan = plan_remat(fwd_args, fwd_ops, bwd_ops, grads, policy)
 
-    # Forward: every forward op still needed for outputs or residuals (DCE runs later).
+    # The joint's ops move into the new functions (the joint is dropped): the forward's
+    # into @forward (DCE later drops those nothing needs), the live backward's into
+    # @backward; only the forward ops the backward recomputes are copied there.
     fprog = Program(FORWARD, [a.type for a in fwd_args],
                     [a.name_hint for a in fwd_args])
     fvm: dict[SSAValue, SSAValue] = dict(zip(fwd_args, fprog.args))
     for op in fwd_ops:
-        fprog.block.add_op(clone_op(op, fvm))
+        op.detach()
+        fprog.block.add_op(op)
     residuals = list(plan.saved)
     carried = _symbol_residuals(symbol_args(fn), fwd_args, [*plan.recompute, *bwd_ops],
                                 [*residuals, *ct_args], fprog, fvm)
     residuals += [v for v in carried.values() if v not in residuals]
-    forward = fprog.finish([fvm[v] for v in user_outs] + [fvm[v] for v in residuals])
 
     # Backward: residuals and cotangents in; recomputed forward ops, then the backward ops.
     bprog = Program(BACKWARD, [v.type for v in residuals] + [c.type for c in ct_args],
                     [v.name_hint for v in residuals] + [c.name_hint for c in ct_args])
     bvm: dict[SSAValue, SSAValue] = dict(zip(residuals + ct_args, bprog.args))
-    for op in plan.recompute:
+    for op in plan.recompute:  # (before the joint's arguments are replaced below)
         bprog.block.add_op(clone_op(op, bvm))
     for op in bwd_ops:
-        bprog.block.add_op(clone_op(op, bvm))
-    backward = bprog.finish([bvm[g] for g in grads])
+        op.detach()
+        bprog.block.add_op(op)
+        for inner in op.walk():  # what it reads from the forward: residuals, recomputed
+            if any(v in bvm for v in inner.operands):
+                inner.operands = [bvm.get(v, v) for v in inner.operands]
+    for a, new in zip(fwd_args, fprog.args, strict=True):
+        a.replace_all_uses_with(new)  # the forward ops' (the backward's were mapped)
+    forward = fprog.finish([fvm.get(v, v) for v in (*user_outs, *residuals)])
+    backward = bprog.finish([bvm.get(g, g) for g in grads])
     if carried:
         set_symbol_args(main_function(backward),
                         {s: residuals.index(v) for s, v in carried.items()})
