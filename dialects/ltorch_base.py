@@ -82,15 +82,16 @@ class LtorchOp(ThunderOp):
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
         # the default dtype too: Python floats and factories without a dtype follow it
-        key: tuple[Any, ...] | None = (
-            cls, _freeze(operand_types), _freeze(sorted(params.items())),
-            torch.get_default_dtype())
-        try:
-            hit = _INFER_CACHE.get(key) if symbols.current() is None else None
-        except TypeError:  # unhashable param: skip the cache
-            key, hit = None, None
-        if symbols.current() is not None:  # a symbolic run records guards: never cached
-            key = None
+        key: tuple[Any, ...] | None = None
+        hit = None
+        if symbols.current() is None:  # (a symbolic run records guards: never cached)
+            key = (cls, _freeze(operand_types),
+                   _freeze(sorted(params.items())) if params else (),
+                   torch.get_default_dtype())
+            try:
+                hit = _INFER_CACHE.get(key)
+            except TypeError:  # unhashable param: skip the cache
+                key = None
         if hit is not None:
             return hit
         flat = [t for g in operand_types for t in (g if isinstance(g, list) else [g])

@@ -29,6 +29,7 @@ from xdsl.pattern_rewriter import PatternRewriter, RewritePattern
 from thunder_ir.dialects.base import OperandRef, ThunderOp, to_attr
 from thunder_ir.dialects.construct import new_op
 from thunder_ir.dialects.fusion import RegionOp
+from thunder_ir.dialects.prims import ConstantOp, FullOp, IndexAddOp
 from thunder_ir.dialects.torch import CallOp, make_call, torch_name
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.passes.claim import ClaimPass  # noqa: F401  (its home before passes/claim.py)
@@ -173,8 +174,6 @@ class _Lower(RewritePattern):
 
     def lowered(self, op: Operation) -> CallOp | None:
         """The call that replaces ``op``, or None for an op that stays."""
-        from thunder_ir.dialects.prims import ConstantOp
-
         if not isinstance(op, ThunderOp) or isinstance(op, CallOp | ConstantOp):
             return None
         if isinstance(op.parent_op(), RegionOp):
@@ -218,8 +217,6 @@ def _into_fresh(op: ThunderOp) -> CallOp | None:
     """An out-of-place ``prims.index_add`` whose target is a fresh ``prims.full`` read by
     nothing else updates that buffer in place: eager's embedding backward (zeros, then
     ``index_add_``), without copying the zeros first."""
-    from thunder_ir.dialects.prims import FullOp, IndexAddOp
-
     if not isinstance(op, IndexAddOp):
         return None
     target = op.operands[0]
