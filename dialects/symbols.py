@@ -462,18 +462,37 @@ def sym_exprs(attrs: Iterable[Attribute]) -> Iterator[SymExprAttr]:
     dictionaries, parameters: a slice's bounds). Most static arguments are integers and
     integer arrays (`SYMBOL_FREE`), which are not opened."""
     stack = list(attrs)
+    kinds = _KINDS
     while stack:
         a = stack.pop()
-        if type(a) in SYMBOL_FREE:
+        kind = kinds.get(type(a))
+        if kind is None:
+            kind = _kind(type(a))
+        if kind == _OPAQUE:
             continue
-        if isinstance(a, SymExprAttr):
-            yield a
-        elif isinstance(a, ArrayAttr):
-            stack.extend(a.data)
-        elif isinstance(a, DictionaryAttr):
-            stack.extend(a.data.values())
-        elif isinstance(a, ParametrizedAttribute):
-            stack.extend(a.parameters)
+        if kind == _SYMBOL:
+            yield a  # type: ignore[misc]
+        elif kind == _ARRAY:
+            stack.extend(a.data)  # type: ignore[attr-defined]
+        elif kind == _DICT:
+            stack.extend(a.data.values())  # type: ignore[attr-defined]
+        else:
+            stack.extend(a.parameters)  # type: ignore[attr-defined]
+
+
+_OPAQUE, _SYMBOL, _ARRAY, _DICT, _PARAMETERS = range(5)
+_KINDS: dict[type, int] = {}
+
+
+def _kind(cls: type) -> int:
+    """How `sym_exprs` reads attributes of class ``cls`` (an ``isinstance`` chain once per
+    class: a miss against xDSL's abstract classes costs a Python call each time)."""
+    kind = (_OPAQUE if cls in SYMBOL_FREE else _SYMBOL if issubclass(cls, SymExprAttr)
+            else _ARRAY if issubclass(cls, ArrayAttr) else _DICT
+            if issubclass(cls, DictionaryAttr) else _PARAMETERS
+            if issubclass(cls, ParametrizedAttribute) else _OPAQUE)
+    _KINDS[cls] = kind
+    return kind
 
 
 def hints(sizes: Any) -> tuple[int, ...]:

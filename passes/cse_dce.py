@@ -51,7 +51,7 @@ class _OpKey:
             sum(hash(i) for i in self._attrs.items()),
             sum(hash(i) for i in op.properties.items()),
             tuple(r.type for r in op.results),
-            tuple(op.operands),
+            tuple([id(v) for v in op.operands]),  # (a value's own hash is a Python call)
         ))
 
     def __hash__(self) -> int:

@@ -119,9 +119,11 @@ def freeze(op: Operation) -> FrozenIR:
         return FrozenIR(None, op.clone() if isinstance(op, ModuleOp) else ModuleOp([op.clone()]))
 
 
-def _freeze(op: Operation, index: dict[SSAValue, int]) -> _Record:
+def _freeze(op: Operation, index: dict[int, int]) -> _Record:
     # (`_successors` and `_operands` are the tuples behind xDSL's views of them: a third
-    # of the cost of reading through the views, at a few million reads a second)
+    # of the cost of reading through the views, at a few million reads a second; values
+    # are numbered by ``id``, alive in the IR meanwhile: xDSL hashes a value by a Python
+    # call)
     if op._successors:
         raise _GenericCloneNeeded
     regions = None
@@ -134,15 +136,15 @@ def _freeze(op: Operation, index: dict[SSAValue, int]) -> _Record:
             for block in region.blocks:
                 args = block.args
                 for a in args:
-                    index[a] = len(index)
+                    index[id(a)] = len(index)
                 blocks.append((block.arg_types, tuple([a.name_hint for a in args]),
                                [_freeze(inner, index) for inner in block.ops]))
             regions.append(blocks)
     get = index.get
-    operands = tuple([get(v, v) for v in op._operands])
+    operands = tuple([get(id(v), v) for v in op._operands])
     results = op.results
     for r in results:
-        index[r] = len(index)
+        index[id(r)] = len(index)
     return (type(op), dict(op.properties), dict(op.attributes) if op.attributes else None,
             operands, tuple([(r.type, r.name_hint) for r in results]), op.location, regions)
 

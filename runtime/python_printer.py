@@ -657,28 +657,30 @@ def _last_uses(block: Block, ops: Sequence[Operation], ret: Operation) -> list[l
     for the region's op); a result that is never used is freed right after its op.
     Outputs and number constants are never freed; neither are unused arguments.
     """
+    # (keyed by ``id``: the values live in the IR meanwhile, and xDSL hashes a value by a
+    # Python call)
     body = ops[:-1]
-    last: dict[SSAValue, int] = {}
+    last: dict[int, int] = {}
     for i, top in enumerate(body):
         for op in _walk(top):
             for v in op.operands:
-                last[v] = i
-    keep = set(ret.operands)
+                last[id(v)] = i
+    keep = {id(v) for v in ret.operands}
     frees: list[list[SSAValue]] = [[] for _ in ops]
     for i, top in enumerate(body):
         here = frees[i]
         for op in _walk(top):
             for v in op.operands:
                 if (
-                    last[v] == i
-                    and v not in keep
+                    last[id(v)] == i
+                    and id(v) not in keep
                     and _defined_in(v, block)
                     and not isinstance(v.owner, ConstantOp)
                 ):
                     here.append(v)
-                    keep.add(v)  # once
+                    keep.add(id(v))  # once
         if not isinstance(top, ConstantOp):
-            here.extend(r for r in top.results if r not in last and r not in keep)
+            here.extend(r for r in top.results if id(r) not in last and id(r) not in keep)
     return frees
 
 
