@@ -190,6 +190,9 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
     ``overriding``: the executors' own VJP lookups, in priority order
     (`thunder_ir.passes.context.vjp_overrides`); the first rule one returns for an op replaces the
     VJP table's.
+
+    The forward's ops move into the joint: ``module``'s function is left with its return
+    only (``autodiff`` replaces it by the joint).
     """
     rules = load_vjp_rules()
     fwd = main_function(module)
@@ -213,24 +216,25 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
     arg_types = [a.type for a in block.args] + [outs[i].type for i in ct_outputs]
     names = [a.name_hint for a in block.args] + [f"ct_{i}" for i in range(len(ct_outputs))]
     prog = Program("joint", arg_types, names)
-    vm: dict[SSAValue, SSAValue] = dict(zip(block.args, prog.args))
+    vm: dict[SSAValue, SSAValue] = dict(zip(block.args, prog.args))  # the rest: themselves
     for op in ops:
-        prog.block.add_op(clone_op(op, vm))
+        op.detach()
+        prog.block.add_op(op)
+    for a in block.args:
+        a.replace_all_uses_with(vm[a])
     n_forward_ops = len(ops)
     g = Grad(prog.emitter)
 
     cts = Cotangents(g)
     for k, i in enumerate(ct_outputs):
-        cts.accumulate(vm[outs[i]], prog.args[len(block.args) + k])
-    active_new = {vm[v] for v in active}
+        cts.accumulate(vm.get(outs[i], outs[i]), prog.args[len(block.args) + k])
+    active_new = {vm.get(v, v) for v in active}
     g.active = active_new.__contains__
     for op in reversed(ops):
-        new_op = vm[op.results[0]].owner if op.results else None
-        if new_op is None or not any(vm[r] in cts for r in op.results):
+        if not op.results or not any(r in cts for r in op.results):
             continue
-        if not any(o in active for o in op.operands):
+        if not any(o in active_new for o in op.operands):
             continue
-        assert isinstance(new_op, Operation)
         modified = op.attributes.get("saved_modified")
         if modified is not None:  # eager's backward of this op raises: so does ours
             rule = raising_rule(modified.data)  # type: ignore[attr-defined]
@@ -246,7 +250,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
                                 "differentiate through it; register one with "
                                 "thunder_ir.passes.vjp.vjp")
         g.emitter.loc = op.location
-        backpropagate(g, new_op, rule, cts, active_new.__contains__)
+        backpropagate(g, op, rule, cts, active_new.__contains__)
     g.emitter.loc = None
     grads_out: list[SSAValue] = []
     for i in grad_inputs:
@@ -257,7 +261,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
             assert isinstance(t, TensorType)
             ct = g.prims.full(shape=t.sizes, fill_value=0.0, device=t.dev, dtype=t.dtype)
         grads_out.append(ct)
-    fwd_outs = [g.replaced.get(vm[o], vm[o]) for o in outs]
+    fwd_outs = [g.replaced.get(o, o) for o in (vm.get(o, o) for o in outs)]
     joint = prog.finish(fwd_outs + grads_out)
     # The backward is built: autograd's markers are only their values from here on.
     n_fwd = n_forward_ops + g.forward_inserted
