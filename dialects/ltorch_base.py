@@ -9,6 +9,14 @@ torch executor can emit the same call.
 The shape/dtype rule runs the reference on meta tensors: torch's own broadcasting, type
 promotion and shape errors, for free. Results are cached by (op, operand types, params),
 so tracing a model of repeated blocks pays for each distinct signature once.
+
+One case skips the meta run: an elementwise op listed as float-preserving
+(`LtorchOp.FLOAT_PRESERVING`, with params it accepts) on tensors of one floating dtype
+and device, and numbers, gives a tensor of that dtype and device, of their broadcast shape
+(`float_result`). torch's meta kernels for elementwise ops are Python (its refs, 90 to
+250 µs a call); anything else, a shape that does not broadcast included, goes the meta
+way, which raises eager's error. `tests/test_decomp_core.py` checks the rule against the
+meta kernels for every listed op.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from xdsl.irdl import irdl_op_definition
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.torch import meta_value, type_of_meta
-from thunder_ir.dialects.types import NumberType, TensorType, pretty_type
+from thunder_ir.dialects.types import NumberType, TensorType, is_float, pretty_type, tensor_type
 
 _T = TypeVar("_T", bound=type[ThunderOp])
 
@@ -63,10 +71,53 @@ def _freeze(v: Any) -> Any:
 _INFER_CACHE: dict[Any, Any] = {}
 
 
+def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
+                 ) -> TensorType | None:
+    """The result type of a `LtorchOp.FLOAT_PRESERVING` op whose tensor operands share one
+    floating dtype (float16, bfloat16, float32, float64) and device, the others being
+    numbers: that dtype and device, and the operands' broadcast shape. None where the
+    rule does not say (other operands, params `LtorchOp.float_params_ok` refuses, shapes
+    that do not broadcast)."""
+    if not cls.float_params_ok(params):
+        return None
+    first: TensorType | None = None
+    shapes = []
+    for t in operand_types:
+        if type(t) is TensorType:
+            if first is None:
+                first = t
+            elif t.element_type != first.element_type or t.dev != first.dev:
+                return None
+            shapes.append(t.sizes)
+        elif type(t) is not NumberType or not cls.FLOAT_NUMBERS:
+            return None
+    if first is None or not is_float(first.dtype):
+        return None
+    if all(s == shapes[0] for s in shapes):
+        return first
+    try:
+        shape = tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:  # the meta kernel raises eager's error
+        return None
+    return first if shape == first.sizes else tensor_type(shape, first.dtype, first.dev)
+
+
 class LtorchOp(ThunderOp):
     """Base of ltorch ops: reference = ``TORCH_FN``; shape rule = reference on meta."""
 
     TORCH_FN: ClassVar[Callable[..., Any]]
+    FLOAT_PRESERVING: ClassVar[bool] = False
+    """Elementwise, and on tensors of one floating dtype (with numbers) it gives that dtype
+    (`float_result`): ``add``, ``exp``, ``silu``; not ``eq`` or ``isnan``. Set by each
+    dialect module's table of such ops."""
+    FLOAT_NUMBERS: ClassVar[bool] = False
+    """`float_result` also holds with numbers among the operands (``x * 2``)."""
+
+    @classmethod
+    def float_params_ok(cls, params: dict[str, Any]) -> bool:
+        """Whether `float_result` holds with these params (eager accepts them for float
+        tensors); by default, when none is given."""
+        return all(v is None for v in params.values())
 
     @classmethod
     def result_device(cls, operand_types: list[Any], params: dict[str, Any]) -> str:
@@ -94,6 +145,11 @@ class LtorchOp(ThunderOp):
                 key = None
         if hit is not None:
             return hit
+        if cls.FLOAT_PRESERVING and key is not None:  # (key None: symbolic, unhashable)
+            fast = float_result(cls, operand_types, params)
+            if fast is not None:
+                _INFER_CACHE[key] = fast
+                return fast
         flat = [t for g in operand_types for t in (g if isinstance(g, list) else [g])
                 if t is not None]
         for t in flat:

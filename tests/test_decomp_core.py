@@ -200,3 +200,58 @@ def test_pow_half_exponents_follow_torchs_sqrt_fast_path() -> None:
     x = torch.tensor([-float("inf"), float("inf"), -0.0, -4.0, 2.5])
     for e in (0.5, -0.5, 2.0):
         check_decomposition(L.PowOp, [x, e], {})
+
+
+# --------------------------------------------------------------------------- float rule
+
+
+_FLOAT_PARAMS: dict[str, list[dict[str, Any]]] = {
+    "ltorch.add": [{"alpha": 1}, {"alpha": 0.5}, {"alpha": True}, {"alpha": None}],
+    "ltorch.sub": [{"alpha": 2}, {"alpha": True}],
+    "ltorch.div": [{"rounding_mode": None}, {"rounding_mode": "trunc"},
+                   {"rounding_mode": "floor"}, {"rounding_mode": "up"}],
+    "ltorch.round": [{"decimals": 0}, {"decimals": 2}],
+    "ltorch.gelu": [{"approximate": "none"}, {"approximate": "tanh"},
+                    {"approximate": "cubic"}],
+}
+"""Params the float rule is checked with, those eager refuses included."""
+
+
+def test_the_float_rule_agrees_with_the_meta_kernels() -> None:
+    """Every op listed as float-preserving (`float_result`): for each floating dtype, for
+    shapes equal, broadcasting and not, 0-d included, with numbers in either place, and
+    params eager takes or refuses, the rule either leaves the answer to the meta kernel
+    (None) or gives exactly the type the meta kernel gives; never a type where the meta
+    kernel raises eager's error."""
+    from thunder_ir.dialects import ltorch_nn
+    from thunder_ir.dialects.ltorch_base import float_result
+    from thunder_ir.dialects.torch import meta_value, type_of_meta
+
+    ops = [*L.FLOAT_PRESERVING_OPS, *ltorch_nn.FLOAT_PRESERVING_OPS]
+    shapes = [((2, 3), (2, 3)), ((), ()), ((2, 3), (3,)), ((2, 1), (1, 4)), ((2, 3), ()),
+              ((2, 3), (4,)), ((0, 3), (1, 3))]
+    numbers = [number_type(int), number_type(float), number_type(bool)]
+    answered = 0
+    for cls in ops:
+        binary = len(cls.SIGNATURE) >= 2 and cls.SIGNATURE[1] in ("other", "exponent")
+        for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            cases: list[list[Any]] = []
+            for a, b in shapes:
+                ta, tb = tensor_type(a, dtype), tensor_type(b, dtype)
+                cases += [[ta, tb], [ta, *numbers[:1]], [numbers[1], tb],
+                          [ta, tensor_type(b, torch.float64 if dtype != torch.float64
+                                           else torch.float32)]] if binary else [[ta]]
+            for types in cases:
+                for params in _FLOAT_PARAMS.get(cls.name, [{}]):
+                    fast = float_result(cls, types, params)
+                    try:
+                        meta = type_of_meta(
+                            cls.ref(*[meta_value(t) for t in types], **{
+                                k: v for k, v in params.items() if v is not None}), "cpu")
+                    except Exception:  # noqa: BLE001 - eager's error: the rule must not answer
+                        assert fast is None, (cls.name, types, params)
+                        continue
+                    if fast is not None:
+                        answered += 1
+                        assert fast == meta, (cls.name, types, params, fast, meta)
+    assert answered > 500  # the rule answers most of the cases it was written for
