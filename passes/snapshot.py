@@ -86,10 +86,18 @@ def _clone_op(op: Operation, mapper: dict[SSAValue, SSAValue]) -> Operation:
 # --------------------------------------------------------------------------- frozen form
 
 _Record = tuple[Any, ...]
-"""``(class, properties, attributes or None, operands, results, location, regions or
-None)``: operands are numbers of values in definition order (an int) or, for a value
-defined outside the frozen op, the value itself; results are ``(type, name_hint)``
-pairs; regions are lists of blocks ``(arg_types, arg_names, [records])``."""
+"""The ops of one block, flat: per op its class; the number of properties, then name and
+value of each; the same for attributes; the number of operands, then each (the number
+of a value in definition order, an int, or for a value defined outside the frozen op,
+the value itself); the number of results, then type and name hint of each; its
+location; and its regions, None or a tuple of blocks ``(arg_types, arg_names, ops)``
+whose ops are records of this form.
+
+One tuple per block, not a few per op: what the pipeline records stays alive with
+``last_traces``, and Python's collector runs a full collection (100 ms and more in a
+process with torch) once the objects that outlive young collections number a quarter of
+those that outlived the last full one. Tuples of tuples per op made a first training
+step cross that line."""
 
 
 class FrozenIR:
@@ -106,20 +114,24 @@ class FrozenIR:
         if self._module is not None:
             return self._module.clone()
         assert self._record is not None
-        op = _thaw(self._record, [])
+        ops: list[Operation] = []
+        _thaw(self._record, [], ops.append)
+        op = ops[0]
         return op if isinstance(op, ModuleOp) else ModuleOp([op])
 
 
 def freeze(op: Operation) -> FrozenIR:
     """What `FrozenIR.thaw` needs to rebuild ``op`` (a module, or a function that thaws
     as a module of its own), recorded without creating any IR."""
+    out: list[Any] = []
     try:
-        return FrozenIR(_freeze(op, {}))
+        _freeze(op, {}, out)
     except _GenericCloneNeeded:
         return FrozenIR(None, op.clone() if isinstance(op, ModuleOp) else ModuleOp([op.clone()]))
+    return FrozenIR(tuple(out))
 
 
-def _freeze(op: Operation, index: dict[int, int]) -> _Record:
+def _freeze(op: Operation, index: dict[int, int], out: list[Any]) -> None:
     # (`_successors` and `_operands` are the tuples behind xDSL's views of them: a third
     # of the cost of reading through the views, at a few million reads a second; values
     # are numbered by ``id``, alive in the IR meanwhile: xDSL hashes a value by a Python
@@ -128,7 +140,7 @@ def _freeze(op: Operation, index: dict[int, int]) -> _Record:
         raise _GenericCloneNeeded
     regions = None
     if op.regions:
-        regions = []
+        frozen_regions = []
         for region in op.regions:
             if len(region.blocks) > 1:
                 raise _GenericCloneNeeded
@@ -137,41 +149,79 @@ def _freeze(op: Operation, index: dict[int, int]) -> _Record:
                 args = block.args
                 for a in args:
                     index[id(a)] = len(index)
+                inner: list[Any] = []
+                for nested in block.ops:
+                    _freeze(nested, index, inner)
                 blocks.append((block.arg_types, tuple([a.name_hint for a in args]),
-                               [_freeze(inner, index) for inner in block.ops]))
-            regions.append(blocks)
+                               tuple(inner)))
+            frozen_regions.append(tuple(blocks))
+        regions = tuple(frozen_regions)
+    add, extend = out.append, out.extend
+    add(type(op))
+    props = op.properties
+    add(len(props))
+    for item in props.items():
+        extend(item)
+    attrs = op.attributes
+    add(len(attrs))
+    for item in attrs.items():
+        extend(item)
+    operands = op._operands
+    add(len(operands))
     get = index.get
-    operands = tuple([get(id(v), v) for v in op._operands])
+    extend([get(id(v), v) for v in operands])
     results = op.results
+    add(len(results))
     for r in results:
         index[id(r)] = len(index)
-    return (type(op), dict(op.properties), dict(op.attributes) if op.attributes else None,
-            operands, tuple([(r.type, r.name_hint) for r in results]), op.location, regions)
+        add(r.type)
+        add(r.name_hint)
+    add(op.location)
+    add(regions)
 
 
-def _thaw(record: _Record, values: list[SSAValue]) -> Operation:
-    cls, props, attrs, operands, results, location, frozen_regions = record
-    regions = []
-    for blocks in frozen_regions or ():
-        region = Region()
-        for arg_types, names, records in blocks:
-            block = Block(arg_types=arg_types)
-            for a, name in zip(block.args, names, strict=True):
-                values.append(a)
-                if name is not None:
-                    a.name_hint = name
-            for inner in records:
-                block.add_op(_thaw(inner, values))
-            region.add_block(block)
-        regions.append(region)
-    new = new_op(cls, [values[v] if type(v) is int else v for v in operands],
-                 [t for t, _ in results], dict(props), dict(attrs) if attrs else {}, location,
-                 regions, defaults=False)
-    for r, (_, name) in zip(new.results, results, strict=True):
-        values.append(r)
-        if name is not None:
-            r.name_hint = name
-    return new
+def _thaw(record: _Record, values: list[SSAValue], add: Any) -> None:
+    """Builds the ops of ``record`` (one block's), handing each to ``add`` in order."""
+    i, n = 0, len(record)
+    while i < n:
+        cls = record[i]
+        k = record[i + 1]
+        i += 2
+        props = {record[j]: record[j + 1] for j in range(i, i + 2 * k, 2)}
+        i += 2 * k
+        k = record[i]
+        i += 1
+        attrs = {record[j]: record[j + 1] for j in range(i, i + 2 * k, 2)}
+        i += 2 * k
+        k = record[i]
+        i += 1
+        operands = record[i:i + k]
+        i += k
+        k = record[i]
+        i += 1
+        types, names = record[i:i + 2 * k:2], record[i + 1:i + 2 * k:2]
+        i += 2 * k
+        location, frozen_regions = record[i], record[i + 1]
+        i += 2
+        regions = []
+        for blocks in frozen_regions or ():
+            region = Region()
+            for arg_types, arg_names, ops in blocks:
+                block = Block(arg_types=arg_types)
+                for a, name in zip(block.args, arg_names, strict=True):
+                    values.append(a)
+                    if name is not None:
+                        a.name_hint = name
+                _thaw(ops, values, block.add_op)
+                region.add_block(block)
+            regions.append(region)
+        new = new_op(cls, [values[v] if type(v) is int else v for v in operands], types,
+                     props, attrs, location, regions, defaults=False)
+        for r, name in zip(new.results, names, strict=True):
+            values.append(r)
+            if name is not None:
+                r.name_hint = name
+        add(new)
 
 
 __all__ = ["FrozenIR", "clone_op", "freeze", "snapshot", "snapshot_function"]
