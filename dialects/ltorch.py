@@ -10,7 +10,8 @@ from __future__ import annotations
 from xdsl.ir import Dialect
 
 import thunder_ir.dialects.ltorch_core
-import thunder_ir.dialects.ltorch_nn  # noqa: F401  (registers ops)
+import thunder_ir.dialects.ltorch_float
+import thunder_ir.dialects.ltorch_nn  # noqa: F401  (registers ops; ltorch_float marks some)
 from thunder_ir.dialects.base import ThunderOp, op_table
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp
 

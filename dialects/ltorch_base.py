@@ -11,8 +11,9 @@ promotion and shape errors, for free. Results are cached by (op, operand types, 
 so tracing a model of repeated blocks pays for each distinct signature once.
 
 One case skips the meta run: an elementwise op listed as float-preserving
-(`LtorchOp.FLOAT_PRESERVING`, with params it accepts) on tensors of one floating dtype
-and device, and numbers, gives a tensor of that dtype and device, of their broadcast shape
+(`LtorchOp.FLOAT_PRESERVING`, with params it accepts; the table is in
+`thunder_ir.dialects.ltorch_float`) on tensors of one floating dtype and device, and
+numbers, gives a tensor of that dtype and device, of their broadcast shape
 (`float_result`). torch's meta kernels for elementwise ops are Python (its refs, 90 to
 250 µs a call); anything else, a shape that does not broadcast included, goes the meta
 way, which raises eager's error. `tests/test_decomp_core.py` checks the rule against the
@@ -76,9 +77,9 @@ def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
     """The result type of a `LtorchOp.FLOAT_PRESERVING` op whose tensor operands share one
     floating dtype (float16, bfloat16, float32, float64) and device, the others being
     numbers: that dtype and device, and the operands' broadcast shape. None where the
-    rule does not say (other operands, params `LtorchOp.float_params_ok` refuses, shapes
+    rule does not say (other operands, params `LtorchOp.FLOAT_PARAMS` refuses, shapes
     that do not broadcast)."""
-    if not cls.float_params_ok(params):
+    if not cls.FLOAT_PARAMS(params):
         return None
     first: TensorType | None = None
     shapes = []
@@ -108,16 +109,14 @@ class LtorchOp(ThunderOp):
     TORCH_FN: ClassVar[Callable[..., Any]]
     FLOAT_PRESERVING: ClassVar[bool] = False
     """Elementwise, and on tensors of one floating dtype (with numbers) it gives that dtype
-    (`float_result`): ``add``, ``exp``, ``silu``; not ``eq`` or ``isnan``. Set by each
-    dialect module's table of such ops."""
+    (`float_result`): ``add``, ``exp``, ``silu``; not ``eq`` or ``isnan``. Set from the
+    table in `thunder_ir.dialects.ltorch_float`, with the two below."""
     FLOAT_NUMBERS: ClassVar[bool] = False
     """`float_result` also holds with numbers among the operands (``x * 2``)."""
-
-    @classmethod
-    def float_params_ok(cls, params: dict[str, Any]) -> bool:
-        """Whether `float_result` holds with these params (eager accepts them for float
-        tensors); by default, when none is given."""
-        return all(v is None for v in params.values())
+    FLOAT_PARAMS: ClassVar[Callable[[dict[str, Any]], bool]] = staticmethod(
+        lambda params: all(v is None for v in params.values()))
+    """Whether `float_result` holds with these params (eager takes them with float
+    tensors); by default, when none is given."""
 
     @classmethod
     def result_device(cls, operand_types: list[Any], params: dict[str, Any]) -> str:

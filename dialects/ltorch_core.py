@@ -138,11 +138,6 @@ class AddOp(BinaryOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other", "alpha")
     DEFAULTS: ClassVar[dict[str, Any]] = {"alpha": 1}
 
-    @classmethod
-    def float_params_ok(cls, params: dict[str, Any]) -> bool:
-        alpha = params.get("alpha")  # (a bool alpha needs bool tensors)
-        return alpha is None or type(alpha) in (int, float)
-
 
 @ltorch_op(torch.sub)
 class SubOp(BinaryOp):
@@ -153,11 +148,6 @@ class SubOp(BinaryOp):
     alpha = opt_prop_def(Number)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other", "alpha")
     DEFAULTS: ClassVar[dict[str, Any]] = {"alpha": 1}
-
-    @classmethod
-    def float_params_ok(cls, params: dict[str, Any]) -> bool:
-        alpha = params.get("alpha")  # (a bool alpha needs bool tensors)
-        return alpha is None or type(alpha) in (int, float)
 
 
 @ltorch_op(torch.mul)
@@ -177,10 +167,6 @@ class DivOp(BinaryOp):
     rounding_mode = opt_prop_def(StringAttr)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other", "rounding_mode")
     DEFAULTS: ClassVar[dict[str, Any]] = {"rounding_mode": None}
-
-    @classmethod
-    def float_params_ok(cls, params: dict[str, Any]) -> bool:
-        return params.get("rounding_mode") in (None, "trunc", "floor")
 
 
 @ltorch_op(torch.floor_divide)
@@ -498,11 +484,6 @@ class RoundOp(UnaryOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "decimals")
     DEFAULTS: ClassVar[dict[str, Any]] = {"decimals": 0}
 
-    @classmethod
-    def float_params_ok(cls, params: dict[str, Any]) -> bool:
-        decimals = params.get("decimals")
-        return decimals is None or type(decimals) is int
-
 
 @ltorch_op(torch.trunc)
 class TruncOp(UnaryOp):
@@ -561,17 +542,6 @@ class BitwiseNotOp(UnaryOp):
 
 
 # --------------------------------------------------------------------------- selection
-
-
-FLOAT_PRESERVING_OPS: tuple[type[LtorchOp], ...] = (
-    AddOp, SubOp, MulOp, DivOp, FloorDivideOp, RemainderOp, FmodOp, PowOp, MaximumOp,
-    MinimumOp, Atan2Op, NegOp, AbsOp, ExpOp, Exp2Op, Expm1Op, LogOp, Log1pOp, Log2Op, SinOp,
-    CosOp, TanOp, TanhOp, AsinOp, AcosOp, AtanOp, SinhOp, CoshOp, SqrtOp, RsqrtOp,
-    ReciprocalOp, SignOp, FloorOp, CeilOp, RoundOp, TruncOp, ErfOp, ErfcOp)
-"""The core ops whose result keeps the floating dtype of their tensors (`float_result`)."""
-for _op in FLOAT_PRESERVING_OPS:
-    _op.FLOAT_PRESERVING = True
-    _op.FLOAT_NUMBERS = issubclass(_op, BinaryOp | PowOp)  # (operands that may be numbers)
 
 
 @ltorch_op(torch.where)

@@ -378,10 +378,6 @@ class GeluOp(ActivationOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "approximate")
     DEFAULTS: ClassVar[dict[str, Any]] = {"approximate": "none"}
 
-    @classmethod
-    def float_params_ok(cls, params: dict[str, Any]) -> bool:
-        return params.get("approximate") in (None, "none", "tanh")
-
 
 @ltorch_op(F.silu)
 class SiluOp(ActivationOp):
@@ -438,12 +434,6 @@ class SigmoidOp(ActivationOp):
     """`%y = ltorch.sigmoid %x`: ``1 / (1 + exp(-x))``"""
 
     name = "ltorch.sigmoid"
-
-
-FLOAT_PRESERVING_OPS: tuple[type[LtorchOp], ...] = (ReluOp, GeluOp, SiluOp, SigmoidOp)
-"""The activations whose result keeps their input's floating dtype (`float_result`)."""
-for _op in FLOAT_PRESERVING_OPS:
-    _op.FLOAT_PRESERVING = True
 
 
 # --------------------------------------------------------------------------- softmax
