@@ -61,3 +61,19 @@ def test_testing_without_the_test_extra_names_it(tmp_path: Path) -> None:
     r = _run(code, tmp_path, ROOT)
     assert r.returncode == 0, r.stderr
     assert "pip install 'thunder-ir[test]'" in r.stdout
+
+
+def test_loading_the_compiler_ends_with_one_full_collection() -> None:
+    """The first use of the API composes the package and then runs one full collection
+    of the cyclic GC, once: the objects loading makes then do not leave a full collection
+    pending for the first training step (`thunder_ir._compose`)."""
+    code = (
+        "import gc, thunder_ir\n"
+        "full = lambda: gc.get_stats()[2]['collections']\n"
+        "gc.disable(); n = full()\n"
+        "thunder_ir.jit; thunder_ir.last_traces\n"
+        "print(full() - n)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1"]

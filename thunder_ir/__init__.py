@@ -52,12 +52,29 @@ _SUBMODULES = frozenset({"extend", "dynamo", "api", "frontend", "trace", "pipeli
 
 
 def _compose() -> None:
-    """The composition root: every part that registers callees of generated code."""
+    """The composition root: every part that registers callees of generated code.
+
+    Once composed, one full collection of Python's cyclic GC: loading the compiler makes
+    some 65,000 long-lived objects (xDSL's and sympy's, torch's meta kernels), and CPython
+    runs a full collection of the whole process (over 100 ms beside torch) once the
+    objects promoted since the last one number a quarter of those that survived it. Left
+    pending, it lands in a first training step or another, by the count of what ran
+    before; made here, it is part of loading, and the next one is far off."""
+    global _COMPOSED
+    if _COMPOSED:
+        return
+    import gc
+
     import thunder_ir.api
     import thunder_ir.extend  # noqa: F401
     from thunder_ir.lowering.executors import load_builtin_executors
 
     load_builtin_executors()
+    _COMPOSED = True
+    gc.collect()
+
+
+_COMPOSED = False
 
 
 def __getattr__(name: str) -> object:
