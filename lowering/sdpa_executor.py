@@ -329,19 +329,20 @@ def _emit_call(g: Any, callee: str, operands: list[SSAValue], kwargs: dict[str, 
     with the forward op's source location. Without ``result_types``, the meta run that
     gives them is made once per callee, operand types and ``kwargs`` (the layers of a
     model repeat their attention)."""
+    args = [OperandRef(i) for i in range(len(operands))]
     layout = None
     if result_types is None:
+        static = symbols.current() is None  # (symbolic types belong to one compilation)
         key = (callee, tuple(o.type for o in operands), tuple(sorted(kwargs.items())))
-        known = _CALL_TYPES.get(key) if symbols.current() is None else None
+        known = _CALL_TYPES.get(key) if static else None
         if known is None:
-            meta = meta_call(callee, operands, [OperandRef(i) for i in range(len(operands))],
-                             kwargs)
+            meta = meta_call(callee, operands, args, kwargs)
             known = (meta.result_types, meta.layout)
-            if symbols.current() is None:  # (symbolic types belong to one compilation)
+            if static:
                 _CALL_TYPES[key] = known
         result_types, layout = known
-    call = make_call(callee, operands, [OperandRef(i) for i in range(len(operands))], kwargs,
-                     result_types=result_types, pure=True, layout=layout)
+    call = make_call(callee, operands, args, kwargs, result_types=result_types, pure=True,
+                     layout=layout)
     if g.emitter.loc is not None:
         call.location = g.emitter.loc
     return call
