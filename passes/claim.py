@@ -30,8 +30,8 @@ from thunder_ir.passes.context import resolve, spec_with_names
 
 
 def _claim(op: Operation, executors: tuple[Any, ...]) -> None:
-    """The first executor that can claims ``op`` (an unclaimed ltorch op), or replaces it
-    (``expand``) and its new ops are claimed in turn."""
+    """The first executor that can claim ``op`` (an unclaimed ltorch op) claims it, or
+    replaces it (``expand``), and the new ops are claimed in turn."""
     for ex in executors:
         if ex.can_claim(op):
             # An executor may replace what it claims (thunder_ir.extend's execution
