@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dis
 import enum
+import sys
 import types
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
@@ -341,14 +342,37 @@ def _names(fns: list[Any]) -> str:
 
 _NAMES: dict[tuple[types.CodeType, tuple[str, ...]], frozenset[str]] = {}
 
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
+_SHIFTED_NAME = sys.version_info >= (3, 11)
+"""Since 3.11 ``LOAD_GLOBAL``'s argument is its name's index shifted left by one (the low
+bit says whether a ``NULL`` is pushed too)."""
+
 
 def _names_of(code: types.CodeType, opnames: tuple[str, ...]) -> frozenset[str]:
-    """The names ``code``'s instructions ``opnames`` take (cached per code object)."""
+    """The names ``code``'s instructions ``opnames`` take (cached per code object).
+
+    The code units are read directly (an opcode and its argument byte, ``EXTENDED_ARG``
+    prefixes widening the next argument): ``dis.get_instructions`` builds an object per
+    instruction, ten times slower, and this runs for every function a trace calls.
+    ``opnames`` are all instructions whose argument indexes ``co_names``."""
     names = _NAMES.get((code, opnames))
     if names is None:
-        names = frozenset(str(i.argval) for i in dis.get_instructions(code)
-                          if i.opname in opnames)
-        _NAMES[(code, opnames)] = names
+        wanted = {dis.opmap[n] for n in opnames}
+        table = code.co_names
+        raw = code.co_code  # the unspecialized bytecode (CACHE entries are opcode 0)
+        found: set[str] = set()
+        ext = 0
+        for i in range(0, len(raw), 2):
+            op = raw[i]
+            arg = raw[i + 1] | ext
+            if op == _EXTENDED_ARG:
+                ext = arg << 8
+                continue
+            ext = 0
+            if op in wanted:
+                found.add(table[arg >> 1 if op == _LOAD_GLOBAL and _SHIFTED_NAME else arg])
+        names = _NAMES[(code, opnames)] = frozenset(found)
     return names
 
 

@@ -242,6 +242,29 @@ def test_global_read_by_a_helper_without_torch_calls_is_guarded() -> None:
         SCALE = 2.0
 
 
+def test_global_names_read_from_bytecode_match_dis() -> None:
+    """The guards' own bytecode reading finds exactly the names ``dis`` lists, for every
+    function of torch.nn and for one whose name indexes need ``EXTENDED_ARG``."""
+    import dis
+    import types
+
+    from thunder_ir.runtime import guards
+
+    many = "\n".join(f"    g{i} = x{i}" for i in range(300))
+    scope: dict[str, Any] = {}
+    exec(f"def wide():\n    global g7, g299\n{many}\n    del g7\n    return x299.y\n", scope)
+    codes: list[types.CodeType] = [scope["wide"].__code__]
+    for mod in (torch.nn.functional, torch.nn.modules.module, torch.nn.modules.linear):
+        codes += [f.__code__ for f in vars(mod).values() if isinstance(f, types.FunctionType)]
+    for ops in (("LOAD_GLOBAL", "LOAD_NAME"), ("STORE_GLOBAL", "DELETE_GLOBAL")):
+        for code in codes:
+            expected = frozenset(str(i.argval) for i in dis.get_instructions(code)
+                                 if i.opname in ops)
+            assert guards._names_of(code, ops) == expected, (code, ops)
+    assert guards.global_stores(scope["wide"].__code__) == {"g7", "g299"}
+    assert "x299" in guards.global_loads(scope["wide"].__code__)
+
+
 def test_closure_cell_change_matches_eager() -> None:
     k = 2.0
 
