@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.context import Context
@@ -758,3 +759,49 @@ def _named(module: ModuleOp) -> ModuleOp:
                          if o.name == "prims.exp"), "xyz"):
         op.results[0].name_hint = name
     return module
+
+
+def test_cse_short_path_agrees_with_xdsl_effects_and_driver() -> None:
+    """`cse` answers "pure?" once per op class (`_always_pure`) where xDSL asks each op.
+    For every op class of every loaded dialect that the short path takes, xDSL's per-op
+    answer on an op of the class is the same (side-effect free, not a terminator); and
+    on a model's traced training program the result is exactly xDSL's own driver's."""
+    from xdsl.dialects import func as xfunc
+    from xdsl.traits import IsTerminator, is_side_effect_free
+    from xdsl.transforms.common_subexpression_elimination import CSEDriver
+
+    import thunder_ir
+    from thunder_ir.dialects.program import context, parse
+    from thunder_ir.passes.cse_dce import _always_pure, cse
+
+    ctx = context()
+    taken = 0
+    for cls in ctx.loaded_ops:
+        name = cls.name
+        if not _always_pure(cls):
+            continue
+        taken += 1
+        op = cls.__new__(cls)  # effects by class alone: no operands, properties or regions
+        op.properties, op.attributes = {}, {}
+        assert is_side_effect_free(op) and not cls.has_trait(IsTerminator), name
+    assert taken > 100 and not _always_pure(xfunc.ReturnOp) and not _always_pure(CallOp)
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        a, b = torch.tanh(x @ w), torch.tanh(x @ w)
+        d = F.dropout(a, 0.5) + F.dropout(a, 0.5)  # two draws: both stay
+        return ((a * b + d).sum() + x.exp().sum() + x.exp().mean()
+                + F.layer_norm(b, (8,)).sum())
+
+    jf = thunder_ir.jit(f)
+    jf(torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)).backward()
+    merged = 0
+    for t in [*thunder_ir.last_traces(jf), *thunder_ir.last_backward_traces(jf)]:
+        if t.pass_name != "decompose-ltorch":  # what `cse` runs on in jit's pipeline
+            continue
+        ours, theirs = parse(t.mlir()), parse(t.mlir())
+        before = len(list(ours.walk()))
+        cse(ours)
+        CSEDriver().simplify(theirs)
+        assert str(ours) == str(theirs)
+        merged += before - len(list(ours.walk()))
+    assert merged >= 8
