@@ -120,6 +120,11 @@ def py_literal(value: Any, operands: Sequence[str] = ()) -> str:
         An expression that evaluates to ``value``: ``2.0``, ``float('inf')``,
         ``torch.float32``, ``slice(0, 4, 2)``, ``...``, ``(1, 2)``, ``'mean'``.
     """
+    kind = type(value)
+    if kind is int or kind is str or kind is bool or value is None:
+        return repr(value)
+    if kind is tuple and all([type(v) is int for v in value]):  # sizes, dims
+        return repr(value)
     if isinstance(value, OperandRef):  # before int: an OperandRef is an int
         return operands[int(value)]
     if isinstance(value, _SYMBOLIC):  # a symbolic size: its text over the bound symbols
