@@ -52,7 +52,9 @@ _SUBMODULES = frozenset({"extend", "dynamo", "api", "frontend", "trace", "pipeli
 
 
 def _compose() -> None:
-    """The composition root: every part that registers callees of generated code.
+    """The composition root: every part that registers callees of generated code, and
+    the rule tables every compile reads (decompositions, VJP rules) with the training
+    runtime, so that a first call compiles without importing them.
 
     Once composed, one full collection of Python's cyclic GC: loading the compiler makes
     some 65,000 long-lived objects (xDSL's and sympy's, torch's meta kernels), and CPython
@@ -66,10 +68,15 @@ def _compose() -> None:
     import gc
 
     import thunder_ir.api
-    import thunder_ir.extend  # noqa: F401
+    import thunder_ir.extend
+    import thunder_ir.runtime.autograd  # noqa: F401
     from thunder_ir.lowering.executors import load_builtin_executors
+    from thunder_ir.passes.decompositions import load_rules
+    from thunder_ir.passes.vjp import load_vjp_rules
 
     load_builtin_executors()
+    load_rules()
+    load_vjp_rules()
     _COMPOSED = True
     gc.collect()
 
