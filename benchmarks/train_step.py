@@ -1,7 +1,9 @@
 """Training-step benchmark: thunder_ir vs eager vs torch.compile on the Llama-style model.
 
 For each variant, in a fresh process (so peak memory and first-call costs are its own):
-* time of the first step (trace/compile included);
+* time of the first step (trace/compile included), and of everything before it in the
+  process (``setup_s``: the model built, ``thunder_ir.jit`` or ``torch.compile`` called,
+  which loads the compiler) with the first step (``to_first_s``: setup and first step);
 * steady-state step time (forward, backward, Adam step), median of timed steps;
 * bytes saved for backward (torch's saved-tensor hooks see thunder_ir's residuals too);
 * peak resident memory of the process (ru_maxrss).
@@ -121,7 +123,9 @@ def autocast(a: argparse.Namespace) -> Any:
 def run_variant(variant: str, a: argparse.Namespace) -> dict:
     import torch
 
+    t = time.perf_counter()
     step, fn, idx = build(variant, a)
+    setup = time.perf_counter() - t
     t = time.perf_counter()
     step()
     first = time.perf_counter() - t
@@ -159,7 +163,7 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), autocast(a):
         logits = fn(idx)
     del logits
-    return {"first_s": first, "step_ms": statistics.median(times) * 1e3,
+    return {"setup_s": setup, "first_s": first, "to_first_s": setup + first, "step_ms": statistics.median(times) * 1e3,
             "saved_mb": sum(storages.values()) / 2**20, "faults": faults,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "swap_step": swap_step, "swap_s": swap_s, "kept_unfused": unfused}
@@ -207,13 +211,14 @@ def main() -> None:
             print(f"{v}: failed\n{out.stderr[-2000:]}")
             continue
         results[v] = json.loads(out.stdout.strip().splitlines()[-1])
-    keys = ("first_s", "step_ms", "saved_mb", "peak_rss_mb", "faults")
+    keys = ("setup_s", "first_s", "to_first_s", "step_ms", "saved_mb", "peak_rss_mb", "faults")
     if "thunder_ir:tiered" in results:
         keys += ("swap_step", "swap_s", "kept_unfused")
     report(results, keys)
 
 
-LABELS = {"first_s": "first step (s)", "step_ms": "steady step (ms)",
+LABELS = {"setup_s": "setup: model, jit (s)", "first_s": "first step (s)",
+          "to_first_s": "setup and first step (s)", "step_ms": "steady step (ms)",
           "saved_mb": "saved for backward (MiB)", "peak_rss_mb": "peak RSS (MiB)",
           "faults": "page faults per step", "swap_step": "swapped in after step",
           "swap_s": "swapped in after (s)", "kept_unfused": "kernels kept unfused"}
