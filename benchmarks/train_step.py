@@ -163,7 +163,8 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), autocast(a):
         logits = fn(idx)
     del logits
-    return {"setup_s": setup, "first_s": first, "to_first_s": setup + first, "step_ms": statistics.median(times) * 1e3,
+    return {"setup_s": setup, "first_s": first, "to_first_s": setup + first,
+            "step_ms": statistics.median(times) * 1e3,
             "saved_mb": sum(storages.values()) / 2**20, "faults": faults,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "swap_step": swap_step, "swap_s": swap_s, "kept_unfused": unfused}
