@@ -46,6 +46,45 @@ def pin_malloc() -> bool:
                                                                       32 << 20))
 
 
+def _status_mib(key: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) / 1024
+    raise KeyError(key)
+
+
+MAPPED_ONE_BY_ONE = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+"""The environment of a process for `step_peak_mib`: glibc maps each allocation of 64 KiB
+and more on its own from the start, so a freed tensor leaves the resident set at once
+(set later, with ``mallopt``, the heap's free chunks would still serve such blocks)."""
+
+
+def step_peak_mib(step: Callable[[], Any], warm: int = 3) -> float | None:
+    """The most memory one call of ``step`` holds above what was held when it began (MiB):
+    its tensors' peak, without the process's own baseline (the compiler's code and data,
+    the model and optimizer state, which the step does not allocate).
+
+    Meant for a process started with `MAPPED_ONE_BY_ONE`. After ``warm`` calls, the
+    kernel's high-water mark of the resident set is reset (``/proc/self/clear_refs``) and
+    read after one more call. None where that is not possible (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import gc
+
+    for _ in range(warm):
+        step()
+    gc.collect()
+    try:
+        base = _status_mib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current resident set
+        step()
+        return _status_mib("VmHWM") - base
+    except (OSError, KeyError):
+        return None
+
+
 # --------------------------------------------------------------------------- interleaved timing
 
 

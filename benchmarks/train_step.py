@@ -6,7 +6,10 @@ For each variant, in a fresh process (so peak memory and first-call costs are it
   which loads the compiler) with the first step (``to_first_s``: setup and first step);
 * steady-state step time (forward, backward, Adam step), median of timed steps;
 * bytes saved for backward (torch's saved-tensor hooks see thunder_ir's residuals too);
-* peak resident memory of the process (ru_maxrss).
+* peak resident memory of the process (ru_maxrss), which holds the compiler too;
+* the peak of a steady step's own memory above what the process held when the step began
+  (``step_peak_mb``: activations, residuals, gradients), in one more process per variant
+  whose allocations of 64 KiB and more are mapped one by one (`harness.step_peak_mib`).
 
 Prints every figure and the ratios to eager and to torch.compile. Usage::
 
@@ -57,7 +60,14 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from harness import add_llama_args, llama_config, page_faults, pin_malloc  # noqa: E402
+from harness import (  # noqa: E402
+    MAPPED_ONE_BY_ONE,
+    add_llama_args,
+    llama_config,
+    page_faults,
+    pin_malloc,
+    step_peak_mib,
+)
 
 
 def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any, Any]:
@@ -163,10 +173,11 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x), autocast(a):
         logits = fn(idx)
     del logits
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"setup_s": setup, "first_s": first, "to_first_s": setup + first,
             "step_ms": statistics.median(times) * 1e3,
             "saved_mb": sum(storages.values()) / 2**20, "faults": faults,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mb": peak_rss,
             "swap_step": swap_step, "swap_s": swap_s, "kept_unfused": unfused}
 
 
@@ -185,7 +196,13 @@ def main() -> None:
     ap.add_argument("--glibc-malloc-defaults", action="store_true",
                     help="do not pin glibc's trim and mmap thresholds")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
+    ap.add_argument("--memory", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.variant and a.memory:  # a process of its own, started with MAPPED_ONE_BY_ONE
+        step = build(a.variant, a)[0]
+        peak = step_peak_mib(step)
+        print(json.dumps({"step_peak_mb": -1.0 if peak is None else peak}))
+        return
     pinned = not a.glibc_malloc_defaults and pin_malloc()
     if a.variant:
         print(json.dumps(run_variant(a.variant, a)))
@@ -212,7 +229,12 @@ def main() -> None:
             print(f"{v}: failed\n{out.stderr[-2000:]}")
             continue
         results[v] = json.loads(out.stdout.strip().splitlines()[-1])
-    keys = ("setup_s", "first_s", "to_first_s", "step_ms", "saved_mb", "peak_rss_mb", "faults")
+        out = subprocess.run([*cmd, "--memory"], capture_output=True, text=True,
+                             env={**env, **MAPPED_ONE_BY_ONE})
+        results[v]["step_peak_mb"] = (json.loads(out.stdout.strip().splitlines()[-1])[
+            "step_peak_mb"] if out.returncode == 0 else -1.0)
+    keys = ("setup_s", "first_s", "to_first_s", "step_ms", "saved_mb", "peak_rss_mb",
+            "step_peak_mb", "faults")
     if "thunder_ir:tiered" in results:
         keys += ("swap_step", "swap_s", "kept_unfused")
     report(results, keys)
@@ -221,6 +243,7 @@ def main() -> None:
 LABELS = {"setup_s": "setup: model, jit (s)", "first_s": "first step (s)",
           "to_first_s": "setup and first step (s)", "step_ms": "steady step (ms)",
           "saved_mb": "saved for backward (MiB)", "peak_rss_mb": "peak RSS (MiB)",
+          "step_peak_mb": "step's own peak (MiB)",
           "faults": "page faults per step", "swap_step": "swapped in after step",
           "swap_s": "swapped in after (s)", "kept_unfused": "kernels kept unfused"}
 
