@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dis
 import enum
-import sys
 import types
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
@@ -344,9 +343,6 @@ _NAMES: dict[tuple[types.CodeType, tuple[str, ...]], frozenset[str]] = {}
 
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
-_SHIFTED_NAME = sys.version_info >= (3, 11)
-"""Since 3.11 ``LOAD_GLOBAL``'s argument is its name's index shifted left by one (the low
-bit says whether a ``NULL`` is pushed too)."""
 
 
 def _names_of(code: types.CodeType, opnames: tuple[str, ...]) -> frozenset[str]:
@@ -354,8 +350,10 @@ def _names_of(code: types.CodeType, opnames: tuple[str, ...]) -> frozenset[str]:
 
     The code units are read directly (an opcode and its argument byte, ``EXTENDED_ARG``
     prefixes widening the next argument): ``dis.get_instructions`` builds an object per
-    instruction, ten times slower, and this runs for every function a trace calls.
-    ``opnames`` are all instructions whose argument indexes ``co_names``."""
+    instruction, eight times slower, and this runs for every function a trace calls.
+    ``opnames`` are instructions whose argument indexes ``co_names``; ``LOAD_GLOBAL``'s
+    is the index shifted left by one (the low bit says whether a ``NULL`` is pushed too,
+    as in every Python the package supports, 3.11 and later)."""
     names = _NAMES.get((code, opnames))
     if names is None:
         wanted = {dis.opmap[n] for n in opnames}
@@ -371,7 +369,7 @@ def _names_of(code: types.CodeType, opnames: tuple[str, ...]) -> frozenset[str]:
                 continue
             ext = 0
             if op in wanted:
-                found.add(table[arg >> 1 if op == _LOAD_GLOBAL and _SHIFTED_NAME else arg])
+                found.add(table[arg >> 1 if op == _LOAD_GLOBAL else arg])
         names = _NAMES[(code, opnames)] = frozenset(found)
     return names
 
