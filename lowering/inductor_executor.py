@@ -58,6 +58,7 @@ from thunder_ir.dialects.traits import (
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
 from thunder_ir.lowering.tiered import BackgroundCompiler, measured, warn_failures
+from thunder_ir.passes.snapshot import clone_op
 
 FUSED_KINDS: tuple[type[OpKind], ...] = (Elementwise, ViewLike, Movement, Creation, Reduction)
 """The kinds of op (`thunder_ir.dialects.traits`) this executor fuses: pointwise math, views
@@ -119,7 +120,7 @@ def region_program(region: RegionOp) -> ModuleOp:
         for v in op.operands:
             if v not in mapping:
                 _clone_outside(v, mapping, prog)
-        prog.block.add_op(op.clone(value_mapper=mapping))
+        prog.block.add_op(clone_op(op, mapping))
     return prog.finish(outs)
 
 
@@ -133,7 +134,7 @@ def _clone_outside(v: SSAValue, mapping: dict[SSAValue, SSAValue], prog: Program
     for o in owner.operands:
         if o not in mapping:
             _clone_outside(o, mapping, prog)
-    prog.block.add_op(owner.clone(value_mapper=mapping))
+    prog.block.add_op(clone_op(owner, mapping))
 
 
 def region_function(region: RegionOp) -> Callable[..., Any]:
