@@ -61,7 +61,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from xdsl.ir import Operation
-from xdsl.traits import ConstantLike, OpTrait
+from xdsl.traits import (
+    ConstantLike,
+    IsTerminator,
+    MemoryEffect,
+    NoMemoryEffect,
+    OpTrait,
+    SymbolOpInterface,
+    is_side_effect_free,
+)
 
 RESHAPE = "reshape"
 """A view when the operand's layout allows it, else a copy (reshape, view, flatten)."""
@@ -197,6 +205,24 @@ def _no_derivative(cls: type[Operation]) -> bool:
     return cls.has_trait(NoDerivative)
 
 
+@functools.cache
+def pure_by_class(cls: type[Operation]) -> bool:
+    """Whether every op of ``cls`` without regions is side-effect free by its class alone:
+    its only effect traits are ``NoMemoryEffect``'s (``Pure``), and it is neither a
+    terminator nor a symbol. Ops whose effects depend on the op (``PureIfMarked`` calls,
+    dropout's ``PureWithoutDropout``, ``RecursiveMemoryEffect`` regions) are not."""
+    traits = list(getattr(cls, "traits", ()))
+    effects = [t for t in traits if isinstance(t, MemoryEffect)]
+    return (bool(effects) and all(isinstance(t, NoMemoryEffect) for t in effects)
+            and not any(isinstance(t, IsTerminator | SymbolOpInterface) for t in traits))
+
+
+def side_effect_free(op: Operation) -> bool:
+    """xDSL's ``is_side_effect_free(op)``, answered once per class where the class decides
+    it (`pure_by_class`): passes ask it of every op."""
+    return (not op.regions and pure_by_class(type(op))) or is_side_effect_free(op)
+
+
 class NumberConstant(ConstantLike):
     """xDSL's `ConstantLike` for ``prims.constant``: a number baked into the program."""
 
@@ -248,6 +274,8 @@ __all__ = [
     "Random",
     "Reduction",
     "ViewLike",
+    "pure_by_class",
+    "side_effect_free",
     "cheap_to_recompute",
     "computes_nothing",
     "free_to_recompute",

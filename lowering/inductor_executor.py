@@ -29,6 +29,7 @@ Whether this executor is on by default is a measured decision: see ``docs/fusion
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import warnings
@@ -54,6 +55,7 @@ from thunder_ir.dialects.traits import (
     OpKind,
     Reduction,
     ViewLike,
+    side_effect_free,
 )
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.lowering.executors import Executor, register_executor
@@ -146,9 +148,10 @@ def region_function(region: RegionOp) -> Callable[..., Any]:
     return getattr(fn, "__wrapped__", fn)  # without the no_grad wrapper: callers set it
 
 
+@functools.cache
 def _fused_op(cls: type[Operation]) -> bool:
     """True if the kind (or, for library ops, the class) of op class ``cls`` is one this
-    executor fuses."""
+    executor fuses (once per class)."""
     if issubclass(cls, LIBRARY_OPS):
         return True
     kind = cls.get_trait(OpKind)
@@ -203,7 +206,7 @@ class InductorExecutor(Executor):
             isinstance(op, CallOp) and op.callee.data in FUSIBLE_CALLS
         ):
             return False
-        if not is_side_effect_free(op):
+        if not side_effect_free(op):
             return False
         for r in op.results:
             if not isinstance(r.type, TensorType) or r.type.dev == "meta":

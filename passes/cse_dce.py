@@ -30,16 +30,11 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, Region
 from xdsl.passes import ModulePass
-from xdsl.traits import (
-    IsolatedFromAbove,
-    IsTerminator,
-    MemoryEffect,
-    NoMemoryEffect,
-    SymbolOpInterface,
-)
+from xdsl.traits import IsolatedFromAbove
 from xdsl.transforms.common_subexpression_elimination import CSEDriver
 from xdsl.transforms.dead_code_elimination import is_trivially_dead, region_dce
 
+from thunder_ir.dialects.traits import pure_by_class
 from thunder_ir.passes.change import ReportsChange
 
 
@@ -111,31 +106,13 @@ class _KnownOps:
         return self._known.pop(_OpKey(k))
 
 
-def _always_pure(cls: type[Operation]) -> bool:
-    """Whether every op of ``cls`` without regions is pure for CSE and DCE by its class
-    alone: its only effect traits are ``NoMemoryEffect``'s (``Pure``), and it is neither a
-    terminator nor a symbol. Ops whose effects depend on the op (``PureIfMarked``,
-    ``RecursiveMemoryEffect``) take xDSL's per-op path."""
-    pure = _ALWAYS_PURE.get(cls)
-    if pure is None:
-        traits = list(getattr(cls, "traits", ()))
-        effects = [t for t in traits if isinstance(t, MemoryEffect)]
-        pure = _ALWAYS_PURE[cls] = (
-            bool(effects) and all(isinstance(t, NoMemoryEffect) for t in effects)
-            and not any(isinstance(t, IsTerminator | SymbolOpInterface) for t in traits))
-    return pure
-
-
-_ALWAYS_PURE: dict[type, bool] = {}
-
-
 class _CSEDriver(CSEDriver):
     """xDSL's CSE driver with location-blind scopes, and a short path for an op that is
     pure by its class (most of a traced program): the effect queries xDSL makes per op
     are answered once per class."""
 
     def _simplify_operation(self, op: Operation) -> None:
-        if op.regions or not _always_pure(type(op)):
+        if op.regions or not pure_by_class(type(op)):
             super()._simplify_operation(op)
             return
         if all(r.first_use is None for r in op.results):  # dead

@@ -50,7 +50,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.traits import IsTerminator, is_side_effect_free
+from xdsl.traits import IsTerminator
 from xdsl.utils.arg_spec import ArgSpec
 
 from thunder_ir.dialects.base import Emitter, ThunderOp
@@ -58,7 +58,7 @@ from thunder_ir.dialects.fusion import RegionOp, YieldOp, claimed_by
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import program_functions
-from thunder_ir.dialects.traits import computes_nothing
+from thunder_ir.dialects.traits import computes_nothing, side_effect_free
 from thunder_ir.passes.context import resolve, spec_with_names
 
 FALLBACK_EXECUTOR = "torch"
@@ -104,7 +104,7 @@ def _color(op: Operation, executors: Sequence[Any]) -> int:
     if isinstance(op, ConstantOp | RegionOp) or op.regions or not op.results:
         return -1
     claimer = claimed_by(op)
-    if not is_side_effect_free(op):
+    if not side_effect_free(op):
         return -1
     for k, ex in enumerate(executors):
         if claimer not in (None, FALLBACK_EXECUTOR) and not ex.fuses_claimed(op, claimer):
@@ -180,7 +180,7 @@ def plan_groups(
                 ps.append(j)
         preds.append(ps)
         seg[i] = barriers
-        if not is_const[i] and not is_side_effect_free(op):
+        if not is_const[i] and not side_effect_free(op):
             barriers += 1
     if all(c < 0 for c in colors):
         return [], colors, preds
@@ -432,7 +432,7 @@ def fuses_decomposed(op: Operation, prim_ok: Callable[[Operation], bool],
     """For an executor that compiles prims only (Triton, nvFuser): whether the
     side-effect-free ltorch ``op`` decomposes into prims that ``prim_ok`` all accepts.
     The answer is kept in ``cache`` under `decomposition_key`."""
-    if not is_side_effect_free(op):
+    if not side_effect_free(op):
         return False
     key = decomposition_key(op)
     # With symbolic sizes the answer may hold guards of this compilation (a row's length

@@ -762,29 +762,31 @@ def _named(module: ModuleOp) -> ModuleOp:
 
 
 def test_cse_short_path_agrees_with_xdsl_effects_and_driver() -> None:
-    """`cse` answers "pure?" once per op class (`_always_pure`) where xDSL asks each op.
-    For every op class of every loaded dialect that the short path takes, xDSL's per-op
-    answer on an op of the class is the same (side-effect free, not a terminator); and
-    on a model's traced training program the result is exactly xDSL's own driver's."""
+    """`cse` answers "pure?" once per op class (`pure_by_class`, `dialects/traits.py`)
+    where xDSL asks each op. For every op class of every loaded dialect that the short
+    path takes, xDSL's per-op answer on an op of the class is the same (side-effect free,
+    not a terminator); and on traced training programs the result is exactly xDSL's own
+    driver's."""
     from xdsl.dialects import func as xfunc
     from xdsl.traits import IsTerminator, is_side_effect_free
     from xdsl.transforms.common_subexpression_elimination import CSEDriver
 
     import thunder_ir
     from thunder_ir.dialects.program import context, parse
-    from thunder_ir.passes.cse_dce import _always_pure, cse
+    from thunder_ir.dialects.traits import pure_by_class, side_effect_free
+    from thunder_ir.passes.cse_dce import cse
 
     ctx = context()
     taken = 0
     for cls in ctx.loaded_ops:
         name = cls.name
-        if not _always_pure(cls):
+        if not pure_by_class(cls):
             continue
         taken += 1
         op = cls.__new__(cls)  # effects by class alone: no operands, properties or regions
         op.properties, op.attributes = {}, {}
         assert is_side_effect_free(op) and not cls.has_trait(IsTerminator), name
-    assert taken > 100 and not _always_pure(xfunc.ReturnOp) and not _always_pure(CallOp)
+    assert taken > 100 and not pure_by_class(xfunc.ReturnOp) and not pure_by_class(CallOp)
 
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         a, b = torch.tanh(x @ w), torch.tanh(x @ w)
@@ -799,6 +801,8 @@ def test_cse_short_path_agrees_with_xdsl_effects_and_driver() -> None:
         if t.pass_name != "decompose-ltorch":  # what `cse` runs on in jit's pipeline
             continue
         ours, theirs = parse(t.mlir()), parse(t.mlir())
+        for op in ours.walk():  # the per-class answer where the class decides, else xDSL's
+            assert side_effect_free(op) == is_side_effect_free(op), op.name
         before = len(list(ours.walk()))
         cse(ours)
         CSEDriver().simplify(theirs)
