@@ -58,7 +58,13 @@ from thunder_ir.runtime.gather import gather_function
 from thunder_ir.runtime.interpreter import run_block
 from thunder_ir.runtime.origins import Origin
 from thunder_ir.runtime.prologue import Prologue
-from thunder_ir.runtime.python_printer import load_python, print_python, render, sanitize
+from thunder_ir.runtime.python_printer import (
+    function_name,
+    load_python,
+    print_python,
+    render,
+    sanitize,
+)
 
 GENERATED_MODULE = "thunder_ir.generated"
 """``__name__`` of the globals generated code runs in (its functions' ``__module__``)."""
@@ -178,7 +184,7 @@ def _symbol_sources(block: Any) -> dict[str, tuple[int, int]]:
 
 
 def compile_program(
-    module: ModuleOp | func.FuncOp,
+    module: ModuleOp | func.FuncOp | RegionOp,
     kernels: Mapping[str, Callable[..., Any]] | None = None,
     *,
     header: str | None = None,
@@ -187,7 +193,8 @@ def compile_program(
     """Prints a program as Python (freeing values after their last use) and executes it.
 
     Args:
-        module: the program (a module with one ``func.func``).
+        module: the program (a module with one ``func.func``), that function, or a
+            ``fusion.region`` whose body reads only its arguments (a function of them).
         kernels: compiled fusion kernels by kernel name. A kernel takes the region's
             inputs positionally and returns its one output itself, or a sequence of
             several. Regions without one run their body with the reference interpreter.
@@ -203,7 +210,7 @@ def compile_program(
     Raises:
         ValueError: two fusion regions share a kernel name and no kernel is given for it.
     """
-    fn_op = module if isinstance(module, func.FuncOp) else main_function(module)
+    fn_op = module if isinstance(module, func.FuncOp | RegionOp) else main_function(module)
     given = dict(kernels or {})
     made: dict[str, RegionOp] = {}
     scope: dict[str, Any] = {"__name__": GENERATED_MODULE, "__builtins__": builtins}
@@ -223,7 +230,7 @@ def compile_program(
         elif isinstance(op, ThunderOp) and not isinstance(op, CallOp):
             bind_op(type(op))
     source = print_python(fn_op, header, free_after_last_use=True, packed=packed)
-    return load_python(source, sanitize(fn_op.sym_name.data), scope), source
+    return load_python(source, sanitize(function_name(fn_op)), scope), source
 
 
 @dataclass(frozen=True)

@@ -141,11 +141,28 @@ def _clone_outside(v: SSAValue, mapping: dict[SSAValue, SSAValue], prog: Program
 
 def region_function(region: RegionOp) -> Callable[..., Any]:
     """A plain Python function computing a region: its body printed and executed by
-    `thunder_ir.lowering.codegen`. Returns the one output itself, or a tuple."""
+    `thunder_ir.lowering.codegen`. Returns the one output itself, or a tuple. A body that
+    reads only its arguments prints as it is; one that reads a value from outside prints
+    from `region_program` (which recomputes that value)."""
     from thunder_ir.lowering.codegen import compile_program
 
-    fn, _ = compile_program(region_program(region))
+    fn, _ = compile_program(region if _self_contained(region) else region_program(region))
     return getattr(fn, "__wrapped__", fn)  # without the no_grad wrapper: callers set it
+
+
+def _self_contained(region: RegionOp) -> bool:
+    """Whether every value the region's body reads is defined in the body."""
+    body = region.body.block
+    for op in region.walk():
+        if op is region:
+            continue
+        for v in op.operands:
+            owner = v.owner
+            if owner is not body and not (isinstance(owner, Operation)
+                                          and owner is not region
+                                          and region.is_ancestor(owner)):
+                return False
+    return True
 
 
 @functools.cache

@@ -352,15 +352,15 @@ class _Namer:
 class _PythonPrinter:
     """One printing of one function. ``exprs`` maps each value to its Python expression."""
 
-    def __init__(self, fn: func.FuncOp, *, locations: bool, layouts: bool = True,
+    def __init__(self, fn: func.FuncOp | RegionOp, *, locations: bool, layouts: bool = True,
                  packed: bool = False, lazy: bool = False) -> None:
-        self.fn = fn
+        self.fn = fn  # a function, or a fusion region printed as one (its body, its yield)
         self.packed = packed or lazy
         self.lazy = lazy
         self.block: Block = fn.body.block
         self.locations = locations
         self.layouts = layouts
-        self.key = is_key_function(fn)
+        self.key = isinstance(fn, func.FuncOp) and is_key_function(fn)
         self.exprs: dict[SSAValue, str] = {}
         self.preset: set[SSAValue] = set()  # body values that print as a region's results
         self.lines: list[str] = []
@@ -387,7 +387,7 @@ class _PythonPrinter:
                             if a.name_hint is not None:
                                 hints.add(sanitize(a.name_hint))
         reserved |= self.symbols
-        self.fn_name = sanitize(fn.sym_name.data)
+        self.fn_name = sanitize(function_name(fn))
         reserved.add(self.fn_name)
         self.namer = _Namer(reserved, hints)
 
@@ -406,7 +406,8 @@ class _PythonPrinter:
             return
         bound: dict[str, str] = {}
         args = self.block.args
-        for name, i in symbol_args(self.fn).items():  # a symbolic int argument: itself
+        sym_args = symbol_args(self.fn) if isinstance(self.fn, func.FuncOp) else {}
+        for name, i in sym_args.items():  # a symbolic int argument: itself
             if name in self.symbols and i < len(args):
                 bound[name] = self.exprs[args[i]]
         for a in self.block.args:
@@ -612,13 +613,13 @@ class _PythonPrinter:
                 lines.append(f"{INDENT}{self.type_comment(a)}")
             self.bind_symbols()
         ops = list(self.block.ops)
-        ret = ops[-1] if ops and isinstance(ops[-1], func.ReturnOp) else None
+        ret = ops[-1] if ops and isinstance(ops[-1], func.ReturnOp | YieldOp) else None
         if ret is None:
             raise ValueError("python printer: the function does not end in func.return")
         frees = _last_uses(self.block, ops, ret) if free_after_last_use else None
         args_of = set(self.block.args) if self.lazy else set()
         for i, op in enumerate(ops[:-1]):
-            if isinstance(op, func.ReturnOp):
+            if isinstance(op, func.ReturnOp | YieldOp):
                 raise ValueError("python printer: func.return before the end of the function")
             if args_of:
                 for o in _walk(op):
@@ -700,8 +701,13 @@ def _walk(op: Operation) -> Iterable[Operation]:
     return op.walk()
 
 
+def function_name(fn: func.FuncOp | RegionOp) -> str:
+    """The name of a printed function: a function's symbol, a fusion region's kernel."""
+    return fn.sym_name.data if isinstance(fn, func.FuncOp) else fn.kernel.data
+
+
 def print_python(
-    module: ModuleOp | func.FuncOp,
+    module: ModuleOp | func.FuncOp | RegionOp,
     header: str | None = None,
     *,
     free_after_last_use: bool = False,
@@ -710,7 +716,9 @@ def print_python(
     packed: bool = False,
     lazy: bool = False,
 ) -> str:
-    """Prints a program (a module holding one ``func.func``) as Python source.
+    """Prints a program (a module holding one ``func.func``; or that function, or a
+    ``fusion.region`` whose body reads only its own arguments, printed as a function of
+    them returning what it yields) as Python source.
 
     Args:
         module: the program; its first ``func.func`` is printed.
@@ -733,11 +741,11 @@ def print_python(
         The source text, ending in a newline. Executing it defines the function, given
         the fusion kernels it calls as globals (a key function: the prologue's globals).
     """
-    fn = module if isinstance(module, func.FuncOp) else main_function(module)
+    fn = module if isinstance(module, func.FuncOp | RegionOp) else main_function(module)
     with detached():  # symbolic sizes print as the text the IR holds
         return _PythonPrinter(fn, locations=locations, layouts=layouts, packed=packed,
                               lazy=lazy).print(header, free_after_last_use)
 
 
-__all__ = ["PyFunction", "callee_expr", "callee_module", "is_key_function", "load_python",
-           "print_python", "py_literal", "render", "sanitize", "tuple_expr"]
+__all__ = ["PyFunction", "callee_expr", "callee_module", "function_name", "is_key_function",
+           "load_python", "print_python", "py_literal", "render", "sanitize", "tuple_expr"]

@@ -170,6 +170,38 @@ def computation(x, w):
     assert_same_values(make(body), m, inputs((4, 8), (8, 8)))
 
 
+def test_a_region_prints_as_its_own_function_or_through_region_program() -> None:
+    """A region whose body reads only its arguments prints as a function straight from
+    the body, exactly as `region_program` (which clones the body into a program) prints;
+    one whose body reads a value from outside (CSE may merge a cloned constant with one
+    outside) is not self-contained, and its function comes from `region_program`,
+    which recomputes that value. Both compute the region's values."""
+    from thunder_ir.lowering.inductor_executor import _self_contained, region_function
+
+    def body(P: Any, x: SSAValue, w: SSAValue) -> Any:
+        a = P.exp(x)
+        m = P.linear(x, w, None)
+        return [P.sin(P.mul(a, P.constant(value=2.0))), P.tanh(m), P.neg(m)]
+
+    m = fuse(make(body))
+    args = inputs((4, 8), (8, 8))
+    x = args[0]
+    for region in regions(m):
+        assert _self_contained(region)
+        assert print_python(region, free_after_last_use=True) == print_python(
+            region_program(region), free_after_last_use=True)
+    first = regions(m)[0]
+    torch.testing.assert_close(region_function(first)(x), (x.exp() * 2.0).sin())
+
+    # the body's constant swapped for an equal one outside the region
+    const = next(op for op in first.body.block.ops if isinstance(op, prims.ConstantOp))
+    outside = const.clone()
+    first.parent_block().insert_op_before(outside, first)
+    const.results[0].replace_all_uses_with(outside.results[0])
+    assert not _self_contained(first)
+    torch.testing.assert_close(region_function(first)(x), (x.exp() * 2.0).sin())
+
+
 def test_region_moves_after_an_input_defined_later_in_program_order() -> None:
     def body(P: Any, x: SSAValue, w: SSAValue) -> Any:
         a = P.exp(x)  # first in program order
