@@ -11,7 +11,8 @@ from xdsl.ir import Dialect
 
 import thunder_ir.dialects.ltorch_core
 import thunder_ir.dialects.ltorch_float
-import thunder_ir.dialects.ltorch_nn  # noqa: F401  (registers ops; ltorch_float marks some)
+import thunder_ir.dialects.ltorch_nn
+import thunder_ir.dialects.ltorch_rules  # noqa: F401  (registers ops; the tables mark some)
 from thunder_ir.dialects.base import ThunderOp, op_table
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp
 

@@ -10,19 +10,22 @@ The shape/dtype rule runs the reference on meta tensors: torch's own broadcastin
 promotion and shape errors, for free. Results are cached by (op, operand types, params),
 so tracing a model of repeated blocks pays for each distinct signature once.
 
-One case skips the meta run: an elementwise op listed as float-preserving
+Two cases skip the meta run. An elementwise op listed as float-preserving
 (`LtorchOp.FLOAT_PRESERVING`, with params it accepts; the table is in
 `thunder_ir.dialects.ltorch_float`) on tensors of one floating dtype and device, and
 numbers, gives a tensor of that dtype and device, of their broadcast shape
 (`float_result`). torch's meta kernels for elementwise ops are Python (its refs, 90 to
 250 µs a call); anything else, a shape that does not broadcast included, goes the meta
-way, which raises eager's error. `tests/test_decomp_core.py` checks the rule against the
-meta kernels for every listed op.
+way, which raises eager's error. And the plain case of a reduction, ``cat``, ``linear``,
+``matmul`` or ``embedding`` is typed by its rule (`LtorchOp.TYPE_RULE`, the table in
+`thunder_ir.dialects.ltorch_rules`), whose meta kernels would import torch's symbolic
+shapes and ``torch._dynamo`` the first time. `tests/test_decomp_core.py` checks both
+tables against the meta kernels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -96,11 +99,23 @@ def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
         return None
     if all(s == shapes[0] for s in shapes):
         return first
-    try:
-        shape = tuple(torch.broadcast_shapes(*shapes))
-    except RuntimeError:  # the meta kernel raises eager's error
+    shape = broadcast(shapes)
+    if shape is None:  # the meta kernel raises eager's error
         return None
     return first if shape == first.sizes else tensor_type(shape, first.dtype, first.dev)
+
+
+def broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The broadcast of static shapes (as ``torch.broadcast_shapes``, whose Python check
+    imports torch's symbolic shapes); None where they do not broadcast."""
+    out = [1] * max(len(s) for s in shapes)
+    for s in shapes:
+        for i, d in enumerate(s, len(out) - len(s)):
+            if d != 1:
+                if out[i] != 1 and out[i] != d:
+                    return None
+                out[i] = d
+    return tuple(out)
 
 
 class LtorchOp(ThunderOp):
@@ -117,6 +132,11 @@ class LtorchOp(ThunderOp):
         lambda params: all(v is None for v in params.values()))
     """Whether `float_result` holds with these params (eager takes them with float
     tensors); by default, when none is given."""
+    TYPE_RULE: ClassVar[Callable[..., Attribute | None] | None] = None
+    """``(operand types, params) -> result type``, or None where it does not say: a rule
+    for the plain case, from the table in `thunder_ir.dialects.ltorch_rules`."""
+    TYPE_RULE_SYMBOLIC: ClassVar[bool] = False
+    """Whether `TYPE_RULE` also runs in a symbolic compile."""
 
     @classmethod
     def result_device(cls, operand_types: list[Any], params: dict[str, Any]) -> str:
@@ -134,7 +154,8 @@ class LtorchOp(ThunderOp):
         # the default dtype too: Python floats and factories without a dtype follow it
         key: tuple[Any, ...] | None = None
         hit = None
-        if symbols.current() is None:  # (a symbolic run records guards: never cached)
+        static = symbols.current() is None
+        if static:  # (a symbolic run records guards: never cached)
             key = (cls, _freeze(operand_types),
                    _freeze(sorted(params.items())) if params else (),
                    torch.get_default_dtype())
@@ -149,6 +170,12 @@ class LtorchOp(ThunderOp):
             if fast is not None:
                 _INFER_CACHE[key] = fast
                 return fast
+        if cls.TYPE_RULE is not None and (static or cls.TYPE_RULE_SYMBOLIC):
+            typed = cls.TYPE_RULE(operand_types, params)
+            if typed is not None:
+                if key is not None:
+                    _INFER_CACHE[key] = typed
+                return typed
         flat = [t for g in operand_types for t in (g if isinstance(g, list) else [g])
                 if t is not None]
         for t in flat:

@@ -132,27 +132,6 @@ class MatmulOp(NNOp):
     traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other")
 
-    @classmethod
-    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
-        """In a symbolic compile, a batch of matrices or vectors times one matrix or vector
-        (either way round) directly: torch 2.11's ``matmul`` asks such a batch its
-        ``numel()``, which a symbolic size cannot answer. Torch's meta kernel otherwise."""
-        a, b = operand_types
-        if symbols.current() is not None and isinstance(a, TensorType) \
-                and isinstance(b, TensorType) and a.dtype == b.dtype and a.dev == b.dev \
-                and is_float(a.dtype) and max(a.rank, b.rank) >= 3 \
-                and min(a.rank, b.rank) in (1, 2):
-            x, y = a.sizes, b.sizes
-            if b.rank == 2 and same_sizes(x[-1:], y[:1]):
-                return tensor_type((*x[:-1], y[1]), a.dtype, a.dev)
-            if b.rank == 1 and same_sizes(x[-1:], y):
-                return tensor_type(x[:-1], a.dtype, a.dev)
-            if a.rank == 1 and same_sizes(x, y[-2:-1]):
-                return tensor_type((*y[:-2], y[-1]), a.dtype, a.dev)
-            if a.rank == 2 and same_sizes(x[-1:], y[-2:-1]):
-                return tensor_type((*y[:-2], x[0], y[-1]), a.dtype, a.dev)
-        return super().infer(*operand_types, **params)
-
 
 @ltorch_op(torch.bmm)
 class BmmOp(NNOp):
@@ -179,22 +158,6 @@ class LinearOp(NNOp):
     out = result_def(TensorType)
     traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias")
-
-    @classmethod
-    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
-        """In a symbolic compile, the plain case directly (a fake-tensor run costs ~10 ms):
-        ``(*x.shape[:-1], w.shape[0])`` for a 2-d weight of ``x``'s dtype and inner size
-        and a matching 1-d bias; torch's meta kernel otherwise."""
-        x, w, b = operand_types
-        if symbols.current() is not None and isinstance(x, TensorType) and x.rank >= 1 \
-                and isinstance(w, TensorType) and w.rank == 2 and x.dtype == w.dtype \
-                and x.dev == w.dev \
-                and is_float(x.dtype) and same_sizes(x.sizes[-1:], w.sizes[-1:]) and (
-                    b is None or (isinstance(b, TensorType) and b.rank == 1
-                    and b.dtype == x.dtype and b.dev == x.dev
-                    and same_sizes(b.sizes, w.sizes[:1]))):
-            return tensor_type((*x.sizes[:-1], w.sizes[0]), x.dtype, x.dev)
-        return super().infer(*operand_types, **params)
 
 
 def _aligned(t: torch.Tensor) -> bool:

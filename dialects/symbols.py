@@ -29,12 +29,10 @@ import contextvars
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import sympy
 import torch
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
-from torch.utils._sympy.printers import PythonPrinter
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
@@ -51,6 +49,10 @@ from xdsl.irdl import AttrConstraint, irdl_attr_definition
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+
+if TYPE_CHECKING:
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat)
 """The types of a symbolic number user code computes with (``x.shape[1] * 2``)."""
@@ -119,18 +121,32 @@ class SymText(str):
         return str(self)
 
 
-class _Env(ShapeEnv):
-    """torch's ``ShapeEnv`` naming its symbols in order of creation (``s0``, ``s1``...)
-    rather than by a hash of where they came from, so that traces read the same on every
-    run."""
-
-    def _generate_unique_id(self, source_name: str) -> int:
-        i = len(self.unique_ids)
-        self.unique_ids.add(i)
-        return i
+# torch's symbolic shapes (and sympy, 0.2 s to import) load with the first symbolic
+# compilation: a program of static sizes never needs them.
 
 
-_PRINTER = PythonPrinter()
+@cache
+def _env_class() -> type[ShapeEnv]:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    class _Env(ShapeEnv):
+        """torch's ``ShapeEnv`` naming its symbols in order of creation (``s0``, ``s1``...)
+        rather than by a hash of where they came from, so that traces read the same on
+        every run."""
+
+        def _generate_unique_id(self, source_name: str) -> int:
+            i = len(self.unique_ids)
+            self.unique_ids.add(i)
+            return i
+
+    return _Env
+
+
+@cache
+def _printer() -> Any:
+    from torch.utils._sympy.printers import PythonPrinter
+
+    return PythonPrinter()
 
 
 @dataclass(frozen=True)
@@ -149,7 +165,7 @@ class SymbolSource:
 class SymbolTable:
     """The symbols of one compilation (see the module doc)."""
 
-    env: ShapeEnv = field(default_factory=lambda: _Env(duck_shape=False))
+    env: ShapeEnv = field(default_factory=lambda: _env_class()(duck_shape=False))
     sources: dict[str, SymbolSource] = field(default_factory=dict)
     _exprs: dict[str, sympy.Expr] = field(default_factory=dict)
     _symbols: dict[str, sympy.Symbol] = field(default_factory=dict)
@@ -173,6 +189,7 @@ class SymbolTable:
 
     def _symint(self, value: int, source: SymbolSource) -> Any:
         from torch._dynamo.source import ConstantSource
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
 
         src = ConstantSource(f"leaf{source.leaf}_{source.steps}_{source.dim}")
         sym = self.env.create_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
@@ -212,8 +229,10 @@ class SymbolTable:
         expr = self.env.simplify(x.node.expr)
         if expr.is_number:
             return int(expr) if isinstance(x, torch.SymInt) else float(expr)
-        text = _PRINTER.doprint(expr)
+        text = _printer().doprint(expr)
         if isinstance(x, torch.SymFloat):
+            import sympy
+
             text = f"float({text})" if not isinstance(expr, sympy.Float) else text
             self._exprs.setdefault(text, expr)
             return text
@@ -259,6 +278,8 @@ class SymbolTable:
         """The checks, as Python text over the symbols, under which the program holds: each
         symbol's range (a dynamic size is at least 2), the replacements decisions made
         (``s1 == s0``), and every guard the ``ShapeEnv`` recorded."""
+        import sympy
+
         out: list[str] = []
         seen: set[str] = set()
 
@@ -277,9 +298,9 @@ class SymbolTable:
                 add(f"{name} <= {int(vr.upper)}")
         for sym, repl in self.env.replacements.items():
             if str(sym) in self.sources:
-                add(f"{sym} == {_PRINTER.doprint(repl)}")
+                add(f"{sym} == {_printer().doprint(repl)}")
         for g in self.env.guards:
-            text = _PRINTER.doprint(g.expr)
+            text = _printer().doprint(g.expr)
             if text != "True":
                 add(text)
         return out

@@ -56,7 +56,7 @@ from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_nn import ScaledDotProductAttentionOp
 from thunder_ir.dialects.symbols import hints
 from thunder_ir.dialects.torch import make_call, meta_call, runtime_callee
-from thunder_ir.dialects.types import TensorType
+from thunder_ir.dialects.types import TensorType, tensor_type
 from thunder_ir.lowering.executors import Executor, register_executor
 from thunder_ir.passes.vjp_ltorch import runs_math_kernel
 from thunder_ir.passes.vjp_ltorch import scaled_dot_product_attention as attention_rule
@@ -324,13 +324,13 @@ def saves_statistics(q: SSAValue, k: SSAValue, v: SSAValue, attn_mask: SSAValue 
 
 
 def _emit_call(g: Any, callee: str, operands: list[SSAValue], kwargs: dict[str, Any],
-               result_types: list[Any] | None = None) -> Any:
+               result_types: list[Any] | None = None,
+               layout: bool | tuple[int, ...] | None = None) -> Any:
     """A pure ``torch.call`` of ``callee`` on ``operands`` (passed positionally), tagged
     with the forward op's source location. Without ``result_types``, the meta run that
     gives them is made once per callee, operand types and ``kwargs`` (the layers of a
-    model repeat their attention)."""
+    model repeat their attention). ``layout``: as `make_call` takes it."""
     args = [OperandRef(i) for i in range(len(operands))]
-    layout = None
     if result_types is None:
         static = symbols.current() is None  # (symbolic types belong to one compilation)
         key = (callee, tuple(o.type for o in operands), tuple(sorted(kwargs.items())))
@@ -351,6 +351,16 @@ def _emit_call(g: Any, callee: str, operands: list[SSAValue], kwargs: dict[str, 
 _CALL_TYPES: dict[Any, tuple[list[Any], tuple[int, ...] | None]] = {}
 
 
+def _forward_cpu_types(q: TensorType, v: TensorType) -> list[TensorType]:
+    """The types of `sdpa_forward_cpu`'s output and log-sum-exp, for operands torch runs
+    CPU flash attention on (`saves_statistics`): the queries' sizes with the values' head
+    size, in their dtype; the queries' sizes but the last, in float32 for half types
+    (without a meta run: its Python meta kernel imports ``torch._dynamo``)."""
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    return [tensor_type((*q.sizes[:-1], v.sizes[-1]), q.dtype, q.dev),
+            tensor_type(q.sizes[:-1], torch.float32 if half else q.dtype, q.dev)]
+
+
 def _attention_kwargs(is_causal: bool, scale: float | None) -> dict[str, Any]:
     return {"is_causal": is_causal} if scale is None else {"is_causal": is_causal,
                                                             "scale": float(scale)}
@@ -366,7 +376,8 @@ def _sdpa_vjp_saving(g: Any, out: SSAValue, ct: SSAValue, q: SSAValue, k: SSAVal
     assert isinstance(fwd_op, Operation)
     mask = [attn_mask] if attn_mask is not None else []
     kwargs = _attention_kwargs(is_causal, scale)
-    fwd = _emit_call(g, SDPA_FORWARD_CPU, [q, k, v, *mask], kwargs)
+    fwd = _emit_call(g, SDPA_FORWARD_CPU, [q, k, v, *mask], kwargs,
+                     result_types=_forward_cpu_types(q.type, v.type), layout=True)
     g.replace_forward(fwd_op, fwd, fwd.results[:1])
     new_out, lse = fwd.results
     bwd = _emit_call(g, SDPA_BACKWARD_CPU, [ct, q, k, v, new_out, lse, *mask], kwargs,

@@ -47,9 +47,8 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import sympy
 import torch
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
@@ -59,6 +58,9 @@ from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.symbols import SYMBOL_NAME, SymbolicError, current
 from thunder_ir.dialects.traits import Reduction
 from thunder_ir.dialects.types import NumberType, TensorType
+
+if TYPE_CHECKING:
+    import sympy
 
 MAX_REDUCTION = 8192
 """The most elements one reduction may reduce (one block per row; no loop)."""
@@ -227,6 +229,8 @@ def _sym(text: str) -> sympy.Expr:
     if not _SIZE_TEXT.fullmatch(text) or "**" in text \
             or not all(SYMBOL_NAME.fullmatch(n) for n in names):
         raise SymbolicError(f"triton: kernels take sums and products of sizes, not {text!r}")
+    import sympy  # (0.2 s to import: with the first symbolic size)
+
     expr = sympy.sympify(text, locals={n: sympy.Symbol(n, integer=True, positive=True)
                                        for n in names})
     if "**" in str(expr):
@@ -243,7 +247,7 @@ def _dims(t: TensorType) -> tuple[Size, ...]:
 
 def _num(n: Size) -> int | sympy.Expr:
     """An expression that is a number, as an int."""
-    if isinstance(n, sympy.Expr) and n.is_Integer:
+    if not isinstance(n, int) and n.is_Integer:
         return int(n)
     return n
 
@@ -1039,7 +1043,7 @@ def _symbolic_launch(index: int, kern: Kernel, args: list[str], wide_at: int) ->
                                                 f"num_warps=max(1, min(4, {b} // 256))"]
     meta.insert(1, f"WIDE={_text(total)} >= {wide_at}")
     lines += _wrap_call(f"{kern.name}[({grid},)]", [*args, *meta], "")
-    if isinstance(total, sympy.Expr) and not total.is_positive:  # may be empty
+    if not isinstance(total, int) and not total.is_positive:  # may be empty
         return [f"    if {_text(total)} > 0:", *("        " + ln for ln in lines)]
     return ["    " + ln for ln in lines]
 

@@ -255,3 +255,176 @@ def test_the_float_rule_agrees_with_the_meta_kernels() -> None:
                         answered += 1
                         assert fast == meta, (cls.name, types, params, fast, meta)
     assert answered > 500  # the rule answers most of the cases it was written for
+
+
+# --------------------------------------------------------------------------- type rules
+
+
+def _type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
+    """``(op class, operand types, params)`` for every rule of `ltorch_rules.TYPE_RULES`:
+    the plain cases each rule was written for, and the ones around it that eager types
+    otherwise or refuses (other dtypes, dims out of range or repeated, sizes that do not
+    match, empty and 0-d tensors, half types, params it leaves to the meta kernel)."""
+    from thunder_ir.dialects import ltorch_nn as N
+
+    f32, f64, bf16, i64, i32 = (torch.float32, torch.float64, torch.bfloat16, torch.int64,
+                                torch.int32)
+    cases: list[tuple[Any, list[Any], dict[str, Any]]] = []
+    shapes = [(2, 3, 4), (5,), (), (0, 3), (2, 1, 4)]
+    dims: list[Any] = [None, (), 0, -1, (0, 2), (2, 0), (0, 0), 3, -4, (1,), [1]]
+    for cls in (L.SumOp, L.MeanOp, L.AmaxOp, L.AminOp):
+        for dtype in (f32, f64, bf16, i64, torch.bool):
+            for shape in shapes:
+                for dim in dims:
+                    for keepdim in (None, True, False):
+                        params: dict[str, Any] = {"dim": dim}
+                        if keepdim is not None:
+                            params["keepdim"] = keepdim
+                        if cls in (L.SumOp, L.MeanOp):
+                            params["dtype"] = None
+                        cases.append((cls, [tensor_type(shape, dtype)], params))
+        if cls in (L.SumOp, L.MeanOp):
+            cases.append((cls, [tensor_type((2, 3), f32)], {"dim": 1, "dtype": f64}))
+    cat_lists = [[(2, 3), (4, 3)], [(2, 3), (2, 5)], [(2, 3), (2, 3), (2, 3)], [(2, 3)],
+                 [(2, 3), (3, 3)], [(2, 3), (3,)], [(0,), (2, 3)], [(), ()], [(2, 0), (2, 3)],
+                 [(1, 4, 2), (1, 4, 5)]]
+    for shapes_ in cat_lists:
+        for dim in (0, 1, -1, -2, 2, -3):
+            for dtypes in ((f32, f32), (bf16, bf16), (i64, i64), (f32, f64)):
+                types = [tensor_type(s, dtypes[i % 2]) for i, s in enumerate(shapes_)]
+                cases.append((L.CatOp, [types], {"dim": dim}))
+    xs = [(2, 3), (3,), (4, 2, 3), (), (2, 4)]
+    ws = [(5, 3), (5, 4), (3,), (5, 3, 1)]
+    for x in xs:
+        for w in ws:
+            for b in (None, (5,), (4,), (1,)):
+                for dtype in (f32, bf16, i64):
+                    cases.append((N.LinearOp, [tensor_type(x, dtype), tensor_type(w, dtype),
+                                               None if b is None else tensor_type(b, dtype)],
+                                  {}))
+        cases.append((N.LinearOp, [tensor_type(x, f32), tensor_type((5, 3), f64), None], {}))
+    pairs = [((2, 3), (3, 4)), ((2, 3), (4, 5)), ((5, 2, 3), (3, 4)), ((5, 2, 3), (3,)),
+             ((3,), (5, 3, 4)), ((2, 3), (5, 3, 4)), ((5, 2, 3), (5, 3, 4)),
+             ((5, 1, 2, 3), (4, 3, 6)), ((5, 2, 3), (4, 3, 6)), ((3,), (3,)), ((3,), (3, 4)),
+             ((2, 3), (3,)), ((0, 2, 3), (3, 4)), ((5, 2, 3), (1, 3, 4)),
+             ((5, 2, 0), (5, 0, 4)), ((2, 2, 3), (2, 4, 5))]
+    for a, b in pairs:
+        for dtypes in ((f32, f32), (f64, f64), (bf16, bf16), (i64, i64), (f32, f64)):
+            cases.append((N.MatmulOp, [tensor_type(a, dtypes[0]), tensor_type(b, dtypes[1])],
+                          {}))
+    for idx in ((2, 5), (), (3,)):
+        for idx_dtype in (i64, i32, f32):
+            for w, w_dtype in (((10, 4), f32), ((10, 4), bf16), ((10,), f32), ((10, 4), i64)):
+                for padding_idx in (None, 1):
+                    cases.append((N.EmbeddingOp, [tensor_type(idx, idx_dtype),
+                                                  tensor_type(w, w_dtype)],
+                                  {"padding_idx": padding_idx, "max_norm": None,
+                                   "norm_type": 2.0, "scale_grad_by_freq": False,
+                                   "sparse": False}))
+    cases += _more_type_rule_cases()
+    return cases
+
+
+def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
+    """Comparisons, ``where``, ``masked_fill``, softmax, ``arange``, the losses, layer norm
+    and the backward ops autodiff emits for them."""
+    from thunder_ir.dialects import ltorch_nn as N
+
+    f32, f64, bf16, i64, i32, b8 = (torch.float32, torch.float64, torch.bfloat16,
+                                    torch.int64, torch.int32, torch.bool)
+    t, n = tensor_type, number_type
+    cases: list[tuple[Any, list[Any], dict[str, Any]]] = []
+    pairs = [((2, 3), (2, 3)), ((2, 3), (3,)), ((2, 3), (4,)), ((), (2,))]
+    for cls in (L.EqOp, L.NeOp, L.LtOp, L.LeOp, L.GtOp, L.GeOp):
+        for da, db in ((f32, f32), (i64, i64), (b8, b8), (f32, f64)):
+            for a, b in pairs:
+                cases.append((cls, [t(a, da), t(b, db)], {}))
+            cases += [(cls, [t((2, 3), da), n(int)], {}), (cls, [n(float), t((2,), da)], {})]
+    for cond in (t((2, 3), b8), t((3,), b8), t((4,), b8), t((2, 3), f32)):
+        for x, y in ((t((2, 3), f32), t((2, 3), f32)), (t((3,), f32), n(float)),
+                     (n(int), t((2, 1), f32)), (t((2, 3), i64), n(int)),
+                     (t((2, 3), f32), t((2, 3), f64)), (t((1, 3), i64), t((2, 1), i64))):
+            cases.append((L.WhereOp, [cond, x, y], {}))
+    for x in (t((2, 3), f32), t((2, 3), i64)):
+        for mask in (t((2, 3), b8), t((3,), b8), t((2, 1, 3), b8), t((4,), b8),
+                     t((2, 3), f32)):
+            for value in (0.5, -float("inf"), 1, True):
+                cases.append((L.MaskedFillOp, [x, mask], {"value": value}))
+    for cls in (N.SoftmaxOp, N.LogSoftmaxOp):
+        for x in (t((2, 3), f32), t((2, 3), bf16), t((2, 3), i64), t((), f32), t((5,), f32)):
+            for dim in (0, -1, 2, -3):
+                for dtype in (None, f64):
+                    cases.append((cls, [x], {"dim": dim, "dtype": dtype}))
+    for start, end, step in ((0, 5, 1), (2, 10, 3), (10, 0, -2), (5, 0, 1), (0, 5, 0),
+                             (0.5, 3, 1), (0, 0, 1), (3, None, 1), (-7, 7, 4)):
+        for dtype in (None, i64, f32):
+            cases.append((L.ArangeOp, [], {"start": start, "end": end, "step": step,
+                                           "dtype": dtype, "device": "cpu"}))
+    for x in (t((4, 5), f32), t((4, 5), bf16), t((4, 5), i64), t((5,), f32),
+              t((2, 5, 3), f32)):
+        for target in (t((4,), i64), t((4,), i32), t((3,), i64), t((4, 5), f32)):
+            for weight in (None, t((5,), f32)):
+                for reduction in ("mean", "sum", "none", "bad"):
+                    for smoothing in (0.0, 0.1):
+                        cases.append((N.CrossEntropyOp, [x, target, weight], {
+                            "size_average": None, "ignore_index": -1, "reduce": None,
+                            "reduction": reduction, "label_smoothing": smoothing}))
+                    if weight is None:
+                        cases.append((N.NllLossForwardOp, [x, target, weight],
+                                      {"reduction": reduction, "ignore_index": -100}))
+    logp, target, total = t((4, 5), f32), t((4,), i64), t((), f32)
+    for grad, reduction in ((t((), f32), "mean"), (t((), f32), "sum"), (t((4,), f32), "none"),
+                            (t((4,), f32), "mean"), (t((), f64), "mean")):
+        for tw in (total, t((1,), f32)):
+            cases.append((N.NllLossBackwardOp, [grad, logp, target, tw, None],
+                          {"reduction": reduction, "ignore_index": -100}))
+    for grad, x in ((t((2, 3), f32), t((2, 3), f32)), (t((2, 3), bf16), t((2, 3), bf16)),
+                    (t((2, 3), f32), t((3,), f32)), (t((2, 3), i64), t((2, 3), i64))):
+        for approximate in ("none", "tanh", "cubic"):
+            cases.append((N.GeluBackwardOp, [grad, x], {"approximate": approximate}))
+        for cls in (N.SoftmaxBackwardOp, N.LogSoftmaxBackwardOp):
+            for dim, input_dtype in ((-1, grad.dtype), (1, grad.dtype), (2, grad.dtype),
+                                     (-1, f64)):
+                cases.append((cls, [grad, x], {"dim": dim, "input_dtype": input_dtype}))
+    for dtype in (f32, f64, bf16, i64):
+        x = t((2, 3, 4), dtype)
+        for shape in ((4,), (3, 4), (5,), (2, 3, 4, 1)):
+            for affine in (None, t(shape, dtype), t((4,), f64)):
+                for bias in (None, affine):
+                    params = {"normalized_shape": shape, "eps": 1e-5}
+                    cases += [(N.LayerNormOp, [x, affine, bias], params),
+                              (N.NativeLayerNormOp, [x, affine, bias], params)]
+                    stats = t((*x.sizes[:3 - len(shape)], *(1,) * len(shape)), dtype)
+                    for mask in ((1, 1, 1), (1, 0, 0), (0, 1, 1)):
+                        for saved in ((stats, stats), (None, None)):
+                            cases.append((N.LayerNormBackwardOp, [x, x, affine, bias, *saved],
+                                          {**params, "output_mask": mask}))
+    return cases
+
+
+def test_the_type_rules_agree_with_the_meta_kernels() -> None:
+    """Every rule of `ltorch_rules.TYPE_RULES`, on cases around what it was written for:
+    either it leaves the answer to the meta kernel (None) or it gives exactly the type
+    the meta kernel gives; never a type where the meta kernel raises eager's error."""
+    from thunder_ir.dialects.ltorch_rules import TYPE_RULES
+    from thunder_ir.dialects.torch import meta_value, type_of_meta
+
+    answered: dict[str, int] = {}
+    for cls, types, params in _type_rule_cases():
+        rule = TYPE_RULES[cls]
+        fast = rule(types, params)
+        metas = [[meta_value(t) for t in g] if isinstance(g, list) else
+                 (None if g is None else meta_value(g)) for g in types]
+        meta_params = {k: ("meta" if k == "device" else v) for k, v in params.items()}
+        try:
+            out = cls.ref(*metas, **meta_params)
+            meta: Any = ([type_of_meta(o, "cpu") for o in out] if isinstance(out, list | tuple)
+                         else type_of_meta(out, "cpu"))
+        except Exception:  # eager's error: the rule must not answer
+            assert fast is None, (cls.name, types, params, fast)
+            continue
+        if fast is not None:
+            answered[cls.name] = answered.get(cls.name, 0) + 1
+            assert fast == meta, (cls.name, types, params, fast, meta)
+    assert set(answered) == {c.name for c in TYPE_RULES}  # every rule answers some case
+    assert sum(answered.values()) > 600, answered

@@ -1119,6 +1119,74 @@ def test_results_have_eagers_strides(fn: Callable[..., Any], layout: str) -> Non
         torch.testing.assert_close(out.view(-1), ref)
 
 
+def _in_order_operands() -> tuple[torch.Tensor, ...]:
+    """Non-contiguous tensors whose nonzero strides fall from the first dim to the last (a
+    slice of the last dim, a strided slice under a size-1 dim, a slice at an offset, one
+    with a zero stride), and operands that broadcast against them."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.rand(2, 3, 8, generator=g) + 0.5
+    return (base[..., 4:], torch.rand(1, 3, 8, generator=g)[..., ::2] + 0.5,
+            base[:, :, 1:5], torch.rand(2, 1, 4, generator=g).expand(2, 3, 4) + 0,
+            torch.rand(3, 8, generator=g)[:, 2:6] + 0.5, torch.rand(4, generator=g) + 0.5)
+
+
+def _elementwise_ops() -> list[Any]:
+    from thunder_ir.dialects.ltorch_base import LTORCH
+    from thunder_ir.dialects.traits import Elementwise
+
+    return [cls for cls in LTORCH if cls.has_trait(Elementwise)
+            and len(cls.get_irdl_definition().operands) in (1, 2)]
+
+
+def test_elementwise_and_cat_results_of_in_order_slices_have_eagers_strides(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout rules of our own (`thunder_ir.frontend.layout._in_order`): every
+    elementwise ltorch op, and ``cat``, on slices whose strides fall in dim order (what
+    rotary embeddings cut) and on operands that broadcast against them, gives eager's
+    values and strides, and so do ``bmm`` and ``matmul`` of transposed operands; the rule answered,
+    with no meta kernel asked."""
+    from thunder_ir.frontend import layout
+
+    answered: list[str] = []
+    in_order = layout._in_order
+
+    def counted(op: Any, layouts: Any) -> bool:
+        ok = in_order(op, layouts)
+        if ok:
+            answered.append(op.name)
+        return ok
+
+    monkeypatch.setattr(layout, "_in_order", counted)
+    xs = _in_order_operands()
+    checked = 0
+    for cls in _elementwise_ops():
+        fn = cls.TORCH_FN
+        binary = len(cls.get_irdl_definition().operands) == 2
+
+        def apply(*ts: torch.Tensor, fn: Any = fn, binary: bool = binary) -> Any:
+            a, b, c, d, e, f = ts
+            outs = ((fn(a, f), fn(b, a[:1]), fn(c, e), fn(d, a), fn(a, c)) if binary
+                    else (fn(a), fn(b), fn(c), fn(d)))
+            return outs, [o.stride() for o in outs]  # (as the trace answers them)
+
+        try:
+            apply(*xs)
+        except (RuntimeError, TypeError):  # an op eager takes only on other dtypes
+            continue
+        check_against_eager(apply, *xs, backward=False)
+        checked += 1
+    def cat(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any) -> Any:
+        outs = (torch.cat([a, c, d], 2), torch.cat([a, c], -1), torch.cat([b, b]),
+                torch.bmm(a, c.transpose(1, 2)), torch.bmm(a.transpose(1, 2), d),
+                a.transpose(1, 2) @ c, a @ e.t(), a.unsqueeze(0) @ c.transpose(1, 2),
+                torch.matmul(a, f), torch.matmul(e, f), torch.matmul(e, a.transpose(1, 2)))
+        return outs, [o.stride() for o in outs]
+
+    cat(*xs)  # (eager takes every product: the check compares results, not errors)
+    check_against_eager(cat, *xs, backward=False)
+    assert checked > 40 and len(set(answered)) > 40 and "ltorch.cat" in answered
+
+
 def test_contiguous_of_a_contiguous_argument_is_the_argument() -> None:
     x = torch.randn(3, 4)
     assert thunder_ir.jit(lambda t: t.contiguous())(x) is x

@@ -156,7 +156,12 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], Callable[[int], dict[str, Any
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4, msg=what)
+    """Within float32's rounding of eager's: the absolute tolerance grows with the largest
+    magnitude of the tensor, since sums of large terms taken in another order differ by
+    that much (RWKV's embedding gradient, whose entries reach 80: one entry of 0.047 off
+    by 1.6e-5 on an AMD machine, where eager's own is 6.4e-5 off a float64 run's)."""
+    scale = max(1.0, float(b.detach().abs().max())) if b.numel() else 1.0
+    torch.testing.assert_close(a, b, atol=1e-5 * scale, rtol=1e-4, msg=what)
 
 
 def _same_grads(jitted: nn.Module, eager: nn.Module) -> None:

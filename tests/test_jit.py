@@ -356,3 +356,59 @@ def test_every_ltorch_op_is_reachable_from_torch() -> None:
                               "ltorch.native_batch_norm_backward", "ltorch.native_layer_norm",
                               "ltorch.nll_loss_backward", "ltorch.silu_backward",
                               "ltorch.softmax_backward", "ltorch.threshold_backward"]
+
+
+_FRESH_PROCESS = """
+import copy
+import sys
+
+import torch
+
+import thunder_ir
+
+assert "sympy" not in sys.modules, "import thunder_ir loaded sympy"
+from models import GPT2, Config, LlamaGPT
+
+checks = []  # (ours, eager's): compared at the end (torch.testing loads sympy itself)
+for make in (LlamaGPT, GPT2):
+    torch.manual_seed(0)
+    model = make(Config(n_layer=2, block_size=16))
+    ref = copy.deepcopy(model)
+    idx, tgt = torch.randint(0, 96, (2, 16)), torch.randint(0, 96, (2, 16))
+    if make is LlamaGPT:  # (GPT-2's inference indexes with a list: not covered)
+        with torch.no_grad():
+            checks.append((thunder_ir.jit(model)(idx), ref(idx)))
+    jm = thunder_ir.jit(model)
+    if make is GPT2:  # (logits, loss)
+        jm(idx, tgt)[1].backward()
+        ref(idx, tgt)[1].backward()
+    else:
+        jm(idx).square().mean().backward()
+        ref(idx).square().mean().backward()
+    checks += [(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters(),
+                                                strict=True)]
+loaded = [m for m in ("sympy", "torch._dynamo") if m in sys.modules]
+assert not loaded, f"the first calls loaded {loaded}"
+for ours, eager in checks:
+    torch.testing.assert_close(ours, eager)
+"""
+
+
+def test_first_calls_load_neither_sympy_nor_dynamo() -> None:
+    """In a fresh process, ``import thunder_ir``, ``jit``, the first inference and training
+    calls of a Llama-style model and the first training call of a GPT-2-style one load
+    neither sympy nor ``torch._dynamo`` (about 0.6 s of imports that eager does not pay,
+    which torch's Python meta kernels and ``torch._check`` would load:
+    `thunder_ir.dialects.ltorch_rules` types those ops, `thunder_ir.frontend.layout`
+    lays out their slices), and
+    the results and gradients are eager's."""
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [tests, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", _FRESH_PROCESS], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

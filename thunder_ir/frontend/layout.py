@@ -15,15 +15,19 @@ therefore gives each proxy eager's strides and storage offset:
   contiguous inputs (``tests/test_eager_semantics.py`` and the OpInfo sweep hold it),
   except for ops given a ``memory_format`` and ops that always ask on some devices
   (`DeviceLayout`'s ``always``: attention, whose CUDA kernels return the heads
-  transposed). Otherwise torch decides: the op's reference runs on meta stand-ins of the
-  operands' layouts, or, for ops whose layout depends on the device (the `DeviceLayout`
-  trait: convolution, attention), under torch's ``FakeTensorMode`` on fake tensors of the
+  transposed). An elementwise op's or ``cat``'s result is contiguous too when each
+  tensor operand's nonzero strides fall strictly from the first dim to the last (a
+  slice, as rotary embeddings take: `_in_order`), and ``bmm``'s always, as ``matmul``'s
+  when the first operand's rank is at least the second's (`_contiguous_kernel`).
+  Otherwise torch decides: the op's reference runs on meta stand-ins of the operands'
+  layouts, or, for ops whose layout depends on the device (the `DeviceLayout` trait:
+  convolution, attention), under torch's ``FakeTensorMode`` on fake tensors of the
   operands' device, which is what torch.compile does to learn eager's strides (fake
   tensors know that a convolution of a channels-last input is channels-last on the CPU;
   meta tensors take every tensor for a CUDA one). Results are cached per signature.
 
-Nothing here is written again from torch: the one rule of our own is the contiguous fast
-path above, and a test holds it.
+Nothing here is written again from torch: the rules of our own are the contiguous cases
+above, and tests hold them.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ThunderOp, group
-from thunder_ir.dialects.traits import DeviceLayout
+from thunder_ir.dialects.traits import DeviceLayout, Elementwise
 from thunder_ir.dialects.types import NumberType, TensorType
 
 Strides = tuple[int, ...]
@@ -252,12 +256,59 @@ def _device(op: Operation) -> str:
     return next((o.type.dev for o in op.operands if isinstance(o.type, TensorType)), "cpu")
 
 
+def _contiguous_kernel(op: Operation) -> bool:
+    """Whether ``op``'s kernel lays its result out contiguously whatever its operands'
+    layouts: ``bmm`` (ATen's structured kernel allocates it so, as its meta kernel does),
+    and ``matmul`` with the first operand of rank at least the second's (a product by
+    ``mm``, ``mv`` or ``bmm``, viewed back to the result's shape; it is the other way
+    round that ``matmul`` transposes, to fold the larger operand into ``mm``)."""
+    if op.name == "ltorch.bmm":
+        return True
+    if op.name != "ltorch.matmul":
+        return False
+    a, b = (v.type for v in op.operands)
+    return isinstance(a, TensorType) and isinstance(b, TensorType) and a.rank >= b.rank
+
+
+def _in_order(op: Operation, layouts: Sequence[Layout | None]) -> bool:
+    """Whether ``op`` is elementwise or ``cat`` with one result, of static sizes, and every
+    tensor operand's nonzero strides, over the result's dims (a broadcast dim's stride is
+    0), fall strictly from the first dim to the last: a slice of a contiguous tensor, a
+    row of one, a broadcast operand. TensorIterator then keeps the dims in their order
+    (only a stride ordered the other way, or equal strides, moves one) and lays the
+    result out contiguously, as torch's meta kernels do; ``cat`` on such tensors suggests
+    the contiguous memory format (a channels-last one has a smaller stride before a
+    larger)."""
+    if len(op.results) != 1 or not isinstance(op, ThunderOp) or not (
+            op.has_trait(Elementwise) or op.name == "ltorch.cat"):
+        return False
+    out = op.results[0].type
+    if not isinstance(out, TensorType) or out.symbolic:
+        return False
+    rank, out_sizes = out.rank, out.sizes
+    for v, lay in zip(op.operands, layouts):
+        if lay is None:
+            continue
+        sizes, strides = v.type.sizes, lay[0]  # type: ignore[attr-defined]
+        if len(sizes) > rank:
+            return False
+        last = None
+        for i, (n, st) in enumerate(zip(sizes, strides), rank - len(sizes)):
+            if st == 0 or (n == 1 and out_sizes[i] != 1):
+                continue  # (broadcast: TensorIterator skips a zero stride)
+            if last is not None and st >= last:
+                return False
+            last = st
+    return True
+
+
 def fresh_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layout]:
     """The layouts of the results of ``op``, an op whose results are fresh tensors, given
     its operands' (``None`` for numbers)."""
     by_device = op.get_trait(DeviceLayout)
     always = by_device is not None and _device(op).split(":")[0] in by_device.always
-    if not always and "memory_format" not in op.properties and _all_contiguous(op, layouts):
+    if not always and "memory_format" not in op.properties and (
+            _all_contiguous(op, layouts) or _contiguous_kernel(op) or _in_order(op, layouts)):
         return [(contiguous_strides(r.type.sizes), 0) for r in op.results  # type: ignore[attr-defined]
                 if isinstance(r.type, TensorType)]
     found = asked_layouts(op, layouts, fake=by_device is not None)

@@ -1,0 +1,356 @@
+"""Result types without a meta run: the rule table for reductions, comparisons, ``where``
+and ``masked_fill``, joins, matrix products, embeddings, layer norm, softmax, ``arange``
+and cross-entropy (the elementwise ops have theirs in `thunder_ir.dialects.ltorch_float`).
+
+torch's meta kernels for these ops are Python (``torch._refs``, ``torch._meta_registrations``),
+90 to 400 µs a call, and they check their inputs with ``torch._check``, which imports
+torch's symbolic shapes and sympy, and (for the refs) ``torch._dynamo``: about 0.6 s the
+first time a process types one, which a user's first inference call paid and eager does
+not. Each rule here answers the plain case of its op and gives None for anything else
+(other dtypes, dims out of range, shapes that do not match, an empty tensor), which then
+goes the meta way and raises eager's error. `tests/test_decomp_core.py` checks every rule
+against the meta kernels.
+
+A rule is ``(operand types, params) -> type | None``; `LtorchOp.TYPE_RULE` holds it.
+``SYMBOLIC`` rules also run in a symbolic compile (their size tests record no guard:
+`symbols.same_sizes`); the others only for static sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from xdsl.ir import Attribute
+
+from thunder_ir.dialects import ltorch_core as C
+from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects.ltorch_base import LtorchOp, broadcast
+from thunder_ir.dialects.symbols import same_sizes
+from thunder_ir.dialects.types import NumberType, TensorType, is_complex, is_float, tensor_type
+
+Rule = Callable[[Sequence[Any], dict[str, Any]], Attribute | list[TensorType] | None]
+
+
+def _dims(dim: Any, rank: int) -> tuple[int, ...] | None:
+    """The reduced dims, normalized and sorted (None or ``()``: all of them); None where
+    they are not plain ints in range without repeats (torch then raises)."""
+    if dim is None or dim == ():
+        return tuple(range(rank))
+    dims = (dim,) if type(dim) is int else dim
+    if type(dims) is not tuple or not all(type(d) is int for d in dims):
+        return None
+    out = tuple(sorted(d + rank if d < 0 else d for d in dims))
+    if any(not 0 <= d < rank for d in out) or len(set(out)) != len(out):
+        return None
+    return out
+
+
+def _reduction(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``sum``, ``mean``, ``amax``, ``amin`` of a floating tensor of rank 1 or more, with
+    no ``dtype``: that dtype, the reduced dims dropped (kept as 1 with ``keepdim``)."""
+    (t,) = operands
+    if type(t) is not TensorType or not is_float(t.dtype) or params.get("dtype") is not None:
+        return None
+    sizes = t.sizes
+    dims = _dims(params.get("dim"), len(sizes))
+    if not sizes or dims is None or 0 in sizes:
+        return None
+    keep = params.get("keepdim")
+    if keep is not None and type(keep) is not bool:
+        return None
+    out = tuple(1 if i in dims else s for i, s in enumerate(sizes)) if keep else \
+        tuple(s for i, s in enumerate(sizes) if i not in dims)
+    return t if out == sizes else tensor_type(out, t.dtype, t.dev)
+
+
+def _cat(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``cat`` of nonempty tensors of one dtype, device and rank, equal but at ``dim``."""
+    (tensors,) = operands
+    if not tensors or not all(type(t) is TensorType for t in tensors):
+        return None
+    first = tensors[0]
+    rank, dim = first.rank, params.get("dim", 0)
+    if type(dim) is not int or rank == 0 or not -rank <= dim < rank:
+        return None
+    dim %= rank
+    total = 0
+    for t in tensors:
+        sizes = t.sizes
+        if t.element_type != first.element_type or t.dev != first.dev or len(sizes) != rank \
+                or 0 in sizes or sizes[:dim] != first.sizes[:dim] \
+                or sizes[dim + 1:] != first.sizes[dim + 1:]:
+            return None
+        total += sizes[dim]
+    out = list(first.sizes)
+    out[dim] = total
+    return tensor_type(out, first.dtype, first.dev)
+
+
+def _linear(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``(*x.shape[:-1], w.shape[0])`` for a floating ``x``, a 2-d weight of its dtype,
+    device and inner size, and a matching 1-d bias or none."""
+    x, w, b = operands
+    if type(x) is TensorType and x.rank >= 1 and type(w) is TensorType and w.rank == 2 \
+            and x.element_type == w.element_type and x.dev == w.dev \
+            and is_float(x.dtype) and same_sizes(x.sizes[-1:], w.sizes[-1:]) and (
+                b is None or (type(b) is TensorType and b.rank == 1
+                              and b.element_type == x.element_type and b.dev == x.dev
+                              and same_sizes(b.sizes, w.sizes[:1]))):
+        return tensor_type((*x.sizes[:-1], w.sizes[0]), x.dtype, x.dev)
+    return None
+
+
+def _matmul(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """Floating tensors of one dtype and device: a matrix times a matrix, a batch of
+    matrices or vectors times one matrix or vector (either way round), and, for static
+    sizes, two batches whose batch dims broadcast. (In a symbolic compile this also keeps
+    torch 2.11's ``matmul`` from asking a symbolic batch its ``numel()``.)"""
+    a, b = operands
+    if type(a) is not TensorType or type(b) is not TensorType \
+            or a.element_type != b.element_type or a.dev != b.dev or not is_float(a.dtype):
+        return None
+    x, y = a.sizes, b.sizes
+    if a.rank == 2 and b.rank == 2:
+        return tensor_type((x[0], y[1]), a.dtype, a.dev) if same_sizes(x[1:], y[:1]) \
+            else None
+    if max(a.rank, b.rank) >= 3 and min(a.rank, b.rank) in (1, 2):
+        if b.rank == 2 and same_sizes(x[-1:], y[:1]):
+            return tensor_type((*x[:-1], y[1]), a.dtype, a.dev)
+        if b.rank == 1 and same_sizes(x[-1:], y):
+            return tensor_type(x[:-1], a.dtype, a.dev)
+        if a.rank == 1 and same_sizes(x, y[-2:-1]):
+            return tensor_type((*y[:-2], y[-1]), a.dtype, a.dev)
+        if a.rank == 2 and same_sizes(x[-1:], y[-2:-1]):
+            return tensor_type((*y[:-2], x[0], y[-1]), a.dtype, a.dev)
+        return None
+    if a.rank >= 3 and b.rank >= 3 and not a.symbolic and not b.symbolic \
+            and x[-1] == y[-2] and 0 not in x and 0 not in y:
+        batch = broadcast((x[:-2], y[:-2]))
+        if batch is None:
+            return None
+        return tensor_type((*batch, x[-2], y[-1]), a.dtype, a.dev)
+    return None
+
+
+def _embedding(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """Rows of a 2-d floating weight at int64 or int32 indices, without ``padding_idx``
+    or ``max_norm``: ``(*indices.shape, weight.shape[1])`` in the weight's dtype."""
+    idx, w = operands
+    if type(idx) is not TensorType or type(w) is not TensorType or w.rank != 2 \
+            or idx.dtype not in (torch.int64, torch.int32) or not is_float(w.dtype) \
+            or idx.dev != w.dev or params.get("padding_idx") is not None \
+            or params.get("max_norm") is not None:
+        return None
+    return tensor_type((*idx.sizes, w.sizes[1]), w.dtype, w.dev)
+
+
+def _layer_norm(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """A floating input whose last dims are ``normalized_shape``, with a weight and a bias
+    of that shape and the input's dtype, or none: the input's type."""
+    x, *affine = operands
+    shape = params.get("normalized_shape")
+    if type(x) is not TensorType or not is_float(x.dtype) or type(shape) is not tuple \
+            or not shape or x.sizes[x.rank - len(shape):] != shape or 0 in x.sizes:
+        return None
+    for t in affine:
+        if t is not None and (type(t) is not TensorType or t.sizes != shape
+                              or t.element_type != x.element_type or t.dev != x.dev):
+            return None
+    return x
+
+
+def _comparison(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``eq``, ``lt``...: tensors of one dtype (not complex) and device, and numbers: a
+    bool tensor of their broadcast shape."""
+    first: TensorType | None = None
+    shapes = []
+    for t in operands:
+        if type(t) is TensorType:
+            if first is None:
+                first = t
+            elif t.element_type != first.element_type or t.dev != first.dev:
+                return None
+            shapes.append(t.sizes)
+        elif type(t) is not NumberType:
+            return None
+    if first is None or is_complex(first.dtype):
+        return None
+    shape = broadcast(shapes)
+    return None if shape is None else tensor_type(shape, torch.bool, first.dev)
+
+
+def _where(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """A bool condition, and branches that are tensors of one dtype, or a floating tensor
+    and a number: the branch tensors' dtype, the broadcast shape, on their device."""
+    cond, *branches = operands
+    tensors = [t for t in branches if type(t) is TensorType]
+    if type(cond) is not TensorType or cond.dtype != torch.bool or not tensors \
+            or any(t.element_type != tensors[0].element_type or t.dev != cond.dev
+                   for t in tensors) \
+            or (len(tensors) == 1 and not is_float(tensors[0].dtype)) \
+            or not all(type(t) in (TensorType, NumberType) for t in branches):
+        return None
+    shape = broadcast([cond.sizes, *(t.sizes for t in tensors)])
+    return None if shape is None else tensor_type(shape, tensors[0].dtype, cond.dev)
+
+
+def _masked_fill(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """A floating input, a bool mask on its device that broadcasts to its shape, a number:
+    the input's type."""
+    x, mask = operands
+    if type(x) is TensorType and is_float(x.dtype) and type(mask) is TensorType \
+            and mask.dtype == torch.bool and mask.dev == x.dev \
+            and type(params.get("value")) in (bool, int, float) \
+            and broadcast([x.sizes, mask.sizes]) == x.sizes:
+        return x
+    return None
+
+
+def _softmax(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``softmax`` and ``log_softmax`` of a floating tensor along a dim in range, with no
+    ``dtype``: the input's type."""
+    (x,) = operands
+    dim = params.get("dim")
+    if type(x) is TensorType and is_float(x.dtype) and x.rank >= 1 and type(dim) is int \
+            and -x.rank <= dim < x.rank and params.get("dtype") is None:
+        return x
+    return None
+
+
+def _arange(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``arange`` of ints on a given device, as int64: ``ceil((end - start) / step)``
+    values (none where the step runs away from the end: eager raises)."""
+    start, end, step = params.get("start", 0), params.get("end"), params.get("step", 1)
+    if end is None:
+        start, end = 0, start
+    dev = params.get("device")
+    if not all(type(v) is int for v in (start, end, step)) or step == 0 \
+            or params.get("dtype") not in (None, torch.int64) or type(dev) is not str:
+        return None
+    n = -((start - end) // step)
+    return tensor_type((n,), torch.int64, dev) if n >= 0 else None
+
+
+def _cross_entropy(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """Scores ``(N, C)`` of a floating dtype, int64 class indices ``(N,)`` on their
+    device, no weight, no legacy ``size_average``/``reduce``: a 0-d loss of the scores'
+    dtype (``"mean"``, ``"sum"``), or ``(N,)`` (``"none"``)."""
+    x, target, weight = operands
+    reduction = params.get("reduction", "mean")
+    if type(x) is not TensorType or type(target) is not TensorType or weight is not None \
+            or not is_float(x.dtype) or x.rank != 2 or target.rank != 1 \
+            or target.dtype != torch.int64 or target.dev != x.dev \
+            or target.sizes[0] != x.sizes[0] or 0 in x.sizes \
+            or params.get("size_average") is not None or params.get("reduce") is not None \
+            or reduction not in ("mean", "sum", "none") \
+            or type(params.get("label_smoothing", 0.0)) not in (int, float):
+        return None
+    return tensor_type(() if reduction != "none" else target.sizes, x.dtype, x.dev)
+
+
+def _nll_loss_forward(operands: Sequence[Any], params: dict[str, Any]
+                      ) -> list[TensorType] | None:
+    """As `_cross_entropy`, on log-probabilities: the loss, and the total weight (0-d)."""
+    loss = _cross_entropy(operands, {"reduction": params.get("reduction") or "mean"})
+    x = operands[0]
+    return None if loss is None else [loss, tensor_type((), x.dtype, x.dev)]
+
+
+def _nll_loss_backward(operands: Sequence[Any], params: dict[str, Any]
+                       ) -> TensorType | None:
+    """The gradient of `_nll_loss_forward`'s log-probabilities: their type, where the
+    loss's gradient and the total weight are typed as that forward's results."""
+    grad, x, target, total, weight = operands
+    fwd = _nll_loss_forward([x, target, weight], params)
+    if fwd is None or grad != fwd[0] or total != fwd[1]:
+        return None
+    return x
+
+
+def _same_as_first(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """A gradient and what it is the gradient of, of one floating type (``gelu_backward``
+    with an approximation eager knows): that type."""
+    grad, x = operands
+    if type(grad) is TensorType and grad == x and is_float(grad.dtype) \
+            and params.get("approximate") in (None, "none", "tanh"):
+        return grad
+    return None
+
+
+def _softmax_backward(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """The gradient of (log-)softmax from its output, all of one floating type, along a dim
+    in range: that type."""
+    grad, out = operands
+    dim = params.get("dim")
+    if type(grad) is TensorType and grad == out and is_float(grad.dtype) and grad.rank >= 1 \
+            and params.get("input_dtype") == grad.dtype and type(dim) is int \
+            and -grad.rank <= dim < grad.rank:
+        return grad
+    return None
+
+
+def _stats_type(x: TensorType, shape: tuple[int, ...]) -> TensorType:
+    """Layer norm's mean and rstd: ``x``'s sizes, the normalized dims kept as 1s."""
+    return tensor_type((*x.sizes[:x.rank - len(shape)], *(1,) * len(shape)), x.dtype, x.dev)
+
+
+def _native_layer_norm(operands: Sequence[Any], params: dict[str, Any]
+                       ) -> list[TensorType] | None:
+    """As `_layer_norm`, float32 and float64: the output, and the mean and rstd."""
+    x = operands[0]
+    out = _layer_norm(operands, params)
+    if out is None or x.dtype not in (torch.float32, torch.float64):
+        return None
+    stats = _stats_type(x, params["normalized_shape"])
+    return [out, stats, stats]
+
+
+def _layer_norm_backward(operands: Sequence[Any], params: dict[str, Any]
+                         ) -> list[TensorType] | None:
+    """float32 and float64: a gradient of the input's type, the forward's mean and rstd (or
+    none), and one result per true ``output_mask`` entry, typed as the input, the weight
+    and the bias (each present)."""
+    grad, x, weight, bias, mean, rstd = operands
+    mask = params.get("output_mask")
+    if _native_layer_norm([x, weight, bias], params) is None or grad != x \
+            or type(mask) is not tuple or len(mask) != 3:
+        return None
+    stats = _stats_type(x, params["normalized_shape"])
+    if (mean is None) != (rstd is None) or (mean is not None and (mean != stats
+                                                                 or rstd != stats)):
+        return None
+    outs = []
+    for m, t in zip(mask, (x, weight, bias)):
+        if m:
+            if t is None:
+                return None
+            outs.append(t)
+    return outs
+
+
+TYPE_RULES: dict[type[LtorchOp], Rule] = {
+    C.SumOp: _reduction, C.MeanOp: _reduction, C.AmaxOp: _reduction, C.AminOp: _reduction,
+    C.CatOp: _cat,
+    N.LinearOp: _linear, N.MatmulOp: _matmul,
+    N.EmbeddingOp: _embedding, N.LayerNormOp: _layer_norm,
+    C.EqOp: _comparison, C.NeOp: _comparison, C.LtOp: _comparison, C.LeOp: _comparison,
+    C.GtOp: _comparison, C.GeOp: _comparison,
+    C.WhereOp: _where, C.MaskedFillOp: _masked_fill, C.ArangeOp: _arange,
+    N.SoftmaxOp: _softmax, N.LogSoftmaxOp: _softmax, N.CrossEntropyOp: _cross_entropy,
+    N.NllLossForwardOp: _nll_loss_forward, N.NllLossBackwardOp: _nll_loss_backward,
+    N.GeluBackwardOp: _same_as_first, N.SoftmaxBackwardOp: _softmax_backward,
+    N.LogSoftmaxBackwardOp: _softmax_backward, N.NativeLayerNormOp: _native_layer_norm,
+    N.LayerNormBackwardOp: _layer_norm_backward,
+}
+"""Op class -> the rule that types its plain case."""
+
+SYMBOLIC: frozenset[type[LtorchOp]] = frozenset({N.LinearOp, N.MatmulOp})
+"""The ops whose rule also runs in a symbolic compile."""
+
+for _op, _rule in TYPE_RULES.items():
+    _op.TYPE_RULE = staticmethod(_rule)  # type: ignore[assignment]
+    _op.TYPE_RULE_SYMBOLIC = _op in SYMBOLIC
+
+__all__ = ["SYMBOLIC", "TYPE_RULES"]
