@@ -2,7 +2,9 @@
 
 Measures:
 * the cached per-call time of ``x + 1`` on a (4,) tensor and of the LLaMAMLP on a tiny input;
-* the first call (trace + compile) of the Llama-style model;
+* the first call (trace + compile) of the Llama-style model, in this process (after the
+  others' first calls: torch's lazy imports done) and in a fresh process of its own
+  (``import thunder_ir``, ``jit`` and the first call; eager's first call alone);
 * the steady forward of the Llama-style model, and its cached call on a 1x4 input.
 
 The Llama rows also time ``thunder_ir + torch_compile`` (column ``+torch_compile``): the
@@ -51,6 +53,67 @@ def first_call_s(make: Callable[[], Callable[..., Any]], *args: Any) -> float:
     return time.perf_counter() - t
 
 
+_FRESH = """
+import json, sys, time
+import torch
+from harness import llama_config
+from models import LlamaGPT
+a = json.loads(sys.argv[1])
+cfg = llama_config(type("A", (), a), vocab_size=512)
+torch.manual_seed(0)
+model = LlamaGPT(cfg).eval().requires_grad_(False)
+idx = torch.randint(0, cfg.vocab_size, (a["batch"], a["seq"]))
+t = time.perf_counter()
+if a["variant"] == "thunder_ir":
+    import thunder_ir
+    fn = thunder_ir.jit(model)
+else:
+    fn = model
+setup = time.perf_counter() - t
+fn(idx)
+total = time.perf_counter() - t
+print(json.dumps({"setup": setup, "total": total,
+                  "loaded": [m for m in ("sympy", "torch._dynamo") if m in sys.modules]}))
+"""
+
+
+def fresh_first_call(a: argparse.Namespace, variant: str) -> dict[str, Any]:
+    """In a process of its own (Python and torch loaded, the model built): the seconds to
+    ``import thunder_ir`` and ``jit`` (``setup``; 0 for eager) and, with them, the first
+    call (``total``), and which of sympy and torch._dynamo the process loaded."""
+    import json
+    import subprocess
+
+    args = {"variant": variant, "layers": a.layers, "embd": a.embd, "seq": a.seq,
+            "batch": a.batch}
+    path = os.pathsep.join([os.path.join(HERE, "..", "tests"), HERE,  # (tests' models)
+                            os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _FRESH, json.dumps(args)],
+                          capture_output=True, text=True, env={**os.environ,
+                                                               "PYTHONPATH": path})
+    if done.returncode:
+        raise SystemExit(f"fresh-process run of {variant} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def fresh_rows(a: argparse.Namespace, runs: int = 3) -> None:
+    """The first call in a fresh process, eager and thunder_ir alternating, medians."""
+    import statistics
+
+    got: dict[str, list[dict[str, Any]]] = {"eager": [], "thunder_ir": []}
+    for _ in range(runs):
+        for variant, runs_ in got.items():
+            runs_.append(fresh_first_call(a, variant))
+    med = {k: {f: statistics.median(r[f] for r in v) for f in ("setup", "total")}
+           for k, v in got.items()}
+    row("fresh process: import, jit", {"thunder_ir": med["thunder_ir"]["setup"] * 1e3}, "ms")
+    row("fresh process: and first call", {k: v["total"] * 1e3 for k, v in med.items()},
+        "ms")
+    loaded = sorted({m for r in got["thunder_ir"] for m in r["loaded"]})
+    print(f"{'':<32}(medians of {runs} processes each; thunder_ir's loaded "
+          f"{', '.join(loaded) if loaded else 'neither sympy nor torch._dynamo'})")
+
+
 def check(name: str, variants: dict[str, Callable[[], Any]]) -> None:
     """Every variant's output equals eager's (fp32: summation order only)."""
     ref = variants["eager"]()
@@ -72,7 +135,9 @@ def row(name: str, figures: dict[str, float], unit: str) -> None:
             vs = [f"{figures[c] / figures[ref]:.2f}x {short}"
                   for ref, short in (("eager", "eager"), ("torch.compile", "compile"))
                   if ref in figures]
-            ratios.append(f"{'+torch_compile' if c == FUSED else 'thunder_ir'}: {', '.join(vs)}")
+            if vs:
+                ratios.append(f"{'+torch_compile' if c == FUSED else 'thunder_ir'}: "
+                              f"{', '.join(vs)}")
     print(f"{name:<32}{cells} {unit:<3} {'; '.join(ratios)}")
 
 
@@ -127,6 +192,7 @@ def main() -> None:
     timed_row("cached call: LLaMAMLP 1x4x64", small, "µs", a.seconds / 4, a.rounds)
 
     # Llama-style model
+    fresh_rows(a)
     cfg = llama_config(a, vocab_size=512)
     model = LlamaGPT(cfg).eval().requires_grad_(False)
     idx = torch.randint(0, cfg.vocab_size, (a.batch, a.seq))

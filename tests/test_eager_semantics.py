@@ -1131,7 +1131,7 @@ def _in_order_operands() -> tuple[torch.Tensor, ...]:
 
 
 def _elementwise_ops() -> list[Any]:
-    from thunder_ir.dialects.ltorch_base import LTORCH
+    from thunder_ir.dialects.ltorch import LTORCH  # (every op declared)
     from thunder_ir.dialects.traits import Elementwise
 
     return [cls for cls in LTORCH if cls.has_trait(Elementwise)
@@ -1184,6 +1184,16 @@ def test_elementwise_and_cat_results_of_in_order_slices_have_eagers_strides(
 
     cat(*xs)  # (eager takes every product: the check compares results, not errors)
     check_against_eager(cat, *xs, backward=False)
+
+    def with_params(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, i: Any, m: Any) -> Any:
+        outs = (a.to(torch.float64), b.to(torch.bfloat16), a.masked_fill(m, 0.5),
+                c.clamp(0.6, 1.2), torch.where(m, a, c), torch.where(m, b, 1.0),
+                torch.bitwise_and(i, i), ~i, torch.gt(a, c), a == 0.75)
+        return outs, [o.stride() for o in outs]
+
+    ints = torch.randint(0, 9, (2, 3, 8), generator=torch.Generator().manual_seed(1))
+    with_params(*xs, ints[..., 4:], ints[..., :4] > 4)
+    check_against_eager(with_params, *xs, ints[..., 4:], ints[..., :4] > 4, backward=False)
     assert checked > 40 and len(set(answered)) > 40 and "ltorch.cat" in answered
 
 
