@@ -75,15 +75,11 @@ def _freeze(v: Any) -> Any:
 _INFER_CACHE: dict[Any, Any] = {}
 
 
-def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
-                 ) -> TensorType | None:
-    """The result type of a `LtorchOp.FLOAT_PRESERVING` op whose tensor operands share one
-    floating dtype (float16, bfloat16, float32, float64) and device, the others being
-    numbers: that dtype and device, and the operands' broadcast shape. None where the
-    rule does not say (other operands, params `LtorchOp.FLOAT_PARAMS` refuses, shapes
-    that do not broadcast)."""
-    if not cls.FLOAT_PARAMS(params):
-        return None
+def alike_tensors(operand_types: Any, numbers: bool
+                  ) -> tuple[TensorType, list[tuple[int, ...]]] | None:
+    """The first tensor operand and every tensor operand's sizes, where the tensors share
+    its dtype and device and the other operands are numbers (``numbers``: allowed at
+    all); None otherwise, or with no tensor."""
     first: TensorType | None = None
     shapes = []
     for t in operand_types:
@@ -93,10 +89,24 @@ def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
             elif t.element_type != first.element_type or t.dev != first.dev:
                 return None
             shapes.append(t.sizes)
-        elif type(t) is not NumberType or not cls.FLOAT_NUMBERS:
+        elif type(t) is not NumberType or not numbers:
             return None
-    if first is None or not is_float(first.dtype):
+    return None if first is None else (first, shapes)
+
+
+def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
+                 ) -> TensorType | None:
+    """The result type of a `LtorchOp.FLOAT_PRESERVING` op whose tensor operands share one
+    floating dtype (float16, bfloat16, float32, float64) and device, the others being
+    numbers: that dtype and device, and the operands' broadcast shape. None where the
+    rule does not say (other operands, params `LtorchOp.FLOAT_PARAMS` refuses, shapes
+    that do not broadcast)."""
+    if not cls.FLOAT_PARAMS(params):
         return None
+    alike = alike_tensors(operand_types, cls.FLOAT_NUMBERS)
+    if alike is None or not is_float(alike[0].dtype):
+        return None
+    first, shapes = alike
     if all(s == shapes[0] for s in shapes):
         return first
     shape = broadcast(shapes)

@@ -26,7 +26,7 @@ from xdsl.ir import Attribute
 
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
-from thunder_ir.dialects.ltorch_base import LtorchOp, broadcast
+from thunder_ir.dialects.ltorch_base import LtorchOp, alike_tensors, broadcast
 from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.types import NumberType, TensorType, is_complex, is_float, tensor_type
 
@@ -164,19 +164,10 @@ def _layer_norm(operands: Sequence[Any], params: dict[str, Any]) -> TensorType |
 def _comparison(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``eq``, ``lt``...: tensors of one dtype (not complex) and device, and numbers: a
     bool tensor of their broadcast shape."""
-    first: TensorType | None = None
-    shapes = []
-    for t in operands:
-        if type(t) is TensorType:
-            if first is None:
-                first = t
-            elif t.element_type != first.element_type or t.dev != first.dev:
-                return None
-            shapes.append(t.sizes)
-        elif type(t) is not NumberType:
-            return None
-    if first is None or is_complex(first.dtype):
+    alike = alike_tensors(operands, True)
+    if alike is None or is_complex(alike[0].dtype):
         return None
+    first, shapes = alike
     shape = broadcast(shapes)
     return None if shape is None else tensor_type(shape, torch.bool, first.dev)
 
