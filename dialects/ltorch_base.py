@@ -16,11 +16,12 @@ Two cases skip the meta run. An elementwise op listed as float-preserving
 numbers, gives a tensor of that dtype and device, of their broadcast shape
 (`float_result`). torch's meta kernels for elementwise ops are Python (its refs, 90 to
 250 µs a call); anything else, a shape that does not broadcast included, goes the meta
-way, which raises eager's error. And the plain case of a reduction, ``cat``, ``linear``,
-``matmul`` or ``embedding`` is typed by its rule (`LtorchOp.TYPE_RULE`, the table in
-`thunder_ir.dialects.ltorch_rules`), whose meta kernels would import torch's symbolic
-shapes and ``torch._dynamo`` the first time. `tests/test_decomp_core.py` checks both
-tables against the meta kernels.
+way, which raises eager's error. And the plain case of the other ops a Llama- or GPT-2-
+style model runs (reductions, comparisons, ``cat``, ``linear``, ``matmul``, layer norm,
+softmax, the losses, their backward ops...) is typed by its rule (`LtorchOp.TYPE_RULE`,
+the table in `thunder_ir.dialects.ltorch_rules`), where the meta kernels would import
+torch's symbolic shapes and ``torch._dynamo`` the first time.
+`tests/test_decomp_core.py` checks both tables against the meta kernels.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def _compose() -> None:
     runtime, so that a first call compiles without importing them.
 
     Once composed, one full collection of Python's cyclic GC: loading the compiler makes
-    some 65,000 long-lived objects (xDSL's and sympy's, torch's meta kernels), and CPython
+    some 40,000 long-lived objects (xDSL's, the dialects' and rule tables'), and CPython
     runs a full collection of the whole process (over 100 ms beside torch) once the
     objects promoted since the last one number a quarter of those that survived it. Left
     pending, it lands in a first training step or another, by the count of what ran
