@@ -1,15 +1,16 @@
 """Result types without a meta run: the rule table for reductions, comparisons, ``where``
-and ``masked_fill``, joins, matrix products, embeddings, layer norm, softmax, ``arange``
-and cross-entropy (the elementwise ops have theirs in `thunder_ir.dialects.ltorch_float`).
+and ``masked_fill``, joins, matrix products, embeddings, layer norm, softmax, ``arange``,
+cross-entropy and an index tensor among slices (the elementwise ops have theirs in
+`thunder_ir.dialects.ltorch_float`).
 
-torch's meta kernels for these ops are Python (``torch._refs``, ``torch._meta_registrations``),
-90 to 400 µs a call, and they check their inputs with ``torch._check``, which imports
-torch's symbolic shapes and sympy, and (for the refs) ``torch._dynamo``: about 0.6 s the
-first time a process types one, which a user's first inference call paid and eager does
-not. Each rule here answers the plain case of its op and gives None for anything else
-(other dtypes, dims out of range, shapes that do not match, an empty tensor), which then
-goes the meta way and raises eager's error. `tests/test_decomp_core.py` checks every rule
-against the meta kernels.
+torch's meta kernels for these ops are Python (``torch._refs``,
+``torch._meta_registrations``), 90 to 400 µs a call, and they check their inputs with
+``torch._check``, which imports torch's symbolic shapes and sympy, and (for the refs)
+``torch._dynamo``: about 0.6 s the first time a process types one, which a user's first
+inference call paid and eager does not. Each rule here answers the plain case of its op
+and gives None for anything else (other dtypes, dims out of range, shapes that do not
+match, an empty tensor), which then goes the meta way and raises eager's error.
+`tests/test_decomp_core.py` checks every rule against the meta kernels.
 
 A rule is ``(operand types, params) -> type | None``; `LtorchOp.TYPE_RULE` holds it.
 ``SYMBOLIC`` rules also run in a symbolic compile (their size tests record no guard:
@@ -26,6 +27,7 @@ from xdsl.ir import Attribute
 
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LtorchOp, alike_tensors, broadcast
 from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.types import NumberType, TensorType, is_complex, is_float, tensor_type
@@ -321,6 +323,28 @@ def _layer_norm_backward(operands: Sequence[Any], params: dict[str, Any]
     return outs
 
 
+_ALL = slice(None, None, None)
+
+
+def _getitem(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``x[:, idx, :]``: one int64 index tensor on ``x``'s device among full slices
+    (nanoGPT's ``x[:, [-1], :]``): ``x``'s type with that dim replaced by the index's
+    sizes. (A view's index, a bool mask or several index tensors go the meta way.)"""
+    x, indices = operands
+    index = params.get("index")
+    if type(x) is not TensorType or len(indices) != 1 or type(index) is not tuple \
+            or len(index) > x.rank:
+        return None
+    (idx,) = indices
+    at = [i for i, e in enumerate(index) if type(e) is OperandRef]
+    if type(idx) is not TensorType or idx.dtype != torch.int64 or idx.dev != x.dev \
+            or at != [i for i, e in enumerate(index) if e != _ALL] or len(at) != 1 \
+            or index[at[0]] != 0 or 0 in x.sizes:
+        return None
+    i = at[0]
+    return tensor_type((*x.sizes[:i], *idx.sizes, *x.sizes[i + 1:]), x.dtype, x.dev)
+
+
 TYPE_RULES: dict[type[LtorchOp], Rule] = {
     C.SumOp: _reduction, C.MeanOp: _reduction, C.AmaxOp: _reduction, C.AminOp: _reduction,
     C.CatOp: _cat,
@@ -333,7 +357,7 @@ TYPE_RULES: dict[type[LtorchOp], Rule] = {
     N.NllLossForwardOp: _nll_loss_forward, N.NllLossBackwardOp: _nll_loss_backward,
     N.GeluBackwardOp: _same_as_first, N.SoftmaxBackwardOp: _softmax_backward,
     N.LogSoftmaxBackwardOp: _softmax_backward, N.NativeLayerNormOp: _native_layer_norm,
-    N.LayerNormBackwardOp: _layer_norm_backward,
+    N.LayerNormBackwardOp: _layer_norm_backward, C.GetitemOp: _getitem,
 }
 """Op class -> the rule that types its plain case."""
 

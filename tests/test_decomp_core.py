@@ -399,6 +399,16 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
                         for saved in ((stats, stats), (None, None)):
                             cases.append((N.LayerNormBackwardOp, [x, x, affine, bias, *saved],
                                           {**params, "output_mask": mask}))
+    every = slice(None)
+    for x in (t((2, 16, 8), f32), t((2, 16, 8), i64), t((2, 0, 8), f32)):
+        for idx in (t((1,), i64), t((3, 2), i64), t((2,), b8), t((16,), b8), t((1,), f32)):
+            for index in ((every, OperandRef(0), every), (OperandRef(0),), (every, OperandRef(0)),
+                          (every, every, OperandRef(0)), (every, OperandRef(0), slice(1, 3)),
+                          (every, OperandRef(0), 0), (Ellipsis, OperandRef(0)),
+                          (every, every, every, OperandRef(0)), (None, OperandRef(0))):
+                cases.append((L.GetitemOp, [x, [idx]], {"index": index}))
+        cases.append((L.GetitemOp, [x, [t((1,), i64), t((1,), i64)]],
+                      {"index": (OperandRef(0), OperandRef(1))}))
     return cases
 
 

@@ -375,9 +375,9 @@ for make in (LlamaGPT, GPT2):
     model = make(Config(n_layer=2, block_size=16))
     ref = copy.deepcopy(model)
     idx, tgt = torch.randint(0, 96, (2, 16)), torch.randint(0, 96, (2, 16))
-    if make is LlamaGPT:  # (GPT-2's inference indexes with a list: not covered)
-        with torch.no_grad():
-            checks.append((thunder_ir.jit(model)(idx), ref(idx)))
+    with torch.no_grad():  # (GPT-2's: the logits of the last position, x[:, [-1], :])
+        ours, eager = thunder_ir.jit(model)(idx), ref(idx)
+        checks.append((ours[0], eager[0]) if make is GPT2 else (ours, eager))
     jm = thunder_ir.jit(model)
     if make is GPT2:  # (logits, loss)
         jm(idx, tgt)[1].backward()
@@ -395,9 +395,9 @@ for ours, eager in checks:
 
 
 def test_first_calls_load_neither_sympy_nor_dynamo() -> None:
-    """In a fresh process, ``import thunder_ir``, ``jit``, the first inference and training
-    calls of a Llama-style model and the first training call of a GPT-2-style one load
-    neither sympy nor ``torch._dynamo`` (about 0.6 s of imports that eager does not pay,
+    """In a fresh process, ``import thunder_ir``, ``jit`` and the first inference and
+    training calls of Llama- and GPT-2-style models load neither sympy nor
+    ``torch._dynamo`` (about 0.6 s of imports that eager does not pay,
     which torch's Python meta kernels and ``torch._check`` would load:
     `thunder_ir.dialects.ltorch_rules` types those ops, `thunder_ir.frontend.layout`
     lays out their slices), and
