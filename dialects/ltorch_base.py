@@ -18,10 +18,10 @@ numbers, gives a tensor of that dtype and device, of their broadcast shape
 250 µs a call); anything else, a shape that does not broadcast included, goes the meta
 way, which raises eager's error. And the plain case of the other ops a Llama- or GPT-2-
 style model runs (reductions, comparisons, ``cat``, ``linear``, ``matmul``, layer norm,
-softmax, the losses, their backward ops...) is typed by its rule (`LtorchOp.TYPE_RULE`,
-the table in `thunder_ir.dialects.ltorch_rules`), where the meta kernels would import
-torch's symbolic shapes and ``torch._dynamo`` the first time.
-`tests/test_decomp_core.py` checks both tables against the meta kernels.
+softmax, the losses, their backward ops, and convolution, pooling, batch norm) is typed
+by its rule (`LtorchOp.TYPE_RULE`, the table in `thunder_ir.dialects.ltorch_rules`),
+where the meta kernels would import torch's symbolic shapes and ``torch._dynamo`` the
+first time. `tests/test_decomp_core.py` checks both tables against the meta kernels.
 """
 
 from __future__ import annotations

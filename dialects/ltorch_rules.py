@@ -1,7 +1,7 @@
 """Result types without a meta run: the rule table for reductions, comparisons, ``where``
 and ``masked_fill``, joins, matrix products, embeddings, layer norm, softmax, ``arange``,
-cross-entropy and an index tensor among slices (the elementwise ops have theirs in
-`thunder_ir.dialects.ltorch_float`).
+cross-entropy, an index tensor among slices, convolution, 2-d max pooling and batch norm
+(the elementwise ops have theirs in `thunder_ir.dialects.ltorch_float`).
 
 torch's meta kernels for these ops are Python (``torch._refs``,
 ``torch._meta_registrations``), 90 to 400 µs a call, and they check their inputs with
@@ -345,6 +345,82 @@ def _getitem(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | No
     return tensor_type((*x.sizes[:i], *idx.sizes, *x.sizes[i + 1:]), x.dtype, x.dev)
 
 
+def _ints(v: Any, n: int) -> bool:
+    return type(v) is tuple and len(v) == n and all(type(i) is int for i in v)
+
+
+def _convolution(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """A batched floating input ``[N, C_in, *spatial]``, a weight ``[C_out, C_in / groups,
+    *kernel]`` and a bias ``[C_out]`` or none, of its dtype and device, one positive
+    stride and dilation and one padding per spatial dim: ``[N, C_out, *out]``, each out
+    size ``(size + 2 padding - dilation (kernel - 1) - 1) // stride + 1``, at least 1."""
+    x, w, b = operands
+    groups = params.get("groups")
+    if type(x) is not TensorType or type(w) is not TensorType or not is_float(x.dtype) \
+            or w.element_type != x.element_type or w.dev != x.dev or x.rank < 3 \
+            or w.rank != x.rank or type(groups) is not int or groups < 1 or 0 in x.sizes:
+        return None
+    n, c_in, *size = x.sizes
+    c_out, per_group, *kernel = w.sizes
+    stride, padding, dilation = (params.get(k, ()) for k in ("stride", "padding", "dilation"))
+    if not (_ints(stride, len(size)) and _ints(padding, len(size))
+            and _ints(dilation, len(size))) or per_group * groups != c_in \
+            or c_out % groups or c_out == 0 or min(stride) < 1 or min(dilation) < 1 \
+            or min(padding) < 0 or (b is not None and (type(b) is not TensorType
+                                                       or b.sizes != (c_out,)
+                                                       or b.element_type != x.element_type
+                                                       or b.dev != x.dev)):
+        return None
+    out = [(i + 2 * p - d * (k - 1) - 1) // s + 1
+           for i, k, s, p, d in zip(size, kernel, stride, padding, dilation)]
+    if min(out) < 1:
+        return None
+    return tensor_type((n, c_out, *out), x.dtype, x.dev)
+
+
+def _max_pool2d(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorType] | None:
+    """2-d max pooling of a floating ``[N, C, H, W]`` or ``[C, H, W]`` input without
+    ``ceil_mode``, each padding at most half its dilated window: the maxima in its dtype
+    and their int64 indices, ``(size + 2 padding - dilation (kernel - 1) - 1) // stride +
+    1`` a side, at least 1."""
+    (x,) = operands
+    kernel, stride, padding, dilation = (params.get(k, ()) for k in (
+        "kernel_size", "stride", "padding", "dilation"))
+    if type(x) is not TensorType or not is_float(x.dtype) or x.rank not in (3, 4) \
+            or 0 in x.sizes or params.get("ceil_mode") is not False \
+            or not all(_ints(v, 2) for v in (kernel, stride, padding, dilation)) \
+            or min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(padding) < 0 \
+            or any(p > ((k - 1) * d + 1) // 2 for k, p, d in zip(kernel, padding, dilation)):
+        return None
+    out = [(i + 2 * p - d * (k - 1) - 1) // s + 1
+           for i, k, s, p, d in zip(x.sizes[-2:], kernel, stride, padding, dilation)]
+    if min(out) < 1:
+        return None
+    shape = (*x.sizes[:-2], *out)
+    return [tensor_type(shape, x.dtype, x.dev), tensor_type(shape, torch.int64, x.dev)]
+
+
+def _batch_norm(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorType] | None:
+    """float32 and float64 ``[N, C, ...]``, with a weight, a bias and running statistics
+    ``[C]`` of its dtype or none (evaluation reads running statistics): the output; in
+    training also the batch mean and inverse standard deviation, and with running
+    statistics their updated values, all ``[C]``."""
+    x, *rest = operands
+    training = params.get("training")
+    if type(x) is not TensorType or x.dtype not in (torch.float32, torch.float64) \
+            or x.rank < 2 or 0 in x.sizes or type(training) is not bool:
+        return None
+    stat = tensor_type((x.sizes[1],), x.dtype, x.dev)
+    if any(t is not None and t != stat for t in rest):
+        return None
+    running = rest[2] is not None and rest[3] is not None
+    if (rest[2] is None) != (rest[3] is None) or (not training and not running):
+        return None
+    if not training:
+        return [x]
+    return [x, stat, stat, stat, stat] if running else [x, stat, stat]
+
+
 TYPE_RULES: dict[type[LtorchOp], Rule] = {
     C.SumOp: _reduction, C.MeanOp: _reduction, C.AmaxOp: _reduction, C.AminOp: _reduction,
     C.CatOp: _cat,
@@ -358,6 +434,8 @@ TYPE_RULES: dict[type[LtorchOp], Rule] = {
     N.GeluBackwardOp: _same_as_first, N.SoftmaxBackwardOp: _softmax_backward,
     N.LogSoftmaxBackwardOp: _softmax_backward, N.NativeLayerNormOp: _native_layer_norm,
     N.LayerNormBackwardOp: _layer_norm_backward, C.GetitemOp: _getitem,
+    N.ConvolutionOp: _convolution, N.MaxPool2dWithIndicesOp: _max_pool2d,
+    N.NativeBatchNormOp: _batch_norm,
 }
 """Op class -> the rule that types its plain case."""
 

@@ -409,6 +409,50 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
                 cases.append((L.GetitemOp, [x, [idx]], {"index": index}))
         cases.append((L.GetitemOp, [x, [t((1,), i64), t((1,), i64)]],
                       {"index": (OperandRef(0), OperandRef(1))}))
+    cases += _vision_type_rule_cases()
+    return cases
+
+
+def _vision_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
+    """Convolution, 2-d max pooling and batch norm."""
+    from thunder_ir.dialects import ltorch_nn as N
+
+    f32, f64, bf16 = torch.float32, torch.float64, torch.bfloat16
+    t = tensor_type
+    cases: list[tuple[Any, list[Any], dict[str, Any]]] = []
+    for x, w in (((2, 4, 9), (6, 4, 3)), ((2, 4, 9, 8), (6, 2, 3, 3)),
+                 ((1, 4, 5, 6, 7), (2, 4, 1, 2, 3)), ((2, 4, 9, 8), (6, 4, 3, 3)),
+                 ((2, 4, 2, 2), (6, 4, 3, 3)), ((2, 3, 9, 8), (6, 4, 3, 3)),
+                 ((0, 4, 9, 8), (6, 4, 3, 3))):
+        n = len(x) - 2
+        for dtype in (f32, bf16, torch.int64):
+            for bias in (None, t((w[0],), dtype), t((5,), dtype)):
+                for stride, padding, dilation, groups in (
+                        ((1,) * n, (0,) * n, (1,) * n, 1), ((2,) * n, (1,) * n, (1,) * n, 1),
+                        ((1,) * n, (2,) * n, (2,) * n, 2), ((1,) * n, (0,) * n, (1,) * n, 3),
+                        ((0,) * n, (0,) * n, (1,) * n, 1), ((1,), (0,), (1,), 1)):
+                    cases.append((N.ConvolutionOp, [t(x, dtype), t(w, dtype), bias], {
+                        "stride": stride, "padding": padding, "dilation": dilation,
+                        "groups": groups}))
+    for x in (t((2, 3, 9, 8), f32), t((3, 9, 8), f32), t((2, 3, 9, 8), bf16),
+              t((2, 3, 1, 1), f32), t((9, 8), f32)):
+        for kernel, stride, padding, dilation in (((2, 2), (2, 2), (0, 0), (1, 1)),
+                                                  ((3, 3), (1, 2), (1, 1), (1, 1)),
+                                                  ((3, 2), (2, 1), (1, 0), (2, 1)),
+                                                  ((2, 2), (2, 2), (2, 0), (1, 1)),
+                                                  ((5, 5), (1, 1), (0, 0), (1, 1))):
+            for ceil_mode in (False, True):
+                cases.append((N.MaxPool2dWithIndicesOp, [x], {
+                    "kernel_size": kernel, "stride": stride, "padding": padding,
+                    "dilation": dilation, "ceil_mode": ceil_mode}))
+    for dtype in (f32, f64, bf16):
+        for x in ((4, 3, 5, 5), (4, 3), (4, 3, 7)):
+            c = t((3,), dtype)
+            for affine in ((None, None), (c, c), (t((4,), dtype), c)):
+                for running in ((None, None), (c, c), (c, None)):
+                    for training in (True, False):
+                        cases.append((N.NativeBatchNormOp, [t(x, dtype), *affine, *running],
+                                      {"training": training, "momentum": 0.1, "eps": 1e-5}))
     return cases
 
 

@@ -387,6 +387,13 @@ for make in (LlamaGPT, GPT2):
         ref(idx).square().mean().backward()
     checks += [(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters(),
                                                 strict=True)]
+cnn = torch.nn.Sequential(  # inference only: its training still asks fake tensors
+    torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+    torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 16, 3, padding=1, groups=2),
+    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10)).eval()
+x = torch.randn(2, 3, 16, 16)
+with torch.no_grad():
+    checks.append((thunder_ir.jit(cnn)(x), cnn(x)))
 loaded = [m for m in ("sympy", "torch._dynamo") if m in sys.modules]
 assert not loaded, f"the first calls loaded {loaded}"
 for ours, eager in checks:
@@ -395,9 +402,9 @@ for ours, eager in checks:
 
 
 def test_first_calls_load_neither_sympy_nor_dynamo() -> None:
-    """In a fresh process, ``import thunder_ir``, ``jit`` and the first inference and
-    training calls of Llama- and GPT-2-style models load neither sympy nor
-    ``torch._dynamo`` (about 0.6 s of imports that eager does not pay,
+    """In a fresh process, ``import thunder_ir``, ``jit``, the first inference and training
+    calls of Llama- and GPT-2-style models and a small CNN's inference load neither sympy
+    nor ``torch._dynamo`` (about 0.6 s of imports that eager does not pay,
     which torch's Python meta kernels and ``torch._check`` would load:
     `thunder_ir.dialects.ltorch_rules` types those ops, `thunder_ir.frontend.layout`
     lays out their slices), and
