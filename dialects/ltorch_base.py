@@ -26,7 +26,7 @@ first time. `tests/test_decomp_core.py` checks both tables against the meta kern
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -36,7 +36,14 @@ from xdsl.irdl import irdl_op_definition
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.torch import meta_value, type_of_meta
-from thunder_ir.dialects.types import NumberType, TensorType, is_float, pretty_type, tensor_type
+from thunder_ir.dialects.types import (
+    NumberType,
+    TensorType,
+    broadcast,
+    is_float,
+    pretty_type,
+    tensor_type,
+)
 
 _T = TypeVar("_T", bound=type[ThunderOp])
 
@@ -114,19 +121,6 @@ def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
     if shape is None:  # the meta kernel raises eager's error
         return None
     return first if shape == first.sizes else tensor_type(shape, first.dtype, first.dev)
-
-
-def broadcast(shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...] | None:
-    """The broadcast of static shapes (as ``torch.broadcast_shapes``, whose Python check
-    imports torch's symbolic shapes); None where they do not broadcast."""
-    out = [1] * max(len(s) for s in shapes)
-    for s in shapes:
-        for i, d in enumerate(s, len(out) - len(s)):
-            if d != 1:
-                if out[i] != 1 and out[i] != d:
-                    return None
-                out[i] = d
-    return tuple(out)
 
 
 class LtorchOp(ThunderOp):

@@ -28,9 +28,16 @@ from xdsl.ir import Attribute
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef
-from thunder_ir.dialects.ltorch_base import LtorchOp, alike_tensors, broadcast
+from thunder_ir.dialects.ltorch_base import LtorchOp, alike_tensors
 from thunder_ir.dialects.symbols import same_sizes
-from thunder_ir.dialects.types import NumberType, TensorType, is_complex, is_float, tensor_type
+from thunder_ir.dialects.types import (
+    NumberType,
+    TensorType,
+    broadcast,
+    is_complex,
+    is_float,
+    tensor_type,
+)
 
 Rule = Callable[[Sequence[Any], dict[str, Any]], Attribute | list[TensorType] | None]
 

@@ -17,7 +17,7 @@ from xdsl.irdl import irdl_op_definition
 
 from thunder_ir.dialects.base import ShapeError, ThunderOp
 from thunder_ir.dialects.symbols import INT_ARRAY, SymExprAttr
-from thunder_ir.dialects.types import NumberType, TensorType, tensor_type
+from thunder_ir.dialects.types import NumberType, TensorType, broadcast, tensor_type
 
 AnyValue = TensorType | NumberType
 IntArray = INT_ARRAY  # array<i64: ...>, or [...] with a symbolic size (#prims.sym)
@@ -84,14 +84,10 @@ def like_type(t: TensorType, shape: Sequence[int] | None = None,
 
 
 def broadcast_shapes(name: str, *shapes: Sequence[int]) -> list[int]:
-    """Numpy-style broadcast of several shapes; `ShapeError` naming ``name`` on mismatch."""
-    rank = max((len(s) for s in shapes), default=0)
-    out = [1] * rank
-    for s in shapes:
-        for i, d in enumerate(s, rank - len(s)):
-            if d != 1:
-                if out[i] != 1 and out[i] != d:
-                    raise shape_err(name, f"shapes {', '.join(str(tuple(x)) for x in shapes)} "
-                                     "do not broadcast")
-                out[i] = d
-    return out
+    """Numpy-style broadcast of several shapes (`types.broadcast`); `ShapeError` naming
+    ``name`` on mismatch."""
+    out = broadcast(shapes)
+    if out is None:
+        raise shape_err(name, f"shapes {', '.join(str(tuple(x)) for x in shapes)} "
+                        "do not broadcast")
+    return list(out)

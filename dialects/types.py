@@ -325,6 +325,19 @@ NUMBER_TYPES: dict[type, NumberType] = {
 }
 
 
+def broadcast(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+    """NumPy-style broadcast of static shapes (as ``torch.broadcast_shapes``, whose Python
+    check imports torch's symbolic shapes); None where they do not broadcast."""
+    out = [1] * max((len(s) for s in shapes), default=0)
+    for s in shapes:
+        for i, d in enumerate(s, len(out) - len(s)):
+            if d != 1:
+                if out[i] != 1 and out[i] != d:
+                    return None
+                out[i] = d
+    return tuple(out)
+
+
 def tensor_type(shape: Sequence[int], dtype: torch.dtype, device: str = "cpu") -> TensorType:
     """The (cached) tensor type of this shape, torch dtype and device (a size may be a
     ``SymInt`` of the current compilation: `thunder_ir.dialects.symbols`)."""
