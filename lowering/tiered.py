@@ -13,12 +13,17 @@ Why a thread: the compile's slow parts are Inductor's code generation and the C+
 compiler, which runs in a subprocess and releases the GIL; the training loop keeps
 running meanwhile (slower while the thread holds the GIL: `docs/performance.md` measures
 it). The thread is a daemon: a process that exits before a swap loses nothing and waits
-for nothing. A compile that fails leaves the unfused function in place; the warning is
-raised on the training thread, at the region's next call. ``make_fx`` is not thread-safe
-with other FX tracing: `TRACING` keeps ``jit``'s own traces apart from a background
-compile, but not ``torch.compile`` (Dynamo) called while a kernel compiles, which can fail
-("SpeculationLog diverged"); wait with ``thunder_ir.compile_status(jm, wait=None)`` before
-compiling other code with ``torch.compile`` in the same process.
+for nothing. At exit a compile in progress is stopped first (`_stop_at_exit`: an
+exception raised in the thread, which unwinds it through torch's C++ frames as any error
+does), since CPython ends a daemon thread that is still running by ``pthread_exit``, and
+that unwinding through torch's C++ frames aborts the process ("terminate called without
+an active exception", about one exit in six here). A compile that fails leaves the
+unfused function in place; the warning is raised on the training thread, at the region's
+next call. ``make_fx`` is not thread-safe with other FX tracing: `TRACING` keeps
+``jit``'s own traces apart from a background compile, but not ``torch.compile`` (Dynamo)
+called while a kernel compiles, which can fail ("SpeculationLog diverged"); wait with
+``thunder_ir.compile_status(jm, wait=None)`` before compiling other code with
+``torch.compile`` in the same process.
 
 A compiled kernel replaces the unfused function only where it is faster: its first call
 times both on that call's inputs (`measured`) and keeps the faster, so a region Inductor
@@ -30,11 +35,14 @@ logged at the INFO level on the ``thunder_ir.tiered`` logger.
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import logging
 import queue
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +90,45 @@ class Status:
         return self.pending == 0
 
 
+class _Exiting(BaseException):
+    """Raised in a compiling thread when the process exits (`_stop_at_exit`); not an
+    `Exception`, so that no ``except Exception`` on the way swallows it."""
+
+
+_COMPILERS: weakref.WeakSet[BackgroundCompiler] = weakref.WeakSet()
+"""The compilers whose thread has started (for `_stop_at_exit`)."""
+
+EXIT_WAIT_S = 1.0
+"""How long an exit waits for a stopped compile to unwind. A thread running Python takes
+the exception within milliseconds; one blocked in a system call (waiting for the C++
+compiler, sleeping) takes it only when the call returns, and is safe to leave: it does
+not run again before the process ends."""
+
+
+def _stop_at_exit() -> None:
+    """Stops the compiles in progress before the interpreter ends their threads: raises
+    `_Exiting` in each compiling thread (at its next Python bytecode) until it has
+    unwound, or `EXIT_WAIT_S` has passed. Again every 20 ms: an exception that lands in
+    a weakref callback is printed and dropped there. A thread waiting for work, or
+    sleeping between jobs, is left alone: ending it is safe."""
+    for compiler in list(_COMPILERS):
+        compiler._exiting = True
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while time.monotonic() < deadline:
+        busy = [t for c in list(_COMPILERS) if c._busy and (t := c._thread) is not None
+                and t.is_alive()]
+        if not busy:
+            return
+        for thread in busy:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident or 0),
+                                                       ctypes.py_object(_Exiting))
+        for thread in busy:
+            thread.join(0.02)
+
+
+atexit.register(_stop_at_exit)
+
+
 @dataclass
 class _Job:
     name: str
@@ -89,7 +136,7 @@ class _Job:
     done: Callable[[Callable[..., Any] | None, BaseException | None], None]
 
 
-@dataclass
+@dataclass(eq=False)  # (hashed by identity: `_COMPILERS`)
 class BackgroundCompiler:
     """One daemon thread that runs compile jobs in order (started on the first job)."""
 
@@ -99,6 +146,8 @@ class BackgroundCompiler:
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _warnings: list[str] = field(default_factory=list)
     _last_submit: float = 0.0
+    _busy: bool = False  # a compile is running
+    _exiting: bool = False  # the process is exiting: start nothing more
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BackgroundCompiler:
         return BackgroundCompiler()  # a copy of a jitted callable compiles its own
@@ -116,39 +165,50 @@ class BackgroundCompiler:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="thunder_ir-tiered",
                                                 daemon=True)
+                _COMPILERS.add(self)
                 self._thread.start()
         self._queue.put(_Job(name, compile, done))
 
     def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            while (quiet := time.monotonic() - self._last_submit) < QUIET_S:
-                time.sleep(QUIET_S - quiet)
-            start = time.perf_counter()
-            kernel: Callable[..., Any] | None = None
-            error: BaseException | None = None
-            try:
-                with TRACING:
-                    kernel = job.compile()
-            except Exception as e:  # a region Inductor cannot compile stays unfused
-                error = e
-            secs = time.perf_counter() - start
-            job.done(kernel, error)
-            with self._lock:
-                st = self.status
-                st.pending -= 1
-                st.seconds += secs
-                if error is None:
-                    st.compiled += 1
-                    LOG.info("tiered: %s compiled in %.2f s (%d compiled, %d pending)",
-                             job.name, secs, st.compiled, st.pending)
-                else:
-                    st.failed += 1
-                    first = str(error).splitlines()[0] if str(error) else ""
-                    self._warnings.append(f"compiling {job.name} in the background failed, "
-                                          f"it stays unfused ({type(error).__name__}: "
-                                          f"{first})")
-                self._lock.notify_all()
+        try:
+            while not self._exiting:
+                self._run_one(self._queue.get())
+        except _Exiting:  # the process exits (`_stop_at_exit`)
+            return
+
+    def _run_one(self, job: _Job) -> None:
+        while (quiet := time.monotonic() - self._last_submit) < QUIET_S:
+            time.sleep(QUIET_S - quiet)
+        if self._exiting:
+            return
+        start = time.perf_counter()
+        kernel: Callable[..., Any] | None = None
+        error: BaseException | None = None
+        self._busy = True
+        try:
+            with TRACING:
+                kernel = job.compile()
+        except Exception as e:  # a region Inductor cannot compile stays unfused
+            error = e
+        finally:
+            self._busy = False
+        secs = time.perf_counter() - start
+        job.done(kernel, error)
+        with self._lock:
+            st = self.status
+            st.pending -= 1
+            st.seconds += secs
+            if error is None:
+                st.compiled += 1
+                LOG.info("tiered: %s compiled in %.2f s (%d compiled, %d pending)",
+                         job.name, secs, st.compiled, st.pending)
+            else:
+                st.failed += 1
+                first = str(error).splitlines()[0] if str(error) else ""
+                self._warnings.append(f"compiling {job.name} in the background failed, "
+                                      f"it stays unfused ({type(error).__name__}: "
+                                      f"{first})")
+            self._lock.notify_all()
 
     def take_warnings(self) -> list[str]:
         """The failures not reported yet (the caller warns on its own thread)."""

@@ -140,6 +140,45 @@ print(thunder_ir.compile_status(jm)["pending"], time.time())
 """
 
 
+_SPIN = """
+import time, torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from thunder_ir.lowering.tiered import BackgroundCompiler
+
+
+class Mode(TorchDispatchMode):  # every op: torch's C++ dispatcher -> Python -> C++
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def spin():  # a "compile" in and out of torch's C++ frames until the process ends
+    x = torch.ones(8)
+    with Mode():
+        while True:
+            x = x + 1
+
+
+compiler = BackgroundCompiler()
+compiler.submit("spin", spin, lambda kernel, error: None)
+time.sleep(0.6)  # past the thread's quiet wait: it is spinning
+print(time.time())
+"""
+
+
+def test_an_exit_while_the_thread_runs_torch_code_stops_it_and_does_not_abort() -> None:
+    """A process that exits while the compile thread is inside torch's C++ frames (each
+    op calls back into Python here) exits normally: CPython would end the thread by
+    ``pthread_exit``, whose unwinding through those frames aborts the process
+    ("terminate called without an active exception"; every time without
+    `tiered._stop_at_exit`), so the exit raises in the thread first and waits for it."""
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_SPIN)],
+                             capture_output=True, text=True, timeout=120)
+        exited = time.time()
+        assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+        assert exited - float(out.stdout.split()[-1]) < 5.0
+
+
 def test_an_exit_during_the_background_compile_waits_for_nothing_and_leaves_nothing(
         tmp_path: Any) -> None:
     """The process exits while its kernels compile (each takes a minute here): at once,
