@@ -6,7 +6,9 @@ For each variant, in a fresh process (so peak memory and first-call costs are it
   which loads the compiler) with the first step (``to_first_s``: setup and first step);
 * steady-state step time (forward, backward, Adam step), median of timed steps;
 * bytes saved for backward (torch's saved-tensor hooks see thunder_ir's residuals too);
-* peak resident memory of the process (ru_maxrss), which holds the compiler too;
+* peak resident memory of the process (ru_maxrss), which holds the compiler too, and for
+  ``thunder_ir:tiered`` its compile helper's own peak (``helper_rss_mb``; 0 when the
+  compiles ran on a thread);
 * the peak of a steady step's own memory above what the process held when the step began
   (``step_peak_mb``: activations, residuals, gradients), in one more process per variant
   whose allocations of 64 KiB and more are mapped one by one (`harness.step_peak_mib`;
@@ -175,10 +177,16 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
         logits = fn(idx)
     del logits
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    helper_rss = 0.0
+    if variant == "thunder_ir:tiered":  # the compile helper's own peak, if it ran
+        from thunder_ir.lowering.tiered import helper_if_made
+
+        helper = helper_if_made()
+        helper_rss = (helper.peak_rss_mib() if helper is not None else None) or 0.0
     return {"setup_s": setup, "first_s": first, "to_first_s": setup + first,
             "step_ms": statistics.median(times) * 1e3,
             "saved_mb": sum(storages.values()) / 2**20, "faults": faults,
-            "peak_rss_mb": peak_rss,
+            "peak_rss_mb": peak_rss, "helper_rss_mb": helper_rss,
             "swap_step": swap_step, "swap_s": swap_s, "kept_unfused": unfused}
 
 
@@ -244,13 +252,14 @@ def main() -> None:
     keys = ("setup_s", "first_s", "to_first_s", "step_ms", "saved_mb", "peak_rss_mb",
             "step_peak_mb", "faults")
     if "thunder_ir:tiered" in results:
-        keys += ("swap_step", "swap_s", "kept_unfused")
+        keys += ("helper_rss_mb", "swap_step", "swap_s", "kept_unfused")
     report(results, keys)
 
 
 LABELS = {"setup_s": "setup: model, jit (s)", "first_s": "first step (s)",
           "to_first_s": "setup and first step (s)", "step_ms": "steady step (ms)",
           "saved_mb": "saved for backward (MiB)", "peak_rss_mb": "peak RSS (MiB)",
+          "helper_rss_mb": "helper's peak RSS (MiB)",
           "step_peak_mb": "step's own peak (MiB)",
           "faults": "page faults per step", "swap_step": "swapped in after step",
           "swap_s": "swapped in after (s)", "kept_unfused": "kernels kept unfused"}
@@ -270,7 +279,8 @@ def report(results: dict[str, dict], keys: tuple[str, ...]) -> None:
             if base in results:
                 print(f"{name} / {base}: " + ", ".join(
                     f"{k} {ours[k] / results[base][k]:.2f}x" for k in keys
-                    if k not in ("faults", "swap_step", "swap_s", "kept_unfused")))
+                    if k not in ("faults", "swap_step", "swap_s", "kept_unfused",
+                                 "helper_rss_mb")))
 
 
 def interleaved(a: argparse.Namespace) -> None:

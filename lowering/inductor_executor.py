@@ -34,7 +34,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from xdsl.dialects.builtin import ModuleOp
@@ -44,10 +44,11 @@ from xdsl.traits import ConstantLike, is_side_effect_free
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects import prims as P
+from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import Program
-from thunder_ir.dialects.torch import CallOp, runtime_callee
+from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, CallOp, resolve_callee, runtime_callee
 from thunder_ir.dialects.traits import (
     Creation,
     Elementwise,
@@ -58,9 +59,23 @@ from thunder_ir.dialects.traits import (
     side_effect_free,
 )
 from thunder_ir.dialects.types import NumberType, TensorType
+from thunder_ir.lowering.compile_helper import (
+    Compiled,
+    Request,
+    TensorMeta,
+    cache_env,
+    op_class_names,
+)
 from thunder_ir.lowering.executors import Executor, register_executor
-from thunder_ir.lowering.tiered import BackgroundCompiler, measured, warn_failures
+from thunder_ir.lowering.tiered import (
+    HELPER_ENV,
+    BackgroundCompiler,
+    measured,
+    shared_helper,
+    warn_failures,
+)
 from thunder_ir.passes.snapshot import clone_op
+from thunder_ir.runtime.python_printer import sanitize
 
 FUSED_KINDS: tuple[type[OpKind], ...] = (Elementwise, ViewLike, Movement, Creation, Reduction)
 """The kinds of op (`thunder_ir.dialects.traits`) this executor fuses: pointwise math, views
@@ -144,10 +159,17 @@ def region_function(region: RegionOp) -> Callable[..., Any]:
     `thunder_ir.lowering.codegen`. Returns the one output itself, or a tuple. A body that
     reads only its arguments prints as it is; one that reads a value from outside prints
     from `region_program` (which recomputes that value)."""
+    return region_function_and_source(region)[0]
+
+
+def region_function_and_source(region: RegionOp) -> tuple[Callable[..., Any], str]:
+    """`region_function` and the source it was executed from (what the tiered compile
+    helper rebuilds it from)."""
     from thunder_ir.lowering.codegen import compile_program
 
-    fn, _ = compile_program(region if _self_contained(region) else region_program(region))
-    return getattr(fn, "__wrapped__", fn)  # without the no_grad wrapper: callers set it
+    fn, source = compile_program(region if _self_contained(region)
+                                 else region_program(region))
+    return getattr(fn, "__wrapped__", fn), source  # without no_grad: callers set it
 
 
 def _self_contained(region: RegionOp) -> bool:
@@ -254,7 +276,7 @@ class InductorExecutor(Executor):
         """
         if not isinstance(region, RegionOp):
             raise TypeError(f"{self.name} compiles fusion.region ops, got {region.name}")
-        fn = region_function(region)
+        fn, source = region_function_and_source(region)
         name = region.kernel.data
         single = len(region.results) == 1
         variants: dict[tuple[Any, ...], Callable[..., Any]] = {}
@@ -279,6 +301,7 @@ class InductorExecutor(Executor):
             return compiled
 
         background = self.background
+        imports = _helper_imports(region) if background is not None else None
 
         def in_background(sig: tuple[Any, ...], args: tuple[Any, ...]) -> Callable[..., Any]:
             """Runs unfused now; the kernel replaces ``fn`` once compiled."""
@@ -287,13 +310,20 @@ class InductorExecutor(Executor):
                 made = _fake_inputs(args, dynamic)
                 fake_inputs: Callable[[], tuple[Any, list[Any]]] = lambda: made  # noqa: E731
             else:  # only the metadata: the fake mode is made on the compiling thread
-                meta = [_TensorMeta(a.shape, a.stride(), a.dtype, a.device)
+                meta = [TensorMeta(tuple(a.shape), a.stride(), a.dtype, a.device)
                         if isinstance(a, torch.Tensor) else a for a in args]
                 fake_inputs = lambda: _fake_from_metadata(meta)  # noqa: E731
 
             def compile() -> Callable[..., Any]:
                 mode, fake = fake_inputs()
                 return _compile_graph(fn, mode, fake, single, options)
+
+            request = None
+            if imports is not None and not dynamic \
+                    and os.environ.get(HELPER_ENV, "process") != "thread":
+                request = Request(name, source, sanitize(name), *imports, tuple(meta),
+                                  single, options, shared_helper().artifact_path(name),
+                                  cache_env())
 
             def install(impl: Callable[..., Any]) -> None:
                 variants[sig] = impl
@@ -303,7 +333,8 @@ class InductorExecutor(Executor):
                 if compiled is not None:  # timed against ``fn`` at its first call
                     install(measured(name, compiled, fn, install, background.status))
 
-            background.submit(name, compile, done)
+            background.submit(name, compile, done, request,
+                              lambda compiled: _load_kernel(compiled, single), _warm_loading)
             return fn
 
         def kernel(*args: Any) -> Any:
@@ -348,15 +379,8 @@ def _fake_inputs(args: tuple[Any, ...], dynamic: bool) -> tuple[Any, list[Any]]:
                   if isinstance(a, torch.Tensor) else a for a in args]
 
 
-class _TensorMeta(NamedTuple):
-    shape: Any
-    stride: Any
-    dtype: torch.dtype
-    device: torch.device
-
-
 def _fake_from_metadata(meta: list[Any]) -> tuple[Any, list[Any]]:
-    """`_fake_inputs` (static sizes) from each tensor's `_TensorMeta`: no real tensor is
+    """`_fake_inputs` (static sizes) from each tensor's `TensorMeta`: no real tensor is
     read, so any thread may make them."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -364,14 +388,15 @@ def _fake_from_metadata(meta: list[Any]) -> tuple[Any, list[Any]]:
     mode = FakeTensorMode(shape_env=ShapeEnv())
     with mode:
         fake = [torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device=m.device)
-                if isinstance(m, _TensorMeta) else m for m in meta]
+                if isinstance(m, TensorMeta) else m for m in meta]
     return mode, fake
 
 
-def _compile_graph(fn: Callable[..., Any], mode: Any, fake: list[Any], single: bool,
-                   options: dict[str, Any] | None) -> Callable[..., Any]:
-    """`_inductor_compile`'s trace and compile, on fake inputs (any thread: nothing here
-    reads a real tensor)."""
+def compile_graph(fn: Callable[..., Any], mode: Any, fake: list[Any], single: bool,
+                  options: dict[str, Any] | None) -> Any:
+    """Traces ``fn`` on fake inputs to an ATen graph and compiles it with Inductor's graph
+    compiler: the ``CompiledFxGraph``, which takes a list of inputs (any thread or
+    process: nothing here reads a real tensor)."""
     import torch._inductor
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
@@ -385,11 +410,60 @@ def _compile_graph(fn: Callable[..., Any], mode: Any, fake: list[Any], single: b
             torch._guards.tracing(torch._guards.TracingContext(mode)):
         gm = make_fx(as_tuple, decomposition_table=select_decomp_table(),
                      tracing_mode="fake")(*fake)
-        compiled = compile_fx_inner(gm, fake)
+        return compile_fx_inner(gm, fake)
 
+
+def _compile_graph(fn: Callable[..., Any], mode: Any, fake: list[Any], single: bool,
+                   options: dict[str, Any] | None) -> Callable[..., Any]:
+    """`_inductor_compile`'s trace and compile, on fake inputs: `compile_graph`, called
+    positionally."""
+    compiled = compile_graph(fn, mode, fake, single, options)
     if single:
         return lambda *xs: compiled(list(xs))[0]
     return lambda *xs: compiled(list(xs))
+
+
+def _helper_imports(region: RegionOp) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """What the tiered compile helper needs besides a region's printed function: the op
+    classes it calls by name (`codegen.bind_op`) and the modules that registered the
+    runtime functions it calls. None when one of them lives in ``__main__``, which the
+    helper cannot import (the region then compiles on the thread)."""
+    classes = {type(op) for op in region.walk()
+               if isinstance(op, ThunderOp) and not isinstance(op, CallOp | ConstantOp)}
+    modules = {resolve_callee(op.callee.data).__module__ for op in region.walk()
+               if isinstance(op, CallOp) and op.callee.data.startswith(RUNTIME_NAMESPACE + ".")}
+    if "__main__" in modules | {c.__module__ for c in classes}:
+        return None
+    return op_class_names(classes), tuple(sorted(modules))
+
+
+def _warm_loading() -> None:
+    """Imports what `_load_kernel` imports, and probes the CPU's vector extensions (a C++
+    compile, once per process), so that the first load is quick."""
+    import torch._inductor.codecache  # noqa: F401
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    pick_vec_isa()
+
+
+def _load_kernel(compiled: Compiled, single: bool) -> Callable[..., Any]:
+    """The kernel whose output code the tiered compile helper wrote: loaded as Inductor
+    loads a cached graph (``PyCodeCache``; its C++ is in the shared cache), with the same
+    input realignment. Loading traces nothing."""
+    from torch._inductor.codecache import PyCodeCache
+
+    module = PyCodeCache.load_by_key_path(compiled.key, compiled.path, compiled.linemap,
+                                          compiled.attrs or None)
+    call = module.call
+    if compiled.realign:
+        from torch._inductor.utils import align_inputs_from_check_idxs
+        from torch.utils._ordered_set import OrderedSet
+
+        call = align_inputs_from_check_idxs(call, compiled.realign,
+                                            OrderedSet(compiled.mutated))
+    if single:
+        return lambda *xs: call(list(xs))[0]
+    return lambda *xs: tuple(call(list(xs)))
 
 
 register_executor(InductorExecutor(), default=False)

@@ -9,21 +9,32 @@ two calls. Both compute the same values (the region's function is what the kerne
 traced from), so a swap never changes a result beyond the fused kernel's rounding, which
 the Inductor executor's tests bound already.
 
-Why a thread: the compile's slow parts are Inductor's code generation and the C++
-compiler, which runs in a subprocess and releases the GIL; the training loop keeps
-running meanwhile (slower while the thread holds the GIL: `docs/performance.md` measures
-it). The thread is a daemon: a process that exits before a swap loses nothing and waits
-for nothing. At exit a compile in progress is stopped first (`_stop_at_exit`: an
-exception raised in the thread, which unwinds it through torch's C++ frames as any error
-does), since CPython ends a daemon thread that is still running by ``pthread_exit``, and
-that unwinding through torch's C++ frames aborts the process ("terminate called without
-an active exception", about one exit in six here). A compile that fails leaves the
-unfused function in place; the warning is raised on the training thread, at the region's
-next call. ``make_fx`` is not thread-safe with other FX tracing: `TRACING` keeps
-``jit``'s own traces apart from a background compile, but not ``torch.compile`` (Dynamo)
-called while a kernel compiles, which can fail ("SpeculationLog diverged"); wait with
-``thunder_ir.compile_status(jm, wait=None)`` before compiling other code with
-``torch.compile`` in the same process.
+Where the compile runs: in a helper process (`Helper`,
+`thunder_ir.lowering.compile_helper`), shared by every tiered executor of the process.
+The background thread sends it each region's printed function and its inputs' metadata
+(`Request`; the requests queued behind the first go at once, so the helper works while
+this process loads), imports what loading needs meanwhile, and loads each finished
+kernel as Inductor loads a cached graph (its output code; `compile_helper.Compiled`).
+Tracing to an ATen graph and Inductor's
+compile therefore never run in this process: they set process-wide state (torch.fx's
+"FX tracing" flag, which makes a ``torch.compile``'d function called meanwhile raise, and
+the patches FX tracing makes), and Inductor's Python would hold the GIL for seconds
+beside the training loop. `TRACING` keeps ``jit``'s own traces apart from a load (which
+traces nothing, but imports and runs Inductor's loader). Regions with symbolic sizes,
+``THUNDER_IR_TIERED_COMPILE=thread`` (`HELPER_ENV`), and a process whose helper could not
+start or died (the compiles then go on here) compile on the thread itself, where
+`TRACING` is held for the whole compile; ``torch.compile`` called meanwhile can then fail.
+
+Exit: the helper runs in a session of its own and ends with this process (its group is
+killed at exit, and Linux kills it if this process dies: ``PR_SET_PDEATHSIG``), so a
+process that exits before a swap loses nothing, waits for nothing and leaves nothing
+running. The thread is a daemon; a compile in progress on it is stopped first
+(`_stop_at_exit`: an exception raised in the thread, which unwinds it through torch's
+C++ frames as any error does), since CPython ends a daemon thread that is still running
+by ``pthread_exit``, and that unwinding through torch's C++ frames aborts the process
+("terminate called without an active exception", about one exit in six here). A compile
+that fails leaves the unfused function in place; the warning is raised on the training
+thread, at the region's next call.
 
 A compiled kernel replaces the unfused function only where it is faster: its first call
 times both on that call's inputs (`measured`) and keeps the faster, so a region Inductor
@@ -36,9 +47,17 @@ logged at the INFO level on the ``thunder_ir.tiered`` logger.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import logging
+import os
+import pickle
 import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -48,6 +67,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from thunder_ir.lowering.compile_helper import Compiled, Request
 
 LOG = logging.getLogger("thunder_ir.tiered")
 
@@ -126,7 +147,16 @@ def _stop_at_exit() -> None:
             thread.join(0.02)
 
 
-atexit.register(_stop_at_exit)
+def _at_exit() -> None:
+    """Ends the helper first (a thread waiting for its reply then stops), then stops the
+    compiles in progress on threads (`_stop_at_exit`)."""
+    for compiler in list(_COMPILERS):
+        compiler._exiting = True
+    end_helpers()
+    _stop_at_exit()
+
+
+atexit.register(_at_exit)
 
 
 @dataclass
@@ -134,6 +164,150 @@ class _Job:
     name: str
     compile: Callable[[], Callable[..., Any]]
     done: Callable[[Callable[..., Any] | None, BaseException | None], None]
+    # In a helper process: the request, and what loads its result into a kernel.
+    request: Request | None = None
+    load: Callable[[Compiled], Callable[..., Any]] | None = None
+    warm: Callable[[], None] | None = None  # what loading imports, while the helper works
+
+
+HELPER_ENV = "THUNDER_IR_TIERED_COMPILE"
+"""``process`` (the default): compile in a helper process (`Helper`); ``thread``: on the
+background thread itself, as a fallback and for regions with symbolic sizes."""
+
+
+class HelperError(RuntimeError):
+    """The helper process could not start, or ended before it answered: compiles go on on
+    the thread."""
+
+
+class Helper:
+    """The compile helper process (`thunder_ir.lowering.compile_helper`), started on the
+    first request. Its own session, so that an exit ends it and every compiler it ran
+    (`kill`, at exit); it also ends when its stdin closes or its parent dies."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.dir = tempfile.mkdtemp(prefix="thunder_ir_tiered_")
+        self.count = 0
+        self.write = threading.Lock()  # compilers on several threads share the helper
+        self.read = threading.Lock()
+        self.replies: dict[str, tuple[Compiled | None, str | None]] = {}  # by path
+        self.sent: set[str] = set()
+        self.owner = os.getpid()  # a forked child neither uses nor ends its parent's helper
+        _HELPERS.add(self)  # its files are removed at exit
+
+    def start(self) -> subprocess.Popen[bytes]:
+        if self.owner != os.getpid():
+            raise OSError("the compile helper belongs to the parent of this forked process")
+        if self.proc is None:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "thunder_ir.lowering.compile_helper", str(self.owner)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        return self.proc
+
+    def send(self, request: Request) -> None:
+        """Queues a request with the helper (once per request)."""
+        with self.write:
+            if request.path in self.sent:
+                return
+            try:
+                proc = self.start()
+                assert proc.stdin is not None
+                pickle.dump(request, proc.stdin)
+                proc.stdin.flush()
+            except OSError as e:
+                self.kill()
+                raise HelperError(f"the compile helper ended ({type(e).__name__}: {e})"
+                                  ) from None
+            self.sent.add(request.path)
+
+    def compile(self, request: Request) -> Compiled:
+        """Sends the request (if it was not) and waits for its reply (the GIL is free
+        meanwhile). Raises the helper's error, or `HelperError`."""
+        self.send(request)
+        path = request.path
+        while True:
+            with self.read:
+                if path in self.replies:
+                    compiled, error = self.replies.pop(path)
+                    break
+                proc = self.proc
+                try:
+                    if proc is None or proc.stdout is None:
+                        raise EOFError("not running")
+                    got, done, err = pickle.load(proc.stdout)
+                except (EOFError, OSError, pickle.UnpicklingError) as e:
+                    self.kill()
+                    raise HelperError(f"the compile helper ended ({type(e).__name__}: {e})"
+                                      ) from None
+                self.replies[got] = (done, err)
+        if compiled is None:
+            raise RuntimeError(f"in the compile helper: {error}")
+        return compiled
+
+    def peak_rss_mib(self) -> float | None:
+        """The running helper's peak resident memory (Linux), else None."""
+        if self.proc is None:
+            return None
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            return None
+        return None
+
+    def artifact_path(self, name: str) -> str:
+        """A file of its own for one request's output code."""
+        self.count += 1
+        return os.path.join(self.dir, f"{name}_{self.count}.py")
+
+    def kill(self) -> None:
+        """Ends the helper and its children (a compiler it runs); a later request starts
+        another."""
+        if self.owner != os.getpid():
+            return
+        proc, self.proc = self.proc, None
+        self.sent.clear()
+        if proc is not None:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (OSError, AttributeError):  # (no process groups on Windows)
+                    proc.kill()
+                proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):  # unsent bytes: the helper is gone
+                        pipe.close()
+
+
+_HELPERS: weakref.WeakSet[Helper] = weakref.WeakSet()
+_helper_failed: list[str] = []  # why the helper could not serve (then threads compile)
+_SHARED: list[Helper] = []
+
+
+def shared_helper() -> Helper:
+    """The process's one compile helper (made on first use; started on first request)."""
+    if not _SHARED:
+        _SHARED.append(Helper())
+    return _SHARED[0]
+
+
+def helper_if_made() -> Helper | None:
+    """The process's compile helper if a tiered compile has made it, else None."""
+    return _SHARED[0] if _SHARED else None
+
+
+def end_helpers() -> None:
+    """Ends this process's compile helper (and removes its files): at exit, or when a
+    program wants the helper's resources back (compiles not yet done are lost; the
+    regions then stay unfused)."""
+    for helper in list(_HELPERS):
+        if helper.owner == os.getpid():
+            helper.kill()
+            shutil.rmtree(helper.dir, ignore_errors=True)
 
 
 @dataclass(eq=False)  # (hashed by identity: `_COMPILERS`)
@@ -156,9 +330,14 @@ class BackgroundCompiler:
         return (BackgroundCompiler, ())
 
     def submit(self, name: str, compile: Callable[[], Callable[..., Any]],
-               done: Callable[[Callable[..., Any] | None, BaseException | None], None]
-               ) -> None:
-        """Queues ``compile()``; ``done(kernel, error)`` is called on the thread after."""
+               done: Callable[[Callable[..., Any] | None, BaseException | None], None],
+               request: Request | None = None,
+               load: Callable[[Compiled], Callable[..., Any]] | None = None,
+               warm: Callable[[], None] | None = None) -> None:
+        """Queues ``compile()``; ``done(kernel, error)`` is called on the thread after.
+        With a ``request`` (and the ``load`` of its artifact), the helper process
+        compiles it instead, unless `HELPER_ENV` says ``thread`` or the helper failed
+        to start (then ``compile()`` runs here)."""
         with self._lock:
             self.status.pending += 1
             self._last_submit = time.monotonic()
@@ -167,7 +346,7 @@ class BackgroundCompiler:
                                                 daemon=True)
                 _COMPILERS.add(self)
                 self._thread.start()
-        self._queue.put(_Job(name, compile, done))
+        self._queue.put(_Job(name, compile, done, request, load, warm))
 
     def _run(self) -> None:
         try:
@@ -186,8 +365,7 @@ class BackgroundCompiler:
         error: BaseException | None = None
         self._busy = True
         try:
-            with TRACING:
-                kernel = job.compile()
+            kernel = self._compile(job)
         except Exception as e:  # a region Inductor cannot compile stays unfused
             error = e
         finally:
@@ -209,6 +387,32 @@ class BackgroundCompiler:
                                       f"it stays unfused ({type(error).__name__}: "
                                       f"{first})")
             self._lock.notify_all()
+
+    def _compile(self, job: _Job) -> Callable[..., Any]:
+        """The job's kernel: compiled by the helper and loaded here (`TRACING` held only
+        for the load), or compiled on this thread."""
+        if job.request is not None and job.load is not None and not _helper_failed:
+            try:
+                helper = shared_helper()
+                with self._queue.mutex:  # the jobs queued behind it go to the helper too
+                    waiting = list(self._queue.queue)
+                for j in (job, *waiting):
+                    if j.request is not None and j.load is not None:
+                        helper.send(j.request)
+                if job.warm is not None:  # the imports of loading, while the helper works
+                    with TRACING, contextlib.suppress(Exception):  # (the load reports it)
+                        job.warm()
+                compiled = helper.compile(job.request)
+            except HelperError as e:  # compile here from now on
+                if self._exiting:
+                    raise _Exiting from None
+                _helper_failed.append(str(e))
+                LOG.warning("tiered: %s; compiling on a thread instead", e)
+            else:
+                with TRACING:  # (the output code stays, for tracebacks, until exit)
+                    return job.load(compiled)
+        with TRACING:
+            return job.compile()
 
     def take_warnings(self) -> list[str]:
         """The failures not reported yet (the caller warns on its own thread)."""
@@ -270,4 +474,6 @@ def warn_failures(compiler: BackgroundCompiler, executor: str) -> None:
         warnings.warn(f"{executor}: {msg}", RuntimeWarning, stacklevel=3)
 
 
-__all__ = ["LOG", "TRACING", "BackgroundCompiler", "Status", "measured", "warn_failures"]
+__all__ = ["HELPER_ENV", "LOG", "TRACING", "BackgroundCompiler", "Helper", "HelperError",
+           "Status", "end_helpers", "helper_if_made", "measured", "shared_helper",
+           "warn_failures"]

@@ -1,6 +1,7 @@
 """Tiered compilation (``jit(fn, tiered=True)``, `thunder_ir.lowering.tiered`): the
-Inductor executor's regions run unfused until a background thread has compiled them, and
-every result, before and after the swap, equals the unfused program's."""
+Inductor executor's regions run unfused until a helper process (or, as the fallback, a
+thread) has compiled them, and every result, before and after the swap, equals the
+unfused program's."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from torch import nn
 
 import thunder_ir
 from thunder_ir.lowering import inductor_executor
+from thunder_ir.lowering import tiered as tiering
 
 pytestmark = pytest.mark.skipif(
     not inductor_executor.InductorExecutor().is_available(),
@@ -76,11 +78,124 @@ def test_a_swap_during_gradient_accumulation() -> None:
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
 
 
+def test_the_main_process_never_traces_while_the_helper_compiles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracing sets torch.fx's process-wide "FX tracing" flag, and a ``torch.compile``'d
+    function called while it is set raises. With the helper process (the default) this
+    process never sets it: sampled on this thread all through the compile (it is set
+    during ``make_fx`` when a thread compiles, ``THUNDER_IR_TIERED_COMPILE=thread``)."""
+    monkeypatch.delenv(tiering.HELPER_ENV, raising=False)
+    monkeypatch.setattr(tiering, "_helper_failed", [])
+    model = _model()
+    jm = thunder_ir.jit(model, tiered=True)
+    _step(jm, model, torch.randn(16, 32))
+    seen = samples = 0
+    while not thunder_ir.compile_status(jm)["ready"]:
+        seen += torch.fx._symbolic_trace.is_fx_tracing()
+        samples += 1
+    status = thunder_ir.compile_status(jm)
+    assert status["compiled"] >= 2 and status["failed"] == 0, status
+    assert samples > 1000 and seen == 0, (samples, seen)
+    assert tiering.shared_helper().proc is not None  # the helper compiled them
+
+
+def test_a_helper_that_dies_leaves_the_compiles_to_a_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(tiering.HELPER_ENV, raising=False)
+    monkeypatch.setattr(tiering, "_helper_failed", [])
+    helper = tiering.shared_helper()
+    helper.kill()
+    real_start = helper.start
+
+    def start_and_die() -> Any:
+        proc = real_start()
+        proc.kill()
+        proc.wait()
+        return proc
+
+    monkeypatch.setattr(helper, "start", start_and_die)
+    model = _model()
+    unfused = thunder_ir.jit(model)
+    jm = thunder_ir.jit(model, tiered=True)
+    x = torch.randn(16, 32)
+    _same(_step(jm, model, x), _step(unfused, model, x))
+    status = thunder_ir.compile_status(jm, wait=None)
+    assert status["compiled"] >= 2 and status["failed"] == 0, status
+    assert tiering._helper_failed and "helper ended" in tiering._helper_failed[0]
+    _same(_step(jm, model, x), _step(unfused, model, x))
+
+
+def test_a_compile_that_fails_in_the_helper_leaves_the_unfused_region(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(tiering.HELPER_ENV, raising=False)
+    monkeypatch.setattr(tiering, "_helper_failed", [])
+    model = _model()
+    unfused = thunder_ir.jit(model)
+    executor = inductor_executor.InductorExecutor({"no_such_inductor_option": 1}, tiered=True)
+    jm = thunder_ir.jit(model, executors=[executor, *thunder_ir.get_default_executors()])
+    x = torch.randn(16, 32)
+    _same(_step(jm, model, x), _step(unfused, model, x))
+    status = thunder_ir.compile_status(jm, wait=None)
+    assert status["failed"] >= 2 and status["compiled"] == 0, status
+    with pytest.warns(RuntimeWarning, match="in the compile helper: .*no_such_inductor_option"):
+        result = _step(jm, model, x)
+    _same(result, _step(unfused, model, x))
+    assert not tiering._helper_failed  # the helper itself is fine
+
+
+class _Scaled(nn.Module):
+    """A forward that makes a tensor from Python numbers: its region's graph holds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(32, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x)) * torch.tensor([1.0, -2.0, 0.5])
+
+
+def test_a_region_that_makes_tensors_from_numbers_compiles_in_the_helper(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A region whose graph makes a tensor of its own (``torch.tensor([...])``) loads with
+    what its compiled graph holds: the kernels take the region's inputs, as they would
+    compiled on a thread (a standalone compile had lifted such tensors into inputs no
+    caller passes)."""
+    monkeypatch.delenv(tiering.HELPER_ENV, raising=False)
+    monkeypatch.setattr(tiering, "_helper_failed", [])
+    torch.manual_seed(0)
+    model = _Scaled()
+    unfused = thunder_ir.jit(model)
+    jm = thunder_ir.jit(model, tiered=True)
+    x = torch.randn(16, 32)
+    _same(_step(jm, model, x), _step(unfused, model, x))
+    status = thunder_ir.compile_status(jm, wait=None)
+    assert status["compiled"] >= 2 and status["failed"] == 0, status
+    for _ in range(2):  # every kernel runs
+        _same(_step(jm, model, x), _step(unfused, model, x))
+    assert len(thunder_ir.compile_status(jm)["timings"]) >= 2
+    assert not tiering._helper_failed
+
+
+def test_a_forked_child_leaves_its_parents_helper_alone() -> None:
+    """A child forked from a process with a helper (a data-loader worker) that exits
+    through ``atexit`` neither ends nor removes the parent's helper."""
+    helper = tiering.shared_helper()
+    proc = helper.start()
+    pid = os.fork()
+    if pid == 0:  # the child: what its exit would run
+        tiering.end_helpers()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert helper.proc is proc and proc.poll() is None
+    assert os.path.isdir(helper.dir)
+
+
 def test_a_failing_background_compile_leaves_the_unfused_region(
         monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("no compiler today")
 
+    monkeypatch.setenv(tiering.HELPER_ENV, "thread")
     monkeypatch.setattr(inductor_executor, "_compile_graph", broken)
     model = _model()
     unfused = thunder_ir.jit(model)
@@ -104,6 +219,7 @@ def test_each_kernel_is_kept_only_where_it_is_faster(monkeypatch: pytest.MonkeyP
             return fn(*args)
         return kernel
 
+    monkeypatch.setenv(tiering.HELPER_ENV, "thread")
     monkeypatch.setattr(inductor_executor, "_compile_graph", slow)
     model = _model()
     unfused = thunder_ir.jit(model)
@@ -179,12 +295,14 @@ def test_an_exit_while_the_thread_runs_torch_code_stops_it_and_does_not_abort() 
         assert exited - float(out.stdout.split()[-1]) < 5.0
 
 
+@pytest.mark.parametrize("where", ["process", "thread"])
 def test_an_exit_during_the_background_compile_waits_for_nothing_and_leaves_nothing(
-        tmp_path: Any) -> None:
-    """The process exits while its kernels compile (each takes a minute here): at once,
-    and no process of its own (a compiler it started) is left running."""
+        tmp_path: Any, where: str) -> None:
+    """The process exits while its kernels compile (on a thread each takes a minute here;
+    the helper's compile, with an empty Inductor cache, takes seconds): at once, and no
+    process of its own (the helper, a compiler either started) is left running."""
     mark = uuid.uuid4().hex
-    env = {**os.environ, "THUNDER_IR_TIERED_TEST": mark,
+    env = {**os.environ, "THUNDER_IR_TIERED_TEST": mark, tiering.HELPER_ENV: where,
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EXIT)], env=env,
                          capture_output=True, text=True, timeout=300, check=True)
