@@ -137,7 +137,7 @@ def compile_request(req: Request) -> Compiled:
     """Traces the region on fake inputs of its metadata and compiles it with Inductor, as
     a thread of the parent would (`inductor_executor.compile_graph`); writes the output
     code to ``req.path``."""
-    from thunder_ir.lowering.inductor_executor import _fake_from_metadata, compile_graph
+    from thunder_ir.lowering.inductor_executor import compile_graph, fake_from_metadata
 
     given = dict(req.env)
     for key in CACHE_ENV:
@@ -145,7 +145,7 @@ def compile_request(req: Request) -> Compiled:
             os.environ[key] = given[key]
         else:
             os.environ.pop(key, None)
-    mode, fake = _fake_from_metadata(list(req.inputs))
+    mode, fake = fake_from_metadata(list(req.inputs))
     graph = compile_graph(_function(req), mode, fake, req.single, req.options)
     with open(req.path, "w") as f:
         f.write(graph.source_code)

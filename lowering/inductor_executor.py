@@ -312,7 +312,7 @@ class InductorExecutor(Executor):
             else:  # only the metadata: the fake mode is made on the compiling thread
                 meta = [TensorMeta(tuple(a.shape), a.stride(), a.dtype, a.device)
                         if isinstance(a, torch.Tensor) else a for a in args]
-                fake_inputs = lambda: _fake_from_metadata(meta)  # noqa: E731
+                fake_inputs = lambda: fake_from_metadata(meta)  # noqa: E731
 
             def compile() -> Callable[..., Any]:
                 mode, fake = fake_inputs()
@@ -379,7 +379,7 @@ def _fake_inputs(args: tuple[Any, ...], dynamic: bool) -> tuple[Any, list[Any]]:
                   if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def _fake_from_metadata(meta: list[Any]) -> tuple[Any, list[Any]]:
+def fake_from_metadata(meta: list[Any]) -> tuple[Any, list[Any]]:
     """`_fake_inputs` (static sizes) from each tensor's `TensorMeta`: no real tensor is
     read, so any thread may make them."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -480,4 +480,5 @@ def tiered_executors(executors: Any) -> list[Any]:
 
 
 __all__ = ["FUSED_KINDS", "FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "KEPT_OUT", "LIBRARY_OPS",
-           "InductorExecutor", "region_function", "region_program", "tiered_executors"]
+           "InductorExecutor", "compile_graph", "fake_from_metadata", "region_function",
+           "region_function_and_source", "region_program", "tiered_executors"]
