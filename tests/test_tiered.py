@@ -45,6 +45,16 @@ def _same(a: tuple[torch.Tensor, list[Any]], b: tuple[torch.Tensor, list[Any]]) 
         torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6)
 
 
+def _first_step_then_wait(model: nn.Module, jm: Any
+                          ) -> tuple[Any, torch.Tensor, dict[str, Any]]:
+    """The unfused program of ``model``, an input, and ``jm``'s compile status once its
+    first step (checked against the unfused one's) has had every kernel compiled."""
+    unfused = thunder_ir.jit(model)
+    x = torch.randn(16, 32)
+    _same(_step(jm, model, x), _step(unfused, model, x))
+    return unfused, x, thunder_ir.compile_status(jm, wait=None)
+
+
 def test_results_before_and_after_the_swap_equal_the_unfused_programs() -> None:
     model = _model()
     unfused = thunder_ir.jit(model)
@@ -115,11 +125,8 @@ def test_a_helper_that_dies_leaves_the_compiles_to_a_thread(
 
     monkeypatch.setattr(helper, "start", start_and_die)
     model = _model()
-    unfused = thunder_ir.jit(model)
     jm = thunder_ir.jit(model, tiered=True)
-    x = torch.randn(16, 32)
-    _same(_step(jm, model, x), _step(unfused, model, x))
-    status = thunder_ir.compile_status(jm, wait=None)
+    unfused, x, status = _first_step_then_wait(model, jm)
     assert status["compiled"] >= 2 and status["failed"] == 0, status
     assert tiering._helper_failed and "helper ended" in tiering._helper_failed[0]
     _same(_step(jm, model, x), _step(unfused, model, x))
@@ -130,12 +137,9 @@ def test_a_compile_that_fails_in_the_helper_leaves_the_unfused_region(
     monkeypatch.delenv(tiering.HELPER_ENV, raising=False)
     monkeypatch.setattr(tiering, "_helper_failed", [])
     model = _model()
-    unfused = thunder_ir.jit(model)
     executor = inductor_executor.InductorExecutor({"no_such_inductor_option": 1}, tiered=True)
     jm = thunder_ir.jit(model, executors=[executor, *thunder_ir.get_default_executors()])
-    x = torch.randn(16, 32)
-    _same(_step(jm, model, x), _step(unfused, model, x))
-    status = thunder_ir.compile_status(jm, wait=None)
+    unfused, x, status = _first_step_then_wait(model, jm)
     assert status["failed"] >= 2 and status["compiled"] == 0, status
     with pytest.warns(RuntimeWarning, match="in the compile helper: .*no_such_inductor_option"):
         result = _step(jm, model, x)
@@ -164,11 +168,8 @@ def test_a_region_that_makes_tensors_from_numbers_compiles_in_the_helper(
     monkeypatch.setattr(tiering, "_helper_failed", [])
     torch.manual_seed(0)
     model = _Scaled()
-    unfused = thunder_ir.jit(model)
     jm = thunder_ir.jit(model, tiered=True)
-    x = torch.randn(16, 32)
-    _same(_step(jm, model, x), _step(unfused, model, x))
-    status = thunder_ir.compile_status(jm, wait=None)
+    unfused, x, status = _first_step_then_wait(model, jm)
     assert status["compiled"] >= 2 and status["failed"] == 0, status
     for _ in range(2):  # every kernel runs
         _same(_step(jm, model, x), _step(unfused, model, x))
@@ -198,11 +199,8 @@ def test_a_failing_background_compile_leaves_the_unfused_region(
     monkeypatch.setenv(tiering.HELPER_ENV, "thread")
     monkeypatch.setattr(inductor_executor, "_compile_graph", broken)
     model = _model()
-    unfused = thunder_ir.jit(model)
     tiered = thunder_ir.jit(model, tiered=True)
-    x = torch.randn(16, 32)
-    _same(_step(tiered, model, x), _step(unfused, model, x))
-    status = thunder_ir.compile_status(tiered, wait=None)
+    unfused, x, status = _first_step_then_wait(model, tiered)
     assert status["failed"] >= 2 and status["compiled"] == 0 and status["ready"]
     with pytest.warns(RuntimeWarning, match="stays unfused .RuntimeError: no compiler today"):
         result = _step(tiered, model, x)
