@@ -37,6 +37,10 @@ def _approximate(params: dict[str, Any]) -> bool:
     return params.get("approximate") in (None, "none", "tanh")
 
 
+def _softplus(params: dict[str, Any]) -> bool:
+    return all(type(params.get(k, 1)) in (int, float) for k in ("beta", "threshold"))
+
+
 FLOAT_PRESERVING: dict[type[LtorchOp], Callable[[dict[str, Any]], bool] | None] = {
     C.AddOp: _alpha, C.SubOp: _alpha, C.MulOp: None, C.DivOp: _rounding_mode,
     C.FloorDivideOp: None, C.RemainderOp: None, C.FmodOp: None, C.PowOp: None,
@@ -48,6 +52,7 @@ FLOAT_PRESERVING: dict[type[LtorchOp], Callable[[dict[str, Any]], bool] | None] 
     C.SignOp: None, C.FloorOp: None, C.CeilOp: None, C.RoundOp: _decimals, C.TruncOp: None,
     C.ErfOp: None, C.ErfcOp: None,
     N.ReluOp: None, N.GeluOp: _approximate, N.SiluOp: None, N.SigmoidOp: None,
+    N.SoftplusOp: _softplus,
 }
 """Op class -> its params check (None: it takes no params)."""
 

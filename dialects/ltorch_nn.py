@@ -71,6 +71,7 @@ _K_NATIVE_LAYER_NORM_BACKWARD = _kernel("native_layer_norm_backward")
 _K_NLL_LOSS_BACKWARD = _kernel("nll_loss_backward")
 _K_NLL_LOSS_FORWARD = _kernel("nll_loss_forward")
 _K_SILU_BACKWARD = _kernel("silu_backward")
+_K_SOFTPLUS_BACKWARD = _kernel("softplus_backward")
 _K_THRESHOLD_BACKWARD = _kernel("threshold_backward")
 Bool = IntegerAttr
 IntArray = INT_ARRAY  # array<i64: ...>, or [...] with a symbolic size (#prims.sym)
@@ -367,6 +368,42 @@ class SiluBackwardOp(NNOp):
     out = result_def(TensorType)
     traits = traits_def(Pure(), Elementwise())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input")
+
+
+@ltorch_op(F.softplus)
+class SoftplusOp(ActivationOp):
+    """`%y = ltorch.softplus %x {beta, threshold}`: ``log(1 + exp(beta x)) / beta``, and
+    ``x`` itself where ``beta x > threshold``"""
+
+    name = "ltorch.softplus"
+
+    beta = opt_prop_def(Number)
+    threshold = opt_prop_def(Number)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "beta", "threshold")
+    DEFAULTS: ClassVar[dict[str, Any]] = {"beta": 1.0, "threshold": 20.0}
+
+
+def softplus_backward(grad_output: torch.Tensor, input: torch.Tensor, beta: float,
+                      threshold: float) -> torch.Tensor:
+    """``grad_output * softplus'(input)`` with torch's one kernel."""
+    return _K_SOFTPLUS_BACKWARD(grad_output, input, beta, threshold)
+
+
+@ltorch_op(softplus_backward)
+class SoftplusBackwardOp(NNOp):
+    """`%dx = ltorch.softplus_backward %grad_output, %input {beta, threshold}`:
+    ``grad_output * z / (z + 1)`` with ``z = exp(beta x)``, and ``grad_output`` where
+    ``beta x > threshold``. Emitted by softplus's VJP rule."""
+
+    name = "ltorch.softplus_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    beta = prop_def(Number)
+    threshold = prop_def(Number)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "beta", "threshold")
 
 
 def threshold_backward(grad_output: torch.Tensor, input: torch.Tensor,

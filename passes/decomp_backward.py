@@ -1,5 +1,5 @@
 """Decompositions of the backward kernels that VJP rules emit (``ltorch.gelu_backward``,
-``softmax_backward``, ``log_softmax_backward``, ``layer_norm_backward``,
+``softplus_backward``, ``softmax_backward``, ``log_softmax_backward``, ``layer_norm_backward``,
 ``embedding_backward``, ``nll_loss_backward``, ``convolution_backward``,
 ``native_batch_norm_backward``, ``max_pool2d_with_indices_backward``; ``silu_backward``
 sits beside silu in `thunder_ir.passes.decomp_nn`).
@@ -62,6 +62,21 @@ def gelu_backward(d: Decomposer, dy: SSAValue, x: SSAValue, approximate: str | N
                      number_const(d, 1.0 / math.sqrt(2.0 * math.pi)))
         deriv = lt.add(cdf, lt.mul(xc, pdf))
     return to_dtype(d, lt.mul(g, deriv), out.dtype)
+
+
+@decomposes(N.SoftplusBackwardOp)
+def softplus_backward(d: Decomposer, dy: SSAValue, x: SSAValue, beta: float, threshold: float
+                      ) -> SSAValue:
+    """``dy`` where ``beta x > threshold``, else ``dy z / (z + 1)`` with ``z = exp(beta
+    x)`` (eager's kernel)."""
+    (out,) = _types(N.SoftplusBackwardOp, dy, x, beta=beta, threshold=threshold)
+    lt = d.ltorch
+    cd = compute_dtype(out.dtype)
+    xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
+    bx = lt.mul(xc, number_const(d, beta))
+    z = lt.exp(bx)
+    soft = lt.div(lt.mul(g, z), lt.add(z, number_const(d, 1.0)))
+    return to_dtype(d, lt.where(lt.gt(bx, number_const(d, threshold)), g, soft), out.dtype)
 
 
 def _softmax_backward(d: Decomposer, op: type[N.NNOp], dy: SSAValue, y: SSAValue, dim: int,

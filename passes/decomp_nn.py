@@ -253,6 +253,19 @@ def gelu(d: Decomposer, x: SSAValue, approximate: str | None = None) -> SSAValue
     return to_dtype(d, y, dtype)
 
 
+@decomposes(N.SoftplusOp)
+def softplus(d: Decomposer, x: SSAValue, beta: float = 1.0, threshold: float = 20.0
+             ) -> SSAValue:
+    """``x`` where ``beta x > threshold``, else ``log1p(exp(beta x)) / beta`` (eager's
+    kernel, in the accumulation dtype)."""
+    p = d.prims
+    dtype = ttype(x).dtype
+    xc = to_dtype(d, x, compute_dtype(dtype))
+    bx = p.mul(xc, number_const(d, beta))
+    soft = p.div(p.log1p(p.exp(bx)), number_const(d, beta))
+    return to_dtype(d, p.where(p.gt(bx, number_const(d, threshold)), xc, soft), dtype)
+
+
 def _sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
     """``1 / (1 + exp(-x))`` on a float tensor."""
     return d.prims.reciprocal(d.prims.add(d.prims.exp(d.prims.neg(x)), number_const(d, 1.0)))

@@ -188,6 +188,17 @@ def gelu(g: Grad, out: Outs, ct: Cts, x: SSAValue, approximate: str | None = Non
     return [grad_as(g, g.ltorch.gelu_backward(ct[0], x, **params), x)]
 
 
+@vjp(N.SoftplusOp)
+def softplus(g: Grad, out: Outs, ct: Cts, x: SSAValue, beta: float = 1.0,
+             threshold: float = 20.0) -> Grads:
+    """``softplus_backward(ct, x)``: ``ct * sigmoid(beta x)``, and ``ct`` where ``beta x >
+    threshold``, one op (one eager kernel; prims for a fusion executor)."""
+    if not is_differentiable_value(x):
+        return [None]
+    return [grad_as(g, g.ltorch.softplus_backward(ct[0], x, beta=beta, threshold=threshold),
+                    x)]
+
+
 @vjp(N.SiluOp)
 def silu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``silu_backward(ct, x)``: ``ct * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``, one
@@ -804,7 +815,7 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
 
 DIRECT_RULES: tuple[type, ...] = (
     N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp,
-    N.SigmoidOp, C.TanhOp,
+    N.SoftplusOp, N.SigmoidOp, C.TanhOp,
     N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.NativeLayerNormOp,
     N.RmsNormOp, N.EmbeddingOp, N.ConvolutionOp, N.NativeBatchNormOp,
     N.MaxPool2dWithIndicesOp,

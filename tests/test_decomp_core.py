@@ -382,6 +382,7 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
                     (t((2, 3), f32), t((3,), f32)), (t((2, 3), i64), t((2, 3), i64))):
         for approximate in ("none", "tanh", "cubic"):
             cases.append((N.GeluBackwardOp, [grad, x], {"approximate": approximate}))
+        cases.append((N.SoftplusBackwardOp, [grad, x], {"beta": 2.0, "threshold": 3}))
         for cls in (N.SoftmaxBackwardOp, N.LogSoftmaxBackwardOp):
             for dim, input_dtype in ((-1, grad.dtype), (1, grad.dtype), (2, grad.dtype),
                                      (-1, f64)):

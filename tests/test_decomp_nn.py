@@ -154,6 +154,8 @@ EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
      {"reduction": "sum", "label_smoothing": 0.1}),
     (N.MseLossOp, [_X, _X.flip(0), None], {"reduction": "none"}),
     (N.GeluBackwardOp, [torch.randn(2, 3, 4), _X], {"approximate": "tanh"}),
+    (N.SoftplusOp, [_X * 10], {"beta": 0.5, "threshold": 2.0}),
+    (N.SoftplusBackwardOp, [torch.randn(2, 3, 4), _X * 10], {"beta": 2, "threshold": 1.0}),
     (N.SoftmaxBackwardOp, [torch.randn(2, 3, 4), _X.softmax(-1)],
      {"dim": -1, "input_dtype": torch.float32}),
     (N.LogSoftmaxBackwardOp, [torch.randn(2, 3, 4), _X.log_softmax(0)],

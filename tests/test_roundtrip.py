@@ -280,6 +280,8 @@ LTORCH_SAMPLES: dict[str, list[Any]] = {
     "grouped_mm": [([T(6, 4), T(3, 4, 5), T(3, dtype=i32)], {}),
                    ([T(4, 6), T(6, 5), T(3, dtype=i64)], {})],
     "gelu_backward": [([T(2, 3), T(2, 3)], {"approximate": "tanh"})],
+    "softplus": [([T(2, 3)], {"beta": 2.0, "threshold": 5})],
+    "softplus_backward": [([T(2, 3), T(2, 3)], {"beta": 1.0, "threshold": 20.0})],
     "safe_softmax": [([T(2, 3)], {"dim": -1})],
     "threshold_backward": [([T(2, 3), T(2, 3)], {"threshold": 0}),
                            ([T(4), T(4)], {"threshold": -0.5})],

@@ -63,8 +63,8 @@ def test_direct_rule_table() -> None:
                    or op in vjp_ltorch_core.NO_DERIVATIVE_RULES)}
     assert direct == {
         "ltorch.matmul", "ltorch.bmm", "ltorch.grouped_mm", "ltorch.linear", "ltorch.relu",
-        "ltorch.gelu", "ltorch.silu", "ltorch.sigmoid", "ltorch.tanh", "ltorch.softmax",
-        "ltorch.log_softmax", "ltorch.safe_softmax", "ltorch.layer_norm",
+        "ltorch.gelu", "ltorch.silu", "ltorch.softplus", "ltorch.sigmoid", "ltorch.tanh",
+        "ltorch.softmax", "ltorch.log_softmax", "ltorch.safe_softmax", "ltorch.layer_norm",
         "ltorch.native_layer_norm", "ltorch.rms_norm",
         "ltorch.embedding", "ltorch.convolution", "ltorch.native_batch_norm",
         "ltorch.max_pool2d_with_indices",

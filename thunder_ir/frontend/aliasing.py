@@ -75,7 +75,9 @@ def strided_view(x: torch.Tensor, size: Sequence[int], strides: Sequence[int],
     return torch.as_strided(x, tuple(size), tuple(strides), offset)
 
 
-def _layout(p: TensorProxy) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def proxy_layout(p: TensorProxy) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """The shape, strides and storage offset eager's tensor would have (read without
+    being traced: the caller notes the layout read where a decision depends on it)."""
     with torch._C.DisableTorchFunction():
         return tuple(p.shape), tuple(p.stride()), int(p.storage_offset())
 
@@ -180,7 +182,7 @@ def check_writable(ctx: TraceContext, target: TensorProxy, opname: str) -> None:
     overlap; while grad mode is on, to a view of a leaf that requires grad, to a view made
     under no-grad of a tensor that requires grad, or to one of the views a function
     returns several of (``split``, ``chunk``, ``unbind``: eager's creation metas)."""
-    shape, strides, _ = _layout(target)
+    shape, strides, _ = proxy_layout(target)
     if _overlaps(shape, strides):
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to "
@@ -213,7 +215,7 @@ def span_root(ctx: TraceContext, group: list[TensorProxy]) -> TensorProxy:
     """A root for arguments that share memory: a 1-d strided view of the first one's
     storage spanning all of them (``torch.as_strided`` on the caller's tensor, so its
     elements are the storage's), of which each becomes a strided view."""
-    layouts = [_layout(p) for p in group]
+    layouts = [proxy_layout(p) for p in group]
     lo = min(off for _, _, off in layouts)
     hi = max(off + storage_elements(shape, strides, 0) for shape, strides, off in layouts)
     first = group[0]
@@ -250,8 +252,8 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
     if root is target:
         new_root = new
     else:
-        t_shape, t_strides, t_off = _layout(target)
-        _, r_strides, r_off = _layout(root)
+        t_shape, t_strides, t_off = proxy_layout(target)
+        _, r_strides, r_off = proxy_layout(root)
         out = fallback(ctx, scatter_strided,
                        (_stand_in(ctx, old_root), _stand_in(ctx, new), r_strides, t_shape,
                         t_strides, t_off - r_off), {})

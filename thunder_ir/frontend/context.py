@@ -703,9 +703,14 @@ class TraceContext(Builder):
     def run_python(self, fn: Callable[..., Any], args: Sequence[Any],
                    kwargs: dict[str, Any]) -> Any:
         """Runs ``fn`` under a fresh `TraceMode` (the tracer's own mode is set aside while
-        a handler runs), so every torch call it makes is traced."""
+        a handler runs), so every torch call it makes is traced. The ops they build are
+        the handler's call's own (`ProgramBuild.ops_of_this_call`), as one op would be: an
+        in-place handler that assigns their result skips what they saved."""
+        start = self.build.call_start
         with TraceMode(self):
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+        self.build.call_start = start
+        return out
 
 
 def _views_its_operand(op: Operation) -> bool:

@@ -5,7 +5,8 @@ order across operands and params) and ``DEFAULTS``, and `bind` maps any torch ca
 Operators' reflected forms (``__radd__``) swap their operands; in-place forms (``add_``,
 ``__iadd__``) compute the functional op and rebind the proxy (`Builder.assign`).
 Calls with irregular conventions (``Tensor.view(*shape)``, ``Tensor.to``, ``torch.max``,
-``__getitem__``/``__setitem__``, dropout's RNG) have small handlers of their own.
+``__getitem__``, dropout's RNG) have small handlers of their own (``__setitem__``:
+`thunder_ir.frontend.setitem`).
 
 Handlers write through the `thunder_ir.frontend.builder.Builder` interface only, so an
 importer of another graph format can reuse them. Importing this module fills
@@ -232,6 +233,7 @@ _UNARY: dict[str, list[Any]] = {
     "logical_not": [torch.logical_not, T.logical_not],
     "bitwise_not": [torch.bitwise_not, T.bitwise_not, T.__invert__],
     "relu": [torch.relu, T.relu, F.relu], "gelu": [F.gelu], "silu": [F.silu],
+    "softplus": [F.softplus],
     "sigmoid": [torch.sigmoid, T.sigmoid, F.sigmoid, torch.special.expit],
 }
 _UNARY_INPLACE: dict[str, list[Any]] = {
@@ -619,6 +621,8 @@ if "expand" in OPS:
     HANDLERS[T.expand_as] = lambda ctx, x, other: op_handler("expand", view=True)(  # type: ignore[misc]
         ctx, x, tuple(other.shape))
 HANDLERS[T.view_as] = lambda ctx, x, other: _view(ctx, x, tuple(other.shape))
+HANDLERS[T.reshape_as] = lambda ctx, x, other: op_handler(  # type: ignore[misc]
+    "reshape", view=True)(ctx, x, tuple(other.shape))
 
 
 def getitem(ctx: Builder, x: Any, index: Any) -> Any:
@@ -707,25 +711,6 @@ def _movedim(ctx: Builder, x: Any, source: Any, destination: Any) -> Any:
 register_handlers([torch.movedim, T.movedim, torch.moveaxis, T.moveaxis], _movedim)
 register_handlers([torch.select, T.select], _select)
 register_handlers([torch.ops.aten.slice, torch.ops.aten.slice.Tensor], _slice)
-
-
-@export
-def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
-    """Functional ``x[index] = value``: a copy of ``x`` with the write applied (generated
-    code calls it as ``tir.setitem``)."""
-    out = x.clone()
-    out[index] = value
-    return out
-
-
-def _setitem(ctx: Builder, x: Any, index: Any, value: Any) -> None:
-    if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
-        pass  # a boolean mask write keeps the shape: fine as a functional call
-    out = fallback(ctx, setitem, (x, index, value), {})
-    ctx.assign(x, out._value, "__setitem__")
-
-
-HANDLERS[T.__setitem__] = _setitem
 
 
 def _copy_(ctx: Builder, x: Any, src: Any, non_blocking: bool = False) -> Any:

@@ -1,6 +1,8 @@
 """Which torch callables of the nn family become which ``ltorch`` ops while tracing:
 convolution, pooling, batch norm and the losses, with the checks eager makes before its
-kernels (`thunder_ir.frontend.torch_map` has the rest of the table, and its conventions).
+kernels (`thunder_ir.frontend.torch_map` has the rest of the table, and its conventions);
+and the ``inplace=True`` forms of the activations that have no op
+(``nn.ReLU6(inplace=True)``...), as their functional call assigned in place.
 
 Importing this module fills `thunder_ir.frontend.table.HANDLERS`
 (`thunder_ir.frontend.tracer` imports it).
@@ -8,6 +10,7 @@ Importing this module fills `thunder_ir.frontend.table.HANDLERS`
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +20,7 @@ import torch.nn.functional as F
 from thunder_ir.dialects.ltorch_nn import legacy_reduction
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import ThunderTraceError, UseFallback, where
+from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.torch_map import int_tuple as _int_tuple
 from thunder_ir.frontend.torch_map import op_handler
@@ -225,3 +229,31 @@ def _nll_loss(ctx: Builder, input: Any, target: Any, weight: Any = None,
 _register([F.cross_entropy], _cross_entropy)
 _register([F.nll_loss], _nll_loss)
 _register([F.mse_loss], op_handler("mse_loss"))
+
+
+def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(x, ..., inplace=True)`` for an activation without an ltorch op: its functional
+    call (opaque) and ``x`` standing for the result, as `Builder.assign` makes any in-place
+    write (eager's errors for a leaf, a view of one, a value saved for a backward). The
+    meta run of the in-place call itself would refuse any tensor that requires grad, its
+    stand-ins being leaves. Eager's in-place ``leaky_relu_``, ``elu_``, ``selu_`` and
+    ``celu_`` save their result for the backward, so a later write to ``x`` makes that
+    backward raise: so does the call's (``keep_saved``)."""
+    sig = inspect.signature(fn)
+    keep_saved = fn in (F.leaky_relu, F.elu, F.selu, F.celu)
+
+    def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        x = bound.arguments.get("input")
+        if not bound.arguments.get("inplace") or not is_proxy(x):
+            raise UseFallback
+        bound.arguments["inplace"] = False
+        out = fallback(ctx, fn, bound.args, bound.kwargs)
+        return ctx.assign(x, out._value, f"{fn.__name__}(inplace=True)", keep_saved)
+
+    return handler
+
+
+for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.elu, F.selu, F.celu, F.hardsigmoid,
+            F.hardswish, F.mish, F.threshold):
+    _register([_fn], _inplace_activation(_fn))

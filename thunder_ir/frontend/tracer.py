@@ -15,7 +15,8 @@ Under `TraceMode` each torch function, tensor method and operator goes to a hand
   file:line and what to do instead.
 
 This module imports every module that fills the handler table (`torch_map`,
-`torch_map_nn`, `custom_function`, `takeover`, `backward_hooks`), so the table is complete
+`torch_map_nn`, `einsum`, `setitem`, `repeat`, `custom_function`, `takeover`, `backward_hooks`,
+`speculation`, `hops`), so the table is complete
 whenever a program can be traced.
 """
 
@@ -48,6 +49,8 @@ from thunder_ir.frontend import (
     custom_function,
     einsum,
     hops,
+    repeat,
+    setitem,
     speculation,
     takeover,
     torch_map,
@@ -64,8 +67,8 @@ from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, ModuleAttr, O
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
 
-HANDLER_MODULES = (torch_map, torch_map_nn, einsum, custom_function, takeover,
-                   backward_hooks, speculation, hops)
+HANDLER_MODULES = (torch_map, torch_map_nn, einsum, setitem, repeat, custom_function,
+                   takeover, backward_hooks, speculation, hops)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
 
 def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> list[str]:

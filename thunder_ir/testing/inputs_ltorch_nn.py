@@ -77,7 +77,7 @@ def _nn_linear(draw: st.DrawFn, spec: InputSpec) -> OpSample:
                      values(draw, b, dtype) if bias else None], {})
 
 
-@register_inputs(N.ReluOp, N.SigmoidOp, N.GeluOp, N.SiluOp)
+@register_inputs(N.ReluOp, N.SigmoidOp, N.GeluOp, N.SiluOp, N.SoftplusOp)
 def _nn_activation(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     on_ints = spec.op in (N.ReluOp, N.SigmoidOp)
     bound = 4.0 if spec.for_vjp else 8.0
@@ -88,7 +88,19 @@ def _nn_activation(draw: st.DrawFn, spec: InputSpec) -> OpSample:
         approximate = draw(st.sampled_from([None, "none", "tanh"]))
         if approximate is not None:
             params["approximate"] = approximate
+    if issubclass(spec.op, N.SoftplusOp):
+        params = _softplus_params(draw, spec)
     return OpSample([x], params)
+
+
+def _softplus_params(draw: st.DrawFn, spec: InputSpec) -> dict[str, Any]:
+    """``beta`` and ``threshold`` around the inputs' range, so both branches are taken
+    (``beta x`` at the threshold, and past it; not for a VJP check, whose finite
+    differences would straddle the kink)."""
+    if spec.for_vjp:
+        return draw(st.sampled_from([{}, {"beta": 2.0}, {"beta": 0.5, "threshold": 10}]))
+    return draw(st.sampled_from([{}, {"beta": 2, "threshold": 3.0},
+                                 {"beta": 0.5, "threshold": 1}, {"threshold": 2.0}]))
 
 
 @register_inputs(N.ThresholdBackwardOp)
@@ -403,6 +415,16 @@ def _nn_gelu_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     dy = draw_data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0).to(x.dtype)
     approximate = draw(st.sampled_from([None, "none", "tanh"]))
     return OpSample([dy, x], {} if approximate is None else {"approximate": approximate})
+
+
+@register_inputs(N.SoftplusBackwardOp)
+def _nn_softplus_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    shape = spec.shape(draw)
+    x = draw_data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0)
+    dy = draw_data(draw, spec, shape, FLOAT_KIND, -4.0, 4.0).to(x.dtype)
+    params = draw(st.sampled_from([{"beta": 1.0, "threshold": 20.0},
+                                   {"beta": 2, "threshold": 3.0}, {"beta": 0.5, "threshold": 1}]))
+    return OpSample([dy, x], params)
 
 
 @register_inputs(N.SoftmaxBackwardOp, N.LogSoftmaxBackwardOp)

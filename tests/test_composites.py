@@ -1,0 +1,148 @@
+"""Torch calls that were opaque (``tir.call_with_grad``: torch's autograd per call, and a
+break in every fusion region) and are now the program's own ops, against eager at the
+values where their formulas branch: ``F.softplus`` (``ltorch.softplus`` and its backward
+kernel), ``Tensor.repeat``, ``repeat_interleave`` by an int and ``Tensor.reshape_as``.
+What stays opaque is checked to stay so, and still eager. The in-place forms of the
+activations without an op (``nn.ReLU6(inplace=True)``...) are their functional call and
+an in-place assignment, with eager's errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunder_ir
+from thunder_ir.testing_eager import check_against_eager
+
+SPECIAL = torch.tensor([-30.0, -4.0, -3.0, -1.0, 0.0, 1.0, 2.5, 3.0, 4.0, 10.0, 21.0, 100.0,
+                        float("nan"), float("inf"), -float("inf")])
+
+CASES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "softplus": lambda x: F.softplus(x) * 2,
+    "softplus beta threshold": lambda x: F.softplus(x, beta=2, threshold=3.0),
+    "softplus module": lambda x: torch.nn.Softplus(beta=0.5, threshold=1)(x),
+    "softplus float64": lambda x: F.softplus(x.double()),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_eager_at_the_branch_points(name: str) -> None:
+    """Values and gradients, NaN and infinities included (a where's untaken branch must
+    not send a NaN into the gradient)."""
+    check_against_eager(CASES[name], SPECIAL.clone().requires_grad_())
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_no_opaque_call_is_left(name: str) -> None:
+    jf = thunder_ir.jit(CASES[name])
+    jf(SPECIAL.clone().requires_grad_()).sum().backward()
+    src = str(thunder_ir.last_traces(jf)[-1]) + str(thunder_ir.last_backward_traces(jf)[-1])
+    assert "call_with_grad" not in src and "handle_vjp" not in src, src
+
+
+def test_softplus_in_bfloat16_matches_eager() -> None:
+    check_against_eager(lambda x: F.softplus(x, beta=2.0), torch.randn(4, 8).bfloat16()
+                        .requires_grad_())
+
+
+def test_softplus_on_integers_raises_eagers_error() -> None:
+    check_against_eager(F.softplus, torch.arange(4), backward=False)
+
+
+def test_reshape_as() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x.reshape_as(y) * y
+
+    check_against_eager(f, torch.randn(6, requires_grad=True), torch.randn(2, 3))
+    check_against_eager(f, torch.randn(6), torch.randn(4, 2), backward=False)  # eager's error
+    jf = thunder_ir.jit(f)
+    jf(torch.randn(6), torch.randn(3, 2))
+    assert "call_with_grad" not in str(thunder_ir.last_traces(jf)[-1])
+
+
+# --------------------------------------------------------------------------- in place
+
+_INPLACE = (F.hardtanh, F.relu6, F.leaky_relu, F.elu, F.selu, F.celu, F.hardsigmoid, F.mish,
+            F.hardswish)
+
+
+def test_inplace_activation_modules_train_as_eager() -> None:
+    """``nn.ReLU6(inplace=True)`` and friends in a model that trains (their meta run
+    refused any input that requires grad)."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Linear(4, 8), nn.ReLU6(inplace=True), nn.Linear(8, 8),
+        nn.LeakyReLU(0.1, inplace=True), nn.ELU(inplace=True), nn.Hardswish(inplace=True),
+        nn.Linear(8, 8), nn.Hardtanh(-0.5, 0.5, inplace=True), nn.SELU(inplace=True),
+        nn.CELU(0.5, inplace=True), nn.Hardsigmoid(inplace=True), nn.Mish(inplace=True),
+        nn.Threshold(0.1, 20, inplace=True))
+    check_against_eager(model, torch.randn(3, 4) * 3)
+
+
+@pytest.mark.parametrize("fn", _INPLACE, ids=lambda f: f.__name__)
+def test_inplace_activation_then_a_write(fn: Callable[..., torch.Tensor]) -> None:
+    """A later in-place write to the activated tensor: eager's backward raises where its
+    in-place kernel saved its result (``leaky_relu_``, ``elu_``, ``selu_``, ``celu_``)."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1
+        fn(y, inplace=True)
+        y.mul_(2)
+        return y
+
+    check_against_eager(f, SPECIAL[:12].clone().requires_grad_())
+
+
+@pytest.mark.parametrize("fn", _INPLACE, ids=lambda f: f.__name__)
+def test_inplace_activation_of_a_leaf_raises_eagers_error(fn: Callable[..., torch.Tensor]
+                                                          ) -> None:
+    check_against_eager(lambda w: fn(w, inplace=True), torch.randn(3, requires_grad=True))
+
+
+# --------------------------------------------------------------------------- repeat
+
+REPEATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "repeat": lambda x: x.repeat(2, 1, 3),
+    "repeat more dims": lambda x: x.repeat(2, 1, 1, 2),
+    "repeat a list": lambda x: x.repeat([1, 2, 1]),
+    "repeat_interleave dim": lambda x: torch.repeat_interleave(x, 2, 1),
+    "repeat_interleave negative dim": lambda x: x.repeat_interleave(3, dim=-1),
+    "repeat_interleave flat": lambda x: torch.repeat_interleave(x, 2),
+    "repeat_interleave of a 0-d": lambda x: torch.repeat_interleave(x.sum(), 3),
+    "repeat of a transposed view": lambda x: x.transpose(0, 2).repeat(1, 2, 2),
+    "repeat once": lambda x: x.transpose(0, 2).repeat(1, 1, 1),
+    "repeat size-1 dims": lambda x: x[:, :1, :1].repeat(1, 3, 2),
+    "repeat_interleave once": lambda x: x.repeat_interleave(1, 2),
+    "repeat_interleave a size-1 dim": lambda x: x[:, :1].repeat_interleave(4, 1),
+    # opaque (eager's kernel, checks and errors)
+    "repeat with a 0": lambda x: x.repeat(2, 0, 1),
+    "repeat too few sizes": lambda x: x.repeat(2, 2),
+    "repeat_interleave dim out of range": lambda x: torch.repeat_interleave(x, 2, 3),
+    "repeat_interleave along a 0-d's dim 0": lambda x: torch.repeat_interleave(x.sum(), 3, 0),
+}
+
+
+def test_a_repeat_is_a_new_tensor() -> None:
+    """Eager's result never aliases ``x``: a write into it leaves ``x`` as it was."""
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a, b = x.repeat(1, 1), x[:1].repeat_interleave(1, 0)
+        a.add_(1)
+        b.mul_(3)
+        return x, a, b, x.repeat(1, 1).stride()
+
+    check_against_eager(f, torch.randn(2, 3))
+
+
+@pytest.mark.parametrize("name", list(REPEATS))
+def test_repeat_matches_eager(name: str) -> None:
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    check_against_eager(REPEATS[name], x)
+    if name in ("repeat with a 0", "repeat too few sizes", "repeat_interleave dim out of range",
+                "repeat_interleave along a 0-d's dim 0"):
+        return
+    jf = thunder_ir.jit(REPEATS[name])
+    jf(x)
+    assert "repeat" not in str(thunder_ir.last_traces(jf)[-1])
