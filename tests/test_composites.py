@@ -9,6 +9,7 @@ an in-place assignment, with eager's errors."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -66,7 +67,7 @@ def test_reshape_as() -> None:
 # --------------------------------------------------------------------------- in place
 
 _INPLACE = (F.hardtanh, F.relu6, F.leaky_relu, F.elu, F.selu, F.celu, F.hardsigmoid, F.mish,
-            F.hardswish)
+            F.hardswish, F.rrelu)
 
 
 def test_inplace_activation_modules_train_as_eager() -> None:
@@ -79,8 +80,9 @@ def test_inplace_activation_modules_train_as_eager() -> None:
         nn.LeakyReLU(0.1, inplace=True), nn.ELU(inplace=True), nn.Hardswish(inplace=True),
         nn.Linear(8, 8), nn.Hardtanh(-0.5, 0.5, inplace=True), nn.SELU(inplace=True),
         nn.CELU(0.5, inplace=True), nn.Hardsigmoid(inplace=True), nn.Mish(inplace=True),
-        nn.Threshold(0.1, 20, inplace=True))
-    check_against_eager(model, torch.randn(3, 4) * 3)
+        nn.Threshold(0.1, 20, inplace=True), nn.Linear(8, 8), nn.RReLU(inplace=True))
+    check_against_eager(model, torch.randn(3, 4) * 3)  # (RReLU draws its slopes in training)
+    check_against_eager(model.eval(), torch.randn(3, 4) * 3)
 
 
 @pytest.mark.parametrize("fn", _INPLACE, ids=lambda f: f.__name__)
@@ -146,3 +148,49 @@ def test_repeat_matches_eager(name: str) -> None:
     jf = thunder_ir.jit(REPEATS[name])
     jf(x)
     assert "repeat" not in str(thunder_ir.last_traces(jf)[-1])
+
+
+# --------------------------------------------------------------------------- in-place views
+
+
+def _metadata_writes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x * 1
+    y.t_()
+    y.unsqueeze_(0)
+    z = y[0]
+    z.squeeze_()
+    return y * 2, z
+
+
+def _t_of_a_leaf(x: torch.Tensor) -> torch.Tensor:
+    x.t_()
+    return x * 2
+
+
+def _unsqueeze_of_a_leafs_view(x: torch.Tensor) -> torch.Tensor:
+    y = x[0]
+    y.unsqueeze_(0)
+    return y * 2
+
+
+@pytest.mark.parametrize("fn", [_metadata_writes, _t_of_a_leaf, _unsqueeze_of_a_leafs_view,
+                                lambda x: F.dropout1d(x * 1, 0.5, True, True)],
+                         ids=["non-leaf", "leaf", "view of a leaf", "dropout1d"])
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no grad"])
+def test_inplace_metadata_ops_on_tensors_that_require_grad(fn: Callable[..., Any],
+                                                           grad: bool) -> None:
+    """``y.t_()``, ``y.unsqueeze_(0)`` (and ``F.dropout1d(..., inplace=True)``, which calls
+    it) on a tensor that requires grad: allowed on a non-leaf, eager's error on a leaf and
+    on a leaf's view (every such call raised the leaf error, its proxy being a leaf)."""
+    check_against_eager(fn, torch.randn(3, 2, requires_grad=grad))
+
+
+def test_inplace_metadata_op_under_no_grad_on_a_tensor_that_requires_grad() -> None:
+    """Eager keeps the tensor's autograd history with its new shape: refused clearly."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            x.t_()
+        return x * 2
+
+    with pytest.raises(thunder_ir.ThunderTraceError, match=r"in-place t_ under no_grad"):
+        thunder_ir.jit(f)(torch.randn(3, 2, requires_grad=True))

@@ -676,6 +676,19 @@ class TraceContext(Builder):
                 f"{where(self.loc)}: in-place {name} on a parameter or buffer would change the "
                 f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
         old = target._value
+        root = target._base_proxy
+        if old in self.active and not torch.is_grad_enabled():
+            raise ThunderTraceError(
+                f"{where(self.loc)}: in-place {name} under no_grad on a tensor that requires "
+                "grad is not supported by thunder_ir (eager keeps its autograd history with "
+                f"the new shape). Use `{name[:-1]}` out of place.")
+        if old in self.active:  # eager's refusals
+            if root is None and id(target) in self.autograd.leaf_proxies:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                   f"in-place operation.\n  at {where(self.loc)}")
+            if root is not None and id(root) in self.autograd.leaf_proxies:
+                raise RuntimeError("a view of a leaf Variable that requires grad is being used "
+                                   f"in an in-place operation.\n  at {where(self.loc)}")
         t = new.type
         assert isinstance(t, TensorType)
         self.reads.layout_read = True

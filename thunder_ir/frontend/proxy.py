@@ -93,7 +93,8 @@ class TensorProxy(torch.Tensor):
         """Changes this proxy's sizes, strides and storage offset in place, as eager's
         in-place metadata ops (``t_``, ``unsqueeze_``, ``as_strided_``) change a tensor's
         (torch's own ``as_strided_`` below the Python dispatch key: metadata only)."""
-        with torch._C.DisableTorchFunction(), torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY):
+        with torch._C.DisableTorchFunction(), torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY), \
+                torch.no_grad():  # (a proxy that requires grad is a leaf to torch)
             torch.Tensor.as_strided_(self, tuple(sizes), tuple(strides), offset)
 
     def add_view(self, view: TensorProxy) -> None:

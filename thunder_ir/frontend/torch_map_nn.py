@@ -236,11 +236,11 @@ def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
     call (opaque) and ``x`` standing for the result, as `Builder.assign` makes any in-place
     write (eager's errors for a leaf, a view of one, a value saved for a backward). The
     meta run of the in-place call itself would refuse any tensor that requires grad, its
-    stand-ins being leaves. Eager's in-place ``leaky_relu_``, ``elu_``, ``selu_`` and
-    ``celu_`` save their result for the backward, so a later write to ``x`` makes that
+    stand-ins being leaves. Eager's in-place ``leaky_relu_``, ``rrelu_``, ``elu_``, ``selu_``
+    and ``celu_`` save their result for the backward, so a later write to ``x`` makes that
     backward raise: so does the call's (``keep_saved``)."""
     sig = inspect.signature(fn)
-    keep_saved = fn in (F.leaky_relu, F.elu, F.selu, F.celu)
+    keep_saved = fn in (F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu)
 
     def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         bound = sig.bind(*args, **kwargs)
@@ -254,6 +254,6 @@ def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
     return handler
 
 
-for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.elu, F.selu, F.celu, F.hardsigmoid,
+for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu, F.hardsigmoid,
             F.hardswish, F.mish, F.threshold):
     _register([_fn], _inplace_activation(_fn))
