@@ -194,3 +194,32 @@ def test_inplace_metadata_op_under_no_grad_on_a_tensor_that_requires_grad() -> N
 
     with pytest.raises(thunder_ir.ThunderTraceError, match=r"in-place t_ under no_grad"):
         thunder_ir.jit(f)(torch.randn(3, 2, requires_grad=True))
+
+
+def test_no_proxy_reaches_the_user() -> None:
+    """After calls through each new handler, what the user holds (results, the argument
+    written in place, a module's parameters) is a real tensor with eager's strides."""
+    from thunder_ir.frontend.proxy import TensorProxy
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = x @ w
+        y[:, 1] = 0.5
+        F.leaky_relu(y, 0.1, True)
+        z = y.repeat(1, 2).repeat_interleave(2, 0)
+        x.t_()
+        return y, F.softplus(z), z.reshape_as(z)
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU6(inplace=True))
+    jm = thunder_ir.jit(model)
+    jf = thunder_ir.jit(f)
+    for _ in range(2):  # the first call and a cached one
+        x, w = torch.randn(3, 3), torch.randn(3, 3, requires_grad=True)
+        ex = x.clone()
+        outs = [*jf(x, w), jm(torch.randn(2, 3))]
+        eouts = f(ex, w.detach().clone().requires_grad_())
+        reached = [*outs, x, w, *model.parameters()]
+        assert all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in reached)
+        assert not any(isinstance(t, TensorProxy) for t in reached)
+        assert x.stride() == ex.stride() and x.shape == ex.shape
+        for o, e in zip(outs, eouts, strict=False):
+            assert o.stride() == e.stride()
