@@ -1,8 +1,9 @@
 """The ``ltorch`` dialect: PyTorch-level ops with PyTorch's semantics.
 
 Ops are declared by family in ``ltorch_core`` (elementwise, reductions, shape and
-creation ops) and ``ltorch_nn`` (linear algebra, activations, normalization, attention,
-losses); the shared base is ``ltorch_base``. This module assembles the dialect.
+creation ops), ``ltorch_scan`` (``cumsum``) and ``ltorch_nn`` (linear algebra,
+activations, normalization, attention, losses); the shared base is ``ltorch_base``. This
+module assembles the dialect.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from xdsl.ir import Dialect
 import thunder_ir.dialects.ltorch_core
 import thunder_ir.dialects.ltorch_float
 import thunder_ir.dialects.ltorch_nn
-import thunder_ir.dialects.ltorch_rules  # noqa: F401  (registers ops; the tables mark some)
+import thunder_ir.dialects.ltorch_rules
+import thunder_ir.dialects.ltorch_scan  # noqa: F401  (registers ops; the tables mark some)
 from thunder_ir.dialects.base import ThunderOp, op_table
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp
 

@@ -1,7 +1,7 @@
-"""Result types without a meta run: the rule table for reductions, comparisons, ``where``
-and ``masked_fill``, joins, matrix products, embeddings, layer norm, softmax, ``arange``,
-cross-entropy, an index tensor among slices, convolution, 2-d max pooling and batch norm
-(the elementwise ops have theirs in `thunder_ir.dialects.ltorch_float`).
+"""Result types without a meta run: the rule table for reductions, ``cumsum``,
+comparisons, ``where`` and ``masked_fill``, joins, matrix products, embeddings, layer norm,
+softmax, ``arange``, cross-entropy, an index tensor among slices, convolution, 2-d max
+pooling and batch norm (the elementwise ops have theirs in `thunder_ir.dialects.ltorch_float`).
 
 torch's meta kernels for these ops are Python (``torch._refs``,
 ``torch._meta_registrations``), 90 to 400 µs a call, and they check their inputs with
@@ -27,6 +27,7 @@ from xdsl.ir import Attribute
 
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LtorchOp, alike_tensors
 from thunder_ir.dialects.symbols import same_sizes
@@ -209,8 +210,8 @@ def _masked_fill(operands: Sequence[Any], params: dict[str, Any]) -> TensorType 
 
 
 def _softmax(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
-    """``softmax`` and ``log_softmax`` of a floating tensor along a dim in range, with no
-    ``dtype``: the input's type."""
+    """``softmax``, ``log_softmax`` and ``cumsum`` of a floating tensor along a dim in
+    range, with no ``dtype``: the input's type."""
     (x,) = operands
     dim = params.get("dim")
     if type(x) is TensorType and is_float(x.dtype) and x.rank >= 1 and type(dim) is int \
@@ -443,7 +444,7 @@ TYPE_RULES: dict[type[LtorchOp], Rule] = {
     N.LogSoftmaxBackwardOp: _softmax_backward, N.NativeLayerNormOp: _native_layer_norm,
     N.LayerNormBackwardOp: _layer_norm_backward, C.GetitemOp: _getitem,
     N.ConvolutionOp: _convolution, N.MaxPool2dWithIndicesOp: _max_pool2d,
-    N.NativeBatchNormOp: _batch_norm,
+    N.NativeBatchNormOp: _batch_norm, S.CumsumOp: _softmax,
 }
 """Op class -> the rule that types its plain case."""
 

@@ -43,6 +43,7 @@ from xdsl.traits import ConstantLike, is_side_effect_free
 
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
@@ -86,15 +87,20 @@ executor runs them."""
 LIBRARY_OPS: tuple[type[Operation], ...] = (
     P.LinearOp, P.MatmulOp, P.TakeOp, P.IndexAddOp,
     N.LinearOp, N.MatmulOp, N.BmmOp, N.EmbeddingOp, N.ScaledDotProductAttentionOp,
-    N.LayerNormBackwardOp, N.EmbeddingBackwardOp, N.NllLossBackwardOp,
+    N.LayerNormBackwardOp, N.EmbeddingBackwardOp, N.NllLossBackwardOp, S.CumsumOp,
+    N.ConvolutionOp, N.ConvolutionBackwardOp, N.NativeBatchNormOp, N.NativeBatchNormBackwardOp,
+    N.MaxPool2dWithIndicesOp, N.MaxPool2dWithIndicesBackwardOp,
 )
 """`Library` ops Inductor schedules around (see the module doc): ``make_fx`` turns them into
-the ATen calls eager makes, and Inductor calls the same kernels or, for the backward
-kernels VJP rules emit (layer norm, embedding, nll loss), decomposes them into the
-loops it fuses with their neighbours. A rule of this executor, keyed by op class: which
-library kernels it takes is its own choice, not a fact of the op. Other library ops
-(gather, scatter_add, the forward norms and losses, ``grouped_mm``, whose group sizes are
-read when it runs) run eagerly."""
+the ATen calls eager makes, and Inductor calls the same kernels (matmuls, attention,
+convolutions and their backward) or decomposes them into the loops it fuses with their
+neighbours (the backward kernels VJP rules emit for layer norm, embedding and nll loss;
+batch norm, with its running statistics, and its backward; max pooling); ``cumsum`` is one
+of Inductor's scans. Taking the convolutional ops took ResNet's tiered step from 1.30x to
+1.04x torch.compile's (``docs/performance.md``). A rule of this executor, keyed by op
+class: which library kernels it takes is its own choice, not a fact of the op. Other
+library ops (gather, scatter_add, layer norm's forward, the losses, ``grouped_mm``, whose
+group sizes are read when it runs) run eagerly."""
 
 KEPT_OUT: tuple[type[Operation], ...] = (C.ArangeOp, C.EmptyOp, C.MaxOp, C.MinOp)
 """Ops of a fused kind that this executor leaves to eager torch: ``arange`` and ``empty``

@@ -1,4 +1,5 @@
-"""Decompositions of the core ltorch families (elementwise, reductions, shape, creation).
+"""Decompositions of the core ltorch families (elementwise, reductions, scans, shape,
+creation).
 
 Shared helpers at the top build constants, dims and reshapes; torch's broadcasting and type
 promotion are in `thunder_ir.passes.promotion`. Composite rules on float16/bfloat16
@@ -16,7 +17,8 @@ import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as L
-from thunder_ir.dialects.base import OperandRef, ThunderOp
+from thunder_ir.dialects import ltorch_scan as S
+from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.prims import ConstantOp, broadcast_shapes
 from thunder_ir.dialects.symbols import range_len, same_sizes, slice_indices
 from thunder_ir.dialects.types import (
@@ -544,6 +546,34 @@ def _argext(prim: str, op: type[ThunderOp]) -> None:
 
 _argext("argmax", L.ArgmaxOp)
 _argext("argmin", L.ArgminOp)
+
+
+@decomposes(S.CumsumOp)
+def cumsum(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = None
+           ) -> SSAValue:
+    """A log-step prefix sum (Hillis and Steele): ``ceil(log2 n)`` rounds, each adding a
+    copy shifted ``1, 2, 4, …`` places along ``dim`` (a ``prims.pad`` that crops its far
+    end). Sums in float32 for float16/bfloat16 and rounds once, as eager's kernel
+    accumulates; the order of the additions differs from eager's, so float results agree
+    to rounding."""
+    t = ttype(x)
+    out_dtype = _sum_dtype(t.dtype, dtype)
+    y = to_dtype(d, to_dtype(d, x, out_dtype), opmath(out_dtype))
+    if t.rank == 0:
+        return to_dtype(d, y, out_dtype)
+    ax = norm_dim(dim, t.rank)
+    n = t.sizes[ax]
+    if not isinstance(n, int):
+        raise ShapeError(f"{S.CumsumOp.name}: a symbolic size along dim {dim} has no "
+                         "decomposition")
+    zero = cast_number(0, opmath(out_dtype))
+    shift = 1
+    while shift < n:
+        config = [(0, 0, 0)] * t.rank
+        config[ax] = (shift, -shift, 0)
+        y = d.prims.add(y, d.prims.pad(y, padding_value=zero, padding_config=tuple(config)))
+        shift *= 2
+    return to_dtype(d, y, out_dtype)
 
 
 # --------------------------------------------------------------------------- shape ops

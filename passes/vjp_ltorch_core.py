@@ -20,6 +20,7 @@ import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as C
+from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.symbols import same_sizes, slice_indices
 from thunder_ir.dialects.traits import has_no_derivative
@@ -378,6 +379,22 @@ def topk(g: Grad, out: Outs, ct: Cts, x: SSAValue, k: int, dim: int = -1,
     return [g.prims.scatter_add(zeros, out[1], ct[0], dim=dim % xt.rank)]
 
 
+@vjp(S.CumsumOp)
+def cumsum(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int, dtype: Any = None) -> Grads:
+    """The cotangent, cast to ``x``'s dtype, summed from the end (eager's
+    ``cumsum_backward``: flip, ``cumsum``, flip; the cotangent itself where ``dim`` has
+    one element)."""
+    if not is_differentiable_value(x):
+        return [None]
+    xt = ttype(x)
+    dy = cast_to(g, _ct0(ct), xt.dtype)
+    if xt.rank == 0 or xt.sizes[dim % xt.rank] == 1 or 0 in xt.sizes:
+        return [dy]
+    d = dim % xt.rank
+    rev = g.ltorch.cumsum(g.prims.flip(dy, dims=(d,)), dim=d)
+    return [g.prims.flip(rev, dims=(d,))]
+
+
 def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Grads:
     """``ct`` reshaped to the input's shape (reshape, view, flatten, unsqueeze, squeeze);
     ``ct`` itself for clone and contiguous."""
@@ -529,6 +546,7 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
 DIRECT_RULES: tuple[type, ...] = (
     C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
     C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.TopkOp,
+    S.CumsumOp,
     C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp, C.ContiguousOp,
     C.TransposeOp, C.PermuteOp, C.ExpandOp, C.CatOp, C.SplitOp, C.ChunkOp, C.GetitemOp,
 )

@@ -119,11 +119,17 @@ REPEATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "repeat size-1 dims": lambda x: x[:, :1, :1].repeat(1, 3, 2),
     "repeat_interleave once": lambda x: x.repeat_interleave(1, 2),
     "repeat_interleave a size-1 dim": lambda x: x[:, :1].repeat_interleave(4, 1),
+    "repeat_interleave with its output_size": lambda x: x.repeat_interleave(
+        2, dim=2, output_size=8),
+    "repeat_interleave flat with its output_size": lambda x: torch.repeat_interleave(
+        x, 2, output_size=48),
     # opaque (eager's kernel, checks and errors)
     "repeat with a 0": lambda x: x.repeat(2, 0, 1),
     "repeat too few sizes": lambda x: x.repeat(2, 2),
     "repeat_interleave dim out of range": lambda x: torch.repeat_interleave(x, 2, 3),
     "repeat_interleave along a 0-d's dim 0": lambda x: torch.repeat_interleave(x.sum(), 3, 0),
+    "repeat_interleave with a wrong output_size": lambda x: x.repeat_interleave(
+        2, dim=2, output_size=7),
 }
 
 
@@ -143,7 +149,8 @@ def test_repeat_matches_eager(name: str) -> None:
     x = torch.randn(2, 3, 4, requires_grad=True)
     check_against_eager(REPEATS[name], x)
     if name in ("repeat with a 0", "repeat too few sizes", "repeat_interleave dim out of range",
-                "repeat_interleave along a 0-d's dim 0"):
+                "repeat_interleave along a 0-d's dim 0",
+                "repeat_interleave with a wrong output_size"):
         return
     jf = thunder_ir.jit(REPEATS[name])
     jf(x)

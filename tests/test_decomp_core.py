@@ -21,6 +21,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects import ltorch
 from thunder_ir.dialects import ltorch_core as L
+from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch_base import LTORCH
 from thunder_ir.dialects.program import Program, main_function
@@ -36,7 +37,7 @@ from thunder_ir.testing import (
 )
 
 MAX_EXAMPLES = 12
-CORE_OPS = [op for op in LTORCH if op.__module__ == L.__name__]
+CORE_OPS = [op for op in LTORCH if op.__module__ in (L.__name__, S.__name__)]
 
 ALL = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32, torch.bool]
 
@@ -63,7 +64,7 @@ EXPECTED = {
     "min", "min_dim", "topk", "argmax", "argmin", "reshape", "view", "permute", "transpose",
     "contiguous", "flatten", "unsqueeze", "squeeze", "expand", "split", "chunk", "cat",
     "stack", "getitem", "clone", "arange", "zeros", "ones", "full", "zeros_like",
-    "ones_like", "full_like", "empty", "triu", "tril",
+    "ones_like", "full_like", "empty", "triu", "tril", "cumsum",
 }
 
 
@@ -350,7 +351,7 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
                      t((2, 3), f32)):
             for value in (0.5, -float("inf"), 1, True):
                 cases.append((L.MaskedFillOp, [x, mask], {"value": value}))
-    for cls in (N.SoftmaxOp, N.LogSoftmaxOp):
+    for cls in (N.SoftmaxOp, N.LogSoftmaxOp, S.CumsumOp):
         for x in (t((2, 3), f32), t((2, 3), bf16), t((2, 3), i64), t((), f32), t((5,), f32)):
             for dim in (0, -1, 2, -3):
                 for dtype in (None, f64):

@@ -304,3 +304,57 @@ def test_backward_kernels_fuse_into_the_backward_region() -> None:
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
     bwd = thunder_ir.last_backward_traces(jl)[-1]
     assert len(_kernels(bwd)) == 1, str(bwd)
+
+
+class _BasicBlock(torch.nn.Module):
+    """A ResNet basic block on a stem with max pooling: convolutions, batch norms and
+    pooling are library kernels this executor takes inside its regions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch import nn
+
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2))
+        self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)) + x)
+        return self.head(y.mean((2, 3)))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "eval"])
+def test_a_convolutional_block_trains_inside_regions(layout: str) -> None:
+    """Convolutions, batch norms (their running statistics included) and max pooling,
+    forward and backward, run inside Inductor regions with eager's values, gradients,
+    buffers and result strides; the forward is one region."""
+    from thunder_ir.testing_eager import check_against_eager
+
+    torch.manual_seed(0)
+    model = _BasicBlock()
+    if layout == "eval":
+        model.train()(torch.randn(4, 3, 8, 8))  # running statistics that are not the start
+        model.eval()
+    x = torch.randn(4, 3, 8, 8)
+    if layout == "channels_last":
+        model, x = model.to(memory_format=torch.channels_last), x.to(
+            memory_format=torch.channels_last)
+    x.requires_grad_()
+
+    def jit(m: Any) -> Any:
+        return thunder_ir.jit(m, executors=["torch_compile", *get_default_executors()])
+
+    check_against_eager(model, x, jit=jit, atol=1e-4, rtol=1e-4)
+    jm, ref = jit(model), __import__("copy").deepcopy(model)
+    out, want = jm(x), ref(x)
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+    for a, b in zip(model.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    fwd = str(thunder_ir.last_traces(jm)[-1])
+    code = [ln for ln in fwd.splitlines() if not ln.lstrip().startswith("#")]
+    assert len(_kernels(fwd)) == 1, fwd
+    assert not any(re.search(r"torch\.\w*(conv|batch_norm|pool)", ln) for ln in code), fwd

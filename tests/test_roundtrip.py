@@ -281,6 +281,7 @@ LTORCH_SAMPLES: dict[str, list[Any]] = {
                    ([T(4, 6), T(6, 5), T(3, dtype=i64)], {})],
     "gelu_backward": [([T(2, 3), T(2, 3)], {"approximate": "tanh"})],
     "softplus": [([T(2, 3)], {"beta": 2.0, "threshold": 5})],
+    "cumsum": [([T(2, 3)], {"dim": 1}), ([T(2, 3)], {"dim": -2, "dtype": torch.float64})],
     "softplus_backward": [([T(2, 3), T(2, 3)], {"beta": 1.0, "threshold": 20.0})],
     "safe_softmax": [([T(2, 3)], {"dim": -1})],
     "threshold_backward": [([T(2, 3), T(2, 3)], {"threshold": 0}),

@@ -24,7 +24,7 @@ import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -34,7 +34,8 @@ from xdsl.ir import Block, Operation, SSAValue
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_function
 from thunder_ir.dialects.base import ShapeError, ThunderOp, to_attr
 from thunder_ir.dialects.location import location_text, source_location
-from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, SplitOp
+from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, ProdOp, SplitOp, SumOp
+from thunder_ir.dialects.ltorch_scan import CumsumOp
 from thunder_ir.dialects.symbols import SYMBOLIC_NUMBERS, SymbolicError
 from thunder_ir.dialects.symbols import current as current_symbols
 from thunder_ir.dialects.traits import ViewLike, has_no_derivative
@@ -98,6 +99,11 @@ from thunder_ir.frontend.table import (
     library_handler,
 )
 from thunder_ir.runtime.origins import ArgLeaf, Captured, Origin, StateEntry
+
+_SUMS = (SumOp, ProdOp, CumsumOp)
+"""Ops eager's autograd refuses to record when a ``dtype`` makes their result an integer
+or bool from an input that requires grad ("Autograd not support dtype"), where ``to``,
+``argmax`` and comparisons give a result that does not require grad."""
 
 # --------------------------------------------------------------------------- program state
 
@@ -344,6 +350,10 @@ class TraceContext(Builder):
             autograd.check_inference_inputs(op, self.loc)
         if requires_grad is None:
             diff = (grad and not has_no_derivative(op)) or (view and not grad)
+            if diff and isinstance(op, _SUMS) and not differentiable(results[0]):
+                dtype = cast(TensorType, results[0].type).dtype
+                raise RuntimeError(f"Autograd not support dtype: {dtype_name(dtype)}\n"
+                                   f"  at {where(self.loc)}")
             flags = [diff and differentiable(r) for r in results]
         else:
             flags = list(requires_grad)

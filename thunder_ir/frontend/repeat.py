@@ -70,12 +70,15 @@ def _repeat_interleave(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
     bound.apply_defaults()
     x, repeats, dim = (bound.arguments[k] for k in ("input", "repeats", "dim"))
     if (not is_proxy(x) or type(repeats) is not int or repeats <= 0
-            or bound.arguments["output_size"] is not None
             or not (dim is None or type(dim) is int)
             or not all(type(n) is int for n in x.shape)):
         raise UseFallback
     if dim is not None and not -x.ndim <= dim < x.ndim:
         raise UseFallback  # eager's error (a 0-d tensor has no dim to repeat along)
+    output_size = bound.arguments["output_size"]
+    length = x.numel() if dim is None else x.shape[dim]
+    if output_size is not None and output_size != length * repeats:
+        raise UseFallback  # eager's "Invalid output_size" (it only sizes the result)
     return ctx.run_python(_interleave, (x, repeats, dim), {})
 
 

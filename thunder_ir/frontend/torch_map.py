@@ -520,6 +520,17 @@ for _name, _fns in {
 }.items():
     register_handlers(_fns, op_handler(_name))
 
+_cumsum_h = op_handler("cumsum")
+if _cumsum_h is not None:
+    _cumsum: Callable[..., Any] = _cumsum_h
+
+    def _cumsum_handler(ctx: Builder, *args: Any, **kw: Any) -> Any:
+        if kw.get("dtype", args[2] if len(args) > 2 else None) is torch.bool:
+            raise UseFallback  # eager's kernel refuses to sum in bool
+        return _cumsum(ctx, *args, **kw)
+
+    register_handlers([torch.cumsum, T.cumsum], _cumsum_handler)
+
 _var_h = op_handler("var")
 if _var_h is not None:
     _var: Callable[..., Any] = _var_h
