@@ -1,15 +1,16 @@
 """The ``ltorch`` dialect: PyTorch-level ops with PyTorch's semantics.
 
 Ops are declared by family in ``ltorch_core`` (elementwise, reductions, shape and
-creation ops), ``ltorch_scan`` (``cumsum``) and ``ltorch_nn`` (linear algebra,
-activations, normalization, attention, losses); the shared base is ``ltorch_base``. This
-module assembles the dialect.
+creation ops), ``ltorch_scan`` (``cumsum``), ``ltorch_nn`` (linear algebra, normalization,
+attention, losses) and ``ltorch_activation`` (activations and their backward kernels); the
+shared base is ``ltorch_base``. This module assembles the dialect.
 """
 
 from __future__ import annotations
 
 from xdsl.ir import Dialect
 
+import thunder_ir.dialects.ltorch_activation
 import thunder_ir.dialects.ltorch_core
 import thunder_ir.dialects.ltorch_float
 import thunder_ir.dialects.ltorch_nn

@@ -63,6 +63,15 @@ def ltorch_op(torch_fn: Callable[..., Any]) -> Callable[[_T], _T]:
     return wrap
 
 
+def aten_kernel(name: str, overload: str = "default") -> Any:
+    """The C++ callable of ``torch.ops.aten.<name>.<overload>``: what the overload's
+    ``__call__`` calls, without its Python frame (a cached call makes one per op; the
+    backward kernels VJP rules emit call ATen overloads directly, since ``torch.ops``
+    packets resolve their overload on every call, a few microseconds a 2-ms step notices)."""
+    op = getattr(getattr(torch.ops.aten, name), overload)
+    return getattr(op, "_op", op)
+
+
 def _freeze(v: Any) -> Any:
     t = type(v)
     if t is TensorType or t is NumberType or v is None:  # (most operands and params)

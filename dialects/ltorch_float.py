@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_core as C
-from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.ltorch_base import LtorchOp
 
 
@@ -51,8 +51,8 @@ FLOAT_PRESERVING: dict[type[LtorchOp], Callable[[dict[str, Any]], bool] | None] 
     C.SinhOp: None, C.CoshOp: None, C.SqrtOp: None, C.RsqrtOp: None, C.ReciprocalOp: None,
     C.SignOp: None, C.FloorOp: None, C.CeilOp: None, C.RoundOp: _decimals, C.TruncOp: None,
     C.ErfOp: None, C.ErfcOp: None,
-    N.ReluOp: None, N.GeluOp: _approximate, N.SiluOp: None, N.SigmoidOp: None,
-    N.SoftplusOp: _softplus,
+    A.ReluOp: None, A.GeluOp: _approximate, A.SiluOp: None, A.SigmoidOp: None,
+    A.SoftplusOp: _softplus, A.HardswishOp: None, A.HardsigmoidOp: None,
 }
 """Op class -> its params check (None: it takes no params)."""
 

@@ -1,5 +1,6 @@
-"""ltorch ops, neural-network families: linear algebra, convolution, pooling,
-activations, softmax, normalization, dropout, embedding, attention and losses.
+"""ltorch ops, neural-network families: linear algebra, convolution, pooling, softmax,
+normalization, dropout, embedding, attention and losses (the activations, on this module's
+`NNOp`, are in `thunder_ir.dialects.ltorch_activation`).
 
 Operands are the tensor arguments in torch's order; params are the other arguments, named
 as torch names them. ``SIGNATURE`` lists torch's positional order across both, and
@@ -43,36 +44,22 @@ from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
-from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
+from thunder_ir.dialects.ltorch_base import LtorchOp, aten_kernel, ltorch_op
 from thunder_ir.dialects.symbols import INT_ARRAY, SymExprAttr, same_sizes
-from thunder_ir.dialects.traits import DeviceLayout, Elementwise, Library, Random, Reduction
+from thunder_ir.dialects.traits import DeviceLayout, Library, Random, Reduction
 from thunder_ir.dialects.types import TensorType, is_float, tensor_type
 
 Number = IntegerAttr | FloatAttr | SymExprAttr  # SymExprAttr: a symbolic size (x.shape[1])
-_aten = torch.ops.aten
-"""(The backward kernels below call ATen overloads directly: ``torch.ops`` packets resolve
-their overload on every call, a few microseconds that a 2-ms training step notices.)"""
 
 
-def _kernel(name: str, overload: str = "default") -> Any:
-    """The C++ callable of ``torch.ops.aten.<name>.<overload>``: what the overload's
-    ``__call__`` calls, without its Python frame (a cached call makes one per op)."""
-    op = getattr(getattr(_aten, name), overload)
-    return getattr(op, "_op", op)
-
-
-_K__NATIVE_BATCH_NORM_LEGIT_FUNCTIONAL = _kernel("_native_batch_norm_legit_functional")
-_K_CONVOLUTION_BACKWARD = _kernel("convolution_backward")
-_K_EMBEDDING_DENSE_BACKWARD = _kernel("embedding_dense_backward")
-_K_GELU_BACKWARD = _kernel("gelu_backward")
-_K_MAX_POOL2D_WITH_INDICES_BACKWARD = _kernel("max_pool2d_with_indices_backward")
-_K_NATIVE_BATCH_NORM_BACKWARD = _kernel("native_batch_norm_backward")
-_K_NATIVE_LAYER_NORM_BACKWARD = _kernel("native_layer_norm_backward")
-_K_NLL_LOSS_BACKWARD = _kernel("nll_loss_backward")
-_K_NLL_LOSS_FORWARD = _kernel("nll_loss_forward")
-_K_SILU_BACKWARD = _kernel("silu_backward")
-_K_SOFTPLUS_BACKWARD = _kernel("softplus_backward")
-_K_THRESHOLD_BACKWARD = _kernel("threshold_backward")
+_K__NATIVE_BATCH_NORM_LEGIT_FUNCTIONAL = aten_kernel("_native_batch_norm_legit_functional")
+_K_CONVOLUTION_BACKWARD = aten_kernel("convolution_backward")
+_K_EMBEDDING_DENSE_BACKWARD = aten_kernel("embedding_dense_backward")
+_K_MAX_POOL2D_WITH_INDICES_BACKWARD = aten_kernel("max_pool2d_with_indices_backward")
+_K_NATIVE_BATCH_NORM_BACKWARD = aten_kernel("native_batch_norm_backward")
+_K_NATIVE_LAYER_NORM_BACKWARD = aten_kernel("native_layer_norm_backward")
+_K_NLL_LOSS_BACKWARD = aten_kernel("nll_loss_backward")
+_K_NLL_LOSS_FORWARD = aten_kernel("nll_loss_forward")
 Bool = IntegerAttr
 IntArray = INT_ARRAY  # array<i64: ...>, or [...] with a symbolic size (#prims.sym)
 
@@ -311,129 +298,6 @@ class MaxPool2dWithIndicesOp(NNOp):
     traits = traits_def(Pure(), Library())
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "kernel_size", "stride", "padding",
                                              "dilation", "ceil_mode")
-
-
-# --------------------------------------------------------------------------- activations
-
-
-class ActivationOp(NNOp):
-    """``%y = ltorch.<act> %x``: an elementwise activation function."""
-
-    input = operand_def(TensorType)
-    out = result_def(TensorType)
-    traits = traits_def(Pure(), Elementwise())
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("input",)
-
-
-@ltorch_op(F.relu)
-class ReluOp(ActivationOp):
-    """`%y = ltorch.relu %x`: ``max(x, 0)``"""
-
-    name = "ltorch.relu"
-
-
-@ltorch_op(F.gelu)
-class GeluOp(ActivationOp):
-    """`%y = ltorch.gelu %x {approximate = "tanh"}`: exact (erf) or tanh approximation"""
-
-    name = "ltorch.gelu"
-
-    approximate = opt_prop_def(StringAttr)
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "approximate")
-    DEFAULTS: ClassVar[dict[str, Any]] = {"approximate": "none"}
-
-
-@ltorch_op(F.silu)
-class SiluOp(ActivationOp):
-    """`%y = ltorch.silu %x`: ``x * sigmoid(x)``"""
-
-    name = "ltorch.silu"
-
-
-def silu_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
-    """``grad_output * silu'(input)`` with torch's one fused kernel."""
-    return _K_SILU_BACKWARD(grad_output, input)
-
-
-@ltorch_op(silu_backward)
-class SiluBackwardOp(NNOp):
-    """`%dx = ltorch.silu_backward %grad_output, %input`: ``grad_output * s (1 + x (1 - s))``
-    with ``s = sigmoid(x)``. Emitted by silu's VJP rule: one eager kernel where the
-    composition is six; it decomposes to prims for fusion executors."""
-
-    name = "ltorch.silu_backward"
-
-    grad_output = operand_def(TensorType)
-    input = operand_def(TensorType)
-    out = result_def(TensorType)
-    traits = traits_def(Pure(), Elementwise())
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input")
-
-
-@ltorch_op(F.softplus)
-class SoftplusOp(ActivationOp):
-    """`%y = ltorch.softplus %x {beta, threshold}`: ``log(1 + exp(beta x)) / beta``, and
-    ``x`` itself where ``beta x > threshold``"""
-
-    name = "ltorch.softplus"
-
-    beta = opt_prop_def(Number)
-    threshold = opt_prop_def(Number)
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "beta", "threshold")
-    DEFAULTS: ClassVar[dict[str, Any]] = {"beta": 1.0, "threshold": 20.0}
-
-
-def softplus_backward(grad_output: torch.Tensor, input: torch.Tensor, beta: float,
-                      threshold: float) -> torch.Tensor:
-    """``grad_output * softplus'(input)`` with torch's one kernel."""
-    return _K_SOFTPLUS_BACKWARD(grad_output, input, beta, threshold)
-
-
-@ltorch_op(softplus_backward)
-class SoftplusBackwardOp(NNOp):
-    """`%dx = ltorch.softplus_backward %grad_output, %input {beta, threshold}`:
-    ``grad_output * z / (z + 1)`` with ``z = exp(beta x)``, and ``grad_output`` where
-    ``beta x > threshold``. Emitted by softplus's VJP rule."""
-
-    name = "ltorch.softplus_backward"
-
-    grad_output = operand_def(TensorType)
-    input = operand_def(TensorType)
-    beta = prop_def(Number)
-    threshold = prop_def(Number)
-    out = result_def(TensorType)
-    traits = traits_def(Pure(), Elementwise())
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "beta", "threshold")
-
-
-def threshold_backward(grad_output: torch.Tensor, input: torch.Tensor,
-                       threshold: float) -> torch.Tensor:
-    """``grad_output`` where ``input > threshold``, else 0, with torch's one kernel (relu's
-    backward on its result, as eager's autograd runs it)."""
-    return _K_THRESHOLD_BACKWARD(grad_output, input, threshold)
-
-
-@ltorch_op(threshold_backward)
-class ThresholdBackwardOp(NNOp):
-    """`%dx = ltorch.threshold_backward %grad_output, %input {threshold}`: ``grad_output``
-    where ``input > threshold``, else 0. Emitted by relu's VJP rule (on relu's result): one
-    eager kernel where the composition is two."""
-
-    name = "ltorch.threshold_backward"
-
-    grad_output = operand_def(TensorType)
-    input = operand_def(TensorType)
-    threshold = prop_def(Number)
-    out = result_def(TensorType)
-    traits = traits_def(Pure(), Elementwise())
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "threshold")
-
-
-@ltorch_op(torch.sigmoid)
-class SigmoidOp(ActivationOp):
-    """`%y = ltorch.sigmoid %x`: ``1 / (1 + exp(-x))``"""
-
-    name = "ltorch.sigmoid"
 
 
 # --------------------------------------------------------------------------- softmax
@@ -857,28 +721,6 @@ class MseLossOp(BoundCallOp):
 # Emitted by VJP rules (never traced from user code): each is one torch kernel that eager's
 # autograd runs, where the composition it stands for is several small ops; each decomposes
 # into prims for fusion executors (`thunder_ir.passes.decomp_nn`).
-
-
-def gelu_backward(grad_output: torch.Tensor, input: torch.Tensor,
-                  approximate: str | None = None) -> torch.Tensor:
-    """``grad_output * gelu'(input)`` with torch's one kernel."""
-    return _K_GELU_BACKWARD(grad_output, input, approximate=approximate or "none")
-
-
-@ltorch_op(gelu_backward)
-class GeluBackwardOp(NNOp):
-    """`%dx = ltorch.gelu_backward %grad_output, %input {approximate?}`: ``grad_output *
-    (Φ(x) + x φ(x))``, or the derivative of the tanh approximation"""
-
-    name = "ltorch.gelu_backward"
-
-    grad_output = operand_def(TensorType)
-    input = operand_def(TensorType)
-    approximate = opt_prop_def(StringAttr)
-    out = result_def(TensorType)
-    traits = traits_def(Pure(), Elementwise())
-    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "approximate")
-    DEFAULTS: ClassVar[dict[str, Any]] = {"approximate": "none"}
 
 
 def softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int,

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from xdsl.ir import Attribute
 
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects import ltorch_scan as S
@@ -439,7 +440,8 @@ TYPE_RULES: dict[type[LtorchOp], Rule] = {
     C.WhereOp: _where, C.MaskedFillOp: _masked_fill, C.ArangeOp: _arange,
     N.SoftmaxOp: _softmax, N.LogSoftmaxOp: _softmax, N.CrossEntropyOp: _cross_entropy,
     N.NllLossForwardOp: _nll_loss_forward, N.NllLossBackwardOp: _nll_loss_backward,
-    N.GeluBackwardOp: _same_as_first, N.SoftplusBackwardOp: _same_as_first,
+    A.GeluBackwardOp: _same_as_first, A.SoftplusBackwardOp: _same_as_first,
+    A.HardswishBackwardOp: _same_as_first, A.HardsigmoidBackwardOp: _same_as_first,
     N.SoftmaxBackwardOp: _softmax_backward,
     N.LogSoftmaxBackwardOp: _softmax_backward, N.NativeLayerNormOp: _native_layer_norm,
     N.LayerNormBackwardOp: _layer_norm_backward, C.GetitemOp: _getitem,

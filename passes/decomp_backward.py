@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from xdsl.ir import SSAValue
 
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.types import TensorType, compute_dtype, ttype
 from thunder_ir.passes.decomp_nn import number_const, per_channel, unfold
@@ -33,12 +34,12 @@ def _types(op: type[N.NNOp], *operands: Any, **params: Any) -> list[TensorType]:
     return list(out) if isinstance(out, list) else [out]  # type: ignore[list-item]
 
 
-@decomposes(N.GeluBackwardOp)
+@decomposes(A.GeluBackwardOp)
 def gelu_backward(d: Decomposer, dy: SSAValue, x: SSAValue, approximate: str | None = None
                   ) -> SSAValue:
     """``dy * (Φ(x) + x φ(x))``; with ``approximate="tanh"``, the derivative of
     ``x/2 (1 + tanh(β (x + κ x³)))``."""
-    (out,) = _types(N.GeluBackwardOp, dy, x, approximate=approximate)
+    (out,) = _types(A.GeluBackwardOp, dy, x, approximate=approximate)
     lt = d.ltorch
     cd = compute_dtype(out.dtype)
     xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
@@ -64,12 +65,12 @@ def gelu_backward(d: Decomposer, dy: SSAValue, x: SSAValue, approximate: str | N
     return to_dtype(d, lt.mul(g, deriv), out.dtype)
 
 
-@decomposes(N.SoftplusBackwardOp)
+@decomposes(A.SoftplusBackwardOp)
 def softplus_backward(d: Decomposer, dy: SSAValue, x: SSAValue, beta: float, threshold: float
                       ) -> SSAValue:
     """``dy`` where ``beta x > threshold``, else ``dy z / (z + 1)`` with ``z = exp(beta
     x)`` (eager's kernel)."""
-    (out,) = _types(N.SoftplusBackwardOp, dy, x, beta=beta, threshold=threshold)
+    (out,) = _types(A.SoftplusBackwardOp, dy, x, beta=beta, threshold=threshold)
     lt = d.ltorch
     cd = compute_dtype(out.dtype)
     xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
@@ -77,6 +78,36 @@ def softplus_backward(d: Decomposer, dy: SSAValue, x: SSAValue, beta: float, thr
     z = lt.exp(bx)
     soft = lt.div(lt.mul(g, z), lt.add(z, number_const(d, 1.0)))
     return to_dtype(d, lt.where(lt.gt(bx, number_const(d, threshold)), g, soft), out.dtype)
+
+
+@decomposes(A.HardswishBackwardOp)
+def hardswish_backward(d: Decomposer, dy: SSAValue, x: SSAValue) -> SSAValue:
+    """0 where ``x <= -3``, ``dy (x / 3 + 1/2)`` where ``x < 3``, else ``dy`` (eager's
+    kernel; a NaN input gives ``dy``, as its comparisons do)."""
+    (out,) = _types(A.HardswishBackwardOp, dy, x)
+    lt = d.ltorch
+    cd = compute_dtype(out.dtype)
+    xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
+    mid = lt.mul(g, lt.add(lt.div(xc, number_const(d, 3.0)), number_const(d, 0.5)))
+    inner = lt.where(lt.lt(xc, number_const(d, 3.0)), mid, g)
+    zero = number_const(d, 0.0)
+    return to_dtype(d, lt.where(lt.le(xc, number_const(d, -3.0)), zero, inner), out.dtype)
+
+
+@decomposes(A.HardsigmoidBackwardOp)
+def hardsigmoid_backward(d: Decomposer, dy: SSAValue, x: SSAValue) -> SSAValue:
+    """``dy / 6`` where ``-3 < x < 3``, else 0: eager's kernel multiplies by ``1 / 6`` as a
+    float32 constant, in every dtype."""
+    (out,) = _types(A.HardsigmoidBackwardOp, dy, x)
+    lt = d.ltorch
+    cd = compute_dtype(out.dtype)
+    xc, g = to_dtype(d, x, cd), to_dtype(d, dy, cd)
+    inside = lt.logical_and(lt.gt(xc, number_const(d, -3.0)), lt.lt(xc, number_const(d, 3.0)))
+    sixth = lt.mul(g, number_const(d, _SIXTH_F32))
+    return to_dtype(d, lt.where(inside, sixth, number_const(d, 0.0)), out.dtype)
+
+
+_SIXTH_F32 = float(torch.tensor(1 / 6, dtype=torch.float32))
 
 
 def _softmax_backward(d: Decomposer, op: type[N.NNOp], dy: SSAValue, y: SSAValue, dim: int,

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from xdsl.ir import SSAValue
 
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.prims import broadcast_shapes
@@ -231,13 +232,13 @@ def max_pool2d_with_indices(d: Decomposer, x: SSAValue, kernel_size: Sequence[in
 # --------------------------------------------------------------------------- activations
 
 
-@decomposes(N.ReluOp)
+@decomposes(A.ReluOp)
 def relu(d: Decomposer, x: SSAValue) -> SSAValue:
     # maximum propagates NaN, as torch.relu does.
     return d.prims.maximum(x, number_const(d, 0))
 
 
-@decomposes(N.GeluOp)
+@decomposes(A.GeluOp)
 def gelu(d: Decomposer, x: SSAValue, approximate: str | None = None) -> SSAValue:
     dtype = ttype(x).dtype
     xc = to_dtype(d, x, compute_dtype(dtype))
@@ -253,7 +254,7 @@ def gelu(d: Decomposer, x: SSAValue, approximate: str | None = None) -> SSAValue
     return to_dtype(d, y, dtype)
 
 
-@decomposes(N.SoftplusOp)
+@decomposes(A.SoftplusOp)
 def softplus(d: Decomposer, x: SSAValue, beta: float = 1.0, threshold: float = 20.0
              ) -> SSAValue:
     """``x`` where ``beta x > threshold``, else ``log1p(exp(beta x)) / beta`` (eager's
@@ -266,22 +267,47 @@ def softplus(d: Decomposer, x: SSAValue, beta: float = 1.0, threshold: float = 2
     return to_dtype(d, p.where(p.gt(bx, number_const(d, threshold)), xc, soft), dtype)
 
 
+def _shifted_relu6(d: Decomposer, xc: SSAValue) -> SSAValue:
+    """``min(max(x + 3, 0), 6)``, the clamp hardswish and hardsigmoid share (eager's
+    kernels), on a tensor in its compute dtype."""
+    p = d.prims
+    return p.minimum(p.maximum(p.add(xc, number_const(d, 3.0)), number_const(d, 0.0)),
+                     number_const(d, 6.0))
+
+
+@decomposes(A.HardswishOp)
+def hardswish(d: Decomposer, x: SSAValue) -> SSAValue:
+    """``x * min(max(x + 3, 0), 6) / 6``, in the accumulation dtype."""
+    dtype = ttype(x).dtype
+    xc = to_dtype(d, x, compute_dtype(dtype))
+    p = d.prims
+    return to_dtype(d, p.div(p.mul(xc, _shifted_relu6(d, xc)), number_const(d, 6.0)), dtype)
+
+
+@decomposes(A.HardsigmoidOp)
+def hardsigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
+    """``min(max(x + 3, 0), 6) / 6``, in the accumulation dtype."""
+    dtype = ttype(x).dtype
+    xc = to_dtype(d, x, compute_dtype(dtype))
+    return to_dtype(d, d.prims.div(_shifted_relu6(d, xc), number_const(d, 6.0)), dtype)
+
+
 def _sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
     """``1 / (1 + exp(-x))`` on a float tensor."""
     return d.prims.reciprocal(d.prims.add(d.prims.exp(d.prims.neg(x)), number_const(d, 1.0)))
 
 
-@decomposes(N.SiluOp)
+@decomposes(A.SiluOp)
 def silu(d: Decomposer, x: SSAValue) -> SSAValue:
     dtype = ttype(x).dtype
     xc = to_dtype(d, x, compute_dtype(dtype))
     return to_dtype(d, d.prims.mul(xc, _sigmoid(d, xc)), dtype)
 
 
-@decomposes(N.SiluBackwardOp)
+@decomposes(A.SiluBackwardOp)
 def silu_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue) -> SSAValue:
     """``dy * s * (1 + x (1 - s))``, ``s = sigmoid(x)``, in the accumulation dtype."""
-    dtype = _result(N.SiluBackwardOp, grad_output, x).dtype
+    dtype = _result(A.SiluBackwardOp, grad_output, x).dtype
     acc = compute_dtype(dtype)
     xc, dy = to_dtype(d, x, acc), to_dtype(d, grad_output, acc)
     s = _sigmoid(d, xc)
@@ -290,19 +316,19 @@ def silu_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue) -> SSAValue
     return to_dtype(d, d.prims.mul(dy, ds), dtype)
 
 
-@decomposes(N.ThresholdBackwardOp)
+@decomposes(A.ThresholdBackwardOp)
 def threshold_backward(d: Decomposer, grad_output: SSAValue, x: SSAValue, threshold: float
                        ) -> SSAValue:
     """``where(x <= threshold, 0, dy)`` (a NaN input passes the gradient, as torch's)."""
-    dtype = _result(N.ThresholdBackwardOp, grad_output, x, threshold=threshold).dtype
+    dtype = _result(A.ThresholdBackwardOp, grad_output, x, threshold=threshold).dtype
     lt = d.ltorch
     return to_dtype(d, lt.where(lt.le(x, number_const(d, threshold)), number_const(d, 0.0),
                                 grad_output), dtype)
 
 
-@decomposes(N.SigmoidOp)
+@decomposes(A.SigmoidOp)
 def sigmoid(d: Decomposer, x: SSAValue) -> SSAValue:
-    out_dtype = _result(N.SigmoidOp, x).dtype  # ints promote to the default float dtype
+    out_dtype = _result(A.SigmoidOp, x).dtype  # ints promote to the default float dtype
     return to_dtype(d, _sigmoid(d, to_dtype(d, x, compute_dtype(out_dtype))), out_dtype)
 
 

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from xdsl.ir import SSAValue
 
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import OperandRef, from_attr
@@ -169,7 +170,7 @@ def linear(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue
 # --------------------------------------------------------------------------- activations
 
 
-@vjp(N.ReluOp)
+@vjp(A.ReluOp)
 def relu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``ct`` where the result is positive: ``threshold_backward`` on the result, eager's
     kernel."""
@@ -178,7 +179,7 @@ def relu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     return [g.ltorch.threshold_backward(ct[0], out[0], threshold=0)]
 
 
-@vjp(N.GeluOp)
+@vjp(A.GeluOp)
 def gelu(g: Grad, out: Outs, ct: Cts, x: SSAValue, approximate: str | None = None) -> Grads:
     """``gelu_backward(ct, x)``: ``ct * (Φ(x) + x φ(x))``, or the derivative of the tanh
     approximation, one op (eager's one kernel; prims for a fusion executor)."""
@@ -188,7 +189,7 @@ def gelu(g: Grad, out: Outs, ct: Cts, x: SSAValue, approximate: str | None = Non
     return [grad_as(g, g.ltorch.gelu_backward(ct[0], x, **params), x)]
 
 
-@vjp(N.SoftplusOp)
+@vjp(A.SoftplusOp)
 def softplus(g: Grad, out: Outs, ct: Cts, x: SSAValue, beta: float = 1.0,
              threshold: float = 20.0) -> Grads:
     """``softplus_backward(ct, x)``: ``ct * sigmoid(beta x)``, and ``ct`` where ``beta x >
@@ -199,7 +200,23 @@ def softplus(g: Grad, out: Outs, ct: Cts, x: SSAValue, beta: float = 1.0,
                     x)]
 
 
-@vjp(N.SiluOp)
+@vjp(A.HardswishOp)
+def hardswish(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+    """``hardswish_backward(ct, x)``: eager's one kernel (prims for a fusion executor)."""
+    if not is_differentiable_value(x):
+        return [None]
+    return [grad_as(g, g.ltorch.hardswish_backward(ct[0], x), x)]
+
+
+@vjp(A.HardsigmoidOp)
+def hardsigmoid(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+    """``hardsigmoid_backward(ct, x)``: eager's one kernel."""
+    if not is_differentiable_value(x):
+        return [None]
+    return [grad_as(g, g.ltorch.hardsigmoid_backward(ct[0], x), x)]
+
+
+@vjp(A.SiluOp)
 def silu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``silu_backward(ct, x)``: ``ct * s * (1 + x (1 - s))`` with ``s = sigmoid(x)``, one
     op (one eager kernel; prims for a fusion executor)."""
@@ -209,7 +226,7 @@ def silu(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
 
 
 
-@vjp(N.SigmoidOp)
+@vjp(A.SigmoidOp)
 def sigmoid(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
     """``ct * y * (1 - y)`` on the result ``y``."""
     if not is_differentiable_value(x):
@@ -814,8 +831,8 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
     return [grads]
 
 DIRECT_RULES: tuple[type, ...] = (
-    N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, N.ReluOp, N.GeluOp, N.SiluOp,
-    N.SoftplusOp, N.SigmoidOp, C.TanhOp,
+    N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, A.ReluOp, A.GeluOp, A.SiluOp,
+    A.SoftplusOp, A.HardswishOp, A.HardsigmoidOp, A.SigmoidOp, C.TanhOp,
     N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.NativeLayerNormOp,
     N.RmsNormOp, N.EmbeddingOp, N.ConvolutionOp, N.NativeBatchNormOp,
     N.MaxPool2dWithIndicesOp,

@@ -1,7 +1,8 @@
 """Torch calls that were opaque (``tir.call_with_grad``: torch's autograd per call, and a
 break in every fusion region) and are now the program's own ops, against eager at the
 values where their formulas branch: ``F.softplus`` (``ltorch.softplus`` and its backward
-kernel), ``Tensor.repeat``, ``repeat_interleave`` by an int and ``Tensor.reshape_as``.
+kernel), ``F.hardswish`` and ``F.hardsigmoid`` (ops with eager's backward kernels),
+``Tensor.repeat``, ``repeat_interleave`` by an int and ``Tensor.reshape_as``.
 What stays opaque is checked to stay so, and still eager. The in-place forms of the
 activations without an op (``nn.ReLU6(inplace=True)``...) are their functional call and
 an in-place assignment, with eager's errors."""
@@ -26,6 +27,12 @@ CASES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "softplus beta threshold": lambda x: F.softplus(x, beta=2, threshold=3.0),
     "softplus module": lambda x: torch.nn.Softplus(beta=0.5, threshold=1)(x),
     "softplus float64": lambda x: F.softplus(x.double()),
+    "hardswish": lambda x: F.hardswish(x) * 2,
+    "hardswish module": lambda x: torch.nn.Hardswish()(x * 1.5),
+    "hardswish in place": lambda x: F.hardswish(x * 1, True),
+    "hardswish float64": lambda x: F.hardswish(x.double()),
+    "hardsigmoid": lambda x: F.hardsigmoid(x) * x,
+    "hardsigmoid module in place": lambda x: torch.nn.Hardsigmoid(inplace=True)(x + 0),
 }
 
 
@@ -44,13 +51,21 @@ def test_no_opaque_call_is_left(name: str) -> None:
     assert "call_with_grad" not in src and "handle_vjp" not in src, src
 
 
-def test_softplus_in_bfloat16_matches_eager() -> None:
-    check_against_eager(lambda x: F.softplus(x, beta=2.0), torch.randn(4, 8).bfloat16()
-                        .requires_grad_())
+@pytest.mark.parametrize("fn", [lambda x: F.softplus(x, beta=2.0), F.hardswish, F.hardsigmoid],
+                         ids=["softplus", "hardswish", "hardsigmoid"])
+def test_in_bfloat16_matches_eager(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    check_against_eager(fn, (torch.randn(4, 8) * 4).bfloat16().requires_grad_())
 
 
-def test_softplus_on_integers_raises_eagers_error() -> None:
-    check_against_eager(F.softplus, torch.arange(4), backward=False)
+@pytest.mark.parametrize("fn", [F.softplus, F.hardswish, F.hardsigmoid],
+                         ids=["softplus", "hardswish", "hardsigmoid"])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool], ids=str)
+def test_on_integers_raises_eagers_error(fn: Callable[..., torch.Tensor], dtype: torch.dtype
+                                         ) -> None:
+    """Eager's kernels refuse integers and bools (the meta kernels would type them)."""
+    check_against_eager(fn, torch.arange(4).to(dtype), backward=False)
+    with pytest.raises(thunder_ir.ThunderTraceError, match=r"test_composites\.py:"):
+        thunder_ir.jit(fn)(torch.arange(4).to(dtype))
 
 
 def test_reshape_as() -> None:

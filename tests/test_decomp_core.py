@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.traits import Pure
 
 from thunder_ir.dialects import ltorch
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_core as L
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import OperandRef, ThunderOp
@@ -382,8 +383,10 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
     for grad, x in ((t((2, 3), f32), t((2, 3), f32)), (t((2, 3), bf16), t((2, 3), bf16)),
                     (t((2, 3), f32), t((3,), f32)), (t((2, 3), i64), t((2, 3), i64))):
         for approximate in ("none", "tanh", "cubic"):
-            cases.append((N.GeluBackwardOp, [grad, x], {"approximate": approximate}))
-        cases.append((N.SoftplusBackwardOp, [grad, x], {"beta": 2.0, "threshold": 3}))
+            cases.append((A.GeluBackwardOp, [grad, x], {"approximate": approximate}))
+        cases.append((A.SoftplusBackwardOp, [grad, x], {"beta": 2.0, "threshold": 3}))
+        cases.append((A.HardswishBackwardOp, [grad, x], {}))
+        cases.append((A.HardsigmoidBackwardOp, [grad, x], {}))
         for cls in (N.SoftmaxBackwardOp, N.LogSoftmaxBackwardOp):
             for dim, input_dtype in ((-1, grad.dtype), (1, grad.dtype), (2, grad.dtype),
                                      (-1, f64)):

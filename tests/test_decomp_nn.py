@@ -18,6 +18,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from thunder_ir.dialects import ltorch
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import ShapeError, ThunderOp
 from thunder_ir.dialects.ltorch_base import LTORCH
@@ -34,7 +35,7 @@ from thunder_ir.testing import (
 )
 
 MAX_EXAMPLES = 12
-NN_OPS = [op for op in LTORCH if op.__module__ == N.__name__]
+NN_OPS = [op for op in LTORCH if op.__module__ in (N.__name__, A.__name__)]
 
 
 def only_prims(module: ModuleOp, sample: OpSample) -> None:
@@ -106,6 +107,7 @@ def test_layer_norm_operand_segments_round_trip() -> None:
 _X = torch.randn(2, 3, 4)
 _Q = torch.randn(1, 4, 3, 2)
 _KV = torch.randn(1, 2, 5, 2)
+_KINKS = torch.tensor([[-4.0, -3.0, -1.5, 0.0, 2.0], [3.0, 3.5, -2.9, 2.9, 6.0]])
 EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
     (N.MatmulOp, [_X, torch.randn(4, 2)], {}),
     (N.BmmOp, [_X, torch.randn(2, 4, 2)], {}),
@@ -124,12 +126,12 @@ EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
                                torch.randn(6, 2, 3, 2)],
      {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2), "groups": 2,
       "output_mask": (1, 1, 1)}),
-    (N.ReluOp, [_X], {}),
-    (N.GeluOp, [_X], {"approximate": "tanh"}),
-    (N.SiluOp, [_X], {}),
-    (N.SiluBackwardOp, [torch.randn(2, 3, 4), _X], {}),
-    (N.ThresholdBackwardOp, [torch.randn(2, 3, 4), _X.relu()], {"threshold": 0}),
-    (N.SigmoidOp, [_X], {}),
+    (A.ReluOp, [_X], {}),
+    (A.GeluOp, [_X], {"approximate": "tanh"}),
+    (A.SiluOp, [_X], {}),
+    (A.SiluBackwardOp, [torch.randn(2, 3, 4), _X], {}),
+    (A.ThresholdBackwardOp, [torch.randn(2, 3, 4), _X.relu()], {"threshold": 0}),
+    (A.SigmoidOp, [_X], {}),
     (N.SoftmaxOp, [_X], {"dim": -1, "dtype": torch.float64}),
     (N.LogSoftmaxOp, [_X], {"dim": 0}),
     (N.SafeSoftmaxOp, [_X.index_fill(1, torch.tensor([1]), -math.inf)], {"dim": -1}),
@@ -153,9 +155,13 @@ EXAMPLES: list[tuple[type[ThunderOp], list[Any], dict[str, Any]]] = [
     (N.CrossEntropyOp, [torch.randn(3, 4), torch.tensor([0, -100, 3]), torch.rand(4)],
      {"reduction": "sum", "label_smoothing": 0.1}),
     (N.MseLossOp, [_X, _X.flip(0), None], {"reduction": "none"}),
-    (N.GeluBackwardOp, [torch.randn(2, 3, 4), _X], {"approximate": "tanh"}),
-    (N.SoftplusOp, [_X * 10], {"beta": 0.5, "threshold": 2.0}),
-    (N.SoftplusBackwardOp, [torch.randn(2, 3, 4), _X * 10], {"beta": 2, "threshold": 1.0}),
+    (A.GeluBackwardOp, [torch.randn(2, 3, 4), _X], {"approximate": "tanh"}),
+    (A.SoftplusOp, [_X * 10], {"beta": 0.5, "threshold": 2.0}),
+    (A.SoftplusBackwardOp, [torch.randn(2, 3, 4), _X * 10], {"beta": 2, "threshold": 1.0}),
+    (A.HardswishOp, [_KINKS], {}),
+    (A.HardsigmoidOp, [_KINKS], {}),
+    (A.HardswishBackwardOp, [torch.randn(2, 5), _KINKS], {}),
+    (A.HardsigmoidBackwardOp, [torch.randn(2, 5), _KINKS], {}),
     (N.SoftmaxBackwardOp, [torch.randn(2, 3, 4), _X.softmax(-1)],
      {"dim": -1, "input_dtype": torch.float32}),
     (N.LogSoftmaxBackwardOp, [torch.randn(2, 3, 4), _X.log_softmax(0)],
@@ -215,7 +221,7 @@ def test_decomposition_matches_eager(op: type[ThunderOp]) -> None:
 
 def test_relu_propagates_nan() -> None:
     x = torch.tensor([math.nan, -1.0, 2.0, -math.inf, math.inf])
-    module = check(N.ReluOp, [x])
+    module = check(A.ReluOp, [x])
     torch.testing.assert_close(run(module, x)[0], torch.relu(x), equal_nan=True)
 
 

@@ -350,7 +350,8 @@ def test_every_ltorch_op_is_reachable_from_torch() -> None:
     # emitted by autodiff, not traced from user code
     assert unmapped_ops() == ["ltorch.contiguous", "ltorch.convolution_backward",
                               "ltorch.embedding_backward",
-                              "ltorch.gelu_backward", "ltorch.layer_norm_backward",
+                              "ltorch.gelu_backward", "ltorch.hardsigmoid_backward",
+                              "ltorch.hardswish_backward", "ltorch.layer_norm_backward",
                               "ltorch.log_softmax_backward",
                               "ltorch.max_pool2d_with_indices_backward",
                               "ltorch.native_batch_norm_backward", "ltorch.native_layer_norm",

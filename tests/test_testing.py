@@ -20,6 +20,7 @@ from xdsl.dialects.builtin import FloatAttr
 from xdsl.ir import SSAValue
 from xdsl.irdl import irdl_op_definition, opt_prop_def
 
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_core as L
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects import prims as P
@@ -135,7 +136,7 @@ def silu(d: Decomposer, x: SSAValue) -> SSAValue:
 
 def test_check_decomposition_reports_the_shrunk_counterexample() -> None:
     with pytest.raises(AssertionError) as info:
-        check_decomposition_property(N.SiluOp, rule=silu_without_sigmoid, max_examples=20,
+        check_decomposition_property(A.SiluOp, rule=silu_without_sigmoid, max_examples=20,
                                      settings=NO_DATABASE)
     msg = str(info.value)
     assert msg.startswith("ltorch.silu: the decomposition disagrees with eager on"), msg
@@ -148,7 +149,7 @@ def test_check_decomposition_reports_the_shrunk_counterexample() -> None:
 
 
 def test_check_decomposition_passes_a_right_user_rule() -> None:
-    check_decomposition_property(N.SiluOp, rule=silu, max_examples=10)
+    check_decomposition_property(A.SiluOp, rule=silu, max_examples=10)
 
 
 def exp_vjp_without_out(g: Grad, out: list[SSAValue], ct: list[SSAValue | None],
@@ -184,7 +185,7 @@ def _swish(input: torch.Tensor, beta: float | None = None) -> torch.Tensor:
 
 
 @irdl_op_definition
-class SwishOp(N.ActivationOp):
+class SwishOp(A.ActivationOp):
     """`%y = test.swish %x {beta}`: ``x * sigmoid(beta * x)`` (a user's op)."""
 
     name = "test.swish"
@@ -230,7 +231,7 @@ def test_a_users_op_with_its_own_strategy() -> None:
 
 
 def test_a_subclass_uses_its_bases_strategy() -> None:
-    class MySilu(N.SiluOp):
+    class MySilu(A.SiluOp):
         name = "test.my_silu"
 
     @DRAW

@@ -36,6 +36,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Region, SSAValue
 
 import thunder_ir
+from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import Emitter
@@ -331,7 +332,7 @@ def test_ltorch_ops_inside_a_region_are_decomposed() -> None:
     prog = Program("f", [tensor_type((3, 8), torch.float32)])
     e = prog.emitter
     y = e.emit(N.SoftmaxOp, prog.args[0], dim=-1)
-    module = prog.finish([e.emit(N.GeluOp, y, approximate="tanh")])
+    module = prog.finish([e.emit(A.GeluOp, y, approximate="tanh")])
     assert all(EX.can_fuse(op) for op in main_function(module).body.block.ops
                if not op.name.startswith("func."))
     region = region_of(module)

@@ -265,6 +265,24 @@ def _relu_like(short: str) -> Callable[..., Any] | None:
 register_handlers([F.relu], _relu_like("relu"))
 register_handlers([F.silu], _relu_like("silu"))
 
+
+def _hard_activation(short: str) -> Callable[..., Any] | None:
+    """``F.hardswish(input, inplace=False)`` and ``F.hardsigmoid``: as `_relu_like`, with
+    ``inplace`` also positional (``nn.Hardswish`` passes it so)."""
+    h = op_handler(short)
+    if h is None:
+        return None
+
+    def handler(ctx: Builder, input: Any, inplace: bool = False) -> Any:
+        out = h(ctx, input)
+        return ctx.assign(input, out._value, f"{short}(inplace=True)") if inplace else out
+
+    return handler
+
+
+register_handlers([F.hardswish], _hard_activation("hardswish"))
+register_handlers([F.hardsigmoid], _hard_activation("hardsigmoid"))
+
 _where = op_handler("where")
 if _where is not None:
     _where_h: Callable[..., Any] = _where

@@ -254,6 +254,6 @@ def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
     return handler
 
 
-for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu, F.hardsigmoid,
-            F.hardswish, F.mish, F.threshold):
+for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu, F.mish,
+            F.threshold):
     _register([_fn], _inplace_activation(_fn))

@@ -35,8 +35,8 @@ strategies of your own; `type_of` and `number_of` give the IR types of sample va
 Modules: `checks` (the checks and small strategies), `inputs` (`op_inputs`, `OpSample`,
 `register_inputs` and the helpers strategies share) and one module of strategies per
 dialect module, as ``dialects/`` is laid out: `inputs_prims`, `inputs_ltorch_core`,
-`inputs_ltorch_scan`, `inputs_ltorch_nn`. This package imports them all, so every op has
-its strategy once ``thunder_ir.testing`` is imported.
+`inputs_ltorch_scan`, `inputs_ltorch_nn`, `inputs_ltorch_activation`. This package imports
+them all, so every op has its strategy once ``thunder_ir.testing`` is imported.
 """
 
 try:
@@ -47,6 +47,7 @@ except ImportError as _e:  # the property-testing helpers need the test extra
         "pip install 'thunder-ir[test]' (or pip install hypothesis)") from _e
 
 from thunder_ir.testing import (
+    inputs_ltorch_activation,
     inputs_ltorch_core,
     inputs_ltorch_nn,
     inputs_ltorch_scan,
@@ -128,5 +129,6 @@ __all__ = [
     "values",
 ]
 
-_DIALECT_MODULES = (inputs_prims, inputs_ltorch_core, inputs_ltorch_scan, inputs_ltorch_nn)
+_DIALECT_MODULES = (inputs_prims, inputs_ltorch_core, inputs_ltorch_scan, inputs_ltorch_nn,
+                    inputs_ltorch_activation)
 """The modules whose import registers every op's strategy."""
