@@ -280,7 +280,9 @@ def test_masked_attention_trains_inside_a_region() -> None:
 
 def test_backward_kernels_fuse_into_the_backward_region() -> None:
     """The backward kernels VJP rules emit (embedding, layer norm, GELU, cross entropy)
-    join the backward's region: one Inductor region, gradients as eager's."""
+    join the backward's region, and layer norm's forward (which saves its statistics) and
+    the loss join the forward's: one Inductor region each way, values and gradients as
+    eager's."""
     import copy
 
     from torch import nn
@@ -304,6 +306,10 @@ def test_backward_kernels_fuse_into_the_backward_region() -> None:
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
     bwd = thunder_ir.last_backward_traces(jl)[-1]
     assert len(_kernels(bwd)) == 1, str(bwd)
+    fwd = str(thunder_ir.last_traces(jl)[-1])
+    code = [ln for ln in fwd.splitlines() if not ln.lstrip().startswith("#")]
+    assert len(_kernels(fwd)) == 1, fwd
+    assert not any("layer_norm(" in ln or "nll_loss" in ln for ln in code), fwd
 
 
 class _BasicBlock(torch.nn.Module):
