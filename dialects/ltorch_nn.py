@@ -54,6 +54,8 @@ Number = IntegerAttr | FloatAttr | SymExprAttr  # SymExprAttr: a symbolic size (
 
 _K__NATIVE_BATCH_NORM_LEGIT_FUNCTIONAL = aten_kernel("_native_batch_norm_legit_functional")
 _K_CONVOLUTION_BACKWARD = aten_kernel("convolution_backward")
+_K_NATIVE_GROUP_NORM = aten_kernel("native_group_norm")
+_K_NATIVE_GROUP_NORM_BACKWARD = aten_kernel("native_group_norm_backward")
 _K_EMBEDDING_DENSE_BACKWARD = aten_kernel("embedding_dense_backward")
 _K_MAX_POOL2D_WITH_INDICES_BACKWARD = aten_kernel("max_pool2d_with_indices_backward")
 _K_NATIVE_BATCH_NORM_BACKWARD = aten_kernel("native_batch_norm_backward")
@@ -449,6 +451,65 @@ class NativeLayerNormOp(BoundCallOp):
                                              "eps")
     NO_GRAD_RESULTS: ClassVar[tuple[int, ...]] = (1, 2)
     """The statistics do not require grad (eager's neither)."""
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        x = operand_types[0]
+        if isinstance(x, TensorType) and x.dtype not in (torch.float32, torch.float64):
+            raise ShapeError(f"{cls.name}: takes float32 or float64 input, got {x.dtype} "
+                             "(whose statistics' dtype depends on the device)")
+        return super().infer(*operand_types, **params)
+
+
+def _kernel_format(x: torch.Tensor) -> torch.memory_format:
+    """The layout ATen's group-norm kernels read ``x`` in: its suggested memory format on
+    the CPU (C++'s ``suggest_memory_format``: channels-last stays so), else contiguous."""
+    if x.device.type == "cpu" and not x.is_contiguous():
+        for rank, fmt in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+            if x.dim() == rank and x.is_contiguous(memory_format=fmt):
+                return fmt
+    return torch.contiguous_format
+
+
+def _dense(x: torch.Tensor) -> torch.Tensor:
+    """``x`` laid out as ATen's group-norm kernels read it (`_kernel_format`)."""
+    return x.contiguous(memory_format=_kernel_format(x))
+
+
+def native_group_norm(input: torch.Tensor, weight: torch.Tensor | None = None,
+                      bias: torch.Tensor | None = None, N: int = 0, C: int = 0, HxW: int = 0,
+                      group: int = 1, eps: float = 1e-5) -> list[torch.Tensor]:
+    """``[out, mean, rstd]``: torch's group-norm kernel on the input as ``torch.group_norm``
+    lays it out (``F.group_norm`` runs the same)."""
+    return list(_K_NATIVE_GROUP_NORM(_dense(input), weight, bias, N, C, HxW, group, eps))
+
+
+@ltorch_op(native_group_norm)
+class NativeGroupNormOp(NNOp):
+    """`%y, %mean, %rstd = ltorch.native_group_norm %x[, %weight][, %bias] {N, C, HxW,
+    group, eps}`: group norm of ``x`` (``[N, C, *]``, ``HxW`` the product of ``*``) over
+    ``group`` groups of channels, and the statistics its backward reads (``[N, group]``;
+    differentiable, as eager's).
+    The frontend maps ``torch.group_norm`` to it (result 0), in float32 and float64 only:
+    of lower precisions the statistics' dtype depends on the device."""
+
+    name = "ltorch.native_group_norm"
+
+    input = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    N = prop_def(IntegerAttr)
+    C = prop_def(IntegerAttr)
+    HxW = prop_def(IntegerAttr)
+    group = prop_def(IntegerAttr)
+    eps = prop_def(Number)
+    out = result_def(TensorType)
+    mean = result_def(TensorType)
+    rstd = result_def(TensorType)
+    traits = traits_def(Pure(), Library(), DeviceLayout())
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "weight", "bias", "N", "C", "HxW", "group",
+                                             "eps")
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
@@ -922,6 +983,45 @@ class NativeBatchNormBackwardOp(NNOp):
                                              "training", "eps", "output_mask")
     # eager's kernel refuses running statistics that require grad, as the forward's does
     NO_GRAD_OPERANDS: ClassVar[tuple[str, ...]] = ("running_mean", "running_var")
+
+
+def native_group_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
+                                mean: torch.Tensor, rstd: torch.Tensor,
+                                weight: torch.Tensor | None = None, N: int = 0, C: int = 0,
+                                HxW: int = 0, group: int = 1,
+                                output_mask: Sequence[bool] = (True, True, True)
+                                ) -> list[torch.Tensor]:
+    """The gradients ``output_mask`` asks for, of (input, weight, bias): torch's backward
+    kernel, on the gradient and input laid out as the forward's kernel read the input."""
+    mask = [bool(m) for m in output_mask]
+    x = _dense(input)
+    dy = grad_output.contiguous(memory_format=_kernel_format(x))
+    grads = _K_NATIVE_GROUP_NORM_BACKWARD(dy, x, mean, rstd, weight, N, C, HxW, group, mask)
+    return [gr for gr, m in zip(grads, mask) if m]
+
+
+@ltorch_op(native_group_norm_backward)
+class NativeGroupNormBackwardOp(NNOp):
+    """`%dx, %dw, %db = ltorch.native_group_norm_backward %dy, %x, %mean, %rstd[, %weight]
+    {N, C, HxW, group, output_mask}`: one result per true entry of ``output_mask`` (input,
+    weight, bias). Emitted by group norm's VJP rule."""
+
+    name = "ltorch.native_group_norm_backward"
+
+    grad_output = operand_def(TensorType)
+    input = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    rstd = operand_def(TensorType)
+    weight = opt_operand_def(TensorType)
+    N = prop_def(IntegerAttr)
+    C = prop_def(IntegerAttr)
+    HxW = prop_def(IntegerAttr)
+    group = prop_def(IntegerAttr)
+    output_mask = prop_def(IntArray)
+    outs = var_result_def(TensorType)
+    traits = traits_def(Pure(), Library(), DeviceLayout())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "mean", "rstd", "weight",
+                                             "N", "C", "HxW", "group", "output_mask")
 
 
 def embedding_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,

@@ -90,14 +90,15 @@ LIBRARY_OPS: tuple[type[Operation], ...] = (
     N.LayerNormBackwardOp, N.EmbeddingBackwardOp, N.NllLossBackwardOp, S.CumsumOp,
     N.ConvolutionOp, N.ConvolutionBackwardOp, N.NativeBatchNormOp, N.NativeBatchNormBackwardOp,
     N.MaxPool2dWithIndicesOp, N.MaxPool2dWithIndicesBackwardOp,
-    N.LayerNormOp, N.NativeLayerNormOp, N.NllLossForwardOp,
+    N.LayerNormOp, N.NativeLayerNormOp, N.NllLossForwardOp, N.NativeGroupNormOp,
+    N.NativeGroupNormBackwardOp,
 )
 """`Library` ops Inductor schedules around (see the module doc): ``make_fx`` turns them into
 the ATen calls eager makes, and Inductor calls the same kernels (matmuls, attention,
 convolutions and their backward) or decomposes them into the loops it fuses with their
 neighbours (layer norm, the forward that saves its statistics and the backward kernel;
-the embedding and nll loss kernels; batch norm, with its running statistics, and its
-backward; max pooling); ``cumsum`` is one of Inductor's scans. Taking the convolutional
+the embedding and nll loss kernels; batch norm, with its running statistics, group norm,
+and their backward; max pooling); ``cumsum`` is one of Inductor's scans. Taking the convolutional
 ops took ResNet's tiered step from 1.30x to 1.04x torch.compile's, and layer norm's
 forward made Falcon's and Whisper's forwards one region each (``docs/performance.md``). A
 rule of this executor, keyed by op class: which library kernels it takes is its own

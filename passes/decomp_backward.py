@@ -110,6 +110,33 @@ def hardsigmoid_backward(d: Decomposer, dy: SSAValue, x: SSAValue) -> SSAValue:
 _SIXTH_F32 = float(torch.tensor(1 / 6, dtype=torch.float32))
 
 
+@decomposes(N.NativeGroupNormBackwardOp)
+def native_group_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue, mean: SSAValue,
+                               rstd: SSAValue, weight: SSAValue | None, N: int, C: int,
+                               HxW: int, group: int, output_mask: Sequence[int]
+                               ) -> list[SSAValue]:
+    """Per group of ``D = C / group`` channels, with ``x̂ = (x - mean) rstd`` and ``ĝ = dy
+    weight``: ``dx = rstd (ĝ - mean(ĝ) - x̂ mean(ĝ x̂))``, ``dweight = Σ dy x̂`` and
+    ``dbias = Σ dy`` over the batch and the spatial positions."""
+    lt = d.ltorch
+    shape = (N, group, C // group, HxW)
+    xg, g = lt.reshape(x, shape=shape), lt.reshape(dy, shape=shape)
+    r = lt.reshape(rstd, shape=(N, group, 1, 1))
+    xhat = lt.mul(lt.sub(xg, lt.reshape(mean, shape=(N, group, 1, 1))), r)
+    outs: list[SSAValue] = []
+    if output_mask[0]:
+        gw = g if weight is None else lt.mul(
+            g, lt.reshape(weight, shape=(1, group, C // group, 1)))
+        centered = lt.sub(gw, lt.mean(gw, dim=(2, 3), keepdim=True))
+        proj = lt.mul(xhat, lt.mean(lt.mul(gw, xhat), dim=(2, 3), keepdim=True))
+        outs.append(lt.reshape(lt.mul(r, lt.sub(centered, proj)), shape=ttype(x).sizes))
+    if output_mask[1]:
+        outs.append(lt.reshape(lt.sum(lt.mul(g, xhat), dim=(0, 3)), shape=(C,)))
+    if output_mask[2]:
+        outs.append(lt.reshape(lt.sum(g, dim=(0, 3)), shape=(C,)))
+    return outs
+
+
 def _softmax_backward(d: Decomposer, op: type[N.NNOp], dy: SSAValue, y: SSAValue, dim: int,
                       input_dtype: torch.dtype, log: bool) -> SSAValue:
     (out,) = _types(op, dy, y, dim=dim, input_dtype=input_dtype)

@@ -473,6 +473,27 @@ def per_channel(d: Decomposer, v: SSAValue, rank: int) -> SSAValue:
     return d.ltorch.reshape(v, shape=(1, c, *([1] * (rank - 2))))
 
 
+@decomposes(N.NativeGroupNormOp)
+def native_group_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
+                      bias: SSAValue | None, N: int, C: int, HxW: int, group: int, eps: float
+                      ) -> list[SSAValue]:
+    """``(x - mean) / sqrt(var + eps)`` over each group of ``C / group`` channels (the
+    biased variance), then ``weight`` and ``bias`` per channel; the statistics are
+    ``[N, group]``."""
+    lt = d.ltorch
+    xt = ttype(x)
+    xg = lt.reshape(x, shape=(N, group, C // group * HxW))
+    mean = lt.mean(xg, dim=(2,))
+    diff = lt.sub(xg, lt.unsqueeze(mean, dim=2))
+    rstd = lt.rsqrt(lt.add(lt.mean(lt.mul(diff, diff), dim=(2,)), number_const(d, float(eps))))
+    y = lt.reshape(lt.mul(diff, lt.unsqueeze(rstd, dim=2)), shape=xt.sizes)
+    if weight is not None:
+        y = lt.mul(y, per_channel(d, weight, xt.rank))
+    if bias is not None:
+        y = lt.add(y, per_channel(d, bias, xt.rank))
+    return [y, mean, rstd]
+
+
 @decomposes(N.NativeBatchNormOp)
 def native_batch_norm(d: Decomposer, x: SSAValue, weight: SSAValue | None,
                       bias: SSAValue | None, running_mean: SSAValue | None,

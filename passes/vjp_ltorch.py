@@ -350,6 +350,43 @@ def _needed(g: Grad, *operands: SSAValue | None) -> tuple[bool, ...]:
                  for v in operands)
 
 
+@vjp(N.NativeGroupNormOp)
+def native_group_norm(g: Grad, out: Outs, ct: Cts, x: SSAValue, weight: SSAValue | None,
+                      bias: SSAValue | None, N: int, C: int, HxW: int, group: int, eps: float
+                      ) -> Grads:
+    """``native_group_norm_backward`` (torch's kernel, as eager's autograd runs it) on the
+    forward's statistics, asked for the gradients that are needed; cotangents of the
+    statistics themselves (which ``torch.group_norm`` never returns) add theirs to the
+    input's: ``ct_mean / n`` and ``-ct_rstd rstd³ (x - mean) / n`` over each group of ``n``
+    elements."""
+    mask = _needed(g, x, weight, bias)
+    if not any(mask) or all(c is None for c in ct):
+        return [None, None, None]
+    grads: list[SSAValue | None] = [None, None, None]
+    if ct[0] is not None:
+        it = iter(g.ltorch.native_group_norm_backward(
+            ct[0], x, out[1], out[2], weight, N=int(N), C=int(C), HxW=int(HxW),
+            group=int(group), output_mask=tuple(int(m) for m in mask)))
+        grads = [next(it) if m else None for m in mask]
+    if mask[0] and (ct[1] is not None or ct[2] is not None):
+        lt = g.ltorch
+        n = C // group * HxW
+        xg = lt.reshape(x, shape=(N, group, n))
+        extra = None
+        if ct[1] is not None:
+            extra = lt.expand(lt.unsqueeze(lt.div(ct[1], g.const(float(n))), dim=2),
+                              size=(N, group, n))
+        if ct[2] is not None:
+            r = out[2]
+            scale = lt.div(lt.mul(ct[2], lt.mul(lt.mul(r, r), r)), g.const(float(-n)))
+            term = lt.mul(lt.sub(xg, lt.unsqueeze(out[1], dim=2)), lt.unsqueeze(scale, dim=2))
+            extra = term if extra is None else lt.add(extra, term)
+        assert extra is not None
+        extra = lt.reshape(extra, shape=ttype(x).sizes)
+        grads[0] = extra if grads[0] is None else lt.add(grads[0], extra)
+    return grads
+
+
 @vjp(N.ConvolutionOp)
 def convolution(g: Grad, out: Outs, ct: Cts, x: SSAValue, w: SSAValue, bias: SSAValue | None,
                 stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
@@ -834,7 +871,7 @@ DIRECT_RULES: tuple[type, ...] = (
     N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, A.ReluOp, A.GeluOp, A.SiluOp,
     A.SoftplusOp, A.HardswishOp, A.HardsigmoidOp, A.SigmoidOp, C.TanhOp,
     N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.NativeLayerNormOp,
-    N.RmsNormOp, N.EmbeddingOp, N.ConvolutionOp, N.NativeBatchNormOp,
+    N.RmsNormOp, N.EmbeddingOp, N.ConvolutionOp, N.NativeBatchNormOp, N.NativeGroupNormOp,
     N.MaxPool2dWithIndicesOp,
     N.ScaledDotProductAttentionOp, N.CrossEntropyOp, N.NllLossForwardOp,
 )

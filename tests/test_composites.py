@@ -245,3 +245,67 @@ def test_no_proxy_reaches_the_user() -> None:
         assert x.stride() == ex.stride() and x.shape == ex.shape
         for o, e in zip(outs, eouts, strict=False):
             assert o.stride() == e.stride()
+
+
+# --------------------------------------------------------------------------- group norm
+
+_GN = torch.nn.GroupNorm(3, 6)
+with torch.no_grad():
+    _GN.weight.normal_()
+    _GN.bias.normal_()
+_GN_PLAIN = torch.nn.GroupNorm(2, 6, eps=0.1, affine=False)
+
+GROUP_NORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "module": lambda x: _GN(x),
+    "no affine": lambda x: _GN_PLAIN(x) * x,
+    "one group": lambda x: F.group_norm(x, 1),
+    "a group per channel": lambda x: F.group_norm(x.flatten(2), 6, _GN.weight * 2),
+    "rank 2": lambda x: F.group_norm(x[:, :, 0, 0], 2),
+    "channels last": lambda x: _GN(x.to(memory_format=torch.channels_last)),
+    "a transposed input": lambda x: F.group_norm(x.transpose(2, 3), 3),
+    "float64": lambda x: F.group_norm(x.double(), 3),
+    # eager's kernel and errors (the fallback)
+    "bfloat16": lambda x: F.group_norm(x.bfloat16(), 3),
+    "channels not divisible": lambda x: F.group_norm(x, 4),
+    "weight of the wrong size": lambda x: F.group_norm(x, 3, torch.ones(5)),
+    "a bias without a weight": lambda x: F.group_norm(x, 3, None, torch.ones(6)),
+}
+_GN_OPAQUE = {"bfloat16", "channels not divisible", "weight of the wrong size"}
+
+
+@pytest.mark.parametrize("name", list(GROUP_NORMS))
+def test_group_norm_matches_eager(name: str) -> None:
+    """Values, gradients (of the weight and bias too) and strides as eager's; eager's
+    errors where it raises (a bias without a weight: in its backward)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 4, 5, requires_grad=True)
+    check_against_eager(GROUP_NORMS[name], x)
+    if name in _GN_OPAQUE:
+        return
+    torch.manual_seed(0)
+    jf = thunder_ir.jit(GROUP_NORMS[name])
+    out = jf(x)
+    assert type(out) is torch.Tensor
+    traced = str(thunder_ir.last_traces(jf)[0])
+    assert "ltorch.native_group_norm(" in traced and "tir.call" not in traced, traced
+
+
+def test_group_norm_trains_in_a_model_as_eager() -> None:
+    """A convolutional block with group norms: parameters after optimizer steps."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.SiLU(),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.Flatten(),
+                          nn.Linear(8 * 25, 3))
+    ref = __import__("copy").deepcopy(model)
+    jm = thunder_ir.jit(model)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, ref))
+    for _ in range(3):
+        x = torch.randn(4, 3, 5, 5)
+        for m, o in ((jm, opt), (ref, ref_opt)):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
+

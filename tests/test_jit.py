@@ -354,7 +354,8 @@ def test_every_ltorch_op_is_reachable_from_torch() -> None:
                               "ltorch.hardswish_backward", "ltorch.layer_norm_backward",
                               "ltorch.log_softmax_backward",
                               "ltorch.max_pool2d_with_indices_backward",
-                              "ltorch.native_batch_norm_backward", "ltorch.native_layer_norm",
+                              "ltorch.native_batch_norm_backward",
+                              "ltorch.native_group_norm_backward", "ltorch.native_layer_norm",
                               "ltorch.nll_loss_backward", "ltorch.silu_backward",
                               "ltorch.softmax_backward", "ltorch.softplus_backward",
                               "ltorch.threshold_backward"]

@@ -69,6 +69,7 @@ def test_direct_rule_table() -> None:
         "ltorch.softmax", "ltorch.log_softmax", "ltorch.safe_softmax", "ltorch.layer_norm",
         "ltorch.native_layer_norm", "ltorch.rms_norm",
         "ltorch.embedding", "ltorch.convolution", "ltorch.native_batch_norm",
+        "ltorch.native_group_norm",
         "ltorch.max_pool2d_with_indices",
         "ltorch.scaled_dot_product_attention", "ltorch.cross_entropy",
         "ltorch.nll_loss_forward",

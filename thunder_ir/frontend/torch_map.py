@@ -985,7 +985,7 @@ for _n in dir(torch):
 
 # --------------------------------------------------------------------------- inlined Python
 
-_INLINED = (F.batch_norm, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d,
+_INLINED = (F.batch_norm, F.group_norm, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d,
             F.alpha_dropout, F.feature_alpha_dropout, F.multi_head_attention_forward,
             F.triplet_margin_with_distance_loss,
             *[f for f in (getattr(F, "linear_cross_entropy", None),) if f is not None])

@@ -277,6 +277,40 @@ def _nn_embedding(draw: st.DrawFn, spec: InputSpec) -> OpSample:
                                     "scale_grad_by_freq": draw(st.booleans())})
 
 
+def _group_norm_input(draw: st.DrawFn, spec: InputSpec
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
+    """``[N, C, *spatial]`` (rank 2 to 4) in float32/float64, ``C`` a multiple of the group
+    count, an optional weight, and the op's sizes."""
+    dtype = spec.dtype(draw, (torch.float32, torch.float64))
+    group, per = _side(draw, 1, 3), _side(draw, 1, 3)
+    n, spatial = _side(draw, 1, 3), [_side(draw, 1, 4) for _ in range(draw(st.integers(0, 2)))]
+    x = values(draw, (n, group * per, *spatial), dtype)
+    weight = values(draw, (group * per,), dtype) if draw(st.booleans()) else None
+    return x, weight, {"N": n, "C": group * per, "HxW": math.prod(spatial), "group": group}
+
+
+@register_inputs(N.NativeGroupNormOp)
+def _nn_group_norm(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    x, weight, sizes = _group_norm_input(draw, spec)
+    # (a bias without a weight: eager's backward kernel raises, and so does the VJP's)
+    bias = values(draw, (sizes["C"],), x.dtype) if weight is not None and draw(
+        st.booleans()) else None
+    return OpSample([x, weight, bias], {**sizes, "eps": draw(st.sampled_from([1e-5, 0.1]))})
+
+
+@register_inputs(N.NativeGroupNormBackwardOp)
+def _nn_group_norm_backward(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """The forward's own statistics (eager's kernel on the drawn input)."""
+    x, weight, sizes = _group_norm_input(draw, spec)
+    _, mean, rstd = torch.native_group_norm(x, weight, None, sizes["N"], sizes["C"],
+                                            sizes["HxW"], sizes["group"], 1e-5)
+    mask = draw(st.sampled_from([(1, 1, 1), (1, 0, 0), (0, 1, 1), (1, 0, 1)]))
+    if weight is None:  # eager's kernel raises for any other mask
+        mask = (1, 0, 0)
+    dy = values(draw, tuple(x.shape), x.dtype)
+    return OpSample([dy, x, mean, rstd, weight], {**sizes, "output_mask": mask})
+
+
 @register_inputs(N.ScaledDotProductAttentionOp)
 def _nn_sdpa(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     """(B, H, L, E) queries, keys and values (3-D too), masks, causal, GQA, scale."""
