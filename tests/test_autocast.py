@@ -427,3 +427,31 @@ def test_a_custom_backward_runs_without_autocast_as_in_eager() -> None:
     with pytest.raises(RuntimeError, match="same dtype") as jitted:
         got.float().sum().backward()
     assert str(jitted.value) == str(eager.value)
+
+
+_CAPTURED_LINEAR = torch.nn.Linear(5, 5)
+_CAPTURED_WEIGHT = torch.randn(5, 5)
+_CAPTURED_NORM = torch.nn.GroupNorm(2, 4)
+
+
+def test_tensors_the_function_captured_are_cast_as_eager_casts_them() -> None:
+    """A global module or weight used inside the autocast region: autocast casts it as it
+    casts the arguments (it was left float32, and the call with it, a silent difference)."""
+    def f(x: torch.Tensor) -> Any:
+        with torch.autocast("cpu", BF16):
+            return (_CAPTURED_LINEAR(x), F.linear(x, _CAPTURED_WEIGHT), x @ _CAPTURED_WEIGHT,
+                    torch.cat([x, _CAPTURED_WEIGHT]),
+                    _CAPTURED_NORM(_CAPTURED_LINEAR(x.reshape(2, 4, 5))))
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 5, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    want, got = f(x), thunder_ir.jit(f)(x2)
+    # (cat promotes: two float32 tensors stay float32; group norm runs in bfloat16 on CPU)
+    assert [t.dtype for t in got] == [t.dtype for t in want] == [BF16, BF16, BF16,
+                                                                 torch.float32, BF16]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-2, rtol=1e-2)
+    sum(t.float().sum() for t in want).backward()
+    sum(t.float().sum() for t in got).backward()
+    torch.testing.assert_close(x2.grad, x.grad, atol=2e-2, rtol=2e-2)

@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
@@ -890,6 +891,13 @@ class TraceMode(TorchFunctionMode):
                 return h(ctx, *args, **kwargs)
             except UseFallback:
                 h = None
+        # real tensors the function captured (a global weight) are program inputs like the
+        # proxies, and autocast casts them as it casts those (the probe sees only proxies)
+        leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        if any(isinstance(x, torch.Tensor) and not is_proxy(x) for x in leaves):
+            args, kwargs = pytree.tree_unflatten(
+                [ctx.lift_constant(x) if isinstance(x, torch.Tensor) and not is_proxy(x)
+                 else x for x in leaves], spec)
         try:
             found = autocast_probe(ctx, func, args, kwargs)
         except AutocastError as e:
