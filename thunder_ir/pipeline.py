@@ -14,7 +14,8 @@ trace is ``del-last-used``, and ``thunder-ir-opt -p ...,del-last-used`` runs it 
 
 Training (``JitOptions(training=True, ...)``) begins with ``decompose-for-grad``,
 ``autodiff`` and ``remat-split``, which leaves ``@forward`` and ``@backward`` in
-the module; every later pass works on both. User passes run at their stage
+the module, and ``join-padded-sums`` (a recurrence's per-step slice gradients, one
+``cat``); every later pass works on both. User passes run at their stage
 (`thunder_ir.api.STAGES`), each on every function as a module of its own and verified
 (`thunder_ir.passes.pipeline.OnEachFunction`); backward-stage passes see ``@backward`` only.
 """
@@ -39,6 +40,7 @@ from thunder_ir.passes.claim import ClaimPass
 from thunder_ir.passes.cse_dce import CSEPass, DCEPass
 from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
 from thunder_ir.passes.fuse import FusePass
+from thunder_ir.passes.padded_sums import JoinPaddedSumsPass
 from thunder_ir.passes.pipeline import OnEachFunction
 from thunder_ir.passes.restride import RestrideOutputsPass
 from thunder_ir.passes.strip_autograd import StripAutogradPass
@@ -81,7 +83,7 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
     if options.training:
         passes += [DecomposeForGradPass(ex),
                    AutodiffPass(tuple(options.requires_grad), ex),
-                   RematSplitPass(options.remat, ex)]
+                   RematSplitPass(options.remat, ex), JoinPaddedSumsPass()]
         passes += _user(user.get("backward", ()), (BACKWARD,))
         passes += options.data_parallel
     passes += [StripAutogradPass(), ClaimPass(ex), DecomposeLtorchPass()]
