@@ -107,6 +107,15 @@ class BoundCallOp(NNOp):
         return list(a), kw
 
 
+def _check_stats_dtype(name: str, x: Any) -> None:
+    """Norms that return their statistics take float32 and float64 only: of lower
+    precisions, the statistics' dtype depends on the device (CPU kernels return the
+    input's, CUDA kernels float32)."""
+    if isinstance(x, TensorType) and x.dtype not in (torch.float32, torch.float64):
+        raise ShapeError(f"{name}: takes float32 or float64 input, got {x.dtype} "
+                         "(whose statistics' dtype depends on the device)")
+
+
 # --------------------------------------------------------------------------- linear algebra
 
 
@@ -454,10 +463,7 @@ class NativeLayerNormOp(BoundCallOp):
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
-        x = operand_types[0]
-        if isinstance(x, TensorType) and x.dtype not in (torch.float32, torch.float64):
-            raise ShapeError(f"{cls.name}: takes float32 or float64 input, got {x.dtype} "
-                             "(whose statistics' dtype depends on the device)")
+        _check_stats_dtype(cls.name, operand_types[0])
         return super().infer(*operand_types, **params)
 
 
@@ -513,10 +519,7 @@ class NativeGroupNormOp(NNOp):
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
-        x = operand_types[0]
-        if isinstance(x, TensorType) and x.dtype not in (torch.float32, torch.float64):
-            raise ShapeError(f"{cls.name}: takes float32 or float64 input, got {x.dtype} "
-                             "(whose statistics' dtype depends on the device)")
+        _check_stats_dtype(cls.name, operand_types[0])
         return super().infer(*operand_types, **params)
 
 
@@ -570,10 +573,7 @@ class NativeBatchNormOp(NNOp):
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
-        x = operand_types[0]
-        if isinstance(x, TensorType) and x.dtype not in (torch.float32, torch.float64):
-            raise ShapeError(f"{cls.name}: takes float32 or float64 input, got {x.dtype} "
-                             "(whose statistics' dtype depends on the device)")
+        _check_stats_dtype(cls.name, operand_types[0])
         out = super().infer(*operand_types, **params)
         return out if isinstance(out, list) else [out]
 

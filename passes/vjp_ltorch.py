@@ -36,7 +36,7 @@ Conventions of this module:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -200,20 +200,21 @@ def softplus(g: Grad, out: Outs, ct: Cts, x: SSAValue, beta: float = 1.0,
                     x)]
 
 
-@vjp(A.HardswishOp)
-def hardswish(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
-    """``hardswish_backward(ct, x)``: eager's one kernel (prims for a fusion executor)."""
-    if not is_differentiable_value(x):
-        return [None]
-    return [grad_as(g, g.ltorch.hardswish_backward(ct[0], x), x)]
+def _by_kernel(backward: str) -> Callable[..., Grads]:
+    """The VJP rule of an activation whose gradient is one eager kernel,
+    ``<backward>(ct, x)`` (its decomposition serves fusion executors)."""
+    def rule(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
+        if not is_differentiable_value(x):
+            return [None]
+        return [grad_as(g, getattr(g.ltorch, backward)(ct[0], x), x)]
+
+    rule.__name__ = backward.removesuffix("_backward")
+    rule.__doc__ = f"``{backward}(ct, x)``: eager's one kernel (prims for a fusion executor)."
+    return rule
 
 
-@vjp(A.HardsigmoidOp)
-def hardsigmoid(g: Grad, out: Outs, ct: Cts, x: SSAValue) -> Grads:
-    """``hardsigmoid_backward(ct, x)``: eager's one kernel."""
-    if not is_differentiable_value(x):
-        return [None]
-    return [grad_as(g, g.ltorch.hardsigmoid_backward(ct[0], x), x)]
+vjp(A.HardswishOp)(_by_kernel("hardswish_backward"))
+vjp(A.HardsigmoidOp)(_by_kernel("hardsigmoid_backward"))
 
 
 @vjp(A.SiluOp)

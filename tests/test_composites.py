@@ -266,11 +266,12 @@ GROUP_NORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "float64": lambda x: F.group_norm(x.double(), 3),
     # eager's kernel and errors (the fallback)
     "bfloat16": lambda x: F.group_norm(x.bfloat16(), 3),
+    "empty": lambda x: F.group_norm(x[:, :, :0], 3),
     "channels not divisible": lambda x: F.group_norm(x, 4),
     "weight of the wrong size": lambda x: F.group_norm(x, 3, torch.ones(5)),
     "a bias without a weight": lambda x: F.group_norm(x, 3, None, torch.ones(6)),
 }
-_GN_OPAQUE = {"bfloat16", "channels not divisible", "weight of the wrong size"}
+_GN_OPAQUE = {"bfloat16", "empty", "channels not divisible", "weight of the wrong size"}
 
 
 @pytest.mark.parametrize("name", list(GROUP_NORMS))

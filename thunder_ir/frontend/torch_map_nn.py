@@ -11,6 +11,7 @@ Importing this module fills `thunder_ir.frontend.table.HANDLERS`
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -176,20 +177,20 @@ _group_norm_op = op_handler("native_group_norm")
 def _group_norm(ctx: Builder, input: Any, num_groups: Any, weight: Any = None, bias: Any = None,
                 eps: Any = 1e-5, cudnn_enabled: Any = True) -> Any:
     """``torch.group_norm`` (what ``F.group_norm`` calls after its checks, which run as they
-    are): ``ltorch.native_group_norm`` on float32/float64 tensors of static sizes whose
-    channels split into the groups; anything else (eager's errors included) takes the
-    fallback."""
+    are): ``ltorch.native_group_norm`` on non-empty float32/float64 tensors of static
+    sizes whose channels split into the groups; anything else (eager's errors included)
+    takes the fallback."""
     params = [t for t in (weight, bias) if t is not None]
     if not is_proxy(input) or input.dtype not in (torch.float32, torch.float64) \
             or input.dim() < 2 or type(num_groups) is not int or num_groups <= 0 \
-            or not all(type(n) is int for n in input.shape) \
+            or not all(type(n) is int for n in input.shape) or input.numel() == 0 \
             or input.shape[1] % num_groups or not isinstance(eps, int | float) \
             or any(not isinstance(t, torch.Tensor) or t.dtype != input.dtype
                    or t.shape != input.shape[1:2] for t in params):
         raise UseFallback
     n, c = input.shape[0], input.shape[1]
     results = _group_norm_op(ctx, input, weight, bias, N=n, C=c,  # type: ignore[misc]
-                             HxW=input.numel() // max(n * c, 1), group=num_groups,
+                             HxW=math.prod(input.shape[2:]), group=num_groups,
                              eps=float(eps))
     return results[0]
 
