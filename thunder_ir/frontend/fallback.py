@@ -34,7 +34,7 @@ from thunder_ir.frontend.errors import (
     where,
 )
 from thunder_ir.frontend.layout import call_layouts, meta_stand_in
-from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.proxy import is_proxy, root_proxy
 
 _NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
 """In-place methods whose same-named out-of-place function means something else."""
@@ -127,7 +127,7 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         if result_view is not None:
             ctx.note_view(r, operands[0], op, 0)
             ctx.read_layout()
-        return ctx.wrap(r, None if result_view is None else _root_of(result_view[0]))
+        return ctx.wrap(r, None if result_view is None else root_proxy(result_view[0]))
     layouts = [ctx.layout_of(v) if isinstance(v.type, TensorType) else None
                for v in operands]
     stand_ins = [meta_stand_in(v.type, lay) if lay is not None else meta_value(v.type)
@@ -177,7 +177,7 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         if i is not None:  # (an opaque view: whether eager can make it may be by layout)
             ctx.note_view(r, operands[i], op, k)
             ctx.read_layout()
-    return meta.rebuild([ctx.wrap(r, None if i is None else _root_of(passed[i]))
+    return meta.rebuild([ctx.wrap(r, None if i is None else root_proxy(passed[i]))
                          for r, i in zip(results, meta.views, strict=True)])
 
 
@@ -211,13 +211,6 @@ def _raise_out_cast(ctx: Builder, name: str, operands: list[SSAValue], args: lis
             raise RuntimeError(f"result type {dtype_name(t.dtype)} can't be cast to the "
                                f"desired output type {dtype_name(o.dtype)}\n"
                                f"  at {where(ctx.loc)}")
-
-
-def _root_of(p: Any) -> TensorProxy | None:
-    """The proxy whose storage ``p`` views (``p`` itself if it is no view)."""
-    if not is_proxy(p):
-        return None
-    return p._base_proxy if p._base_proxy is not None else p
 
 
 CALL_ON_COPIES = runtime_callee("call_on_copies")

@@ -164,3 +164,11 @@ def _device(dev: str) -> torch.device:
 def is_proxy(x: Any) -> bool:
     """True for a `TensorProxy`."""
     return type(x) is TensorProxy
+
+
+def root_proxy(x: Any) -> TensorProxy | None:
+    """The proxy whose storage ``x`` views (``x`` itself if it is no view); None for
+    anything but a proxy."""
+    if type(x) is not TensorProxy:
+        return None
+    return x._base_proxy if x._base_proxy is not None else x

@@ -26,7 +26,6 @@ a float32/float64 one; a bool into a bool one).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -35,8 +34,9 @@ from thunder_ir.frontend.aliasing import proxy_layout
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import where
 from thunder_ir.frontend.fallback import fallback
-from thunder_ir.frontend.proxy import is_proxy
+from thunder_ir.frontend.proxy import is_proxy, root_proxy
 from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.runtime.layout import is_dense
 from thunder_ir.runtime.namespace import export
 
 T = torch.Tensor
@@ -105,20 +105,6 @@ def _value_fits(x: Any, value: Any, view: tuple[int, ...]) -> int | None:
     return lead
 
 
-def _root(p: Any) -> Any:
-    return p if p._base_proxy is None else p._base_proxy
-
-
-def _dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
-    """torch's ``is_non_overlapping_and_dense``: the elements fill a range of memory."""
-    expect = 1
-    for s, n in sorted((s, n) for n, s in zip(shape, strides, strict=True) if n != 1):
-        if s != expect:
-            return False
-        expect *= n
-    return True
-
-
 def _read_overlap(ctx: Builder, x: Any, value: Any, box: Box, lead: int,
                   view: tuple[int, ...]) -> bool:
     ctx.read_layout()  # the answer depends on the strides: another layout, another trace
@@ -135,7 +121,7 @@ def _partial_overlap(x: Any, value: Any, box: Box, lead: int, view: tuple[int, .
         return False
     sizes = [b - a for a, b in box]
     begin = offset + sum(a * s for (a, _), s in zip(box, strides, strict=True))
-    if not (_dense(sizes, strides) and _dense(v_shape, v_strides)):
+    if not (is_dense(sizes, strides) and is_dense(v_shape, v_strides)):
         return False
     end, v_end = begin + math.prod(sizes), v_offset + math.prod(v_shape)
     if (begin, end) == (v_offset, v_end):
@@ -196,7 +182,7 @@ def _functional(ctx: Builder, x: Any, index: Any, value: Any) -> Any | None:
         lead = _value_fits(x, value, view)
         if lead is None:
             return None
-        if _root(value) is _root(x) and _read_overlap(ctx, x, value, box, lead, view):
+        if root_proxy(value) is root_proxy(x) and _read_overlap(ctx, x, value, box, lead, view):
             raise RuntimeError(
                 "unsupported operation: some elements of the input tensor and the written-to "
                 "tensor refer to a single memory location. Please clone() the tensor before "

@@ -29,7 +29,7 @@ from thunder_ir.dialects.types import canonical_device, tensor_type
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
-from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy, root_proxy
 from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter, inline, traces_python
 from thunder_ir.runtime.namespace import export
 
@@ -117,12 +117,6 @@ def emit_bound(ctx: Builder, op: type[ThunderOp], bound: dict[str, Any],
     return tuple(out) if isinstance(out, list) else out  # torch returns tuples (split)
 
 
-def _root(p: Any) -> TensorProxy | None:
-    if not is_proxy(p):
-        return None
-    return p._base_proxy if p._base_proxy is not None else p
-
-
 def op_handler(short: str, *, swap: bool = False, view: bool = False,
                varargs: str | None = None) -> Callable[..., Any] | None:
     """A handler binding a torch call to ltorch op ``short`` (None if the op is absent)."""
@@ -138,7 +132,7 @@ def op_handler(short: str, *, swap: bool = False, view: bool = False,
                 not isinstance(args[1], Sequence) or isinstance(args[1], str)):
             args = (args[0], tuple(args[1:]))
         bound = bind(op, args, kwargs, ctx.loc)
-        return emit_bound(ctx, op, bound, _root(args[0]) if view else None)
+        return emit_bound(ctx, op, bound, root_proxy(args[0]) if view else None)
 
     return handler
 
@@ -389,7 +383,7 @@ def _same_layout(self: Any) -> dict[str, Any]:
 
 
 def _alias(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
-    root = _root(self)
+    root = root_proxy(self)
     return ctx.remember(TensorProxy(self._value, base=root, **_same_layout(self)))
 
 
@@ -398,7 +392,7 @@ def _detach(ctx: Builder, self: Any) -> Any:
     gradient (``autograd.stop_gradient`` when ``x`` requires grad)."""
     if self._value not in ctx.active:
         return _alias(ctx, self)
-    root = _root(self)
+    root = root_proxy(self)
     v = ctx.stop_gradient(self._value)
     ctx.note_layout(v, ctx.layout_of(self._value))
     assert isinstance(v.owner, Operation)
@@ -681,7 +675,7 @@ def getitem(ctx: Builder, x: Any, index: Any) -> Any:
     emit = ctx.emit if tensors else ctx.emit_view  # basic indexing makes a view
     out = emit(op, ctx.value_of(x), [ctx.value_of(t) for t in tensors],
                index=tuple(enc) if isinstance(index, tuple) else enc[0])
-    return ctx.wrap(out, _root(x) if not tensors else None)
+    return ctx.wrap(out, root_proxy(x) if not tensors else None)
 
 
 HANDLERS[T.__getitem__] = getitem
