@@ -210,7 +210,7 @@ def build(a: argparse.Namespace, rank: int, counters: dict[str, Counter],
     model = fresh()
     steps[LOCAL_EAGER] = make(model, model.parameters())
     model = fresh()
-    local = thunder_ir.jit(model)
+    local = thunder_ir.jit(model, tiered=False)
     steps[LOCAL_OURS] = make(local, local.parameters())
     return steps, counted
 

@@ -56,8 +56,8 @@ def _variants(model: torch.nn.Module, compile_: bool) -> dict[str, Callable[...,
         torch._dynamo.reset()
         out["torch.compile"] = torch.compile(model)
         out["torch.compile dynamic=True"] = torch.compile(model, dynamic=True)
-    out["thunder_ir static"] = thunder_ir.jit(model, cache="static")
-    out["thunder_ir auto"] = thunder_ir.jit(model)
+    out["thunder_ir static"] = thunder_ir.jit(model, cache="static", tiered=False)
+    out["thunder_ir auto"] = thunder_ir.jit(model, tiered=False)
     return out
 
 
@@ -133,7 +133,7 @@ def generation(tokens: int, compile_: bool) -> None:
         return m.generate, None
 
     def thunder(cache: str) -> tuple[Callable[..., torch.Tensor], Any]:
-        jm = thunder_ir.jit(copy.deepcopy(model), cache=cache)
+        jm = thunder_ir.jit(copy.deepcopy(model), cache=cache, tiered=False)
         return jm.generate, jm
 
     if compile_:

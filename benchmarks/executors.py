@@ -179,7 +179,8 @@ def thunder_variants(fn: Any, device: str, compile_baseline: bool) -> dict[str, 
     if compile_baseline:
         out["torch.compile"] = torch.compile(fn)
     defaults = thunder_ir.get_default_executors()
-    out[f"thunder_ir default ({', '.join(e.name for e in defaults)})"] = thunder_ir.jit(fn)
+    out[f"thunder_ir default ({', '.join(e.name for e in defaults)})"] = thunder_ir.jit(
+        fn, tiered=False)
     for ex in get_all_executors():
         if not ex.is_fusion:
             continue

@@ -109,7 +109,7 @@ def main() -> None:
     jitted: dict[str, Any] = {}
 
     def thunder(name: str) -> Callable[..., torch.Tensor]:
-        jitted[name] = thunder_ir.jit(copy.deepcopy(model))
+        jitted[name] = thunder_ir.jit(copy.deepcopy(model), tiered=False)
         return jitted[name].generate
 
     variants["thunder_ir dynamic"] = (lambda: thunder("thunder_ir dynamic"), False)

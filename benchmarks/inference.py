@@ -66,7 +66,7 @@ idx = torch.randint(0, cfg.vocab_size, (a["batch"], a["seq"]))
 t = time.perf_counter()
 if a["variant"] == "thunder_ir":
     import thunder_ir
-    fn = thunder_ir.jit(model)
+    fn = thunder_ir.jit(model, tiered=False)
 else:
     fn = model
 setup = time.perf_counter() - t
@@ -174,7 +174,7 @@ def main() -> None:
         return t + 1
 
     small: dict[str, Callable[[], Any]] = {"eager": lambda: add1(x)}
-    j = thunder_ir.jit(add1)
+    j = thunder_ir.jit(add1, tiered=False)
     small["thunder_ir"] = lambda: j(x)
     if use_compile:
         c = torch.compile(add1)
@@ -184,7 +184,7 @@ def main() -> None:
     # LLaMAMLP, tiny input
     mlp = LLaMAMLP(64, 172).requires_grad_(False)
     xm = torch.randn(1, 4, 64)
-    jm = thunder_ir.jit(mlp)
+    jm = thunder_ir.jit(mlp, tiered=False)
     small = {"eager": lambda: mlp(xm), "thunder_ir": lambda: jm(xm)}
     if use_compile:
         cm = torch.compile(mlp)
@@ -199,7 +199,7 @@ def main() -> None:
     fused_executors = ["torch_compile", *thunder_ir.get_default_executors()]
     makers: dict[str, Callable[[], Callable[..., Any]]] = {
         "eager": lambda: model,
-        "thunder_ir": lambda: thunder_ir.jit(model),
+        "thunder_ir": lambda: thunder_ir.jit(model, tiered=False),
     }
     if use_compile:
         makers[FUSED] = lambda: thunder_ir.jit(model, executors=fused_executors)

@@ -47,7 +47,7 @@ def main() -> None:
     def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(x, t)
 
-    variants: dict[str, Any] = {"eager": loss, "thunder_ir": thunder_ir.jit(loss)}
+    variants: dict[str, Any] = {"eager": loss, "thunder_ir": thunder_ir.jit(loss, tiered=False)}
     if not a.no_compile:
         variants["torch.compile"] = torch.compile(loss)
     for vocab in (int(v) for v in a.vocab.split(",")):

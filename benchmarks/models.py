@@ -56,7 +56,7 @@ def _variant(name: str, model: Any) -> Any:
     import thunder_ir
 
     if name == "thunder_ir":
-        return thunder_ir.jit(model)
+        return thunder_ir.jit(model, tiered=False)
     if name == "thunder_ir:tiered":
         return thunder_ir.jit(model, tiered=True)
     if name == "torch.compile":

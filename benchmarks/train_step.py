@@ -8,11 +8,11 @@ For each variant, in a fresh process (so peak memory and first-call costs are it
 * bytes saved for backward (torch's saved-tensor hooks see thunder_ir's residuals too);
 * peak resident memory of the process (ru_maxrss), which holds the compiler too, and for
   ``thunder_ir:tiered`` its compile helper's own peak (``helper_rss_mb``; 0 when the
-  compiles ran on a thread);
+  compiles ran on a thread, or, for ``thunder_ir:auto``, once the helper has ended);
 * the peak of a steady step's own memory above what the process held when the step began
   (``step_peak_mb``: activations, residuals, gradients), in one more process per variant
   whose allocations of 64 KiB and more are mapped one by one (`harness.step_peak_mib`;
-  for ``thunder_ir:tiered``, once every kernel is in).
+  for ``thunder_ir:tiered`` and ``thunder_ir:auto``, once every kernel is in).
 
 Prints every figure and the ratios to eager and to torch.compile. Usage::
 
@@ -36,10 +36,13 @@ machine. It reports no first-step or memory figures (those need a process each).
 ``torch.autocast("cpu", torch.bfloat16)`` (eager autocast, torch.compile with autocast,
 thunder_ir with autocast).
 
-A variant ``thunder_ir+NAME`` puts executor NAME (e.g. the ``torch_compile`` fusion
-executor) ahead of the default executors. ``thunder_ir:tiered`` is ``jit(model,
+``thunder_ir`` is ``jit(model, tiered=False)``: the program compiled at the first call,
+which ``jit(model)`` runs until it tiers up. A variant ``thunder_ir+NAME`` puts executor
+NAME (e.g. the ``torch_compile`` fusion executor) ahead of the default executors.
+``thunder_ir:auto`` is ``jit(model)``, the default: the program tiers up once hot
+(`thunder_ir.lowering.tier_up`). ``thunder_ir:tiered`` is ``jit(model,
 tiered=True)``: the Inductor executor's regions run unfused until a background thread has
-compiled them; it also reports the step after which every kernel was swapped in, the
+compiled them. Both also report the step after which every kernel was swapped in, the
 seconds from the first step's start to then (``swap_step``, ``swap_s``; 0 for the others)
 and how many compiled kernels lost to their unfused region when both were timed
 (``kept_unfused``).
@@ -86,17 +89,17 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
     torch.set_flush_denormal(True)
     cfg = llama_config(a, vocab_size=4096)
     model = LlamaGPT(cfg)
-    if variant == "thunder_ir:tiered":
+    if variant in TIERED:
         import thunder_ir
 
-        fn = thunder_ir.jit(model, remat=a.remat, tiered=True)
+        fn = thunder_ir.jit(model, remat=a.remat, tiered=TIERED[variant])
     elif variant.startswith("thunder_ir"):
         import thunder_ir
 
         # "thunder_ir+torch_compile": that fusion executor first, then the defaults.
         extra = variant.partition("+")[2]
         executors = ([extra, *thunder_ir.get_default_executors()] if extra else None)
-        fn = thunder_ir.jit(model, executors=executors, remat=a.remat)
+        fn = thunder_ir.jit(model, executors=executors, remat=a.remat, tiered=False)
     elif variant == "torch.compile":
         fn = torch.compile(model)
     elif variant == "thunderfx":  # torch.compile with thunder_ir as its backend
@@ -133,6 +136,21 @@ def autocast(a: argparse.Namespace) -> Any:
     return torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[a.autocast])
 
 
+TIERED = {"thunder_ir:tiered": True, "thunder_ir:auto": "auto"}
+"""The variants whose fused kernels come in while they run (``jit(model, tiered=...)``)."""
+
+
+def _swapped(fn: Any) -> bool:
+    """Whether every kernel of a tiered variant is in (``thunder_ir:auto``: the fused
+    program is swapped in, or kept out)."""
+    import thunder_ir
+
+    status = thunder_ir.compile_status(fn)
+    if fn._compiled.tier_up is not None:
+        return bool(status["swapped"] or status["kept"])
+    return bool(status["ready"])
+
+
 def run_variant(variant: str, a: argparse.Namespace) -> dict:
     import torch
 
@@ -143,17 +161,17 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     step()
     first = time.perf_counter() - t
     swap_step, swap_s, unfused = 0, 0.0, 0
-    if variant == "thunder_ir:tiered":  # steps until every kernel is swapped in
+    if variant in TIERED:  # steps until every kernel is swapped in
         import thunder_ir
 
         swap_step = 1
-        while not thunder_ir.compile_status(fn)["ready"] and swap_step < 10_000:
+        while not _swapped(fn) and swap_step < 100_000:
             step()
             swap_step += 1
         swap_s = time.perf_counter() - t
     for _ in range(2):
         step()
-    if variant == "thunder_ir:tiered":  # kernels that lost to their unfused region
+    if variant in TIERED:  # kernels that lost to their unfused region
         status = thunder_ir.compile_status(fn)
         unfused = status["unfused"]
         for name, f_ms, u_ms in status["timings"]:
@@ -178,7 +196,7 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
     del logits
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     helper_rss = 0.0
-    if variant == "thunder_ir:tiered":  # the compile helper's own peak, if it ran
+    if variant in TIERED:  # the compile helper's own peak, if it ran
         from thunder_ir.lowering.tiered import helper_if_made
 
         helper = helper_if_made()
@@ -209,12 +227,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.variant and a.memory:  # a process of its own, started with MAPPED_ONE_BY_ONE
         step, fn, _ = build(a.variant, a)
-        if a.variant == "thunder_ir:tiered":  # the step once every kernel is in
-            import thunder_ir
-
-            for _ in range(10_000):
+        if a.variant in TIERED:  # the step once every kernel is in
+            for _ in range(100_000):
                 step()
-                if thunder_ir.compile_status(fn)["ready"]:
+                if _swapped(fn):
                     break
         peak = step_peak_mib(step)
         print(json.dumps({"step_peak_mb": -1.0 if peak is None else peak}))
@@ -251,7 +267,7 @@ def main() -> None:
             "step_peak_mb"] if out.returncode == 0 else -1.0)
     keys = ("setup_s", "first_s", "to_first_s", "step_ms", "saved_mb", "peak_rss_mb",
             "step_peak_mb", "faults")
-    if "thunder_ir:tiered" in results:
+    if any(v in results for v in TIERED):
         keys += ("helper_rss_mb", "swap_step", "swap_s", "kept_unfused")
     report(results, keys)
 

@@ -7,6 +7,9 @@ Adam at batch size 8. The data is the handwritten-digits set that scikit-learn s
 
 Unlike the reference system, one jitted module serves both evaluation and training:
 ``model.eval()``/``train()`` and ``requires_grad_()`` select the program through the cache.
+The training program tiers up once hot: it is lowered again with the Inductor executor,
+whose kernels compile in the background, and swapped in when they are (the traces printed
+at the end are then the fused program's).
 
 Run: ``.venv/bin/python examples/train_mnist.py [--epochs 8]``
 """
@@ -134,6 +137,10 @@ def main() -> int:
     print(thunder_ir.last_traces(jitted)[-1])
     print(f"cache: {thunder_ir.cache_misses(jitted)} programs compiled, "
           f"{thunder_ir.cache_hits(jitted)} cached calls")
+    status = thunder_ir.compile_status(jitted)  # the hot programs tier up (docs/fusion.md)
+    print(f"tier-up: {status['swapped']} hot program(s) swapped for their fused version, "
+          f"{status['compiled']} Inductor kernels compiled in the background"
+          + "".join(f"; kept unfused: {why}" for why in status["kept"]))
     print(f"total time {time.perf_counter() - start:.1f} s")
     if abs(after - original) > 1e-9:
         print("ERROR: the jitted and original modules disagree", file=sys.stderr)

@@ -30,6 +30,7 @@ Whether this executor is on by default is a measured decision: see ``docs/fusion
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
 import warnings
@@ -234,10 +235,9 @@ class InductorExecutor(Executor):
         self.background = BackgroundCompiler() if tiered else None
 
     def is_available(self) -> bool:
-        """Inductor must import; on CPU it also needs a C++ compiler."""
-        try:
-            import torch._inductor
-        except ImportError:
+        """Inductor must be installed; on CPU it also needs a C++ compiler. (Found without
+        importing it: Inductor loads sympy and Dynamo, which a first call must not.)"""
+        if importlib.util.find_spec("torch._inductor") is None:
             return False
         return torch.cuda.is_available() or _has_cxx_compiler()
 

@@ -310,6 +310,19 @@ def end_helpers() -> None:
             shutil.rmtree(helper.dir, ignore_errors=True)
 
 
+def stop_idle_helper() -> None:
+    """Ends the compile helper's process (its ~450 MiB) when no compiler of this process
+    has a compile pending; a later request starts it again. Its files stay: kernels
+    loaded from them keep their sources for tracebacks."""
+    helper = helper_if_made()
+    if helper is None or helper.proc is None:
+        return
+    if all(c.status.pending == 0 for c in list(_COMPILERS)):
+        with helper.write:
+            helper.kill()
+        LOG.info("tiered: the compile helper ended (nothing pending)")
+
+
 @dataclass(eq=False)  # (hashed by identity: `_COMPILERS`)
 class BackgroundCompiler:
     """One daemon thread that runs compile jobs in order (started on the first job)."""
@@ -476,4 +489,4 @@ def warn_failures(compiler: BackgroundCompiler, executor: str) -> None:
 
 __all__ = ["HELPER_ENV", "LOG", "TRACING", "BackgroundCompiler", "Helper", "HelperError",
            "Status", "end_helpers", "helper_if_made", "measured", "shared_helper",
-           "warn_failures"]
+           "stop_idle_helper", "warn_failures"]

@@ -41,6 +41,7 @@ from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
 from thunder_ir.lowering.tiered import TRACING
+from thunder_ir.passes.context import CompileContext
 from thunder_ir.passes.pipeline import Pipeline, snapshot_function
 from thunder_ir.passes.snapshot import freeze
 from thunder_ir.pipeline import JitOptions, jit_pipeline
@@ -178,6 +179,9 @@ class CompiledCallable:
         from thunder_ir.passes.remat import AUTO
 
         self.remat_policy: Any = AUTO
+        self.tier_up: Any = None
+        """A `thunder_ir.lowering.tier_up.TierUp` where hot programs tier up
+        (``jit(fn)``'s default without a fusion executor)."""
         sig_target = module.forward if module is not None else fn
         try:
             self.signature: inspect.Signature | None = inspect.signature(sig_target)  # type: ignore[arg-type]
@@ -238,12 +242,17 @@ class CompiledCallable:
                 "transforms": self._transforms,
                 "executors": None if self._executors_arg is None
                 else [executor_ref(e) for e in self._executors_arg],
-                "remat_policy": self.remat_policy, "wrapper": wrapper}
+                "remat_policy": self.remat_policy, "wrapper": wrapper,
+                "tier_up": self.tier_up is not None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["fn"], state["module"], state["executors"],  # type: ignore[misc]
                       state["transforms"])
         self.remat_policy = state["remat_policy"]
+        if state.get("tier_up"):
+            from thunder_ir.lowering.tier_up import TierUp
+
+            self.tier_up = TierUp()
         self.method = state.get("method")
         self.__dict__.update(state["wrapper"])
 
@@ -672,33 +681,52 @@ class CompiledCallable:
         pro = self._keyed_prologue(traced, spec, args, kwargs, n, pro, exact)
         module = traced.module
         _put_prologue(module, pro)  # once: trace 0 shows the prologue the cache keys by
-        traces = [Trace(freeze(module), "trace", t_trace)]
+        frozen = freeze(module)
+        traces = [Trace(frozen, "trace", t_trace)]
+        entry = self._lower(traced, module, pro, state, traces, under_autocast, self.ctx)
+        tier = self.tier_up
+        if tier is not None and dynamic is None and not traced.speculative \
+                and not self._data_parallel(traced) and tier.worth(entry, state, args, kwargs):
+            first, light = traces[0], replace(traced, module=ModuleOp([]))
+
+            def fused() -> Entry:  # the same trace, lowered with the tiered executor
+                e = self._lower(light, frozen.thaw(), pro, state, [first], under_autocast,
+                                tier.context())
+                check_layouts(e, light.output_strides, self._name())
+                return e
+
+            tier.watch(entry, fused, self._name())
+        check_layouts(entry, traced.output_strides, self._name())
+        entry.writes_symbolic_ints = self._attrs is not None and \
+            self._attrs.writes_only_ints(entry.epilogue)
+        return entry, traced, pro
+
+    def _lower(self, traced: TracedProgram, module: ModuleOp, pro: Prologue,
+               state: dict[str, torch.Tensor], traces: list[Trace], under_autocast: bool,
+               ctx: CompileContext) -> Entry:
+        """Runs the pipeline on the traced ``module`` with ``ctx``'s executors, generates
+        the code and makes the entry (``traces``: those before the pipeline's)."""
         training = any(traced.output_requires_grad)
         passes = jit_pipeline(JitOptions(
-            executors=tuple(self.executors), training=training,
+            executors=tuple(ctx.executors), training=training,
             requires_grad=tuple(traced.input_requires_grad), remat=self.remat_policy,
             user=self.user, data_parallel=self._data_parallel(traced) if training else ()))
         # A trace per pass and function: `last_traces` shows @forward's,
         # `last_backward_traces` @backward's (no pass changes @prologue).
         pipeline = Pipeline(passes, record="functions", trace_type=Trace)
-        recorded = pipeline.run(module, self.ctx)
-        program = generate(module, self.ctx.executors, origins=traced.input_kinds,
+        recorded = pipeline.run(module, ctx)
+        program = generate(module, ctx.executors, origins=traced.input_kinds,
                            state=state, prologue=pro)
         if under_autocast:  # its casts are explicit: the program runs with autocast off
             program = program.with_functions(without_autocast)
         pipeline.after_step(CODEGEN, module, sum(g.seconds for g in program.functions.values()))
         recorded += _final_traces(module, program)
-        traces += [t for t in recorded if t.function != BACKWARD]
+        traces = [*traces, *(t for t in recorded if t.function != BACKWARD)]
         if training:
-            entry = self._compile_training(
+            return self._compile_training(
                 traced, program, traces, [t for t in recorded if t.function == BACKWARD],
                 state)
-        else:
-            entry = self._entry(traced, program, traces, state)
-        check_layouts(entry, traced.output_strides, self._name())
-        entry.writes_symbolic_ints = self._attrs is not None and \
-            self._attrs.writes_only_ints(entry.epilogue)
-        return entry, traced, pro
+        return self._entry(traced, program, traces, state)
 
     def _unshard(self) -> Callable[..., Any] | None:
         """How tracing reads the parameters of a sharded module (`thunder_ir.distributed
@@ -711,46 +739,14 @@ class CompiledCallable:
         return None if cfg is None else unshard_in_trace(cfg)
 
     def _data_parallel(self, traced: TracedProgram) -> tuple[ModulePass, ...]:
-        """The passes of a data-parallel module's training program
-        (`thunder_ir.distributed`): ``ddp-allreduce`` of its parameters' gradients while
-        its backwards synchronize; for a sharded module, ``fsdp-grad-scale`` of the
-        shards' gradients (their reduce-scatter is autodiff's), ``ddp-allreduce`` of the
-        parameters it does not shard, ZERO3's gathering again in the backward, and the
-        prefetching schedule."""
+        """The data-parallel passes of a training program (`thunder_ir.distributed
+        .training_passes`); none for a module that is not data-parallel."""
         if self.module is None or not (hasattr(self.module, "_thunder_ddp")
                                        or hasattr(self.module, "_thunder_fsdp")):
             return ()  # (without importing thunder_ir.distributed)
-        from thunder_ir.distributed import config_of
-        from thunder_ir.distributed.fsdp import FSDPType
-        from thunder_ir.distributed.fsdp import config_of as fsdp_config_of
-        from thunder_ir.passes.collectives import ScheduleCollectivesPass
-        from thunder_ir.passes.ddp import DDPAllReducePass
-        from thunder_ir.passes.fsdp import FSDPGradScalePass, Zero3Pass
+        from thunder_ir.distributed import training_passes
 
-        named = dict(self.module.named_parameters())
-        ids = {id(p) for p in named.values()}
-        # a parameter reaches the program by name, or captured (a checkpointed region's
-        # closure): each of its inputs' gradients is averaged, so their sum is too
-        positions = [i for i, kind in enumerate(traced.input_kinds)
-                     if (isinstance(kind, StateEntry) and kind.name in named)
-                     or (isinstance(kind, Captured) and id(kind.tensor) in ids)]
-        sharded = fsdp_config_of(self.module)
-        if sharded is not None:
-            shard_pos = tuple(i for i in positions if isinstance(
-                traced.input_kinds[i], StateEntry) and traced.input_kinds[i].name  # type: ignore[union-attr]
-                in sharded.shards)
-            rest = tuple(i for i in positions if i not in shard_pos)
-            passes: list[ModulePass] = [FSDPGradScalePass(shard_pos, sharded.world)]
-            if rest:
-                passes.append(DDPAllReducePass(rest, sharded.world, sharded.group))
-            if sharded.strategy is FSDPType.ZERO3:
-                passes.append(Zero3Pass())
-            passes.append(ScheduleCollectivesPass())
-            return tuple(passes)
-        cfg = config_of(self.module)
-        if cfg is None:
-            return ()
-        return (DDPAllReducePass(tuple(positions), cfg.world, cfg.group, cfg.bucket_bytes),)
+        return training_passes(self.module, traced.input_kinds)
 
     def _name(self) -> str:
         return (type(self.module).__name__ if self.module is not None
@@ -1009,7 +1005,7 @@ for _name in ("register_state_dict_pre_hook", "register_state_dict_post_hook",
 
 def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | None = None,
         transforms: Sequence[Any] | None = None, remat: Any = "auto", cache: str = "auto",
-        tiered: bool = False, **options: Any) -> Any:
+        tiered: bool | str = "auto", **options: Any) -> Any:
     """Compiles a module or function with thunder_ir.
 
     Args:
@@ -1032,21 +1028,34 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
             ``int`` argument symbolic from the first compile; module attributes as under
             ``"auto"``). `mark_dynamic` marks
             single dimensions. See `thunder_ir.runtime.dynamic`.
-        tiered: fuse with the Inductor executor without waiting for it: its regions run
-            unfused until a background thread has compiled their kernels, which then
-            replace them (`thunder_ir.lowering.tiered`; `compile_status`). Needs what the
-            Inductor executor needs (on CPU, a C++ compiler).
+        tiered: ``"auto"``: where the default executors fuse nothing (CPU), a program
+            whose calls have taken a few seconds is lowered again with the Inductor
+            executor, its kernels compile in the background, and the fused program
+            replaces it at a call boundary once they are in (`thunder_ir.lowering
+            .tier_up`). ``True``: fuse with the Inductor executor from the first call,
+            its regions running unfused until their kernels are in (`thunder_ir.lowering
+            .tiered`). ``False``: never. `compile_status` shows the compiles. Fusing needs
+            what the Inductor executor needs (on CPU, a C++ compiler).
 
     Returns:
         A drop-in replacement that traces on the first call with new input metadata and
         then runs the cached program.
     """
-    if tiered:
+    if tiered not in (True, False, "auto"):
+        raise ValueError(f"tiered must be True, False or 'auto', got {tiered!r}")
+    if tiered is True:
         from thunder_ir.lowering.inductor_executor import tiered_executors
 
         executors = tiered_executors(executors)
-    return build(fn, CompiledCallable, executors=executors, transforms=transforms, remat=remat,
-                 cache=cache, **options)
+    out = build(fn, CompiledCallable, executors=executors, transforms=transforms, remat=remat,
+                cache=cache, **options)
+    compiled = _compiled_of(out)
+    if tiered == "auto" and executors is None and not any(
+            getattr(e, "is_fusion", False) for e in compiled.executors):
+        from thunder_ir.lowering.tier_up import TierUp
+
+        compiled.tier_up = TierUp()
+    return out
 
 
 def build(fn: Callable[..., Any] | torch.nn.Module, cls: type[CompiledCallable], *,
@@ -1162,29 +1171,17 @@ def cache_misses(f: Any) -> int:
     return sum(c.cache.stats.misses for c in _with_generate(f))
 
 
-def _backgrounds(f: Any) -> list[Any]:
-    return [e.background for c in _with_generate(f) for e in c.executors
-            if getattr(e, "background", None) is not None]
-
-
 def compile_status(f: Any, wait: float | None = 0.0) -> dict[str, Any]:
-    """A tiered jitted callable's background compiles (``jit(fn, tiered=True)``): kernels
+    """A jitted callable's background compiles (``jit(fn, tiered=...)``): kernels
     ``pending``, ``compiled`` and ``failed``, compile ``seconds``, ``ready`` (none
     pending), the compiled kernels kept ``unfused`` because their region ran faster
-    without them, and ``timings``: ``(kernel, fused_ms, unfused_ms)`` per region timed.
-    ``wait``: first wait up to this many seconds for the pending ones (None: until they
-    are done)."""
-    backgrounds = _backgrounds(f)
-    if wait != 0.0:
-        for b in backgrounds:
-            b.wait(wait)
-    out: dict[str, Any] = {"pending": 0, "compiled": 0, "failed": 0, "seconds": 0.0,
-                           "unfused": 0, "timings": []}
-    for b in backgrounds:
-        for k in out:
-            out[k] += getattr(b.status, k)
-    out["ready"] = out["pending"] == 0
-    return out
+    without them, ``timings``: ``(kernel, fused_ms, unfused_ms)`` per region timed;
+    under ``tiered="auto"``, ``swapped``: the hot programs whose fused version replaced
+    them, and ``kept``: why others kept their unfused version. ``wait``: first wait up
+    to this many seconds for the pending ones (None: until they are done)."""
+    from thunder_ir.lowering.tier_up import status_of
+
+    return status_of(_with_generate(f), wait)
 
 
 __all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform",

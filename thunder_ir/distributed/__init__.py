@@ -22,7 +22,7 @@ gradients here, local ones there.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -206,6 +206,44 @@ def average_gradients(model: torch.nn.Module, cfg: DDPConfig) -> None:
                 offset += g.numel()
 
 
+def training_passes(module: torch.nn.Module, input_kinds: Sequence[Any]) -> tuple[Any, ...]:
+    """The passes of a data-parallel module's training program, whose arguments come
+    from ``input_kinds`` (`thunder_ir.runtime.origins`): ``ddp-allreduce`` of its
+    parameters' gradients while its backwards synchronize; for a sharded module,
+    ``fsdp-grad-scale`` of the shards' gradients (their reduce-scatter is autodiff's),
+    ``ddp-allreduce`` of the parameters it does not shard, ZERO3's gathering again in the
+    backward, and the prefetching schedule."""
+    from thunder_ir.distributed.fsdp import config_of as fsdp_config_of
+    from thunder_ir.passes.collectives import ScheduleCollectivesPass
+    from thunder_ir.passes.ddp import DDPAllReducePass
+    from thunder_ir.passes.fsdp import FSDPGradScalePass, Zero3Pass
+    from thunder_ir.runtime.origins import Captured, StateEntry
+
+    named = dict(module.named_parameters())
+    ids = {id(p) for p in named.values()}
+    # a parameter reaches the program by name, or captured (a checkpointed region's
+    # closure): each of its inputs' gradients is averaged, so their sum is too
+    positions = [i for i, kind in enumerate(input_kinds)
+                 if (isinstance(kind, StateEntry) and kind.name in named)
+                 or (isinstance(kind, Captured) and id(kind.tensor) in ids)]
+    sharded = fsdp_config_of(module)
+    if sharded is not None:
+        shard_pos = tuple(i for i in positions if isinstance(kind := input_kinds[i], StateEntry)
+                          and kind.name in sharded.shards)
+        rest = tuple(i for i in positions if i not in shard_pos)
+        passes: list[Any] = [FSDPGradScalePass(shard_pos, sharded.world)]
+        if rest:
+            passes.append(DDPAllReducePass(rest, sharded.world, sharded.group))
+        if sharded.strategy is FSDPType.ZERO3:
+            passes.append(Zero3Pass())
+        passes.append(ScheduleCollectivesPass())
+        return tuple(passes)
+    cfg = config_of(module)
+    if cfg is None:
+        return ()
+    return (DDPAllReducePass(tuple(positions), cfg.world, cfg.group, cfg.bucket_bytes),)
+
+
 from thunder_ir.distributed.fsdp import (  # noqa: E402
     FSDPBucketingStrategy,
     FSDPType,
@@ -215,4 +253,4 @@ from thunder_ir.distributed.fsdp import (  # noqa: E402
 
 __all__ = ["DDPConfig", "FSDPBucketingStrategy", "FSDPType", "average_gradients",
            "config_of", "ddp", "fsdp", "no_sync", "require_group", "same_start",
-           "sharded_state_dict"]
+           "sharded_state_dict", "training_passes"]

@@ -1,0 +1,265 @@
+"""Tier-up: ``jit(fn)``'s default on CPU fuses the programs that turn out hot.
+
+A jitted callable whose default executors include no fusion executor (CPU, where the
+Inductor executor's compile costs seconds) runs each program unfused, as compiled on its
+first call. `Watch` times the program's calls; once they have taken `HOT_SECONDS`
+(``THUNDER_IR_TIER_UP_AFTER``) over at least `HOT_CALLS` calls, the program is hot:
+
+1. the same trace (trace 0, the prologue included) is lowered again with a tiered
+   Inductor executor (`thunder_ir.lowering.tiered`), on the calling thread, at that
+   call's end (the length of a first call's pipeline, once);
+2. the next call runs that fused program: its regions run their unfused functions, and
+   each asks the background compiler for its kernel (a training call's backward asks for
+   the backward's when it runs);
+3. later calls run the unfused program again while the kernels compile in the helper
+   process; the first call that finds none pending (after at least one such call, so
+   that a training step's backward has asked for its kernels) swaps the fused program
+   in, at the call boundary: the entry's function and traces become the fused
+   program's, so ``last_traces`` shows what runs. Each kernel's first call keeps it only
+   where it beats its region's unfused function (`thunder_ir.lowering.tiered.measured`).
+
+A forward run before the swap keeps its own backward (its autograd node holds it), so a
+swap in the middle of gradient accumulation adds the same gradients. A kernel that fails
+to compile keeps the unfused program, with a warning. Not tiered up: programs with
+symbolic sizes, speculative programs, data-parallel training, tensors off the CPU,
+programs under `MIN_OPS` ops, and calls made while ``torch.use_deterministic_algorithms``
+is on (the swap's call depends on the compile's timing, and Inductor's kernels round
+otherwise than eager's). ``jit(fn, tiered=False)`` or ``THUNDER_IR_TIER_UP=0`` turns it
+off; ``tiered=True`` fuses from the first call. The compile helper is ended once nothing
+is pending (`thunder_ir.lowering.tiered.stop_idle_helper`); each step logs at the INFO
+level on the ``thunder_ir.tiered`` logger.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from thunder_ir.lowering.tiered import LOG, BackgroundCompiler, stop_idle_helper
+from thunder_ir.runtime.cache import Entry
+
+TIER_ENV = "THUNDER_IR_TIER_UP"
+"""``0``: no program tiers up (as ``jit(fn, tiered=False)``)."""
+AFTER_ENV = "THUNDER_IR_TIER_UP_AFTER"
+"""Seconds of a program's calls after which it is hot (`HOT_SECONDS` by default)."""
+
+HOT_SECONDS = 2.0
+"""A program whose calls have taken this long is hot. A training call times its forward
+(the backward runs later, under autograd), about a third of the step: a program tiers up
+after about six seconds of training. The Inductor compile it starts takes 5-25 s of the
+other core (docs/fusion.md)."""
+HOT_CALLS = 8
+"""...over at least this many calls (a single long call does not make a program hot)."""
+MIN_OPS = 10
+"""A program of fewer ops in its final forward never tiers up: fusing a handful of ops
+does not pay for the compile, and the watch would cost a short program's calls."""
+
+
+def hot_seconds() -> float:
+    """`HOT_SECONDS`, or what ``THUNDER_IR_TIER_UP_AFTER`` says."""
+    value = os.environ.get(AFTER_ENV)
+    return HOT_SECONDS if value is None else float(value)
+
+
+_INDUCTOR: list[bool] = []
+
+
+def _inductor_available() -> bool:
+    if not _INDUCTOR:
+        from thunder_ir.lowering.inductor_executor import InductorExecutor
+
+        _INDUCTOR.append(InductorExecutor().is_available())
+    return _INDUCTOR[0]
+
+
+class TierUp:
+    """A jitted callable's tier-up (``jit(fn)`` with ``tiered="auto"``): the executors
+    its fused programs are lowered with (one tiered Inductor executor, whose background
+    compiler every program of the callable shares), and what happened so far."""
+
+    def __init__(self) -> None:
+        self._ctx: Any = None
+        self.swapped = 0
+        """Programs whose fused version was swapped in."""
+        self.kept: list[str] = []
+        """Why programs kept their unfused version."""
+
+    def context(self) -> Any:
+        """The compile context with the tiered Inductor executor first (made once)."""
+        if self._ctx is None:
+            from thunder_ir.lowering.executors import compile_context
+            from thunder_ir.lowering.inductor_executor import tiered_executors
+
+            self._ctx = compile_context(tiered_executors(None))
+        return self._ctx
+
+    @property
+    def background(self) -> BackgroundCompiler | None:
+        """The background compiler of the fused programs (None before the first)."""
+        return None if self._ctx is None else self._ctx.executors[0].background
+
+    def worth(self, entry: Entry, state: dict[str, torch.Tensor], args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> bool:
+        """Whether ``entry``'s program may tier up: every tensor on the CPU, at least
+        `MIN_OPS` ops, a C++ compiler for Inductor, and no ``THUNDER_IR_TIER_UP=0``."""
+        if os.environ.get(TIER_ENV) == "0":
+            return False
+        for t in (*state.values(), *tree_leaves((args, kwargs))):
+            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+                return False
+        for ops, _ in enumerate(entry.traces[-1].ir.walk(), 1):
+            if ops >= MIN_OPS:
+                return _inductor_available()
+        return False
+
+    def watch(self, entry: Entry, fused: Callable[[], Entry], name: str) -> None:
+        """Makes ``entry`` time its calls (`Watch`); ``fused()`` lowers its trace with
+        the tiered executor when it is hot."""
+        entry.fn = Watch(self, entry, fused, name)
+
+
+_COUNTING, _PRIMING, _WAITING, _KEPT = range(4)
+
+
+class Watch:
+    """The function of a program that may tier up, until it does (see the module doc)."""
+
+    __slots__ = ("calls", "entry", "failed", "fused", "hot_s", "lock", "name", "program",
+                 "spent", "state", "tier", "unfused", "waited")
+
+    def __init__(self, tier: TierUp, entry: Entry, fused: Callable[[], Entry], name: str
+                 ) -> None:
+        self.tier, self.entry, self.fused, self.name = tier, entry, fused, name
+        self.unfused = entry.fn
+        self.state = _COUNTING
+        self.calls = 0
+        self.spent = 0.0
+        self.hot_s = hot_seconds()
+        self.program: Entry | None = None
+        self.failed = 0  # the background's failures when the fused program was made
+        self.waited = 0  # calls since the fused program's first
+        self.lock = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        state = self.state
+        if state == _COUNTING:
+            start = time.perf_counter()
+            out = self.unfused(*args)
+            self.spent += time.perf_counter() - start
+            self.calls += 1
+            if self.spent >= self.hot_s and self.calls >= HOT_CALLS:
+                self._hot()
+            return out
+        if state == _WAITING:
+            bg = self.tier.background
+            assert bg is not None and self.program is not None
+            if self.waited and bg.status.pending == 0:
+                with self.lock:
+                    fn = self._swap_or_keep(bg) if self.state == _WAITING else self.unfused
+                return fn(*args)
+            self.waited += 1
+            return self.unfused(*args)
+        if state == _PRIMING:
+            with self.lock:
+                priming, self.state = self.state == _PRIMING, _WAITING
+            if priming:
+                assert self.program is not None
+                return self.program.fn(*args)
+        return self.unfused(*args)
+
+    def _hot(self) -> None:
+        """Lowers the trace with the tiered executor; the next call runs it."""
+        with self.lock:
+            if self.state != _COUNTING:
+                return
+            if torch.are_deterministic_algorithms_enabled():
+                self.spent = 0.0  # asked again after as long, in case it was turned off
+                LOG.info("tiered: %s is hot, but deterministic algorithms are on: it "
+                         "stays unfused", self.name)
+                return
+            LOG.info("tiered: %s is hot (%d calls, %.1f s): lowering it with the Inductor "
+                     "executor, whose kernels compile in the background",
+                     self.name, self.calls, self.spent)
+            start = time.perf_counter()
+            try:
+                self.program = self.fused()
+            except Exception as e:  # the unfused program stays
+                self._keep(f"lowering it with the Inductor executor failed "
+                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+                return
+            bg = self.tier.background
+            assert bg is not None
+            self.failed = bg.status.failed
+            self.state = _PRIMING
+            LOG.info("tiered: %s lowered in %.2f s", self.name, time.perf_counter() - start)
+
+    def _swap_or_keep(self, bg: BackgroundCompiler) -> Callable[..., Any]:
+        """Every kernel asked for is in: swaps the fused program in, unless one failed;
+        returns the function this call runs."""
+        assert self.program is not None
+        failed = bg.status.failed - self.failed
+        fn = self.unfused
+        if failed:
+            self._keep(f"{failed} of its kernels failed to compile")
+        else:
+            program, entry = self.program, self.entry
+            fn = program.fn
+            entry.traces, entry.backward_traces = program.traces, program.backward_traces
+            entry.fn = program.fn
+            self.tier.swapped += 1
+            self.state = _KEPT
+            LOG.info("tiered: %s: the fused program runs from this call on (%d calls "
+                     "after it was hot)", self.name, self.waited)
+        self.program = None
+        stop_idle_helper()
+        return fn
+
+    def _keep(self, why: str) -> None:
+        self.state, self.program = _KEPT, None
+        self.tier.kept.append(f"{self.name}: {why}")
+        warnings.warn(f"thunder_ir: {self.name} keeps running its unfused program: {why}",
+                      RuntimeWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame, above the caller, outside thunder_ir and
+    torch (the user's call of the jitted module or function)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
+            "thunder_ir", "torch"):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def status_of(callables: list[Any], wait: float | None) -> dict[str, Any]:
+    """`thunder_ir.compile_status` of jitted callables (`thunder_ir.api.CompiledCallable`;
+    a module's own and its ``generate``'s): their tiered executors' background compiles
+    and their tier-ups', summed."""
+    backgrounds = [e.background for c in callables for e in c.executors
+                   if getattr(e, "background", None) is not None]
+    tiers = [c.tier_up for c in callables if c.tier_up is not None]
+    backgrounds += [t.background for t in tiers if t.background is not None]
+    if wait != 0.0:
+        for b in backgrounds:
+            b.wait(wait)
+    out: dict[str, Any] = {"pending": 0, "compiled": 0, "failed": 0, "seconds": 0.0,
+                           "unfused": 0, "timings": []}
+    for b in backgrounds:
+        for k in out:
+            out[k] += getattr(b.status, k)
+    out["ready"] = out["pending"] == 0
+    out["swapped"] = sum(t.swapped for t in tiers)
+    out["kept"] = [why for t in tiers for why in t.kept]
+    return out
+
+
+__all__ = ["AFTER_ENV", "HOT_CALLS", "HOT_SECONDS", "MIN_OPS", "TIER_ENV", "TierUp", "Watch",
+           "hot_seconds", "status_of"]
