@@ -59,8 +59,9 @@ other core (docs/fusion.md)."""
 HOT_CALLS = 8
 """...over at least this many calls (a single long call does not make a program hot)."""
 MIN_OPS = 10
-"""A program of fewer ops in its final forward never tiers up: fusing a handful of ops
-does not pay for the compile, and the watch would cost a short program's calls."""
+"""A program of fewer ops in its final forward (and backward) never tiers up: fusing a
+handful of ops does not pay for the compile, and the watch would cost a short program's
+calls."""
 
 
 def hot_seconds() -> float:
@@ -115,9 +116,13 @@ class TierUp:
         for t in (*state.values(), *tree_leaves((args, kwargs))):
             if isinstance(t, torch.Tensor) and t.device.type != "cpu":
                 return False
-        for ops, _ in enumerate(entry.traces[-1].ir.walk(), 1):
-            if ops >= MIN_OPS:
-                return _inductor_available()
+        finals = [entry.traces[-1], *entry.backward_traces[-1:]]  # a training step's both
+        ops = 0
+        for trace in finals:
+            for _ in trace.ir.walk():
+                ops += 1
+                if ops >= MIN_OPS:
+                    return _inductor_available()
         return False
 
     def watch(self, entry: Entry, fused: Callable[[], Entry], name: str) -> None:
@@ -232,7 +237,8 @@ class Watch:
 def _user_stacklevel() -> int:
     """The ``stacklevel`` of the first frame, above the caller, outside thunder_ir and
     torch (the user's call of the jitted module or function)."""
-    frame, level = sys._getframe(1), 1
+    frame: Any = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
             "thunder_ir", "torch"):
         frame, level = frame.f_back, level + 1
