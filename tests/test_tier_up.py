@@ -223,3 +223,49 @@ def test_an_exit_during_a_tier_up_leaves_no_process() -> None:
     while os.path.exists(f"/proc/{pid}") and time.time() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}"), "the compile helper outlived the process"
+
+
+class _ConvNet(nn.Module):
+    """Batch norm (running statistics written each step) and dropout (random draws)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.drop = nn.Dropout(0.25)
+        self.head = nn.Linear(8 * 6 * 6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.drop(torch.relu(self.bn(self.conv(x))))
+        return self.head(torch.tanh(h).flatten(1))
+
+
+@needs_inductor
+def test_after_the_swap_running_statistics_and_random_draws_are_eagers(
+        hot_at_once: None) -> None:
+    torch.manual_seed(0)
+    model = _ConvNet()
+    ref = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    x = torch.randn(4, 3, 6, 6)
+    calls = [0]
+
+    def step() -> None:
+        calls[0] += 1
+        torch.manual_seed(calls[0])
+        out = jm(x)
+        torch.manual_seed(calls[0])
+        want = ref(x)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+        out.square().mean().backward()
+        want.square().mean().backward()
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(model.bn.running_mean, ref.bn.running_mean)
+        torch.testing.assert_close(model.bn.running_var, ref.bn.running_var)
+        assert model.bn.num_batches_tracked == ref.bn.num_batches_tracked
+
+    _until_swapped(jm, step)
+    for _ in range(3):
+        step()
+    assert thunder_ir.compile_status(jm)["failed"] == 0
