@@ -121,6 +121,7 @@ def test_a_swap_in_the_middle_of_gradient_accumulation(hot_at_once: None) -> Non
     loss.backward()
     (ref(x1).square().mean() + ref(x2).square().mean()).backward()
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert type(p.grad) is torch.Tensor
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
 
 
@@ -257,6 +258,8 @@ def test_after_the_swap_running_statistics_and_random_draws_are_eagers(
         torch.manual_seed(calls[0])
         want = ref(x)
         torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+        assert type(out) is torch.Tensor
+        assert all(type(b) is torch.Tensor for b in model.buffers())
         out.square().mean().backward()
         want.square().mean().backward()
         for p, q in zip(model.parameters(), ref.parameters(), strict=True):
