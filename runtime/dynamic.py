@@ -18,11 +18,22 @@ symbol's range and every decision the trace made on sizes, ``s0 % 8 == 0``), and
 stored under the call's exact key too, so the next call of that size is a plain hit. A
 program whose guard fails is not the only one: the next one under that key is tried, and
 if none holds a new one is compiled for the call.
+
+A shape guard answers True or False. One that cannot (it raises, or answers anything but a
+bool: ``math.exp`` of a size that overflows) never breaks the callable: `shape_guard`
+checks a new guard on the very call it was compiled for (it must answer True, else the
+symbolic compile fails, `ShapeGuardError`, and the call structure compiles per size as
+for any symbolic failure), and at call time a guard that cannot answer drops its program
+(`holding`, `next_variant`) with a RuntimeWarning naming the function and the error;
+the call then misses as if no symbolic program held (its retrace's own guard is checked
+on that call, so it compiles per size from then on where the guard still cannot answer).
 """
 
 from __future__ import annotations
 
-import math
+import os
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,7 +246,90 @@ class ShapeGuard:
     specialized: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, leaves: Sequence[Any]) -> bool:
-        return self.fn(leaves)
+        """Whether the program holds for a call's leaves; `ShapeGuardError` where the
+        guard cannot tell (it raised, or answered other than a bool)."""
+        try:
+            ok = self.fn(leaves)
+        except Exception as e:
+            raise ShapeGuardError(f"{type(e).__name__}: {e}", self.source) from e
+        if type(ok) is not bool:
+            raise ShapeGuardError(f"it answered {ok!r}, not a bool", self.source)
+        return ok
+
+    def answer(self, leaves: Sequence[Any], who: str, failures: list[str]) -> bool | None:
+        """`__call__`, but None (after `broken_guard`) where the guard cannot tell."""
+        try:
+            return self(leaves)
+        except ShapeGuardError as e:
+            broken_guard(who, e, failures)
+            return None
+
+
+class ShapeGuardError(RuntimeError):
+    """A shape guard that cannot tell whether its program holds for a call: ``reason``
+    (what it raised or answered), ``source`` (the guard's Python)."""
+
+    def __init__(self, reason: str, source: str) -> None:
+        super().__init__(f"the shape guard of a symbolic program cannot be evaluated "
+                         f"({reason}); its Python:\n{source}")
+        self.reason, self.source = reason, source
+
+
+def broken_guard(who: str, error: ShapeGuardError, failures: list[str]) -> None:
+    """Records (in ``failures``, the callable's ``symbolic_failures``) and warns that a
+    symbolic program of ``who`` was dropped because its guard cannot be evaluated."""
+    failures.append(f"ShapeGuardError: {error.reason} (the program was dropped)")
+    warnings.warn(
+        f"thunder_ir.jit: {who}: the shape guard of a program compiled for varying sizes "
+        f"could not be evaluated for this call ({error.reason}); that program is dropped "
+        f"and {who} is traced again for this call's sizes. The guard:\n{error.source}",
+        RuntimeWarning, stacklevel=_user_level())
+
+
+def _user_level() -> int:
+    """The ``stacklevel`` of the frame that called into thunder_ir (or torch's module call
+    on the way): the user's line."""
+    inside = [os.path.dirname(m.__file__) for name in ("thunder_ir", "thunder_ir.runtime",
+                                                       "thunder_ir.dialects", "torch")
+              if (m := sys.modules.get(name)) is not None and m.__file__]
+    frame, level = sys._getframe(2), 2  # (the frame that warns is level 1)
+    while frame is not None and any(frame.f_code.co_filename.startswith(d + os.sep)
+                                    for d in inside):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+def holding(entries: list[Any], leaves: Sequence[Any], who: str, failures: list[str]
+            ) -> Any:
+    """The first of symbolic programs ``entries`` (`thunder_ir.runtime.cache.Entry`)
+    whose shape guard holds for ``leaves``, or None; one whose guard cannot tell is
+    removed from ``entries`` (`broken_guard`)."""
+    for entry in list(entries):
+        ok = entry.shape_guard.answer(leaves, who, failures)
+        if ok:
+            return entry
+        if ok is None:
+            entries.remove(entry)
+    return None
+
+
+def next_variant(entry: Any, leaves: Callable[[], Sequence[Any]], who: str,
+                 failures: list[str]) -> tuple[Any, Any]:
+    """The speculation variant to try after ``entry``'s failed (`thunder_ir.runtime.cache.
+    Entry.variant`): a symbolic program's variants are symbolic, and each runs only where
+    its guard holds (over ``leaves()``); one whose guard cannot tell is unlinked from the
+    chain (`broken_guard`). Returns the variant (None: none left) and the one before it."""
+    nxt = entry.variant
+    while nxt is not None and nxt.shape_guard is not None:
+        ok = nxt.shape_guard.answer(leaves(), who, failures)
+        if ok:
+            break
+        if ok is None:
+            entry.variant = nxt.variant
+        else:
+            entry = nxt
+        nxt = entry.variant
+    return entry, nxt
 
 
 SHAPE_GUARD = "shape_guard"
@@ -271,19 +365,28 @@ def shape_guard_ir(table: SymbolTable, names: Sequence[str]) -> ModuleOp:
     return ModuleOp([fn])
 
 
-def shape_guard(table: SymbolTable, names: Sequence[str]) -> ShapeGuard:
+def shape_guard(table: SymbolTable, names: Sequence[str],
+                leaves: Sequence[Any] | None = None) -> ShapeGuard:
     """The shape guard of a symbolic compilation (``names``: the call's leaves'), built as
     IR and compiled from its printed Python::
 
         def shape_guard(args):
           (a0, a1,) = args
           return ((a0.shape[1] >= 2) and (a0.shape[1] <= 64))
+
+    ``leaves``: the call it was compiled for, on which it must answer True.
+
+    Raises:
+        ShapeGuardError: it cannot be evaluated on ``leaves``, or answers False there.
     """
     ir = shape_guard_ir(table, names)
     fn_op = next(iter(ir.ops))
     source = print_python(fn_op)  # type: ignore[arg-type]
-    return ShapeGuard(table.guards(), dict(table.sources), load_python(source, SHAPE_GUARD, {}),
-                      source, ir, table.specialized())
+    guard = ShapeGuard(table.guards(), dict(table.sources),
+                       load_python(source, SHAPE_GUARD, {}), source, ir, table.specialized())
+    if leaves is not None and not guard(leaves):
+        raise ShapeGuardError("it does not hold for the call it was compiled for", source)
+    return guard
 
 
 # --------------------------------------------------------------------------- symbol values
@@ -325,10 +428,10 @@ def symbolic_value(text: str) -> Callable[[dict[str, Any]], Any]:
     names = sorted(set(SYMBOL_NAME.findall(text)), key=lambda n: int(n[1:]))
     lines = [f"  {n} = env[{n!r}]" for n in names]
     src = "def value(env):\n" + "".join(f"{line}\n" for line in lines) + f"  return {text}\n"
-    return load_python(src, "value", {"math": math, "torch": torch})
+    return load_python(src, "value", {})
 
 
-__all__ = ["CACHE_MODES", "EVERY", "Dynamic", "DynamicKey", "ShapeGuard", "changed",
-           "dynamic_key", "every_size",
-           "key_positions", "mark_dynamic", "marked", "merge", "shape_guard", "shape_guard_ir",
-           "sizes_of", "symbol_reader", "symbolic_value"]
+__all__ = ["CACHE_MODES", "EVERY", "Dynamic", "DynamicKey", "ShapeGuard", "ShapeGuardError",
+           "broken_guard", "changed", "dynamic_key", "every_size", "holding",
+           "key_positions", "mark_dynamic", "marked", "merge", "next_variant", "shape_guard",
+           "shape_guard_ir", "sizes_of", "symbol_reader", "symbolic_value"]

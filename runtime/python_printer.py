@@ -93,16 +93,18 @@ from thunder_ir.dialects.symbols import (
 from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, CallOp, symbol_args
 from thunder_ir.dialects.types import TensorType, pretty_type
 from thunder_ir.runtime.namespace import ALIAS, IMPORT
+from thunder_ir.runtime.symbolic_names import SYMBOLIC_NAMES, symbolic_scope
 
 _IN_NAMESPACE = RUNTIME_NAMESPACE + "."
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, SymText)
 
 INDENT = "  "
 
-# Names the generated code itself refers to; values never take them. (Other builtins may
-# be shadowed: generated code uses only these.)
+# Names the generated code itself refers to; values never take them: symbolic text's too
+# (`SYMBOLIC_NAMES`, and the builtins it calls). (Other builtins may be shadowed:
+# generated code uses only these.)
 _ALWAYS_RESERVED = frozenset({*keyword.kwlist, "float", "slice", "torch", ALIAS, "prims",
-                              "ltorch"})
+                              "ltorch", "abs", "max", "min", "round", *SYMBOLIC_NAMES})
 _NOT_IDENT = re.compile(r"\W")
 
 
@@ -250,11 +252,13 @@ def load_python(source: str, name: str, scope: dict[str, Any]) -> Callable[..., 
 
     The text is registered in `linecache` under a unique file name
     (``<thunder_ir generated forward #3>``) for as long as the function lives, so
-    tracebacks, ``inspect.getsource`` and debuggers show the generated lines.
+    tracebacks, ``inspect.getsource`` and debuggers show the generated lines. ``scope``
+    gets each name symbolic text may say that it does not bind itself
+    (`thunder_ir.runtime.symbolic_names.SYMBOLIC_NAMES`: ``math``, ``torch``...).
     """
     filename = f"<thunder_ir generated {name} #{next(_COUNTER)}>"
     code = compile(source, filename, "exec")
-    scope.setdefault("math", math)  # symbolic text may say math.ceil / math.floor
+    symbolic_scope(scope)  # symbolic text may say math.trunc, torch.sym_float, ...
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     exec(code, scope)
     fn = scope[name]

@@ -60,8 +60,10 @@ from thunder_ir.runtime.dynamic import (
     changed,
     dynamic_key,
     every_size,
+    holding,
     marked,
     merge,
+    next_variant,
     shape_guard,
     sizes_of,
 )
@@ -344,7 +346,6 @@ class CompiledCallable:
         drawn. Returns the entry that ran (None: eagerly) and its outputs."""
         rng = _rng_states() if entry.draws else None
         tried = 0
-        ext: list[Any] | None = None  # the leaves a symbolic variant's shape guard reads
         while True:
             try:
                 outs = entry.fn(*entry.gather(leaves))
@@ -354,12 +355,8 @@ class CompiledCallable:
                 if rng is not None:
                     _put_rng_states(rng)
                 tried += 1
-            nxt = entry.variant  # a symbolic program's variants are symbolic: each runs
-            while nxt is not None and nxt.shape_guard is not None:  # where its guard holds
-                ext = self._with_attrs({}, leaves)[1] if ext is None else ext
-                if nxt.shape_guard(ext):
-                    break
-                entry, nxt = nxt, nxt.variant
+            entry, nxt = next_variant(entry, lambda: self._with_attrs({}, leaves)[1],
+                                      self._name(), self.symbolic_failures)
             if nxt is not None:
                 entry = nxt
                 if entry.draws and rng is None:
@@ -483,12 +480,11 @@ class CompiledCallable:
 
     def _symbolic_entry(self, pro: Prologue, key: Any, dynamic: Dynamic,
                         leaves: list[Any]) -> Entry | None:
-        """A symbolic program whose shape guard holds for this call, if one was compiled."""
-        found = self._shape_entries.get(dynamic_key(pro, dynamic, key))
-        for entry in found or ():
-            if entry.shape_guard(leaves):
-                return entry
-        return None
+        """A symbolic program whose shape guard holds for this call, if one was compiled
+        (one whose guard cannot be evaluated is dropped, with a warning)."""
+        found = self._shape_entries.get(dynamic_key(pro, dynamic, key), [])
+        entry: Entry | None = holding(found, leaves, self._name(), self.symbolic_failures)
+        return entry
 
     def _compile_dynamic(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any,
                          leaves: list[Any], pro: Prologue, dynamic: Dynamic
@@ -654,7 +650,8 @@ class CompiledCallable:
             names = _leaf_names(_arg_names(target, len(args), kwargs), args, kwargs, n)
             if self._attrs is not None:  # the module ints: leaves after the call's own
                 names += [a.label for a in self._attrs.attrs]
-            entry.shape_guard = shape_guard(table, names)
+            ext = self._with_attrs({}, flatten_args(args, kwargs)[0])[1]
+            entry.shape_guard = shape_guard(table, names, ext)  # it must hold for this call
             entry.dynamic = dynamic
         return entry, traced, keyed
 
