@@ -5,7 +5,9 @@ The prologue takes the call's flat argument leaves and returns one tuple: each l
 metadata (or value), which leaves share memory, every parameter's and buffer's metadata
 (one op for all of them, its elements spliced into the key),
 the ``int``s module attributes hold that a program reads as symbolic numbers,
-grad mode, the default dtype, autocast, and the tokens of the guarded Python state
+grad mode, inference mode, the default dtype, deterministic algorithms, the default device,
+autocast (every global mode that changes what a program gives,
+`thunder_ir.dialects.modes`), and the tokens of the guarded Python state
 (`thunder_ir.runtime.guards`). Each op reads one of those; ``guard.key`` makes the tuple::
 
     func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
@@ -25,8 +27,8 @@ that reads it (`GuardOp.python`), so the prologue's generated code
 hand-written one; and what each element of the key stands for (`GuardOp.labels`), for the
 warning that names what keeps recompiling. The names the expressions use besides the
 arguments (``a0``…) are the prologue's globals: ``p<index>`` the parameters and buffers,
-``m<index>`` modules, ``_meta``, ``_aliases``, ``_grad``, ``_default_dtype``, ``_autocast``
-and ``_tokens``.
+``m<index>`` modules, ``_meta``, ``_aliases``, ``_grad``, ``_inference``,
+``_default_dtype``, ``_deterministic``, ``_default_device``, ``_autocast`` and ``_tokens``.
 
 The ops are ``Pure`` reads of the call's inputs and the thread's state: no pass rewrites
 the prologue (the pipeline skips ``@prologue``; see `thunder_ir.dialects.program`).
@@ -283,6 +285,36 @@ class DefaultDtypeOp(_StateOp):
 
 
 @irdl_op_definition
+class InferenceModeOp(_StateOp):
+    """`%i = "guard.inference_mode"()`: ``torch.is_inference_mode_enabled()`` (a view made
+    under it has no version counter; user code may ask it)."""
+
+    name = "guard.inference_mode"
+    EXPR: ClassVar[str] = "_inference()"
+    LABEL: ClassVar[str] = "inference mode"
+
+
+@irdl_op_definition
+class DeterministicOp(_StateOp):
+    """`%d = "guard.deterministic"()`: ``torch.are_deterministic_algorithms_enabled()``
+    (tier-up leaves such programs unfused)."""
+
+    name = "guard.deterministic"
+    EXPR: ClassVar[str] = "_deterministic()"
+    LABEL: ClassVar[str] = "deterministic algorithms"
+
+
+@irdl_op_definition
+class DefaultDeviceOp(_StateOp):
+    """`%d = "guard.default_device"()`: the default device (None for the CPU without a
+    ``torch.set_default_device``), where factories without a ``device`` make tensors."""
+
+    name = "guard.default_device"
+    EXPR: ClassVar[str] = "_default_device()"
+    LABEL: ClassVar[str] = "the default device"
+
+
+@irdl_op_definition
 class AutocastOp(_StateOp):
     """`%a = "guard.autocast"()`: the autocast state (False when none is enabled; else,
     per device type, enabled and dtype, and the cast-cache flag)."""
@@ -393,10 +425,11 @@ def names_attr(names: Sequence[str]) -> ArrayAttr[StringAttr]:
 
 
 Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, StateMetaOp, AttrValueOp,
-                          GradModeOp, DefaultDtypeOp, AutocastOp, TokensOp, KeyOp, SymbolOp,
+                          GradModeOp, InferenceModeOp, DefaultDtypeOp, DeterministicOp,
+                          DefaultDeviceOp, AutocastOp, TokensOp, KeyOp, SymbolOp,
                           ShapeChecksOp], [ValueType])
 
-__all__ = ["VALUE", "AliasesOp", "AttrValueOp", "AutocastOp", "DefaultDtypeOp", "GradModeOp",
-           "Guard", "GuardOp", "KeyOp", "LeafMetaOp", "ShapeChecksOp", "StateMetaOp", "SymbolOp",
-           "TensorMetaOp", "TokensOp",
-           "ValueType", "names_attr", "tokens_attr"]
+__all__ = ["VALUE", "AliasesOp", "AttrValueOp", "AutocastOp", "DefaultDeviceOp",
+           "DefaultDtypeOp", "DeterministicOp", "GradModeOp", "Guard", "GuardOp",
+           "InferenceModeOp", "KeyOp", "LeafMetaOp", "ShapeChecksOp", "StateMetaOp",
+           "SymbolOp", "TensorMetaOp", "TokensOp", "ValueType", "names_attr", "tokens_attr"]

@@ -62,6 +62,7 @@ from xdsl.traits import EffectInstance, MemoryEffect
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
 from thunder_ir.dialects.construct import new_op
+from thunder_ir.dialects.modes import neutral
 from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import (
     HandleType,
@@ -353,8 +354,8 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     op = CallOp.create(operands=list(operands), result_types=(), properties=props)
     if requires_grad is not None:  # run in the caller's grad mode (views under no_grad)
         metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
-    with _WriteSpy(metas) as spy, torch.device("meta") if factory else _NO_DEVICE, \
-            symbols.stand_in_mode():
+    with neutral(), _WriteSpy(metas) as spy, torch.device("meta") if factory else _NO_DEVICE, \
+            symbols.stand_in_mode():  # (neutral: under inference_mode views have no _base)
         out = op.run(metas)
     if isinstance(out, tuple | list):
         items, layout, kind = list(out), tuple(0 if o is None else 1 for o in out), type(out)
@@ -522,6 +523,24 @@ def symbol_args(fn: Operation) -> dict[str, int]:
     return {k: v.data for k, v in a.data.items()} if isinstance(a, DictionaryAttr) else {}  # type: ignore[attr-defined]
 
 
+WRITTEN_OUTPUTS = "torch.written_outputs"
+"""The forward function's attribute: the user's results that stand for memory an in-place
+write changed (``y[0] = 1; return y``). The program computes such a value out of place (a
+``cat``, a scatter), laid out as that op lays it out, not as the written tensor is:
+`restride-outputs` gives them eager's strides whoever computes them."""
+
+
+def set_written_outputs(fn: Operation, outputs: Sequence[int]) -> None:
+    """Records which of ``fn``'s results in-place writes made (see `WRITTEN_OUTPUTS`)."""
+    fn.attributes[WRITTEN_OUTPUTS] = DenseArrayBase.from_list(i64, list(outputs))
+
+
+def written_outputs(fn: Operation) -> frozenset[int]:
+    """``fn``'s results that in-place writes made (`WRITTEN_OUTPUTS`)."""
+    attr = fn.attributes.get(WRITTEN_OUTPUTS)
+    return frozenset(attr.get_values()) if isinstance(attr, DenseArrayBase) else frozenset()
+
+
 def set_output_strides(fn: Operation, strides: Sequence[Sequence[int] | None]) -> None:
     """Records eager's strides of ``fn``'s results (see `OutputStridesAttr`)."""
     fn.attributes[OUTPUT_STRIDES] = OutputStridesAttr.make(strides)
@@ -535,7 +554,7 @@ def output_strides(fn: Operation) -> list[tuple[int, ...] | None] | None:
 
 Torch = Dialect("torch", [CallOp], [OutputStridesAttr])
 
-__all__ = ["OUTPUT_STRIDES", "RUNTIME_NAMESPACE", "CallOp", "MetaCall", "OutputStridesAttr",
-           "Torch", "make_call", "meta_call", "meta_value", "name_callee", "output_strides",
-           "resolve_callee", "runtime_callee", "set_output_strides", "substitute",
-           "type_of_meta"]
+__all__ = ["OUTPUT_STRIDES", "RUNTIME_NAMESPACE", "WRITTEN_OUTPUTS", "CallOp", "MetaCall",
+           "OutputStridesAttr", "Torch", "make_call", "meta_call", "meta_value", "name_callee",
+           "output_strides", "resolve_callee", "runtime_callee", "set_output_strides",
+           "set_written_outputs", "substitute", "type_of_meta", "written_outputs"]

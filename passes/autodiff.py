@@ -53,6 +53,7 @@ from thunder_ir.dialects.symbols import SYMBOL_NAME, SymExprAttr, sym_exprs
 from thunder_ir.dialects.torch import (
     OUTPUT_STRIDES,
     SYMBOL_ARGS,
+    WRITTEN_OUTPUTS,
     CallOp,
     set_symbol_args,
     symbol_args,
@@ -414,7 +415,7 @@ def _keep_output_strides(old: func.FuncOp, new: func.FuncOp) -> None:
     sets and `restride-outputs` reads) stay on the function that returns them first, and
     so do its symbolic ``int`` arguments (``torch.symbol_args``: ``@joint`` and
     ``@forward`` take the program's arguments first, in order)."""
-    for name in (OUTPUT_STRIDES, SYMBOL_ARGS):
+    for name in (OUTPUT_STRIDES, WRITTEN_OUTPUTS, SYMBOL_ARGS):
         value = old.attributes.get(name)
         if value is not None:
             new.attributes[name] = value

@@ -19,8 +19,7 @@ from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.types import NumberType, TensorType, is_float, is_int
 from thunder_ir.passes.decompositions import Decomposer
 
-_PROMOTE_CACHE: dict[tuple[Any, ...], torch.dtype] = {}  # (types) -> dtype; the default
-# float dtype is assumed fixed for the life of the process
+_PROMOTE_CACHE: dict[tuple[Any, ...], torch.dtype] = {}  # (default dtype, *types) -> dtype
 _REDUCED = (torch.float16, torch.bfloat16)
 
 

@@ -10,7 +10,9 @@ decomposition into ``prims`` as the primitives do. So each user result that such
 makes (directly, or through views of it) is passed through ``tir.restride`` with eager's
 strides (tracing records them on the forward function, ``#torch.output_strides<...>``): at
 run time it is the result itself where the strides agree, else a copy laid out as eager's.
-The trace shows the call.
+The trace shows the call. So is a result that stands for memory an in-place write changed
+(``torch.written_outputs``: ``y[0] = 1; return y`` of a column-major ``y``), whichever op
+computes it out of place.
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from xdsl.ir import Operation, SSAValue
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp
 from thunder_ir.dialects.program import FORWARD, program_functions
-from thunder_ir.dialects.torch import CallOp, make_call, output_strides, runtime_callee
+from thunder_ir.dialects.torch import (
+    CallOp,
+    make_call,
+    output_strides,
+    runtime_callee,
+    written_outputs,
+)
 from thunder_ir.dialects.traits import ViewLike
 from thunder_ir.passes.change import ReportsChange
 
@@ -55,12 +63,13 @@ def restride_outputs(fn: func.FuncOp) -> int:
     ret = fn.body.block.last_op
     if eager is None or not isinstance(ret, func.ReturnOp):
         return 0
+    written = written_outputs(fn)
     n = 0
     for k, strides in enumerate(eager):
         if strides is None or k >= len(ret.operands):
             continue
         v = ret.operands[k]
-        if not made_by_our_kernel(v):
+        if k not in written and not made_by_our_kernel(v):
             continue
         call = make_call(RESTRIDE, [v], [OperandRef(0), tuple(strides)], {},
                          result_types=[v.type])

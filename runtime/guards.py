@@ -22,6 +22,7 @@ from __future__ import annotations
 import dis
 import enum
 import types
+import warnings
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -85,12 +86,22 @@ def value_key(v: Any, keep: list[Any]) -> Hashable:
     return ("id", t, id(v))
 
 
+_MACHINERY = frozenset({"logging", "threading", "_thread", "weakref", "queue", "concurrent",
+                        "asyncio", "multiprocessing", "io", "_io", "socket", "subprocess",
+                        "selectors", "tempfile", "sqlite3", "tqdm"})
+"""Packages whose objects carry run-time bookkeeping, not configuration: a logger's level
+cache fills as it is asked (``logger.warning_once``), a lock or a progress bar changes
+as the program runs. Guards take such an object by identity, never its fields."""
+
+
 def _config_like(v: Any) -> bool:
     """An object whose fields model code reads (``self.config.use_cache``): a plain
-    instance with a ``__dict__``, not a module, tensor, function or class."""
+    instance with a ``__dict__``, not a module, tensor, function or class, nor the
+    machinery of a logger, a thread or a stream (`_MACHINERY`)."""
     return (hasattr(v, "__dict__") and not isinstance(
         v, torch.nn.Module | torch.Tensor | type | types.FunctionType | types.MethodType
-        | types.ModuleType | types.BuiltinFunctionType | Callable))
+        | types.ModuleType | types.BuiltinFunctionType | Callable)
+        and type(v).__module__.partition(".")[0] not in _MACHINERY)
 
 
 SYMBOLIC_INT = "symbolic int"
@@ -99,37 +110,94 @@ number (`thunder_ir.runtime.symbolic_attrs`): its type, not its value, which the
 holds instead."""
 
 
+MAX_DEPTH = 8
+"""How deep guards follow config objects, dicts and lists from a module's fields or a
+global (``self.cfg.inner.table["bias"]`` is depth 3)."""
+MAX_FIELDS = 4096
+"""How many values one guard fingerprints at most; past it (or past `MAX_DEPTH`), a
+value is guarded by identity alone and the user is told (`StateGuard.unguarded`)."""
+MAX_ITEMS = 64
+"""A dict or list longer than this is guarded by identity (its contents are not read)."""
+
+
+class _Walk:
+    """One fingerprint's walk: the dicts to watch, the lists to compare on each call, the
+    objects kept alive, the values seen (cycles), a budget, and where it stopped."""
+
+    __slots__ = ("budget", "keep", "lists", "seen", "stopped", "watched")
+
+    def __init__(self, keep: list[Any], watched: list[dict[Any, Any]] | None,
+                 lists: list[tuple[list[Any], tuple[Any, ...]]] | None) -> None:
+        self.keep, self.watched, self.lists = keep, watched, lists
+        self.seen: set[int] = set()
+        self.budget = MAX_FIELDS
+        self.stopped: list[str] = []
+
+
 def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]] | None,
                skip: frozenset[str] = frozenset(),
                lists: list[tuple[list[Any], tuple[Any, ...]]] | None = None,
-               ints: frozenset[str] = frozenset()) -> Hashable:
+               ints: frozenset[str] = frozenset(), path: str = "",
+               stopped: list[str] | None = None, seen: set[int] | None = None) -> Hashable:
     """The fingerprint of a dict of fields. With ``watched``, a config-like value's own
-    fields (and a plain dict's items) are watched and fingerprinted too, one level down;
-    with ``lists``, a list's items too (a list has no version: `StateGuard` compares its
-    items on every call). ``ints``: fields that, while they hold an ``int``, are
-    fingerprinted by that type alone (`SYMBOLIC_INT`)."""
+    fields, a plain dict's items and (with ``lists``) a list's items are fingerprinted too,
+    down to `MAX_DEPTH` levels (``self.cfg.inner.gain[1]``): dicts and objects' field
+    dicts are watched by version, lists (which have none) compared item by item on every
+    call (`StateGuard`). ``ints``: fields that, while they hold an ``int``, are
+    fingerprinted by that type alone (`SYMBOLIC_INT`). ``path`` names ``d`` and
+    ``stopped`` collects where the walk gave up (too deep, too much state). ``seen``: the
+    objects already followed by the caller's other calls (a config every layer holds is
+    walked and watched once per fingerprint)."""
+    walk = _Walk(keep, watched, lists)
+    if seen is not None:
+        walk.seen = seen
+    out = _fields(walk, d, skip, ints, path, 0)
+    if stopped is not None:
+        stopped += walk.stopped
+    return out
+
+
+def _fields(walk: _Walk, d: dict[Any, Any], skip: frozenset[str], ints: frozenset[str],
+            path: str, depth: int) -> Hashable:
     out: list[Any] = []
     for k, v in d.items():
         if k in skip:
             continue
         if k in ints and type(v) is int:
             out.append((k, SYMBOLIC_INT))
-        elif lists is not None and type(v) is list and len(v) <= 64:
-            items = tuple(value_key(x, keep) for x in v)
-            lists.append((v, items))
-            out.append((k, "list", id(v), items))
-            keep.append(v)
-        elif watched is not None and _config_like(v):
-            watched.append(v.__dict__)
-            out.append((k, type(v), id(v), fields_key(v.__dict__, keep, None)))
-            keep.append(v)
-        elif watched is not None and type(v) is dict and len(v) <= 64:
-            watched.append(v)
-            out.append((k, "dict", id(v), fields_key(v, keep, None)))
-            keep.append(v)
         else:
-            out.append((k, value_key(v, keep)))
+            out.append((k, _value(walk, v, f"{path}.{k}", depth)))
     return tuple(out)
+
+
+def _value(walk: _Walk, v: Any, path: str, depth: int) -> Hashable:
+    t = type(v)
+    if t in _PRIMITIVE or t is float or t is complex:
+        return value_key(v, walk.keep)
+    deep = _config_like(v) or (t is dict and len(v) <= MAX_ITEMS) or (
+        t is list and len(v) <= MAX_ITEMS and walk.lists is not None)
+    if not deep or walk.watched is None:
+        return value_key(v, walk.keep)
+    if depth >= MAX_DEPTH or walk.budget <= 0:
+        walk.stopped.append(path)
+        return value_key(v, walk.keep)
+    if id(v) in walk.seen:  # a cycle, or the same object twice: its identity
+        return value_key(v, walk.keep)
+    walk.seen.add(id(v))
+    walk.keep.append(v)
+    walk.budget -= len(v) if t is dict or t is list else len(v.__dict__)
+    if t is list:
+        if walk.lists is not None:
+            walk.lists.append((v, tuple(value_key(x, []) for x in v)))
+        return ("list", id(v), tuple(_value(walk, x, f"{path}[{i}]", depth + 1)
+                                     for i, x in enumerate(v)))
+    if walk.watched is not None:
+        walk.watched.append(v if t is dict else v.__dict__)
+    if t is dict:
+        return ("dict", id(v), tuple((value_key(k, walk.keep),
+                                      _value(walk, x, f"{path}[{k!r}]", depth + 1))
+                                     for k, x in v.items()))
+    return (t, id(v), _fields(walk, v.__dict__, frozenset(), frozenset(), path, depth + 1))
 
 
 class StateGuard:
@@ -144,7 +212,8 @@ class StateGuard:
     their versions compared. With ``always`` (closure cells) it runs on every check."""
 
     __slots__ = ("always", "describe", "dicts", "epoch", "hook_count", "hook_versions",
-                 "hooks", "keep", "lists", "name", "render", "tok", "tokens", "versions")
+                 "hooks", "keep", "lists", "name", "render", "tok", "tokens", "unguarded",
+                 "versions")
 
     def __init__(self, name: str,
                  describe: Callable[[list[Any], list[Any], list[Any]], Hashable],
@@ -163,6 +232,9 @@ class StateGuard:
         self.tokens: dict[Hashable, tuple[int, list[Any]]] = {}
         self.keep: list[Any] = []
         self.tok = -1
+        self.unguarded: list[str] = []
+        """Where the last fingerprint stopped following the state (deeper than
+        `MAX_DEPTH`, or past `MAX_FIELDS` values): a change there is not seen."""
 
     def check(self) -> int:
         """The token of the state as it is now."""
@@ -209,7 +281,17 @@ class StateGuard:
         hooks: list[Any] = []
         keep: list[Any] = []
         self.lists = []
+        stopped, self.unguarded = self.unguarded, []
         fp = self.describe(dicts, keep, hooks)
+        if self.unguarded and self.unguarded != stopped:
+            shown_paths = ", ".join(self.unguarded[:4]) + (
+                f" and {len(self.unguarded) - 4} more" if len(self.unguarded) > 4 else "")
+            warnings.warn(
+                f"thunder_ir.jit: guarding the {self.name}, it does not follow the state "
+                f"past {shown_paths} (deeper than {MAX_DEPTH} levels of attributes, items "
+                f"and indices, or past {MAX_FIELDS} values): a program that reads there does "
+                "not see a change made there. Pass such a value as an argument, or keep it "
+                "nearer the module.", stacklevel=5)
         self.dicts, self.hooks = dicts, hooks
         self.versions = _summary(map(dict_version, dicts))
         self.hook_versions = _summary(map(dict_version, hooks))
@@ -242,21 +324,33 @@ def shown(v: Any) -> str:
 
 
 def _field_checks(prefix: str, d: dict[Any, Any], skip: frozenset[str] = frozenset(),
-                  deep: bool = True, ints: frozenset[str] = frozenset()) -> list[str]:
-    out: list[Any] = []
+                  ints: frozenset[str] = frozenset()) -> list[str]:
+    """The checks a guard makes of a dict of fields, as readable Python (the state
+    `fields_key` follows, to the same depth)."""
+    out: list[str] = []
+    seen: set[int] = set()
+
+    def value(path: str, v: Any, depth: int) -> None:
+        out.append(f"{path} {shown(v)}")
+        t = type(v)
+        if depth >= MAX_DEPTH or id(v) in seen or len(out) > MAX_FIELDS:
+            return
+        if _config_like(v):
+            seen.add(id(v))
+            for k, x in v.__dict__.items():
+                value(f"{path}.{k}", x, depth + 1)
+        elif (t is dict or t is list) and len(v) <= MAX_ITEMS:
+            seen.add(id(v))
+            for k, x in (v.items() if t is dict else enumerate(v)):
+                value(f"{path}[{k!r}]", x, depth + 1)
+
     for k, v in d.items():
         if k in skip:
             continue
         if k in ints and type(v) is int:
             out.append(f"type({prefix}.{k}) is int")  # its value: in the key (symbolic)
-        elif deep and _config_like(v):
-            out.append(f"{prefix}.{k} {shown(v)}")
-            out += _field_checks(f"{prefix}.{k}", v.__dict__, deep=False)
-        elif deep and type(v) is dict and len(v) <= 64:
-            out.append(f"{prefix}.{k} {shown(v)}")
-            out += [f"{prefix}.{k}[{kk!r}] {shown(vv)}" for kk, vv in v.items()]
         else:
-            out.append(f"{prefix}.{k} {shown(v)}")
+            value(f"{prefix}.{k}", v, 0)
     return out
 
 
@@ -277,9 +371,9 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
 
 def module_guard(root: torch.nn.Module,
                  ints: dict[int, frozenset[str]] | None = None) -> StateGuard:
-    """The state of a module tree: each module's class and plain attributes (config objects
-    one level down), its parameters', buffers' and submodules' identities, and every module
-    hook (its own and torch's global ones).
+    """The state of a module tree: each module's class and plain attributes (config objects,
+    dicts and lists followed down to `MAX_DEPTH` levels), its parameters', buffers' and
+    submodules' identities, and every module hook (its own and torch's global ones).
 
     ``ints``: per module (by id), the attributes whose ``int`` values the programs read as
     symbolic numbers (`thunder_ir.runtime.symbolic_attrs`, which fills the dict and
@@ -291,17 +385,19 @@ def module_guard(root: torch.nn.Module,
 
     def describe(dicts: list[Any], keep: list[Any], hooks: list[Any]) -> Hashable:
         out: list[Any] = []
+        seen: set[int] = set()
         for name in _GLOBAL_HOOKS:
             d = getattr(g, name)
             hooks.append(d)
             out.append(tuple(map(id, d.values())))
             keep.extend(d.values())
-        for m in root.modules():
+        for path, m in root.named_modules(prefix="self"):
             md = m.__dict__
             dicts.append(md)
             parts: list[Any] = [id(m), type(m),
                                 fields_key(md, keep, dicts, _SKIP_FIELDS, guard.lists,
-                                           ints.get(id(m), none))]
+                                           ints.get(id(m), none), path, guard.unguarded,
+                                           seen)]
             for name in _MODULE_DICTS:
                 d = md.get(name)
                 if d is None:
@@ -385,15 +481,18 @@ def global_stores(code: types.CodeType) -> frozenset[str]:
 
 
 def globals_guard(namespace: dict[str, Any], names: Iterable[str]) -> StateGuard:
-    """The values of ``names`` in one module's globals (dicts and config objects among them
-    one level down). A name not defined there (a builtin) is guarded on staying undefined."""
+    """The values of ``names`` in one module's globals (config objects, dicts and lists among
+    them followed down to `MAX_DEPTH` levels). A name not defined there (a builtin) is
+    guarded on staying undefined."""
     names = tuple(sorted(set(names)))
 
     def describe(dicts: list[Any], keep: list[Any], hooks: list[Any]) -> Hashable:
         dicts.append(namespace)
         missing = object()
         present = {n: namespace.get(n, missing) for n in names}
-        return tuple((n, "undefined") if v is missing else (n, fields_key({n: v}, keep, dicts))
+        return tuple((n, "undefined") if v is missing else
+                     (n, fields_key({n: v}, keep, dicts, lists=guard.lists, path="",
+                                    stopped=guard.unguarded))
                      for n, v in present.items())
 
     def render() -> list[str]:
@@ -407,7 +506,8 @@ def globals_guard(namespace: dict[str, Any], names: Iterable[str]) -> StateGuard
                 for c in out]
 
     module = namespace.get("__name__", "?")
-    return StateGuard(f"globals of {module}", describe, render)
+    guard = StateGuard(f"globals of {module}", describe, render)
+    return guard
 
 
 def closure_guard(fn: Any) -> StateGuard | None:

@@ -12,14 +12,15 @@ ops) and compiled from it.
       return (a0.shape, a0.dtype, a0.device, a0.requires_grad,
               (a0.is_contiguous() or a0.stride()), _meta(a1), _aliases(a0, a1),
               p0.shape, p0.dtype, p0.device, p0.requires_grad,
-              (p0.is_contiguous() or p0.stride()), _grad(), _default_dtype(),
-              _autocast(), _tokens,)
+              (p0.is_contiguous() or p0.stride()), _grad(), _inference(),
+              _default_dtype(), _deterministic(), _default_device(), _autocast(),
+              _tokens,)
 
 `compile_prologue` executes that text (`load_python`, as every generated function is
 executed) with the prologue's globals bound (`prologue_globals`): the parameters and
 buffers as ``p<i>``, the tokens as ``_tokens``, and the helpers (``_meta`` and
-``_aliases`` from the generated-code namespace, torch's grad-mode, default-dtype and
-autocast getters). `make_prologue` does all three. The prologue is built before tracing
+``_aliases`` from the generated-code namespace, and the getters of the global modes,
+`thunder_ir.dialects.modes`). `make_prologue` does all three. The prologue is built before tracing
 (the cache looks the call up with it); a compile appends a copy of the one the cache keys
 the program by to the program module, once, as its last function.
 """
@@ -36,22 +37,10 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, UnitAttr, i
 from xdsl.ir import Block, Operation, Region, SSAValue
 
 from thunder_ir.dialects import guard as G
+from thunder_ir.dialects.modes import autocast_modes, default_device
 from thunder_ir.dialects.program import PROLOGUE, prologue_function
 from thunder_ir.runtime import namespace
 from thunder_ir.runtime.python_printer import load_python, print_python
-
-_any_autocast = torch._C._is_any_autocast_enabled
-
-
-def _autocast_state() -> Any:
-    """False while no autocast is enabled (one C call on the cached path); else, per
-    device type (cpu, cuda), enabled and dtype, and the cast-cache flag: a program traced
-    under one autocast state runs only under that one."""
-    if not _any_autocast():
-        return False
-    return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
-            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"),
-            torch.is_autocast_cache_enabled())
 
 
 @dataclass
@@ -139,7 +128,8 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
     for i, shown, attr in attrs:
         add(_op(G.AttrValueOp, label=StringAttr(shown), attr=StringAttr(attr),
                 index=IntegerAttr(i, i64)))
-    for cls in (G.GradModeOp, G.DefaultDtypeOp, G.AutocastOp):
+    for cls in (G.GradModeOp, G.InferenceModeOp, G.DefaultDtypeOp, G.DeterministicOp,
+                G.DefaultDeviceOp, G.AutocastOp):
         add(_op(cls))
     # always last: `thunder_ir.api` re-keys entries by it
     add(_op(G.TokensOp, tokens=G.tokens_attr(tokens), names=G.names_attr(token_names)))
@@ -201,8 +191,11 @@ def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any],
     ``_tokens``."""
     g: dict[str, Any] = {"_meta": namespace.tensor_meta, "_aliases": namespace.aliases,
                          "_grad": torch.is_grad_enabled,
+                         "_inference": torch.is_inference_mode_enabled,
                          "_default_dtype": torch.get_default_dtype,
-                         "_autocast": _autocast_state, "_tokens": ()}
+                         "_deterministic": torch.are_deterministic_algorithms_enabled,
+                         "_default_device": default_device,
+                         "_autocast": autocast_modes, "_tokens": ()}
     for op in _function(module).body.block.ops:
         if isinstance(op, G.StateMetaOp):
             g.update((f"p{i}", t) for i, t in enumerate(state))

@@ -29,20 +29,23 @@ MODULE_SOURCE = (
     "a0.requires_grad, (a0.is_contiguous() or a0.stride()), p0.shape, p0.dtype, p0.device, "
     "p0.requires_grad, (p0.is_contiguous() or p0.stride()), p1.shape, p1.dtype, "
     "p1.device, p1.requires_grad, (p1.is_contiguous() or p1.stride()), _grad(), "
-    "_default_dtype(), _autocast(), _tokens,)\n")
+    "_inference(), _default_dtype(), _deterministic(), _default_device(), _autocast(), "
+    "_tokens,)\n")
+_MODES = ["grad mode", "inference mode", "the default dtype", "deterministic algorithms",
+          "the default device", "autocast"]
 _WHAT = ("shape", "dtype", "device", "requires_grad", "memory layout (strides)")
 MODULE_LABELS = [
     "the shape of argument 'x'", "the dtype of argument 'x'", "the device of argument 'x'",
     "requires_grad of argument 'x'", "the memory layout (strides) of argument 'x'",
     *[f"the {w} of 'weight'" for w in _WHAT], *[f"the {w} of 'bias'" for w in _WHAT],
-    "grad mode", "the default dtype", "autocast", "module or globals of m"]
+    *_MODES, "module or globals of m"]
 # ... and a function with non-tensor arguments.
 LEAVES_SOURCE = (
     "def prologue(args):\n  (a0, a1, a2,) = args\n  return (_meta(a0), _meta(a1), _meta(a2), "
-    "_aliases(a0, a1, a2), _grad(), _default_dtype(), _autocast(), _tokens,)\n")
+    "_aliases(a0, a1, a2), _grad(), _inference(), _default_dtype(), _deterministic(), "
+    "_default_device(), _autocast(), _tokens,)\n")
 LEAVES_LABELS = ["argument 'x'", "argument 'n'", "argument 'opts[0]'",
-                 "which arguments share memory", "grad mode", "the default dtype", "autocast",
-                 "guarded state"]
+                 "which arguments share memory", *_MODES, "guarded state"]
 
 
 STEP = 3
@@ -74,8 +77,8 @@ def test_the_prologue_of_a_module_with_parameters_round_trips_and_keys_as_before
     x = torch.randn(3, 4)
     w, b = state.values()
     expected = (x.shape, x.dtype, x.device, False, True, w.shape, w.dtype, w.device, True,
-                True, b.shape, b.dtype, b.device, True, True, True, torch.float32, False,
-                (0, 3))
+                True, b.shape, b.dtype, b.device, True, True, True, False, torch.float32,
+                False, None, False, (0, 3))
     for module in (ir, again):
         pro = compile_prologue(module, list(state.values()))
         assert pro.source == MODULE_SOURCE
@@ -84,6 +87,16 @@ def test_the_prologue_of_a_module_with_parameters_round_trips_and_keys_as_before
         assert pro.fn([x.t().contiguous().t()])[4] == (1, 3)  # a layout's strides
         with torch.no_grad():
             assert pro.fn([x])[15] is False
+        with torch.inference_mode():  # every global mode that changes a program's answer
+            assert pro.fn([x])[15:17] == (False, True)
+        with torch.device("meta"):
+            assert pro.fn([x])[19] == torch.device("meta")
+        was = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+        try:
+            assert pro.fn([x])[18] is True
+        finally:
+            torch.use_deterministic_algorithms(was)
 
 
 def test_the_prologue_of_non_tensor_arguments_round_trips_and_keys_as_before() -> None:
@@ -91,7 +104,7 @@ def test_the_prologue_of_non_tensor_arguments_round_trips_and_keys_as_before() -
     again = _roundtrip(ir)
     x = torch.randn(3, 4)
     expected = ((x.shape, x.dtype, x.device, False, True), (int, 3), (float, "-0.0"), None,
-                True, torch.float32, False, ())
+                True, False, torch.float32, False, None, False, ())
     for module in (ir, again):
         pro = compile_prologue(module, [])
         assert pro.source == LEAVES_SOURCE
@@ -105,8 +118,10 @@ def test_the_prologue_of_non_tensor_arguments_round_trips_and_keys_as_before() -
 def test_no_arguments_and_make_prologue() -> None:
     pro = make_prologue([], {})
     assert pro.source == ("def prologue(args):\n"
-                          "  return (_grad(), _default_dtype(), _autocast(), _tokens,)\n")
-    assert pro.fn([]) == (torch.is_grad_enabled(), torch.get_default_dtype(), False, ())
+                          "  return (_grad(), _inference(), _default_dtype(), "
+                          "_deterministic(), _default_device(), _autocast(), _tokens,)\n")
+    assert pro.fn([]) == (torch.is_grad_enabled(), False, torch.get_default_dtype(), False,
+                          None, False, ())
     assert prologue_function(pro.ir) is not None
 
 
@@ -116,8 +131,9 @@ def test_the_prologue_is_guard_ops_each_with_one_expression_per_result() -> None
     assert fn is not None and fn.sym_name.data == PROLOGUE
     ops = list(fn.body.block.ops)
     assert [type(op) for op in ops] == [
-        G.TensorMetaOp, G.StateMetaOp, G.GradModeOp, G.DefaultDtypeOp,
-        G.AutocastOp, G.TokensOp, G.KeyOp, func.ReturnOp]
+        G.TensorMetaOp, G.StateMetaOp, G.GradModeOp, G.InferenceModeOp, G.DefaultDtypeOp,
+        G.DeterministicOp, G.DefaultDeviceOp, G.AutocastOp, G.TokensOp, G.KeyOp,
+        func.ReturnOp]
     for op in ops[:-1]:
         assert isinstance(op, G.GuardOp) and op.__doc__
         exprs = op.python(["a"] * len(op.operands))

@@ -38,6 +38,7 @@ from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.frontend.autocast import autocast_state, without_autocast
 from thunder_ir.frontend.speculation import MAX_VARIANTS
+from thunder_ir.frontend.tracer import hooks_kept
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
 from thunder_ir.lowering.tiered import TRACING
@@ -638,9 +639,10 @@ class CompiledCallable:
         ``dynamic``: the leaves' sizes to keep symbolic (`thunder_ir.runtime.dynamic`);
         the entry then holds its `ShapeGuard`."""
         if not dynamic:
-            return self._compile_in(args, kwargs, spec, n, pro, exact, None)
+            with hooks_kept(self.module):  # a failed compile leaves the model as it was
+                return self._compile_in(args, kwargs, spec, n, pro, exact, None)
         table = SymbolTable()
-        with table.active():
+        with table.active(), hooks_kept(self.module):
             entry, traced, keyed = self._compile_in(args, kwargs, spec, n, pro, exact,
                                                     dynamic)
             from thunder_ir.frontend.tracer import arg_names as _arg_names

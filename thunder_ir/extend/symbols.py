@@ -15,6 +15,7 @@ from torch.utils import _pytree as pytree
 from xdsl.ir import Attribute, SSAValue
 
 from thunder_ir.dialects.base import OperandRef, ThunderOp, flatten_groups, to_attr
+from thunder_ir.dialects.modes import mode_key
 from thunder_ir.dialects.types import TensorType, tensor_type
 from thunder_ir.extend.ops import (
     OBJECT_TAG,
@@ -136,7 +137,7 @@ class Symbol:
 
     def _run_meta(self, args: Sequence[Any], kwargs: dict[str, Any]) -> _MetaResult:
         try:
-            key: Any = (_freeze(tuple(args)), _freeze(kwargs))
+            key: Any = (_freeze(tuple(args)), _freeze(kwargs), mode_key())
             hit = self._meta_cache.get(key)
         except TypeError:
             key, hit = None, None

@@ -129,10 +129,12 @@ class AliasTracking:
             reshape that copied).
         layouts: eager's strides and storage offset of each value the trace made a proxy
             for (`thunder_ir.frontend.layout`).
+        written: values an in-place write made (laid out as the tensor written, not as the
+            op computing them lays its result out).
     """
 
     __slots__ = ("arg_groups", "forbidden", "layouts", "members", "not_views", "storage",
-                 "view_meta", "view_parent")
+                 "view_meta", "view_parent", "written")
 
     def __init__(self) -> None:
         self.storage: dict[SSAValue, int] = {}
@@ -143,6 +145,7 @@ class AliasTracking:
         self.forbidden: dict[SSAValue, str] = {}
         self.not_views: set[SSAValue] = set()
         self.layouts: dict[SSAValue, Layout] = {}
+        self.written: set[SSAValue] = set()
 
     def remember(self, p: TensorProxy) -> TensorProxy:
         """Notes which storage ``p``'s value lives in (its base's, for a view)."""
@@ -151,6 +154,17 @@ class AliasTracking:
             self.storage[v] = p._storage
             self.members.setdefault(p._storage, []).append(v)
         return p
+
+    def made_by_a_write(self, v: SSAValue) -> bool:
+        """Whether ``v`` is a value an in-place write made, or a view of one."""
+        written, parents = self.written, self.view_parent
+        while True:
+            if v in written:
+                return True
+            up = parents.get(v)
+            if up is None:
+                return False
+            v = up[0]
 
     def rebind(self, p: TensorProxy, value: SSAValue) -> None:
         """``p`` now stands for ``value``, a new value in ``p``'s storage."""
@@ -191,9 +205,8 @@ def check_writable(ctx: TraceContext, target: TensorProxy, opname: str) -> None:
     root = target._base_proxy
     if root is None or not torch.is_grad_enabled():
         return
-    if id(root) in ctx.autograd.leaf_proxies and root._value in ctx.active:
-        raise RuntimeError("a view of a leaf Variable that requires grad is being used in an "
-                           f"in-place operation.\n  at {where(ctx.loc)}")
+    if root._value in ctx.active and views_a_leaf(ctx, root):
+        raise RuntimeError(VIEW_OF_LEAF + f"\n  at {where(ctx.loc)}")
     made = ctx.aliases.view_meta.get(target._value)
     if made is None or target._value not in ctx.active:
         return
@@ -211,6 +224,32 @@ def check_writable(ctx: TraceContext, target: TensorProxy, opname: str) -> None:
         f"out-of-place one.\n  at {where(ctx.loc)}")
 
 
+VIEW_OF_LEAF = ("a view of a leaf Variable that requires grad is being used in an in-place "
+                "operation.")
+"""Eager's error for a write through a view of a leaf that requires grad."""
+
+
+def argument_tensor(ctx: TraceContext, p: TensorProxy) -> torch.Tensor | None:
+    """The caller's tensor that argument proxy ``p`` stands for (None: not an argument)."""
+    if id(p) not in ctx.autograd.leaf_proxies:
+        return None
+    for q, v, _ in ctx.build.input_proxies:
+        if q is p:
+            return ctx.build.concrete.get(v)
+    return None
+
+
+def views_a_leaf(ctx: TraceContext, p: TensorProxy) -> bool:
+    """Whether argument proxy ``p`` requires grad and is, in eager, a leaf or a view of one
+    (an argument ``w[1:]`` of a leaf ``w``: its base is the leaf), so that a write through
+    a view of it is eager's error."""
+    real = argument_tensor(ctx, p)
+    if real is None or not real.requires_grad:
+        return False
+    base = real._base
+    return real.grad_fn is None or (base is not None and base.is_leaf and base.requires_grad)
+
+
 def span_root(ctx: TraceContext, group: list[TensorProxy]) -> TensorProxy:
     """A root for arguments that share memory: a 1-d strided view of the first one's
     storage spanning all of them (``torch.as_strided`` on the caller's tensor, so its
@@ -222,11 +261,12 @@ def span_root(ctx: TraceContext, group: list[TensorProxy]) -> TensorProxy:
     t = first._value.type
     assert isinstance(t, TensorType)
 
-    span = fallback(ctx, strided_view, (first, (hi - lo,), (1,), lo), {},
+    made = fallback(ctx, strided_view, (first, (hi - lo,), (1,), lo), {},
                     result_type=tensor_type((hi - lo,), t.dtype, t.dev))
+    # its proxy, laid out from offset ``lo`` of a storage of ``hi`` elements (the one made
+    # for the call's result starts at 0 and holds ``hi - lo``)
+    span = ctx.wrap(made._value, layout=((1,), lo))
     span._storage = first._storage
-    with torch._C.DisableTorchFunction():
-        span.set_layout((hi - lo,), (1,), lo)
     members = {id(p): p for p in group}
     for p in group:
         members.update((id(v), v) for v in list(p._views or ()))
@@ -360,5 +400,5 @@ def _replay(ctx: TraceContext, op: Operation, parent: SSAValue, new_parent: SSAV
     return r
 
 
-__all__ = ["NO_GRAD", "check_writable", "live_members", "scatter_strided", "span_root",
-           "strided_view", "write_through"]
+__all__ = ["NO_GRAD", "VIEW_OF_LEAF", "argument_tensor", "check_writable", "live_members",
+           "scatter_strided", "span_root", "strided_view", "views_a_leaf", "write_through"]

@@ -33,6 +33,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from thunder_ir.dialects.modes import mode_key
 from thunder_ir.frontend.layout import fake_mode, fake_stand_in
 from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.table import HANDLERS, traces_python
@@ -132,8 +133,9 @@ Probe = tuple[dict[int, torch.dtype], list[torch.dtype | None]]
 autocast converts it to; per flat result leaf, eager's dtype (None: not a tensor)."""
 
 _PROBES: dict[Any, Any] = {}
-"""What `probe` and `opaque_call_differs` learnt, by the call's function, autocast state and
-argument types (cleared past `MAX_CACHED` entries)."""
+"""What `probe` and `opaque_call_differs` learnt, by the call's function, the global modes
+(`thunder_ir.dialects.modes.mode_key`: autocast, and the default dtype a Python float
+promotes to) and argument types (cleared past `MAX_CACHED` entries)."""
 MAX_CACHED = 4096
 
 
@@ -155,7 +157,7 @@ def probe(ctx: Any, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
         return None
     key: Any
     try:
-        key = (func, autocast_state(), spec, tuple(
+        key = (func, mode_key(), spec, tuple(
             ("t", x._value.type, ctx.layout_of(x._value)) if is_proxy(x) else x
             for x in leaves))
         hash(key)
@@ -233,7 +235,7 @@ def opaque_call_differs(func: Any, args: Sequence[Any], kwargs: dict[str, Any],
     if sum(p.numel() for p in proxies) > OPAQUE_CHECK_ELEMENTS:
         return None
     try:
-        key: Any = ("opaque", func, autocast_state(), tuple(enabled), spec,
+        key: Any = ("opaque", func, mode_key(), tuple(enabled), spec,
                     tuple(sorted(casts.items(), key=lambda kv: kv[0])), tuple(
                         ("t", x._value.type) if is_proxy(x) else x for x in leaves))
         hash(key)

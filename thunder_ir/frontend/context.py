@@ -50,9 +50,12 @@ from thunder_ir.dialects.types import (
 )
 from thunder_ir.frontend import symbolic_numbers
 from thunder_ir.frontend.aliasing import (
+    VIEW_OF_LEAF,
     AliasTracking,
+    argument_tensor,
     check_writable,
     live_members,
+    views_a_leaf,
     write_through,
 )
 from thunder_ir.frontend.autocast import (
@@ -548,21 +551,25 @@ class TraceContext(Builder):
         if old in self.active:
             if not torch.is_grad_enabled():
                 new = self.keep_identity(old, new)
-            elif old in self.autograd.nonleaf_inputs:
+            elif old in self.autograd.nonleaf_inputs or id(target) in self.autograd.leaf_proxies:
+                real = argument_tensor(self, target)  # an argument itself
+                if real is None or real.grad_fn is None:
+                    raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                       f"in-place operation.\n  at {where(self.loc)}")
+                if views_a_leaf(self, target):  # an argument w[1:] of a leaf w
+                    raise RuntimeError(VIEW_OF_LEAF + f"\n  at {where(self.loc)}")
                 raise ThunderTraceError(
                     f"{where(self.loc)}: in-place {opname} on an argument that requires grad "
                     "and is not a leaf (it has a grad_fn) is not supported by thunder_ir: its "
                     "autograd history would have to change outside the program. Pass "
                     "`x.clone()`, or write out of place.")
-            elif id(target) in self.autograd.leaf_proxies:
-                raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                                   f"in-place operation.\n  at {where(self.loc)}")
             elif new not in self.active or not (isinstance(new.owner, Operation)
                                                  and old in new.owner.operands):
                 new = self.overwrites(old, new)
         self._written(target, made, keep_saved)
         with torch._C.DisableTorchFunction():  # the write keeps the target's layout
             self.aliases.layouts[new] = (tuple(target.stride()), target.storage_offset())
+        self.aliases.written.add(new)
         if members:  # the other aliases see the write (`thunder_ir.frontend.aliasing`)
             new = write_through(self, target, new, members)
         self.aliases.rebind(target, new)

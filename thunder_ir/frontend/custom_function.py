@@ -25,7 +25,10 @@ that returns ``None`` for a ``None`` cotangent computes zeros instead, the same 
 
 ``torch.utils.checkpoint``'s reentrant ``CheckpointFunction`` is traced as the plain call
 of the checkpointed function (rematerialization is the compiler's business; gradients
-and random draws are the same).
+and random draws are the same), where a tensor input requires grad; where none does,
+eager's forward gives nothing a gradient (its outputs do not require grad, the wrapped
+layer's parameters get ``None``, with eager's warning), so the call is traced under
+``no_grad``.
 
 ``Function.apply`` is taken over once (`thunder_ir.frontend.takeover`), on the first trace; outside
 a trace (and in other threads) it runs the original code.
@@ -91,8 +94,14 @@ def _checkpoint_function() -> Any:
 def trace_apply(ctx: TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
     """``cls.apply(*args, **kwargs)`` while tracing (see the module doc)."""
     if cls is _checkpoint_function():
+        from torch.utils.checkpoint import check_backward_validity
+
         run_function, _preserve_rng, *rest = args
-        return run_function(*rest)
+        check_backward_validity(rest)  # eager's warning where no input requires grad
+        if torch.is_grad_enabled() and any(is_proxy(a) and a.requires_grad for a in rest):
+            return run_function(*rest)
+        with torch.no_grad():  # eager's forward runs so: nothing inside gets a gradient
+            return run_function(*rest)
     if _is_setup_context_defined(cls.setup_context):
         bound = inspect.signature(cls.forward).bind(*args, **kwargs)
         bound.apply_defaults()

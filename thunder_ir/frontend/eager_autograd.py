@@ -18,6 +18,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.base import ThunderOp, group
+from thunder_ir.dialects.modes import neutral
 from thunder_ir.dialects.symbols import hinted, hints
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import NumberType, TensorType
@@ -156,17 +157,19 @@ def eager_saves(op: Operation, active: Sequence[bool]
                 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """Which operands and results eager's backward of ``op`` saves, by running its torch
     function on meta tensors (the ``active`` ones requiring grad) under
-    ``saved_tensors_hooks``; None if it saves none or cannot run (cached per signature)."""
+    ``saved_tensors_hooks``; None if it saves none or cannot run (cached per signature and
+    default dtype; run outside inference mode and autocast, `neutral`, which would record
+    no graph or another one)."""
     if not isinstance(op, ThunderOp) or isinstance(op, FunctionOp):
         return None  # a custom Function's saved tensors are what its ctx saved
     try:  # attributes hash without printing; one that cannot is keyed by its text
         key: Any = (op.name, tuple([o.type for o in op.operands]),
-                    tuple(op.properties.items()), tuple(active))
+                    tuple(op.properties.items()), tuple(active), torch.get_default_dtype())
         hash(key)
     except TypeError:
         try:
             key = (op.name, tuple([o.type for o in op.operands]), str(op.properties),
-                   tuple(active))
+                   tuple(active), torch.get_default_dtype())
             hash(key)
         except TypeError:
             return None
@@ -190,7 +193,7 @@ def eager_saves(op: Operation, active: Sequence[bool]
 
     result: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     try:
-        with torch._C.DisableTorchFunction(), torch.enable_grad(), \
+        with torch._C.DisableTorchFunction(), neutral(), torch.enable_grad(), \
                 torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             if isinstance(op, CallOp):
                 out = op.run(metas)

@@ -16,6 +16,7 @@ import torch
 from xdsl.ir import Attribute, SSAValue
 
 from thunder_ir.dialects.base import OperandRef, to_attr
+from thunder_ir.dialects.modes import neutral
 from thunder_ir.dialects.torch import (
     UnnamedCallableError,
     make_call,
@@ -130,10 +131,11 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         return ctx.wrap(r, None if result_view is None else root_proxy(result_view[0]))
     layouts = [ctx.layout_of(v) if isinstance(v.type, TensorType) else None
                for v in operands]
-    stand_ins = [meta_stand_in(v.type, lay) if lay is not None else meta_value(v.type)
-                 for v, lay in zip(operands, layouts, strict=True)]
     try:
-        meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask, stand_ins)
+        with neutral():  # stand-ins made under inference_mode would be inference tensors
+            stand_ins = [meta_stand_in(v.type, lay) if lay is not None else meta_value(v.type)
+                         for v, lay in zip(operands, layouts, strict=True)]
+            meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask, stand_ins)
     except ThunderTraceError:
         raise
     except Exception as e:

@@ -25,6 +25,10 @@ therefore gives each proxy eager's strides and storage offset:
   operands' device, which is what torch.compile does to learn eager's strides (fake
   tensors know that a convolution of a channels-last input is channels-last on the CPU;
   meta tensors take every tensor for a CUDA one). Results are cached per signature.
+  Probes run under `thunder_ir.dialects.modes.neutral` (no inference mode, no autocast):
+  a layout or an alias is the same under every mode, and a first call under
+  ``inference_mode`` (where a view of a new tensor has no ``_base``) must not decide what
+  later calls get.
 
 Nothing here is written again from torch: the rules of our own are the contiguous cases
 above, and tests hold them.
@@ -41,6 +45,7 @@ from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ThunderOp, group
+from thunder_ir.dialects.modes import neutral
 from thunder_ir.dialects.traits import DeviceLayout, Elementwise
 from thunder_ir.dialects.types import NumberType, TensorType
 
@@ -185,7 +190,8 @@ def view_layouts(op: Operation, layouts: Sequence[Layout | None]
         key = None
     hit = _VIEWS.get(key) if key is not None else None
     if hit is None:
-        hit = _view_layouts(op, layouts)
+        with neutral():  # (under inference_mode a view of a new tensor has no _base)
+            hit = _view_layouts(op, layouts)
         if key is not None:
             _VIEWS[key] = hit
     if isinstance(hit, str):
@@ -338,19 +344,26 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
         return _FRESH[key]
     found: tuple[Layout, ...] | None = None
     try:
-        if fake:
-            with fake_mode():
-                outs = _run(op, _operand_values(op, layouts, fake_stand_in))
-        else:
-            with symbols.stand_in_mode():
-                outs = _run(op, _operand_values(op, layouts, meta_stand_in))
-        if len(outs) == len(_tensor_results(op)):
-            found = tuple(layout_of_tensor(o) for o in outs)
+        with neutral():
+            found = _asked_layouts(op, layouts, fake)
     except Exception:  # no fake or meta kernel, or it cannot run there
         found = None
     if key is not None:
         _FRESH[key] = found
     return found
+
+
+def _asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool
+                   ) -> tuple[Layout, ...] | None:
+    if fake:
+        with fake_mode():
+            outs = _run(op, _operand_values(op, layouts, fake_stand_in))
+    else:
+        with symbols.stand_in_mode():
+            outs = _run(op, _operand_values(op, layouts, meta_stand_in))
+    if len(outs) == len(_tensor_results(op)):
+        return tuple(layout_of_tensor(o) for o in outs)
+    return None
 
 
 DEVICE_SENSITIVE_CALLS = ("torch.fft.", "torch.linalg.", "torch.stft", "torch.istft",

@@ -389,10 +389,12 @@ def _alias(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _detach(ctx: Builder, self: Any) -> Any:
     """``x.detach()``, ``torch.detach(x)``, ``x.data``: an alias of ``x`` that carries no
-    gradient (``autograd.stop_gradient`` when ``x`` requires grad)."""
-    if self._value not in ctx.active:
-        return _alias(ctx, self)
+    gradient (``autograd.stop_gradient`` when ``x`` requires grad, or is a view of a tensor
+    that does: under ``no_grad`` such a view requires grad in eager, its detached alias
+    does not, and the cut tells the two apart where the program returns them)."""
     root = root_proxy(self)
+    if self._value not in ctx.active and (root is None or not root.requires_grad):
+        return _alias(ctx, self)
     v = ctx.stop_gradient(self._value)
     ctx.note_layout(v, ctx.layout_of(self._value))
     assert isinstance(v.owner, Operation)

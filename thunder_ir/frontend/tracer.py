@@ -25,9 +25,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import inspect
+import logging
 import os
 import random
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +43,12 @@ from thunder_ir.dialects import symbols
 from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
 from thunder_ir.dialects.program import main_function
 from thunder_ir.dialects.symbols import SymbolSource
-from thunder_ir.dialects.torch import CallOp, set_output_strides, set_symbol_args
+from thunder_ir.dialects.torch import (
+    CallOp,
+    set_output_strides,
+    set_symbol_args,
+    set_written_outputs,
+)
 from thunder_ir.dialects.traits import ViewLike
 from thunder_ir.dialects.types import TensorType, number_type
 from thunder_ir.frontend import (
@@ -206,6 +213,72 @@ def _is_size(x: Any) -> bool:
     return isinstance(x, torch.Size)
 
 
+class _OtherThreads(logging.Filter):
+    """Drops the records of one thread (see `_fake_tensor_logs_quiet`)."""
+
+    def __init__(self, ident: int) -> None:
+        super().__init__()
+        self.ident = ident
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread != self.ident
+
+
+@contextlib.contextmanager
+def _fake_tensor_logs_quiet() -> Iterator[None]:
+    """torch's fake tensors log every meta kernel that fails at ERROR, with its traceback,
+    before raising; tracing runs kernels on fake stand-ins that fail by design (a call
+    with a wrong shape: thunder_ir reports eager's error at the user's line). While this
+    thread traces, its records of that logger are dropped; other threads' are kept."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    quiet = _OtherThreads(threading.get_ident())
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
+
+
+_MODULE_HOOKS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                 "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+                 "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+                 "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_hooks_with_kwargs",
+                 "_global_forward_hooks_always_called", "_global_forward_pre_hooks",
+                 "_global_backward_hooks", "_global_backward_pre_hooks",
+                 "_global_buffer_registration_hooks", "_global_module_registration_hooks",
+                 "_global_parameter_registration_hooks")
+
+
+@contextlib.contextmanager
+def hooks_kept(root: torch.nn.Module | None) -> Iterator[None]:
+    """Puts every hook dict of ``root``'s module tree, and torch's global module hooks,
+    back as they were if the body raises. The traced copies share the user's hook dicts
+    (`_shadow_modules`), so a hook the traced code registers lands on the user's module:
+    transformers installs its output-capturing hooks on the first call that asks for
+    hidden states, and records that it did in an attribute (written back only after a
+    compile succeeds). A compile that fails must leave the model as it was, so those hooks
+    go (and any the code removed come back); after a success they stay, as eager's call
+    leaves them."""
+    from torch.nn.modules import module as nn_module
+
+    dicts = [d for d in (getattr(nn_module, n, None) for n in _GLOBAL_HOOKS)
+             if isinstance(d, dict)]
+    if root is not None:
+        for m in root.modules():
+            dicts += [d for d in (m.__dict__.get(n) for n in _MODULE_HOOKS)
+                      if isinstance(d, dict)]
+    saved = [(d, list(d.items())) for d in dicts]
+    try:
+        yield
+    except BaseException:
+        for d, items in saved:
+            if len(d) != len(items) or any(d.get(k, d) is not v for k, v in items):
+                d.clear()
+                d.update(items)
+        raise
+
+
 @contextlib.contextmanager
 def _global_state_kept() -> Iterator[None]:
     """Restores what user code may leave changed if tracing fails (grad mode, default
@@ -309,6 +382,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_global_state_kept())
+            stack.enter_context(_fake_tensor_logs_quiet())
             stack.enter_context(recording(ctx))
             for factory in TRACING_CONTEXTS:
                 stack.enter_context(factory())
@@ -340,6 +414,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     outputs: list[SSAValue] = []
     out_leaves: list[tuple[str, Any]] = []
     detach_outputs: list[int] = []
+    written: list[int] = []  # results that stand for memory an in-place write changed
     strides_at: dict[int, tuple[int, ...] | None] = {}
     arg_proxies = {id(p): (k.index, v) for p, v, k in ctx.build.input_proxies
                    if isinstance(k, ArgLeaf)}
@@ -352,10 +427,13 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             strides_at[len(outputs)] = _dense_strides(leaf)
             base = leaf._base_proxy
             if (leaf._value not in ctx.active and base is not None and base.requires_grad
-                    and ctx.build.is_leaf(base._value)):
+                    and ctx.build.is_leaf(base._value) and _cut(ctx, leaf._value, base._value)):
                 # A detached alias of an input that requires grad (x.detach().view(-1)): run
-                # without its detach, it would come out as a view requiring grad.
+                # without its detach, it would come out as a view requiring grad. (A view
+                # made under no_grad, x.t(), requires grad in eager, as the program's does.)
                 detach_outputs.append(len(outputs))
+            if ctx.aliases.made_by_a_write(leaf._value):
+                written.append(len(outputs))
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
         elif contains_proxy(leaf, symbolic=True):  # an object made while traced holding
@@ -384,6 +462,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         set_symbol_args(main_function(ir), symbol_args)
     if any(s is not None for s in strides):  # for `restride-outputs`
         set_output_strides(main_function(ir), strides)
+        if written:
+            set_written_outputs(main_function(ir), written)
     checked = [None if s is None or _made_by_a_call(v) or not all(type(x) is int for x in s)
                else s for v, s in zip(outputs, strides, strict=True)]
     build, reads = ctx.build, ctx.reads
@@ -462,6 +542,7 @@ def subtrace(fn: Callable[..., Any], inputs: Sequence[Any], *, names: Sequence[s
         with contextlib.ExitStack() as stack:
             if user_code:
                 stack.enter_context(_global_state_kept())
+            stack.enter_context(_fake_tensor_logs_quiet())
             stack.enter_context(recording(ctx))
             if user_code:
                 for factory in TRACING_CONTEXTS:
@@ -498,6 +579,19 @@ def _bind(ctx: TraceContext, inputs: Sequence[Any], names: Sequence[str]
         values.append(p._value)
         bound.append(p)
     return pytree.tree_unflatten(bound, spec), values
+
+
+def _cut(ctx: TraceContext, v: SSAValue, root: SSAValue) -> bool:
+    """Whether ``v``, an alias of ``root``, was cut from it (``detach``, ``.data``: an
+    ``autograd.stop_gradient`` on the way up its views), or may have been (a way up that
+    does not reach ``root``); False for a plain chain of views of ``root``."""
+    parents = ctx.aliases.view_parent
+    while v is not root:
+        up = parents.get(v)
+        if up is None or isinstance(up[1], StopGradientOp):
+            return True
+        v = up[0]
+    return False
 
 
 def _made_by_a_call(v: SSAValue) -> bool:
@@ -715,5 +809,5 @@ def _input_proxy(ctx: TraceContext, tensor: torch.Tensor, name: str, index: int,
     return p
 
 
-__all__ = ["HANDLER_MODULES", "Placeholder", "SubTrace", "arg_names", "subtrace",
+__all__ = ["HANDLER_MODULES", "Placeholder", "SubTrace", "arg_names", "hooks_kept", "subtrace",
            "trace_program"]

@@ -18,11 +18,14 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
   %2 = "guard.aliases"(%a0, %a1) : (!guard.value, !guard.value) -> !guard.value
   %3 = "guard.state_meta"() <{names = ["weight"]}> : () -> !guard.value
   %4 = "guard.grad_mode"() : () -> !guard.value
-  %5 = "guard.default_dtype"() : () -> !guard.value
-  %6 = "guard.autocast"() : () -> !guard.value
-  %7 = "guard.tokens"() <{tokens = array<i64: 0, 1>, names = ["module attributes", "globals of model"]}> : () -> !guard.value
-  %8 = "guard.key"(%0, %1, %2, %3, %4, %5, %6, %7) : (!guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value) -> !guard.value
-  func.return %8 : !guard.value
+  %5 = "guard.inference_mode"() : () -> !guard.value
+  %6 = "guard.default_dtype"() : () -> !guard.value
+  %7 = "guard.deterministic"() : () -> !guard.value
+  %8 = "guard.default_device"() : () -> !guard.value
+  %9 = "guard.autocast"() : () -> !guard.value
+  %10 = "guard.tokens"() <{tokens = array<i64: 0, 1>, names = ["module attributes", "globals of model"]}> : () -> !guard.value
+  %11 = "guard.key"(%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10) : (!guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value, !guard.value) -> !guard.value
+  func.return %11 : !guard.value
 }
 
 // CHECK-LABEL: func.func @forward
@@ -32,7 +35,10 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
 // CHECK-NEXT:    %[[A:.*]] = "guard.aliases"(%a0, %a1) : (!guard.value, !guard.value) -> !guard.value
 // CHECK-NEXT:    %[[P:.*]] = "guard.state_meta"() <{names = ["weight"]}> : () -> !guard.value
 // CHECK-NEXT:    "guard.grad_mode"() : () -> !guard.value
+// CHECK-NEXT:    "guard.inference_mode"() : () -> !guard.value
 // CHECK-NEXT:    "guard.default_dtype"() : () -> !guard.value
+// CHECK-NEXT:    "guard.deterministic"() : () -> !guard.value
+// CHECK-NEXT:    "guard.default_device"() : () -> !guard.value
 // CHECK-NEXT:    "guard.autocast"() : () -> !guard.value
 // CHECK-NEXT:    %[[T:.*]] = "guard.tokens"() <{tokens = array<i64: 0, 1>, names = ["module attributes", "globals of model"]}>
 // CHECK-NEXT:    %[[K:.*]] = "guard.key"(%[[X]], %[[S]], %[[A]], %[[P]], {{.*}}, %[[T]])
@@ -41,7 +47,7 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
 // PY:      def forward(x, scale, t_weight):
 // PY:      def prologue(args):
 // PY-NEXT:   (a0, a1,) = args
-// PY-NEXT:   return (_meta(a0), _meta(a1), _aliases(a0, a1), p0.shape, p0.dtype, p0.device, p0.requires_grad, (p0.is_contiguous() or p0.stride()), _grad(), _default_dtype(), _autocast(), _tokens,)
+// PY-NEXT:   return (_meta(a0), _meta(a1), _aliases(a0, a1), p0.shape, p0.dtype, p0.device, p0.requires_grad, (p0.is_contiguous() or p0.stride()), _grad(), _inference(), _default_dtype(), _deterministic(), _default_device(), _autocast(), _tokens,)
 
 // JIT-LABEL: func.func @forward
 // JIT:         "torch.call"(%{{.*}}, %t_weight) <{callee = "torch.nn.functional.linear"
@@ -51,7 +57,10 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
 // JIT-NEXT:    "guard.aliases"(%a0, %a1)
 // JIT-NEXT:    "guard.state_meta"() <{names = ["weight"]}>
 // JIT-NEXT:    "guard.grad_mode"()
+// JIT-NEXT:    "guard.inference_mode"()
 // JIT-NEXT:    "guard.default_dtype"()
+// JIT-NEXT:    "guard.deterministic"()
+// JIT-NEXT:    "guard.default_device"()
 // JIT-NEXT:    "guard.autocast"()
 // JIT-NEXT:    "guard.tokens"()
 // JIT-NEXT:    "guard.key"
