@@ -345,3 +345,105 @@ def test_eagers_error_for_a_wrong_shape_names_the_users_line() -> None:
 
     with pytest.raises(ThunderTraceError, match=r"test_trust_findings\.py:\d+"):
         thunder_ir.jit(f)(torch.randn(2, 4), torch.randn(3, 3))
+
+
+# --------------------------------------------------------------------------- failure injection
+
+
+def _snapshot(model: nn.Module) -> Any:
+    """Everything of ``model`` and of torch's global state a failed compile could leave
+    changed: each module's fields (by identity, hook dicts by content), its tensors' values,
+    its config objects' fields, torch's global hooks, grad mode, the default dtype and the
+    random generator's state."""
+    mods = []
+    for name, m in model.named_modules():
+        fields = {k: (v if isinstance(v, dict) and "hook" in k else id(v))
+                  for k, v in m.__dict__.items()}
+        fields = {k: (list(v.items()) if isinstance(v, dict) else v) for k, v in fields.items()}
+        config = getattr(m, "config", None)
+        mods.append((name, fields, dict(vars(config)) if config is not None else None))
+    tensors = {k: (id(v), v.detach().clone())
+               for k, v in model.state_dict(keep_vars=True).items()}
+    g = torch.nn.modules.module
+    global_hooks = [list(getattr(g, n).items()) for n in dir(g)
+                    if n.startswith("_global_") and isinstance(getattr(g, n), dict)]
+    return (mods, tensors, global_hooks, torch.is_grad_enabled(), torch.get_default_dtype(),
+            torch.random.get_rng_state())
+
+
+def _same_snapshot(a: Any, b: Any) -> None:
+    mods_a, tensors_a, hooks_a, *rest_a = a
+    mods_b, tensors_b, hooks_b, *rest_b = b
+    assert mods_a == mods_b
+    assert tensors_a.keys() == tensors_b.keys()
+    for k, (i, t) in tensors_a.items():
+        assert tensors_b[k][0] == i and torch.equal(tensors_b[k][1], t), k
+    assert hooks_a == hooks_b
+    assert rest_a[:2] == rest_b[:2] and torch.equal(rest_a[2], rest_b[2])
+
+
+class _FailAt:
+    """Makes the ``n``-th torch call of a trace raise (a stand-in for any refused
+    construct at that point of the model)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def wrap(self, dispatch: Any) -> Any:
+        def failing(mode: Any, func: Any, args: Any, kwargs: Any) -> Any:
+            self.calls += 1
+            if self.calls == self.n:
+                raise ThunderTraceError(f"injected failure at torch call {self.n}")
+            return dispatch(mode, func, args, kwargs)
+
+        return failing
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_a_compile_failing_anywhere_in_a_real_model_leaves_it_as_it_was(
+        family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compile made to fail at many points of a Hugging Face model (training, labels,
+    hidden states and attentions asked for) leaves the model, its config and torch's
+    global state as they were; the next compile then gives eager's results."""
+    T = pytest.importorskip("transformers", reason="transformers is in the test extra")
+    from thunder_ir.frontend.context import TraceMode
+
+    small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, vocab_size=64, max_position_embeddings=32)
+    torch.manual_seed(0)
+    model = (T.LlamaForCausalLM(T.LlamaConfig(**small, num_key_value_heads=2))
+             if family == "llama" else T.BertForMaskedLM(T.BertConfig(**small)))
+    ids = torch.randint(3, 64, (2, 6), generator=torch.Generator().manual_seed(1))
+    kwargs = dict(labels=ids, output_hidden_states=True, output_attentions=True)
+    reference = copy.deepcopy(model)
+    dispatch = TraceMode._dispatch
+    failed_at = []
+    for n in (1, 2, 5, 13, 34, 89, 233, 610):
+        before = _snapshot(model)
+        fail = _FailAt(n)
+        monkeypatch.setattr(TraceMode, "_dispatch", fail.wrap(dispatch))
+        try:
+            thunder_ir.jit(model)(ids, **kwargs)
+        except ThunderTraceError as e:
+            assert f"injected failure at torch call {n}" in str(e)
+            failed_at.append(n)
+        finally:
+            monkeypatch.setattr(TraceMode, "_dispatch", dispatch)
+        if fail.calls < n:
+            break  # the trace made fewer calls: it compiled, as it should
+        _same_snapshot(before, _snapshot(model))
+    assert len(failed_at) >= 5, failed_at
+    torch.manual_seed(2)
+    out = thunder_ir.jit(model)(ids, **kwargs)
+    torch.manual_seed(2)
+    ref = reference(ids, **kwargs)
+    torch.testing.assert_close(out.loss, ref.loss)
+    assert len(out.hidden_states) == len(ref.hidden_states)
+    assert len(out.attentions) == len(ref.attentions)
+    out.loss.backward()
+    ref.loss.backward()
+    for (k, a), b in zip(model.named_parameters(), reference.parameters(), strict=True):
+        assert (a.grad is None) == (b.grad is None), k
+        if a.grad is not None:
+            torch.testing.assert_close(a.grad, b.grad, msg=k)
+    _real(out.loss, out.logits, out.hidden_states)
