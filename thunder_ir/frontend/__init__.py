@@ -6,7 +6,10 @@ Modules, each importing only those listed before it:
 * `proxy`: `TensorProxy`, what user code holds while it is traced;
 * `table`: the handler table (torch callable -> handler) and the calls answered directly;
 * `builder`: `Builder`, the interface handlers write through;
-* `fallback`: the handler of torch calls without an ``ltorch`` op (an opaque call);
+* `python_calls`: torch calls on plain Python values (run as eager runs them) and
+  ``torch._assert``'s handler;
+* `fallback`: the handler of torch calls without an ``ltorch`` op (an opaque call; a call
+  on plain Python values goes to `python_calls`);
 * `program_build`, `eager_autograd`, `aliasing`, `pystate`: the four parts of a trace's
   state (program building; eager autograd state; alias tracking; state reads);
 * `context`: `TraceContext` (the `Builder` of tracing, composing those parts, with eager's

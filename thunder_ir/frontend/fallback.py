@@ -36,6 +36,7 @@ from thunder_ir.frontend.errors import (
 )
 from thunder_ir.frontend.layout import call_layouts, meta_stand_in
 from thunder_ir.frontend.proxy import is_proxy, root_proxy
+from thunder_ir.frontend.python_calls import NOT_PLAIN, plain_call
 
 _NOT_FUNCTIONAL = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "bernoulli_"})
 """In-place methods whose same-named out-of-place function means something else."""
@@ -84,6 +85,10 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         else:  # uniform_, normal_, zero_...: applied to a copy, drawn as eagerly
             out = fallback(ctx, _inplace_on_copy(), (name, *args), kwargs)
         return ctx.assign(args[0], out._value, name)
+    if result_type is None:  # Python values in, no tensor out: run as eager runs it
+        plain = plain_call(func, args, kwargs)
+        if plain is not NOT_PLAIN:
+            return plain
     operands: list[SSAValue] = []
     passed: list[Any] = []  # the tensor (proxy) passed for each operand
     index: dict[int, int] = {}
