@@ -3,8 +3,9 @@
 The seed's example (an op with only the torch fallback splits the graph into
 ``thunder_0``, ``inductor_1``, ``thunder_2``), the project's Llama- and GPT-2-style models,
 graph breaks (``print``, ``if x.sum() > 0``, ``torch.no_grad()``), a mixture of experts
-with data-dependent routing, Hugging Face models, dynamic shapes, ``thunderfx``, the named
-backend and ``report``'s scripts. Every check compares outputs and gradients (``None``
+with data-dependent routing, Hugging Face models, dynamic shapes, results' types and
+structure in static and dynamic graphs, ``thunderfx``, the named backend and ``report``'s
+scripts. Every check compares outputs and gradients (``None``
 where eager has ``None``) with eager PyTorch.
 """
 
@@ -489,3 +490,109 @@ def test_dynamo_symbolic_sizes_are_one_program_per_partition() -> None:
     (part,) = info.thunder_compiled_fns
     assert thunder_ir.cache_misses(part) == 1
     assert part._compiled.symbolic_failures == []
+
+
+# ---- output structure
+
+
+def _sinc_last(x: torch.Tensor) -> torch.Tensor:
+    return torch.sinc(x * 2 + 1)
+
+
+def _sinc_inside(x: torch.Tensor) -> torch.Tensor:
+    return torch.sinc(x) * 2 + 1
+
+
+def _two_outputs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.sinc(x).cos(), x.sin() * 2
+
+
+def _nested_outputs(x: torch.Tensor) -> dict[str, Any]:
+    s = torch.sinc(x)
+    return {"sinc": s, "pair": [s.exp(), (x * 3, torch.sinc(s))]}
+
+
+def _thunder_only(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.sin() * 2, x.cos()
+
+
+STRUCTURE_CASES: dict[str, Callable[[torch.Tensor], Any]] = {
+    "Inductor partition last": _sinc_last,
+    "Inductor partition first": _sinc_inside,
+    "two outputs": _two_outputs,
+    "nested outputs": _nested_outputs,
+    "no Inductor partition": _thunder_only,
+    "Inductor only": torch.sinc,
+}
+
+
+def _real_tensors(value: Any) -> None:
+    for t in torch.utils._pytree.tree_leaves(value):
+        if isinstance(t, torch.Tensor):
+            assert type(t) in (torch.Tensor, nn.Parameter), f"a {type(t).__name__} came back"
+
+
+@pytest.mark.parametrize("dynamic", [None, True, False], ids=["automatic", "dynamic", "static"])
+@pytest.mark.parametrize("case", list(STRUCTURE_CASES))
+def test_results_have_eagers_structure_in_static_and_dynamic_graphs(
+        case: str, dynamic: bool | None) -> None:
+    """What a call returns is what eager returns (a tensor, not a one-element list; the
+    same tuples, lists and dicts), with eager's values and gradients, whether the graph is
+    static or Dynamo made it dynamic, with and without Inductor partitions. (Inductor
+    rewrites a one-output partition to return a list and unwraps it only for the first
+    signature it compiled: a dynamic graph's next size got ``[tensor]``.)"""
+    fn = STRUCTURE_CASES[case]
+    backend = ThunderCompiler()
+    compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
+    gen = torch.Generator().manual_seed(0)
+    for n in (3, 4, 5, 6):
+        x = torch.randn(n, generator=gen, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        out, expected = compiled(x), fn(xe)
+        assert torch.utils._pytree.tree_structure(out) == \
+            torch.utils._pytree.tree_structure(expected), (n, out)
+        assert type(out) is type(expected)
+        _real_tensors(out)
+        _close(out, expected, f"size {n}")
+        leaves = torch.utils._pytree.tree_leaves(out)
+        sum(t.sum() for t in leaves).backward()
+        sum(t.sum() for t in torch.utils._pytree.tree_leaves(expected)).backward()
+        _real_tensors(x.grad)
+        _close(x.grad, xe.grad, f"gradient at size {n}")
+        with torch.no_grad():  # inference: another signature of each partition
+            _close(compiled(x), fn(xe), f"no_grad at size {n}")
+    if case != "no Inductor partition":
+        assert any(not k for info in backend.subgraph_infos
+                   for k in _kinds(info.split_graph_module)), "no Inductor partition ran"
+
+
+def _kinds(split_gm: torch.fx.GraphModule) -> list[bool]:
+    return [isinstance(m, thunder_ir.ThunderModule) for _, m in split_gm.named_children()]
+
+
+def test_a_module_with_an_inductor_partition_trains_with_dynamic_shapes() -> None:
+    """A model whose graph has an Inductor partition and several outputs, trained through
+    sizes that make Dynamo's graph dynamic: loss, outputs and gradients are eager's."""
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            h = torch.sinc(self.proj(x))
+            return h.tanh(), h.sum(-1)
+
+    torch.manual_seed(0)
+    model = Head()
+    eager = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=ThunderCompiler())
+    for n in (2, 3, 5, 7):
+        x = torch.randn(n, 4)
+        out, expected = compiled(x), eager(x)
+        assert type(out) is tuple and all(type(t) is torch.Tensor for t in out)
+        _close(out, expected, f"size {n}")
+        (out[0].pow(2).mean() + out[1].mean()).backward()
+        (expected[0].pow(2).mean() + expected[1].mean()).backward()
+        _same_grads(model, eager)
+        model.zero_grad(set_to_none=True)
+        eager.zero_grad(set_to_none=True)

@@ -14,6 +14,7 @@ program after the first call without thunder_ir's own prologue: `_DynamoCompiled
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule
 from torch.fx._lazy_graph_module import _LazyGraphModule
+from torch.utils import _pytree as pytree
 
 from thunder_ir.api import CompiledCallable, ThunderModule, build, jit
 from thunder_ir.dynamo.splitter import SplitReason, partition
@@ -87,9 +89,16 @@ class InductorPartition(torch.nn.Module):
     Dynamo compiled, where Dynamo does not compile again, so a ``torch.compile``d
     partition ran as a plain ``GraphModule``, eagerly.
 
+    A call returns what the partition's graph returns (one tensor, or the tuple the split
+    module indexes), for every signature: each compile gets a copy of the graph that
+    returns its flat outputs as a tuple, and the call rebuilds the structure. (Inductor
+    rewrites a graph that returns one value, in place, to return a list, and unwraps the
+    list only for the callable of that compile: a second signature of the same graph, as
+    a dynamic graph's next size, returned ``[tensor]``.)
+
     Attributes:
-        graph_module: the partition.
-        compiled: each input signature's compiled callable.
+        graph_module: the partition (never changed by a compile).
+        compiled: each input signature's compiled callable (flat outputs).
     """
 
     def __init__(self, graph_module: GraphModule, options: dict[str, Any]) -> None:
@@ -97,6 +106,7 @@ class InductorPartition(torch.nn.Module):
         self.graph_module = graph_module
         self.options = dict(options)
         self.compiled: dict[Any, Callable[..., Any]] = {}
+        self._output_spec = pytree.tree_flatten(_output_node(graph_module).args[0])[1]
 
     def forward(self, *args: Any) -> Any:
         key = (torch.is_grad_enabled(), *(
@@ -107,8 +117,21 @@ class InductorPartition(torch.nn.Module):
             from torch._inductor import compile as inductor_compile
 
             fn = self.compiled[key] = inductor_compile(
-                self.graph_module, list(args), options=self.options or None)
-        return fn(*args)
+                _flat_output_copy(self.graph_module), list(args), options=self.options or None)
+        return pytree.tree_unflatten(list(fn(*args)), self._output_spec)
+
+
+def _output_node(gm: GraphModule) -> torch.fx.Node:
+    return next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+
+
+def _flat_output_copy(gm: GraphModule) -> GraphModule:
+    """A copy of ``gm`` (its own graph, the same attributes) that returns its outputs'
+    leaves as a flat tuple: what Inductor compiles without rewriting it."""
+    graph = copy.deepcopy(gm.graph)
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    out.args = (tuple(pytree.tree_leaves(out.args[0])),)
+    return GraphModule(gm, graph)
 
 
 @dataclasses.dataclass
