@@ -7,7 +7,7 @@ Sections: NumPy scalars and 0-d arrays as operands; ``requires_grad`` set inside
 ``.float()``, ``.data =``);
 empty batches through batch norm; ops without a meta kernel whose result shape is known
 (``F.ctc_loss``); data-dependent conditions speculated and checked; torch's higher-order
-ops (``cond``, ``scan``, ``associative_scan``, ...) inside traced code.
+ops (``cond``, ``scan``, ``associative_scan``, ...) and ``torch.vmap`` inside traced code.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import vmap as func_vmap
 
 import thunder_ir
 from thunder_ir.frontend.fallback import SHAPE_RULES
@@ -599,6 +600,77 @@ HOP_CASES: dict[str, Callable[[torch.Tensor], Any]] = {
 def test_higher_order_ops_inside_traced_code_are_eagers(case: str) -> None:
     torch.manual_seed(0)
     check_against_eager(HOP_CASES[case], torch.randn(5, 3, requires_grad=True))
+
+
+_ROWS_SIN = torch.vmap(lambda r: r.sin() * 2)  # wrapped before any trace runs
+
+VMAP_CASES: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {
+    "torch.vmap": lambda t, w: torch.vmap(lambda r: (r * w).sum())(t),
+    "torch.func.vmap": lambda t, w: torch.func.vmap(lambda r: r * w)(t),
+    "vmap imported by name": lambda t, w: func_vmap(lambda r: (r * w).tanh())(t),
+    "wrapped before the trace": lambda t, w: _ROWS_SIN(t) * w,
+    "in_dims with None": lambda t, w: torch.vmap(torch.dot, in_dims=(0, None))(t, w),
+    "negative in_dims": lambda t, w: torch.vmap(lambda c: c.softmax(0), in_dims=-1)(t),
+    "out_dims": lambda t, w: torch.vmap(lambda r: r * w, out_dims=-1)(t),
+    "nested": lambda t, w: torch.vmap(torch.vmap(lambda a: a * w.sum()))(t),
+    "keyword arguments, not mapped": lambda t, w: torch.vmap(lambda r, scale: r * scale)(
+        t, scale=w),
+    "nested outputs": lambda t, w: torch.vmap(lambda r: (r.sum(), {"d": [r * w]}))(t),
+    "an output that does not depend on the batch": lambda t, w: torch.vmap(
+        lambda r: (r * 2, w.exp()), out_dims=(0, None))(t),
+    "a result expanded over the batch": lambda t, w: torch.vmap(lambda r: w.exp())(t),
+    "chunk_size": lambda t, w: torch.vmap(lambda r: r.softmax(0) * w, chunk_size=2)(t),
+    "an empty batch": lambda t, w: torch.vmap(lambda r: r * w)(t[:0]),
+    "in_dims that do not fit (eager's error)": lambda t, w: torch.vmap(
+        lambda r: r, in_dims=(0, 1))(t),
+    "out_dims=None of a batched result (eager's error)": lambda t, w: torch.vmap(
+        lambda r: r * 2, out_dims=None)(t),
+    "a number returned (eager's error)": lambda t, w: torch.vmap(lambda r: 3)(t),
+}
+
+
+@pytest.mark.parametrize("case", list(VMAP_CASES))
+def test_vmap_inside_traced_code_is_eagers(case: str) -> None:
+    """``torch.vmap`` called in a jitted function, however it was reached (``torch.vmap``,
+    ``torch.func.vmap``, a name imported before, a function wrapped before the trace):
+    eager's values and gradients, or eager's own error."""
+    torch.manual_seed(0)
+    out = check_against_eager(VMAP_CASES[case], torch.randn(5, 3, requires_grad=True),
+                              torch.randn(3, requires_grad=True))
+    if out.jitted is not None:
+        for t in torch.utils._pytree.tree_leaves((out.jitted, out.jitted_grads)):
+            assert not isinstance(t, torch.Tensor) or type(t) is torch.Tensor, type(t)
+
+
+def test_vmap_of_a_function_that_draws_is_eagers_error_or_refused() -> None:
+    """Eager's error under ``randomness="error"``; under ``"different"`` and ``"same"``
+    (eager draws for the whole batch at once) a clear refusal naming the line."""
+    x = torch.randn(4, 3)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        torch.vmap(lambda r: r + torch.rand(()))(x)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        thunder_ir.jit(lambda t: torch.vmap(lambda r: F.dropout(r, 0.5))(t))(x)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        thunder_ir.jit(lambda t: torch.vmap(lambda r: r + torch.rand(()))(t))(x)
+    for randomness in ("different", "same"):
+        with pytest.raises(thunder_ir.ThunderTraceError,
+                           match=r"test_constructs\.py:\d+: torch\.vmap\(\.\.\., "
+                                 f"randomness='{randomness}'\\)"):
+            thunder_ir.jit(lambda t: torch.vmap(lambda r: r.clone().uniform_(),
+                                                randomness=randomness)(t))(x)  # noqa: B023
+    # an op without a native op that draws nothing is mapped as any other
+    check_against_eager(lambda t: torch.vmap(torch.special.bessel_j0)(t), x)
+
+
+def test_a_per_sample_gradient_inside_traced_code_is_refused_with_the_line() -> None:
+    """vmap is mapped; ``torch.func.grad`` inside traced code is not supported: refused
+    clearly, naming the line, never a wrong value."""
+    def per_sample(x: torch.Tensor) -> torch.Tensor:
+        return torch.vmap(torch.func.grad(lambda r: (r ** 3).sum()))(x)
+
+    with pytest.raises(thunder_ir.ThunderTraceError,
+                       match=r"test_constructs\.py:\d+: a torch.func transform"):
+        thunder_ir.jit(per_sample)(torch.randn(4, 3))
 
 
 def test_a_cond_whose_predicate_flips_follows_it() -> None:

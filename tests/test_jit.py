@@ -1,8 +1,11 @@
-"""thunder_ir.jit end to end for inference: models against eager, cache, errors, traces."""
+"""thunder_ir.jit end to end for inference: models against eager, cache, errors, traces;
+jitted callables inside jitted code and jitted modules as modules (``functional_call``,
+``training``, conversions), trained against eager."""
 
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 
 import pytest
@@ -86,6 +89,215 @@ def test_module_shares_parameters_and_state() -> None:
     with torch.no_grad():
         m.fc_1.weight.mul_(2)  # an update through the original shows in the jitted module
         assert _max_dev(tm(x), m(x)) <= 1e-6
+
+
+def _real(*values: object) -> None:
+    """Every tensor among ``values`` (nested) is a real tensor, never a tracing proxy."""
+    for v in torch.utils._pytree.tree_leaves(values):
+        if isinstance(v, torch.Tensor):
+            assert type(v) in (torch.Tensor, nn.Parameter), type(v)
+
+
+# --------------------------------------------------------------------------- jit inside jit
+
+
+class _Outer(nn.Module):
+    """A model holding a jitted submodule (``jit_inner``) or the plain one."""
+
+    def __init__(self, jit_inner: bool) -> None:
+        super().__init__()
+        lin = nn.Linear(3, 3)
+        self.inner = thunder_ir.jit(lin) if jit_inner else lin
+        self.norm = nn.BatchNorm1d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.inner(x)).relu()
+
+
+@pytest.mark.parametrize("inner_called_first", [False, True], ids=["first call", "cached"])
+def test_a_jitted_submodule_inside_a_jitted_model_trains_as_eager(
+        inner_called_first: bool) -> None:
+    """The outer trace runs the inner jitted module's Python (its own programs are not
+    called with traced tensors): eager's outputs, gradients and batch-norm statistics,
+    whether or not the inner one compiled before; afterwards the inner one, called on
+    its own, is eager's too, and nothing holds a traced tensor."""
+    torch.manual_seed(0)
+    model, eager = _Outer(jit_inner=True), _Outer(jit_inner=False)
+    eager.load_state_dict(model.state_dict())
+    if inner_called_first:
+        with torch.no_grad():
+            _real(model.inner(torch.randn(4, 3)))
+    inner_misses = thunder_ir.cache_misses(model.inner)
+    jm = thunder_ir.jit(model)
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        out, expected = jm(x), eager(x)
+        torch.testing.assert_close(out, expected)
+        out.pow(2).sum().backward()
+        expected.pow(2).sum().backward()
+        for (k, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(),
+                                  strict=True):
+            torch.testing.assert_close(p.grad, q.grad, msg=k)
+        torch.testing.assert_close(model.norm.running_mean, eager.norm.running_mean)
+        _real(out, [p.grad for p in model.parameters()], model.state_dict())
+    assert thunder_ir.cache_misses(jm) == 1
+    assert thunder_ir.cache_misses(model.inner) == inner_misses  # the outer trace inlined it
+    x = torch.randn(4, 3)
+    own = model.inner(x)
+    _real(own)
+    torch.testing.assert_close(own, eager.inner(x))
+    assert all(type(p) is nn.Parameter for p in model.parameters())
+
+
+@pytest.mark.parametrize("inner_called_first", [False, True], ids=["first call", "cached"])
+def test_a_jitted_function_calling_another_gives_eagers_values_and_gradients(
+        inner_called_first: bool) -> None:
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    inner = thunder_ir.jit(double)
+
+    def outer(x: torch.Tensor) -> torch.Tensor:
+        return inner(x).sin() + 1
+
+    if inner_called_first:
+        _real(inner(torch.randn(3)))
+    misses = thunder_ir.cache_misses(inner)
+    jf = thunder_ir.jit(outer)
+    x = torch.randn(3, requires_grad=True)
+    xe = x.detach().clone().requires_grad_()
+    out = jf(x)
+    expected = (xe * 2).sin() + 1
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    _real(out, x.grad)
+    assert thunder_ir.cache_misses(inner) == misses
+    y = inner(x)  # on its own afterwards: its own program, real tensors
+    _real(y)
+    torch.testing.assert_close(y, x * 2)
+
+
+def test_a_jitted_forward_method_inside_a_jitted_model_uses_the_traced_parameters() -> None:
+    """``model[0].forward = thunder_ir.jit(model[0].forward)``, then ``jit(model)``: the
+    method runs on the outer trace's copy of its module; gradients reach the parameters."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    eager = copy.deepcopy(model)
+    model[0].forward = thunder_ir.jit(model[0].forward)
+    jm = thunder_ir.jit(model)
+    x = torch.randn(2, 3)
+    out, expected = jm(x), eager(x)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    for (k, p), (_, q) in zip(model.named_parameters(), eager.named_parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, msg=k)
+    _real(out, list(model.parameters()))
+
+
+def test_a_jitted_module_held_by_a_jitted_function_gets_eagers_gradients() -> None:
+    """A jitted module the traced function reaches through a closure (not a module tree
+    the trace copies) runs as itself: its parameters are captured, and get eager's
+    gradients."""
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 3)
+    eager = copy.deepcopy(lin)
+    jm = thunder_ir.jit(lin)
+    f = thunder_ir.jit(lambda x: jm(x).relu().sum())
+    x = torch.randn(2, 3)
+    f(x).backward()
+    eager(x).relu().sum().backward()
+    for p, q in zip(lin.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    _real(list(lin.parameters()), [p.grad for p in lin.parameters()])
+    assert thunder_ir.cache_misses(jm) == 0
+
+
+def test_jit_of_a_jitted_module_or_function_is_eagers() -> None:
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 3)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(thunder_ir.jit(thunder_ir.jit(lin))(x), lin(x))
+    torch.testing.assert_close(thunder_ir.jit(thunder_ir.jit(torch.cos))(x), x.cos())
+
+
+# --------------------------------------------------------------------------- jitted modules
+
+
+@pytest.mark.parametrize("build", [lambda: nn.Linear(5, 3),
+                                   lambda: nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)),
+                                   lambda: nn.BatchNorm1d(5)],
+                         ids=["Linear", "Sequential", "BatchNorm1d"])
+def test_functional_call_of_a_jitted_module_is_eagers(build) -> None:
+    """``torch.func.functional_call(jm, params, (x,))``: the given parameters and buffers
+    are used (eager's output, gradients to the given tensors, the given buffers updated
+    as eager updates them); the module's own are unchanged afterwards, and a plain call
+    uses them again."""
+    from torch.func import functional_call
+
+    torch.manual_seed(0)
+    model = build()
+    jm = thunder_ir.jit(copy.deepcopy(model))
+    own = {k: v.clone() for k, v in jm.state_dict().items()}
+    tensors = {k: v for k, v in jm.named_parameters()}
+    for _ in range(2):
+        given = {k: torch.randn_like(v).requires_grad_() for k, v in model.named_parameters()}
+        given.update({k: v.clone() for k, v in model.named_buffers()})
+        eager_given = {k: v.detach().clone().requires_grad_(v.requires_grad)
+                       for k, v in given.items()}
+        x = torch.randn(4, 5)
+        out = functional_call(jm, given, (x,))
+        expected = functional_call(model, eager_given, (x,))
+        assert type(out) is torch.Tensor
+        torch.testing.assert_close(out, expected)
+        out.sum().backward()
+        expected.sum().backward()
+        for k, v in given.items():
+            torch.testing.assert_close(v.grad if v.requires_grad else v,
+                                       eager_given[k].grad if v.requires_grad
+                                       else eager_given[k], msg=k)
+        assert dict(jm.named_parameters()) == tensors
+        for k, v in jm.state_dict().items():
+            torch.testing.assert_close(v, own[k], msg=k)
+        assert all(type(p) is nn.Parameter and p.grad is None for p in jm.parameters())
+    x = torch.randn(4, 5)
+    reference = copy.deepcopy(jm._model)
+    torch.testing.assert_close(jm(x), reference(x))
+
+
+def test_training_flag_is_the_models() -> None:
+    """``jm.training`` is the model's own flag, whichever of the two was switched."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    jm = thunder_ir.jit(model)
+    assert jm.training and model.training
+    model.eval()
+    assert not jm.training
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(jm(x), model(x))  # eval: no dropout
+    model.train()
+    assert jm.training
+    jm.eval()
+    assert not model.training and not model[1].training
+    jm.train()
+    assert model.training and model[1].training
+    jm.training = False  # as on a module: its own flag only
+    assert not model.training and model[1].training
+
+
+def test_converting_a_jitted_module_converts_its_model_once() -> None:
+    """``jm.double()`` converts the model's tensors (each once, though the jitted module
+    shares the model's parameter dicts), and the program follows."""
+    model = nn.Linear(3, 3)
+    jm = thunder_ir.jit(model)
+    seen: list[torch.Tensor] = []
+    jm._apply(lambda t: seen.append(t) or t)
+    assert len(seen) == 2  # weight and bias, once each
+    jm.double()
+    assert model.weight.dtype is torch.float64
+    x = torch.randn(2, 3, dtype=torch.float64)
+    torch.testing.assert_close(jm(x), model(x))
 
 
 # --------------------------------------------------------------------------- cache

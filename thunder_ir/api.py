@@ -15,18 +15,12 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    GreedyRewritePatternApplier,
-    PatternRewriteWalker,
-    RewritePattern,
-)
 
 from thunder_ir.dialects.program import (
     BACKWARD,
@@ -37,8 +31,9 @@ from thunder_ir.dialects.symbols import SymbolTable
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import ThunderTraceError, TracedProgram, trace_program
 from thunder_ir.frontend.autocast import autocast_state, without_autocast
+from thunder_ir.frontend.context import tracing_now
 from thunder_ir.frontend.speculation import MAX_VARIANTS
-from thunder_ir.frontend.tracer import hooks_kept
+from thunder_ir.frontend.tracer import hooks_kept, traced_copy
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.executors import compile_context
 from thunder_ir.lowering.tiered import TRACING
@@ -77,60 +72,10 @@ from thunder_ir.runtime.pystate import resolve, written_before
 from thunder_ir.runtime.speculation import SpeculationFailed
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttrs
 from thunder_ir.trace import Trace
+from thunder_ir.transforms import STAGES, UserTransform, transform, user_transforms
 
-STAGES = ("ltorch", "prims", "fusion", "backward")
-"""Where a user pass runs: on the traced ltorch program (default), after decomposition into
-prims, after claiming and fusion, or on the backward program (training only)."""
-
-
-@dataclass(frozen=True)
-class UserTransform:
-    """A user pass and the stage it runs at (see `transform`)."""
-
-    pass_: ModulePass
-    stage: str = "ltorch"
-
-
-@dataclass(frozen=True)
-class PatternsPass(ModulePass):
-    """A list of rewrite patterns applied greedily to a fixpoint, as one named pass."""
-
-    name = "user-patterns"
-    patterns: tuple[RewritePattern, ...] = ()
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        PatternRewriteWalker(GreedyRewritePatternApplier(list(self.patterns))).rewrite_module(op)
-
-
-def transform(pass_or_patterns: ModulePass | Sequence[RewritePattern], stage: str = "ltorch",
-              name: str | None = None) -> UserTransform:
-    """Wraps a user pass (a ``ModulePass``, or a list of ``RewritePattern``) for ``jit``.
-
-    Args:
-        pass_or_patterns: the pass, or patterns to apply greedily as one pass.
-        stage: ``"ltorch"``, ``"prims"``, ``"fusion"`` or ``"backward"`` (see `STAGES`).
-        name: the name it shows under in ``last_traces`` (patterns only; a pass keeps its
-            own ``name``).
-    """
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; choose from {', '.join(STAGES)}")
-    if isinstance(pass_or_patterns, ModulePass):
-        return UserTransform(pass_or_patterns, stage)
-    patterns = tuple(pass_or_patterns) if isinstance(pass_or_patterns, list | tuple) else ()
-    if not patterns or not all(isinstance(p, RewritePattern) for p in patterns):
-        raise TypeError("a transform is a ModulePass or a non-empty list of RewritePatterns, "
-                        f"got {pass_or_patterns!r}")
-    cls = PatternsPass if name is None else type(
-        "PatternsPass", (PatternsPass,), {"name": name, "__module__": __name__})
-    return UserTransform(cls(patterns), stage)
-
-
-def _user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePass]]:
-    out: dict[str, list[ModulePass]] = {s: [] for s in STAGES}
-    for t in transforms or ():
-        ut = t if isinstance(t, UserTransform) else transform(t)
-        out[ut.stage].append(ut.pass_)
-    return out
+_function_modes = torch._C._len_torch_function_stack
+"""Tracing runs user code under its `TorchFunctionMode`: none on the stack, no trace."""
 
 
 def _final_traces(module: ModuleOp, program: CompiledProgram) -> list[Trace]:
@@ -173,7 +118,7 @@ class CompiledCallable:
         trace printer. Built once; another jitted callable has its own."""
         self.executors = list(self.ctx.executors)
         self._transforms = transforms
-        self.user = _user_transforms(transforms)
+        self.user = user_transforms(transforms)
         self.cache_mode = "auto"
         """``jit(cache=...)``: one of `thunder_ir.runtime.dynamic.CACHE_MODES`."""
         self.dynamic_args: Dynamic = {}
@@ -295,6 +240,8 @@ class CompiledCallable:
     # ---- calls
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _function_modes() and tracing_now():  # called by code another jit traces
+            return self._inline(args, kwargs)
         leaves, spec = flatten_args(args, kwargs)
         guards = self.guards
         tokens = tuple([g.check() for g in guards]) if guards else ()
@@ -336,6 +283,19 @@ class CompiledCallable:
         if entry.single_output:  # the common case, without a call
             return outs
         return unflatten_outputs(entry, outs, leaves)
+
+    def _inline(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call made while another jitted callable traces: this one's Python, traced into
+        that program as if it were not jitted (the outer program holds it, with the outer
+        options; gradients flow as eager's); its own programs and cache are not touched.
+        A module runs as the outer trace's copy of it (its parameters are the outer
+        program's), or where the traced code reached it otherwise, as itself."""
+        if self.module is None:
+            assert self.fn is not None
+            return self.fn(*args, **kwargs)
+        module = traced_copy(self.module)
+        return module(*args, **kwargs) if self.method is None else \
+            self.method(module, *args, **kwargs)
 
     def _speculate(self, entry: Entry, args: tuple[Any, ...], kwargs: dict[str, Any],
                    leaves: list[Any], spec: Any) -> tuple[Entry | None, Any]:
@@ -905,13 +865,35 @@ _OWN = frozenset({"_model", "_compiled", "__signature__", "training", "_forward_
 
 
 class ThunderModule(torch.nn.Module):
-    """A jitted module: same forward signature, shares the original's parameters."""
+    """A jitted module: same forward signature, shares the original's parameters.
+
+    Its ``_parameters`` and ``_buffers`` are the model's own dicts, so what reaches the
+    model's tensors by name reaches them through it too (``functional_call(jm, params,
+    ...)`` swaps them in the model's dicts, as on the model); its ``training`` is the
+    model's."""
 
     def __init__(self, model: torch.nn.Module, compiled: CompiledCallable) -> None:
         super().__init__()
         self._model = model
         self._compiled = compiled
         self.__signature__ = compiled.signature
+        self.__dict__["_parameters"] = model._parameters
+        self.__dict__["_buffers"] = model._buffers
+
+    @property  # type: ignore[override]
+    def training(self) -> bool:
+        model = self.__dict__.get("_modules", {}).get("_model")
+        return True if model is None else model.training
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        model = self.__dict__.get("_modules", {}).get("_model")
+        if model is not None:  # (Module.__init__ sets it before the model is there)
+            model.training = mode
+
+    def _apply(self, fn: Any, recurse: bool = True) -> ThunderModule:
+        self._model._apply(fn, recurse)  # (its tensors once: the dicts are the model's)
+        return self
 
     # Assigning through the jitted module changes the model (``jm.fc = nn.Linear(...)``,
     # ``jm.scale = 5.0``), as it would the module itself; the guards see the change.

@@ -76,6 +76,8 @@ class StateReads:
             thunder_ir's own code runs.
         originals: what tracing ran instead of the user's modules: a copy's id -> the
             original (hooks called at run time get the original).
+        copies: the other way: an original's id -> its copy (a jitted callable called by
+            traced code runs its module's copy, `thunder_ir.frontend.tracer.traced_copy`).
         replays: in-place metadata ops on arguments (``x.t_()``), to replay on the caller's
             tensors: (argument leaf index, method name, args, kwargs).
         data_replaced: parameters and buffers whose ``.data`` user code replaced by a
@@ -87,7 +89,7 @@ class StateReads:
             (`thunder_ir.frontend.builder.Builder.read_layout`).
     """
 
-    __slots__ = ("data_replaced", "exact_layout", "global_reads", "global_writes",
+    __slots__ = ("copies", "data_replaced", "exact_layout", "global_reads", "global_writes",
                  "layout_read", "originals", "replays", "settrace_hook")
 
     def __init__(self) -> None:
@@ -95,6 +97,7 @@ class StateReads:
         self.global_writes: dict[tuple[int, str], tuple[dict[str, Any], str, Any]] = {}
         self.settrace_hook: Callable[..., Any] | None = None
         self.originals: dict[int, torch.nn.Module] = {}
+        self.copies: dict[int, torch.nn.Module] = {}
         self.replays: list[tuple[int, str, tuple[Any, ...], dict[str, Any]]] = []
         self.data_replaced: list[TensorProxy] = []
         self.exact_layout = False

@@ -63,7 +63,13 @@ from thunder_ir.frontend import (
     torch_map,
     torch_map_nn,
 )
-from thunder_ir.frontend.context import TraceContext, TracedProgram, TraceMode, recording
+from thunder_ir.frontend.context import (
+    TraceContext,
+    TracedProgram,
+    TraceMode,
+    current,
+    recording,
+)
 from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
@@ -94,7 +100,8 @@ def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> li
 def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
                     rec: Recorder | None = None,
                     overrides: Mapping[int, dict[str, Any]] | None = None
-                    ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module]]:
+                    ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module],
+                               dict[int, torch.nn.Module]]:
     """A copy of ``root``'s module tree that tracing runs instead of the user's.
 
     Each module is copied shallowly (same class, its own ``__dict__``) with its parameters
@@ -107,8 +114,9 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
     (copied too, ``rec``: `thunder_ir.frontend.pystate.Recorder`), are found after the
     trace and replayed on the user's modules after every call. ``overrides``: per module
     (by id), attributes its copy holds in place of the module's own (a symbolic ``int``,
-    `thunder_ir.runtime.symbolic_attrs`). Returns the root's copy and a map from each
-    copy's id to its original (hooks called at run time get the original)."""
+    `thunder_ir.runtime.symbolic_attrs`). Returns the root's copy, a map from each
+    copy's id to its original (hooks called at run time get the original) and one from
+    each original's id to its copy (`traced_copy`)."""
     copies: dict[int, torch.nn.Module] = {}
     originals: dict[int, torch.nn.Module] = {}
 
@@ -141,7 +149,15 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
             subs[k] = copy(sub, f"{path}.{k}") if sub is not None else None
         return c
 
-    return copy(root, "self"), originals
+    return copy(root, "self"), originals, copies
+
+
+def traced_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """What the trace running in this thread runs in place of ``module``: its copy in the
+    traced module tree (`_shadow_modules`), or ``module`` itself where the traced code
+    reached it another way (a global, a closure: its tensors are lifted as any captured
+    tensor is)."""
+    return current().reads.copies.get(id(module), module)
 
 
 _USER_PSEUDO_FILES = ("<stdin>", "<string>", "<console>", "<ipython-input")
@@ -375,7 +391,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             proxies[id(state[k])] = ctx.build.consts[id(state[k])] = full
     call: Callable[..., Any] = fn
     if module is not None:
-        root, ctx.reads.originals = _shadow_modules(module, proxies, rec, overrides)
+        root, ctx.reads.originals, ctx.reads.copies = _shadow_modules(module, proxies, rec,
+                                                                      overrides)
         call = types.MethodType(method, root) if method is not None else root
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program

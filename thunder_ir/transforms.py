@@ -1,0 +1,75 @@
+"""User passes for ``thunder_ir.jit(..., transforms=[...])``: `transform` wraps a pass
+(a ``ModulePass``, or rewrite patterns applied as one pass) with the stage it runs at
+(`STAGES`); `user_transforms` sorts a ``transforms=`` list by stage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+
+STAGES = ("ltorch", "prims", "fusion", "backward")
+"""Where a user pass runs: on the traced ltorch program (default), after decomposition into
+prims, after claiming and fusion, or on the backward program (training only)."""
+
+
+@dataclass(frozen=True)
+class UserTransform:
+    """A user pass and the stage it runs at (see `transform`)."""
+
+    pass_: ModulePass
+    stage: str = "ltorch"
+
+
+@dataclass(frozen=True)
+class PatternsPass(ModulePass):
+    """A list of rewrite patterns applied greedily to a fixpoint, as one named pass."""
+
+    name = "user-patterns"
+    patterns: tuple[RewritePattern, ...] = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        PatternRewriteWalker(GreedyRewritePatternApplier(list(self.patterns))).rewrite_module(op)
+
+
+def transform(pass_or_patterns: ModulePass | Sequence[RewritePattern], stage: str = "ltorch",
+              name: str | None = None) -> UserTransform:
+    """Wraps a user pass (a ``ModulePass``, or a list of ``RewritePattern``) for ``jit``.
+
+    Args:
+        pass_or_patterns: the pass, or patterns to apply greedily as one pass.
+        stage: ``"ltorch"``, ``"prims"``, ``"fusion"`` or ``"backward"`` (see `STAGES`).
+        name: the name it shows under in ``last_traces`` (patterns only; a pass keeps its
+            own ``name``).
+    """
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; choose from {', '.join(STAGES)}")
+    if isinstance(pass_or_patterns, ModulePass):
+        return UserTransform(pass_or_patterns, stage)
+    patterns = tuple(pass_or_patterns) if isinstance(pass_or_patterns, list | tuple) else ()
+    if not patterns or not all(isinstance(p, RewritePattern) for p in patterns):
+        raise TypeError("a transform is a ModulePass or a non-empty list of RewritePatterns, "
+                        f"got {pass_or_patterns!r}")
+    cls = PatternsPass if name is None else type(
+        "PatternsPass", (PatternsPass,), {"name": name, "__module__": __name__})
+    return UserTransform(cls(patterns), stage)
+
+
+def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePass]]:
+    out: dict[str, list[ModulePass]] = {s: [] for s in STAGES}
+    for t in transforms or ():
+        ut = t if isinstance(t, UserTransform) else transform(t)
+        out[ut.stage].append(ut.pass_)
+    return out
+
+
+__all__ = ["STAGES", "PatternsPass", "UserTransform", "transform", "user_transforms"]
