@@ -10,9 +10,3 @@ os.environ.setdefault("THUNDER_IR_VERIFY", "1")
 # torch.compile tests run, imports it too.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(__file__))
-
-# torchvision's CUDA wheel beside the CPU torch: its C++ ops do not load, and its import
-# needs two of them defined (tests/torchvision_ops.py); transformers imports it too.
-import torchvision_ops
-
-torchvision_ops.install()

@@ -10,7 +10,8 @@ LoRA's dropout stay on in training: thunder_ir draws what eager draws for the sa
 
 timm and the other families' shape checks call ``torch._assert`` on Python bools
 (tests/test_python_values.py tests it on its own). torchvision's C++ ops do not load beside
-the CPU torch; tests/torchvision_ops.py (installed by conftest.py) lets it import.
+the CPU torch; tests/torchvision_ops.py lets it import from the folder scripts/setup.sh
+installs it in, out of site-packages.
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchvision_ops import import_vision
 
 import thunder_ir
 
-timm = pytest.importorskip("timm", reason="timm is installed by scripts/setup.sh")
-tv = pytest.importorskip("torchvision", reason="torchvision is installed by scripts/setup.sh")
+try:  # (from .venv/vision: tests/torchvision_ops.py)
+    tv, timm = import_vision()
+except ImportError as e:
+    pytest.skip(f"torchvision and timm are installed by scripts/setup.sh ({e})",
+                allow_module_level=True)
 diffusers = pytest.importorskip("diffusers", reason="diffusers is in the test extra")
 peft = pytest.importorskip("peft", reason="peft is in the test extra")
 T = pytest.importorskip("transformers", reason="transformers is in the test extra")

@@ -12,8 +12,11 @@ the classification backbones the family tests build (tests/test_vision_families.
 model that calls a detection op gets the stand-in's error, never a made-up result.
 
 Where the extension does load (a torchvision built for this torch), nothing is defined.
-tests/conftest.py calls `install` before any test module imports torchvision, since
-transformers imports it too where it is installed.
+
+scripts/setup.sh installs torchvision and timm into ``.venv/vision``, out of
+site-packages: transformers imports torchvision wherever it finds it, and a program that
+imports transformers (a benchmark, a distributed test's worker process) must not meet the
+broken import. `import_vision` puts that folder on ``sys.path`` only while it imports them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -76,4 +82,27 @@ def install() -> bool:
     return True
 
 
-__all__ = ["install"]
+VISION_PACKAGES = Path(sys.prefix) / "vision"
+"""Where scripts/setup.sh installs torchvision and timm (``--target``)."""
+
+
+def import_vision() -> tuple[ModuleType, ModuleType]:
+    """torchvision and timm, imported from `VISION_PACKAGES` (or wherever they are
+    installed) with the stand-ins defined; the folder leaves ``sys.path`` again, so that
+    child processes, which copy the path, do not find torchvision. Raises ImportError
+    where either is missing."""
+    where = os.fspath(VISION_PACKAGES)
+    added = VISION_PACKAGES.is_dir() and where not in sys.path
+    if added:
+        sys.path.insert(0, where)
+    try:
+        install()
+        import timm
+        import torchvision
+    finally:
+        if added:
+            sys.path.remove(where)
+    return torchvision, timm
+
+
+__all__ = ["VISION_PACKAGES", "import_vision", "install"]
