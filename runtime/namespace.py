@@ -15,14 +15,15 @@ It is a registry, filled by whoever defines a callable, so that no package impor
 another against the arrows to reach it:
 
 * the runtime's own functions (`call_with_grad`, the hook runners, attention with dropout,
-  `no_grad`, the prologue's `tensor_meta` and `aliases`, `restride`) are registered here,
-  by this module;
+  `no_grad`, the prologue's `tensor_meta` and `aliases`, `restride`, the functional writes
+  `setitem`, `scatter_strided`, `strided_view`, `resized`) are registered here, by this
+  module;
 * the lowering registers what it synthesizes (``prims_sum``: an op's Python call,
   `thunder_ir.dialects.base.ThunderOp.python_call`, for the torch executor; the SDPA
   and Triton executors' callees; the op namespaces ``prims``/``ltorch`` of not yet
   lowered traces);
-* the frontend and the extension API register their helpers (``setitem``,
-  ``grouped_mm``, ``operator_vjp``).
+* the extension API registers its helper (``operator_vjp``) and each executor's op
+  namespace (``my_ex``), recording where each comes from (`home`).
 
 A ``torch.call`` names a registered callable by its path here (`callee`: the IR says
 ``thunder_ir.runtime.namespace.call_with_grad``, the Python ``tir.call_with_grad``), and
@@ -41,7 +42,7 @@ global ``tir`` and one attribute: fewer look-ups than the import paths it replac
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -54,6 +55,7 @@ from thunder_ir.runtime import (
     hooks,
     layout,
     speculation,
+    writes,
 )
 
 ALIAS = "tir"
@@ -63,6 +65,15 @@ IMPORT = f"from {RUNTIME_NAMESPACE.rsplit('.', 1)[0]} import namespace as {ALIAS
 """The import line of generated code."""
 
 _REGISTERED: dict[str, Any] = {}
+_HOMES: dict[str, str] = {}
+"""Registered name -> the module whose import registers it (`register`'s ``home``)."""
+_NAMED_BY_ARG: dict[str, int] = {}
+"""Registered name -> the argument of its calls that names another registered name, the part
+before its first dot (``operator_vjp('my_ex.apply_rope', ...)`` needs the namespace
+``my_ex``)."""
+_LOADED = ("thunder_ir.runtime", "thunder_ir.dialects", "torch", "builtins", "__main__")
+"""Homes generated code need not import: this module registers the runtime's own, the
+dialects' ops are found by name (`op_callable`), and ``__main__`` cannot be imported."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,10 +83,15 @@ def callee(name: str) -> str:
     return runtime_callee(name)
 
 
-def register(name: str, obj: Any) -> str:
+def register(name: str, obj: Any, home: str | None = None,
+             names_in_arg: int | None = None) -> str:
     """Makes ``obj`` callable from generated code as ``tir.<name>``.
 
-    Idempotent for the same object.
+    Idempotent for the same object. ``home``: the module whose import registers it (by
+    default, where ``obj`` is defined); generated code that calls it imports that module
+    (`imports_for`), so printed source runs as it is in a fresh process.
+    ``names_in_arg``: the argument of its calls that names a registered name its call
+    needs too (`_NAMED_BY_ARG`).
 
     Returns:
         the callee path a ``torch.call`` names it by.
@@ -93,6 +109,11 @@ def register(name: str, obj: Any) -> str:
         raise ValueError(f"namespace: {name!r} is a name of the namespace module itself")
     _REGISTERED[name] = obj
     globals()[name] = obj
+    where = home or getattr(obj, "__module__", None)
+    if isinstance(where, str):
+        _HOMES[name] = where
+    if names_in_arg is not None:
+        _NAMED_BY_ARG[name] = names_in_arg
     path = callee(name)
     name_callee(obj, path)
     return path
@@ -102,6 +123,27 @@ def export(fn: F) -> F:
     """Decorator: `register` ``fn`` under its own ``__name__``."""
     register(fn.__name__, fn)
     return fn
+
+
+def set_home(name: str, home: str) -> None:
+    """Records ``home`` as the module whose import registers ``name`` (a name registered by
+    code that runs on behalf of another module: an executor's op namespace)."""
+    _HOMES[name] = home
+
+
+def imports_for(name: str, args: Sequence[Any] = ()) -> list[str]:
+    """The modules generated code that calls ``tir.<name>`` with ``args`` must import first
+    (those not loaded with this module)."""
+    names = [name]
+    at = _NAMED_BY_ARG.get(name)
+    if at is not None and len(args) > at and isinstance(args[at], str):
+        names.append(args[at].split(".", 1)[0])
+    out = []
+    for n in names:
+        home = _HOMES.get(n)
+        if home is not None and not home.startswith(_LOADED) and home not in out:
+            out.append(home)
+    return out
 
 
 def registered() -> dict[str, Any]:
@@ -191,9 +233,11 @@ for _fn in (no_grad, autograd_fallback.call_with_grad, autograd_fallback.handle_
             autograd_fallback.call_on_copies, autograd_fallback.no_derivative,
             autograd_fallback.inplace_on_copy, attention.sdpa_dropout_forward,
             hooks.run_tensor_hook, hooks.run_output_hooks, hooks.run_input_hooks,
-            cache.tensor_meta, cache.aliases, layout.restride, speculation.assume):
+            cache.tensor_meta, cache.aliases, layout.restride, speculation.assume,
+            writes.setitem, writes.scatter_strided, writes.strided_view, writes.resized):
     register(_fn.__name__, _fn)
 del _fn
 
-__all__ = ["ALIAS", "IMPORT", "callee", "export", "helper_name", "is_dialect_helper", "no_grad",
-           "op_callable", "register", "registered", "wrapper_name"]
+__all__ = ["ALIAS", "IMPORT", "callee", "export", "helper_name", "imports_for",
+           "is_dialect_helper", "no_grad", "op_callable", "register", "registered", "set_home",
+           "wrapper_name"]

@@ -92,7 +92,7 @@ from thunder_ir.dialects.symbols import (
 )
 from thunder_ir.dialects.torch import RUNTIME_NAMESPACE, CallOp, symbol_args
 from thunder_ir.dialects.types import TensorType, pretty_type
-from thunder_ir.runtime.namespace import ALIAS, IMPORT
+from thunder_ir.runtime.namespace import ALIAS, IMPORT, imports_for
 from thunder_ir.runtime.symbolic_names import SYMBOLIC_NAMES, symbolic_scope
 
 _IN_NAMESPACE = RUNTIME_NAMESPACE + "."
@@ -451,6 +451,9 @@ class _PythonPrinter:
             if not path.startswith(_IN_NAMESPACE):
                 self.modules.add(callee_module(path))
                 reserved.add(path.split(".", 1)[0])
+            else:  # what registers it (and what its arguments name), where not loaded yet
+                self.modules.update(imports_for(path[len(_IN_NAMESPACE):],
+                                                from_attr(op.args)))
         elif isinstance(op, RegionOp):
             kernel = op.kernel.data
             if not kernel.isidentifier() or keyword.iskeyword(kernel):
@@ -459,6 +462,7 @@ class _PythonPrinter:
         elif isinstance(op, ThunderOp) and not isinstance(op, ConstantOp):
             ns = op.name.split(".", 1)[0]
             self.namespaces.add(ns)
+            self.modules.update(imports_for(ns))  # an executor's ops: its module
             reserved.add(ns)
 
     # ---- values

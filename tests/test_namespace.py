@@ -105,9 +105,10 @@ def test_the_runtime_lowering_and_frontend_register_what_generated_code_calls() 
                  "run_output_hooks", "run_input_hooks",  # the runtime's
                  "index_add_into", "sdpa_backward", "sdpa_forward_cpu", "sdpa_backward_cpu",
                  "prims", "ltorch",  # the lowering's
-                 "setitem", "grouped_mm", "operator_vjp"):  # the frontend's and extend's
+                 "setitem", "scatter_strided", "strided_view", "resized",  # writes
+                 "grouped_mm", "operator_vjp"):  # the dialects' and extend's
         assert getattr(tir, name) is not None, name
-    from thunder_ir.frontend.setitem import setitem
+    from thunder_ir.runtime.writes import setitem
 
     assert torch_name(setitem) == runtime_callee("setitem")
 

@@ -38,8 +38,7 @@ from thunder_ir.extend.executor import (
 )
 from thunder_ir.extend.grads import get_grad, put_grads
 from thunder_ir.extend.ops import OperatorOp
-from thunder_ir.extend.symbols import Symbol
-from thunder_ir.extend.vjp import operator_vjp
+from thunder_ir.extend.symbols import Symbol, operator_vjp
 from thunder_ir.frontend.proxy import TensorProxy
 from thunder_ir.lowering.executors import get_all_executors, get_default_executors
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +17,12 @@ from thunder_ir.extend.grads import grad_transform_rule
 from thunder_ir.extend.ops import OperatorOp
 from thunder_ir.extend.replaces import REPLACEMENTS, divert_calls
 from thunder_ir.extend.subtrace import Unresolved, checker_args, clone_into, subtrace
-from thunder_ir.extend.symbols import Symbol, suspend_diversion
+from thunder_ir.extend.symbols import OPERATORS, Symbol, operator_call, suspend_diversion
 from thunder_ir.frontend.errors import ThunderTraceError
+from thunder_ir.lowering.codegen import namespace as op_namespace
 from thunder_ir.lowering.executors import Executor
 from thunder_ir.lowering.executors import register_executor as _register_executor
+from thunder_ir.runtime.namespace import set_home
 
 
 @dataclass
@@ -28,6 +32,14 @@ class _Implementation:
     checker: Callable[..., bool] | None
     execution_transform: Callable[..., Any] | None
     grad_transform: Callable[..., Any] | None
+
+
+def _operator_named(namespace: str, short: str) -> Callable[..., Any]:
+    """An executor namespace's attribute no trace bound: its operator, by name."""
+    op_name = f"{namespace}.{short}"
+    if op_name not in OPERATORS:
+        raise AttributeError(f"executor namespace {namespace!r} has no operator {short!r}")
+    return operator_call(op_name)
 
 
 class OperatorExecutor(Executor):
@@ -47,6 +59,9 @@ class OperatorExecutor(Executor):
         if not ns or ns[0].isdigit() or ns in ("torch", "prims", "ltorch", "fusion"):
             ns = f"ex_{ns}"
         self.namespace = ns
+        self.home: str = sys._getframe(1).f_globals.get("__name__", "__main__")
+        """The module that made the executor: importing it registers its operators (the
+        import generated code that calls them makes first)."""
         self.opmap: dict[str, Symbol] = {}
         self.implmap: dict[Any, _Implementation] = {}
 
@@ -84,6 +99,8 @@ class OperatorExecutor(Executor):
         assert m is not None
         sym = Symbol(self, name, m, fn, replaces)
         self.opmap[name] = sym
+        OPERATORS[f"{self.namespace}.{name}"] = sym
+        self._publish()
         if replaces is not None:
             divert_calls(replaces, sym)
         return sym
@@ -110,6 +127,16 @@ class OperatorExecutor(Executor):
             raise TypeError("register_implementation() takes an operator (the symbol "
                             f"register_operator returned) or an ltorch op class, got {op!r}")
         self.implmap[op] = _Implementation(checker, execution_transform, grad_transform)
+
+    def _publish(self) -> None:
+        """Generated code calls this executor's operators as ``<namespace>.<name>``: the
+        namespace exists from the first operator on, finds an operator no trace has made
+        an op class for by its name (printed source run in a fresh process), and is known
+        to come from `home`."""
+        ns = op_namespace(self.namespace)
+        if "__getattr__" not in vars(ns):
+            ns.__getattr__ = functools.partial(_operator_named, self.namespace)  # type: ignore[attr-defined]
+        set_home(self.namespace, self.home)
 
     # ---- the executor interface
 

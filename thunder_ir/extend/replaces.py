@@ -13,7 +13,7 @@ from thunder_ir.extend.symbols import Symbol, diversion_suspended
 from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.table import HANDLERS, TRACING_CONTEXTS
-from thunder_ir.frontend.takeover import Swap, swapped_while_traced
+from thunder_ir.frontend.takeover import Swap, while_traced
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _constant(value: Any) -> Callable[[Any], Any]:
     return lambda _: value
 
 
-_codes_swapped = swapped_while_traced(_code_swaps)
+while_traced(_code_swaps)
 
 
 @contextlib.contextmanager
@@ -118,8 +118,7 @@ def _diversions() -> Iterator[None]:
     for r in list(REPLACEMENTS.values()):
         if r.trampoline is None:
             ctx.handlers[r.target] = _handler_for(r, HANDLERS.get(r.target))
-    with _codes_swapped():
-        yield
+    yield
 
 
 TRACING_CONTEXTS.append(_diversions)

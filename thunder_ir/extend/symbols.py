@@ -14,7 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 from xdsl.ir import Attribute, SSAValue
 
-from thunder_ir.dialects.base import OperandRef, ThunderOp, flatten_groups, to_attr
+from thunder_ir.dialects.base import OperandRef, ThunderOp, flatten_groups, group, to_attr
 from thunder_ir.dialects.modes import mode_key
 from thunder_ir.dialects.types import TensorType, tensor_type
 from thunder_ir.extend.ops import (
@@ -26,12 +26,13 @@ from thunder_ir.extend.ops import (
     has_tensor,
     make_op_class,
 )
-from thunder_ir.extend.vjp import autograd_rule
+from thunder_ir.extend.vjp import autograd_rule, decode_refs
 from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location
 from thunder_ir.frontend.proxy import type_of_any
 from thunder_ir.frontend.tracer import Placeholder, subtrace
 from thunder_ir.passes.vjp import vjp
+from thunder_ir.runtime.namespace import register as register_callee
 
 if TYPE_CHECKING:
     from thunder_ir.extend.executor import OperatorExecutor
@@ -264,3 +265,78 @@ def _op_class_for(symbol: Symbol, single: bool) -> type[OperatorOp]:
     cls.SYMBOL = symbol
     symbol._classes[single] = cls
     return cls
+
+# --------------------------------------------------------------------------- by name
+
+
+OPERATORS: dict[str, Symbol] = {}
+"""Op name (``my_ex.apply_rope``) -> the symbol of the operator registered under it."""
+
+
+def op_class_named(op_name: str, single: bool = True) -> type[OperatorOp]:
+    """The op class of the operator ``op_name``: the one traced, else (printed source run
+    in a fresh process, after importing the operator's module) made as a trace would
+    make it, with one result where ``single``."""
+    cls = OP_CLASSES.get(op_name)
+    if cls is not None:
+        return cls
+    symbol = OPERATORS.get(op_name)
+    if symbol is None:
+        raise KeyError(f"no operator {op_name!r} is registered: import the module that "
+                       "registers it (thunder_ir.extend's register_operator)")
+    return _op_class_for(symbol, single)
+
+
+def operator_call(op_name: str) -> Callable[..., Any]:
+    """What generated code calls for the operator ``op_name`` (``my_ex.apply_rope(...)``)
+    where no trace made its op class in this process: ``fn`` on the call's arguments, its
+    tensor outputs returned as the op returns them (one, or a list of several)."""
+    def call(*operands: Any, **params: Any) -> Any:
+        cls = op_class_named(op_name)
+        args, kwargs = cls.call_args(operands, params)
+        out = cls.SYMBOL._run_fn(*args, **kwargs)
+        leaves = [out] if isinstance(out, torch.Tensor) else \
+            [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+        return leaves[0] if len(leaves) == 1 else leaves
+
+    return call
+
+
+def operator_vjp(op_name: str, *values: Any, n_inputs: int, params: Any,
+                 segments: Sequence[int], ct_outputs: Sequence[int],
+                 grad_inputs: Sequence[int]) -> Any:
+    """Run-time backward of an operator that has no grad transform: its ``fn`` re-run on
+    the forward inputs and recorded as an opaque call's is (`record_graph`), then
+    differentiated through that graph (`handle_vjp`).
+
+    Args:
+        op_name: the operator op's name (``my_ex.apply_rope``).
+        values: the op's ``n_inputs`` operands, then one cotangent per ``ct_outputs`` entry.
+        params: the op's params as ``(name, value)`` pairs.
+        segments: the op's operand segment sizes (``()`` when it has none).
+        ct_outputs: which results the cotangents belong to.
+        grad_inputs: which operands get a gradient.
+    """
+    from thunder_ir.runtime.autograd_fallback import handle_vjp, record_graph
+
+    cls = op_class_named(op_name, single=not any(ct_outputs))
+    decoded = {k: decode_refs(v) for k, v in params}
+    segs = tuple(segments) or None
+
+    def run(inputs: list[Any]) -> Any:
+        args, kwargs = cls.call_args(group(cls.operand_layout(), inputs, segs), decoded)
+        return cls.pick(cls.SYMBOL._run_fn(*args, **kwargs))
+
+    # the same recording as an opaque call's, made here in the backward: fn is pure
+    outs, handle = record_graph(run, values[:n_inputs], grad_inputs,
+                                None if cls.SINGLE else True)
+    if any(not outs[i].requires_grad for i in ct_outputs):
+        raise RuntimeError(
+            f"{op_name}: torch.autograd cannot differentiate the operator's fn (its outputs "
+            "do not require grad, e.g. a Triton kernel); register a grad_transform for it "
+            "with register_implementation")
+    return handle_vjp(handle, *values[n_inputs:], ct_outputs=ct_outputs)
+
+
+register_callee("operator_vjp", operator_vjp,  # it needs its operator's executor namespace
+                names_in_arg=0)

@@ -43,7 +43,7 @@ from thunder_ir.frontend.errors import ThunderTraceError, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.layout import Layout, storage_elements
 from thunder_ir.frontend.proxy import TensorProxy
-from thunder_ir.runtime.namespace import export
+from thunder_ir.runtime.writes import scatter_strided, strided_view
 
 if TYPE_CHECKING:
     from thunder_ir.frontend.context import TraceContext
@@ -51,28 +51,6 @@ if TYPE_CHECKING:
 ViewParent = tuple[SSAValue, Any, Any]
 """How a view's value was made: ``(parent value, op, result index)`` for a view op, or
 ``(parent value, None, (sizes, strides, offset))`` for a strided view of the parent."""
-
-
-@export
-def scatter_strided(base: torch.Tensor, src: torch.Tensor, base_strides: Sequence[int],
-                    size: Sequence[int], strides: Sequence[int], offset: int) -> torch.Tensor:
-    """``base`` with ``src`` written into the elements of its view of ``size``, ``strides``
-    and ``offset`` (relative to ``base``'s own, in eager's layout of ``base``: strides
-    ``base_strides``): the functional form of a write through a view (generated code calls
-    it as ``tir.scatter_strided``)."""
-    out = torch.empty_strided(base.shape, tuple(base_strides), dtype=base.dtype,
-                              device=base.device)
-    out.copy_(base)
-    out.as_strided(tuple(size), tuple(strides), offset).copy_(src)
-    return out
-
-
-@export
-def strided_view(x: torch.Tensor, size: Sequence[int], strides: Sequence[int],
-                 offset: int) -> torch.Tensor:
-    """The view of ``x``'s storage of ``size``, ``strides`` and storage ``offset``
-    (``torch.as_strided``; generated code calls it as ``tir.strided_view``)."""
-    return torch.as_strided(x, tuple(size), tuple(strides), offset)
 
 
 def proxy_layout(p: TensorProxy) -> tuple[tuple[int, ...], tuple[int, ...], int]:
@@ -401,4 +379,4 @@ def _replay(ctx: TraceContext, op: Operation, parent: SSAValue, new_parent: SSAV
 
 
 __all__ = ["NO_GRAD", "VIEW_OF_LEAF", "argument_tensor", "check_writable", "live_members",
-           "scatter_strided", "span_root", "strided_view", "views_a_leaf", "write_through"]
+           "span_root", "views_a_leaf", "write_through"]

@@ -775,7 +775,6 @@ def tracing_now() -> bool:
     return bool(_stack())
 
 
-symbolic_numbers.install(tracing_now)  # str(n), isinstance(n, int) in user code: as eager
 
 
 @contextlib.contextmanager

@@ -5,8 +5,9 @@ In eager, each user-facing function validates its arguments and hands the op to
 ``torch.compile`` (``_hop_compile_and_call``), whose result is what the op's dense kernel
 computes: plain Python over torch ops (``if pred: true_fn(...)``, a loop over the scanned
 dimension, ``while cond_fn(...)``). While a trace runs, that hand-off calls the op
-directly (`hop_calls_while_traced`), the op reaches the tracer's mode, and its handler
-runs that same dense kernel under the trace (`Builder.run_python`): the bodies are
+directly (a swap, `thunder_ir.frontend.takeover.while_traced`), the op reaches the
+tracer's mode, and its handler runs that same dense kernel under the trace
+(`Builder.run_python`): the bodies are
 traced, inline, once per iteration, and a condition on a traced tensor (``cond``'s
 predicate, ``while_loop``'s) is speculated (`thunder_ir.frontend.speculation`): the
 program follows the branch, or the iteration count, of the call it was traced for, and
@@ -38,8 +39,8 @@ from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.context import current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
 from thunder_ir.frontend.proxy import TensorProxy
-from thunder_ir.frontend.table import HANDLERS, TRACING_CONTEXTS, traces_python
-from thunder_ir.frontend.takeover import swapped_while_traced
+from thunder_ir.frontend.table import HANDLERS, traces_python
+from thunder_ir.frontend.takeover import while_traced
 
 HOP_MODULES = {
     "cond": ("torch._higher_order_ops.cond", "cond_op"),
@@ -242,13 +243,10 @@ def _swaps() -> list[tuple[Any, str, Callable[[Any], Any]]]:
     return out
 
 
-hop_calls_while_traced = swapped_while_traced(_swaps)
-"""While any thread traces: the higher-order ops' hand-off to torch.compile calls them
+while_traced(_swaps)
+"""(While any thread traces: the higher-order ops' hand-off to torch.compile calls them
 directly when user code is traced, and ``torch.vmap`` maps slice by slice there; both are
-torch's own everywhere else, and outside tracing."""
+torch's own everywhere else, and outside tracing.)"""
 
 
-TRACING_CONTEXTS.append(hop_calls_while_traced)
-
-
-__all__ = ["HOPS", "HOP_MODULES", "hop_calls_while_traced"]
+__all__ = ["HOPS", "HOP_MODULES"]

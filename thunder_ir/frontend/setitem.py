@@ -15,12 +15,13 @@ before the write (eager's result wherever eager's element-by-element copy does n
 what it wrote), and refused as eager refuses it: both dense, their memory ranges
 intersecting without coinciding (``x[1:] = x[:-1]``).
 
-Everything else runs as the opaque functional call it was (`setitem`, a clone with the
-write applied), so eager's own errors and rules hold there: tensor and boolean indices,
-steps other than 1, an empty box, a value on another device, a value that does not
-broadcast, an index out of range, symbolic sizes, and Python numbers other than those
-``torch.full`` writes as eager does (an int into an int64 tensor; an int or a float into
-a float32/float64 one; a bool into a bool one).
+Everything else runs as the opaque functional call it was
+(`thunder_ir.runtime.writes.setitem`, a clone with the write applied), so eager's own
+errors and rules hold there: tensor and boolean indices, steps other than 1, an empty
+box, a value on another device, a value that does not broadcast, an index out of range,
+symbolic sizes, and Python numbers other than those ``torch.full`` writes as eager does
+(an int into an int64 tensor; an int or a float into a float32/float64 one; a bool into a
+bool one).
 """
 
 from __future__ import annotations
@@ -37,19 +38,10 @@ from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import is_proxy, root_proxy
 from thunder_ir.frontend.table import HANDLERS
 from thunder_ir.runtime.layout import is_dense
-from thunder_ir.runtime.namespace import export
+from thunder_ir.runtime.writes import setitem
 
 T = torch.Tensor
 Box = list[tuple[int, int]]
-
-
-@export
-def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
-    """Functional ``x[index] = value``: a copy of ``x`` with the write applied (generated
-    code calls it as ``tir.setitem``)."""
-    out = x.clone()
-    out[index] = value
-    return out
 
 
 def box_of(shape: tuple[int, ...], index: Any) -> tuple[Box, tuple[int, ...]] | None:

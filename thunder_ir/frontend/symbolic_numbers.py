@@ -25,8 +25,9 @@ thread traces:
   (``type`` reads no attribute).
 
 Everywhere else (torch's and thunder_ir's own code, printing a trace, other threads, no
-trace running) both are torch's. ``__repr__`` is wrapped once for the process (`install`);
-the ``__getattribute__`` wrapper costs one Python call per attribute read of a symbolic
+trace running) both are torch's. ``__repr__`` is wrapped while some thread traces (`install`
+lists the swap; `thunder_ir.frontend.takeover.patched` puts it in place); the
+``__getattribute__`` wrapper costs one Python call per attribute read of a symbolic
 number (``self.node`` in torch's symbolic arithmetic: 5% of a symbolic compile), so it is
 installed only while some thread traces user code for a symbolic compilation
 (`classes_as_eager`, entered by ``recording``) and removed after.
@@ -35,6 +36,7 @@ installed only while some thread traces user code for a symbolic compilation
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import sys
@@ -45,7 +47,6 @@ from typing import Any
 import torch
 
 _CONCRETE: dict[type, type] = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
-_INSTALLED: set[type] = set()
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -72,8 +73,8 @@ def _from_user_code(filename: str) -> bool:
     return user
 
 
-def _repr(cls: type, tracing_now: Callable[[], bool]) -> Callable[[Any], str]:
-    original: Callable[[Any], str] = cls.__repr__  # type: ignore[assignment]
+def _repr(cls: type, tracing_now: Callable[[], bool], original: Callable[[Any], str]
+          ) -> Callable[[Any], str]:
     concrete = _CONCRETE[cls]
 
     def __repr__(self: Any) -> str:
@@ -106,16 +107,15 @@ _LOCK = threading.Lock()
 _TRACING = 0  # threads' traces open (`classes_as_eager`)
 
 
-def install(tracing_now: Callable[[], bool]) -> None:
-    """Wraps the symbolic numbers' ``__repr__`` (once per process) and makes the
-    ``__getattribute__`` wrappers that `classes_as_eager` installs (see the module doc).
-    ``tracing_now()`` says whether this thread traces user code."""
+def install(tracing_now: Callable[[], bool]) -> list[tuple[Any, str, Callable[[Any], Any]]]:
+    """The swaps of the symbolic numbers' ``__repr__`` (put in place while some thread
+    traces, `thunder_ir.frontend.takeover.patched`), after making the ``__getattribute__``
+    wrappers that `classes_as_eager` installs (see the module doc). ``tracing_now()`` says
+    whether this thread traces user code."""
     for cls in _CONCRETE:
-        if cls in _INSTALLED:
-            continue
-        _INSTALLED.add(cls)
-        setattr(cls, "__repr__", _repr(cls, tracing_now))  # noqa: B010
-        _GETATTRIBUTE[cls] = _getattribute(cls, tracing_now)
+        if cls not in _GETATTRIBUTE:
+            _GETATTRIBUTE[cls] = _getattribute(cls, tracing_now)
+    return [(cls, "__repr__", functools.partial(_repr, cls, tracing_now)) for cls in _CONCRETE]
 
 
 @contextlib.contextmanager

@@ -8,6 +8,13 @@ every call. `take_over` replaces such a function, once, by a wrapper that hands 
 the tracer's handler when user code in this thread is being traced (the tracer's mode is
 on the stack: not during its own meta runs), and runs the original otherwise.
 
+Nothing is changed when thunder_ir is imported, nor after a trace: every replacement here
+and in the other modules that register one (`while_traced`: the higher-order ops' hand-off,
+``vmap``, the extension API's diverted functions, the symbolic numbers' text) is put in
+place by one installer, `patched`, while some thread traces user code (counted: the first
+trace in installs, the last one out restores torch's own objects), so that code outside
+tracing, torch.compile included, always meets torch as it is.
+
 The RNG state functions become ``torch.call`` ops with effects, in program order, so a
 function that seeds or saves and restores the generator (``torch.testing``'s
 ``freeze_rng_state``, ``torch.random.fork_rng``) draws what eager draws on every call.
@@ -22,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,14 +38,26 @@ import torch
 
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import type_of_tensor
+from thunder_ir.frontend import symbolic_numbers
 from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 
 Handler = Callable[..., Any]
 
-_LOCK = threading.Lock()
-_TAKEN: dict[tuple[int, str], Callable[..., Any]] = {}
+Swap = tuple[Any, str, Callable[[Any], Any]]
+"""``(owner, name, make)``: ``owner.name`` becomes ``make(raw)`` while traced, ``raw`` being
+what ``owner`` holds there (a class's own ``__dict__`` entry: a classmethod stays one)."""
+
+_FACTORIES: list[Callable[[], list[Swap]]] = []
+_TAKEN: list[tuple[Any, str, Handler]] = []
+
+
+def while_traced(factory: Callable[[], list[Swap]]) -> Callable[[], list[Swap]]:
+    """Registers ``factory``, whose swaps `patched` puts in place while any thread traces
+    (asked at each install: what it lists may change between traces)."""
+    _FACTORIES.append(factory)
+    return factory
 
 
 def _in_user_code() -> bool:
@@ -45,33 +65,84 @@ def _in_user_code() -> bool:
 
 
 def take_over(owner: Any, name: str, handler: Handler) -> None:
-    """Replaces ``owner.name`` (a module's function, or a classmethod) by a wrapper that
-    calls ``handler(ctx, *args, **kwargs)`` while user code is traced (idempotent)."""
+    """While traced, ``owner.name`` (a module's function, or a classmethod) is a wrapper
+    that calls ``handler(ctx, *args, **kwargs)`` while user code is traced and the original
+    otherwise (idempotent)."""
+    if not any(o is owner and n == name for o, n, _ in _TAKEN):
+        _TAKEN.append((owner, name, handler))
+
+
+def _taker(handler: Handler, raw: Any) -> Any:
+    if isinstance(raw, classmethod):
+        original = raw.__func__
+
+        def method(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _in_user_code():
+                return original(cls, *args, **kwargs)
+            return handler(current(), cls, *args, **kwargs)
+
+        functools.update_wrapper(method, original)
+        return classmethod(method)
+
+    @functools.wraps(raw)
+    def function(*args: Any, **kwargs: Any) -> Any:
+        if not _in_user_code():
+            return raw(*args, **kwargs)
+        return handler(current(), *args, **kwargs)
+
+    return function
+
+
+@while_traced
+def _taken() -> list[Swap]:
+    return [(o, n, functools.partial(_taker, h)) for o, n, h in _TAKEN]
+
+
+_MISSING = object()
+_LOCK = threading.Lock()
+_DEPTH = [0]
+_SAVED: list[tuple[Any, str, Any, bool]] = []
+
+
+@contextlib.contextmanager
+def patched() -> Iterator[None]:
+    """Every registered swap in place while open in any thread (see the module doc)."""
     with _LOCK:
-        if (id(owner), name) in _TAKEN:
-            return
-        raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-        if isinstance(raw, classmethod):
-            original = raw.__func__
+        if _DEPTH[0] == 0:
+            for factory in _FACTORIES:
+                for owner, name, make in factory():
+                    if isinstance(owner, type):  # (an inherited attribute is not its own)
+                        own = name in owner.__dict__
+                        raw = owner.__dict__[name] if own else getattr(owner, name)
+                    else:
+                        raw = getattr(owner, name, _MISSING)
+                        own = raw is not _MISSING
+                    _SAVED.append((owner, name, raw, own))
+                    setattr(owner, name, make(raw))
+        _DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _DEPTH[0] -= 1
+            if _DEPTH[0] == 0:
+                for owner, name, raw, own in reversed(_SAVED):
+                    if own:
+                        setattr(owner, name, raw)
+                    else:  # (inherited, or absent: the entry made goes again)
+                        delattr(owner, name)
+                _SAVED.clear()
 
-            def method(cls: Any, *args: Any, **kwargs: Any) -> Any:
-                if not _in_user_code():
-                    return original(cls, *args, **kwargs)
-                return handler(current(), cls, *args, **kwargs)
 
-            functools.update_wrapper(method, original)
-            setattr(owner, name, classmethod(method))
-        else:
-            original = raw
+def installed() -> bool:
+    """Whether the swaps are in place (some thread traces)."""
+    return _DEPTH[0] > 0
 
-            @functools.wraps(original)
-            def function(*args: Any, **kwargs: Any) -> Any:
-                if not _in_user_code():
-                    return original(*args, **kwargs)
-                return handler(current(), *args, **kwargs)
 
-            setattr(owner, name, function)
-        _TAKEN[(id(owner), name)] = original
+TRACING_CONTEXTS.insert(0, patched)
+
+# str(n), isinstance(n, int) of a symbolic number in user code: as eager
+while_traced(lambda: symbolic_numbers.install(tracing_now))
 
 
 # --------------------------------------------------------------------------- RNG state
@@ -124,9 +195,9 @@ for _owner in (torch, torch.random):
 # --------------------------------------------------------------------------- refused calls
 #
 # Python's ``random`` functions would draw once, at trace time, and the program would reuse
-# the draw: they raise a clear error naming the line. Their wrappers are in place only while
-# some thread traces (entered by the tracer, `TRACING_CONTEXTS`), so that torch.compile,
-# which knows these functions by identity, never meets them. (torch.func's transforms
+# the draw: they raise a clear error naming the line (their wrappers, like every swap, are in
+# place only while some thread traces, so that torch.compile, which knows these functions by
+# identity, never meets them). (torch.func's transforms
 # inside traced code are refused by the tracer's mode itself, `TraceMode`.)
 
 _PY_RANDOM = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle",
@@ -154,42 +225,7 @@ _REFUSED: list[tuple[Any, str, Callable[..., Any]]] = [
     if callable(getattr(random, n, None))]
 
 
-Swap = tuple[Any, str, Callable[[Any], Any]]
-"""``(owner, name, make)``: ``owner.name`` becomes ``make(owner.name)`` while traced."""
-
-
-def swapped_while_traced(swaps: Callable[[], list[Swap]]
-                         ) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    """A tracing context (for `TRACING_CONTEXTS`) that puts the replacements ``swaps()``
-    lists in place while any thread traces (counted: the first trace swaps them in, the
-    last one out), so that code outside tracing always meets torch's own functions."""
-    lock = threading.Lock()
-    depth = 0
-    saved: list[tuple[Any, str, Any]] = []
-
-    @contextlib.contextmanager
-    def swapped() -> Iterator[None]:
-        nonlocal depth
-        with lock:
-            if depth == 0:
-                items = swaps()
-                saved[:] = [(o, n, getattr(o, n)) for o, n, _ in items]
-                for o, n, make in items:
-                    setattr(o, n, make(getattr(o, n)))
-            depth += 1
-        try:
-            yield
-        finally:
-            with lock:
-                depth -= 1
-                if depth == 0:
-                    for o, n, original in saved:
-                        setattr(o, n, original)
-                    saved.clear()
-
-    return swapped
-
-
+@while_traced
 def _refusals() -> list[Swap]:
     return [(o, n, functools.partial(_refusing_wrapper, r)) for o, n, r in _REFUSED]
 
@@ -202,13 +238,6 @@ def _refusing_wrapper(refuse: Callable[..., Any], original: Any) -> Callable[...
         return original(*args, **kwargs)
 
     return wrapper
-
-
-refused_while_traced = swapped_while_traced(_refusals)
-"""Python's ``random`` functions refuse while user code is traced."""
-
-
-TRACING_CONTEXTS.append(refused_while_traced)
 
 
 # --------------------------------------------------------------------------- "compiling?"
@@ -229,14 +258,14 @@ def _is_compiling_code() -> bool:  # runs with torch.compiler's globals
     return _is_compiling_flag or _thunder_ir_traces()  # type: ignore[name-defined]  # noqa: F821
 
 
-def _teach_is_compiling() -> None:
+@while_traced
+def _teach_is_compiling() -> list[Swap]:
     fn = torch.compiler.is_compiling
     if getattr(fn, "__code__", None) is None or "_is_compiling_flag" not in fn.__globals__:
-        return  # another torch: leave it as it is
-    fn.__globals__["_thunder_ir_traces"] = _in_user_code
-    fn.__code__ = _is_compiling_code.__code__
+        return []  # another torch: leave it as it is
+    home = sys.modules[fn.__module__]  # (the module whose globals the code reads)
+    return [(home, "_thunder_ir_traces", lambda _: _in_user_code),
+            (fn, "__code__", lambda _: _is_compiling_code.__code__)]
 
 
-_teach_is_compiling()
-
-__all__ = ["take_over"]
+__all__ = ["Swap", "installed", "patched", "take_over", "while_traced"]

@@ -31,7 +31,7 @@ from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, Us
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy, root_proxy
 from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter, inline, traces_python
-from thunder_ir.runtime.namespace import export
+from thunder_ir.runtime.writes import resized
 
 T = torch.Tensor
 
@@ -459,20 +459,6 @@ def _inplace_view(name: str, functional: Any = None) -> Any:
 for _name in ("t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
               "as_strided_"):
     HANDLERS[getattr(T, _name)] = _inplace_view(_name)
-
-
-@export
-def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
-    """The values ``x.resize_(size)`` leaves in a contiguous ``x``: its first elements in
-    the new shape (zeros past its end, where eager's memory is uninitialized; generated
-    code calls it as ``tir.resized``)."""
-    n = 1
-    for d in size:
-        n *= d
-    flat = x.reshape(-1)
-    if n > flat.numel():
-        flat = torch.cat([flat, flat.new_zeros(n - flat.numel())])
-    return flat[:n].reshape(tuple(size))
 
 
 def _resize_(ctx: Builder, self: Any, *size: Any, memory_format: Any = None) -> Any:

@@ -1,0 +1,57 @@
+"""The functional forms of in-place writes, as generated code calls them (``tir.setitem``,
+``tir.scatter_strided``, ``tir.strided_view``, ``tir.resized``).
+
+The frontend records a write it does not turn into the program's own ops (an index that is
+not a box, a write through a view of a storage several arguments share, ``resize_``) as a
+call of one of these; they are plain torch code, so they live in the runtime and the
+generated-code namespace holds them from its import on: a printed trace that calls them
+runs as it is in a fresh process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+
+def setitem(x: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
+    """Functional ``x[index] = value``: a copy of ``x`` with the write applied."""
+    out = x.clone()
+    out[index] = value
+    return out
+
+
+def scatter_strided(base: torch.Tensor, src: torch.Tensor, base_strides: Sequence[int],
+                    size: Sequence[int], strides: Sequence[int], offset: int) -> torch.Tensor:
+    """``base`` with ``src`` written into the elements of its view of ``size``, ``strides``
+    and ``offset`` (relative to ``base``'s own, in eager's layout of ``base``: strides
+    ``base_strides``): the functional form of a write through a view."""
+    out = torch.empty_strided(base.shape, tuple(base_strides), dtype=base.dtype,
+                              device=base.device)
+    out.copy_(base)
+    out.as_strided(tuple(size), tuple(strides), offset).copy_(src)
+    return out
+
+
+def strided_view(x: torch.Tensor, size: Sequence[int], strides: Sequence[int],
+                 offset: int) -> torch.Tensor:
+    """The view of ``x``'s storage of ``size``, ``strides`` and storage ``offset``
+    (``torch.as_strided``)."""
+    return torch.as_strided(x, tuple(size), tuple(strides), offset)
+
+
+def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    """The values ``x.resize_(size)`` leaves in a contiguous ``x``: its first elements in
+    the new shape (zeros past its end, where eager's memory is uninitialized)."""
+    n = 1
+    for d in size:
+        n *= d
+    flat = x.reshape(-1)
+    if n > flat.numel():
+        flat = torch.cat([flat, flat.new_zeros(n - flat.numel())])
+    return flat[:n].reshape(tuple(size))
+
+
+__all__ = ["resized", "scatter_strided", "setitem", "strided_view"]
