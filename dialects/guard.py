@@ -306,11 +306,12 @@ class DeterministicOp(_StateOp):
 
 @irdl_op_definition
 class DefaultDeviceOp(_StateOp):
-    """`%d = "guard.default_device"()`: the default device (None for the CPU without a
-    ``torch.set_default_device``), where factories without a ``device`` make tensors."""
+    """`%d = "guard.default_device"()`: the default device, where factories without a
+    ``device`` make tensors: 0 while no function mode is active (one C call; a
+    ``torch.set_default_device`` is one), else the device (None for the CPU)."""
 
     name = "guard.default_device"
-    EXPR: ClassVar[str] = "_default_device()"
+    EXPR: ClassVar[str] = "(_function_modes() and _default_device())"
     LABEL: ClassVar[str] = "the default device"
 
 

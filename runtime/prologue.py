@@ -13,8 +13,8 @@ ops) and compiled from it.
               (a0.is_contiguous() or a0.stride()), _meta(a1), _aliases(a0, a1),
               p0.shape, p0.dtype, p0.device, p0.requires_grad,
               (p0.is_contiguous() or p0.stride()), _grad(), _inference(),
-              _default_dtype(), _deterministic(), _default_device(), _autocast(),
-              _tokens,)
+              _default_dtype(), _deterministic(),
+              (_function_modes() and _default_device()), _autocast(), _tokens,)
 
 `compile_prologue` executes that text (`load_python`, as every generated function is
 executed) with the prologue's globals bound (`prologue_globals`): the parameters and
@@ -195,6 +195,7 @@ def prologue_globals(module: ModuleOp | func.FuncOp, state: Sequence[Any],
                          "_default_dtype": torch.get_default_dtype,
                          "_deterministic": torch.are_deterministic_algorithms_enabled,
                          "_default_device": default_device,
+                         "_function_modes": torch._C._len_torch_function_stack,
                          "_autocast": autocast_modes, "_tokens": ()}
     for op in _function(module).body.block.ops:
         if isinstance(op, G.StateMetaOp):

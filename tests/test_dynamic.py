@@ -255,7 +255,7 @@ def test_sizes_printed_by_thunder_ir_stay_symbolic() -> None:
 
 
 def _guards(jf: object) -> list[str]:
-    return [e.shape_guard.source for es in jf._shape_entries.values() for e in es]  # type: ignore[attr-defined]
+    return [e.shape_guard.source for es in jf.programs.shape_entries.values() for e in es]  # type: ignore[attr-defined]
 
 
 def test_what_cannot_be_symbolic_compiles_per_size() -> None:

@@ -162,7 +162,7 @@ def test_options_reach_thunder_and_inductor_partitions() -> None:
     _close(x.grad, xe.grad)
     info = backend.subgraph_infos[0]
     tm = info.thunder_compiled_fns[0]
-    assert tm._compiled.remat_policy.name == "save-all"
+    assert tm._compiled.compiler.remat_policy.name == "save-all"
     inductor = info.split_graph_module.inductor_1
     assert isinstance(inductor, InductorPartition)
     assert backend.torch_inductor_options == {"epilogue_fusion": False}

@@ -29,8 +29,8 @@ MODULE_SOURCE = (
     "a0.requires_grad, (a0.is_contiguous() or a0.stride()), p0.shape, p0.dtype, p0.device, "
     "p0.requires_grad, (p0.is_contiguous() or p0.stride()), p1.shape, p1.dtype, "
     "p1.device, p1.requires_grad, (p1.is_contiguous() or p1.stride()), _grad(), "
-    "_inference(), _default_dtype(), _deterministic(), _default_device(), _autocast(), "
-    "_tokens,)\n")
+    "_inference(), _default_dtype(), _deterministic(), "
+    "(_function_modes() and _default_device()), _autocast(), _tokens,)\n")
 _MODES = ["grad mode", "inference mode", "the default dtype", "deterministic algorithms",
           "the default device", "autocast"]
 _WHAT = ("shape", "dtype", "device", "requires_grad", "memory layout (strides)")
@@ -43,7 +43,7 @@ MODULE_LABELS = [
 LEAVES_SOURCE = (
     "def prologue(args):\n  (a0, a1, a2,) = args\n  return (_meta(a0), _meta(a1), _meta(a2), "
     "_aliases(a0, a1, a2), _grad(), _inference(), _default_dtype(), _deterministic(), "
-    "_default_device(), _autocast(), _tokens,)\n")
+    "(_function_modes() and _default_device()), _autocast(), _tokens,)\n")
 LEAVES_LABELS = ["argument 'x'", "argument 'n'", "argument 'opts[0]'",
                  "which arguments share memory", *_MODES, "guarded state"]
 
@@ -78,7 +78,7 @@ def test_the_prologue_of_a_module_with_parameters_round_trips_and_keys_as_before
     w, b = state.values()
     expected = (x.shape, x.dtype, x.device, False, True, w.shape, w.dtype, w.device, True,
                 True, b.shape, b.dtype, b.device, True, True, True, False, torch.float32,
-                False, None, False, (0, 3))
+                False, 0, False, (0, 3))
     for module in (ir, again):
         pro = compile_prologue(module, list(state.values()))
         assert pro.source == MODULE_SOURCE
@@ -104,7 +104,7 @@ def test_the_prologue_of_non_tensor_arguments_round_trips_and_keys_as_before() -
     again = _roundtrip(ir)
     x = torch.randn(3, 4)
     expected = ((x.shape, x.dtype, x.device, False, True), (int, 3), (float, "-0.0"), None,
-                True, False, torch.float32, False, None, False, ())
+                True, False, torch.float32, False, 0, False, ())
     for module in (ir, again):
         pro = compile_prologue(module, [])
         assert pro.source == LEAVES_SOURCE
@@ -119,9 +119,10 @@ def test_no_arguments_and_make_prologue() -> None:
     pro = make_prologue([], {})
     assert pro.source == ("def prologue(args):\n"
                           "  return (_grad(), _inference(), _default_dtype(), "
-                          "_deterministic(), _default_device(), _autocast(), _tokens,)\n")
+                          "_deterministic(), (_function_modes() and _default_device()), "
+                          "_autocast(), _tokens,)\n")
     assert pro.fn([]) == (torch.is_grad_enabled(), False, torch.get_default_dtype(), False,
-                          None, False, ())
+                          0, False, ())
     assert prologue_function(pro.ir) is not None
 
 

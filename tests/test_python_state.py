@@ -369,7 +369,7 @@ def test_a_counter_in_arange_and_as_a_scalar() -> None:
         assert m.step == e.step and type(m.double) is int and m.double == e.double
     assert _misses(jm) == 3 and jm._compiled.symbolic_failures == []
     # the constant attribute stays a guarded constant: not read by the key
-    assert {a.label for a in jm._compiled._attrs.attrs} == {"self.step", "self.double"}
+    assert {a.label for a in jm._compiled.keyer.attrs.attrs} == {"self.step", "self.double"}
     assert "width" not in thunder_ir.last_prologue_traces(jm)[0].split("# The key")[0]
 
 
@@ -427,7 +427,7 @@ def test_a_static_cache_compiles_per_value() -> None:
             x = torch.randn(2, 3)
             _same(jm(x), e(x))
     assert m.calls == e.calls == 10
-    assert _misses(jm) == 10 and jm._compiled._attrs.attrs == []
+    assert _misses(jm) == 10 and jm._compiled.keyer.attrs.attrs == []
 
 
 class Threshold(nn.Module):

@@ -485,7 +485,7 @@ def test_a_variant_whose_guard_cannot_answer_is_unlinked() -> None:
     for n, sign in ((4, 1), (6, 1), (6, -1)):  # symbolic, then its variant for x < 0
         x = sign * (torch.rand(3, n) + 0.5)
         torch.testing.assert_close(jf(x), f(x))
-    [first] = [e for es in jf._shape_entries.values() for e in es]
+    [first] = [e for es in jf.programs.shape_entries.values() for e in es]
     variant = first.variant
     assert variant is not None and variant.shape_guard is not None
 

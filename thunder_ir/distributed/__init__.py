@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from thunder_ir.dialects.dist import communicate, register_group
+from thunder_ir.stages.policies import set_data_parallel
 
 DDP_ATTR = "_thunder_ddp"
 """The attribute of the user's module holding its `DDPConfig`."""
@@ -91,6 +92,7 @@ def ddp(model: torch.nn.Module, *, broadcast_from: int | None = 0,
                                         dist.get_world_size(process_group),
                                         int(bucket_size_in_mb * 2**20)))
     setattr(target, SYNC_ATTR, True)
+    set_data_parallel(target, POLICY)
     return model
 
 
@@ -206,6 +208,26 @@ def average_gradients(model: torch.nn.Module, cfg: DDPConfig) -> None:
                 offset += g.numel()
 
 
+class _DataParallelPolicy:
+    """What a data-parallel module's compiles do (`thunder_ir.stages.policies
+    .DataParallel`): its training programs get the collectives (`training_passes`), and a
+    sharded module's parameters are traced gathered (`thunder_ir.distributed.fsdp`)."""
+
+    def passes(self, module: torch.nn.Module, input_kinds: Sequence[Any]) -> tuple[Any, ...]:
+        return training_passes(module, input_kinds)
+
+    def unshard(self, module: torch.nn.Module) -> Any:
+        from thunder_ir.distributed.fsdp import config_of as fsdp_config_of
+        from thunder_ir.distributed.fsdp import unshard_in_trace
+
+        cfg = fsdp_config_of(module)
+        return None if cfg is None else unshard_in_trace(cfg)
+
+
+POLICY = _DataParallelPolicy()
+"""The data-parallel policy `ddp` and `fsdp` register for their modules."""
+
+
 def training_passes(module: torch.nn.Module, input_kinds: Sequence[Any]) -> tuple[Any, ...]:
     """The passes of a data-parallel module's training program, whose arguments come
     from ``input_kinds`` (`thunder_ir.runtime.origins`): ``ddp-allreduce`` of its
@@ -253,4 +275,4 @@ from thunder_ir.distributed.fsdp import (  # noqa: E402
 
 __all__ = ["DDPConfig", "FSDPBucketingStrategy", "FSDPType", "average_gradients",
            "config_of", "ddp", "fsdp", "no_sync", "require_group", "same_start",
-           "sharded_state_dict", "training_passes"]
+           "sharded_state_dict", "training_passes", "POLICY"]

@@ -108,7 +108,8 @@ def fsdp(model: torch.nn.Module, *, sharding_strategy: FSDPType = FSDPType.ZERO2
         RuntimeError: no process group is initialized.
         ValueError: ``broadcast_from=None`` and the processes' parameters differ.
     """
-    from thunder_ir.distributed import require_group, same_start
+    from thunder_ir.distributed import POLICY, require_group, same_start
+    from thunder_ir.stages.policies import set_data_parallel
 
     dist = require_group("fsdp", process_group)
     target = _module(model)
@@ -135,6 +136,7 @@ def fsdp(model: torch.nn.Module, *, sharding_strategy: FSDPType = FSDPType.ZERO2
     cfg = FSDPConfig(register_group(process_group), world, rank, sharding_strategy, shards,
                      _buckets(target, shards, bucketing_strategy), aliases)
     setattr(target, FSDP_ATTR, cfg)
+    set_data_parallel(target, POLICY)
     target._register_state_dict_hook(_full_state_dict_hook)
     target._register_load_state_dict_pre_hook(_shard_on_load_hook, with_module=True)
     return model

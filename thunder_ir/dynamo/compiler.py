@@ -9,7 +9,8 @@ the split module, whose forward calls the partitions in order. An Inductor parti
 
 Dynamo guards the graph's inputs (shapes, strides, dtypes, devices, requires_grad, grad
 mode, the Python state it read), so a partition whose inputs are all tensors runs its
-program after the first call without thunder_ir's own prologue: `_DynamoCompiled`.
+program after the first call without thunder_ir's own prologue: `_DynamoGuarded`, its fast-path
+policy.
 """
 
 from __future__ import annotations
@@ -27,38 +28,42 @@ from torch.utils import _pytree as pytree
 from thunder_ir.api import CompiledCallable, ThunderModule, build, jit
 from thunder_ir.dynamo.splitter import SplitReason, partition
 from thunder_ir.runtime.cache import unflatten_outputs
+from thunder_ir.stages.policies import NOT_TAKEN
 
 
-class _DynamoCompiled(CompiledCallable):
-    """A partition's compiled program, called without the prologue once Dynamo guards it.
+class _DynamoGuarded:
+    """The fast path of a partition's program (`thunder_ir.stages.policies.FastPath`),
+    once Dynamo guards it: the first call (and any call whose grad mode differs from it)
+    goes through the usual keyed cache; then, while every argument is a tensor (a graph
+    without symbolic sizes), a call is the program itself: Dynamo has checked what the key
+    would."""
 
-    The first call (and any call whose grad mode differs from it) goes through the usual
-    keyed cache; then, while every argument is a tensor (a graph without symbolic sizes),
-    a call is the program itself: Dynamo has checked what the key would."""
+    def __init__(self) -> None:
+        self.known: tuple[bool, Any] | None = None
 
-    _fast: tuple[bool, Any] | None = None
+    def call(self, dispatcher: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        known = self.known
+        if known is None or kwargs or torch.is_grad_enabled() is not known[0]:
+            return NOT_TAKEN
+        entry = known[1]
+        dispatcher.cache.last = entry
+        outs = entry.fn(*entry.gather(args))
+        env = dispatcher.write_back(entry, list(args), outs, args) if entry.after else None
+        return unflatten_outputs(entry, outs, args, (), env)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        fast = self._fast
-        if fast is not None and not kwargs and torch.is_grad_enabled() is fast[0]:
-            entry = fast[1]
-            self.cache.last = entry
-            outs = entry.fn(*entry.gather(args))
-            env = self._write_back(entry, list(args), outs, args) if entry.after else None
-            return unflatten_outputs(entry, outs, args, (), env)
-        out = super().__call__(*args, **kwargs)
+    def saw(self, dispatcher: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not kwargs and all(type(a) is torch.Tensor or isinstance(a, torch.nn.Parameter)
                               for a in args):
-            self._fast = (torch.is_grad_enabled(), self.cache.last)
-        return out
+            self.known = (torch.is_grad_enabled(), dispatcher.cache.last)
 
 
 def _thunder_module(gm: GraphModule, options: dict[str, Any]) -> ThunderModule:
     """A partition's jitted module; the sizes Dynamo made symbolic in its inputs are
     symbolic in its programs from the first call (one program for every size Dynamo's
     graph serves, not one per size)."""
-    tm: ThunderModule = build(gm, _DynamoCompiled, **options)
-    tm._compiled.dynamic_args = dynamo_symbolic_inputs(gm)
+    tm: ThunderModule = build(gm, CompiledCallable, **options)
+    tm._compiled.policies.dynamic.marks = dynamo_symbolic_inputs(gm)
+    tm._compiled.fast_path = _DynamoGuarded()
     return tm
 
 

@@ -47,7 +47,7 @@ func.func @prologue(%a0: !guard.value, %a1: !guard.value) -> !guard.value {
 // PY:      def forward(x, scale, t_weight):
 // PY:      def prologue(args):
 // PY-NEXT:   (a0, a1,) = args
-// PY-NEXT:   return (_meta(a0), _meta(a1), _aliases(a0, a1), p0.shape, p0.dtype, p0.device, p0.requires_grad, (p0.is_contiguous() or p0.stride()), _grad(), _inference(), _default_dtype(), _deterministic(), _default_device(), _autocast(), _tokens,)
+// PY-NEXT:   return (_meta(a0), _meta(a1), _aliases(a0, a1), p0.shape, p0.dtype, p0.device, p0.requires_grad, (p0.is_contiguous() or p0.stride()), _grad(), _inference(), _default_dtype(), _deterministic(), (_function_modes() and _default_device()), _autocast(), _tokens,)
 
 // JIT-LABEL: func.func @forward
 // JIT:         "torch.call"(%{{.*}}, %t_weight) <{callee = "torch.nn.functional.linear"

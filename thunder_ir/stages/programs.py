@@ -1,0 +1,111 @@
+"""The program cache: compiled programs by key, and the ways a miss may still find one.
+
+Besides the keyed entries (`thunder_ir.runtime.cache.Cache`, LRU), a miss looks in two
+places before compiling: programs whose trace made no decision by layout, by their key
+without layouts (a transposed argument after a contiguous one runs the same program), and
+symbolic programs by dynamic key, the first whose shape guard holds for the call
+(`thunder_ir.runtime.dynamic`). Speculation variants hang off their entry
+(``Entry.variant``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from thunder_ir.frontend import TracedProgram
+from thunder_ir.runtime.cache import CACHE_CAPACITY, RECOMPILE_LIMIT, Cache, Entry
+from thunder_ir.runtime.dynamic import Dynamic, dynamic_key, holding
+from thunder_ir.runtime.prologue import Prologue
+
+
+class ProgramCache:
+    """One jitted callable's programs (see the module doc).
+
+    Attributes:
+        cache: the keyed entries, hit and miss counts, and the last entry that ran.
+        layout_free: programs whose trace read no layout, by their key without layouts.
+        shape_entries: symbolic programs by dynamic key.
+        compiles: how many programs were compiled (the recompile warning past
+            `RECOMPILE_LIMIT`).
+    """
+
+    def __init__(self) -> None:
+        self.cache = Cache()
+        self.layout_free: dict[Any, Entry] = {}
+        self.shape_entries: dict[Any, list[Entry]] = {}
+        self.compiles = 0
+        self.warned = False
+
+    def without_layouts(self, pro: Prologue, key: Any, leaves: list[Any]) -> Entry | None:
+        """A program whose trace read no layout, for a call that missed by layout alone
+        (entered under ``key`` when found)."""
+        if not self.layout_free:
+            return None
+        entry = self.layout_free.get(pro.layout_free(leaves))
+        if entry is not None:  # the same program: its trace read no layout
+            self.cache.insert(key, entry)
+        return entry
+
+    def symbolic(self, pro: Prologue, key: Any, dynamic: Dynamic, leaves: list[Any],
+                 name: str, failures: list[str]) -> Entry | None:
+        """A symbolic program whose shape guard holds for this call, if one was compiled
+        (one whose guard cannot be evaluated is dropped, with a warning)."""
+        found = self.shape_entries.get(dynamic_key(pro, dynamic, key), [])
+        entry: Entry | None = holding(found, leaves, name, failures)
+        return entry
+
+    def add(self, key: Any, entry: Entry, pro: Prologue, dynamic: Dynamic,
+            traced: TracedProgram, leaves: list[Any], name: str) -> None:
+        """Enters a compiled program under ``key`` (a symbolic one by its dynamic key too;
+        one whose trace read no layout by its key without layouts)."""
+        if entry.shape_guard is not None:
+            assert dynamic
+            self.shape_entries.setdefault(dynamic_key(pro, dynamic, key), []).append(entry)
+        if not traced.layout_read and not _restrides(entry):
+            if len(self.layout_free) >= CACHE_CAPACITY:
+                self.layout_free.clear()
+            self.layout_free[pro.layout_free(leaves)] = entry
+        self.compiles += 1
+        if self.compiles > RECOMPILE_LIMIT and not self.warned:
+            self.warn_recompiles(key, pro, name)
+        self.cache.insert(key, entry)
+
+    def warn_recompiles(self, key: Any, pro: Prologue, name: str) -> None:
+        """Warns, once, that ``name`` keeps compiling, naming the key part that changed."""
+        self.warned = True
+        what = "its inputs or the state it reads"
+        prev = next(reversed(self.cache.entries), None)
+        if isinstance(prev, tuple) and len(prev) == len(key):
+            for label, old, new in zip(pro.labels, prev, key):
+                if old != new:
+                    what = f"{label} ({_shown(old)} -> {_shown(new)})"
+                    break
+        warnings.warn(
+            f"thunder_ir.jit: {name} has compiled {self.compiles} programs; the last one "
+            f"because of a change in {what}. A value that changes on every call, such as a "
+            "step counter passed as a Python number, compiles a new program each time where "
+            "it cannot be symbolic (cache='static', or a use of it that fixes its value; "
+            "see symbolic_failures): pass it as a tensor (torch.tensor(step)) instead. The "
+            f"cache keeps the {CACHE_CAPACITY} most recently used programs.", stacklevel=5)
+
+
+def _restrides(entry: Entry) -> bool:
+    """Whether the program restrides results to the layout eager's had for the traced
+    inputs (`thunder_ir.passes.restride`): then it serves those layouts only."""
+    from thunder_ir.dialects.torch import CallOp
+    from thunder_ir.passes.restride import RESTRIDE
+
+    return any(isinstance(op, CallOp) and op.callee.data == RESTRIDE
+               for op in entry.traces[-1].ir.walk())
+
+
+def _shown(v: Any) -> str:
+    """A key part, as a warning shows it: a value's repr (without its type tag)."""
+    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], type):
+        v = v[1]
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+__all__ = ["ProgramCache"]
