@@ -1,4 +1,5 @@
-"""The source tree's shape: no module over 1,200 lines, and packages without import cycles.
+"""The source tree's shape: no module over 1,200 lines, no class in the thunder_ir folder
+over 15 methods, and packages without import cycles.
 
 Both are read from the source text (``ast``), never by importing: an import cycle that
 happens to resolve in one import order is still a cycle (STYLE.md: "No import cycles,
@@ -24,7 +25,13 @@ SIZE_EXCEPTIONS: set[str] = set()
 """Modules allowed over the cap (none: split a module before it gets there)."""
 
 # Packages of the thunder_ir folder whose modules must not import one another in a cycle.
-ACYCLIC_PACKAGES = ("thunder_ir.frontend", "thunder_ir.extend", "thunder_ir.testing")
+ACYCLIC_PACKAGES = ("thunder_ir.frontend", "thunder_ir.extend", "thunder_ir.testing",
+                    "thunder_ir.stages")
+
+MAX_METHODS = 15
+"""No class in the thunder_ir folder defines more methods than this: a class that gathers
+every feature's branch (the jitted callable once had 26) is split along its seams (the
+stages, `thunder_ir.stages`; the trace context's writes and autograd facets)."""
 
 
 def _sources() -> list[Path]:
@@ -48,6 +55,18 @@ def test_no_source_module_is_over_the_line_cap() -> None:
         if n > MAX_LINES and rel not in SIZE_EXCEPTIONS:
             over[rel] = n
     assert not over, f"modules over {MAX_LINES} lines (split them along their seams): {over}"
+
+
+def test_no_class_in_the_thunder_ir_folder_has_over_15_methods() -> None:
+    over = {}
+    for path in sorted((ROOT / "thunder_ir").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                n = sum(isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef)
+                        for b in node.body)
+                if n > MAX_METHODS:
+                    over[f"{path.relative_to(ROOT).as_posix()}:{node.name}"] = n
+    assert not over, f"classes over {MAX_METHODS} methods (split them): {over}"
 
 
 def _imports(tree: ast.AST, known: set[str]) -> set[str]:

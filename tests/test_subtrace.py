@@ -63,12 +63,15 @@ def test_user_code_leaves_grad_mode_as_it_was() -> None:
 
 
 def test_trace_state_lives_in_its_parts() -> None:
-    """`TraceContext` composes four parts, which own the state (no field of its own
-    besides the `Builder` attributes: ``active`` is the autograd part's set itself)."""
+    """`TraceContext` composes four parts, which own the state, and two facets of behaviour
+    (no field of its own besides the `Builder` attributes: ``active`` is the autograd
+    part's set itself; ``writes`` and ``grad`` hold nothing but the context)."""
     ctx = TraceContext()
-    assert set(TraceContext.__slots__) == {"active", "aliases", "autograd", "build",
-                                           "handlers", "loc", "reads"}
+    assert set(TraceContext.__slots__) == {"active", "aliases", "autograd", "build", "grad",
+                                           "handlers", "loc", "reads", "writes"}
     assert ctx.active is ctx.autograd.active
+    assert ctx.writes.ctx is ctx and ctx.grad.ctx is ctx
+    assert type(ctx.writes).__slots__ == type(ctx.grad).__slots__ == ("ctx",)
     x = torch.randn(2, requires_grad=True)
     p = ctx.tensor_input(x, "x", ArgLeaf(0))
     assert p._value in ctx.autograd.active and ctx.build.input_requires_grad == [True]

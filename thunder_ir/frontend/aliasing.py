@@ -8,7 +8,7 @@ it was made from its parent (`AliasTracking.view_parent`: the op and which of it
 or a strided view of a span). An in-place write to any member is functionalized as
 torch's functionalization does it:
 
-1. the written tensor's new value ``N`` is computed out of place (`TraceContext.assign`);
+1. the written tensor's new value ``N`` is computed out of place (`InPlace.assign`);
 2. the root's new value is ``N`` itself where the root was written, else the root with
    ``N`` scattered into the elements the written tensor views (`scatter_strided`: the
    view's sizes, strides and storage offset relative to the root's, on eager's layout of
@@ -281,7 +281,7 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
     if old_root in ctx.active and (not grad or target._value not in ctx.active):
         # written outside autograd (under no-grad, or through a detached alias such as
         # ``y.detach()`` or ``w.data``): the root keeps its place in the autograd graph
-        new_root = ctx.keep_identity(old_root, new_root)
+        new_root = ctx.writes.keep_identity(old_root, new_root)
     renewed: dict[SSAValue, SSAValue] = {old_root: new_root}
     for m in members:
         if m is not root:
@@ -299,7 +299,7 @@ def _forbid_after_write(ctx: TraceContext, old: SSAValue, new: SSAValue) -> None
     """A view eager cannot rebase after a write to its base (one of several views a
     function returned, or one made under no-grad): eager raises where autograd next needs
     it, in a forward op that requires grad or in the backward. So does the trace
-    (`TraceContext.track`), and so does the program's backward (``saved_modified``)."""
+    (`GradTracking.track`), and so does the program's backward (``saved_modified``)."""
     made = ctx.aliases.view_meta.get(old)
     if made is None:
         return

@@ -32,6 +32,48 @@ def differentiable(v: SSAValue) -> bool:
     return isinstance(t, TensorType) and (is_float(t.dtype) or is_complex(t.dtype))
 
 
+class Writes(ABC):
+    """In-place ops, with eager's rules (`thunder_ir.frontend.inplace.InPlace`)."""
+
+    @abstractmethod
+    def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
+               ) -> TensorProxy:
+        """An in-place op: ``target`` stands for ``new`` from now on. ``keep_saved``: the
+        call's own ops saved ``target`` itself for their backward, not its value before
+        the write (eager's batch norm saves the running statistics it updates), so a later
+        in-place write still makes their backward raise."""
+
+    @abstractmethod
+    def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,
+                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorProxy:
+        """An in-place metadata op (``x.t_()``): ``target`` stands for its view ``new``."""
+
+    @abstractmethod
+    def set_data(self, target: TensorProxy, new: Any) -> None:
+        """``target.data = new``: ``new``'s values, ``target``'s place in the graph."""
+
+
+class Grads(ABC):
+    """Eager's autograd rules (`thunder_ir.frontend.grad_tracking.GradTracking`)."""
+
+    @abstractmethod
+    def stop_gradient(self, v: SSAValue) -> SSAValue:
+        """``v`` with its gradient cut."""
+
+    @abstractmethod
+    def set_requires_grad(self, target: TensorProxy, flag: bool) -> None:
+        """``target.requires_grad = flag`` with eager's rules (a tensor made while traced
+        may become a gradient source)."""
+
+    @abstractmethod
+    def set_grad_enabled(self, mode: bool) -> None:
+        """User code switched grad mode."""
+
+    @abstractmethod
+    def is_inference(self, v: SSAValue) -> bool:
+        """Whether ``v`` is an inference tensor (made in inference mode)."""
+
+
 class Builder(ABC):
     """The program a handler writes into.
 
@@ -39,10 +81,14 @@ class Builder(ABC):
         loc: the user's ``file:line`` of the call being handled (ops record it; errors
             name it).
         active: values that require grad (eager's autograd rules, see `TraceContext`).
+        writes: in-place ops (`Writes`).
+        grad: eager's autograd rules (`Grads`).
     """
 
     loc: str
     active: set[SSAValue]
+    writes: Writes
+    grad: Grads
 
     # ---- inputs and values
 
@@ -59,15 +105,6 @@ class Builder(ABC):
     @abstractmethod
     def value_of(self, x: Any) -> SSAValue:
         """The SSA value of a proxy, a real tensor (lifted to an input) or a number."""
-
-    @abstractmethod
-    def set_requires_grad(self, target: TensorProxy, flag: bool) -> None:
-        """``target.requires_grad = flag`` with eager's rules (a tensor made while traced
-        may become a gradient source)."""
-
-    @abstractmethod
-    def set_data(self, target: TensorProxy, new: Any) -> None:
-        """``target.data = new``: ``new``'s values, ``target``'s place in the graph."""
 
     # ---- ops
 
@@ -124,32 +161,5 @@ class Builder(ABC):
     def remember(self, p: TensorProxy) -> TensorProxy:
         """Notes which storage a proxy (made by the handler itself) lives in."""
 
-    # ---- eager's rules
 
-    @abstractmethod
-    def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
-               ) -> TensorProxy:
-        """An in-place op: ``target`` stands for ``new`` from now on. ``keep_saved``: the
-        call's own ops saved ``target`` itself for their backward, not its value before
-        the write (eager's batch norm saves the running statistics it updates), so a later
-        in-place write still makes their backward raise."""
-
-    @abstractmethod
-    def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,
-                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorProxy:
-        """An in-place metadata op (``x.t_()``): ``target`` stands for its view ``new``."""
-
-    @abstractmethod
-    def stop_gradient(self, v: SSAValue) -> SSAValue:
-        """``v`` with its gradient cut."""
-
-    @abstractmethod
-    def set_grad_enabled(self, mode: bool) -> None:
-        """User code switched grad mode."""
-
-    @abstractmethod
-    def is_inference(self, v: SSAValue) -> bool:
-        """Whether ``v`` is an inference tensor (made in inference mode)."""
-
-
-__all__ = ["Builder", "differentiable"]
+__all__ = ["Builder", "Grads", "Writes", "differentiable"]

@@ -24,22 +24,22 @@ import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
-from xdsl.dialects.builtin import ModuleOp, StringAttr
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
 
-from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp, make_function
-from thunder_ir.dialects.base import ShapeError, ThunderOp, to_attr
-from thunder_ir.dialects.location import location_text, source_location
+from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
+from thunder_ir.dialects.base import ShapeError, ThunderOp
+from thunder_ir.dialects.location import source_location
 from thunder_ir.dialects.ltorch_core import ChunkOp, GetitemOp, ProdOp, SplitOp, SumOp
 from thunder_ir.dialects.ltorch_scan import CumsumOp
 from thunder_ir.dialects.symbols import SYMBOLIC_NUMBERS, SymbolicError
 from thunder_ir.dialects.symbols import current as current_symbols
-from thunder_ir.dialects.traits import ViewLike, has_no_derivative
+from thunder_ir.dialects.traits import ViewLike
 from thunder_ir.dialects.types import (
     NumberType,
     TensorType,
@@ -50,13 +50,7 @@ from thunder_ir.dialects.types import (
 )
 from thunder_ir.frontend import symbolic_numbers
 from thunder_ir.frontend.aliasing import (
-    VIEW_OF_LEAF,
     AliasTracking,
-    argument_tensor,
-    check_writable,
-    live_members,
-    views_a_leaf,
-    write_through,
 )
 from thunder_ir.frontend.autocast import (
     AutocastError,
@@ -68,18 +62,19 @@ from thunder_ir.frontend.autocast import (
     opaque_call_differs,
 )
 from thunder_ir.frontend.autocast import probe as autocast_probe
-from thunder_ir.frontend.builder import Builder, differentiable
+from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.eager_autograd import EagerAutograd
 from thunder_ir.frontend.errors import (
     DATA_HINT,
     DataDependentError,
     ThunderTraceError,
     UseFallback,
-    dtype_name,
     user_location,
     where,
 )
 from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.grad_tracking import GradTracking
+from thunder_ir.frontend.inplace import InPlace
 from thunder_ir.frontend.layout import (
     Layout,
     LayoutError,
@@ -102,7 +97,7 @@ from thunder_ir.frontend.table import (
     inline,
     library_handler,
 )
-from thunder_ir.runtime.origins import ArgLeaf, Captured, Origin, StateEntry
+from thunder_ir.runtime.origins import Captured, Origin
 
 _SUMS = (SumOp, ProdOp, CumsumOp)
 """Ops eager's autograd refuses to record when a ``dtype`` makes their result an integer
@@ -184,9 +179,11 @@ def _is_complex(v: SSAValue) -> bool:
 class TraceContext(Builder):
     """The program under construction while user code runs: the `Builder` of tracing.
 
-    Its state lives in four parts, each of which owns its fields; `TraceContext` composes
-    them, and its methods are where they meet (an in-place write reads the aliases, the
-    autograd state and the program):
+    Its state lives in four parts, each of which owns its fields, and its behaviour in
+    three: the program's inputs, ops and results here; in-place writes (``writes``,
+    `thunder_ir.frontend.inplace.InPlace`) and eager's autograd rules (``grad``,
+    `thunder_ir.frontend.grad_tracking.GradTracking`), each of which reads the parts it
+    needs through this context:
 
     Attributes:
         build: program building (`ProgramBuild`): the program, where ops go now
@@ -200,19 +197,26 @@ class TraceContext(Builder):
             originals, replays on arguments, whether layout was read.
         active: ``autograd.active`` itself (the same set; `Builder` names it, and handlers
             ask it on every op).
+        writes: in-place writes (`InPlace`).
+        grad: eager's autograd rules (`GradTracking`).
         loc: the user's ``file:line`` of the torch call being handled.
         handlers: handlers of this trace only, ahead of `HANDLERS` (the extension API's
             ``replaces=`` diversions of torch callables): another thread's trace, or code
             run outside tracing, never sees them.
     """
 
-    __slots__ = ("active", "aliases", "autograd", "build", "handlers", "loc", "reads")
+    __slots__ = ("active", "aliases", "autograd", "build", "grad", "handlers", "loc", "reads",
+                 "writes")
+    writes: InPlace
+    grad: GradTracking
 
     def __init__(self) -> None:
         self.build = ProgramBuild()
         self.autograd = EagerAutograd()
         self.aliases = AliasTracking()
         self.reads = StateReads()
+        self.writes = InPlace(self)
+        self.grad = GradTracking(self)
         self.active: set[SSAValue] = self.autograd.active
         self.loc: str = ""
         self.handlers: dict[Any, Any] = {}
@@ -303,7 +307,7 @@ class TraceContext(Builder):
             built.detach()
             built.erase()
             raise UseFallback
-        tracked = self.track(built, results, view=_view)
+        tracked = self.grad.track(built, results, view=_view)
         if _view and built.operands:
             for k, (r, tr) in enumerate(zip(results, tracked, strict=True)):
                 self.layout_of(r, view=True)  # (and whether eager's result is a view)
@@ -319,89 +323,7 @@ class TraceContext(Builder):
         if self.loc:
             op.location = source_location(self.loc)
         self.build.block.add_op(op)
-        return self.track(op, list(op.results), requires_grad, view)
-
-    def track(self, op: Any, results: list[SSAValue],
-              requires_grad: Sequence[bool] | None = None, view: bool = False
-              ) -> list[SSAValue]:
-        """Applies eager's autograd rules to a recorded op's results.
-
-        A result is active when grad mode is on, an operand is active and the result is
-        differentiable (``requires_grad``: eager's own answer per result, for opaque
-        calls). A differentiable result computed from an active operand that eager does not
-        mark as requiring grad is cut with ``autograd.stop_gradient``. A view made while
-        grad mode is off (``view``, or eager's answer) requires grad in eager but passes no
-        gradient back (`detached_view`). Returns the values the caller should use in place
-        of ``results``.
-        """
-        autograd = self.autograd
-        if torch.is_inference_mode_enabled():
-            autograd.inference.update(results)
-        build = self.build
-        if build.block is not build.program.block:
-            return results  # a region (a custom backward): no gradients of gradients
-        forbidden = self.aliases.forbidden
-        if forbidden and torch.is_grad_enabled():
-            bad = next((forbidden[o] for o in op.operands if o in forbidden), None)
-            if bad is not None:
-                raise RuntimeError(f"{bad}\n  at {where(self.loc)}")
-        active = self.active
-        if not active or not any(o in active for o in op.operands):
-            return results
-        grad = torch.is_grad_enabled()
-        inference = autograd.inference
-        if grad and inference and any(o in inference for o in op.operands):
-            autograd.check_inference_inputs(op, self.loc)
-        if requires_grad is None:
-            diff = (grad and not has_no_derivative(op)) or (view and not grad)
-            if diff and isinstance(op, _SUMS) and not differentiable(results[0]):
-                dtype = cast(TensorType, results[0].type).dtype
-                raise RuntimeError(f"Autograd not support dtype: {dtype_name(dtype)}\n"
-                                   f"  at {where(self.loc)}")
-            flags = [diff and differentiable(r) for r in results]
-        else:
-            flags = list(requires_grad)
-        out: list[SSAValue] = []
-        for r, f in zip(results, flags, strict=True):
-            if f and grad:
-                active.add(r)
-                out.append(r)
-            elif f:
-                out.append(self.detached_view(op, r))
-            elif differentiable(r):
-                out.append(self.stop_gradient(r))
-            else:
-                out.append(r)
-        if grad and any(flags):
-            autograd.note_saved(op, out)
-        return out
-
-    def detached_view(self, op: Operation, v: SSAValue) -> SSAValue:
-        """A view made while grad mode is off of a tensor that requires grad: eager marks it
-        as requiring grad, but no gradient flows back through it (an ``autograd.function``
-        with no gradients)."""
-        primals = [o for o in op.operands if o in self.active]
-        body = Block(arg_types=[v.type])
-        return self._requires_grad(make_function("view_without_grad", primals, [v], [], body,
-                                                 []))
-
-    def _requires_grad(self, fn: Operation) -> SSAValue:
-        """Records an ``autograd.function`` whose one result requires grad whatever the
-        grad mode (it stands for a tensor eager still tracks); returns the result."""
-        if self.loc:
-            fn.location = source_location(self.loc)
-        self.build.block.add_op(fn)
-        r = fn.results[0]
-        self.active.add(r)
-        return r
-
-    def stop_gradient(self, v: SSAValue) -> SSAValue:
-        """``v`` with its gradient cut (``autograd.stop_gradient``)."""
-        self.build.emitter.loc = source_location(self.loc) if self.loc else None
-        r: SSAValue = self.build.emitter.emit(StopGradientOp, v)
-        if v in self.autograd.inference:
-            self.autograd.inference.add(r)
-        return r
+        return self.grad.track(op, list(op.results), requires_grad, view)
 
     def wrap(self, value: Any, base: TensorProxy | None = None,
              layout: Layout | None = None) -> Any:
@@ -480,257 +402,6 @@ class TraceContext(Builder):
         """Notes which storage ``p``'s value lives in (its base's, for a view)."""
         return self.aliases.remember(p)
 
-    def _written(self, target: TensorProxy, skip: set[Operation],
-                 keep_saved: bool = False) -> None:
-        """An in-place write to ``target``'s storage: every op whose backward saved a value
-        of that storage would, in eager, raise when its backward runs; so will ours. The
-        writing call's own ops (``skip``) saved the tensor they write before the write,
-        which eager clones for an in-place op, so those records go (with ``keep_saved`` they
-        stay: see `Builder.assign`); a tensor of that storage they read as another operand
-        (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it."""
-        self.autograd.resolve_saved()
-        saved, saved_operands = self.autograd.saved, self.autograd.saved_operands
-        for v in self.aliases.members.get(target._storage, ()):
-            ops = saved.pop(v, ())
-            kept = [op for op in ops if op in skip] if keep_saved else []
-            if kept:
-                saved[v] = kept
-            for op in ops:
-                if op in skip and (keep_saved or not any(
-                        i > 0 and op.operands[i] is v for i in saved_operands.get(op, ()))):
-                    continue
-                if "saved_modified" not in op.attributes:
-                    t = v.type
-                    assert isinstance(t, TensorType)
-                    op.attributes["saved_modified"] = StringAttr(
-                        "one of the variables needed for gradient computation has been "
-                        f"modified by an inplace operation: [{t.pretty()}], saved for the "
-                        f"backward of {op.name} at {where(location_text(op))}, written in place at "
-                        f"{where(self.loc)}")
-
-    def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
-               ) -> TensorProxy:
-        """Functionalizes an in-place op: ``target`` now stands for ``new``.
-
-        Eager's rules for in-place ops apply: the result must be castable to the target's
-        dtype; a leaf that requires grad may not be written while grad mode is on; an
-        inference tensor only inside inference mode. A tensor that requires grad, written
-        while grad mode is off (an EMA update under ``torch.no_grad()``), keeps its place in
-        the autograd graph: later uses still send their gradient to it."""
-        if not is_proxy(target):
-            raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} on a tensor that is "
-                                    "not traced; pass it as an argument instead")
-        members = live_members(target)
-        if members:
-            self.reads.layout_read = True  # the write reaches aliases by their strides
-            check_writable(self, target, opname)
-        old = target._value
-        # The ops this torch call built (the in-place op's functional form, casts): their
-        # reads are not later writes. A value that existed before (copy_'s source) is not.
-        made = self.build.ops_of_this_call()
-        tt, nt = old.type, new.type
-        assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
-        if nt.sizes != tt.sizes:
-            raise ThunderTraceError(f"{where(self.loc)}: in-place {opname} would change the "
-                                    f"shape {list(tt.sizes)} to {list(nt.sizes)}")
-        if old in self.autograd.inference and not torch.is_inference_mode_enabled():
-            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
-                               "allowed.You can make a clone to get a normal tensor before "
-                               "doing inplace update.See https://github.com/pytorch/rfcs/pull/17 "
-                               f"for more details.\n  at {where(self.loc)}")
-        if nt.dtype != tt.dtype:
-            if not torch.can_cast(nt.dtype, tt.dtype):
-                raise RuntimeError(f"result type {dtype_name(nt.dtype)} can't be cast to the "
-                                   f"desired output type {dtype_name(tt.dtype)}\n"
-                                   f"  at {where(self.loc)}")
-            from thunder_ir.dialects.ltorch import OPS
-
-            new = self.emit(OPS["to_dtype"], new, dtype=tt.dtype)
-        if not torch.is_grad_enabled() and new in self.active:
-            new = self.stop_gradient(new)  # written under no-grad: the values, no gradient
-        if old in self.active:
-            if not torch.is_grad_enabled():
-                new = self.keep_identity(old, new)
-            elif old in self.autograd.nonleaf_inputs or id(target) in self.autograd.leaf_proxies:
-                real = argument_tensor(self, target)  # an argument itself
-                if real is None or real.grad_fn is None:
-                    raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                                       f"in-place operation.\n  at {where(self.loc)}")
-                if views_a_leaf(self, target):  # an argument w[1:] of a leaf w
-                    raise RuntimeError(VIEW_OF_LEAF + f"\n  at {where(self.loc)}")
-                raise ThunderTraceError(
-                    f"{where(self.loc)}: in-place {opname} on an argument that requires grad "
-                    "and is not a leaf (it has a grad_fn) is not supported by thunder_ir: its "
-                    "autograd history would have to change outside the program. Pass "
-                    "`x.clone()`, or write out of place.")
-            elif new not in self.active or not (isinstance(new.owner, Operation)
-                                                 and old in new.owner.operands):
-                new = self.overwrites(old, new)
-        self._written(target, made, keep_saved)
-        with torch._C.DisableTorchFunction():  # the write keeps the target's layout
-            self.aliases.layouts[new] = (tuple(target.stride()), target.storage_offset())
-        self.aliases.written.add(new)
-        if members:  # the other aliases see the write (`thunder_ir.frontend.aliasing`)
-            new = write_through(self, target, new, members)
-        self.aliases.rebind(target, new)
-        return target
-
-    def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
-        """``new`` written over ``old`` in place (``copy_``, ``zero_``, ``fill_``): eager's
-        backward gives the overwritten tensor a zero gradient (not ``None``), and passes
-        the cotangent on to ``new``'s own inputs."""
-        from thunder_ir.dialects.prims import FullOp
-
-        t = old.type
-        assert isinstance(t, TensorType)
-        body = Block(arg_types=[new.type])
-        zeros = FullOp.create(result_types=[t], properties={
-            "shape": to_attr(t.sizes), "fill_value": to_attr(0.0), "device": to_attr(t.dev),
-            "dtype": to_attr(t.dtype)})
-        body.add_op(zeros)
-        primals, mask, grads = [old], [0], [zeros.results[0]]
-        if new in self.active:
-            primals.append(new)
-            mask.append(1)
-            grads.append(body.args[0])
-        return self._requires_grad(make_function("overwrite", primals, [new], mask, body,
-                                                 grads))
-
-    def set_requires_grad(self, target: TensorProxy, flag: bool) -> None:
-        """``t.requires_grad = flag`` / ``t.requires_grad_(flag)`` on a tensor made while
-        traced, as eager allows it: a leaf (one not computed from a tensor that requires
-        grad) becomes a gradient source, or stops being one; eager's errors otherwise. The
-        program's results computed from it require grad (an input that requires grad, the
-        shared `GRAD_ANCHOR`, gives them their ``grad_fn``; the gradient reaching the new
-        leaf goes nowhere the caller can see, as in eager)."""
-        v = target._value
-        if flag == self.autograd.is_source(v):
-            return
-        if id(target) in self.autograd.leaf_proxies:
-            raise ThunderTraceError(
-                f"{where(self.loc)}: requires_grad_({flag}) on an argument, parameter or "
-                "buffer inside a jitted function would change which of your tensors autograd "
-                "tracks; set requires_grad on them before the call (parameters already "
-                "require grad), or on a tensor made inside the function.")
-        if v in self.active and v not in self.autograd.grad_leaves:
-            raise RuntimeError(
-                "you can only change requires_grad flags of leaf variables. If you want to use "
-                "a computed variable in a subgraph that doesn't require differentiation use "
-                f"var_no_grad = var.detach().\n  at {where(self.loc)}")
-        if flag and not differentiable(v):
-            raise RuntimeError("only Tensors of floating point and complex dtype can require "
-                               f"gradients\n  at {where(self.loc)}")
-        if flag:
-            anchor = self.lift_constant(GRAD_ANCHOR)._value
-            if anchor in self.autograd.pending:  # a gradient source whatever the grad mode
-                self.autograd.make_source(anchor, self.build)
-            # `v`'s values, a value of its own (its aliases stay as they are) that autodiff
-            # sees as computed from the anchor (a zero gradient goes there).
-            leaf = self.overwrites(anchor, v)
-            with torch._C.DisableTorchFunction():
-                layout = (tuple(target.stride()), int(target.storage_offset()))
-            self.aliases.layouts[leaf] = layout
-            self.aliases.rebind(target, leaf)
-            self.autograd.grad_leaves.add(leaf)
-        else:
-            self.active.discard(v)
-            self.autograd.grad_leaves.discard(v)
-        with torch._C.DisableTorchFunction():
-            torch.Tensor.requires_grad.__set__(target, flag)  # type: ignore[attr-defined]
-
-    def set_data(self, target: TensorProxy, new: Any) -> None:
-        """``t.data = new`` (what ``Module.to``, ``.half()``, ``.float()`` do to each
-        parameter): ``t`` keeps its place in the autograd graph and takes ``new``'s values.
-        Of the same dtype and shape, that is a write under no-grad; a parameter or buffer
-        that does not require grad here may also change dtype or shape (its new value is
-        set as the real tensor's ``.data`` after each call)."""
-        src = new if is_proxy(new) else self.lift_constant(new)
-        if src is target or src._value is target._value:
-            return
-        tt, nt = target._value.type, src._value.type
-        assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
-        if tt.dtype == nt.dtype and tt.sizes == nt.sizes:
-            value = self.stop_gradient(src._value) if src._value in self.active else src._value
-            grad = torch.is_grad_enabled()
-            torch._C._set_grad_enabled(False)
-            try:
-                self.assign(target, value, ".data assignment")
-            finally:
-                torch._C._set_grad_enabled(grad)
-            return
-        kind = self.build.kind_of(target)
-        if not isinstance(kind, StateEntry) or target._value in self.active:
-            raise ThunderTraceError(
-                f"{where(self.loc)}: `.data = ` with another dtype or shape "
-                f"({tt.pretty()} -> {nt.pretty()}) inside a jitted function is supported for "
-                "parameters and buffers that do not require grad here; convert the model "
-                "before calling it (model.to(dtype)), or call this part outside the jitted "
-                "function.")
-        value = self.stop_gradient(src._value) if src._value in self.active else src._value
-        with torch._C.DisableTorchFunction(), torch._C._ExcludeDispatchKeyGuard(
-                torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
-            torch.Tensor.data.__set__(target, src)  # type: ignore[attr-defined]
-            self.aliases.layouts[value] = (tuple(target.stride()), int(target.storage_offset()))
-        target._value = value
-        if all(p is not target for p in self.reads.data_replaced):
-            self.reads.data_replaced.append(target)
-
-    def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
-        """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
-        no-grad): an ``autograd.function`` whose backward passes the cotangent to ``old``."""
-        body = Block(arg_types=[old.type])
-        return self._requires_grad(make_function("inplace_update", [old], [new], [0], body,
-                                                 [body.args[0]]))
-
-    def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,
-                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorProxy:
-        """An in-place metadata op (``x.t_()``, ``x.unsqueeze_(0)``): ``target`` stands for
-        its view ``new``, with that view's sizes and strides. On an argument the op is
-        replayed on the caller's tensor after the call; on a parameter or buffer it is
-        refused."""
-        kind = self.build.kind_of(target)
-        if kind is not None and not isinstance(kind, ArgLeaf):
-            raise ThunderTraceError(
-                f"{where(self.loc)}: in-place {name} on a parameter or buffer would change the "
-                f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
-        old = target._value
-        root = target._base_proxy
-        if old in self.active and not torch.is_grad_enabled():
-            raise ThunderTraceError(
-                f"{where(self.loc)}: in-place {name} under no_grad on a tensor that requires "
-                "grad is not supported by thunder_ir (eager keeps its autograd history with "
-                f"the new shape). Use `{name[:-1]}` out of place.")
-        if old in self.active:  # eager's refusals
-            if root is None and id(target) in self.autograd.leaf_proxies:
-                raise RuntimeError("a leaf Variable that requires grad is being used in an "
-                                   f"in-place operation.\n  at {where(self.loc)}")
-            if root is not None and id(root) in self.autograd.leaf_proxies:
-                raise RuntimeError("a view of a leaf Variable that requires grad is being used "
-                                   f"in an in-place operation.\n  at {where(self.loc)}")
-        t = new.type
-        assert isinstance(t, TensorType)
-        self.reads.layout_read = True
-        strides, offset = self.layout_of(new)
-        target.set_layout(t.sizes, strides, offset)
-        target._value = new
-        self.remember(target)
-        if kind is not None:
-            self.reads.replays.append((kind.index, name, args, kwargs))
-            self.build.input_proxies = [(p, new if p is target and orig is old else orig, k)
-                                        for p, orig, k in self.build.input_proxies]
-        return target
-
-    def set_grad_enabled(self, mode: bool) -> None:
-        """Grad mode switches for real while user code runs; each op reads it. Turned on,
-        it makes the pending gradient sources active."""
-        torch._C._set_grad_enabled(mode)
-        if mode and self.autograd.pending:
-            self.autograd.activate_pending(self.build)
-
-    def is_inference(self, v: SSAValue) -> bool:
-        """Whether ``v`` was created in inference mode (eager's inference tensors)."""
-        return v in self.autograd.inference
-
     def run_python(self, fn: Callable[..., Any], args: Sequence[Any],
                    kwargs: dict[str, Any]) -> Any:
         """Runs ``fn`` under a fresh `TraceMode` (the tracer's own mode is set aside while
@@ -798,10 +469,6 @@ _T = torch.Tensor
 _any_autocast = torch._C._is_any_autocast_enabled
 _functorch_active = torch._C._are_functorch_transforms_active
 
-GRAD_ANCHOR = torch.zeros((), requires_grad=True)
-"""An input that requires grad, given to programs in which a tensor made while traced was
-made to require grad (`TraceContext.set_requires_grad`) so that the results' autograd node
-records a graph even when nothing else requires grad. No gradient reaches it."""
 
 EXACT_LAYOUT_READS = frozenset({_T.stride, _T.storage_offset, torch.as_strided, _T.as_strided,
                                 _T.as_strided_})

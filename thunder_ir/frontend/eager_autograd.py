@@ -3,7 +3,7 @@ which are eager's leaves, which were made in inference mode, and what each op's 
 saved.
 
 Grad mode itself is torch's (it switches for real while user code runs); this part holds
-what eager's autograd would know of each tensor. `TraceContext.track` applies the rules
+what eager's autograd would know of each tensor. `GradTracking.track` applies the rules
 to each recorded op with it; ops that the rules add (``stop_gradient``, an
 ``autograd.function``) are built by `TraceContext`, which owns the program.
 """
@@ -39,7 +39,7 @@ class EagerAutograd:
         nonleaf_inputs: arguments that require grad and are not leaves (they have a
             ``grad_fn``).
         grad_leaves: tensors made while traced that user code made require grad
-            (`TraceContext.set_requires_grad`): eager's leaves, not computed from a tensor
+            (`GradTracking.set_requires_grad`): eager's leaves, not computed from a tensor
             that requires grad.
         saved, saved_operands: which ops' backwards saved which values (`note_saved`), and
             which operands of each: an in-place write to a saved value makes eager's

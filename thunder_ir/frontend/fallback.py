@@ -84,7 +84,7 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
             out = fallback(ctx, functional, args, kwargs)
         else:  # uniform_, normal_, zero_...: applied to a copy, drawn as eagerly
             out = fallback(ctx, _inplace_on_copy(), (name, *args), kwargs)
-        return ctx.assign(args[0], out._value, name)
+        return ctx.writes.assign(args[0], out._value, name)
     if result_type is None:  # Python values in, no tensor out: run as eager runs it
         plain = plain_call(func, args, kwargs)
         if plain is not NOT_PLAIN:
@@ -246,7 +246,7 @@ def _call_on_copies(ctx: Builder, name: str, operands: list[SSAValue], passed: l
         ctx.note_layout(r, ctx.layout_of(operands[i]))
     results = ctx.record(op, rg)
     for i, copy in zip(meta.mutated, results[n:], strict=True):
-        ctx.assign(passed[i], copy, name)
+        ctx.writes.assign(passed[i], copy, name)
     return meta.rebuild([ctx.wrap(r) for r in results[:n]])
 
 

@@ -81,7 +81,7 @@ class StateReads:
         replays: in-place metadata ops on arguments (``x.t_()``), to replay on the caller's
             tensors: (argument leaf index, method name, args, kwargs).
         data_replaced: parameters and buffers whose ``.data`` user code replaced by a
-            tensor of another dtype or shape (`TraceContext.set_data`): their new value
+            tensor of another dtype or shape (`InPlace.set_data`): their new value
             is set as ``.data`` after each call.
         exact_layout: user code read exact strides or storage offsets (the cache key then
             holds them).

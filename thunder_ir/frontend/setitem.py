@@ -190,7 +190,7 @@ def _setitem(ctx: Builder, x: Any, index: Any, value: Any) -> None:
     new = _functional(ctx, x, index, value)
     if new is None:
         new = fallback(ctx, setitem, (x, index, value), {})
-    ctx.assign(x, ctx.value_of(new), "__setitem__")
+    ctx.writes.assign(x, ctx.value_of(new), "__setitem__")
 
 
 HANDLERS[T.__setitem__] = _setitem

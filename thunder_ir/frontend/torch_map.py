@@ -3,7 +3,7 @@
 Most entries are declarative: an ltorch op declares ``SIGNATURE`` (torch's positional
 order across operands and params) and ``DEFAULTS``, and `bind` maps any torch call onto it.
 Operators' reflected forms (``__radd__``) swap their operands; in-place forms (``add_``,
-``__iadd__``) compute the functional op and rebind the proxy (`Builder.assign`).
+``__iadd__``) compute the functional op and rebind the proxy (`Builder.writes.assign`).
 Calls with irregular conventions (``Tensor.view(*shape)``, ``Tensor.to``, ``torch.max``,
 ``__getitem__``, dropout's RNG) have small handlers of their own (``__setitem__``:
 `thunder_ir.frontend.setitem`).
@@ -156,7 +156,7 @@ def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
 
     def handler(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
         out = functional(ctx, self, *args, **kwargs)
-        return ctx.assign(self, out._value, name)
+        return ctx.writes.assign(self, out._value, name)
 
     return handler
 
@@ -251,7 +251,7 @@ def _relu_like(short: str) -> Callable[..., Any] | None:
 
     def handler(ctx: Builder, x: Any, *args: Any, inplace: bool = False, **kw: Any) -> Any:
         out = h(ctx, x, *args, **kw)
-        return ctx.assign(x, out._value, f"{short}(inplace=True)") if inplace else out
+        return ctx.writes.assign(x, out._value, f"{short}(inplace=True)") if inplace else out
 
     return handler
 
@@ -269,7 +269,7 @@ def _hard_activation(short: str) -> Callable[..., Any] | None:
 
     def handler(ctx: Builder, input: Any, inplace: bool = False) -> Any:
         out = h(ctx, input)
-        return ctx.assign(input, out._value, f"{short}(inplace=True)") if inplace else out
+        return ctx.writes.assign(input, out._value, f"{short}(inplace=True)") if inplace else out
 
     return handler
 
@@ -395,7 +395,7 @@ def _detach(ctx: Builder, self: Any) -> Any:
     root = root_proxy(self)
     if self._value not in ctx.active and (root is None or not root.requires_grad):
         return _alias(ctx, self)
-    v = ctx.stop_gradient(self._value)
+    v = ctx.grad.stop_gradient(self._value)
     ctx.note_layout(v, ctx.layout_of(self._value))
     assert isinstance(v.owner, Operation)
     ctx.note_view(v, self._value, v.owner, 0)
@@ -407,7 +407,7 @@ def _requires_grad_(ctx: Builder, self: Any, requires_grad: bool = True) -> Any:
     if not is_proxy(self):
         with torch._C.DisableTorchFunction():
             return self.requires_grad_(requires_grad)
-    ctx.set_requires_grad(self, bool(requires_grad))
+    ctx.grad.set_requires_grad(self, bool(requires_grad))
     return self
 
 
@@ -422,17 +422,17 @@ def _set_data(ctx: Builder, self: Any, new: Any) -> None:
                                 "traced; pass it as an argument instead")
     if not isinstance(new, torch.Tensor):
         raise TypeError(f"Variable data has to be a tensor, but got {type(new).__name__}")
-    ctx.set_data(self, new)
+    ctx.writes.set_data(self, new)
 
 
 def _set_grad_enabled(ctx: Builder, mode: bool) -> None:
     """Grad mode switches for real while user code runs (``torch.no_grad()``,
     ``torch.enable_grad()``, ``torch.set_grad_enabled``); each op reads it."""
-    ctx.set_grad_enabled(mode)
+    ctx.grad.set_grad_enabled(mode)
 
 
 def _is_inference(ctx: Builder, self: Any) -> bool:
-    return ctx.is_inference(self._value)
+    return ctx.grad.is_inference(self._value)
 
 
 def _inplace_view(name: str, functional: Any = None) -> Any:
@@ -451,7 +451,7 @@ def _inplace_view(name: str, functional: Any = None) -> Any:
         h = HANDLERS.get(functional)
         new = (h(ctx, self, *args, **kwargs) if h is not None
                else fallback(ctx, functional, (self, *args), kwargs))
-        return ctx.view_in_place(self, new._value, name, args, kwargs)
+        return ctx.writes.view_in_place(self, new._value, name, args, kwargs)
 
     return handler
 
@@ -479,7 +479,7 @@ def _resize_(ctx: Builder, self: Any, *size: Any, memory_format: Any = None) -> 
             "and lays the new shape over it, which thunder_ir does not follow. Call "
             "`.contiguous()` first, or build a new tensor.")
     new = fallback(ctx, resized, (self, shape), {})
-    return ctx.view_in_place(self, new._value, "resize_", (shape,), {})
+    return ctx.writes.view_in_place(self, new._value, "resize_", (shape,), {})
 
 
 HANDLERS[T.resize_] = _resize_
@@ -732,7 +732,7 @@ def _copy_(ctx: Builder, x: Any, src: Any, non_blocking: bool = False) -> Any:
         v = _to_dtype(ctx, v, x.dtype)
     if tuple(v.shape) != tuple(x.shape):
         v = op_handler("expand")(ctx, v, tuple(x.shape))  # type: ignore[misc]
-    return ctx.assign(x, ctx.value_of(v), "copy_")
+    return ctx.writes.assign(x, ctx.value_of(v), "copy_")
 
 
 HANDLERS[T.copy_] = _copy_
@@ -740,7 +740,7 @@ HANDLERS[T.copy_] = _copy_
 
 def _fill_(ctx: Builder, x: Any, value: Any) -> Any:
     out = op_handler("full_like")(ctx, x, value)  # type: ignore[misc]
-    return ctx.assign(x, out._value, "fill_")
+    return ctx.writes.assign(x, out._value, "fill_")
 
 
 HANDLERS[T.fill_] = _fill_
@@ -857,7 +857,7 @@ def _dropout_family(op: type[ThunderOp], inplace: bool) -> Callable[..., Any]:
             # backward reuses its mask.
             raise UseFallback
         out = ctx.wrap(ctx.emit(op, ctx.value_of(input), p=float(p), train=True))
-        return ctx.assign(input, out._value, f"{op.name}_") if inplace else out
+        return ctx.writes.assign(input, out._value, f"{op.name}_") if inplace else out
 
     return handler
 

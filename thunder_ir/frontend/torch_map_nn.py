@@ -151,8 +151,8 @@ def _batch_norm(ctx: Builder, input: Any, weight: Any, bias: Any, running_mean: 
                              running_var, training=bool(training), momentum=float(momentum),
                              eps=float(eps))
     if training and stats:  # eager's backward saves the running statistics themselves
-        ctx.assign(running_mean, results[3]._value, "batch_norm", keep_saved=True)
-        ctx.assign(running_var, results[4]._value, "batch_norm", keep_saved=True)
+        ctx.writes.assign(running_mean, results[3]._value, "batch_norm", keep_saved=True)
+        ctx.writes.assign(running_var, results[4]._value, "batch_norm", keep_saved=True)
     return results[0]
 
 
@@ -260,7 +260,7 @@ _register([F.mse_loss], op_handler("mse_loss"))
 
 def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn(x, ..., inplace=True)`` for an activation without an ltorch op: its functional
-    call (opaque) and ``x`` standing for the result, as `Builder.assign` makes any in-place
+    call (opaque) and ``x`` standing for the result, as `Builder.writes.assign` makes any in-place
     write (eager's errors for a leaf, a view of one, a value saved for a backward). The
     meta run of the in-place call itself would refuse any tensor that requires grad, its
     stand-ins being leaves. Eager's in-place ``leaky_relu_``, ``rrelu_``, ``elu_``, ``selu_``
@@ -276,7 +276,7 @@ def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise UseFallback
         bound.arguments["inplace"] = False
         out = fallback(ctx, fn, bound.args, bound.kwargs)
-        return ctx.assign(x, out._value, f"{fn.__name__}(inplace=True)", keep_saved)
+        return ctx.writes.assign(x, out._value, f"{fn.__name__}(inplace=True)", keep_saved)
 
     return handler
 

@@ -1,0 +1,254 @@
+"""In-place writes while tracing: `InPlace`, the writes facet of a `TraceContext`.
+
+The program is functional: an in-place op (``x.add_(1)``, ``x[0] = v``, ``x.copy_(y)``,
+``x.data = y``, ``x.t_()``) is recorded as its out-of-place form, and the proxy written
+to then stands for the new value (`InPlace.assign`). Eager's rules for in-place ops apply
+here (castable dtypes, leaves that require grad, inference tensors, what a backward saved
+and an in-place write then changed); the other aliases of the written storage see the
+write (`thunder_ir.frontend.aliasing`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Block, Operation, SSAValue
+
+from thunder_ir.dialects.autograd import make_function
+from thunder_ir.dialects.base import to_attr
+from thunder_ir.dialects.location import location_text
+from thunder_ir.dialects.types import TensorType
+from thunder_ir.frontend.aliasing import (
+    VIEW_OF_LEAF,
+    argument_tensor,
+    check_writable,
+    live_members,
+    views_a_leaf,
+    write_through,
+)
+from thunder_ir.frontend.builder import Writes
+from thunder_ir.frontend.errors import ThunderTraceError, dtype_name, where
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.runtime.origins import ArgLeaf, StateEntry
+
+if TYPE_CHECKING:
+    from thunder_ir.frontend.context import TraceContext
+
+
+class InPlace(Writes):
+    """The in-place writes of one trace (see the module doc): ``ctx`` is the trace."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: TraceContext) -> None:
+        self.ctx = ctx
+
+    def _written(self, target: TensorProxy, skip: set[Operation],
+                 keep_saved: bool = False) -> None:
+        """An in-place write to ``target``'s storage: every op whose backward saved a value
+        of that storage would, in eager, raise when its backward runs; so will ours. The
+        writing call's own ops (``skip``) saved the tensor they write before the write,
+        which eager clones for an in-place op, so those records go (with ``keep_saved`` they
+        stay: see `Writes.assign`); a tensor of that storage they read as another operand
+        (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it."""
+        ctx = self.ctx
+        ctx.autograd.resolve_saved()
+        saved, saved_operands = ctx.autograd.saved, ctx.autograd.saved_operands
+        for v in ctx.aliases.members.get(target._storage, ()):
+            ops = saved.pop(v, ())
+            kept = [op for op in ops if op in skip] if keep_saved else []
+            if kept:
+                saved[v] = kept
+            for op in ops:
+                if op in skip and (keep_saved or not any(
+                        i > 0 and op.operands[i] is v for i in saved_operands.get(op, ()))):
+                    continue
+                if "saved_modified" not in op.attributes:
+                    t = v.type
+                    assert isinstance(t, TensorType)
+                    op.attributes["saved_modified"] = StringAttr(
+                        "one of the variables needed for gradient computation has been "
+                        f"modified by an inplace operation: [{t.pretty()}], saved for the "
+                        f"backward of {op.name} at {where(location_text(op))}, written in place at "
+                        f"{where(ctx.loc)}")
+
+    def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
+               ) -> TensorProxy:
+        """Functionalizes an in-place op: ``target`` now stands for ``new``.
+
+        Eager's rules for in-place ops apply: the result must be castable to the target's
+        dtype; a leaf that requires grad may not be written while grad mode is on; an
+        inference tensor only inside inference mode. A tensor that requires grad, written
+        while grad mode is off (an EMA update under ``torch.no_grad()``), keeps its place in
+        the autograd graph: later uses still send their gradient to it."""
+        ctx = self.ctx
+        if not is_proxy(target):
+            raise ThunderTraceError(f"{where(ctx.loc)}: in-place {opname} on a tensor that is "
+                                    "not traced; pass it as an argument instead")
+        members = live_members(target)
+        if members:
+            ctx.reads.layout_read = True  # the write reaches aliases by their strides
+            check_writable(ctx, target, opname)
+        old = target._value
+        # The ops this torch call built (the in-place op's functional form, casts): their
+        # reads are not later writes. A value that existed before (copy_'s source) is not.
+        made = ctx.build.ops_of_this_call()
+        tt, nt = old.type, new.type
+        assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
+        if nt.sizes != tt.sizes:
+            raise ThunderTraceError(f"{where(ctx.loc)}: in-place {opname} would change the "
+                                    f"shape {list(tt.sizes)} to {list(nt.sizes)}")
+        if old in ctx.autograd.inference and not torch.is_inference_mode_enabled():
+            raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not "
+                               "allowed.You can make a clone to get a normal tensor before "
+                               "doing inplace update.See https://github.com/pytorch/rfcs/pull/17 "
+                               f"for more details.\n  at {where(ctx.loc)}")
+        if nt.dtype != tt.dtype:
+            if not torch.can_cast(nt.dtype, tt.dtype):
+                raise RuntimeError(f"result type {dtype_name(nt.dtype)} can't be cast to the "
+                                   f"desired output type {dtype_name(tt.dtype)}\n"
+                                   f"  at {where(ctx.loc)}")
+            from thunder_ir.dialects.ltorch import OPS
+
+            new = ctx.emit(OPS["to_dtype"], new, dtype=tt.dtype)
+        if not torch.is_grad_enabled() and new in ctx.active:
+            new = ctx.grad.stop_gradient(new)  # written under no-grad: the values, no gradient
+        if old in ctx.active:
+            if not torch.is_grad_enabled():
+                new = self.keep_identity(old, new)
+            elif old in ctx.autograd.nonleaf_inputs or id(target) in ctx.autograd.leaf_proxies:
+                real = argument_tensor(ctx, target)  # an argument itself
+                if real is None or real.grad_fn is None:
+                    raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                       f"in-place operation.\n  at {where(ctx.loc)}")
+                if views_a_leaf(ctx, target):  # an argument w[1:] of a leaf w
+                    raise RuntimeError(VIEW_OF_LEAF + f"\n  at {where(ctx.loc)}")
+                raise ThunderTraceError(
+                    f"{where(ctx.loc)}: in-place {opname} on an argument that requires grad "
+                    "and is not a leaf (it has a grad_fn) is not supported by thunder_ir: its "
+                    "autograd history would have to change outside the program. Pass "
+                    "`x.clone()`, or write out of place.")
+            elif new not in ctx.active or not (isinstance(new.owner, Operation)
+                                                 and old in new.owner.operands):
+                new = self.overwrites(old, new)
+        self._written(target, made, keep_saved)
+        with torch._C.DisableTorchFunction():  # the write keeps the target's layout
+            ctx.aliases.layouts[new] = (tuple(target.stride()), target.storage_offset())
+        ctx.aliases.written.add(new)
+        if members:  # the other aliases see the write (`thunder_ir.frontend.aliasing`)
+            new = write_through(ctx, target, new, members)
+        ctx.aliases.rebind(target, new)
+        return target
+
+    def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
+        """``new`` written over ``old`` in place (``copy_``, ``zero_``, ``fill_``): eager's
+        backward gives the overwritten tensor a zero gradient (not ``None``), and passes
+        the cotangent on to ``new``'s own inputs."""
+        ctx = self.ctx
+        from thunder_ir.dialects.prims import FullOp
+
+        t = old.type
+        assert isinstance(t, TensorType)
+        body = Block(arg_types=[new.type])
+        zeros = FullOp.create(result_types=[t], properties={
+            "shape": to_attr(t.sizes), "fill_value": to_attr(0.0), "device": to_attr(t.dev),
+            "dtype": to_attr(t.dtype)})
+        body.add_op(zeros)
+        primals, mask, grads = [old], [0], [zeros.results[0]]
+        if new in ctx.active:
+            primals.append(new)
+            mask.append(1)
+            grads.append(body.args[0])
+        return ctx.grad.requires_grad_fn(make_function("overwrite", primals, [new], mask, body,
+                                                 grads))
+
+    def set_data(self, target: TensorProxy, new: Any) -> None:
+        """``t.data = new`` (what ``Module.to``, ``.half()``, ``.float()`` do to each
+        parameter): ``t`` keeps its place in the autograd graph and takes ``new``'s values.
+        Of the same dtype and shape, that is a write under no-grad; a parameter or buffer
+        that does not require grad here may also change dtype or shape (its new value is
+        set as the real tensor's ``.data`` after each call)."""
+        ctx = self.ctx
+        src = new if is_proxy(new) else ctx.lift_constant(new)
+        if src is target or src._value is target._value:
+            return
+        tt, nt = target._value.type, src._value.type
+        assert isinstance(tt, TensorType) and isinstance(nt, TensorType)
+        if tt.dtype == nt.dtype and tt.sizes == nt.sizes:
+            value = ctx.grad.stop_gradient(src._value) if src._value in ctx.active else src._value
+            grad = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(False)
+            try:
+                self.assign(target, value, ".data assignment")
+            finally:
+                torch._C._set_grad_enabled(grad)
+            return
+        kind = ctx.build.kind_of(target)
+        if not isinstance(kind, StateEntry) or target._value in ctx.active:
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: `.data = ` with another dtype or shape "
+                f"({tt.pretty()} -> {nt.pretty()}) inside a jitted function is supported for "
+                "parameters and buffers that do not require grad here; convert the model "
+                "before calling it (model.to(dtype)), or call this part outside the jitted "
+                "function.")
+        value = ctx.grad.stop_gradient(src._value) if src._value in ctx.active else src._value
+        with torch._C.DisableTorchFunction(), torch._C._ExcludeDispatchKeyGuard(
+                torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
+            torch.Tensor.data.__set__(target, src)  # type: ignore[attr-defined]
+            ctx.aliases.layouts[value] = (tuple(target.stride()), int(target.storage_offset()))
+        target._value = value
+        if all(p is not target for p in ctx.reads.data_replaced):
+            ctx.reads.data_replaced.append(target)
+
+    def keep_identity(self, old: SSAValue, new: SSAValue) -> SSAValue:
+        """``new``'s value with ``old``'s place in the autograd graph (an in-place write under
+        no-grad): an ``autograd.function`` whose backward passes the cotangent to ``old``."""
+        ctx = self.ctx
+        body = Block(arg_types=[old.type])
+        return ctx.grad.requires_grad_fn(make_function("inplace_update", [old], [new], [0], body,
+                                                 [body.args[0]]))
+
+    def view_in_place(self, target: TensorProxy, new: SSAValue, name: str,
+                      args: tuple[Any, ...], kwargs: dict[str, Any]) -> TensorProxy:
+        """An in-place metadata op (``x.t_()``, ``x.unsqueeze_(0)``): ``target`` stands for
+        its view ``new``, with that view's sizes and strides. On an argument the op is
+        replayed on the caller's tensor after the call; on a parameter or buffer it is
+        refused."""
+        ctx = self.ctx
+        kind = ctx.build.kind_of(target)
+        if kind is not None and not isinstance(kind, ArgLeaf):
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: in-place {name} on a parameter or buffer would change the "
+                f"module's tensor; thunder_ir does not. Use `{name[:-1]}` out of place.")
+        old = target._value
+        root = target._base_proxy
+        if old in ctx.active and not torch.is_grad_enabled():
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: in-place {name} under no_grad on a tensor that requires "
+                "grad is not supported by thunder_ir (eager keeps its autograd history with "
+                f"the new shape). Use `{name[:-1]}` out of place.")
+        if old in ctx.active:  # eager's refusals
+            if root is None and id(target) in ctx.autograd.leaf_proxies:
+                raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                                   f"in-place operation.\n  at {where(ctx.loc)}")
+            if root is not None and id(root) in ctx.autograd.leaf_proxies:
+                raise RuntimeError("a view of a leaf Variable that requires grad is being used "
+                                   f"in an in-place operation.\n  at {where(ctx.loc)}")
+        t = new.type
+        assert isinstance(t, TensorType)
+        ctx.reads.layout_read = True
+        strides, offset = ctx.layout_of(new)
+        target.set_layout(t.sizes, strides, offset)
+        target._value = new
+        ctx.remember(target)
+        if kind is not None:
+            ctx.reads.replays.append((kind.index, name, args, kwargs))
+            ctx.build.input_proxies = [(p, new if p is target and orig is old else orig, k)
+                                        for p, orig, k in ctx.build.input_proxies]
+        return target
+
+
+
+__all__ = ["InPlace"]
