@@ -23,8 +23,11 @@ was built with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields, replace
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 from xdsl.context import Context
@@ -47,11 +50,17 @@ class CompileContext(Context):
         lookup: finds a registered executor by name (`resolve` asks it for a name that
             none of ``executors`` has); None: only ``executors`` are known.
         printer: how the recorded traces print as Python (None: as MLIR).
+        decompositions: decomposition rules of this compilation only, by op class, ahead
+            of the built-in table (`thunder_ir.passes.decompositions`).
+        vjp_rules: VJP rules of this compilation only, by op class, ahead of the built-in
+            table (`thunder_ir.passes.vjp`).
     """
 
     executors: tuple[Any, ...] = ()
     lookup: Callable[[str], Any] | None = None
     printer: Printer | None = None
+    decompositions: Mapping[Any, Any] = field(default_factory=dict)
+    vjp_rules: Mapping[Any, Any] = field(default_factory=dict)
 
     @classmethod
     def over(cls, base: Context, **settings: Any) -> CompileContext:
@@ -75,6 +84,33 @@ class CompileContext(Context):
             raise ValueError(f"unknown executor {name!r} (this compile context has: {known}; "
                              "build one with thunder_ir.lowering.executors.compile_context)")
         return self.lookup(name)
+
+
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+_OVERLAYS: contextvars.ContextVar[tuple[Mapping[Any, Any], Mapping[Any, Any]]] = \
+    contextvars.ContextVar("thunder_ir_rule_overlays", default=(_EMPTY, _EMPTY))
+
+
+@contextlib.contextmanager
+def rules_of(ctx: Context) -> Iterator[None]:
+    """While open, rule lookups in this thread (and task) see ``ctx``'s own decomposition
+    and VJP rules ahead of the built-in tables (`overlays`); a pipeline run opens it
+    around its passes, so that the helpers passes call (an executor's check of what an op
+    decomposes into, a VJP rule's fallback through a decomposition) see them too. Another
+    thread's compile never does."""
+    if not isinstance(ctx, CompileContext) or not (ctx.decompositions or ctx.vjp_rules):
+        yield
+        return
+    token = _OVERLAYS.set((ctx.decompositions, ctx.vjp_rules))
+    try:
+        yield
+    finally:
+        _OVERLAYS.reset(token)
+
+
+def overlays() -> tuple[Mapping[Any, Any], Mapping[Any, Any]]:
+    """The decomposition and VJP rules of the compilation running in this thread."""
+    return _OVERLAYS.get()
 
 
 def resolve(ctx: Context, executors: Iterable[Any]) -> tuple[Any, ...]:
@@ -114,5 +150,5 @@ def spec_with_names(p: ModulePass, *, include_default: bool = False) -> ArgSpec:
     return ModulePass.spec(named, include_default=include_default)
 
 
-__all__ = ["CompileContext", "VjpLookup", "executor_spec", "resolve", "spec_with_names",
-           "vjp_overrides"]
+__all__ = ["CompileContext", "VjpLookup", "executor_spec", "overlays", "resolve", "rules_of",
+           "spec_with_names", "vjp_overrides"]

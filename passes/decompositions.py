@@ -9,17 +9,22 @@ Rules compose by calling each other through ``d.ltorch``: ``d.ltorch.sigmoid(x)`
 sigmoid *rule* inline (no ltorch op is built), as ``torch/_decomp`` composes Python
 functions. So one application yields prims only, and the pass needs a single walk.
 
-Rule modules register on import; `load_rules` imports them all from one place.
+Rule modules register on import; `load_rules` imports them all from one place. A
+compilation may bring rules of its own (`thunder_ir.passes.context.CompileContext
+.decompositions`): they come first for that compilation only (`rules`), never in the
+built-in table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from xdsl.ir import Attribute
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
+from thunder_ir.passes.context import overlays
 
 Rule = Callable[..., Any]
 DECOMPOSITIONS: dict[type[ThunderOp], Rule] = {}
@@ -57,9 +62,10 @@ class _InlineRules:
 
     def __getattr__(self, short: str) -> Callable[..., Any]:
         op = self._ops.get(short)
-        if op is None or op not in DECOMPOSITIONS:
+        table = rules()
+        if op is None or op not in table:
             raise AttributeError(f"no ltorch decomposition named {short!r}")
-        rule = DECOMPOSITIONS[op]
+        rule = table[op]
         d = self._d
         defaults = {n: op.DEFAULTS.get(n) for n in op.param_names()}
 
@@ -72,18 +78,27 @@ class _InlineRules:
 
 def decompose_op(op: ThunderOp, emitter: Emitter) -> Any:
     """Runs ``op``'s rule, building the replacement through ``emitter``."""
-    rule = DECOMPOSITIONS[type(op)]
+    rule = rules()[type(op)]
     return rule(Decomposer(emitter), *op.grouped_operands(), **op.params())
 
 
-def load_rules() -> dict[type[ThunderOp], Rule]:
-    """Imports every rule module (registering its rules) and returns the table."""
+def rules() -> Mapping[type[ThunderOp], Rule]:
+    """The decomposition rules the compilation running in this thread uses: its
+    context's own (`thunder_ir.passes.context.CompileContext.decompositions`) ahead of
+    the built-in table."""
+    own = overlays()[0]
+    return DECOMPOSITIONS if not own else ChainMap(dict(own), DECOMPOSITIONS)
+
+
+def load_rules() -> Mapping[type[ThunderOp], Rule]:
+    """Imports every rule module (registering its rules) and returns the rules this
+    thread's compilation uses (`rules`)."""
     import thunder_ir.passes.decomp_backward
     import thunder_ir.passes.decomp_core
     import thunder_ir.passes.decomp_nn  # noqa: F401
 
-    return DECOMPOSITIONS
+    return rules()
 
 
 __all__ = ["DECOMPOSITIONS", "Decomposer", "decompose_op", "decomposes", "load_rules",
-           "Attribute"]
+           "rules", "Attribute"]

@@ -403,10 +403,9 @@ def decomposition_key(op: Operation) -> tuple[Any, ...]:
 def decompose_detached(op: Operation) -> list[Operation]:
     """The prims ``op`` decomposes into, built on a detached copy (the program's values
     gain no uses); ``[op]`` itself (not fusible) for an op without a decomposition."""
-    from thunder_ir.passes.decompositions import DECOMPOSITIONS, decompose_op, load_rules
+    from thunder_ir.passes.decompositions import decompose_op, load_rules
 
-    load_rules()
-    if type(op) not in DECOMPOSITIONS:
+    if type(op) not in load_rules():
         return [op]
     scratch = Block()
     mapping: dict[SSAValue, SSAValue] = {}

@@ -24,7 +24,8 @@ small functions next to their siblings, in dialect order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from xdsl.ir import Operation, SSAValue
@@ -35,6 +36,7 @@ from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.torch import runtime_callee
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, ttype
+from thunder_ir.passes.context import overlays
 
 VjpRule = Callable[..., list[Any]]
 VJP_RULES: dict[type[ThunderOp], VjpRule] = {}
@@ -196,15 +198,18 @@ def is_differentiable_value(v: SSAValue) -> bool:
     return isinstance(t, TensorType) and (t.dtype.is_floating_point or t.dtype.is_complex)
 
 
-def load_vjp_rules() -> dict[type[ThunderOp], VjpRule]:
-    """Imports every VJP rule module (registering its rules) and returns the table."""
+def load_vjp_rules() -> Mapping[type[ThunderOp], VjpRule]:
+    """Imports every VJP rule module (registering its rules) and returns the rules this
+    thread's compilation uses: its context's own
+    (`thunder_ir.passes.context.CompileContext.vjp_rules`) ahead of the built-in table."""
     import thunder_ir.passes.vjp_autograd
     import thunder_ir.passes.vjp_dist
     import thunder_ir.passes.vjp_ltorch
     import thunder_ir.passes.vjp_ltorch_core
     import thunder_ir.passes.vjp_prims  # noqa: F401
 
-    return VJP_RULES
+    own = overlays()[1]
+    return VJP_RULES if not own else ChainMap(dict(own), VJP_RULES)
 
 
 def missing_rules(ops: Iterable[type[ThunderOp]]) -> list[str]:

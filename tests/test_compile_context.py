@@ -80,7 +80,7 @@ def test_jit_compiles_with_one_context_per_callable() -> None:
     ex = ScaledSinGrad(2.0)
     jf = thunder_ir.jit(lambda x: torch.sin(x), executors=[ex])
     other = thunder_ir.jit(lambda x: torch.sin(x))
-    cf, co = jf, other  # a jitted function is its cache and compile path
+    cf, co = jf.compiler, other.compiler  # a jitted function's compiler stage
     assert isinstance(cf.ctx, CompileContext) and cf.ctx is not co.ctx
     assert cf.ctx.executors[0] is ex and cf.ctx.executors[-1].name == "torch"
     assert all(e.name != ex.name for e in co.ctx.executors)
@@ -126,3 +126,67 @@ def test_traces_print_with_the_contexts_printer() -> None:
     assert "def forward(x):" in str(trace)
     (trace,) = Pipeline("cse").run(module, CompileContext.over(context()))
     assert str(trace).startswith("builtin.module")
+
+
+def test_rules_added_for_one_compile_are_not_seen_by_a_concurrent_one() -> None:
+    """A decomposition and a VJP rule given to one compilation's context apply to it alone:
+    another compilation running at the same time, in another thread, uses the built-in
+    rules, and the built-in tables are not touched."""
+    import threading
+    from dataclasses import replace
+
+    from thunder_ir.passes.decompositions import DECOMPOSITIONS, load_rules
+    from thunder_ir.passes.vjp import VJP_RULES, load_vjp_rules
+
+    load_rules()
+    load_vjp_rules()
+    before = (dict(DECOMPOSITIONS), dict(VJP_RULES))
+    other_done = threading.Event()
+
+    def as_cos(d: Any, x: Any) -> Any:  # (waits until the other compile has decomposed)
+        assert other_done.wait(60)
+        return d.prims.cos(x)
+
+    mine, theirs = parse(SIN), parse(SIN)
+    ctx = replace(compile_context(), decompositions={SinOp: as_cos})
+    errors: list[BaseException] = []
+
+    def run(module: Any, c: Any, done: threading.Event | None) -> None:
+        try:
+            Pipeline("decompose-ltorch", record=False).run(module, c)
+        except BaseException as e:  # (reported by the main thread)
+            errors.append(e)
+        finally:
+            if done is not None:
+                done.set()
+
+    threads = [threading.Thread(target=run, args=(mine, ctx, None)),
+               threading.Thread(target=run, args=(theirs, compile_context(), other_done))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert '"prims.cos"' in str(mine) and '"prims.sin"' not in str(mine)
+    assert '"prims.sin"' in str(theirs) and '"prims.cos"' not in str(theirs)
+
+    def negated(g: Any, out: list[Any], ct: list[Any], a: Any, **params: Any) -> list[Any]:
+        return [g.ltorch.neg(ct[0])]
+
+    own = thunder_ir.jit(lambda x: torch.sin(x))
+    own.compiler.ctx = replace(own.compiler.ctx, vjp_rules={SinOp: negated})
+    plain = thunder_ir.jit(lambda x: torch.sin(x))
+    grads: dict[str, torch.Tensor] = {}
+
+    def grad_of(name: str, jf: Any) -> None:
+        grads[name] = _grad(jf)
+
+    threads = [threading.Thread(target=grad_of, args=("own", own)),
+               threading.Thread(target=grad_of, args=("plain", plain))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert torch.equal(grads["own"], torch.full((5,), -1.0))
+    assert not torch.equal(grads["plain"], torch.full((5,), -1.0))
+    assert (dict(DECOMPOSITIONS), dict(VJP_RULES)) == before
