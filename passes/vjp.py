@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from xdsl.ir import Operation, SSAValue
@@ -210,6 +211,18 @@ def load_vjp_rules() -> Mapping[type[ThunderOp], VjpRule]:
 
     own = overlays()[1]
     return VJP_RULES if not own else ChainMap(dict(own), VJP_RULES)
+
+
+def direct_rules(*modules: ModuleType) -> tuple[type[ThunderOp], ...]:
+    """The ltorch ops whose VJP rule one of ``modules`` defines (rules registered there:
+    the table itself says which ops autodiff differentiates whole rather than decomposed;
+    no list is kept by hand beside it), in the dialect's order."""
+    from thunder_ir.dialects.ltorch_base import LTORCH
+
+    names = {m.__name__ for m in modules}
+    rules = load_vjp_rules()
+    return tuple(op for op in LTORCH
+                 if op in rules and getattr(rules[op], "__module__", None) in names)
 
 
 def missing_rules(ops: Iterable[type[ThunderOp]]) -> list[str]:

@@ -868,13 +868,3 @@ def torch_call(g: Grad, out: Outs, ct: Cts, inputs: list[SSAValue], **params: An
         grads[i] = r
     return [grads]
 
-DIRECT_RULES: tuple[type, ...] = (
-    N.MatmulOp, N.BmmOp, N.GroupedMmOp, N.LinearOp, A.ReluOp, A.GeluOp, A.SiluOp,
-    A.SoftplusOp, A.HardswishOp, A.HardsigmoidOp, A.SigmoidOp, C.TanhOp,
-    N.SoftmaxOp, N.LogSoftmaxOp, N.SafeSoftmaxOp, N.LayerNormOp, N.NativeLayerNormOp,
-    N.RmsNormOp, N.EmbeddingOp, N.ConvolutionOp, N.NativeBatchNormOp, N.NativeGroupNormOp,
-    N.MaxPool2dWithIndicesOp,
-    N.ScaledDotProductAttentionOp, N.CrossEntropyOp, N.NllLossForwardOp,
-)
-"""The ltorch ops this module gives direct rules (the rest are decomposed first; the core
-ops' rules are `thunder_ir.passes.vjp_ltorch_core`'s)."""

@@ -543,11 +543,3 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
         dy = g.prims.pad(dy, padding_value=0.0, padding_config=config)
     return [grad_as(g, dy, x), []]
 
-DIRECT_RULES: tuple[type, ...] = (
-    C.AddOp, C.SubOp, C.MulOp, C.DivOp, C.NegOp, C.PowOp, C.ExpOp, C.SqrtOp, C.RsqrtOp,
-    C.WhereOp, C.MaskedFillOp, C.ClampOp, C.ToDtypeOp, C.SumOp, C.MeanOp, C.TopkOp,
-    S.CumsumOp,
-    C.ReshapeOp, C.ViewOp, C.FlattenOp, C.UnsqueezeOp, C.SqueezeOp, C.CloneOp, C.ContiguousOp,
-    C.TransposeOp, C.PermuteOp, C.ExpandOp, C.CatOp, C.SplitOp, C.ChunkOp, C.GetitemOp,
-)
-"""The core ops this module gives direct rules (the rest are decomposed first)."""

@@ -834,14 +834,6 @@ def int_tuple(v: Any, n: int) -> tuple[int, ...] | None:
     return vs if ok else None
 
 
-def _gelu(ctx: Builder, x: Any, approximate: str = "none") -> Any:
-    return op_handler("gelu")(ctx, x, approximate=approximate)  # type: ignore[misc]
-
-
-if "gelu" in OPS:
-    HANDLERS[F.gelu] = _gelu
-
-
 def _dropout_family(op: type[ThunderOp], inplace: bool) -> Callable[..., Any]:
     """``torch.dropout(input, p, train)`` and its family (what ``F.dropout``'s Python
     wrapper calls after its checks): the identity where eager returns the input itself."""
