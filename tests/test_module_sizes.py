@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
+import torch
 from import_scan import imports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,3 +148,27 @@ def test_handlers_see_only_the_builder() -> None:
     for name in ("thunder_ir.frontend.torch_map", "thunder_ir.frontend.fallback"):
         assert "thunder_ir.frontend.builder" in graph[name]
         assert not graph[name] & {"thunder_ir.frontend.context", "thunder_ir.frontend.tracer"}
+
+
+def test_torch_callables_are_routed_one_way() -> None:
+    """Handler modules route torch callables only through
+    `thunder_ir.frontend.table.register_handlers`, which refuses a second route for one
+    callable (``F.gelu`` and ``F.relu`` were once routed twice, the later route silently
+    replacing the earlier): no module but the table's own writes ``HANDLERS[...] =``."""
+    import re
+
+    writes = []
+    for path in sorted((ROOT / "thunder_ir").rglob("*.py")):
+        if path.name == "table.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*HANDLERS\[.*\]\s*=", line):
+                writes.append(f"{path.relative_to(ROOT).as_posix()}:{n}")
+    assert not writes, f"HANDLERS written directly (use register_handlers): {writes}"
+    import thunder_ir.frontend.tracer  # noqa: F401  (every handler module)
+    from thunder_ir.frontend.table import HANDLERS, register_handlers
+
+    f = torch.nn.functional.linear
+    with pytest.raises(ValueError, match="routed twice"):
+        register_handlers([f], lambda ctx, *a, **k: None)
+    assert HANDLERS[f] is not None

@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from thunder_ir.dialects.modes import mode_key
 from thunder_ir.frontend.layout import fake_mode, fake_stand_in
 from thunder_ir.frontend.proxy import is_proxy
-from thunder_ir.frontend.table import HANDLERS, traces_python
+from thunder_ir.frontend.table import register_handlers, traces_python
 
 DEVICE_TYPES = ("cpu", "cuda")
 """The device types whose autocast state tracing follows."""
@@ -106,7 +106,7 @@ def _native(fn: Callable[..., Any]) -> Callable[..., Any]:
 # Dynamo's autocast region nodes (a ThunderFX partition's graph): entered and left while
 # traced, as a `with torch.autocast(...)` block is.
 for _fn in (torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast):
-    HANDLERS[_fn] = _native(_fn)
+    register_handlers([_fn], _native(_fn))
 
 
 class _Casts(TorchDispatchMode):

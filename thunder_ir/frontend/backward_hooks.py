@@ -32,7 +32,7 @@ from thunder_ir.dialects.torch import make_call, runtime_callee
 from thunder_ir.frontend.context import TraceContext
 from thunder_ir.frontend.errors import user_location, where
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
-from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.frontend.table import register_handlers
 from thunder_ir.frontend.takeover import take_over
 from thunder_ir.runtime.hooks import ModuleHooks, keep
 
@@ -97,7 +97,7 @@ def _register_hook(ctx: TraceContext, t: Any, fn: Any) -> Any:
     return _TracedHandle(op, v, t)
 
 
-HANDLERS[torch.Tensor.register_hook] = _register_hook
+register_handlers([torch.Tensor.register_hook], _register_hook)
 
 
 def _module_of(ctx: TraceContext, module: torch.nn.Module) -> torch.nn.Module:

@@ -25,7 +25,7 @@ import torch
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import UseFallback
 from thunder_ir.frontend.proxy import is_proxy
-from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.frontend.table import register_handlers
 
 
 def _parse(equation: str, ndims: list[int]) -> tuple[list[str], str] | None:
@@ -151,6 +151,6 @@ def _dense_order(r: torch.Tensor) -> list[int] | None:
     return order
 
 
-HANDLERS[torch.einsum] = _einsum
+register_handlers([torch.einsum], _einsum)
 
 __all__: list[str] = []

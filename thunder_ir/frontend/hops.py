@@ -39,7 +39,7 @@ from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.context import current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
 from thunder_ir.frontend.proxy import TensorProxy
-from thunder_ir.frontend.table import HANDLERS, traces_python
+from thunder_ir.frontend.table import register_handlers, traces_python
 from thunder_ir.frontend.takeover import while_traced
 
 HOP_MODULES = {
@@ -74,7 +74,7 @@ def _dense_handler(op: Any) -> Callable[..., Any]:
 
 HOPS = _hops()
 for _op in HOPS.values():
-    HANDLERS[_op] = _dense_handler(_op)
+    register_handlers([_op], _dense_handler(_op))
 
 
 # --------------------------------------------------------------------------- while tracing

@@ -37,7 +37,7 @@ from thunder_ir.dialects.torch import make_call
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import ThunderTraceError, where
 from thunder_ir.frontend.proxy import is_proxy
-from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.frontend.table import register_handlers
 
 NOT_PLAIN: Any = object()
 """`plain_call`'s answer for a call that is not one on plain Python values."""
@@ -98,6 +98,6 @@ def assert_(ctx: Builder, condition: Any, message: Any) -> Any:
     return None
 
 
-HANDLERS[torch._assert] = assert_
+register_handlers([torch._assert], assert_)
 
 __all__ = ["NOT_PLAIN", "assert_", "plain_call"]

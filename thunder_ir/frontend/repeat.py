@@ -22,7 +22,7 @@ import torch
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import UseFallback
 from thunder_ir.frontend.proxy import is_proxy
-from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.frontend.table import register_handlers
 
 T = torch.Tensor
 
@@ -92,8 +92,8 @@ def _interleave(x: torch.Tensor, repeats: int, dim: int | None) -> torch.Tensor:
     return _fresh(out, shape[d] == 1 or repeats == 1)
 
 
-HANDLERS[T.repeat] = _repeat
-HANDLERS[torch.repeat_interleave] = _repeat_interleave
-HANDLERS[T.repeat_interleave] = _repeat_interleave
+register_handlers([T.repeat], _repeat)
+register_handlers([torch.repeat_interleave], _repeat_interleave)
+register_handlers([T.repeat_interleave], _repeat_interleave)
 
 __all__: list[str] = []

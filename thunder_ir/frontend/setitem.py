@@ -36,7 +36,7 @@ from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import is_proxy, root_proxy
-from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.frontend.table import register_handlers
 from thunder_ir.runtime.layout import is_dense
 from thunder_ir.runtime.writes import setitem
 
@@ -193,6 +193,6 @@ def _setitem(ctx: Builder, x: Any, index: Any, value: Any) -> None:
     ctx.writes.assign(x, ctx.value_of(new), "__setitem__")
 
 
-HANDLERS[T.__setitem__] = _setitem
+register_handlers([T.__setitem__], _setitem)
 
 __all__ = ["box_of", "setitem"]

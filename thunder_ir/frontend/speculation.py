@@ -37,7 +37,7 @@ from thunder_ir.frontend import torch_map
 from thunder_ir.frontend.errors import DATA_HINT, DataDependentError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
-from thunder_ir.frontend.table import HANDLERS
+from thunder_ir.frontend.table import register_handlers
 from thunder_ir.runtime.interpreter import run_op
 
 if TYPE_CHECKING:
@@ -277,19 +277,19 @@ _argwhere = _sized_by_values(
     "argwhere", lambda x: (x != 0).sum(), lambda args, n: (n, args[0].dim()),
     lambda args: torch.int64)
 
-HANDLERS[_T.__bool__] = _bool
-HANDLERS[_T.__getitem__] = _getitem
-HANDLERS[torch.masked_select] = _masked_select
-HANDLERS[_T.masked_select] = _masked_select
-HANDLERS[torch.nonzero] = _nonzero
-HANDLERS[_T.nonzero] = _nonzero
-HANDLERS[torch.argwhere] = _argwhere
-HANDLERS[_T.argwhere] = _argwhere
-HANDLERS[torch.is_nonzero] = _bool
-HANDLERS[_T.item] = _item
-HANDLERS[_T.equal] = _equal
-HANDLERS[torch.equal] = _equal
-HANDLERS[_T.allclose] = _allclose
-HANDLERS[torch.allclose] = _allclose
+register_handlers([_T.__bool__], _bool)
+register_handlers([_T.__getitem__], _getitem)
+register_handlers([torch.masked_select], _masked_select)
+register_handlers([_T.masked_select], _masked_select)
+register_handlers([torch.nonzero], _nonzero)
+register_handlers([_T.nonzero], _nonzero)
+register_handlers([torch.argwhere], _argwhere)
+register_handlers([_T.argwhere], _argwhere)
+register_handlers([torch.is_nonzero], _bool)
+register_handlers([_T.item], _item)
+register_handlers([_T.equal], _equal)
+register_handlers([torch.equal], _equal)
+register_handlers([_T.allclose], _allclose)
+register_handlers([torch.allclose], _allclose)
 
 __all__ = ["MAX_VARIANTS", "concrete", "may_draw", "speculate"]

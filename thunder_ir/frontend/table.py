@@ -14,7 +14,7 @@ getters) and those that need a tensor's value (`DATA_DEPENDENT`).
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -58,6 +58,24 @@ def inline(fn: Callable[..., Any]) -> Handler:
         return ctx.run_python(body, args, kwargs)
 
     return handler
+
+
+def register_handlers(fns: Sequence[Any], handler: Handler | None,
+                      replace: bool = False) -> None:
+    """Routes each of ``fns`` to ``handler`` (nothing when it is None: an op not built):
+    the one way a handler module routes a torch callable, and a callable is routed once (a
+    second route would silently replace the first, whichever module imports last).
+    ``replace``: a route a user makes again (the public `register_torch_op`, a notebook
+    cell run twice) replaces the first."""
+    if handler is None:
+        return
+    for f in fns:
+        old = HANDLERS.get(f)
+        if old is not None and old is not handler and not replace:
+            raise ValueError(f"{getattr(f, '__qualname__', f)} is routed twice "
+                             f"({getattr(old, '__qualname__', old)} and "
+                             f"{getattr(handler, '__qualname__', handler)})")
+        HANDLERS[f] = handler
 
 
 LIBRARY_HANDLERS: dict[str, Handler] = {}

@@ -30,7 +30,14 @@ from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy, root_proxy
-from thunder_ir.frontend.table import HANDLERS, LIBRARY_HANDLERS, getter, inline, traces_python
+from thunder_ir.frontend.table import (
+    HANDLERS,
+    LIBRARY_HANDLERS,
+    getter,
+    inline,
+    register_handlers,
+    traces_python,
+)
 from thunder_ir.runtime.writes import resized
 
 T = torch.Tensor
@@ -147,8 +154,7 @@ def register_torch_op(torch_fns: Sequence[Any], op: type[ThunderOp]) -> None:
     def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         return emit_bound(ctx, op, bind(op, args, kwargs, ctx.loc))
 
-    for f in torch_fns:
-        HANDLERS[f] = handler
+    register_handlers(torch_fns, handler, replace=True)
 
 
 def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -159,14 +165,6 @@ def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
         return ctx.writes.assign(self, out._value, name)
 
     return handler
-
-
-def register_handlers(fns: Sequence[Any], handler: Callable[..., Any] | None) -> None:
-    """Routes each of ``fns`` to ``handler`` (nothing when it is None: an op not built)."""
-    if handler is None:
-        return
-    for f in fns:
-        HANDLERS[f] = handler
 
 
 # --------------------------------------------------------------------------- elementwise
@@ -226,7 +224,7 @@ _UNARY: dict[str, list[Any]] = {
     "isfinite": [torch.isfinite, T.isfinite],
     "logical_not": [torch.logical_not, T.logical_not],
     "bitwise_not": [torch.bitwise_not, T.bitwise_not, T.__invert__],
-    "relu": [torch.relu, T.relu, F.relu], "gelu": [F.gelu], "silu": [F.silu],
+    "relu": [torch.relu, T.relu], "gelu": [F.gelu],  # (F.relu, F.silu: `_relu_like`)
     "softplus": [F.softplus],
     "sigmoid": [torch.sigmoid, T.sigmoid, F.sigmoid, torch.special.expit],
 }
@@ -356,13 +354,13 @@ def _dtype_method(dtype: torch.dtype) -> Callable[..., Any]:
 
 
 if "to_dtype" in OPS:
-    HANDLERS[T.to] = _tensor_to
+    register_handlers([T.to], _tensor_to)
     for _m, _dt in ((T.float, torch.float32), (T.half, torch.float16), (T.double, torch.float64),
                     (T.bfloat16, torch.bfloat16), (T.long, torch.int64), (T.int, torch.int32),
                     (T.bool, torch.bool), (T.short, torch.int16), (T.char, torch.int8),
                     (T.byte, torch.uint8)):
-        HANDLERS[_m] = _dtype_method(_dt)
-    HANDLERS[T.type_as] = lambda ctx, self, other: _to_dtype(ctx, self, other.dtype)
+        register_handlers([_m], _dtype_method(_dt))
+    register_handlers([T.type_as], lambda ctx, self, other: _to_dtype(ctx, self, other.dtype))
 
     def _type(ctx: Builder, self: Any, dtype: Any = None, **kw: Any) -> Any:
         if dtype is None:
@@ -370,7 +368,7 @@ if "to_dtype" in OPS:
                                     "a string; use .dtype")
         return _to_dtype(ctx, self, dtype)
 
-    HANDLERS[T.type] = _type
+    register_handlers([T.type], _type)
 
 
 def _identity(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -458,7 +456,7 @@ def _inplace_view(name: str, functional: Any = None) -> Any:
 
 for _name in ("t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_",
               "as_strided_"):
-    HANDLERS[getattr(T, _name)] = _inplace_view(_name)
+    register_handlers([getattr(T, _name)], _inplace_view(_name))
 
 
 def _resize_(ctx: Builder, self: Any, *size: Any, memory_format: Any = None) -> Any:
@@ -482,7 +480,7 @@ def _resize_(ctx: Builder, self: Any, *size: Any, memory_format: Any = None) -> 
     return ctx.writes.view_in_place(self, new._value, "resize_", (shape,), {})
 
 
-HANDLERS[T.resize_] = _resize_
+register_handlers([T.resize_], _resize_)
 
 def _contiguous(ctx: Builder, self: Any, memory_format: Any = torch.contiguous_format) -> Any:
     """``x.contiguous(memory_format=...)``: ``x`` itself where eager's ``x`` is laid out so
@@ -500,16 +498,13 @@ def _contiguous(ctx: Builder, self: Any, memory_format: Any = torch.contiguous_f
     return emit_bound(ctx, OPS["contiguous"], bound)
 
 
-HANDLERS[T.contiguous] = _contiguous
-HANDLERS[T.requires_grad_] = _requires_grad_
-HANDLERS[T.requires_grad.__set__] = _set_requires_grad  # type: ignore[attr-defined]
-HANDLERS[T.data.__set__] = _set_data  # type: ignore[attr-defined]
-HANDLERS[T.detach] = _detach
-HANDLERS[torch.detach] = _detach
-HANDLERS[getter("data")] = _detach
-HANDLERS[torch._C._set_grad_enabled] = _set_grad_enabled
-HANDLERS[T.is_inference] = _is_inference
-HANDLERS[torch.is_inference] = _is_inference
+register_handlers([T.contiguous], _contiguous)
+register_handlers([T.requires_grad_], _requires_grad_)
+register_handlers([T.requires_grad.__set__], _set_requires_grad)  # type: ignore[attr-defined]
+register_handlers([T.data.__set__], _set_data)  # type: ignore[attr-defined]
+register_handlers([T.detach, torch.detach, getter("data")], _detach)
+register_handlers([torch._C._set_grad_enabled], _set_grad_enabled)
+register_handlers([T.is_inference, torch.is_inference], _is_inference)
 
 # --------------------------------------------------------------------------- reductions
 
@@ -625,15 +620,16 @@ if "transpose" in OPS:
         return op_handler("transpose", view=True)(ctx, x, -2, -1)  # type: ignore[misc]
 
     register_handlers([torch.t, T.t], _t)
-    HANDLERS[getter("T")] = lambda ctx, x: _t(ctx, x) if x.ndim <= 2 else \
-        op_handler("permute", view=True)(ctx, x, tuple(reversed(range(x.ndim))))  # type: ignore[misc]
-    HANDLERS[getter("mT")] = _mT
+    register_handlers([getter("T")], lambda ctx, x: _t(ctx, x) if x.ndim <= 2 else
+                      op_handler("permute", view=True)(  # type: ignore[misc]
+                          ctx, x, tuple(reversed(range(x.ndim)))))
+    register_handlers([getter("mT")], _mT)
 if "expand" in OPS:
-    HANDLERS[T.expand_as] = lambda ctx, x, other: op_handler("expand", view=True)(  # type: ignore[misc]
-        ctx, x, tuple(other.shape))
-HANDLERS[T.view_as] = lambda ctx, x, other: _view(ctx, x, tuple(other.shape))
-HANDLERS[T.reshape_as] = lambda ctx, x, other: op_handler(  # type: ignore[misc]
-    "reshape", view=True)(ctx, x, tuple(other.shape))
+    register_handlers([T.expand_as], lambda ctx, x, other: op_handler("expand", view=True)(  # type: ignore[misc]
+        ctx, x, tuple(other.shape)))
+register_handlers([T.view_as], lambda ctx, x, other: _view(ctx, x, tuple(other.shape)))
+register_handlers([T.reshape_as], lambda ctx, x, other: op_handler(  # type: ignore[misc]
+    "reshape", view=True)(ctx, x, tuple(other.shape)))
 
 
 def getitem(ctx: Builder, x: Any, index: Any) -> Any:
@@ -666,7 +662,8 @@ def getitem(ctx: Builder, x: Any, index: Any) -> Any:
     return ctx.wrap(out, root_proxy(x) if not tensors else None)
 
 
-HANDLERS[T.__getitem__] = getitem
+# (``x[index]`` is routed by `thunder_ir.frontend.speculation`, whose handler takes a
+# boolean mask's count and leaves every other index to `getitem`)
 
 
 def _int(v: Any) -> bool:
@@ -735,7 +732,7 @@ def _copy_(ctx: Builder, x: Any, src: Any, non_blocking: bool = False) -> Any:
     return ctx.writes.assign(x, ctx.value_of(v), "copy_")
 
 
-HANDLERS[T.copy_] = _copy_
+register_handlers([T.copy_], _copy_)
 
 
 def _fill_(ctx: Builder, x: Any, value: Any) -> Any:
@@ -743,8 +740,8 @@ def _fill_(ctx: Builder, x: Any, value: Any) -> Any:
     return ctx.writes.assign(x, out._value, "fill_")
 
 
-HANDLERS[T.fill_] = _fill_
-HANDLERS[T.zero_] = lambda ctx, x: _fill_(ctx, x, 0)
+register_handlers([T.fill_], _fill_)
+register_handlers([T.zero_], lambda ctx, x: _fill_(ctx, x, 0))
 
 # --------------------------------------------------------------------------- creation
 
@@ -863,8 +860,8 @@ _DROPOUTS: dict[str, tuple[Any, Any]] = {
 for _name, (_fn, _fn_) in _DROPOUTS.items():
     if _name in OPS:
         MAPPED.add(_name)
-        HANDLERS[_fn] = _dropout_family(OPS[_name], False)
-        HANDLERS[_fn_] = _dropout_family(OPS[_name], True)
+        register_handlers([_fn], _dropout_family(OPS[_name], False))
+        register_handlers([_fn_], _dropout_family(OPS[_name], True))
 
 
 _sdpa_op = op_handler("scaled_dot_product_attention")
@@ -880,7 +877,7 @@ if _sdpa_op is not None:
             raise UseFallback
         return _sdpa_h(ctx, *args, **kwargs)
 
-    HANDLERS[F.scaled_dot_product_attention] = _sdpa
+    register_handlers([F.scaled_dot_product_attention], _sdpa)
 
 
 def _narrow(ctx: Builder, x: Any, dim: int, start: Any, length: int) -> Any:
@@ -954,7 +951,7 @@ def _symbolic_number(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 for _n in dir(torch):
     if _n.startswith("sym_") and callable(getattr(torch, _n)):
-        HANDLERS[getattr(torch, _n)] = _symbolic_number(getattr(torch, _n))
+        register_handlers([getattr(torch, _n)], _symbolic_number(getattr(torch, _n)))
 
 
 # --------------------------------------------------------------------------- inlined Python
@@ -969,7 +966,7 @@ one opaque call of the whole function."""
 
 
 for _fn in _INLINED:  # torch's own Python: eager autocasts each call it makes, and so do we
-    HANDLERS[_fn] = traces_python(inline(_fn))
+    register_handlers([_fn], traces_python(inline(_fn)))
 
 
 def _add_product(input: Any, prod: Any, beta: Any, alpha: Any) -> Any:
@@ -998,8 +995,8 @@ def _baddbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any 
     return _add_product(input, torch.bmm(batch1, batch2), beta, alpha)
 
 
-HANDLERS[torch.addmm] = HANDLERS[T.addmm] = inline(_addmm)
-HANDLERS[torch.baddbmm] = HANDLERS[T.baddbmm] = inline(_baddbmm)
+register_handlers([torch.addmm, T.addmm], inline(_addmm))
+register_handlers([torch.baddbmm, T.baddbmm], inline(_baddbmm))
 
 
 def _constant_pad(input: Any, pad: Sequence[int], mode: str = "constant",
@@ -1029,7 +1026,7 @@ def _constant_pad(input: Any, pad: Sequence[int], mode: str = "constant",
     return out if fresh else out.clone()  # a new tensor, as eager's
 
 
-HANDLERS[F.pad] = HANDLERS[torch._C._nn.pad] = inline(_constant_pad)
+register_handlers([F.pad, torch._C._nn.pad], inline(_constant_pad))
 
 
 def _gather(ctx: Builder, input: Any, dim: int, index: Any, *, sparse_grad: bool = False,
@@ -1047,7 +1044,7 @@ def _gather(ctx: Builder, input: Any, dim: int, index: Any, *, sparse_grad: bool
                              dim=dim + rank if dim < 0 else dim))
 
 
-HANDLERS[torch.gather] = HANDLERS[T.gather] = _gather
+register_handlers([torch.gather, T.gather], _gather)
 
 
 def _index_select(ctx: Builder, input: Any, dim: int, index: Any, *, out: Any = None) -> Any:
@@ -1064,7 +1061,7 @@ def _index_select(ctx: Builder, input: Any, dim: int, index: Any, *, out: Any = 
                              dim=dim + rank if dim < 0 else dim))
 
 
-HANDLERS[torch.index_select] = HANDLERS[T.index_select] = _index_select
+register_handlers([torch.index_select, T.index_select], _index_select)
 
 _pow_h = op_handler("pow")
 if _pow_h is not None:
@@ -1076,7 +1073,7 @@ if _pow_h is not None:
             raise UseFallback
         return _pow(ctx, input, 2)
 
-    HANDLERS[torch.square] = HANDLERS[T.square] = _square
+    register_handlers([torch.square, T.square], _square)
 
 
 def _tensor(ctx: Builder, data: Any, *, dtype: torch.dtype | None = None,
@@ -1101,7 +1098,7 @@ def _tensor(ctx: Builder, data: Any, *, dtype: torch.dtype | None = None,
     return HANDLERS[torch.clone](ctx, ctx.lift_constant(value))
 
 
-HANDLERS[torch.tensor] = _tensor
+register_handlers([torch.tensor], _tensor)
 
 
 # Ops reached through the custom handlers above (torch.max dispatches on its arguments).

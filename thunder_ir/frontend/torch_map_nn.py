@@ -23,9 +23,9 @@ from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import ThunderTraceError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import is_proxy
+from thunder_ir.frontend.table import register_handlers
 from thunder_ir.frontend.torch_map import int_tuple as _int_tuple
 from thunder_ir.frontend.torch_map import op_handler
-from thunder_ir.frontend.torch_map import register_handlers as _register
 
 _convolution_op = op_handler("convolution")
 
@@ -62,9 +62,9 @@ def _conv(n: int) -> Callable[..., Any]:
     return handler
 
 
-_register([F.conv1d], _conv(1))
-_register([F.conv2d], _conv(2))
-_register([F.conv3d], _conv(3))
+register_handlers([F.conv1d], _conv(1))
+register_handlers([F.conv2d], _conv(2))
+register_handlers([F.conv3d], _conv(3))
 
 _max_pool2d_op = op_handler("max_pool2d_with_indices")
 
@@ -95,8 +95,8 @@ def _max_pool2d_with_indices(ctx: Builder, input: Any, kernel_size: Any, stride:
     return _max_pool2d(ctx, input, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
-_register([F.max_pool2d, torch.max_pool2d], _max_pool2d)
-_register([F.max_pool2d_with_indices], _max_pool2d_with_indices)
+register_handlers([F.max_pool2d, torch.max_pool2d], _max_pool2d)
+register_handlers([F.max_pool2d_with_indices], _max_pool2d_with_indices)
 
 
 def _plane_mean_2d(x: torch.Tensor) -> torch.Tensor:
@@ -125,8 +125,8 @@ def _adaptive_avg_pool(n: int) -> Callable[..., Any]:
     return handler
 
 
-_register([F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d], _adaptive_avg_pool(2))
-_register([torch.adaptive_avg_pool1d], _adaptive_avg_pool(1))
+register_handlers([F.adaptive_avg_pool2d, torch._C._nn.adaptive_avg_pool2d], _adaptive_avg_pool(2))
+register_handlers([torch.adaptive_avg_pool1d], _adaptive_avg_pool(1))
 
 _batch_norm_op = op_handler("native_batch_norm")
 
@@ -169,7 +169,7 @@ def _empty_batch_norm(input: Any, weight: Any, bias: Any) -> Any:
     return out
 
 
-_register([torch.batch_norm], _batch_norm)
+register_handlers([torch.batch_norm], _batch_norm)
 
 _group_norm_op = op_handler("native_group_norm")
 
@@ -195,9 +195,9 @@ def _group_norm(ctx: Builder, input: Any, num_groups: Any, weight: Any = None, b
     return results[0]
 
 
-_register([torch.group_norm], _group_norm)
-_register([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
-_register([F.embedding], op_handler("embedding"))
+register_handlers([torch.group_norm], _group_norm)
+register_handlers([F.rms_norm, torch.rms_norm], op_handler("rms_norm"))
+register_handlers([F.embedding], op_handler("embedding"))
 
 
 def _warn_legacy(size_average: Any, reduce: Any) -> None:
@@ -253,9 +253,9 @@ def _nll_loss(ctx: Builder, input: Any, target: Any, weight: Any = None,
     return loss
 
 
-_register([F.cross_entropy], _cross_entropy)
-_register([F.nll_loss], _nll_loss)
-_register([F.mse_loss], op_handler("mse_loss"))
+register_handlers([F.cross_entropy], _cross_entropy)
+register_handlers([F.nll_loss], _nll_loss)
+register_handlers([F.mse_loss], op_handler("mse_loss"))
 
 
 def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -283,4 +283,4 @@ def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu, F.mish,
             F.threshold):
-    _register([_fn], _inplace_activation(_fn))
+    register_handlers([_fn], _inplace_activation(_fn))
