@@ -12,10 +12,8 @@ from xdsl.ir import Dialect
 
 import thunder_ir.dialects.ltorch_activation
 import thunder_ir.dialects.ltorch_core
-import thunder_ir.dialects.ltorch_float
 import thunder_ir.dialects.ltorch_nn
-import thunder_ir.dialects.ltorch_rules
-import thunder_ir.dialects.ltorch_scan  # noqa: F401  (registers ops; the tables mark some)
+import thunder_ir.dialects.ltorch_scan  # noqa: F401  (each module registers its ops)
 from thunder_ir.dialects.base import ThunderOp, op_table
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp
 

@@ -18,6 +18,7 @@ from xdsl.ir import Attribute
 from xdsl.irdl import operand_def, opt_prop_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
+from thunder_ir.dialects import ltorch_rules as R
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.ltorch_base import aten_kernel, ltorch_op
 from thunder_ir.dialects.ltorch_nn import NNOp, Number
@@ -41,14 +42,14 @@ class ActivationOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input",)
 
 
-@ltorch_op(F.relu)
+@ltorch_op(F.relu, floats=True)
 class ReluOp(ActivationOp):
     """`%y = ltorch.relu %x`: ``max(x, 0)``"""
 
     name = "ltorch.relu"
 
 
-@ltorch_op(F.gelu)
+@ltorch_op(F.gelu, floats=R.approximate)
 class GeluOp(ActivationOp):
     """`%y = ltorch.gelu %x {approximate = "tanh"}`: exact (erf) or tanh approximation"""
 
@@ -59,7 +60,7 @@ class GeluOp(ActivationOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"approximate": "none"}
 
 
-@ltorch_op(F.silu)
+@ltorch_op(F.silu, floats=True)
 class SiluOp(ActivationOp):
     """`%y = ltorch.silu %x`: ``x * sigmoid(x)``"""
 
@@ -86,7 +87,7 @@ class SiluBackwardOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input")
 
 
-@ltorch_op(F.softplus)
+@ltorch_op(F.softplus, floats=R.softplus)
 class SoftplusOp(ActivationOp):
     """`%y = ltorch.softplus %x {beta, threshold}`: ``log(1 + exp(beta x)) / beta``, and
     ``x`` itself where ``beta x > threshold``"""
@@ -105,7 +106,7 @@ def softplus_backward(grad_output: torch.Tensor, input: torch.Tensor, beta: floa
     return _K_SOFTPLUS_BACKWARD(grad_output, input, beta, threshold)
 
 
-@ltorch_op(softplus_backward)
+@ltorch_op(softplus_backward, type_rule=R.same_as_first)
 class SoftplusBackwardOp(NNOp):
     """`%dx = ltorch.softplus_backward %grad_output, %input {beta, threshold}`:
     ``grad_output * z / (z + 1)`` with ``z = exp(beta x)``, and ``grad_output`` where
@@ -145,7 +146,7 @@ class ThresholdBackwardOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "input", "threshold")
 
 
-@ltorch_op(torch.sigmoid)
+@ltorch_op(torch.sigmoid, floats=True)
 class SigmoidOp(ActivationOp):
     """`%y = ltorch.sigmoid %x`: ``1 / (1 + exp(-x))``"""
 
@@ -165,14 +166,14 @@ class FloatActivationOp(ActivationOp):
         return super().infer(*operand_types, **params)
 
 
-@ltorch_op(F.hardswish)
+@ltorch_op(F.hardswish, floats=True)
 class HardswishOp(FloatActivationOp):
     """`%y = ltorch.hardswish %x`: ``x * min(max(x + 3, 0), 6) / 6``"""
 
     name = "ltorch.hardswish"
 
 
-@ltorch_op(F.hardsigmoid)
+@ltorch_op(F.hardsigmoid, floats=True)
 class HardsigmoidOp(FloatActivationOp):
     """`%y = ltorch.hardsigmoid %x`: ``min(max(x + 3, 0), 6) / 6``"""
 
@@ -201,7 +202,7 @@ def hardswish_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torch.
     return _K_HARDSWISH_BACKWARD(grad_output, input)
 
 
-@ltorch_op(hardswish_backward)
+@ltorch_op(hardswish_backward, type_rule=R.same_as_first)
 class HardswishBackwardOp(BackwardKernelOp):
     """`%dx = ltorch.hardswish_backward %grad_output, %input`: 0 where ``x <= -3``,
     ``grad_output (x / 3 + 1/2)`` where ``-3 < x < 3``, ``grad_output`` from 3 on"""
@@ -214,7 +215,7 @@ def hardsigmoid_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torc
     return _K_HARDSIGMOID_BACKWARD(grad_output, input)
 
 
-@ltorch_op(hardsigmoid_backward)
+@ltorch_op(hardsigmoid_backward, type_rule=R.same_as_first)
 class HardsigmoidBackwardOp(BackwardKernelOp):
     """`%dx = ltorch.hardsigmoid_backward %grad_output, %input`: ``grad_output / 6`` where
     ``-3 < x < 3``, else 0"""
@@ -228,7 +229,7 @@ def gelu_backward(grad_output: torch.Tensor, input: torch.Tensor,
     return _K_GELU_BACKWARD(grad_output, input, approximate=approximate or "none")
 
 
-@ltorch_op(gelu_backward)
+@ltorch_op(gelu_backward, type_rule=R.same_as_first)
 class GeluBackwardOp(NNOp):
     """`%dx = ltorch.gelu_backward %grad_output, %input {approximate?}`: ``grad_output *
     (Φ(x) + x φ(x))``, or the derivative of the tanh approximation"""

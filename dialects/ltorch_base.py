@@ -11,15 +11,16 @@ promotion and shape errors, for free. Results are cached by (op, operand types, 
 so tracing a model of repeated blocks pays for each distinct signature once.
 
 Two cases skip the meta run. An elementwise op listed as float-preserving
-(`LtorchOp.FLOAT_PRESERVING`, with params it accepts; the table is in
-`thunder_ir.dialects.ltorch_float`) on tensors of one floating dtype and device, and
+(`LtorchOp.FLOAT_PRESERVING`, with params it accepts; declared by `ltorch_op`'s
+``floats``) on tensors of one floating dtype and device, and
 numbers, gives a tensor of that dtype and device, of their broadcast shape
 (`float_result`). torch's meta kernels for elementwise ops are Python (its refs, 90 to
 250 µs a call); anything else, a shape that does not broadcast included, goes the meta
 way, which raises eager's error. And the plain case of the other ops a Llama- or GPT-2-
 style model runs (reductions, comparisons, ``cat``, ``linear``, ``matmul``, layer norm,
 softmax, the losses, their backward ops, and convolution, pooling, batch norm) is typed
-by its rule (`LtorchOp.TYPE_RULE`, the table in `thunder_ir.dialects.ltorch_rules`),
+by its rule (`LtorchOp.TYPE_RULE`, declared by `ltorch_op`'s ``type_rule``, one of
+`thunder_ir.dialects.ltorch_rules`),
 where the meta kernels would import torch's symbolic shapes and ``torch._dynamo`` the
 first time. `tests/test_decomp_core.py` checks both tables against the meta kernels.
 """
@@ -51,12 +52,32 @@ LTORCH: list[type[ThunderOp]] = []
 """Every ltorch op class, in declaration order (the dialect module assembles them)."""
 
 
-def ltorch_op(torch_fn: Callable[..., Any]) -> Callable[[_T], _T]:
-    """Declares a leaf ltorch op: IRDL definition, registration, and its torch function."""
+def ltorch_op(torch_fn: Callable[..., Any], *, type_rule: Callable[..., Any] | None = None,
+              symbolic: bool = False,
+              floats: bool | Callable[[dict[str, Any]], bool] = False
+              ) -> Callable[[_T], _T]:
+    """Declares a leaf ltorch op: IRDL definition, registration, its torch function, and
+    the facts that type it without a meta run, declared where the op is:
+
+    Args:
+        type_rule: its `LtorchOp.TYPE_RULE` (`thunder_ir.dialects.ltorch_rules`).
+        symbolic: the rule also runs in a symbolic compile (`TYPE_RULE_SYMBOLIC`).
+        floats: it keeps its tensors' floating dtype (`LtorchOp.FLOAT_PRESERVING`); a
+            callable: the check of the params it does so with (`FLOAT_PARAMS`). Numbers
+            may be among its operands where its family says so (``NUMBER_OPERANDS``).
+    """
 
     def wrap(cls: _T) -> _T:
         op = irdl_op_definition(cls)
         op.TORCH_FN = staticmethod(torch_fn)  # type: ignore[attr-defined]
+        if type_rule is not None:
+            op.TYPE_RULE = staticmethod(type_rule)  # type: ignore[attr-defined]
+            op.TYPE_RULE_SYMBOLIC = symbolic  # type: ignore[attr-defined]
+        if floats is not False:
+            op.FLOAT_PRESERVING = True  # type: ignore[attr-defined]
+            op.FLOAT_NUMBERS = op.NUMBER_OPERANDS  # type: ignore[attr-defined]
+            if callable(floats):
+                op.FLOAT_PARAMS = staticmethod(floats)  # type: ignore[attr-defined]
         LTORCH.append(op)
         return op  # type: ignore[return-value]
 
@@ -139,7 +160,9 @@ class LtorchOp(ThunderOp):
     FLOAT_PRESERVING: ClassVar[bool] = False
     """Elementwise, and on tensors of one floating dtype (with numbers) it gives that dtype
     (`float_result`): ``add``, ``exp``, ``silu``; not ``eq`` or ``isnan``. Set from the
-    table in `thunder_ir.dialects.ltorch_float`, with the two below."""
+    op's declaration (`ltorch_op`'s ``floats``), with the two below."""
+    NUMBER_OPERANDS: ClassVar[bool] = False
+    """Its family takes numbers where torch takes tensors (``x * 2``, ``pow(2, x)``)."""
     FLOAT_NUMBERS: ClassVar[bool] = False
     """`float_result` also holds with numbers among the operands (``x * 2``)."""
     FLOAT_PARAMS: ClassVar[Callable[[dict[str, Any]], bool]] = staticmethod(
@@ -148,7 +171,7 @@ class LtorchOp(ThunderOp):
     tensors); by default, when none is given."""
     TYPE_RULE: ClassVar[Callable[..., Attribute | None] | None] = None
     """``(operand types, params) -> result type``, or None where it does not say: a rule
-    for the plain case, from the table in `thunder_ir.dialects.ltorch_rules`."""
+    for the plain case, declared with the op (`ltorch_op`'s ``type_rule``)."""
     TYPE_RULE_SYMBOLIC: ClassVar[bool] = False
     """Whether `TYPE_RULE` also runs in a symbolic compile."""
 

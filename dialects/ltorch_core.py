@@ -2,20 +2,17 @@
 
 Conventions (shared with the frontend):
 
-* Operands are the tensor arguments, in torch's order and named as torch names them. Where
-  torch takes a number in a tensor slot (``add``'s ``other``, ``where``'s branches) the
-  operand may also be a ``!prims.number``.
+* Operands are the tensor arguments, in torch's order and named as torch names them; where
+  torch takes a number (``add``'s ``other``) the operand may be a ``!prims.number``.
 * Params are the other arguments, named as torch names them, so the reference
   implementation is ``TORCH_FN(*operands, **params)`` and the shape rule is that call on
   meta tensors. Absent (``None``) params are left out of the call, which is what torch
   means by them.
-* ``SIGNATURE`` lists torch's argument names in order (operands and params together);
-  ``DEFAULTS`` gives torch's defaults of the params.
+* ``SIGNATURE`` lists torch's argument names in order; ``DEFAULTS``, the params' defaults.
 
 Aliases the frontend maps onto these ops: ``Tensor.view`` → ``ltorch.view`` (functional,
 same semantics as ``reshape``); ``x.to(dtype)``, ``.float()``, ``.half()``, ``.type(dt)`` →
-``ltorch.to_dtype``; ``torch.max(x)`` → ``ltorch.max`` and ``torch.max(x, dim)`` →
-``ltorch.max_dim`` (likewise ``min``); ``x[i]`` → ``ltorch.getitem``.
+``ltorch.to_dtype``; ``torch.max(x[, dim])`` → ``ltorch.max[_dim]`` (and ``min``).
 """
 
 from __future__ import annotations
@@ -38,6 +35,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
+from thunder_ir.dialects import ltorch_rules as R
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.ltorch_base import LtorchOp, ltorch_op
 from thunder_ir.dialects.prims_base import Int, IntArray, Number
@@ -117,6 +115,7 @@ class BinaryOp(BinaryBase):
     other = operand_def(AnyValue)
     out = result_def(TensorType)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other")
+    NUMBER_OPERANDS: ClassVar[bool] = True
 
 
 class TensorBinaryOp(BinaryBase):
@@ -128,7 +127,7 @@ class TensorBinaryOp(BinaryBase):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "other")
 
 
-@ltorch_op(torch.add)
+@ltorch_op(torch.add, floats=R.alpha)
 class AddOp(BinaryOp):
     """`%z = ltorch.add %input, %other {alpha}`: ``input + alpha * other``"""
 
@@ -139,7 +138,7 @@ class AddOp(BinaryOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"alpha": 1}
 
 
-@ltorch_op(torch.sub)
+@ltorch_op(torch.sub, floats=R.alpha)
 class SubOp(BinaryOp):
     """`%z = ltorch.sub %input, %other {alpha}`: ``input - alpha * other``"""
 
@@ -150,14 +149,14 @@ class SubOp(BinaryOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"alpha": 1}
 
 
-@ltorch_op(torch.mul)
+@ltorch_op(torch.mul, floats=True)
 class MulOp(BinaryOp):
     """`%z = ltorch.mul %input, %other`"""
 
     name = "ltorch.mul"
 
 
-@ltorch_op(torch.div)
+@ltorch_op(torch.div, floats=R.rounding_mode)
 class DivOp(BinaryOp):
     """`%z = ltorch.div %input, %other {rounding_mode = "trunc" | "floor"}` (true division
     when absent)"""
@@ -169,28 +168,28 @@ class DivOp(BinaryOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"rounding_mode": None}
 
 
-@ltorch_op(torch.floor_divide)
+@ltorch_op(torch.floor_divide, floats=True)
 class FloorDivideOp(BinaryOp):
     """`%z = ltorch.floor_divide %input, %other`"""
 
     name = "ltorch.floor_divide"
 
 
-@ltorch_op(torch.remainder)
+@ltorch_op(torch.remainder, floats=True)
 class RemainderOp(BinaryOp):
     """`%z = ltorch.remainder %input, %other` (sign of the divisor)"""
 
     name = "ltorch.remainder"
 
 
-@ltorch_op(torch.fmod)
+@ltorch_op(torch.fmod, floats=True)
 class FmodOp(BinaryOp):
     """`%z = ltorch.fmod %input, %other` (sign of the dividend)"""
 
     name = "ltorch.fmod"
 
 
-@ltorch_op(torch.pow)
+@ltorch_op(torch.pow, floats=True)
 class PowOp(BinaryBase):
     """`%z = ltorch.pow %input, %exponent`"""
 
@@ -200,65 +199,66 @@ class PowOp(BinaryBase):
     exponent = operand_def(AnyValue)
     out = result_def(TensorType)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "exponent")
+    NUMBER_OPERANDS: ClassVar[bool] = True
 
 
-@ltorch_op(torch.maximum)
+@ltorch_op(torch.maximum, floats=True)
 class MaximumOp(TensorBinaryOp):
     """`%z = ltorch.maximum %input, %other` (NaN propagates)"""
 
     name = "ltorch.maximum"
 
 
-@ltorch_op(torch.minimum)
+@ltorch_op(torch.minimum, floats=True)
 class MinimumOp(TensorBinaryOp):
     """`%z = ltorch.minimum %input, %other` (NaN propagates)"""
 
     name = "ltorch.minimum"
 
 
-@ltorch_op(torch.atan2)
+@ltorch_op(torch.atan2, floats=True)
 class Atan2Op(TensorBinaryOp):
     """`%z = ltorch.atan2 %input, %other`"""
 
     name = "ltorch.atan2"
 
 
-@ltorch_op(torch.eq)
+@ltorch_op(torch.eq, type_rule=R.comparison)
 class EqOp(BinaryOp):
     """`%z = ltorch.eq %input, %other` (bool result)"""
 
     name = "ltorch.eq"
 
 
-@ltorch_op(torch.ne)
+@ltorch_op(torch.ne, type_rule=R.comparison)
 class NeOp(BinaryOp):
     """`%z = ltorch.ne %input, %other` (bool result)"""
 
     name = "ltorch.ne"
 
 
-@ltorch_op(torch.lt)
+@ltorch_op(torch.lt, type_rule=R.comparison)
 class LtOp(BinaryOp):
     """`%z = ltorch.lt %input, %other` (bool result)"""
 
     name = "ltorch.lt"
 
 
-@ltorch_op(torch.le)
+@ltorch_op(torch.le, type_rule=R.comparison)
 class LeOp(BinaryOp):
     """`%z = ltorch.le %input, %other` (bool result)"""
 
     name = "ltorch.le"
 
 
-@ltorch_op(torch.gt)
+@ltorch_op(torch.gt, type_rule=R.comparison)
 class GtOp(BinaryOp):
     """`%z = ltorch.gt %input, %other` (bool result)"""
 
     name = "ltorch.gt"
 
 
-@ltorch_op(torch.ge)
+@ltorch_op(torch.ge, type_rule=R.comparison)
 class GeOp(BinaryOp):
     """`%z = ltorch.ge %input, %other` (bool result)"""
 
@@ -313,168 +313,168 @@ class UnaryOp(CoreOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input",)
 
 
-@ltorch_op(torch.neg)
+@ltorch_op(torch.neg, floats=True)
 class NegOp(UnaryOp):
     """`%y = ltorch.neg %input`"""
 
     name = "ltorch.neg"
 
 
-@ltorch_op(torch.abs)
+@ltorch_op(torch.abs, floats=True)
 class AbsOp(UnaryOp):
     """`%y = ltorch.abs %input`"""
 
     name = "ltorch.abs"
 
 
-@ltorch_op(torch.exp)
+@ltorch_op(torch.exp, floats=True)
 class ExpOp(UnaryOp):
     """`%y = ltorch.exp %input`"""
 
     name = "ltorch.exp"
 
 
-@ltorch_op(torch.exp2)
+@ltorch_op(torch.exp2, floats=True)
 class Exp2Op(UnaryOp):
     """`%y = ltorch.exp2 %input`"""
 
     name = "ltorch.exp2"
 
 
-@ltorch_op(torch.expm1)
+@ltorch_op(torch.expm1, floats=True)
 class Expm1Op(UnaryOp):
     """`%y = ltorch.expm1 %input`"""
 
     name = "ltorch.expm1"
 
 
-@ltorch_op(torch.log)
+@ltorch_op(torch.log, floats=True)
 class LogOp(UnaryOp):
     """`%y = ltorch.log %input`"""
 
     name = "ltorch.log"
 
 
-@ltorch_op(torch.log1p)
+@ltorch_op(torch.log1p, floats=True)
 class Log1pOp(UnaryOp):
     """`%y = ltorch.log1p %input`"""
 
     name = "ltorch.log1p"
 
 
-@ltorch_op(torch.log2)
+@ltorch_op(torch.log2, floats=True)
 class Log2Op(UnaryOp):
     """`%y = ltorch.log2 %input`"""
 
     name = "ltorch.log2"
 
 
-@ltorch_op(torch.sin)
+@ltorch_op(torch.sin, floats=True)
 class SinOp(UnaryOp):
     """`%y = ltorch.sin %input`"""
 
     name = "ltorch.sin"
 
 
-@ltorch_op(torch.cos)
+@ltorch_op(torch.cos, floats=True)
 class CosOp(UnaryOp):
     """`%y = ltorch.cos %input`"""
 
     name = "ltorch.cos"
 
 
-@ltorch_op(torch.tan)
+@ltorch_op(torch.tan, floats=True)
 class TanOp(UnaryOp):
     """`%y = ltorch.tan %input`"""
 
     name = "ltorch.tan"
 
 
-@ltorch_op(torch.tanh)
+@ltorch_op(torch.tanh, floats=True)
 class TanhOp(UnaryOp):
     """`%y = ltorch.tanh %input`"""
 
     name = "ltorch.tanh"
 
 
-@ltorch_op(torch.asin)
+@ltorch_op(torch.asin, floats=True)
 class AsinOp(UnaryOp):
     """`%y = ltorch.asin %input`"""
 
     name = "ltorch.asin"
 
 
-@ltorch_op(torch.acos)
+@ltorch_op(torch.acos, floats=True)
 class AcosOp(UnaryOp):
     """`%y = ltorch.acos %input`"""
 
     name = "ltorch.acos"
 
 
-@ltorch_op(torch.atan)
+@ltorch_op(torch.atan, floats=True)
 class AtanOp(UnaryOp):
     """`%y = ltorch.atan %input`"""
 
     name = "ltorch.atan"
 
 
-@ltorch_op(torch.sinh)
+@ltorch_op(torch.sinh, floats=True)
 class SinhOp(UnaryOp):
     """`%y = ltorch.sinh %input`"""
 
     name = "ltorch.sinh"
 
 
-@ltorch_op(torch.cosh)
+@ltorch_op(torch.cosh, floats=True)
 class CoshOp(UnaryOp):
     """`%y = ltorch.cosh %input`"""
 
     name = "ltorch.cosh"
 
 
-@ltorch_op(torch.sqrt)
+@ltorch_op(torch.sqrt, floats=True)
 class SqrtOp(UnaryOp):
     """`%y = ltorch.sqrt %input`"""
 
     name = "ltorch.sqrt"
 
 
-@ltorch_op(torch.rsqrt)
+@ltorch_op(torch.rsqrt, floats=True)
 class RsqrtOp(UnaryOp):
     """`%y = ltorch.rsqrt %input`"""
 
     name = "ltorch.rsqrt"
 
 
-@ltorch_op(torch.reciprocal)
+@ltorch_op(torch.reciprocal, floats=True)
 class ReciprocalOp(UnaryOp):
     """`%y = ltorch.reciprocal %input`"""
 
     name = "ltorch.reciprocal"
 
 
-@ltorch_op(torch.sign)
+@ltorch_op(torch.sign, floats=True)
 class SignOp(UnaryOp):
     """`%y = ltorch.sign %input`"""
 
     name = "ltorch.sign"
 
 
-@ltorch_op(torch.floor)
+@ltorch_op(torch.floor, floats=True)
 class FloorOp(UnaryOp):
     """`%y = ltorch.floor %input`"""
 
     name = "ltorch.floor"
 
 
-@ltorch_op(torch.ceil)
+@ltorch_op(torch.ceil, floats=True)
 class CeilOp(UnaryOp):
     """`%y = ltorch.ceil %input`"""
 
     name = "ltorch.ceil"
 
 
-@ltorch_op(torch.round)
+@ltorch_op(torch.round, floats=R.decimals)
 class RoundOp(UnaryOp):
     """`%y = ltorch.round %input {decimals}` (half to even)"""
 
@@ -485,21 +485,21 @@ class RoundOp(UnaryOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"decimals": 0}
 
 
-@ltorch_op(torch.trunc)
+@ltorch_op(torch.trunc, floats=True)
 class TruncOp(UnaryOp):
     """`%y = ltorch.trunc %input`"""
 
     name = "ltorch.trunc"
 
 
-@ltorch_op(torch.erf)
+@ltorch_op(torch.erf, floats=True)
 class ErfOp(UnaryOp):
     """`%y = ltorch.erf %input`"""
 
     name = "ltorch.erf"
 
 
-@ltorch_op(torch.erfc)
+@ltorch_op(torch.erfc, floats=True)
 class ErfcOp(UnaryOp):
     """`%y = ltorch.erfc %input`"""
 
@@ -544,7 +544,7 @@ class BitwiseNotOp(UnaryOp):
 # --------------------------------------------------------------------------- selection
 
 
-@ltorch_op(torch.where)
+@ltorch_op(torch.where, type_rule=R.where)
 class WhereOp(CoreOp):
     """`%z = ltorch.where %condition, %input, %other`: branches may be numbers."""
 
@@ -558,7 +558,7 @@ class WhereOp(CoreOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("condition", "input", "other")
 
 
-@ltorch_op(torch.masked_fill)
+@ltorch_op(torch.masked_fill, type_rule=R.masked_fill)
 class MaskedFillOp(CoreOp):
     """`%z = ltorch.masked_fill %input, %mask {value}`: ``value`` (a number) where ``mask``"""
 
@@ -644,7 +644,7 @@ class ArgReductionOp(ReductionFamily):
     traits = traits_def(Reduction(indices=True))
 
 
-@ltorch_op(torch.sum)
+@ltorch_op(torch.sum, type_rule=R.reduction)
 class SumOp(ReductionOp):
     """`%y = ltorch.sum %input {dim, keepdim, dtype}` (ints and bools sum to int64)"""
 
@@ -657,7 +657,7 @@ class SumOp(ReductionOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False, "dtype": None}
 
 
-@ltorch_op(torch.mean)
+@ltorch_op(torch.mean, type_rule=R.reduction)
 class MeanOp(ReductionOp):
     """`%y = ltorch.mean %input {dim, keepdim, dtype}`"""
 
@@ -684,7 +684,7 @@ class VarOp(ReductionOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "correction": 1, "keepdim": False}
 
 
-@ltorch_op(torch.amax)
+@ltorch_op(torch.amax, type_rule=R.reduction)
 class AmaxOp(ReductionOp):
     """`%y = ltorch.amax %input {dim, keepdim}`"""
 
@@ -695,7 +695,7 @@ class AmaxOp(ReductionOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": (), "keepdim": False}
 
 
-@ltorch_op(torch.amin)
+@ltorch_op(torch.amin, type_rule=R.reduction)
 class AminOp(ReductionOp):
     """`%y = ltorch.amin %input {dim, keepdim}`"""
 
@@ -1051,7 +1051,7 @@ class JoinOp(CoreOp):
         return args, _non_none(params)
 
 
-@ltorch_op(torch.cat)
+@ltorch_op(torch.cat, type_rule=R.cat)
 class CatOp(JoinOp):
     """`%y = ltorch.cat %a, %b, … {dim}`"""
 
@@ -1065,7 +1065,7 @@ class StackOp(JoinOp):
     name = "ltorch.stack"
 
 
-@ltorch_op(operator.getitem)
+@ltorch_op(operator.getitem, type_rule=R.getitem)
 class GetitemOp(CoreOp):
     """`%y = ltorch.getitem %input, %i0, … {index}`: ``input[index]``; in ``index`` each
     tensor is ``#prims.operand<k>`` (the k-th of the tensor operands after ``input``)."""
@@ -1112,7 +1112,7 @@ def _arange(start: Any = 0, end: Any = None, step: Any = 1, **kw: Any) -> torch.
     return torch.arange(start, end, step, **kw)
 
 
-@ltorch_op(_arange)
+@ltorch_op(_arange, type_rule=R.arange)
 class ArangeOp(CreationOp):
     """`%y = ltorch.arange {start, end, step, dtype, device}`"""
 

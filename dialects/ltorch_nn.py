@@ -42,6 +42,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import EffectInstance, MemoryEffect, Pure
 
+from thunder_ir.dialects import ltorch_rules as R
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ShapeError, ThunderOp, from_attr
 from thunder_ir.dialects.ltorch_base import LtorchOp, aten_kernel, ltorch_op
@@ -119,7 +120,7 @@ def _check_stats_dtype(name: str, x: Any) -> None:
 # --------------------------------------------------------------------------- linear algebra
 
 
-@ltorch_op(torch.matmul)
+@ltorch_op(torch.matmul, type_rule=R.matmul, symbolic=True)
 class MatmulOp(NNOp):
     """`%y = ltorch.matmul %a, %b`: ``torch.matmul`` (1-D, 2-D and batched, broadcasting)"""
 
@@ -145,7 +146,7 @@ class BmmOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "mat2")
 
 
-@ltorch_op(F.linear)
+@ltorch_op(F.linear, type_rule=R.linear, symbolic=True)
 class LinearOp(NNOp):
     """`%y = ltorch.linear %x, %w[, %bias]`: ``x @ w.T + bias``"""
 
@@ -253,7 +254,7 @@ def convolution(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
                              (0,) * len(stride), groups)
 
 
-@ltorch_op(convolution)
+@ltorch_op(convolution, type_rule=R.convolution)
 class ConvolutionOp(BoundCallOp):
     """`%y = ltorch.convolution %x, %w[, %bias] {stride, padding, dilation, groups}`: an
     N-d convolution (cross-correlation) of a batched ``[N, C_in, *spatial]`` input with a
@@ -290,7 +291,7 @@ def max_pool2d_with_indices(input: torch.Tensor, kernel_size: Sequence[int],
                                                 tuple(padding), tuple(dilation), ceil_mode)
 
 
-@ltorch_op(max_pool2d_with_indices)
+@ltorch_op(max_pool2d_with_indices, type_rule=R.max_pool2d)
 class MaxPool2dWithIndicesOp(NNOp):
     """`%y, %indices = ltorch.max_pool2d_with_indices %x {kernel_size, stride, padding,
     dilation, ceil_mode}`: ``[N, C, H, W]`` in; the maxima and their int64 indices into
@@ -327,14 +328,14 @@ class SoftmaxFamilyOp(NNOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dtype": None}
 
 
-@ltorch_op(torch.softmax)
+@ltorch_op(torch.softmax, type_rule=R.softmax)
 class SoftmaxOp(SoftmaxFamilyOp):
     """`%y = ltorch.softmax %x {dim = -1}`"""
 
     name = "ltorch.softmax"
 
 
-@ltorch_op(torch.log_softmax)
+@ltorch_op(torch.log_softmax, type_rule=R.softmax)
 class LogSoftmaxOp(SoftmaxFamilyOp):
     """`%y = ltorch.log_softmax %x {dim = -1}`"""
 
@@ -410,7 +411,7 @@ class FeatureAlphaDropoutOp(DropoutFamilyOp):
 # --------------------------------------------------------------------------- normalization
 
 
-@ltorch_op(F.layer_norm)
+@ltorch_op(F.layer_norm, type_rule=R.layer_norm)
 class LayerNormOp(BoundCallOp):
     """`%y = ltorch.layer_norm %x[, %weight][, %bias] {normalized_shape, eps}`"""
 
@@ -436,7 +437,7 @@ def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int],
     return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
 
 
-@ltorch_op(native_layer_norm)
+@ltorch_op(native_layer_norm, type_rule=R.native_layer_norm)
 class NativeLayerNormOp(BoundCallOp):
     """`%y, %mean, %rstd = ltorch.native_layer_norm %x[, %weight][, %bias]
     {normalized_shape, eps}`: layer norm and the statistics its backward reads, shaped as
@@ -541,7 +542,7 @@ def native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None = None,
         input, weight, bias, running_mean, running_var, True, momentum, eps))
 
 
-@ltorch_op(native_batch_norm)
+@ltorch_op(native_batch_norm, type_rule=R.batch_norm)
 class NativeBatchNormOp(NNOp):
     """`%y, %stats... = ltorch.native_batch_norm %x[, %weight][, %bias][, %running_mean,
     %running_var] {training, momentum, eps}`: batch norm over every dim but the channel
@@ -608,7 +609,7 @@ class RmsNormOp(BoundCallOp):
 # --------------------------------------------------------------------------- embedding
 
 
-@ltorch_op(F.embedding)
+@ltorch_op(F.embedding, type_rule=R.embedding)
 class EmbeddingOp(NNOp):
     """`%y = ltorch.embedding %indices, %weight {padding_idx?, ...}`: rows of ``weight``
 
@@ -731,7 +732,7 @@ def _attention_type(q: Any, k: Any, v: Any) -> TensorType | None:
 # --------------------------------------------------------------------------- losses
 
 
-@ltorch_op(F.cross_entropy)
+@ltorch_op(F.cross_entropy, type_rule=R.cross_entropy)
 class CrossEntropyOp(NNOp):
     """`%l = ltorch.cross_entropy %input, %target[, %weight] {ignore_index, reduction,
     label_smoothing}`: class-index (int) or class-probability (float) targets"""
@@ -809,14 +810,14 @@ class SoftmaxBackwardFamilyOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "output", "dim", "input_dtype")
 
 
-@ltorch_op(softmax_backward)
+@ltorch_op(softmax_backward, type_rule=R.softmax_backward)
 class SoftmaxBackwardOp(SoftmaxBackwardFamilyOp):
     """`%dx = ltorch.softmax_backward %dy, %y {dim, input_dtype}`"""
 
     name = "ltorch.softmax_backward"
 
 
-@ltorch_op(log_softmax_backward)
+@ltorch_op(log_softmax_backward, type_rule=R.softmax_backward)
 class LogSoftmaxBackwardOp(SoftmaxBackwardFamilyOp):
     """`%dx = ltorch.log_softmax_backward %dy, %y {dim, input_dtype}`"""
 
@@ -842,7 +843,7 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     return [gr for gr, m in zip(grads, mask) if m]
 
 
-@ltorch_op(layer_norm_backward)
+@ltorch_op(layer_norm_backward, type_rule=R.layer_norm_backward)
 class LayerNormBackwardOp(BoundCallOp):
     """`%dx, %dw, %db = ltorch.layer_norm_backward %dy, %x[, %weight][, %bias][, %mean,
     %rstd] {normalized_shape, output_mask, eps?}`: one result per true entry of
@@ -1066,7 +1067,7 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor,
                                -100 if ignore_index is None else ignore_index)
 
 
-@ltorch_op(nll_loss_forward)
+@ltorch_op(nll_loss_forward, type_rule=R.nll_loss_forward)
 class NllLossForwardOp(NNOp):
     """`%loss, %total_weight = ltorch.nll_loss_forward %logp, %target[, %weight]
     {reduction, ignore_index}`: class-index targets, ``[N, C]`` or ``[C]`` log-probabilities.
@@ -1099,7 +1100,7 @@ def nll_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: to
                                 -100 if ignore_index is None else ignore_index, total_weight)
 
 
-@ltorch_op(nll_loss_backward)
+@ltorch_op(nll_loss_backward, type_rule=R.nll_loss_backward)
 class NllLossBackwardOp(NNOp):
     """`%dlogp = ltorch.nll_loss_backward %dloss, %logp, %target, %total_weight[, %weight]
     {reduction, ignore_index}`: ``-dloss w_t`` at each unignored target's class (divided by

@@ -1,7 +1,9 @@
 """Result types without a meta run: the rule table for reductions, ``cumsum``,
 comparisons, ``where`` and ``masked_fill``, joins, matrix products, embeddings, layer norm,
 softmax, ``arange``, cross-entropy, an index tensor among slices, convolution, 2-d max
-pooling and batch norm (the elementwise ops have theirs in `thunder_ir.dialects.ltorch_float`).
+pooling and batch norm; and the params checks of the ops that keep their tensors' floating
+dtype. Each op declares its rule where it is declared (`ltorch_op`'s ``type_rule`` and
+``floats``): this module holds the rules, and no table beside the ops.
 
 torch's meta kernels for these ops are Python (``torch._refs``,
 ``torch._meta_registrations``), 90 to 400 µs a call, and they check their inputs with
@@ -13,8 +15,8 @@ match, an empty tensor), which then goes the meta way and raises eager's error.
 `tests/test_decomp_core.py` checks every rule against the meta kernels.
 
 A rule is ``(operand types, params) -> type | None``; `LtorchOp.TYPE_RULE` holds it.
-``SYMBOLIC`` rules also run in a symbolic compile (their size tests record no guard:
-`symbols.same_sizes`); the others only for static sizes.
+Rules declared ``symbolic`` also run in a symbolic compile (their size tests record no
+guard: `symbols.same_sizes`); the others only for static sizes.
 """
 
 from __future__ import annotations
@@ -25,12 +27,8 @@ from typing import Any
 import torch
 from xdsl.ir import Attribute
 
-from thunder_ir.dialects import ltorch_activation as A
-from thunder_ir.dialects import ltorch_core as C
-from thunder_ir.dialects import ltorch_nn as N
-from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import OperandRef
-from thunder_ir.dialects.ltorch_base import LtorchOp, alike_tensors
+from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp, alike_tensors
 from thunder_ir.dialects.symbols import same_sizes
 from thunder_ir.dialects.types import (
     NumberType,
@@ -58,7 +56,7 @@ def _dims(dim: Any, rank: int) -> tuple[int, ...] | None:
     return out
 
 
-def _reduction(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def reduction(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``sum``, ``mean``, ``amax``, ``amin`` of a floating tensor of rank 1 or more, with
     no ``dtype``: that dtype, the reduced dims dropped (kept as 1 with ``keepdim``)."""
     (t,) = operands
@@ -76,7 +74,7 @@ def _reduction(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | 
     return t if out == sizes else tensor_type(out, t.dtype, t.dev)
 
 
-def _cat(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def cat(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``cat`` of nonempty tensors of one dtype, device and rank, equal but at ``dim``."""
     (tensors,) = operands
     if not tensors or not all(type(t) is TensorType for t in tensors):
@@ -99,7 +97,7 @@ def _cat(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     return tensor_type(out, first.dtype, first.dev)
 
 
-def _linear(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def linear(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``(*x.shape[:-1], w.shape[0])`` for a floating ``x``, a 2-d weight of its dtype,
     device and inner size, and a matching 1-d bias or none."""
     x, w, b = operands
@@ -113,7 +111,7 @@ def _linear(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | Non
     return None
 
 
-def _matmul(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def matmul(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """Floating tensors of one dtype and device: a matrix times a matrix, a batch of
     matrices or vectors times one matrix or vector (either way round), and, for static
     sizes, two batches whose batch dims broadcast. (In a symbolic compile this also keeps
@@ -145,7 +143,7 @@ def _matmul(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | Non
     return None
 
 
-def _embedding(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def embedding(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """Rows of a 2-d floating weight at int64 or int32 indices, without ``padding_idx``
     or ``max_norm``: ``(*indices.shape, weight.shape[1])`` in the weight's dtype."""
     idx, w = operands
@@ -157,7 +155,7 @@ def _embedding(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | 
     return tensor_type((*idx.sizes, w.sizes[1]), w.dtype, w.dev)
 
 
-def _layer_norm(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def layer_norm(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """A floating input whose last dims are ``normalized_shape``, with a weight and a bias
     of that shape and the input's dtype, or none: the input's type."""
     x, *affine = operands
@@ -172,7 +170,7 @@ def _layer_norm(operands: Sequence[Any], params: dict[str, Any]) -> TensorType |
     return x
 
 
-def _comparison(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def comparison(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``eq``, ``lt``...: tensors of one dtype (not complex) and device, and numbers: a
     bool tensor of their broadcast shape."""
     alike = alike_tensors(operands, True)
@@ -183,7 +181,7 @@ def _comparison(operands: Sequence[Any], params: dict[str, Any]) -> TensorType |
     return None if shape is None else tensor_type(shape, torch.bool, first.dev)
 
 
-def _where(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def where(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """A bool condition, and branches that are tensors of one dtype, or a floating tensor
     and a number: the branch tensors' dtype, the broadcast shape, on their device."""
     cond, *branches = operands
@@ -198,7 +196,7 @@ def _where(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None
     return None if shape is None else tensor_type(shape, tensors[0].dtype, cond.dev)
 
 
-def _masked_fill(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def masked_fill(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """A floating input, a bool mask on its device that broadcasts to its shape, a number:
     the input's type."""
     x, mask = operands
@@ -210,7 +208,7 @@ def _masked_fill(operands: Sequence[Any], params: dict[str, Any]) -> TensorType 
     return None
 
 
-def _softmax(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def softmax(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``softmax``, ``log_softmax`` and ``cumsum`` of a floating tensor along a dim in
     range, with no ``dtype``: the input's type."""
     (x,) = operands
@@ -221,7 +219,7 @@ def _softmax(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | No
     return None
 
 
-def _arange(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def arange(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``arange`` of ints on a given device, as int64: ``ceil((end - start) / step)``
     values (none where the step runs away from the end: eager raises)."""
     start, end, step = params.get("start", 0), params.get("end"), params.get("step", 1)
@@ -235,7 +233,7 @@ def _arange(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | Non
     return tensor_type((n,), torch.int64, dev) if n >= 0 else None
 
 
-def _cross_entropy(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def cross_entropy(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """Scores ``(N, C)`` of a floating dtype, int64 class indices ``(N,)`` on their
     device, no weight, no legacy ``size_average``/``reduce``: a 0-d loss of the scores'
     dtype (``"mean"``, ``"sum"``), or ``(N,)`` (``"none"``)."""
@@ -252,26 +250,26 @@ def _cross_entropy(operands: Sequence[Any], params: dict[str, Any]) -> TensorTyp
     return tensor_type(() if reduction != "none" else target.sizes, x.dtype, x.dev)
 
 
-def _nll_loss_forward(operands: Sequence[Any], params: dict[str, Any]
+def nll_loss_forward(operands: Sequence[Any], params: dict[str, Any]
                       ) -> list[TensorType] | None:
-    """As `_cross_entropy`, on log-probabilities: the loss, and the total weight (0-d)."""
-    loss = _cross_entropy(operands, {"reduction": params.get("reduction") or "mean"})
+    """As `cross_entropy`, on log-probabilities: the loss, and the total weight (0-d)."""
+    loss = cross_entropy(operands, {"reduction": params.get("reduction") or "mean"})
     x = operands[0]
     return None if loss is None else [loss, tensor_type((), x.dtype, x.dev)]
 
 
-def _nll_loss_backward(operands: Sequence[Any], params: dict[str, Any]
+def nll_loss_backward(operands: Sequence[Any], params: dict[str, Any]
                        ) -> TensorType | None:
-    """The gradient of `_nll_loss_forward`'s log-probabilities: their type, where the
+    """The gradient of `nll_loss_forward`'s log-probabilities: their type, where the
     loss's gradient and the total weight are typed as that forward's results."""
     grad, x, target, total, weight = operands
-    fwd = _nll_loss_forward([x, target, weight], params)
+    fwd = nll_loss_forward([x, target, weight], params)
     if fwd is None or grad != fwd[0] or total != fwd[1]:
         return None
     return x
 
 
-def _same_as_first(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def same_as_first(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """A gradient and what it is the gradient of, of one floating type (``gelu_backward``
     with an approximation eager knows): that type."""
     grad, x = operands
@@ -281,7 +279,7 @@ def _same_as_first(operands: Sequence[Any], params: dict[str, Any]) -> TensorTyp
     return None
 
 
-def _softmax_backward(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def softmax_backward(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """The gradient of (log-)softmax from its output, all of one floating type, along a dim
     in range: that type."""
     grad, out = operands
@@ -293,33 +291,33 @@ def _softmax_backward(operands: Sequence[Any], params: dict[str, Any]) -> Tensor
     return None
 
 
-def _stats_type(x: TensorType, shape: tuple[int, ...]) -> TensorType:
+def stats_type(x: TensorType, shape: tuple[int, ...]) -> TensorType:
     """Layer norm's mean and rstd: ``x``'s sizes, the normalized dims kept as 1s."""
     return tensor_type((*x.sizes[:x.rank - len(shape)], *(1,) * len(shape)), x.dtype, x.dev)
 
 
-def _native_layer_norm(operands: Sequence[Any], params: dict[str, Any]
+def native_layer_norm(operands: Sequence[Any], params: dict[str, Any]
                        ) -> list[TensorType] | None:
-    """As `_layer_norm`, float32 and float64: the output, and the mean and rstd."""
+    """As `layer_norm`, float32 and float64: the output, and the mean and rstd."""
     x = operands[0]
-    out = _layer_norm(operands, params)
+    out = layer_norm(operands, params)
     if out is None or x.dtype not in (torch.float32, torch.float64):
         return None
-    stats = _stats_type(x, params["normalized_shape"])
+    stats = stats_type(x, params["normalized_shape"])
     return [out, stats, stats]
 
 
-def _layer_norm_backward(operands: Sequence[Any], params: dict[str, Any]
+def layer_norm_backward(operands: Sequence[Any], params: dict[str, Any]
                          ) -> list[TensorType] | None:
     """float32 and float64: a gradient of the input's type, the forward's mean and rstd (or
     none), and one result per true ``output_mask`` entry, typed as the input, the weight
     and the bias (each present)."""
     grad, x, weight, bias, mean, rstd = operands
     mask = params.get("output_mask")
-    if _native_layer_norm([x, weight, bias], params) is None or grad != x \
+    if native_layer_norm([x, weight, bias], params) is None or grad != x \
             or type(mask) is not tuple or len(mask) != 3:
         return None
-    stats = _stats_type(x, params["normalized_shape"])
+    stats = stats_type(x, params["normalized_shape"])
     if (mean is None) != (rstd is None) or (mean is not None and (mean != stats
                                                                  or rstd != stats)):
         return None
@@ -335,7 +333,7 @@ def _layer_norm_backward(operands: Sequence[Any], params: dict[str, Any]
 _ALL = slice(None, None, None)
 
 
-def _getitem(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def getitem(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``x[:, idx, :]``: one int64 index tensor on ``x``'s device among full slices
     (nanoGPT's ``x[:, [-1], :]``): ``x``'s type with that dim replaced by the index's
     sizes. (A view's index, a bool mask or several index tensors go the meta way.)"""
@@ -358,7 +356,7 @@ def _ints(v: Any, n: int) -> bool:
     return type(v) is tuple and len(v) == n and all(type(i) is int for i in v)
 
 
-def _convolution(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+def convolution(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """A batched floating input ``[N, C_in, *spatial]``, a weight ``[C_out, C_in / groups,
     *kernel]`` and a bias ``[C_out]`` or none, of its dtype and device, one positive
     stride and dilation and one padding per spatial dim: ``[N, C_out, *out]``, each out
@@ -387,7 +385,7 @@ def _convolution(operands: Sequence[Any], params: dict[str, Any]) -> TensorType 
     return tensor_type((n, c_out, *out), x.dtype, x.dev)
 
 
-def _max_pool2d(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorType] | None:
+def max_pool2d(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorType] | None:
     """2-d max pooling of a floating ``[N, C, H, W]`` or ``[C, H, W]`` input without
     ``ceil_mode``, each padding at most half its dilated window: the maxima in its dtype
     and their int64 indices, ``(size + 2 padding - dilation (kernel - 1) - 1) // stride +
@@ -409,7 +407,7 @@ def _max_pool2d(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorT
     return [tensor_type(shape, x.dtype, x.dev), tensor_type(shape, torch.int64, x.dev)]
 
 
-def _batch_norm(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorType] | None:
+def batch_norm(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorType] | None:
     """float32 and float64 ``[N, C, ...]``, with a weight, a bias and running statistics
     ``[C]`` of its dtype or none (evaluation reads running statistics): the output; in
     training also the batch mean and inverse standard deviation, and with running
@@ -430,31 +428,57 @@ def _batch_norm(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorT
     return [x, stat, stat, stat, stat] if running else [x, stat, stat]
 
 
-TYPE_RULES: dict[type[LtorchOp], Rule] = {
-    C.SumOp: _reduction, C.MeanOp: _reduction, C.AmaxOp: _reduction, C.AminOp: _reduction,
-    C.CatOp: _cat,
-    N.LinearOp: _linear, N.MatmulOp: _matmul,
-    N.EmbeddingOp: _embedding, N.LayerNormOp: _layer_norm,
-    C.EqOp: _comparison, C.NeOp: _comparison, C.LtOp: _comparison, C.LeOp: _comparison,
-    C.GtOp: _comparison, C.GeOp: _comparison,
-    C.WhereOp: _where, C.MaskedFillOp: _masked_fill, C.ArangeOp: _arange,
-    N.SoftmaxOp: _softmax, N.LogSoftmaxOp: _softmax, N.CrossEntropyOp: _cross_entropy,
-    N.NllLossForwardOp: _nll_loss_forward, N.NllLossBackwardOp: _nll_loss_backward,
-    A.GeluBackwardOp: _same_as_first, A.SoftplusBackwardOp: _same_as_first,
-    A.HardswishBackwardOp: _same_as_first, A.HardsigmoidBackwardOp: _same_as_first,
-    N.SoftmaxBackwardOp: _softmax_backward,
-    N.LogSoftmaxBackwardOp: _softmax_backward, N.NativeLayerNormOp: _native_layer_norm,
-    N.LayerNormBackwardOp: _layer_norm_backward, C.GetitemOp: _getitem,
-    N.ConvolutionOp: _convolution, N.MaxPool2dWithIndicesOp: _max_pool2d,
-    N.NativeBatchNormOp: _batch_norm, S.CumsumOp: _softmax,
-}
-"""Op class -> the rule that types its plain case."""
+# --------------------------------------------------------------------------- float params
+#
+# The checks of the params with which an op keeps its tensors' floating dtype
+# (`ltorch_op`'s ``floats``): params eager refuses with float tensors must fail them, so
+# that the meta kernel raises eager's error.
 
-SYMBOLIC: frozenset[type[LtorchOp]] = frozenset({N.LinearOp, N.MatmulOp})
-"""The ops whose rule also runs in a symbolic compile."""
 
-for _op, _rule in TYPE_RULES.items():
-    _op.TYPE_RULE = staticmethod(_rule)  # type: ignore[assignment]
-    _op.TYPE_RULE_SYMBOLIC = _op in SYMBOLIC
+def alpha(params: dict[str, Any]) -> bool:
+    """``add``/``sub``: a number ``alpha`` (a bool alpha needs bool tensors)."""
+    a = params.get("alpha")
+    return a is None or type(a) in (int, float)
 
-__all__ = ["SYMBOLIC", "TYPE_RULES"]
+
+def rounding_mode(params: dict[str, Any]) -> bool:
+    """``div``: true division or a known rounding mode."""
+    return params.get("rounding_mode") in (None, "trunc", "floor")
+
+
+def decimals(params: dict[str, Any]) -> bool:
+    """``round``: an int ``decimals``."""
+    d = params.get("decimals")
+    return d is None or type(d) is int
+
+
+def approximate(params: dict[str, Any]) -> bool:
+    """``gelu``: a known approximation."""
+    return params.get("approximate") in (None, "none", "tanh")
+
+
+def softplus(params: dict[str, Any]) -> bool:
+    """``softplus``: number ``beta`` and ``threshold``."""
+    return all(type(params.get(k, 1)) in (int, float) for k in ("beta", "threshold"))
+
+
+# --------------------------------------------------------------------------- the views
+
+
+def type_rules() -> dict[type[LtorchOp], Rule]:
+    """Op class -> the rule that types its plain case, as the ops declare them."""
+    return {op: op.TYPE_RULE for op in LTORCH if op.TYPE_RULE is not None}  # type: ignore[misc]
+
+
+def float_preserving() -> dict[type[LtorchOp], Callable[[dict[str, Any]], bool]]:
+    """Op class -> the params check with which it keeps its floating dtype, as the ops
+    declare them."""
+    return {op: op.FLOAT_PARAMS for op in LTORCH if op.FLOAT_PRESERVING}
+
+
+__all__ = ["alpha", "approximate", "arange", "batch_norm", "cat", "comparison",
+           "convolution", "cross_entropy", "decimals", "embedding", "float_preserving",
+           "getitem", "layer_norm", "layer_norm_backward", "linear", "masked_fill",
+           "matmul", "max_pool2d", "native_layer_norm", "nll_loss_backward",
+           "nll_loss_forward", "reduction", "rounding_mode", "same_as_first", "softmax",
+           "softmax_backward", "softplus", "type_rules", "where"]

@@ -22,6 +22,7 @@ import torch
 from xdsl.irdl import operand_def, opt_prop_def, prop_def, result_def, traits_def
 from xdsl.traits import Pure
 
+from thunder_ir.dialects import ltorch_rules as R
 from thunder_ir.dialects.ltorch_base import ltorch_op
 from thunder_ir.dialects.ltorch_core import CoreOp, DType
 from thunder_ir.dialects.prims_base import Int
@@ -42,7 +43,7 @@ class ScanOp(CoreOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dtype": None}
 
 
-@ltorch_op(torch.cumsum)
+@ltorch_op(torch.cumsum, type_rule=R.softmax)
 class CumsumOp(ScanOp):
     """`%y = ltorch.cumsum %input {dim, dtype}`: ``y[..., i, ...] = sum(x[..., :i+1, ...])``
     along ``dim``; integers and bools sum to int64 unless ``dtype`` says otherwise"""

@@ -226,10 +226,10 @@ def test_the_float_rule_agrees_with_the_meta_kernels() -> None:
     (None) or gives exactly the type the meta kernel gives; never a type where the meta
     kernel raises eager's error."""
     from thunder_ir.dialects.ltorch_base import float_result
-    from thunder_ir.dialects.ltorch_float import FLOAT_PRESERVING
+    from thunder_ir.dialects.ltorch_rules import float_preserving
     from thunder_ir.dialects.torch import meta_value, type_of_meta
 
-    ops = list(FLOAT_PRESERVING)
+    ops = list(float_preserving())
     shapes = [((2, 3), (2, 3)), ((), ()), ((2, 3), (3,)), ((2, 1), (1, 4)), ((2, 3), ()),
               ((2, 3), (4,)), ((0, 3), (1, 3))]
     numbers = [number_type(int), number_type(float), number_type(bool)]
@@ -263,7 +263,7 @@ def test_the_float_rule_agrees_with_the_meta_kernels() -> None:
 
 
 def _type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
-    """``(op class, operand types, params)`` for every rule of `ltorch_rules.TYPE_RULES`:
+    """``(op class, operand types, params)`` for every op declaring a type rule:
     the plain cases each rule was written for, and the ones around it that eager types
     otherwise or refuses (other dtypes, dims out of range or repeated, sizes that do not
     match, empty and 0-d tensors, half types, params it leaves to the meta kernel)."""
@@ -462,15 +462,16 @@ def _vision_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
 
 
 def test_the_type_rules_agree_with_the_meta_kernels() -> None:
-    """Every rule of `ltorch_rules.TYPE_RULES`, on cases around what it was written for:
+    """Every rule an op declares (`ltorch_rules.type_rules`), on cases around its plain one:
     either it leaves the answer to the meta kernel (None) or it gives exactly the type
     the meta kernel gives; never a type where the meta kernel raises eager's error."""
-    from thunder_ir.dialects.ltorch_rules import TYPE_RULES
+    from thunder_ir.dialects.ltorch_rules import type_rules
     from thunder_ir.dialects.torch import meta_value, type_of_meta
 
+    rules = type_rules()
     answered: dict[str, int] = {}
     for cls, types, params in _type_rule_cases():
-        rule = TYPE_RULES[cls]
+        rule = rules[cls]
         fast = rule(types, params)
         metas = [[meta_value(t) for t in g] if isinstance(g, list) else
                  (None if g is None else meta_value(g)) for g in types]
@@ -485,5 +486,5 @@ def test_the_type_rules_agree_with_the_meta_kernels() -> None:
         if fast is not None:
             answered[cls.name] = answered.get(cls.name, 0) + 1
             assert fast == meta, (cls.name, types, params, fast, meta)
-    assert set(answered) == {c.name for c in TYPE_RULES}  # every rule answers some case
+    assert set(answered) == {c.name for c in rules}  # every rule answers some case
     assert sum(answered.values()) > 600, answered

@@ -172,3 +172,30 @@ def test_torch_callables_are_routed_one_way() -> None:
     with pytest.raises(ValueError, match="routed twice"):
         register_handlers([f], lambda ctx, *a, **k: None)
     assert HANDLERS[f] is not None
+
+
+def test_op_typing_facts_are_declared_with_the_op() -> None:
+    """An ltorch op's type rule and float-preserving check are declared where the op is
+    (``@ltorch_op(torch.cat, type_rule=R.cat)``): no module but `ltorch_base` sets
+    ``TYPE_RULE`` or ``FLOAT_PRESERVING`` on an op class (a table beside the ops drifted
+    from them), and the views read back what the declarations say."""
+    import re
+
+    writes = []
+    for path in _sources():
+        if path.name == "ltorch_base.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\.(TYPE_RULE|TYPE_RULE_SYMBOLIC|FLOAT_PRESERVING|FLOAT_PARAMS)\s*=",
+                         line):
+                writes.append(f"{path.relative_to(ROOT).as_posix()}:{n}")
+    assert not writes, f"op typing facts set outside the op's declaration: {writes}"
+    from thunder_ir.dialects import ltorch_core as C
+    from thunder_ir.dialects import ltorch_nn as N
+    from thunder_ir.dialects import ltorch_rules as R
+
+    rules, floats = R.type_rules(), R.float_preserving()
+    assert rules[C.CatOp] is R.cat and rules[N.LinearOp] is R.linear
+    assert N.LinearOp.TYPE_RULE_SYMBOLIC and not C.CatOp.TYPE_RULE_SYMBOLIC
+    assert floats[C.AddOp] is R.alpha and C.ExpOp in floats and C.EqOp not in floats
+    assert C.MulOp.FLOAT_NUMBERS and not C.ExpOp.FLOAT_NUMBERS
