@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -132,3 +133,63 @@ def test_default_dtype_and_autocast_change_a_probe_as_eager() -> None:
                                     atol=1e-2)
         finally:
             torch.set_default_dtype(was)
+
+
+class _KVCachedGPT(torch.nn.Module):
+    """LitGPT's shape of decoding: one attention layer whose key/value cache buffers are
+    written in place through a view (``k[:b].index_copy_``) at the input positions,
+    driven by a generation loop under ``torch.inference_mode()``."""
+
+    def __init__(self, vocab: int = 32, dim: int = 16, heads: int = 2, max_len: int = 24):
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.emb = torch.nn.Embedding(vocab, dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.head = torch.nn.Linear(dim, vocab)
+        shape = (1, heads, max_len, dim // heads)
+        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+        self.register_buffer("mask", torch.ones(max_len, max_len).tril().bool(),
+                             persistent=False)
+
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        b, t = idx.shape
+        q, k, v = self.qkv(self.emb(idx)).split(self.dim, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        k = self.k_cache[:b, ...].index_copy_(2, input_pos, k)  # (through a view, as LitGPT)
+        v = self.v_cache[:b, ...].index_copy_(2, input_pos, v)
+        mask = self.mask.index_select(0, input_pos)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None])
+        return self.head(y.transpose(1, 2).reshape(b, t, self.dim))
+
+
+def _generate(model: Any, prompt: torch.Tensor, steps: int) -> list[int]:
+    tokens = prompt.tolist()[0]
+    with torch.inference_mode():
+        pos = torch.arange(prompt.shape[1])
+        logits = model(prompt, pos)
+        for _ in range(steps):
+            nxt = int(logits[0, -1].argmax())
+            tokens.append(nxt)
+            pos = torch.tensor([len(tokens) - 1])
+            logits = model(torch.tensor([[nxt]]), pos)
+    return tokens
+
+
+def test_kv_cached_generation_under_inference_mode_gives_eagers_tokens() -> None:
+    """The issue's LitGPT finding: under ``inference_mode`` the jitted model's KV cache was
+    never written, and tokens diverged from the third on. Every token and both caches are
+    eager's; a second generation (cached programs) too."""
+    torch.manual_seed(0)
+    eager = _KVCachedGPT()
+    jitted = _KVCachedGPT()
+    jitted.load_state_dict(eager.state_dict())
+    jm = thunder_ir.jit(jitted)
+    prompt = torch.tensor([[3, 7, 1, 4]])
+    for _ in range(2):
+        for m in (eager, jitted):
+            m.k_cache.zero_()
+            m.v_cache.zero_()
+        assert _generate(jm, prompt, 12) == _generate(eager, prompt, 12)
+        torch.testing.assert_close(jitted.k_cache, eager.k_cache)
+        torch.testing.assert_close(jitted.v_cache, eager.v_cache)
