@@ -29,6 +29,7 @@ from __future__ import annotations
 import linecache
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable
 from itertools import count
@@ -70,45 +71,39 @@ _DIVISOR = st.integers(2, 5)
 _FACTOR = st.sampled_from(["0.05", "0.25", "0.5", "0.75", "1.5", "2.0", "0.1"])
 
 
+_INT_FORMS = [
+    "({i} + {i})", "({i} - {i})", "({i} * {s})", "({i} // {v})", "({i} % {v})", "int({f})",
+    "round({f})", "math.floor({f})", "math.ceil({f})", "math.trunc({f})", "min({i}, {i})",
+    "max({i}, {i})", "abs({i} - {i})", "({i} if {b} else {i})", "({i} ** 2)",
+    "(n // {i} if {i} else n)",  # may divide by 0
+    "pow({i}, 2)",
+]
+_FLOAT_FORMS = [
+    "({f} + {f})", "({f} * {k})", "math.cos({f})", "math.sin({f})",
+    "math.log(abs({f}) + 1.0)", "math.exp(math.sin({f}))", "math.sqrt(abs({f}))",
+    "math.pow(abs({f}) + 1.0, 1.5)", "({i} / {v})", "float({i})", "min({f}, {k})",
+    "max({f}, {f})",
+    "math.log({f} - 1.0)", "math.exp({f})",  # unbounded: may raise or overflow, as eager
+]
+_BOOL_FORMS = ["({i} > {i})", "({i} <= {s})", "({f} < {k})", "({i} == {s})",
+               "({i} % 2 == 0)", "({f} >= {f})"]
+"""The grammar: a form's ``{i}``, ``{f}``, ``{b}`` is a fresh int, float or bool
+expression one level down; ``{s}``, ``{v}``, ``{k}`` a small int, a divisor, a factor."""
+
+
+def _expand(draw: st.DrawFn, forms: list[str], depth: int) -> str:
+    """One drawn form of ``forms``, each of its holes filled by a fresh draw."""
+    kinds = {"i": lambda: _int(depth), "f": lambda: _float(depth), "b": lambda: _bool(depth),
+             "s": lambda: _SMALL, "v": lambda: _DIVISOR, "k": lambda: _FACTOR}
+    return re.sub(r"\{(\w)\}", lambda m: str(draw(kinds[m.group(1)]())),
+                  draw(st.sampled_from(forms)))
+
+
 @st.composite
 def _int(draw: st.DrawFn, depth: int) -> str:
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return "n" if draw(st.booleans()) else str(draw(_SMALL))
-    d = depth - 1
-    form = draw(st.integers(0, 16))
-    if form == 0:
-        return f"({draw(_int(d))} + {draw(_int(d))})"
-    if form == 1:
-        return f"({draw(_int(d))} - {draw(_int(d))})"
-    if form == 2:
-        return f"({draw(_int(d))} * {draw(_SMALL)})"
-    if form == 3:
-        return f"({draw(_int(d))} // {draw(_DIVISOR)})"
-    if form == 4:
-        return f"({draw(_int(d))} % {draw(_DIVISOR)})"
-    if form == 5:
-        return f"int({draw(_float(d))})"
-    if form == 6:
-        return f"round({draw(_float(d))})"
-    if form == 7:
-        return f"math.floor({draw(_float(d))})"
-    if form == 8:
-        return f"math.ceil({draw(_float(d))})"
-    if form == 9:
-        return f"math.trunc({draw(_float(d))})"
-    if form == 10:
-        return f"min({draw(_int(d))}, {draw(_int(d))})"
-    if form == 11:
-        return f"max({draw(_int(d))}, {draw(_int(d))})"
-    if form == 12:
-        return f"abs({draw(_int(d))} - {draw(_int(d))})"
-    if form == 13:
-        return f"({draw(_int(d))} if {draw(_bool(d))} else {draw(_int(d))})"
-    if form == 14:
-        return f"({draw(_int(d))} ** 2)"
-    if form == 15:
-        return f"(n // {draw(_int(d))} if {draw(_int(d))} else n)"  # may divide by 0
-    return f"pow({draw(_int(d))}, 2)"
+    return _expand(draw, _INT_FORMS, depth - 1)
 
 
 @st.composite
@@ -118,52 +113,12 @@ def _float(draw: st.DrawFn, depth: int) -> str:
         if leaf == 0:
             return f"(n * {draw(_FACTOR)})"
         return "float(n)" if leaf == 1 else draw(_FACTOR)
-    d = depth - 1
-    form = draw(st.integers(0, 13))
-    if form == 0:
-        return f"({draw(_float(d))} + {draw(_float(d))})"
-    if form == 1:
-        return f"({draw(_float(d))} * {draw(_FACTOR)})"
-    if form == 2:
-        return f"math.cos({draw(_float(d))})"
-    if form == 3:
-        return f"math.sin({draw(_float(d))})"
-    if form == 4:
-        return f"math.log(abs({draw(_float(d))}) + 1.0)"
-    if form == 5:
-        return f"math.exp(math.sin({draw(_float(d))}))"
-    if form == 6:
-        return f"math.sqrt(abs({draw(_float(d))}))"
-    if form == 7:
-        return f"math.pow(abs({draw(_float(d))}) + 1.0, 1.5)"
-    if form == 8:
-        return f"({draw(_int(d))} / {draw(_DIVISOR)})"
-    if form == 9:
-        return f"float({draw(_int(d))})"
-    if form == 10:
-        return f"min({draw(_float(d))}, {draw(_FACTOR)})"
-    if form == 11:
-        return f"max({draw(_float(d))}, {draw(_float(d))})"
-    if form == 12:
-        return f"math.log({draw(_float(d))} - 1.0)"  # unbounded: may raise as eager does
-    return f"math.exp({draw(_float(d))})"  # may overflow, as eager does
+    return _expand(draw, _FLOAT_FORMS, depth - 1)
 
 
 @st.composite
 def _bool(draw: st.DrawFn, depth: int) -> str:
-    d = max(depth - 1, 0)
-    form = draw(st.integers(0, 5))
-    if form == 0:
-        return f"({draw(_int(d))} > {draw(_int(d))})"
-    if form == 1:
-        return f"({draw(_int(d))} <= {draw(_SMALL)})"
-    if form == 2:
-        return f"({draw(_float(d))} < {draw(_FACTOR)})"
-    if form == 3:
-        return f"({draw(_int(d))} == {draw(_SMALL)})"
-    if form == 4:
-        return f"({draw(_int(d))} % 2 == 0)"
-    return f"({draw(_float(d))} >= {draw(_float(d))})"
+    return _expand(draw, _BOOL_FORMS, max(depth - 1, 0))
 
 
 _USES = {
