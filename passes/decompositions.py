@@ -9,10 +9,11 @@ Rules compose by calling each other through ``d.ltorch``: ``d.ltorch.sigmoid(x)`
 sigmoid *rule* inline (no ltorch op is built), as ``torch/_decomp`` composes Python
 functions. So one application yields prims only, and the pass needs a single walk.
 
-Rule modules register on import; `load_rules` imports them all from one place. A
-compilation may bring rules of its own (`thunder_ir.passes.context.CompileContext
-.decompositions`): they come first for that compilation only (`rules`), never in the
-built-in table.
+Rule modules register on import; `load_rules` imports them all from one place. The table
+is a `thunder_ir.dialects.tables.RuleTable`: the built-in rules are frozen, a user's rule
+for a new op is an addition beside them. A compilation may bring rules of its own
+(`thunder_ir.passes.context.CompileContext.decompositions`): they come first for that
+compilation only (`rules`), never in the table.
 """
 
 from __future__ import annotations
@@ -24,19 +25,19 @@ from typing import Any
 from xdsl.ir import Attribute
 
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
+from thunder_ir.dialects.tables import RuleTable, is_builtin
 from thunder_ir.passes.context import overlays
 
 Rule = Callable[..., Any]
-DECOMPOSITIONS: dict[type[ThunderOp], Rule] = {}
+DECOMPOSITIONS: RuleTable[type[ThunderOp], Rule] = RuleTable("decomposition")
 
 
-def decomposes(op: type[ThunderOp]) -> Callable[[Rule], Rule]:
-    """Registers ``fn`` as the decomposition of ``op``."""
+def decomposes(op: type[ThunderOp], *, replace: bool = False) -> Callable[[Rule], Rule]:
+    """Registers ``fn`` as the decomposition of ``op`` (a built-in rule where ``fn`` is
+    thunder_ir's, else an addition; ``replace``: an addition replacing an addition)."""
 
     def wrap(fn: Rule) -> Rule:
-        if op in DECOMPOSITIONS:
-            raise ValueError(f"{op.name} already has a decomposition")
-        DECOMPOSITIONS[op] = fn
+        DECOMPOSITIONS.register(op, fn, builtin=is_builtin(fn), replace=replace)
         return fn
 
     return wrap

@@ -34,22 +34,23 @@ from xdsl.ir import Operation, SSAValue
 from thunder_ir.dialects.base import Emitter, OpNamespace, ThunderOp
 from thunder_ir.dialects.dist import PendingType
 from thunder_ir.dialects.symbols import same_sizes
+from thunder_ir.dialects.tables import RuleTable, is_builtin
 from thunder_ir.dialects.torch import runtime_callee
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, ttype
 from thunder_ir.passes.context import overlays
 
 VjpRule = Callable[..., list[Any]]
-VJP_RULES: dict[type[ThunderOp], VjpRule] = {}
+VJP_RULES: RuleTable[type[ThunderOp], VjpRule] = RuleTable("VJP rule")
+"""Op class -> rule (`thunder_ir.dialects.tables.RuleTable`: built-in rules frozen)."""
 
 
-def vjp(op: type[ThunderOp]) -> Callable[[VjpRule], VjpRule]:
-    """Registers ``fn`` as the VJP rule of ``op``."""
+def vjp(op: type[ThunderOp], *, replace: bool = False) -> Callable[[VjpRule], VjpRule]:
+    """Registers ``fn`` as the VJP rule of ``op`` (a built-in rule where ``fn`` is
+    thunder_ir's, else an addition; ``replace``: an addition replacing an addition)."""
 
     def wrap(fn: VjpRule) -> VjpRule:
-        if op in VJP_RULES:
-            raise ValueError(f"{op.name} already has a VJP rule")
-        VJP_RULES[op] = fn
+        VJP_RULES.register(op, fn, builtin=is_builtin(fn), replace=replace)
         return fn
 
     return wrap

@@ -190,3 +190,62 @@ def test_rules_added_for_one_compile_are_not_seen_by_a_concurrent_one() -> None:
     assert torch.equal(grads["own"], torch.full((5,), -1.0))
     assert not torch.equal(grads["plain"], torch.full((5,), -1.0))
     assert (dict(DECOMPOSITIONS), dict(VJP_RULES)) == before
+
+
+def test_built_in_rule_tables_are_frozen_and_additions_are_scoped() -> None:
+    """Every rule table holds frozen built-in entries (those thunder_ir's modules register)
+    and the user's additions beside them: a user cannot replace or delete a built-in
+    decomposition, VJP rule, route or input strategy (the message points at the compile
+    context), a dict write is refused, and `scoped_additions` undoes an op's rules."""
+    import thunder_ir.frontend.tracer  # (every handler module)
+    import thunder_ir.testing  # noqa: F401  (every input strategy)
+    from thunder_ir.dialects.tables import TABLES, scoped_additions
+    from thunder_ir.frontend.table import HANDLERS
+    from thunder_ir.frontend.torch_map import register_torch_op
+    from thunder_ir.passes.decompositions import DECOMPOSITIONS, decomposes, load_rules
+    from thunder_ir.passes.vjp import VJP_RULES, load_vjp_rules, vjp
+    from thunder_ir.testing.inputs import INPUT_STRATEGIES, register_inputs
+
+    load_rules()
+    load_vjp_rules()
+    assert {t.title for t in TABLES} >= {"decomposition", "VJP rule", "route", "input strategy"}
+    assert all(not t.additions() for t in TABLES), "an in-tree rule registered as an addition"
+    before = [dict(t) for t in TABLES]
+
+    def rule(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("never called")
+
+    exp = ltorch.OPS["exp"]  # (it has a decomposition, a VJP rule and inputs of its own)
+    for register in (decomposes(exp), vjp(exp), register_inputs(exp)):
+        with pytest.raises(ValueError, match="built-in entries are frozen"):
+            register(rule)
+    with pytest.raises(ValueError, match="CompileContext"):
+        register_torch_op([torch.sin], SinOp)
+    for table in (DECOMPOSITIONS, VJP_RULES, HANDLERS, INPUT_STRATEGIES):
+        key = next(iter(table))
+        with pytest.raises(TypeError, match="frozen"):
+            table[key] = rule
+        with pytest.raises(TypeError, match="frozen"):
+            del table[key]
+        with pytest.raises(TypeError, match="frozen"):
+            table.clear()
+
+    class Mine:  # a user's own op class (only its identity matters to the tables)
+        name = "user.mine"
+
+    def user_fn(x: Any) -> Any:
+        return x
+
+    with scoped_additions():
+        decomposes(Mine)(rule)  # type: ignore[arg-type]
+        vjp(Mine)(rule)  # type: ignore[arg-type]
+        register_inputs(Mine)(rule)  # type: ignore[arg-type]
+        register_torch_op([user_fn], Mine)  # type: ignore[arg-type]
+        register_torch_op([user_fn], Mine)  # (a notebook cell run twice)
+        with pytest.raises(ValueError, match="replace=True"):
+            decomposes(Mine)(lambda d, x: x)  # type: ignore[arg-type]
+        decomposes(Mine, replace=True)(rule)  # type: ignore[arg-type]
+        assert DECOMPOSITIONS[Mine] is rule and VJP_RULES[Mine] is rule  # type: ignore[index]
+        assert Mine in DECOMPOSITIONS.additions() and user_fn in HANDLERS.additions()
+    assert [dict(t) for t in TABLES] == before
+    assert all(not t.additions() for t in TABLES)

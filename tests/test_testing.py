@@ -117,7 +117,7 @@ def test_unregistered_ops_and_double_registration() -> None:
 
     with pytest.raises(KeyError, match=r"test\.unknown has no input strategy"):
         op_inputs(Unknown)
-    with pytest.raises(ValueError, match="already has an input strategy"):
+    with pytest.raises(ValueError, match="already has a built-in input strategy"):
         register_inputs(P.ExpOp)(lambda draw, spec: ([], {}))
 
 

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,25 +29,21 @@ def _blocks(path: Path) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def registries() -> Iterator[None]:
-    """Restores the tables a tutorial adds to (its op, the op's routing, decomposition, VJP
-    rule and input strategy), so that the coverage tests of later files see none of it."""
+    """Undoes what a tutorial adds (its op, the op's routing, decomposition, VJP rule and
+    input strategy: additions to the rule tables), so that the coverage tests of later
+    files see none of it; the built-in entries are frozen, so nothing else can change."""
     import thunder_ir.frontend.tracer  # (every handler module)
     import thunder_ir.testing  # noqa: F401  (every input strategy)
     from thunder_ir.dialects.ltorch_base import LTORCH
-    from thunder_ir.frontend.table import HANDLERS
-    from thunder_ir.passes.decompositions import DECOMPOSITIONS, load_rules
-    from thunder_ir.passes.vjp import VJP_RULES, load_vjp_rules
-    from thunder_ir.testing.inputs import INPUT_STRATEGIES
+    from thunder_ir.dialects.tables import scoped_additions
+    from thunder_ir.passes.decompositions import load_rules
+    from thunder_ir.passes.vjp import load_vjp_rules
 
     load_rules()
     load_vjp_rules()
-    tables: list[Any] = [HANDLERS, DECOMPOSITIONS, VJP_RULES, INPUT_STRATEGIES]
-    saved = [dict(t) for t in tables]
     ops = list(LTORCH)
-    yield
-    for t, before in zip(tables, saved, strict=True):
-        t.clear()
-        t.update(before)
+    with scoped_additions():
+        yield
     LTORCH[:] = ops
 
 

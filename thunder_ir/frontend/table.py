@@ -19,9 +19,13 @@ from typing import Any
 
 import torch
 
+from thunder_ir.dialects.tables import RuleTable
+
 Handler = Callable[..., Any]
-HANDLERS: dict[Any, Handler] = {}
-"""torch callable -> handler(builder, *args, **kwargs); filled by the handler modules."""
+HANDLERS: RuleTable[Any, Handler] = RuleTable("route")
+"""torch callable -> handler(builder, *args, **kwargs); filled by the handler modules
+(built-in routes, frozen) and the public `register_torch_op` (additions): a
+`thunder_ir.dialects.tables.RuleTable`."""
 TRACING_CONTEXTS: list[Callable[[], Any]] = []
 """Factories of context managers entered around user code while it is traced (and only
 then): e.g. the extension API's diversion of ``replaces=`` functions."""
@@ -60,22 +64,18 @@ def inline(fn: Callable[..., Any]) -> Handler:
     return handler
 
 
-def register_handlers(fns: Sequence[Any], handler: Handler | None,
-                      replace: bool = False) -> None:
+def register_handlers(fns: Sequence[Any], handler: Handler | None, *,
+                      builtin: bool = True, replace: bool = False) -> None:
     """Routes each of ``fns`` to ``handler`` (nothing when it is None: an op not built):
-    the one way a handler module routes a torch callable, and a callable is routed once (a
-    second route would silently replace the first, whichever module imports last).
-    ``replace``: a route a user makes again (the public `register_torch_op`, a notebook
-    cell run twice) replaces the first."""
+    the one way a torch callable is routed, and a callable is routed once (a second route
+    would silently replace the first, whichever module imports last). ``builtin``: a
+    route of a thunder_ir handler module, frozen once made; else an addition (the public
+    `register_torch_op`), which ``replace`` lets a user make again (a notebook cell run
+    twice)."""
     if handler is None:
         return
     for f in fns:
-        old = HANDLERS.get(f)
-        if old is not None and old is not handler and not replace:
-            raise ValueError(f"{getattr(f, '__qualname__', f)} is routed twice "
-                             f"({getattr(old, '__qualname__', old)} and "
-                             f"{getattr(handler, '__qualname__', handler)})")
-        HANDLERS[f] = handler
+        HANDLERS.register(f, handler, builtin=builtin, replace=replace)
 
 
 LIBRARY_HANDLERS: dict[str, Handler] = {}
@@ -94,7 +94,7 @@ def library_handler(func: Any) -> Handler | None:
         return None
     h = LIBRARY_HANDLERS.get(name)
     if h is not None:
-        HANDLERS[func] = h
+        HANDLERS.register(func, h, builtin=True)
     return h
 
 

@@ -154,7 +154,7 @@ def register_torch_op(torch_fns: Sequence[Any], op: type[ThunderOp]) -> None:
     def handler(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         return emit_bound(ctx, op, bind(op, args, kwargs, ctx.loc))
 
-    register_handlers(torch_fns, handler, replace=True)
+    register_handlers(torch_fns, handler, builtin=False, replace=True)
 
 
 def inplace(functional: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -806,9 +806,9 @@ def _new(short: str) -> Callable[..., Any] | None:
     return handler
 
 
-HANDLERS.update({k: v for k, v in {
-    T.new_zeros: _new("zeros"), T.new_ones: _new("ones"), T.new_empty: _new("empty"),
-    T.new_full: _new("full")}.items() if v is not None})
+for _fn, _kind in ((T.new_zeros, "zeros"), (T.new_ones, "ones"), (T.new_empty, "empty"),
+                   (T.new_full, "full")):
+    register_handlers([_fn], _new(_kind))
 
 # --------------------------------------------------------------------------- nn
 

@@ -46,6 +46,7 @@ them; this module holds the registry, `op_inputs` and the helpers they share.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
@@ -56,6 +57,7 @@ from hypothesis import strategies as st
 
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import ShapeError, ThunderOp
+from thunder_ir.dialects.tables import BUILTIN_PREFIX, RuleTable
 from thunder_ir.dialects.types import (
     FLOAT_DTYPES,
     INT_DTYPES,
@@ -184,7 +186,9 @@ InputFn: TypeAlias = Callable[[st.DrawFn, InputSpec], "OpSample | tuple[Any, Any
 """A drawing function ``fn(draw, spec)`` returning an `OpSample` or ``(operands, params)``."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-INPUT_STRATEGIES: dict[type[ThunderOp], InputFn | st.SearchStrategy[Any]] = {}
+INPUT_STRATEGIES: RuleTable[type[ThunderOp], InputFn | st.SearchStrategy[Any]] = \
+    RuleTable("input strategy")
+"""Op class -> strategy (`thunder_ir.dialects.tables.RuleTable`: built-in ones frozen)."""
 _CACHE: dict[tuple[Any, ...], st.SearchStrategy[OpSample]] = {}
 
 
@@ -201,11 +205,10 @@ def register_inputs(*ops: type[ThunderOp], replace: bool = False) -> Callable[[_
     """
 
     def wrap(fn: _F) -> _F:
+        builtin = str(sys._getframe(1).f_globals.get("__name__", "")).startswith(
+            BUILTIN_PREFIX)  # the registering module (a strategy object has none)
         for op in ops:
-            if op in INPUT_STRATEGIES and not replace:
-                raise ValueError(f"{op.name} already has an input strategy "
-                                 "(pass replace=True to replace it)")
-            INPUT_STRATEGIES[op] = fn
+            INPUT_STRATEGIES.register(op, fn, builtin=builtin, replace=replace)
         _CACHE.clear()
         return fn
 
