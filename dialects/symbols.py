@@ -309,7 +309,11 @@ class SymbolTable:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[SymbolTable]:
-        """Makes this the current compilation's table."""
+        """Makes this the current compilation's table: the table of a compilation's
+        `thunder_ir.passes.context.CompileContext` (``symbols``), opened by
+        `thunder_ir.passes.context.compiling` for as long as that compilation runs in this
+        thread (type rules read sizes through `current`, not from an argument: an op's
+        type is computed where it is built)."""
         token = _ACTIVE.set(self)
         try:
             yield self

@@ -35,6 +35,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec
 
+from thunder_ir.dialects.symbols import SymbolTable
 from thunder_ir.passes.trace import Printer
 
 VjpLookup = Callable[[Operation], Any]
@@ -54,6 +55,9 @@ class CompileContext(Context):
             of the built-in table (`thunder_ir.passes.decompositions`).
         vjp_rules: VJP rules of this compilation only, by op class, ahead of the built-in
             table (`thunder_ir.passes.vjp`).
+        symbols: the symbolic sizes of this compilation (`thunder_ir.dialects.symbols
+            .SymbolTable`: its ``ShapeEnv``, symbols and guards); None: every size static.
+            A symbolic compile makes its own context with a new table (`with_symbols`).
     """
 
     executors: tuple[Any, ...] = ()
@@ -61,6 +65,12 @@ class CompileContext(Context):
     printer: Printer | None = None
     decompositions: Mapping[Any, Any] = field(default_factory=dict)
     vjp_rules: Mapping[Any, Any] = field(default_factory=dict)
+    symbols: SymbolTable | None = None
+
+    def with_symbols(self) -> CompileContext:
+        """This context for one symbolic compilation: the same settings and a new symbol
+        table (the table belongs to that compilation alone)."""
+        return replace(self, symbols=SymbolTable())
 
     @classmethod
     def over(cls, base: Context, **settings: Any) -> CompileContext:
@@ -92,20 +102,25 @@ _OVERLAYS: contextvars.ContextVar[tuple[Mapping[Any, Any], Mapping[Any, Any]]] =
 
 
 @contextlib.contextmanager
-def rules_of(ctx: Context) -> Iterator[None]:
-    """While open, rule lookups in this thread (and task) see ``ctx``'s own decomposition
-    and VJP rules ahead of the built-in tables (`overlays`); a pipeline run opens it
-    around its passes, so that the helpers passes call (an executor's check of what an op
-    decomposes into, a VJP rule's fallback through a decomposition) see them too. Another
-    thread's compile never does."""
-    if not isinstance(ctx, CompileContext) or not (ctx.decompositions or ctx.vjp_rules):
+def compiling(ctx: Context) -> Iterator[None]:
+    """While open, ``ctx``'s compilation is the one running in this thread (and task):
+    rule lookups see its own decomposition and VJP rules ahead of the built-in tables
+    (`overlays`), and sizes and shape rules its symbol table (``ctx.symbols``,
+    `thunder_ir.dialects.symbols.current`). A compile opens it around its trace, passes and
+    code generation, and a pipeline run around its passes, so that the helpers passes call
+    (an executor's check of what an op decomposes into, a VJP rule's fallback through a
+    decomposition, a type rule over symbolic sizes) see them too. Another thread's compile
+    never does."""
+    if not isinstance(ctx, CompileContext):
         yield
         return
-    token = _OVERLAYS.set((ctx.decompositions, ctx.vjp_rules))
-    try:
+    with contextlib.ExitStack() as stack:
+        if ctx.decompositions or ctx.vjp_rules:
+            token = _OVERLAYS.set((ctx.decompositions, ctx.vjp_rules))
+            stack.callback(_OVERLAYS.reset, token)
+        if ctx.symbols is not None:
+            stack.enter_context(ctx.symbols.active())
         yield
-    finally:
-        _OVERLAYS.reset(token)
 
 
 def overlays() -> tuple[Mapping[Any, Any], Mapping[Any, Any]]:
@@ -150,5 +165,5 @@ def spec_with_names(p: ModulePass, *, include_default: bool = False) -> ArgSpec:
     return ModulePass.spec(named, include_default=include_default)
 
 
-__all__ = ["CompileContext", "VjpLookup", "executor_spec", "overlays", "resolve", "rules_of",
+__all__ = ["CompileContext", "VjpLookup", "compiling", "executor_spec", "overlays", "resolve",
            "spec_with_names", "vjp_overrides"]

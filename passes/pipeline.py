@@ -47,7 +47,7 @@ from xdsl.utils.exceptions import DiagnosticException, VerifyException
 
 from thunder_ir.dialects.location import location_text
 from thunder_ir.passes.change import ReportsChange, apply_pass
-from thunder_ir.passes.context import rules_of
+from thunder_ir.passes.context import compiling
 from thunder_ir.passes.registry import make_passes
 from thunder_ir.passes.snapshot import FrozenIR, freeze, snapshot, snapshot_function
 from thunder_ir.passes.trace import Printer, Trace
@@ -367,7 +367,7 @@ class Pipeline:
         if self.verify:
             verify_module(module, "input")
         clock = time.perf_counter
-        with gc_paused() if self.pause_gc else nullcontext(), rules_of(ctx):
+        with gc_paused() if self.pause_gc else nullcontext(), compiling(ctx):
             for p in self.passes:
                 start = clock()
                 changed = apply_pass(p, ctx, module)

@@ -249,3 +249,41 @@ def test_built_in_rule_tables_are_frozen_and_additions_are_scoped() -> None:
         assert Mine in DECOMPOSITIONS.additions() and user_fn in HANDLERS.additions()
     assert [dict(t) for t in TABLES] == before
     assert all(not t.additions() for t in TABLES)
+
+
+def test_the_symbol_table_is_a_field_of_the_compilation_context() -> None:
+    """A symbolic compilation's sizes belong to its `CompileContext` (``symbols``): the
+    table is current only while `compiling(ctx)` is open in that thread, never in another
+    thread, and a jitted callable's own context holds none after symbolic compiles."""
+    import threading
+
+    from thunder_ir.dialects import symbols
+    from thunder_ir.passes.context import compiling
+
+    base = compile_context()
+    ctx = base.with_symbols()
+    assert base.symbols is None and ctx.symbols is not None
+    assert ctx.executors == base.executors and base.with_symbols().symbols is not ctx.symbols
+    seen: list[Any] = []
+    inside, checked = threading.Event(), threading.Event()
+
+    def other() -> None:
+        assert inside.wait(30)
+        seen.append(symbols.current())
+        checked.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with compiling(ctx):
+        assert symbols.current() is ctx.symbols
+        inside.set()
+        assert checked.wait(30)
+    t.join(30)
+    assert seen == [None] and symbols.current() is None
+
+    jm = thunder_ir.jit(lambda x: x.sum(0) * 2)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(jm(x), x.sum(0) * 2)
+    assert jm.compiler.ctx.symbols is None and symbols.current() is None
+    assert "s0" in str(thunder_ir.last_traces(jm)[0])  # (the symbolic program was made)

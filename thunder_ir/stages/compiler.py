@@ -4,8 +4,10 @@
 (`thunder_ir.pipeline.jit_pipeline`) with the callable's `CompileContext` -> the final
 module; ``generate`` (`thunder_ir.lowering.codegen`) -> a `CompiledProgram`; its functions
 -> an `Entry` (an inference program's forward, or a training program's bridge,
-`thunder_ir.runtime.autograd`). A symbolic compile (sizes kept symbolic) wraps the same
-steps in a `SymbolTable` and gives the entry its shape guard. The policies
+`thunder_ir.runtime.autograd`). A symbolic compile (sizes kept symbolic) runs the same
+steps with a context of its own that holds a new `SymbolTable`
+(`CompileContext.with_symbols`, open while it runs: `compiling`) and gives the entry its
+shape guard. The policies
 (`thunder_ir.stages.policies`) say what else a compile does: tier-up watches the entry,
 data parallelism adds its passes and gathers sharded parameters, autocast runs the
 program with autocast off.
@@ -24,13 +26,12 @@ import torch
 from xdsl.dialects.builtin import ModuleOp
 
 from thunder_ir.dialects.program import BACKWARD, FORWARD, prologue_function
-from thunder_ir.dialects.symbols import SymbolTable
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import TracedProgram, trace_program
 from thunder_ir.frontend.tracer import hooks_kept
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.tiered import TRACING
-from thunder_ir.passes.context import CompileContext
+from thunder_ir.passes.context import CompileContext, compiling
 from thunder_ir.passes.pipeline import Pipeline, snapshot_function
 from thunder_ir.passes.snapshot import freeze
 from thunder_ir.pipeline import JitOptions, jit_pipeline
@@ -118,10 +119,13 @@ class Compiler:
         the entry then holds its `ShapeGuard`."""
         if not dynamic:
             with hooks_kept(self.module):
-                return self._compile(args, kwargs, spec, n, pro, exact, None)
-        table = SymbolTable()
-        with table.active(), hooks_kept(self.module):
-            entry, traced, keyed = self._compile(args, kwargs, spec, n, pro, exact, dynamic)
+                return self._compile(args, kwargs, spec, n, pro, exact, None, self.ctx)
+        ctx = self.ctx.with_symbols()
+        table = ctx.symbols
+        assert table is not None
+        with compiling(ctx), hooks_kept(self.module):
+            entry, traced, keyed = self._compile(args, kwargs, spec, n, pro, exact, dynamic,
+                                                 ctx)
             keyer = self.keyer
             names = [*keyer.names(args, kwargs, n), *keyer.attr_names()]
             ext = keyer.with_attrs({}, flatten_args(args, kwargs)[0])[1]
@@ -130,8 +134,10 @@ class Compiler:
         return entry, traced, keyed
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, n: int,
-                 pro: Prologue, exact: bool, dynamic: Dynamic | None
+                 pro: Prologue, exact: bool, dynamic: Dynamic | None, ctx: CompileContext
                  ) -> tuple[Entry, TracedProgram, Prologue]:
+        """One compile with ``ctx`` (the callable's context, or a symbolic compile's own,
+        which holds its symbol table and is open while this runs: `compiling`)."""
         self._bind(args, kwargs)
         keyer, policies = self.keyer, self.policies
         state = keyer.state()
@@ -153,7 +159,7 @@ class Compiler:
         _put_prologue(module, pro)  # once: trace 0 shows the prologue the cache keys by
         frozen = freeze(module)
         traces = [Trace(frozen, "trace", t_trace)]
-        entry = self.lower(traced, module, pro, state, traces, under_autocast, self.ctx)
+        entry = self.lower(traced, module, pro, state, traces, under_autocast, ctx)
         tier = policies.tier_up
         if tier is not None and dynamic is None and not traced.speculative and dp is None \
                 and tier.worth(entry, state, args, kwargs):

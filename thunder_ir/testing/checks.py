@@ -80,14 +80,14 @@ def build_one_op(op: type[ThunderOp], operands: Sequence[Any], params: dict[str,
 def decompose(module: ModuleOp, rule: Callable[..., Any] | None = None,
               op: type[ThunderOp] | None = None) -> ModuleOp:
     """Decomposes ``module`` in place (with ``rule`` standing in for ``op``'s, if given)."""
-    from thunder_ir.passes.context import CompileContext, rules_of
+    from thunder_ir.passes.context import CompileContext, compiling
     from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
     from thunder_ir.passes.decompositions import load_rules
 
     load_rules()
     own = {op: rule} if rule is not None and op is not None else {}
     ctx = CompileContext.over(Context(), decompositions=own)  # this compilation's rule only
-    with rules_of(ctx):
+    with compiling(ctx):
         DecomposeLtorchPass().apply(ctx, module)
     module.verify()
     return module
