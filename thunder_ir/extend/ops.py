@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch.utils import _pytree as pytree
@@ -30,8 +30,15 @@ from thunder_ir.dialects.torch import substitute
 from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import NumberType, TensorType
 
-if TYPE_CHECKING:
-    from thunder_ir.extend.symbols import Symbol
+
+class OperatorSymbol(Protocol):
+    """What an operator op asks of its operator (`thunder_ir.extend.symbols.Symbol`, which
+    imports this module: the protocol keeps the two out of a circle, types included)."""
+
+    name: str
+    executor: Any
+
+    def _run_fn(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 OBJECT_TAG = "$object"
@@ -71,7 +78,7 @@ class OperatorOp(LtorchOp):
     ``args``/``kwargs`` properties in which ``#prims.operand<i>`` stands for ``inputs[i]``.
     """
 
-    SYMBOL: ClassVar[Symbol]
+    SYMBOL: ClassVar[OperatorSymbol]
     PARAMS: ClassVar[tuple[tuple[str, Any], ...] | None] = None
     OBJECTS: ClassVar[list[Any]]
     SINGLE: ClassVar[bool] = True

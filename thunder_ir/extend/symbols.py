@@ -8,7 +8,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils import _pytree as pytree
@@ -34,8 +34,12 @@ from thunder_ir.frontend.tracer import Placeholder, subtrace
 from thunder_ir.passes.vjp import vjp
 from thunder_ir.runtime.namespace import register as register_callee
 
-if TYPE_CHECKING:
-    from thunder_ir.extend.executor import OperatorExecutor
+
+class Namespaced(Protocol):
+    """What a `Symbol` asks of its executor (`thunder_ir.extend.executor.OperatorExecutor`,
+    which imports this module): the namespace its ops are named in."""
+
+    namespace: str
 
 
 
@@ -87,7 +91,7 @@ class Symbol:
     launch parameters, come back as the meta function returned them).
     """
 
-    def __init__(self, executor: OperatorExecutor, name: str, meta: Callable[..., Any],
+    def __init__(self, executor: Namespaced, name: str, meta: Callable[..., Any],
                  fn: Callable[..., Any], replaces: Callable[..., Any] | None) -> None:
         self.executor = executor
         self.name = name
