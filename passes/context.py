@@ -55,6 +55,9 @@ class CompileContext(Context):
             of the built-in table (`thunder_ir.passes.decompositions`).
         vjp_rules: VJP rules of this compilation only, by op class, ahead of the built-in
             table (`thunder_ir.passes.vjp`).
+        handlers: routes of this compilation's trace only: torch callable ->
+            ``handler(builder, *args, **kwargs)``, ahead of the built-in routes
+            (`thunder_ir.frontend.table.HANDLERS`).
         symbols: the symbolic sizes of this compilation (`thunder_ir.dialects.symbols
             .SymbolTable`: its ``ShapeEnv``, symbols and guards); None: every size static.
             A symbolic compile makes its own context with a new table (`with_symbols`).
@@ -65,6 +68,7 @@ class CompileContext(Context):
     printer: Printer | None = None
     decompositions: Mapping[Any, Any] = field(default_factory=dict)
     vjp_rules: Mapping[Any, Any] = field(default_factory=dict)
+    handlers: Mapping[Any, Any] = field(default_factory=dict)
     symbols: SymbolTable | None = None
 
     def with_symbols(self) -> CompileContext:
@@ -97,34 +101,36 @@ class CompileContext(Context):
 
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
-_OVERLAYS: contextvars.ContextVar[tuple[Mapping[Any, Any], Mapping[Any, Any]]] = \
-    contextvars.ContextVar("thunder_ir_rule_overlays", default=(_EMPTY, _EMPTY))
+Overlays = tuple[Mapping[Any, Any], Mapping[Any, Any], Mapping[Any, Any]]
+_OVERLAYS: contextvars.ContextVar[Overlays] = \
+    contextvars.ContextVar("thunder_ir_rule_overlays", default=(_EMPTY, _EMPTY, _EMPTY))
 
 
 @contextlib.contextmanager
 def compiling(ctx: Context) -> Iterator[None]:
     """While open, ``ctx``'s compilation is the one running in this thread (and task):
-    rule lookups see its own decomposition and VJP rules ahead of the built-in tables
-    (`overlays`), and sizes and shape rules its symbol table (``ctx.symbols``,
-    `thunder_ir.dialects.symbols.current`). A compile opens it around its trace, passes and
-    code generation, and a pipeline run around its passes, so that the helpers passes call
-    (an executor's check of what an op decomposes into, a VJP rule's fallback through a
-    decomposition, a type rule over symbolic sizes) see them too. Another thread's compile
-    never does."""
+    rule lookups see its own decomposition and VJP rules and the tracer its own routes
+    ahead of the built-in tables (`overlays`), and sizes and shape rules its symbol table
+    (``ctx.symbols``, `thunder_ir.dialects.symbols.current`). A compile opens it around
+    its trace, passes and code generation, and a pipeline run around its passes, so that
+    the helpers passes call (an executor's check of what an op decomposes into, a VJP
+    rule's fallback through a decomposition, a type rule over symbolic sizes) see them
+    too. Another thread's compile never does."""
     if not isinstance(ctx, CompileContext):
         yield
         return
     with contextlib.ExitStack() as stack:
-        if ctx.decompositions or ctx.vjp_rules:
-            token = _OVERLAYS.set((ctx.decompositions, ctx.vjp_rules))
+        if ctx.decompositions or ctx.vjp_rules or ctx.handlers:
+            token = _OVERLAYS.set((ctx.decompositions, ctx.vjp_rules, ctx.handlers))
             stack.callback(_OVERLAYS.reset, token)
         if ctx.symbols is not None:
             stack.enter_context(ctx.symbols.active())
         yield
 
 
-def overlays() -> tuple[Mapping[Any, Any], Mapping[Any, Any]]:
-    """The decomposition and VJP rules of the compilation running in this thread."""
+def overlays() -> Overlays:
+    """The decomposition rules, VJP rules and routes of the compilation running in this
+    thread."""
     return _OVERLAYS.get()
 
 

@@ -287,3 +287,49 @@ def test_the_symbol_table_is_a_field_of_the_compilation_context() -> None:
         torch.testing.assert_close(jm(x), x.sum(0) * 2)
     assert jm.compiler.ctx.symbols is None and symbols.current() is None
     assert "s0" in str(thunder_ir.last_traces(jm)[0])  # (the symbolic program was made)
+
+
+def test_a_route_for_one_compile_is_not_seen_by_a_concurrent_one() -> None:
+    """A compilation's own routes (`CompileContext.handlers`) route its trace's torch calls
+    ahead of the built-in routes, for that compilation alone: a compile in another thread
+    while that compilation is open traces with the built-in routes, which stay as they
+    were. (Traces take turns, `thunder_ir.lowering.tiered.TRACING`; the routes are the
+    compilation's, not the process's, whichever runs first.)"""
+    import threading
+    from dataclasses import replace
+
+    import thunder_ir.frontend.tracer  # (every handler module)
+    from thunder_ir.frontend.table import HANDLERS
+    from thunder_ir.passes.context import compiling
+
+    before = dict(HANDLERS)
+    cos = HANDLERS[torch.cos]
+
+    def sin_as_cos(builder: Any, *args: Any, **kwargs: Any) -> Any:
+        return cos(builder, *args, **kwargs)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) + 1
+
+    own, plain = thunder_ir.jit(f), thunder_ir.jit(f)
+    own.compiler.ctx = replace(own.compiler.ctx, handlers={torch.sin: sin_as_cos})
+    x = torch.linspace(-2, 2, 7)
+    out: dict[str, torch.Tensor] = {}
+    errors: list[BaseException] = []
+
+    def call(name: str, jf: Any) -> None:
+        try:
+            out[name] = jf(x)
+        except BaseException as e:  # (reported by the main thread)
+            errors.append(e)
+
+    with compiling(own.compiler.ctx):  # (open in this thread while the other compiles)
+        other = threading.Thread(target=call, args=("plain", plain))
+        other.start()
+        other.join(120)
+        call("own", own)
+    assert not errors, errors
+    torch.testing.assert_close(out["own"], torch.cos(x) + 1)
+    torch.testing.assert_close(out["plain"], torch.sin(x) + 1)
+    assert "cos" in str(thunder_ir.last_traces(own)[0])
+    assert dict(HANDLERS) == before

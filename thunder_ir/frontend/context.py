@@ -97,6 +97,7 @@ from thunder_ir.frontend.table import (
     inline,
     library_handler,
 )
+from thunder_ir.passes.context import overlays
 from thunder_ir.runtime.origins import Captured, Origin
 
 _SUMS = (SumOp, ProdOp, CumsumOp)
@@ -200,9 +201,10 @@ class TraceContext(Builder):
         writes: in-place writes (`InPlace`).
         grad: eager's autograd rules (`GradTracking`).
         loc: the user's ``file:line`` of the torch call being handled.
-        handlers: handlers of this trace only, ahead of `HANDLERS` (the extension API's
-            ``replaces=`` diversions of torch callables): another thread's trace, or code
-            run outside tracing, never sees them.
+        handlers: handlers of this trace only, ahead of `HANDLERS` (the compilation's own
+            routes, `thunder_ir.passes.context.CompileContext.handlers`, and the extension
+            API's ``replaces=`` diversions of torch callables): another thread's trace, or
+            code run outside tracing, never sees them.
     """
 
     __slots__ = ("active", "aliases", "autograd", "build", "grad", "handlers", "loc", "reads",
@@ -219,7 +221,8 @@ class TraceContext(Builder):
         self.grad = GradTracking(self)
         self.active: set[SSAValue] = self.autograd.active
         self.loc: str = ""
-        self.handlers: dict[Any, Any] = {}
+        own = overlays()[2]  # the compilation's own routes (`CompileContext.handlers`)
+        self.handlers: dict[Any, Any] = dict(own) if own else {}
 
     # ---- inputs
 

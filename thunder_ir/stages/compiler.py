@@ -118,7 +118,7 @@ class Compiler:
         ``dynamic``: the leaves' sizes to keep symbolic (`thunder_ir.runtime.dynamic`);
         the entry then holds its `ShapeGuard`."""
         if not dynamic:
-            with hooks_kept(self.module):
+            with compiling(self.ctx), hooks_kept(self.module):
                 return self._compile(args, kwargs, spec, n, pro, exact, None, self.ctx)
         ctx = self.ctx.with_symbols()
         table = ctx.symbols
