@@ -38,7 +38,10 @@ from thunder_ir.testing import (
 )
 
 MAX_EXAMPLES = 12
-CORE_OPS = [op for op in LTORCH if op.__module__ in (L.__name__, S.__name__)]
+NN_MODULES = ("thunder_ir.dialects.ltorch_nn", "thunder_ir.dialects.ltorch_activation")
+"""The ltorch modules whose ops `tests/test_decomp_nn.py` tests; every other ltorch op (a
+new module's included) is tested here, so that no op falls between the two."""
+CORE_OPS = [op for op in LTORCH if op.__module__ not in NN_MODULES]
 
 ALL = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32, torch.bool]
 
@@ -54,24 +57,10 @@ def check(op: type[ThunderOp], operands: list[Any], params: dict[str, Any] | Non
 # --------------------------------------------------------------------------- tables
 
 
-EXPECTED = {
-    "add", "sub", "mul", "div", "floor_divide", "remainder", "fmod", "pow", "maximum",
-    "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_and", "bitwise_or",
-    "bitwise_xor", "logical_and", "logical_or", "logical_not", "bitwise_not", "neg", "abs",
-    "exp", "exp2", "expm1", "log", "log1p", "log2", "sin", "cos", "tan", "tanh", "asin",
-    "acos", "atan", "sinh", "cosh", "sqrt", "rsqrt", "reciprocal", "sign", "floor", "ceil",
-    "round", "trunc", "erf", "erfc", "isnan", "isinf", "isfinite", "where", "masked_fill",
-    "clamp", "to_dtype", "sum", "mean", "var", "amax", "amin", "prod", "max", "max_dim",
-    "min", "min_dim", "topk", "argmax", "argmin", "reshape", "view", "permute", "transpose",
-    "contiguous", "flatten", "unsqueeze", "squeeze", "expand", "split", "chunk", "cat",
-    "stack", "getitem", "clone", "arange", "zeros", "ones", "full", "zeros_like",
-    "ones_like", "full_like", "empty", "triu", "tril", "cumsum",
-}
-
-
 def test_every_core_op_is_declared_and_decomposed() -> None:
     rules = load_rules()
-    assert {op.name.removeprefix("ltorch.") for op in CORE_OPS} == EXPECTED
+    assert {op.__module__ for op in CORE_OPS} >= {L.__name__, S.__name__}
+    assert {op.__module__ for op in LTORCH} >= set(NN_MODULES)  # (the names are still right)
     for op in CORE_OPS:
         assert op in rules, f"{op.name} has no decomposition"
         assert ltorch.OPS[op.name.removeprefix("ltorch.")] is op
