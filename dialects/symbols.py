@@ -57,8 +57,13 @@ if TYPE_CHECKING:
 SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat)
 """The types of a symbolic number user code computes with (``x.shape[1] * 2``)."""
 
-SYMBOL_NAME = re.compile(r"\bs\d+\b")
-"""A symbol's name in expression text: ``s0``, ``s12``."""
+SYMBOL_NAME = re.compile(r"\b[su]\d+\b")
+"""A symbol's name in expression text: ``s0``, ``s12`` (a size read from an input), or
+``u0`` (an *unbacked* size: one a data-dependent op's result has, ``nonzero``'s count,
+which the generated code reads from that result)."""
+
+UNBACKED_NAME = re.compile(r"\bu\d+\b")
+"""An unbacked symbol's name in expression text (``u0``)."""
 
 
 class SymbolicError(NotImplementedError):
@@ -249,18 +254,26 @@ class SymbolTable:
         if expr is None:
             raise SymbolicError(f"unknown symbolic expression {text!r} (not made by this "
                                 "compilation)")
-        known = getattr(self.env, "backed_var_to_val", None) or self.env.var_to_val
+        known = self._known()
         at = expr.xreplace(known)
-        if text.startswith("float("):
+        if not at.is_number:  # over unbacked symbols (``u0``): no value while tracing
+            v = (self.env.create_symfloatnode(expr, hint=None) if text.startswith("float(")
+                 else self.env.create_symintnode(expr, hint=None))
+        elif text.startswith("float("):
             v = self.env.create_symfloatnode(expr, hint=float(at))
         else:
             v = self.env.create_symintnode(expr, hint=int(at))
         self._values[text] = v
         return v
 
+    def _known(self) -> dict[Any, Any]:
+        """The backed symbols' values in the call being traced."""
+        known = getattr(self.env, "backed_var_to_val", None)
+        return self.env.var_to_val if known is None else known
+
     def hints(self) -> dict[str, int]:
         """Each symbol's value in the call being traced, by name."""
-        known = getattr(self.env, "backed_var_to_val", None) or self.env.var_to_val
+        known = self._known()
         return {name: int(known[sym]) for name, sym in self._symbols.items() if sym in known}
 
     # ---- guards
@@ -382,6 +395,33 @@ def hint(x: Any) -> int:
     if type(x) is SymText:
         return 8192
     return int(x)
+
+
+def unbacked(*values: Any) -> bool:
+    """Whether a value is a size over unbacked symbols (``u0``: a data-dependent op's
+    result's size), which no decision may be made on while tracing: it has no value."""
+    return any(isinstance(v, torch.SymInt) and v.node.hint is None for v in values)
+
+
+def may_differ(x: Any, n: Any) -> bool:
+    """``x != n`` for a size ``x``, where an unbacked size (no value while tracing) counts
+    as possibly different without a guard: for rewrites that are right either way (sum a
+    cotangent over a dim that may be broadcast, expand to a size that may be 1)."""
+    if not unbacked(x, n):
+        return bool(x != n)
+    from torch.fx.experimental.symbolic_shapes import guard_or_true
+
+    return bool(guard_or_true(x != n))
+
+
+def must_equal(x: Any, n: Any) -> bool:
+    """``x == n`` for a size ``x``, where an unbacked size counts as equal only where that
+    is known (no guard): the other side of `may_differ`."""
+    if not unbacked(x, n):
+        return bool(x == n)
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    return bool(guard_or_false(x == n))
 
 
 def hinted(value: Any) -> Any:
@@ -526,8 +566,9 @@ def hints(sizes: Any) -> tuple[int, ...]:
     return tuple(hint(d) for d in sizes)
 
 
-__all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_FREE", "SYMBOL_NAME", "IntArrayConstraint",
+__all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_FREE", "SYMBOL_NAME", "UNBACKED_NAME",
+           "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
            "check_static_region", "current", "detached", "hint", "hinted", "hints", "range_len",
            "same_sizes", "same_types", "slice_indices", "stand_in_mode",
-           "sym_exprs", "sym_text", "sym_value"]
+           "sym_exprs", "sym_text", "sym_value", "may_differ", "must_equal", "unbacked"]

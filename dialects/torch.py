@@ -372,7 +372,7 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     bases = {id(m): i for i, m in enumerate(metas) if isinstance(m, torch.Tensor)}
     views = tuple(bases.get(id(o._base)) if isinstance(o, torch.Tensor) and o._base is not None
                   else None for o in results)
-    strides = tuple((tuple(o.stride()), int(o.storage_offset())) if isinstance(o, torch.Tensor)
+    strides = tuple((tuple(o.stride()), _offset(o)) if isinstance(o, torch.Tensor)
                     else ((), 0) for o in results)
     assert dev is not None
     return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd,
@@ -427,6 +427,14 @@ def _operands_without_gradient(metas: Sequence[Any], requires_grad: Sequence[boo
     except Exception:  # a backward without meta kernels: assume every gradient is defined
         return ()
     return tuple(i for i, g in zip(pos, grads) if g is None)
+
+
+def _offset(t: torch.Tensor) -> Any:
+    """A meta result's storage offset: an int, or a ``SymInt`` kept as it is (``int()``
+    would record a guard, and refuse an unbacked one: ``torch.where(mask)``'s second
+    index starts ``u0`` elements into ``nonzero``'s result)."""
+    off = t.storage_offset()
+    return off if isinstance(off, torch.SymInt) else int(off)
 
 
 def meta_value(t: Attribute) -> Any:

@@ -331,11 +331,27 @@ def broadcast(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
     out = [1] * max((len(s) for s in shapes), default=0)
     for s in shapes:
         for i, d in enumerate(s, len(out) - len(s)):
+            if type(d) is not int and ((type(out[i]) is int and out[i] == 1)
+                                       or _same_unbacked(out[i], d)):
+                out[i] = d  # (d, whether or not it is 1; a data-dependent size, ``u0``,
+                continue    # is compared with no number: it has no value while tracing)
             if d != 1:
                 if out[i] != 1 and out[i] != d:
                     return None
                 out[i] = d
     return tuple(out)
+
+
+def _same_unbacked(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are one size over unbacked symbols (``u0``, which a
+    comparison with 1 cannot be made on while tracing: it has no value)."""
+    from thunder_ir.dialects.symbols import unbacked
+
+    if not unbacked(b):
+        return False
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(a == b))
 
 
 def tensor_type(shape: Sequence[int], dtype: torch.dtype, device: str = "cpu") -> TensorType:

@@ -22,7 +22,7 @@ from xdsl.ir import SSAValue
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import ThunderOp
-from thunder_ir.dialects.symbols import same_sizes, slice_indices
+from thunder_ir.dialects.symbols import may_differ, must_equal, same_sizes, slice_indices
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, compute_dtype, ttype
 from thunder_ir.passes.vjp import (
@@ -112,7 +112,7 @@ def _lsum_to(g: Grad, v: SSAValue, shape: Sequence[int]) -> SSAValue:
         return v
     lead = vt.rank - len(shape)
     dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
-                                      if s == 1 and vt.sizes[lead + i] != 1)
+                                      if must_equal(s, 1) and may_differ(vt.sizes[lead + i], 1))
     out = g.ltorch.sum(v, dim=dims) if dims else v
     if not same_sizes(ttype(out).sizes, shape):
         out = g.ltorch.reshape(out, shape=shape)
@@ -339,7 +339,7 @@ def _unreduce(g: Grad, dy: SSAValue, x: SSAValue, dim: Any, keepdim: Any) -> SSA
     kept = tuple(1 if i in dims else s for i, s in enumerate(xt.sizes))
     if not same_sizes(ttype(dy).sizes, kept):
         dy = g.ltorch.reshape(dy, shape=kept)
-    if kept != xt.sizes:
+    if not same_sizes(kept, xt.sizes):
         dy = g.ltorch.expand(dy, size=xt.sizes)
     return dy
 

@@ -377,6 +377,7 @@ class _PythonPrinter:
             if a.name_hint is not None:
                 hints.add(sanitize(a.name_hint))
         self.symbols: set[str] = set()
+        self.late: dict[Operation, list[tuple[str, SSAValue, int]]] = {}
         for top in self.block.ops:
             self._scan_top(top, reserved)
             for op in top.walk():
@@ -421,6 +422,8 @@ class _PythonPrinter:
                     if isinstance(d, str) and d in self.symbols and d not in bound:
                         bound[d] = f"{self.exprs[a]}.shape[{i}]"
         missing = self.symbols - bound.keys()
+        if missing:  # unbacked sizes (``u0``): read from the first result that has one
+            missing -= self._bind_from_results(missing)
         if missing:
             raise SymbolicError(
                 f"function {self.fn_name} uses the sizes {', '.join(sorted(missing))}, "
@@ -430,6 +433,22 @@ class _PythonPrinter:
             for v in sorted(bound.values()):
                 self._take(names[v.split(".shape[", 1)[0]])
         self.lines.extend(f"{INDENT}{k} = {v}" for k, v in sorted(bound.items()))
+
+    def _bind_from_results(self, names: set[str]) -> set[str]:
+        """``u0 = t3.shape[0]`` right after the first top-level op whose result has a
+        dimension of exactly that size, for each symbol of ``names`` no argument has (an
+        unbacked size: a data-dependent op's result has it); the names so bound."""
+        found: set[str] = set()
+        for op in self.block.ops:
+            for r in op.results:
+                t = r.type
+                if not (isinstance(t, TensorType) and t.symbolic):
+                    continue
+                for i, d in enumerate(t.dims_text):
+                    if isinstance(d, str) and d in names and d not in found:
+                        found.add(d)
+                        self.late.setdefault(op, []).append((d, r, i))
+        return found
 
     def _take(self, arg: SSAValue) -> None:
         """``lazy``: reads argument ``arg`` from the list (`PyFunction.lazy`) once, before
@@ -635,6 +654,8 @@ class _PythonPrinter:
                         if v in args_of:
                             self._take(v)
             self.emit_op(op, INDENT, False)
+            for name, r, d in self.late.get(op, ()):
+                lines.append(f"{INDENT}{name} = {self.exprs[r]}.shape[{d}]")
             if frees is not None and frees[i]:
                 dead = [self.exprs[v] for v in frees[i]]
                 lines.append(f"{INDENT}del {', '.join(dead)}")

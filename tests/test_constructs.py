@@ -509,8 +509,9 @@ def test_bool_of_several_values_raises_eagers_error_with_the_line() -> None:
         thunder_ir.jit(lambda t: t * 2 if t > 0 else t)(torch.randn(3))
 
 
-def test_masked_select_sizes_are_speculated() -> None:
-    """A CTC loss's target flattening: the count of selected elements is checked."""
+def test_masked_select_sizes_are_unbacked_symbols() -> None:
+    """A CTC loss's target flattening: the count of selected elements is an unbacked
+    symbol of the one program."""
     def flat(x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return (x.masked_select(labels >= 0) * 2).sum() + torch.nonzero(labels > 0).sum()
 
@@ -520,7 +521,7 @@ def test_masked_select_sizes_are_speculated() -> None:
     x = torch.randn(2, 3)
     for lab in (labels, labels.flip(0), torch.tensor([[1, 1, 1], [-1, -1, -1]])):
         torch.testing.assert_close(jf(x, lab), flat(x, lab))
-    assert thunder_ir.cache_misses(jf) == 1  # the counts were the same each time
+    assert thunder_ir.cache_misses(jf) == 1  # (each count: the same program)
 
 
 def _masked_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -534,9 +535,10 @@ def _masked_write(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def test_boolean_mask_indexing_is_speculated() -> None:
-    """``x[mask]`` over leading dims: as many rows as the mask's true values (checked on
-    every call; another count compiles another variant), gradients through the rows."""
+def test_boolean_mask_indexing_is_sized_by_an_unbacked_symbol() -> None:
+    """``x[mask]`` over leading dims: as many rows as the mask's true values, an unbacked
+    symbol (``u0``; ``tests/test_data_dependent.py``): one program for every count,
+    gradients through the rows."""
     logits = torch.randn(2, 4, 5, requires_grad=True)
     labels = torch.tensor([[1, -100, 2, 3], [-100, -100, 4, 0]])
     check_against_eager(_masked_loss, logits, labels)
@@ -545,7 +547,7 @@ def test_boolean_mask_indexing_is_speculated() -> None:
     jf = thunder_ir.jit(_masked_loss)
     for lab in (labels, labels.flip(1), torch.full((2, 4), 1)):
         torch.testing.assert_close(jf(logits, lab), _masked_loss(logits, lab))
-    assert thunder_ir.cache_misses(jf) == 2  # five rows twice, then eight
+    assert thunder_ir.cache_misses(jf) == 1  # five rows twice, then eight: one program
 
 
 class CausalEncoder(nn.Module):

@@ -7,10 +7,13 @@ names that location (`where`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import os
 import sys
 import sysconfig
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -35,6 +38,34 @@ class DataDependentError(ThunderTraceError):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{message}\n{self.GRAPH_BREAKS}")
+
+
+class NeedsSymbols(DataDependentError):
+    """A trace without a symbol table met an op whose result's size depends on tensor
+    values (``nonzero``, ``x[mask]``): the compiler traces the call again inside a
+    `thunder_ir.dialects.symbols.SymbolTable`, where that size is a new *unbacked* symbol
+    (``u0``), or, where that compile fails, speculates the size (`sizes_speculated`)."""
+
+
+_SPECULATE_SIZES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "thunder_ir_speculate_sizes", default=False)
+
+
+@contextlib.contextmanager
+def sizes_speculated() -> Iterator[None]:
+    """Data-dependent sizes met without a symbol table are speculated (their values this
+    call, checked on every call) rather than raising `NeedsSymbols`: the compile after an
+    unbacked-symbol compile failed."""
+    token = _SPECULATE_SIZES.set(True)
+    try:
+        yield
+    finally:
+        _SPECULATE_SIZES.reset(token)
+
+
+def speculating_sizes() -> bool:
+    """Whether data-dependent sizes met without a symbol table are speculated."""
+    return _SPECULATE_SIZES.get()
 
 
 class UseFallback(Exception):
@@ -119,5 +150,6 @@ def where(loc: str) -> str:
 # --------------------------------------------------------------------------- program state
 
 
-__all__ = ["DATA_HINT", "DataDependentError", "ThunderTraceError", "UseFallback", "dtype_name",
-           "skip", "user_location", "where"]
+__all__ = ["DATA_HINT", "DataDependentError", "NeedsSymbols", "ThunderTraceError", "UseFallback",
+           "dtype_name", "sizes_speculated", "skip", "speculating_sizes", "user_location",
+           "where"]

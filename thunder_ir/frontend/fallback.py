@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from xdsl.ir import Attribute, SSAValue
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, to_attr
 from thunder_ir.dialects.modes import neutral
 from thunder_ir.dialects.torch import (
@@ -30,8 +31,10 @@ from thunder_ir.frontend.builder import Builder, differentiable
 from thunder_ir.frontend.errors import (
     DATA_HINT,
     DataDependentError,
+    NeedsSymbols,
     ThunderTraceError,
     dtype_name,
+    speculating_sizes,
     where,
 )
 from thunder_ir.frontend.layout import call_layouts, meta_stand_in
@@ -147,6 +150,9 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         if "out" in kwargs and "cast" in str(e):
             _raise_out_cast(ctx, name, operands, enc_args, enc_kwargs, kwargs["out"])
         if _is_data_dependent(e):
+            if symbols.current() is None and not speculating_sizes():
+                raise NeedsSymbols(
+                    f"{where(ctx.loc)}: {name} has a data-dependent size") from None
             raise DataDependentError(
                 f"{where(ctx.loc)}: {name} needs a traced tensor's values (to size its result "
                 f"or to check its inputs), but {DATA_HINT}") from None

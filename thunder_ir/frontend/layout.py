@@ -80,10 +80,10 @@ def is_contiguous(sizes: Sequence[int], strides: Sequence[int]) -> bool:
         return True
     expected = 1
     for n, s in zip(reversed(tuple(sizes)), reversed(tuple(strides))):
-        if n == 0:
-            return True
-        if n != 1:
-            if s != expected:
+        if symbols.must_equal(n, 0):  # (an unbacked size, ``u0``, counts as neither 0
+            return True               # nor 1: torch's size-oblivious reading)
+        if symbols.may_differ(n, 1):
+            if symbols.may_differ(s, expected):
                 return False
             expected *= n
     return True
@@ -96,7 +96,7 @@ def contiguous_layout(t: TensorType) -> Layout:
 
 def storage_elements(sizes: Sequence[int], strides: Sequence[int], offset: int) -> int:
     """How many elements a storage needs to hold a tensor of this layout."""
-    if any(n == 0 for n in sizes):
+    if any(symbols.must_equal(n, 0) for n in sizes):  # (an unbacked size: maybe not)
         return offset
     return offset + 1 + sum((n - 1) * abs(s) for n, s in zip(sizes, strides))
 
@@ -108,7 +108,7 @@ def meta_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
     table = symbols.current()
     if table is not None:  # a symbolic compilation: a fake tensor over its symbols
         with torch._C.DisableTorchFunction(), table.fake_mode:
-            if offset == 0:
+            if symbols.must_equal(offset, 0):  # (``u0``: the second of ``where``'s indices)
                 return torch.empty_strided(t.sizes, strides, dtype=t.dtype, device="meta")
             n = storage_elements(t.sizes, strides, offset)
             return torch.empty(n, dtype=t.dtype, device="meta").as_strided(

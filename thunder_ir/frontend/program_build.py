@@ -46,9 +46,11 @@ class ProgramBuild:
         concrete_rng: the random generators' states after the draws computed so far for
             speculation, in program order (None: none yet; they start from the call's).
         speculative: the program checks conditions it was traced under.
+        counts: the unbacked count (``u0``) of each mask value's nonzero elements
+            (`thunder_ir.frontend.unbacked.count`).
     """
 
-    __slots__ = ("block", "call_start", "concrete", "concrete_rng", "consts", "emitter",
+    __slots__ = ("block", "call_start", "concrete", "concrete_rng", "consts", "counts", "emitter",
                  "input_kinds", "input_proxies", "input_requires_grad", "names", "numbers",
                  "program", "speculative")
 
@@ -66,6 +68,7 @@ class ProgramBuild:
         self.concrete: dict[SSAValue, Any] = {}
         self.concrete_rng: Any = None
         self.speculative = False
+        self.counts: dict[SSAValue, Any] = {}
 
     # ---- inputs
 

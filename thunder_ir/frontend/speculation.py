@@ -30,11 +30,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
 from thunder_ir.dialects.types import canonical_device, tensor_type
-from thunder_ir.frontend import torch_map
-from thunder_ir.frontend.errors import DATA_HINT, DataDependentError, UseFallback, where
+from thunder_ir.frontend import torch_map, unbacked
+from thunder_ir.frontend.errors import (
+    DATA_HINT,
+    DataDependentError,
+    NeedsSymbols,
+    UseFallback,
+    speculating_sizes,
+    where,
+)
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import register_handlers
@@ -192,6 +200,25 @@ def _item(ctx: TraceContext, self: Any) -> Any:
     return speculate(ctx, self)
 
 
+def unbacked_sizes(ctx: TraceContext, what: str) -> bool:
+    """Whether an op whose result's size is a count of its input's values gets that size
+    as a new unbacked symbol (torch's fake kernel makes it: a symbol table is current);
+    False: the count is speculated (a compile after the symbolic one failed, or inside a
+    custom backward).
+
+    Raises:
+        NeedsSymbols: no table, and sizes are not speculated: the compiler traces again
+            with one.
+    """
+    if ctx.build.in_region():
+        return False
+    if symbols.current() is not None:
+        return True
+    if speculating_sizes():
+        return False
+    raise NeedsSymbols(f"{where(ctx.loc)}: {what} has a data-dependent size")
+
+
 def speculate_count(ctx: TraceContext, count: TensorProxy) -> int:
     """The value of ``count`` (a one-element integer tensor: how many elements a
     data-dependent op selects) for this call, checked by the program on every call."""
@@ -211,6 +238,8 @@ def _sized_by_values(name: str, count: Callable[..., Any],
     opaque torch call of that result type (differentiated by torch)."""
 
     def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        if unbacked_sizes(ctx, name):  # the count: an unbacked symbol
+            return _unbacked_call(ctx, name, args, kwargs)
         if kwargs or not all(is_proxy(a) or not isinstance(a, torch.Tensor) for a in args):
             raise UseFallback
         n = speculate_count(ctx, ctx.run_python(count, args, {}))
@@ -219,6 +248,23 @@ def _sized_by_values(name: str, count: Callable[..., Any],
         return fallback(ctx, _FUNCS[name], args, kwargs, result_type=t)
 
     return handler
+
+
+def _unbacked_call(ctx: TraceContext, name: str, args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> Any:
+    """``nonzero``/``argwhere``/``masked_select`` sized by an unbacked count
+    (`thunder_ir.frontend.unbacked`); forms it does not model (``out=``, a 0-d input) are
+    the opaque call, typed by torch's fake kernel (an unbacked size of its own)."""
+    first: Any = args[0] if args else None
+    if is_proxy(first) and first.ndim > 0:
+        if name == "masked_select" and len(args) == 2 and not kwargs and is_proxy(args[1]) \
+                and args[1].dtype is torch.bool:
+            return unbacked.masked_select(ctx, first, args[1])
+        if name in ("nonzero", "argwhere") and len(args) == 1 and set(kwargs) <= {"as_tuple"}:
+            if kwargs.get("as_tuple"):
+                return unbacked.nonzero_tuple(ctx, first)
+            return unbacked.nonzero(ctx, first)
+    return fallback(ctx, _FUNCS[name], args, kwargs)
 
 
 def _select_count(x: Any, mask: Any) -> Any:
@@ -242,6 +288,8 @@ def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
     if not (is_proxy(mask) and mask.dtype in (torch.bool, torch.uint8) and is_proxy(x)
             and 0 < mask.ndim <= x.ndim and tuple(mask.shape) == tuple(x.shape[:mask.ndim])):
         return _GETITEM(ctx, x, index)
+    if unbacked_sizes(ctx, "x[mask]"):
+        return unbacked.mask_index(ctx, x, mask)
     n = speculate_count(ctx, ctx.run_python(lambda m: m.sum(), (mask,), {}))
     t = tensor_type((n, *x.shape[mask.ndim:]), x.dtype, canonical_device(x.device))
     return fallback(ctx, _T.__getitem__, (x, index), {}, result_type=t)

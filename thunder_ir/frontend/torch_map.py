@@ -23,11 +23,20 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 from xdsl.ir import Operation
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.ltorch import OPS
 from thunder_ir.dialects.types import canonical_device, tensor_type
+from thunder_ir.frontend import unbacked
 from thunder_ir.frontend.builder import Builder
-from thunder_ir.frontend.errors import DataDependentError, ThunderTraceError, UseFallback, where
+from thunder_ir.frontend.errors import (
+    DataDependentError,
+    NeedsSymbols,
+    ThunderTraceError,
+    UseFallback,
+    speculating_sizes,
+    where,
+)
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy, root_proxy
 from thunder_ir.frontend.table import (
@@ -281,6 +290,14 @@ if _where is not None:
 
     def _torch_where(ctx: Builder, *args: Any, **kwargs: Any) -> Any:
         if len(args) + len(kwargs) == 1:  # torch.where(cond): nonzero(cond, as_tuple=True)
+            cond: Any = kwargs.get("condition", args[0] if args else None)
+            if symbols.current() is not None:  # an unbacked count: u0 indices per dim
+                if is_proxy(cond) and cond.ndim > 0:
+                    return unbacked.nonzero_tuple(ctx, cond)  # type: ignore[arg-type]
+                raise UseFallback
+            if not speculating_sizes():
+                raise NeedsSymbols(f"{where(ctx.loc)}: torch.where(condition) has a "
+                                   "data-dependent size")
             raise DataDependentError(
                 f"{where(ctx.loc)}: torch.where(condition) with one argument returns the "
                 "indices where condition holds: how many depends on the values, so the result "

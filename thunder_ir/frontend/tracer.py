@@ -727,6 +727,8 @@ def _dense_strides(p: TensorProxy) -> tuple[int, ...] | None:
 
     with torch._C.DisableTorchFunction():
         shape, strides = tuple(p.shape), tuple(p.stride())
+    if symbols.unbacked(*shape, *strides):  # (a data-dependent size: eager's own kernel's)
+        return None
     return strides if is_dense(shape, strides) else None
 
 

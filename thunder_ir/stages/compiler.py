@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import ModuleOp
 from thunder_ir.dialects.program import BACKWARD, FORWARD, prologue_function
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import TracedProgram, trace_program
+from thunder_ir.frontend.errors import NeedsSymbols, sizes_speculated
 from thunder_ir.frontend.tracer import hooks_kept
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.tiered import TRACING
@@ -118,8 +119,11 @@ class Compiler:
         ``dynamic``: the leaves' sizes to keep symbolic (`thunder_ir.runtime.dynamic`);
         the entry then holds its `ShapeGuard`."""
         if not dynamic:
-            with compiling(self.ctx), hooks_kept(self.module):
-                return self._compile(args, kwargs, spec, n, pro, exact, None, self.ctx)
+            try:
+                with compiling(self.ctx), hooks_kept(self.module):
+                    return self._compile(args, kwargs, spec, n, pro, exact, None, self.ctx)
+            except NeedsSymbols:  # a data-dependent size: an unbacked symbol of a table
+                return self._compile_unbacked(args, kwargs, spec, n, pro, exact)
         ctx = self.ctx.with_symbols()
         table = ctx.symbols
         assert table is not None
@@ -132,6 +136,28 @@ class Compiler:
             entry.shape_guard = shape_guard(table, names, ext)  # it must hold for this call
             entry.dynamic = dynamic
         return entry, traced, keyed
+
+    def _compile_unbacked(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any,
+                          n: int, pro: Prologue, exact: bool
+                          ) -> tuple[Entry, TracedProgram, Prologue]:
+        """`compile` of a call whose trace met a data-dependent size (``nonzero``,
+        ``x[mask]``): traced, lowered and generated inside a `SymbolTable` with the inputs'
+        sizes static, where each such size is a new unbacked symbol (``u0``) that the
+        generated code reads from the op's real result; the entry is keyed by the exact
+        sizes as a static one (an unbacked size is never guarded on). Where that compile
+        fails, the call compiles with the sizes speculated (`sizes_speculated`: the
+        counts of this call, checked on every call)."""
+        try:
+            ctx = self.ctx.with_symbols()
+            with compiling(ctx), hooks_kept(self.module):
+                return self._compile(args, kwargs, spec, n, pro, exact, None, ctx)
+        except Exception as e:
+            if STRICT_SYMBOLIC:
+                raise
+            self.policies.dynamic.failures.append(
+                f"data-dependent sizes: {type(e).__name__}: {e}")
+        with sizes_speculated(), compiling(self.ctx), hooks_kept(self.module):
+            return self._compile(args, kwargs, spec, n, pro, exact, None, self.ctx)
 
     def _compile(self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Any, n: int,
                  pro: Prologue, exact: bool, dynamic: Dynamic | None, ctx: CompileContext

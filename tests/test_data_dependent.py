@@ -1,0 +1,219 @@
+"""Data-dependent sizes as unbacked symbols (``thunder_ir/frontend/unbacked.py``).
+
+``nonzero``, one-argument ``torch.where``, ``x[mask]`` and ``masked_select`` return as
+many elements as a mask has true values: that count is an unbacked symbol (``u0``) of the
+program, so one program serves every count (every routing of a mixture of experts),
+forward and backward, against eager.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import thunder_ir
+from thunder_ir.testing_eager import check_against_eager
+
+
+def _source(jf: Any) -> str:
+    return str(thunder_ir.last_traces(jf)[-1])
+
+
+def _unbacked(jf: Any) -> None:
+    """The program typed the count with an unbacked symbol, and speculated nothing."""
+    src = _source(jf)
+    assert "u0" in src, src
+    assert "assume" not in src, src
+
+
+def _masks(shape: tuple[int, ...], n: int) -> list[torch.Tensor]:
+    """``n`` masks of ``shape`` with different counts, an empty and a full one among them."""
+    g = torch.Generator().manual_seed(0)
+    out = [torch.zeros(shape, dtype=torch.bool), torch.ones(shape, dtype=torch.bool)]
+    while len(out) < n:
+        out.append(torch.rand(shape, generator=g) < 0.5)
+    return out
+
+
+CASES: dict[str, Callable[..., Any]] = {
+    "nonzero": lambda x, m: (torch.nonzero(m), m.nonzero() * 2, torch.argwhere(m)),
+    "nonzero_as_tuple": lambda x, m: torch.nonzero(m, as_tuple=True),
+    "where_one_arg": lambda x, m: torch.where(m),
+    "mask_index": lambda x, m: x[m] * 2,
+    "mask_index_rows": lambda x, m: x[m[:, 0]].sum(0),
+    "masked_select": lambda x, m: torch.masked_select(x, m).exp(),
+    "masked_select_broadcast": lambda x, m: x.masked_select(m[:, :1]) + 1,
+    "one_count_two_uses": lambda x, m: x[m] * (x * 3)[m],
+    "size_as_value": lambda x, m: x[m].reshape(x[m].shape[0], 1) + torch.arange(
+        x[m].shape[0]).unsqueeze(1),
+    "expand_back": lambda x, m: x[m].view(-1, 1).expand(-1, 3).sum() + x.sum(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_and_gradients_match_eager_with_one_program(name: str) -> None:
+    f = CASES[name]
+    for m in _masks((4, 3), 4):
+        check_against_eager(f, torch.randn(4, 3, requires_grad=True), m)
+    jf = thunder_ir.jit(f)
+    x = torch.randn(4, 3, requires_grad=True)
+    for m in _masks((4, 3), 6):
+        out, ref = jf(x, m), f(x, m)
+        torch.testing.assert_close(out, ref)
+    assert thunder_ir.cache_misses(jf) == 1
+    _unbacked(jf)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.int64, torch.bool])
+def test_dtypes(dtype: torch.dtype) -> None:
+    def f(x: torch.Tensor, m: torch.Tensor) -> Any:
+        return x[m], torch.masked_select(x, m)
+
+    x = (torch.randn(5, 2) * 4).to(dtype)
+    for m in _masks((5, 2), 3):
+        check_against_eager(f, x, m)
+
+
+def test_uint8_mask_index_like_eager() -> None:
+    def f(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return x[m] + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for m in _masks((3, 4), 3):
+            check_against_eager(f, torch.randn(3, 4, requires_grad=True), m.to(torch.uint8))
+
+
+def test_none_gradients_and_grads_through_the_count() -> None:
+    """An input the selected values do not depend on gets ``None``, as eager's."""
+    def f(x: torch.Tensor, y: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        rows = x[m]
+        return (rows * rows.shape[0]).sum() + y.detach().sum()
+
+    for m in _masks((6,), 3):
+        check_against_eager(f, torch.randn(6, 2, requires_grad=True),
+                            torch.randn(2, requires_grad=True), m)
+
+
+def test_token_classification_loss_one_program_for_every_padding() -> None:
+    """``logits[keep]`` and ``labels[keep]`` share the count: the loss type-checks."""
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        keep = labels != -100
+        return F.cross_entropy(logits[keep], labels[keep])
+
+    jl = thunder_ir.jit(loss)
+    logits = torch.randn(2, 6, 5, requires_grad=True)
+    for k in range(1, 6):
+        labels = torch.randint(0, 5, (2, 6))
+        labels[0, :k] = -100
+        check_against_eager(loss, logits, labels)
+        out = jl(logits, labels)
+        out.backward()
+        g = logits.grad
+        logits.grad = None
+        ref = loss(logits, labels)
+        ref.backward()
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(g, logits.grad)
+        logits.grad = None
+    assert thunder_ir.cache_misses(jl) == 1
+    _unbacked(jl)
+    assert "u0" in str(thunder_ir.last_backward_traces(jl)[-1])
+
+
+def test_sizes_branched_on_fall_back_to_speculation() -> None:
+    """A Python decision on the count (control flow on values) is speculated as before."""
+    def f(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        rows = x[m]
+        return rows * 2 if rows.shape[0] > 2 else rows - 1
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(5)
+    for m in _masks((5,), 5):
+        torch.testing.assert_close(jf(x, m), f(x, m))
+
+
+# --------------------------------------------------------------------------- mixture of experts
+
+
+class Expert(nn.Module):
+    def __init__(self, d: int, f: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(d, f, bias=False)
+        self.w2 = nn.Linear(f, d, bias=False)
+        self.w3 = nn.Linear(d, f, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class SparseMoE(nn.Module):
+    """Mixtral's sparse MoE block: top-k routing, ``torch.where`` per expert, the routed
+    tokens' outputs added back with ``index_add_``; expert ``E-1`` is never routed to
+    (its gate bias is very negative), so it is always empty."""
+
+    def __init__(self, d: int = 8, f: int = 16, experts: int = 4, k: int = 2) -> None:
+        super().__init__()
+        self.experts_n, self.k = experts, k
+        self.gate = nn.Linear(d, experts)
+        with torch.no_grad():
+            self.gate.bias.zero_()
+            self.gate.bias[-1] = -1e4
+        self.experts = nn.ModuleList(Expert(d, f) for _ in range(experts))
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, s, d = h.shape
+        h = h.view(-1, d)
+        logits = self.gate(h)
+        w = F.softmax(logits, dim=1, dtype=torch.float)
+        w, sel = torch.topk(w, self.k, dim=-1)
+        if self.k > 1:
+            w = w / w.sum(dim=-1, keepdim=True)
+        w = w.to(h.dtype)
+        out = torch.zeros((b * s, d), dtype=h.dtype, device=h.device)
+        mask = F.one_hot(sel, num_classes=self.experts_n).permute(2, 1, 0)
+        for e in range(self.experts_n):
+            idx, top_x = torch.where(mask[e])
+            cur = h[None, top_x].reshape(-1, d)
+            cur = self.experts[e](cur) * w[top_x, idx, None]
+            out.index_add_(0, top_x, cur.to(h.dtype))
+        return out.reshape(b, s, d), logits
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_moe_trains_as_one_program_for_every_routing(k: int) -> None:
+    torch.manual_seed(k)
+    model = SparseMoE(k=k)
+    ref = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    routings = set()
+    for _ in range(6):
+        x = torch.randn(2, 5, 8)
+        y, logits = jm(x)
+        (y.square().sum() + logits.sum()).backward()
+        ry, rlogits = ref(x)
+        (ry.square().sum() + rlogits.sum()).backward()
+        torch.testing.assert_close(y, ry)
+        torch.testing.assert_close(logits, rlogits)
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            if q.grad is None:
+                assert p.grad is None
+            else:
+                torch.testing.assert_close(p.grad, q.grad)
+        routings.add(tuple(torch.topk(rlogits, k, dim=-1).indices.flatten().tolist()))
+        opt.step()
+        ref_opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+    assert len(routings) > 1
+    assert thunder_ir.cache_misses(jm) == 1  # one forward and one backward program
+    _unbacked(jm)

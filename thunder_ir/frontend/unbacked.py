@@ -1,0 +1,135 @@
+"""Data-dependent sizes as unbacked symbols.
+
+``torch.nonzero(mask)``, one-argument ``torch.where(mask)``, ``x[mask]`` with a boolean
+mask and ``torch.masked_select`` return as many elements as the mask has true values. In
+a compilation with a symbol table (`thunder_ir.dialects.symbols.SymbolTable`) that count is
+a new *unbacked* symbol (``u0``), made by torch's own
+``ShapeEnv.create_unbacked_symint`` with the facts torch's fake ``nonzero`` states
+(``0 <= u0 <= numel``, a size). Every later op types its result with it, as with any
+symbol; the generated code needs no value for it, since the real ``nonzero`` result simply
+has that many rows (a function that computes with ``u0`` in a static argument binds it
+from the first result that has it, `thunder_ir.runtime.python_printer`).
+
+One count per mask: the count of a traced mask value is made once (`count`), so
+``logits[keep]`` and ``labels[keep]`` have the same length ``u0`` and a loss of the two
+type-checks without a guard on data. Each op is emitted on its own (a user's in-place write
+to one result never reaches another), typed with that count:
+
+- ``nonzero(mask)``: the opaque ``torch.nonzero`` call, eager's column-major layout
+  (strides ``(1, u0)``), no gradient;
+- ``torch.where(mask)`` / ``nonzero(mask, as_tuple=True)``: that result's ``unbind(1)``;
+- ``x[mask]`` (a mask over ``x``'s leading dims): the flat indices of the true elements
+  (``nonzero`` of the flattened mask, the same count) taking rows of ``x`` flattened over
+  the mask's dims (``index_select``, so the gradient is ``index_add`` into zeros, in the
+  program and over the same symbol);
+- ``masked_select(x, mask)``: the same over both broadcast and flattened.
+
+Without a table a trace that meets such an op raises `NeedsSymbols` (the compiler traces
+again with one); where the unbacked compile fails, the counts are speculated instead
+(`thunder_ir.frontend.speculation`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from thunder_ir.dialects import symbols
+from thunder_ir.dialects.base import OperandRef
+from thunder_ir.dialects.torch import make_call, torch_name
+from thunder_ir.dialects.types import canonical_device, tensor_type
+from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+
+if TYPE_CHECKING:
+    from thunder_ir.frontend.context import TraceContext
+
+
+def new_size(numel: Any) -> Any:
+    """A new unbacked ``SymInt`` of the current symbol table: a count of at most ``numel``
+    elements (torch's ``create_unbacked_symint``, constrained as torch's fake
+    ``nonzero`` constrains it); 0 where ``numel`` is 0."""
+    table = symbols.current()
+    assert table is not None, "an unbacked size needs a symbol table"
+    if type(numel) is int and numel == 0:
+        return 0
+    from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size
+    from torch.utils._sympy.numbers import IntInfinity
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    n = table.env.create_unbacked_symint()
+    if isinstance(numel, torch.SymInt):
+        upper = bound_sympy(numel.node.expr, table.env.var_to_range).upper
+        top = sys.maxsize - 1 if isinstance(upper, IntInfinity) else int(upper)
+    else:
+        top = int(numel)
+    _constrain_range_for_size(n, max=top)
+    return n
+
+
+def count(ctx: TraceContext, mask: TensorProxy) -> Any:
+    """How many elements of ``mask`` are nonzero: an unbacked size, one per traced value."""
+    v = ctx.value_of(mask)
+    counts = ctx.build.counts
+    n = counts.get(v)
+    if n is None:
+        n = counts[v] = new_size(mask.numel())
+    return n
+
+
+def nonzero(ctx: TraceContext, mask: TensorProxy, n: Any = None) -> TensorProxy:
+    """``torch.nonzero(mask)``, ``n`` (default: `count`) rows of ``mask.dim()`` indices,
+    laid out as eager's (column-major)."""
+    if n is None:
+        n = count(ctx, mask)
+    v = ctx.value_of(mask)
+    t = tensor_type((n, mask.dim()), torch.int64, canonical_device(mask.device))
+    op = make_call(torch_name(torch.nonzero), [v], [OperandRef(0)], {}, result_types=[t])
+    r = ctx.record(op)[0]
+    return ctx.wrap(r, layout=((1, n), 0))
+
+
+def nonzero_tuple(ctx: TraceContext, mask: TensorProxy) -> tuple[Any, ...]:
+    """``torch.where(mask)`` (``nonzero(mask, as_tuple=True)``): one index tensor per dim."""
+    nz = nonzero(ctx, mask)
+    return tuple(ctx.run_python(lambda t: t.unbind(1), (nz,), {}))
+
+
+def _flat_indices(ctx: TraceContext, mask: TensorProxy, n: Any) -> TensorProxy:
+    """The flat positions of ``mask``'s nonzero elements (``n`` of them), in order."""
+    flat = ctx.run_python(lambda m: m.reshape(-1), (mask,), {})
+    return ctx.run_python(lambda t: t.squeeze(1), (nonzero(ctx, flat, n),), {})
+
+
+def mask_index(ctx: TraceContext, x: TensorProxy, mask: TensorProxy) -> TensorProxy:
+    """``x[mask]`` with a mask over ``x``'s leading dims: the rows where it holds."""
+    k = mask.dim()
+    rest = tuple(x.shape[k:])
+    idx = _flat_indices(ctx, mask, count(ctx, mask))
+    return ctx.run_python(lambda t, i: t.reshape(-1, *rest).index_select(0, i), (x, idx), {})
+
+
+def masked_select(ctx: TraceContext, x: Any, mask: TensorProxy) -> TensorProxy:
+    """``torch.masked_select(x, mask)``: both broadcast, the elements where ``mask``
+    holds, flattened."""
+    shape = torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape))
+    if tuple(mask.shape) != tuple(shape):
+        mask = ctx.run_python(lambda m: m.expand(shape), (mask,), {})
+    idx = _flat_indices(ctx, mask, count(ctx, mask))
+    same = tuple(x.shape) == tuple(shape)
+    return ctx.run_python(
+        lambda t, i: (t if same else t.expand(shape)).reshape(-1).index_select(0, i),
+        (x, idx), {})
+
+
+def simple_mask(x: Any, mask: Any) -> bool:
+    """Whether ``x[mask]`` is a boolean mask over ``x``'s leading dims (what `mask_index`
+    computes)."""
+    return (is_proxy(mask) and is_proxy(x) and mask.dtype in (torch.bool, torch.uint8)
+            and 0 < mask.ndim <= x.ndim
+            and all(a is b or a == b for a, b in zip(mask.shape, x.shape[:mask.ndim])))
+
+
+__all__ = ["count", "mask_index", "masked_select", "new_size", "nonzero", "nonzero_tuple",
+           "simple_mask"]
