@@ -4,7 +4,8 @@ cache key.
 The prologue takes the call's flat argument leaves and returns one tuple: each leaf's
 metadata (or value), which leaves share memory, every parameter's and buffer's metadata
 (one op for all of them, its elements spliced into the key),
-the ``int``s module attributes hold that a program reads as symbolic numbers,
+the ``int``s module attributes hold that a program reads as symbolic numbers, the metadata
+of the tensors ``forward`` rebinds on every call (read from their modules),
 grad mode, inference mode, the default dtype, deterministic algorithms, the default device,
 autocast (every global mode that changes what a program gives,
 `thunder_ir.dialects.modes`), and the tokens of the guarded Python state
@@ -248,6 +249,48 @@ class AttrValueOp(GuardOp):
         return [f"the module attribute '{self.label.data}'"]
 
 
+@irdl_op_definition
+class AttrMetaOp(GuardOp):
+    """`%shape, %dtype, %device, %requires_grad, %layout = "guard.attr_meta"() <{label =
+    "self.avg", attr = "avg", index = 1, buffer}>`: the metadata and layout of a tensor a
+    module of the jitted tree holds and ``forward`` rebinds on every call (a buffer with
+    ``buffer``, else a plain attribute; `thunder_ir.runtime.rebound`), read from the module
+    (the prologue's global ``m<index>``) on each call: the program reads it as an input,
+    so its metadata, not its identity, is in the key."""
+
+    name = "guard.attr_meta"
+
+    label = prop_def(StringAttr)
+    attr = prop_def(StringAttr)
+    index = prop_def(IntegerAttr[I64])
+    buffer = opt_prop_def(UnitAttr)
+    exact = opt_prop_def(UnitAttr)
+    shape = result_def(ValueType)
+    dtype = result_def(ValueType)
+    device = result_def(ValueType)
+    requires_grad = result_def(ValueType)
+    layout = result_def(ValueType)
+
+    def _read(self) -> str:
+        name = self.attr.data
+        base = f"m{self.index.value.data}"
+        if self.buffer is not None:
+            return f"{base}._buffers[{name!r}]"
+        return f"{base}.{name}" if name.isidentifier() else f"{base}.__dict__[{name!r}]"
+
+    def python(self, operands: Sequence[str]) -> list[str]:
+        return [m.format(self._read()) for m in _meta(self)]
+
+    def python_without_layout(self, operands: Sequence[str]) -> list[str]:
+        return [*self.python(operands)[:4], "None"]
+
+    def labels(self) -> list[str]:
+        name = self.label.data
+        return [f"the {what} of the module state '{name}'"
+                for what in ("shape", "dtype", "device", "requires_grad",
+                             "memory layout (strides)")]
+
+
 # --------------------------------------------------------------------------- thread state
 
 
@@ -426,11 +469,12 @@ def names_attr(names: Sequence[str]) -> ArrayAttr[StringAttr]:
 
 
 Guard = Dialect("guard", [TensorMetaOp, LeafMetaOp, AliasesOp, StateMetaOp, AttrValueOp,
+                          AttrMetaOp,
                           GradModeOp, InferenceModeOp, DefaultDtypeOp, DeterministicOp,
                           DefaultDeviceOp, AutocastOp, TokensOp, KeyOp, SymbolOp,
                           ShapeChecksOp], [ValueType])
 
-__all__ = ["VALUE", "AliasesOp", "AttrValueOp", "AutocastOp", "DefaultDeviceOp",
+__all__ = ["VALUE", "AliasesOp", "AttrMetaOp", "AttrValueOp", "AutocastOp", "DefaultDeviceOp",
            "DefaultDtypeOp", "DeterministicOp", "GradModeOp", "Guard", "GuardOp",
            "InferenceModeOp", "KeyOp", "LeafMetaOp", "ShapeChecksOp", "StateMetaOp",
            "SymbolOp", "TensorMetaOp", "TokensOp", "ValueType", "names_attr", "tokens_attr"]

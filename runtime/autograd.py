@@ -131,7 +131,10 @@ class ThunderFunction(torch.autograd.Function):
         if hooked:  # packed by saved-tensor hooks: each unpacked when first read
             args: list[Any] = _Unpacking(ctx._raw_saved_tensors)
         else:
-            args = list(ctx.saved_tensors) if ctx.layout is None else _unpack_mixed(ctx)
+            try:
+                args = list(ctx.saved_tensors) if ctx.layout is None else _unpack_mixed(ctx)
+            except RuntimeError as e:
+                raise _modified_since(e) from None
         clear = getattr(ctx, "maybe_clear_saved_tensors", None)
         if clear is not None and not hooked:
             clear()
@@ -218,6 +221,25 @@ def _functorch_apply(prog: TrainingProgram, inputs: tuple[Any, ...]) -> Any:
             "thunder_ir.jit.")
     outs = ThunderFunctorchFunction.apply(prog, *inputs)[:prog.n_outputs]
     return outs[0] if prog.n_outputs == 1 else outs
+
+
+def _modified_since(e: RuntimeError) -> RuntimeError:
+    """Autograd's version-check error, told in terms of the program: its backward is one
+    node for the whole call, holding every residual of the call, where eager keeps one
+    node per op and may not need the tensor written since (a state that carries an earlier
+    call's graph, ``self.h = h`` not detached, reached with ``retain_graph=True`` after an
+    optimizer step: eager's backward goes through the earlier call's recurrence alone)."""
+    if "modified by an inplace operation" not in str(e):
+        return e
+    return RuntimeError(
+        f"{e}\nthunder_ir: this backward runs a compiled program's backward, one autograd "
+        "node for the whole call it was saved by, which needs every tensor that call saved "
+        "(parameters included); one was written in place since. Where eager's "
+        "per-op graph does not need it (backward through an earlier call's graph, reached "
+        "through a tensor that call returned or left in module state, `self.h = h` not "
+        "detached, after an optimizer step), detach the state between calls "
+        "(`self.h = h.detach()`) or step the optimizer after the last backward that "
+        "reaches that call.")
 
 
 def _save_mixed(ctx: Any, residuals: Sequence[Any]) -> None:

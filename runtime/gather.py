@@ -11,7 +11,8 @@ branching and does not collect the module's state::
 (`ArgPath`, `thunder_ir.runtime.pystate.path_expr`), ``s2`` a parameter or buffer
 (`StateEntry`) and ``c3`` a captured tensor (`Captured`), bound as globals, and
 ``m4.step`` a number the module keeps (`ModuleAttr`: the module bound, its attribute read
-on each call). It has no IR
+on each call), as is a tensor ``forward`` rebinds (`ModuleTensor`: ``m5._buffers['avg']``
+for a buffer, ``m5.h`` for a plain attribute). It has no IR
 (its origins are not values of the program); it is a `PyFunction` of the one printer
 (`thunder_ir.runtime.python_printer`), rendered and executed as every generated function is.
 """
@@ -28,6 +29,7 @@ from thunder_ir.runtime.origins import (
     ArgPath,
     Captured,
     ModuleAttr,
+    ModuleTensor,
     Origin,
     StateEntry,
 )
@@ -36,6 +38,13 @@ from thunder_ir.runtime.python_printer import PyFunction, load_python, render, t
 
 LEAVES = "L"
 """The gather's parameter: the call's flat leaves."""
+
+
+def tensor_steps(kind: ModuleTensor) -> tuple[tuple[str, str], ...]:
+    """Where a `ModuleTensor` lies in its module: ``_buffers[name]`` for a buffer (not
+    through ``nn.Module.__getattr__``), the attribute ``name`` otherwise."""
+    return (("attr", "_buffers"), ("item", kind.name)) if kind.buffer else \
+        (("attr", kind.name),)
 
 
 def gather_function(origins: Sequence[Origin], state: Mapping[str, torch.Tensor]
@@ -62,6 +71,9 @@ def gather_function(origins: Sequence[Origin], state: Mapping[str, torch.Tensor]
         elif isinstance(kind, ModuleAttr):  # a number the module keeps: read on each call
             bound[f"m{i}"] = kind.module
             parts.append(path_expr(f"m{i}", (("attr", kind.name),)))
+        elif isinstance(kind, ModuleTensor):  # a tensor forward rebinds: read on each call
+            bound[f"m{i}"] = kind.module
+            parts.append(path_expr(f"m{i}", tensor_steps(kind)))
         else:
             raise TypeError(f"a program argument comes from {kind!r}, which a call cannot "
                             "gather")
@@ -75,4 +87,4 @@ def make_gather(origins: Sequence[Origin], state: Mapping[str, torch.Tensor]
     return load_python(render(fn), fn.name, bound)
 
 
-__all__ = ["LEAVES", "gather_function", "make_gather"]
+__all__ = ["LEAVES", "gather_function", "make_gather", "tensor_steps"]

@@ -109,6 +109,19 @@ SYMBOLIC_INT = "symbolic int"
 number (`thunder_ir.runtime.symbolic_attrs`): its type, not its value, which the cache key
 holds instead."""
 
+REBOUND_TENSOR = "rebound tensor"
+"""What a fingerprint holds (with the tensor's type) for a buffer or plain tensor attribute
+that ``forward`` rebinds on every call (`thunder_ir.runtime.rebound`): not its identity;
+the programs read it on each call and the cache key holds its metadata."""
+
+
+def rebound_key(v: Any) -> Hashable | None:
+    """The fingerprint of a rebound state's value while it holds a tensor (not a
+    parameter), else None (then it is fingerprinted as any value)."""
+    if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter):
+        return (REBOUND_TENSOR, type(v))
+    return None
+
 
 MAX_DEPTH = 8
 """How deep guards follow config objects, dicts and lists from a module's fields or a
@@ -138,33 +151,37 @@ def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]]
                skip: frozenset[str] = frozenset(),
                lists: list[tuple[list[Any], tuple[Any, ...]]] | None = None,
                ints: frozenset[str] = frozenset(), path: str = "",
-               stopped: list[str] | None = None, seen: set[int] | None = None) -> Hashable:
+               stopped: list[str] | None = None, seen: set[int] | None = None,
+               tensors: frozenset[str] = frozenset()) -> Hashable:
     """The fingerprint of a dict of fields. With ``watched``, a config-like value's own
     fields, a plain dict's items and (with ``lists``) a list's items are fingerprinted too,
     down to `MAX_DEPTH` levels (``self.cfg.inner.gain[1]``): dicts and objects' field
     dicts are watched by version, lists (which have none) compared item by item on every
     call (`StateGuard`). ``ints``: fields that, while they hold an ``int``, are
-    fingerprinted by that type alone (`SYMBOLIC_INT`). ``path`` names ``d`` and
+    fingerprinted by that type alone (`SYMBOLIC_INT`); ``tensors``: fields that, while they
+    hold a tensor, are fingerprinted by its type alone (`rebound_key`). ``path`` names ``d`` and
     ``stopped`` collects where the walk gave up (too deep, too much state). ``seen``: the
     objects already followed by the caller's other calls (a config every layer holds is
     walked and watched once per fingerprint)."""
     walk = _Walk(keep, watched, lists)
     if seen is not None:
         walk.seen = seen
-    out = _fields(walk, d, skip, ints, path, 0)
+    out = _fields(walk, d, skip, ints, path, 0, tensors)
     if stopped is not None:
         stopped += walk.stopped
     return out
 
 
 def _fields(walk: _Walk, d: dict[Any, Any], skip: frozenset[str], ints: frozenset[str],
-            path: str, depth: int) -> Hashable:
+            path: str, depth: int, tensors: frozenset[str] = frozenset()) -> Hashable:
     out: list[Any] = []
     for k, v in d.items():
         if k in skip:
             continue
         if k in ints and type(v) is int:
             out.append((k, SYMBOLIC_INT))
+        elif k in tensors and (r := rebound_key(v)) is not None:
+            out.append((k, r))
         else:
             out.append((k, _value(walk, v, f"{path}.{k}", depth)))
     return tuple(out)
@@ -324,7 +341,8 @@ def shown(v: Any) -> str:
 
 
 def _field_checks(prefix: str, d: dict[Any, Any], skip: frozenset[str] = frozenset(),
-                  ints: frozenset[str] = frozenset()) -> list[str]:
+                  ints: frozenset[str] = frozenset(),
+                  tensors: frozenset[str] = frozenset()) -> list[str]:
     """The checks a guard makes of a dict of fields, as readable Python (the state
     `fields_key` follows, to the same depth)."""
     out: list[str] = []
@@ -349,6 +367,8 @@ def _field_checks(prefix: str, d: dict[Any, Any], skip: frozenset[str] = frozens
             continue
         if k in ints and type(v) is int:
             out.append(f"type({prefix}.{k}) is int")  # its value: in the key (symbolic)
+        elif k in tensors and rebound_key(v) is not None:  # its metadata: in the key
+            out.append(f"type({prefix}.{k}) is {type(v).__qualname__}")
         else:
             value(f"{prefix}.{k}", v, 0)
     return out
@@ -370,7 +390,8 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
 
 
 def module_guard(root: torch.nn.Module,
-                 ints: dict[int, frozenset[str]] | None = None) -> StateGuard:
+                 ints: dict[int, frozenset[str]] | None = None,
+                 tensors: dict[int, frozenset[str]] | None = None) -> StateGuard:
     """The state of a module tree: each module's class and plain attributes (config objects,
     dicts and lists followed down to `MAX_DEPTH` levels), its parameters', buffers' and
     submodules' identities, and every module hook (its own and torch's global ones).
@@ -378,9 +399,12 @@ def module_guard(root: torch.nn.Module,
     ``ints``: per module (by id), the attributes whose ``int`` values the programs read as
     symbolic numbers (`thunder_ir.runtime.symbolic_attrs`, which fills the dict and
     `StateGuard.invalidate`s the guard): guarded on being ``int``s; their values are in the
-    cache key instead."""
+    cache key instead. ``tensors``: per module (by id), the buffers and plain attributes
+    that ``forward`` rebinds on every call (`thunder_ir.runtime.rebound`, which fills the
+    dict): guarded on holding a tensor of their type; their metadata is in the cache key."""
     g = torch.nn.modules.module
     ints = {} if ints is None else ints
+    tensors = {} if tensors is None else tensors
     none: frozenset[str] = frozenset()
 
     def describe(dicts: list[Any], keep: list[Any], hooks: list[Any]) -> Hashable:
@@ -394,15 +418,21 @@ def module_guard(root: torch.nn.Module,
         for path, m in root.named_modules(prefix="self"):
             md = m.__dict__
             dicts.append(md)
+            rebound = tensors.get(id(m), none)
             parts: list[Any] = [id(m), type(m),
                                 fields_key(md, keep, dicts, _SKIP_FIELDS, guard.lists,
                                            ints.get(id(m), none), path, guard.unguarded,
-                                           seen)]
+                                           seen, rebound)]
             for name in _MODULE_DICTS:
                 d = md.get(name)
                 if d is None:
                     continue
                 (hooks if name in _HOOK_DICTS else dicts).append(d)
+                if rebound and name == "_buffers":
+                    parts.append((name, tuple(
+                        (k, (k in rebound and rebound_key(v)) or id(v)) for k, v in d.items())))
+                    keep.extend(v for k, v in d.items() if k not in rebound)
+                    continue
                 parts.append((name, tuple((k, id(v)) for k, v in d.items())))
                 keep.extend(d.values())
             keep.append(m)
@@ -416,13 +446,17 @@ def module_guard(root: torch.nn.Module,
             out.append(f"torch.nn.modules.module.{name} == {_names(hooks)}")
         for path, m in root.named_modules(prefix="self"):
             out.append(f"type({path}) is {type(m).__qualname__}")
-            out += _field_checks(path, m.__dict__, _SKIP_FIELDS, ints=ints.get(id(m), none))
+            rebound = tensors.get(id(m), none)
+            out += _field_checks(path, m.__dict__, _SKIP_FIELDS, ints=ints.get(id(m), none),
+                                 tensors=rebound)
             for name in _MODULE_DICTS:
                 d = m.__dict__.get(name)
                 if d is None:
                     continue
                 if name in ("_parameters", "_buffers") or name == "_modules":
-                    out += [f"{path}.{k} {shown(v)}" for k, v in d.items()]
+                    out += [f"type({path}.{k}) is {type(v).__qualname__}"
+                            if name == "_buffers" and k in rebound and rebound_key(v)
+                            else f"{path}.{k} {shown(v)}" for k, v in d.items()]
                 else:
                     out.append(f"{path}.{name} == {_names(list(d.values()))}")
         return out
@@ -541,5 +575,6 @@ def closure_guard(fn: Any) -> StateGuard | None:
                       always=True)
 
 
-__all__ = ["MODULE_FIELDS", "SYMBOLIC_INT", "StateGuard", "closure_guard", "dict_version",
-           "fields_key", "global_loads", "globals_guard", "module_guard", "value_key"]
+__all__ = ["MODULE_FIELDS", "REBOUND_TENSOR", "SYMBOLIC_INT", "StateGuard", "closure_guard",
+           "dict_version", "fields_key", "global_loads", "globals_guard", "module_guard",
+           "rebound_key", "value_key"]

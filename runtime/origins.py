@@ -12,6 +12,9 @@ position in a tuple::
                                          the parameter or buffer itself)
     ModuleAttr(m, "step")                an ``int`` the module keeps (``self.step``), read
                                          from it on each call: a symbolic number
+    ModuleTensor(m, "h", False)          a tensor ``forward`` rebinds (``self.h = ...``, a
+                                         buffer or a plain attribute), read from the module
+                                         on each call
     Cotangent()                          a cotangent placeholder (an extension's grad
                                          transform, traced on its own)
 """
@@ -65,12 +68,30 @@ class ModuleAttr:
     name: str
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class ModuleTensor:
+    """A tensor that ``forward`` rebinds on every call (``self.avg = self.avg * 0.9 + ...``,
+    a recurrent state): buffer ``name`` of ``module`` (``buffer``) or its plain attribute,
+    read from the module on each call and keyed by its metadata, not its identity
+    (`thunder_ir.runtime.rebound`). Compared by identity."""
+
+    module: Any
+    name: str
+    buffer: bool
+
+    def read(self) -> Any:
+        """The tensor the module holds there now."""
+        d = self.module.__dict__
+        return d["_buffers"][self.name] if self.buffer else d[self.name]
+
+
 @dataclass(frozen=True, slots=True)
 class Cotangent:
     """A cotangent placeholder of an extension's grad transform traced on its own."""
 
 
-Origin = ArgLeaf | ArgPath | StateEntry | Captured | ModuleAttr | Cotangent
+Origin = ArgLeaf | ArgPath | StateEntry | Captured | ModuleAttr | ModuleTensor | Cotangent
 """Where a program argument comes from."""
 
-__all__ = ["ArgLeaf", "ArgPath", "Captured", "Cotangent", "ModuleAttr", "Origin", "StateEntry"]
+__all__ = ["ArgLeaf", "ArgPath", "Captured", "Cotangent", "ModuleAttr", "ModuleTensor", "Origin",
+           "StateEntry"]

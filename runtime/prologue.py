@@ -90,7 +90,8 @@ def _op(cls: type[Operation], operands: Sequence[SSAValue] = (), n_results: int 
 def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
                    all_tensors: bool = False, tokens: Sequence[int] = (),
                    token_names: Sequence[str] = (), exact: bool = False,
-                   attrs: Sequence[tuple[int, str, str]] = ()) -> ModuleOp:
+                   attrs: Sequence[tuple[int, str, str]] = (),
+                   tensors: Sequence[tuple[int, str, str, bool]] = ()) -> ModuleOp:
     """The module holding ``func.func @prologue(leaves...) -> key``.
 
     Args:
@@ -106,6 +107,9 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
         attrs: the module attributes whose ``int`` values the key holds (symbolic numbers
             of the programs, `thunder_ir.runtime.symbolic_attrs`), each ``(i, label,
             name)``: attribute ``name`` of the global ``m<i>``.
+        tensors: the module tensors ``forward`` rebinds on every call, whose metadata the
+            key holds (`thunder_ir.runtime.rebound`), each ``(i, label, name, buffer)``:
+            buffer (or plain attribute) ``name`` of the global ``m<i>``.
     """
     block = Block(arg_types=[G.VALUE] * len(arg_names))
     for i, a in enumerate(block.args):
@@ -128,6 +132,12 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
     for i, shown, attr in attrs:
         add(_op(G.AttrValueOp, label=StringAttr(shown), attr=StringAttr(attr),
                 index=IntegerAttr(i, i64)))
+    for i, shown, attr, buffer in tensors:
+        props: dict[str, Any] = {"label": StringAttr(shown), "attr": StringAttr(attr),
+                                 "index": IntegerAttr(i, i64), **flag}
+        if buffer:
+            props["buffer"] = UnitAttr()
+        add(_op(G.AttrMetaOp, (), 5, **props))
     for cls in (G.GradModeOp, G.InferenceModeOp, G.DefaultDtypeOp, G.DeterministicOp,
                 G.DefaultDeviceOp, G.AutocastOp):
         add(_op(cls))
@@ -220,7 +230,8 @@ def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
                   all_tensors: bool = False, tokens: tuple[int, ...] = (),
                   token_names: Sequence[str] = (), exact: bool = False,
                   attrs: Sequence[tuple[int, str, str]] = (),
-                  modules: Sequence[Any] = ()) -> Prologue:
+                  modules: Sequence[Any] = (),
+                  tensors: Sequence[tuple[int, str, str, bool]] = ()) -> Prologue:
     """Builds ``key(args) -> tuple`` for flat args plus module state (`build_prologue`,
     then `compile_prologue`).
 
@@ -229,10 +240,11 @@ def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
     function's globals, and so are the guard ``tokens`` the state had when the prologue was
     built (the caller picks the prologue by them). ``attrs``: ``(i, label, name)`` of each
     module attribute whose ``int`` value the key holds, attribute ``name`` of
-    ``modules[i]``.
+    ``modules[i]``; ``tensors``: ``(i, label, name, buffer)`` of each module tensor whose
+    metadata the key holds (read from ``modules[i]`` on each call).
     """
     module = build_prologue(arg_names, list(state), all_tensors, tokens, token_names, exact,
-                            attrs)
+                            attrs, tensors)
     return compile_prologue(module, list(state.values()), modules)
 
 

@@ -76,8 +76,17 @@ from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.runtime.dynamic import symbol_reader
 from thunder_ir.runtime.guards import MODULE_FIELDS
-from thunder_ir.runtime.origins import ArgLeaf, ArgPath, Captured, ModuleAttr, Origin, StateEntry
+from thunder_ir.runtime.origins import (
+    ArgLeaf,
+    ArgPath,
+    Captured,
+    ModuleAttr,
+    ModuleTensor,
+    Origin,
+    StateEntry,
+)
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
+from thunder_ir.runtime.rebound import ReboundTensor
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
 
 HANDLER_MODULES = (torch_map, torch_map_nn, einsum, setitem, repeat, custom_function,
@@ -323,7 +332,9 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                   unshard: Callable[[TraceContext, dict[str, TensorProxy]],
                                     dict[str, TensorProxy]] | None = None,
                   dynamic: Mapping[int, tuple[int, ...]] | None = None,
-                  attrs: Sequence[SymbolicAttr] = ()) -> TracedProgram:
+                  attrs: Sequence[SymbolicAttr] = (),
+                  rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = ()
+                  ) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR.
 
@@ -335,7 +346,11 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     ``()``, the value itself), of the current `thunder_ir.dialects.symbols.SymbolTable`.
     ``attrs``: ``int`` attributes of ``module``'s tree that stand for the leaves after the
     call's own (`thunder_ir.runtime.symbolic_attrs`): those ``dynamic`` names are symbolic
-    numbers the module's copies hold, program inputs read from the module on each call."""
+    numbers the module's copies hold, program inputs read from the module on each call.
+    ``rebound``: the buffers and tensor attributes of ``module``'s tree that ``forward``
+    rebinds on every call, with their tensors now (`thunder_ir.runtime.rebound`): program
+    inputs read from the module on each call, which the module's copies hold as proxies
+    (``state`` leaves the buffers among them out)."""
     ctx = TraceContext()
     table = symbols.current() if dynamic else None
     rec = Recorder(ctx)
@@ -383,6 +398,14 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         if id(v) in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
             p._is_param = True  # type: ignore[attr-defined]
         proxies[id(v)] = by_name[k] = p
+    for r, v in rebound:
+        p = ctx.tensor_input(v, "t_" + r.label.removeprefix("self.").replace(".", "_"),
+                             r.origin)
+        if r.buffer:  # the copy's _buffers, as a parameter's proxy
+            proxies[id(v)] = p
+        else:
+            overrides = {**overrides, id(r.module): {**overrides.get(id(r.module), {}),
+                                                     r.name: p}}
     if unshard is not None and state:
         for k, full in unshard(ctx, by_name).items():
             # the module's code reads it through the shadow module, and code that holds
@@ -461,7 +484,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     writebacks = []
     replaced = {id(p) for p in ctx.reads.data_replaced}
     for p, original, kind in ctx.build.input_proxies:
-        if p._value is not original and isinstance(kind, ArgLeaf | StateEntry | ArgPath) \
+        if p._value is not original \
+                and isinstance(kind, ArgLeaf | StateEntry | ArgPath | ModuleTensor) \
                 and id(p) not in replaced:
             writebacks.append((len(outputs), kind))
             outputs.append(p._value)

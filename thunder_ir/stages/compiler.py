@@ -42,6 +42,7 @@ from thunder_ir.runtime.layout import check_layouts
 from thunder_ir.runtime.origins import Captured, Origin, StateEntry
 from thunder_ir.runtime.prologue import Prologue
 from thunder_ir.runtime.pystate import written_before
+from thunder_ir.runtime.rebound import leaves_guard_as_is
 from thunder_ir.stages.keyer import Keyer
 from thunder_ir.stages.policies import Policies, data_parallel
 from thunder_ir.trace import Trace
@@ -178,7 +179,8 @@ class Compiler:
                                    unshard=dp.unshard(self.module)  # type: ignore[arg-type]
                                    if dp else None,
                                    dynamic=dynamic,
-                                   attrs=attrs.attrs if dynamic and attrs else ())
+                                   attrs=attrs.attrs if dynamic and attrs else (),
+                                   rebound=keyer.rebound.current() if keyer.rebound else ())
         t_trace = time.perf_counter() - t0
         pro = keyer.keyed(traced, spec, args, kwargs, n, pro, exact, self.cache)
         module = traced.module
@@ -199,7 +201,7 @@ class Compiler:
 
             tier.watch(entry, fused, self.name())
         check_layouts(entry, traced.output_strides, self.name())
-        entry.writes_symbolic_ints = attrs is not None and attrs.writes_only_ints(entry.epilogue)
+        entry.writes_symbolic_ints = leaves_guard_as_is(entry.epilogue, attrs, keyer.rebound)
         return entry, traced, pro
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.frontend.tracer import traced_copy
 from thunder_ir.runtime.cache import Entry, flatten_args, unflatten_outputs
 from thunder_ir.runtime.dynamic import next_variant
-from thunder_ir.runtime.origins import ArgLeaf, ArgPath
+from thunder_ir.runtime.origins import ArgLeaf, ArgPath, ModuleTensor
 from thunder_ir.runtime.pystate import apply as apply_epilogue
 from thunder_ir.runtime.pystate import resolve, written_before
 from thunder_ir.runtime.speculation import SpeculationFailed
@@ -219,6 +219,7 @@ class Dispatcher:
                 key = pro.fn(leaves)
                 programs.layout_free.clear()
             programs.add(key, entry, pro, dynamic, traced, leaves, compiler.name())
+            keyer.rebind(traced)  # state it rebinds: read and keyed by metadata from now on
             return entry
 
     def write_back(self, entry: Entry, leaves: Sequence[Any], outs: Any,
@@ -232,6 +233,7 @@ class Dispatcher:
         if entry.writebacks:
             targets = [leaves[kind.index] if type(kind) is ArgLeaf else
                        resolve(leaves[kind.leaf], kind.steps) if type(kind) is ArgPath
+                       else kind.read() if type(kind) is ModuleTensor  # (rebound state)
                        else kind.tensor  # type: ignore[union-attr]
                        for _, kind in entry.writebacks]
             with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order

@@ -3,10 +3,11 @@
 A key is what the call's prologue returns (`thunder_ir.runtime.prologue`): its leaves'
 metadata, the global modes, the module's symbolic ``int`` attributes and one token per
 guard of Python state (`thunder_ir.runtime.guards`: the module tree, the globals and the
-closure cells the traces read). The keyer keeps a prologue per call structure and guard
-tokens, numbers the structures, and re-keys when a trace read more: new globals (their
-guards join every key) or exact layouts (the structure's key then holds every tensor's
-strides).
+closure cells the traces read), and the metadata of the module tensors ``forward`` rebinds
+on every call (`thunder_ir.runtime.rebound`: read from the module, not bound). The keyer
+keeps a prologue per call structure and guard tokens, numbers the structures, and re-keys
+when a trace read more: new globals (their guards join every key) or exact layouts (the
+structure's key then holds every tensor's strides).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from thunder_ir.runtime.cache import CACHE_CAPACITY, Cache, all_tensors
 from thunder_ir.runtime.dynamic import Dynamic, merge
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
 from thunder_ir.runtime.prologue import Prologue, make_prologue
+from thunder_ir.runtime.rebound import ReboundState
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttrs
 
 
@@ -34,6 +36,8 @@ class Keyer:
         guards: the guards of Python state, in the order their tokens join the key (the
             module tree's first, where there is a module).
         attrs: the module tree's ``int`` attributes that are symbolic numbers.
+        rebound: the module tree's buffers and tensor attributes that ``forward`` rebinds
+            on every call (program inputs read from the module, keyed by metadata).
     """
 
     def __init__(self, fn: Callable[..., Any] | None, module: torch.nn.Module | None,
@@ -52,19 +56,25 @@ class Keyer:
         holds every tensor's (`thunder_ir.dialects.guard`)."""
         self.guards: list[StateGuard] = []
         self.attrs = SymbolicAttrs(module) if module is not None else None
-        if self.attrs is not None:
-            self.guards.append(module_guard(self.attrs.root, self.attrs.by_module))
+        self.rebound = ReboundState(module) if module is not None else None
+        if self.attrs is not None and self.rebound is not None:
+            self.guards.append(module_guard(self.attrs.root, self.attrs.by_module,
+                                            self.rebound.by_module))
         cg = closure_guard(fn)
         if cg is not None:
             self.guards.append(cg)
         self.guarded_globals: dict[int, set[str]] = {}
 
     def state(self) -> dict[str, torch.Tensor]:
-        """The module's parameters and buffers, by name (none for a function)."""
+        """The module's parameters and buffers, by name (none for a function), but the
+        buffers ``forward`` rebinds (read from the module on each call instead)."""
         if self.module is None:
             return {}
         state: dict[str, torch.Tensor] = dict(self.module.named_parameters())
         state.update(dict(self.module.named_buffers()))
+        if self.rebound is not None and self.rebound.tensors:
+            for name in self.rebound.buffer_names():
+                state.pop(name, None)
         return state
 
     def tokens(self) -> tuple[int, ...]:
@@ -98,12 +108,17 @@ class Keyer:
             with self.lock:  # two threads' new structures must not get one number
                 structure = self.structures.setdefault(spec, len(self.structures))
         attrs = self.attrs
+        modules = attrs.modules() if attrs else []
+        tensors: list[tuple[int, str, str, bool]] = []
+        if self.rebound is not None and self.rebound.tensors:
+            tensors, more = self.rebound.prologue_tensors(len(modules))
+            modules = [*modules, *more]
         pro = make_prologue(self.names(args, kwargs, n), self.state(),
                             all_tensors=all_tensors(spec) and spec not in self.general,
                             exact=spec in self.exact, tokens=(structure, *tokens),
                             token_names=["argument structure", *(g.name for g in self.guards)],
                             attrs=attrs.prologue_attrs() if attrs else (),
-                            modules=attrs.modules() if attrs else ())
+                            modules=modules, tensors=tensors)
         self.prologues[(spec, tokens)] = pro
         return pro
 
@@ -173,6 +188,17 @@ class Keyer:
         """Makes the module ints that changed symbolic from now on (the module guard no
         longer holds their values, the key does); whether any did."""
         if self.attrs is None or not self.attrs.grow():
+            return False
+        self.guards[0].invalidate()
+        self.prologues.clear()
+        return True
+
+    def rebind(self, traced: TracedProgram) -> bool:
+        """After a compile: the module tensors its epilogue rebinds are read from the
+        module and keyed by metadata from now on (`thunder_ir.runtime.rebound`); whether
+        one is new (the module guard then re-reads the tree, and the prologues are made
+        again)."""
+        if self.rebound is None or not self.rebound.learn(traced.epilogue):
             return False
         self.guards[0].invalidate()
         self.prologues.clear()
