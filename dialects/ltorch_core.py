@@ -835,7 +835,7 @@ class ShapeOp(CoreOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input",)
 
 
-@ltorch_op(torch.reshape)
+@ltorch_op(torch.reshape, type_rule=R.reshape, symbolic=True)
 class ReshapeOp(ShapeOp):
     """`%y = ltorch.reshape %input {shape = array<i64: 4, -1>}` (one -1 allowed)"""
 
@@ -854,7 +854,7 @@ def _eager_view(input: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     return input.view(tuple(size))
 
 
-@ltorch_op(_view)
+@ltorch_op(_view, type_rule=R.reshape, symbolic=True)
 class ViewOp(ShapeOp):
     """`%y = ltorch.view %input {size}`: ``Tensor.view`` (aten names the shape ``size``);
     values as ``reshape``, since the IR has no aliasing (tracing checks, on eager's layout,
@@ -868,7 +868,7 @@ class ViewOp(ShapeOp):
     LAYOUT_FN: ClassVar[Any] = staticmethod(_eager_view)
 
 
-@ltorch_op(torch.permute)
+@ltorch_op(torch.permute, type_rule=R.permute, symbolic=True)
 class PermuteOp(ShapeOp):
     """`%y = ltorch.permute %input {dims}`"""
 
@@ -879,7 +879,7 @@ class PermuteOp(ShapeOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dims")
 
 
-@ltorch_op(torch.transpose)
+@ltorch_op(torch.transpose, type_rule=R.transpose, symbolic=True)
 class TransposeOp(ShapeOp):
     """`%y = ltorch.transpose %input {dim0, dim1}`"""
 
@@ -929,7 +929,7 @@ class FlattenOp(ShapeOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"start_dim": 0, "end_dim": -1}
 
 
-@ltorch_op(torch.unsqueeze)
+@ltorch_op(torch.unsqueeze, type_rule=R.unsqueeze, symbolic=True)
 class UnsqueezeOp(ShapeOp):
     """`%y = ltorch.unsqueeze %input {dim}`"""
 

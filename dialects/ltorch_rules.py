@@ -330,6 +330,104 @@ def layer_norm_backward(operands: Sequence[Any], params: dict[str, Any]
     return outs
 
 
+# --------------------------------------------------------------------------- shape ops
+# Closed forms of the shape ops, also run in a symbolic compile (``symbolic=True``): torch's
+# fake kernels type a reshape of a symbolic size by deciding dozens of symbolic expressions
+# (``_reshape_view_helper``), about 0.3 s an op on a Swin block; these compute the sizes
+# as expressions and decide at most one thing (a reshape's element count, where the
+# expressions alone do not prove it: recorded as the guard the meta kernel would record).
+
+
+def _numel(sizes: Any) -> Any:
+    n: Any = 1
+    for s in sizes:
+        n = n * s
+    return n
+
+
+def _same(a: Any, b: Any) -> bool:
+    """``a == b`` proved from the expressions alone (no guard, no ``ShapeEnv`` query)."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    import sympy
+
+    ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(a)
+    eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(b)
+    return bool(sympy.expand(ea - eb) == 0)
+
+
+def _size(s: Any) -> bool:
+    return (type(s) is int and s > 0) or isinstance(s, torch.SymInt)
+
+
+def reshape(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``reshape``/``view`` of a nonempty tensor to positive sizes with at most one -1:
+    the -1 is the element count over the other sizes, where that division is exact."""
+    (x,) = operands
+    shape = params.get("shape", params.get("size"))
+    if type(x) is not TensorType or type(shape) not in (tuple, list) \
+            or any(type(s) is int and s == 0 for s in x.sizes):
+        return None
+    free = [i for i, s in enumerate(shape) if type(s) is int and s == -1]
+    if len(free) > 1 or not all(_size(s) for i, s in enumerate(shape) if i not in free):
+        return None
+    numel = _numel(x.sizes)
+    known = _numel(s for i, s in enumerate(shape) if i not in free)
+    out = list(shape)
+    if free:
+        if type(known) is int and type(numel) is int and numel % known:
+            return None
+        out[free[0]] = numel // known
+    total = _numel(out)
+    if not _same(total, numel) and not bool(total == numel):  # (one decision, as a guard)
+        return None
+    return tensor_type(tuple(out), x.dtype, x.dev)
+
+
+def _dim(d: Any, rank: int) -> int | None:
+    if type(d) is not int or not -rank <= d < rank:
+        return None
+    return d + rank if d < 0 else d
+
+
+def permute(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``permute`` by a permutation of the dims (ints, negative ones counted from the end)."""
+    (x,) = operands
+    dims = params.get("dims")
+    if type(x) is not TensorType or type(dims) not in (tuple, list) or len(dims) != x.rank:
+        return None
+    norm = [_dim(d, x.rank) for d in dims]
+    if sorted(d for d in norm if d is not None) != list(range(x.rank)):
+        return None
+    sizes = x.sizes
+    return tensor_type(tuple(sizes[d] for d in norm if d is not None), x.dtype, x.dev)
+
+
+def transpose(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``transpose`` of two dims of a tensor of rank 1 or more."""
+    (x,) = operands
+    if type(x) is not TensorType or x.rank == 0:
+        return None
+    a, b = _dim(params.get("dim0"), x.rank), _dim(params.get("dim1"), x.rank)
+    if a is None or b is None:
+        return None
+    sizes = list(x.sizes)
+    sizes[a], sizes[b] = sizes[b], sizes[a]
+    return tensor_type(tuple(sizes), x.dtype, x.dev)
+
+
+def unsqueeze(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``unsqueeze``: a 1 inserted at ``dim`` (in ``[-rank - 1, rank]``)."""
+    (x,) = operands
+    if type(x) is not TensorType:
+        return None
+    d = _dim(params.get("dim"), x.rank + 1)
+    if d is None:
+        return None
+    sizes = x.sizes
+    return tensor_type((*sizes[:d], 1, *sizes[d:]), x.dtype, x.dev)
+
+
 _ALL = slice(None, None, None)
 
 

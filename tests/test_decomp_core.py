@@ -23,7 +23,7 @@ from thunder_ir.dialects import ltorch
 from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_core as L
 from thunder_ir.dialects import ltorch_scan as S
-from thunder_ir.dialects.base import OperandRef, ThunderOp
+from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.ltorch_base import LTORCH
 from thunder_ir.dialects.program import Program, main_function
 from thunder_ir.dialects.types import TensorType, number_type, tensor_type
@@ -404,6 +404,33 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
         cases.append((L.GetitemOp, [x, [t((1,), i64), t((1,), i64)]],
                       {"index": (OperandRef(0), OperandRef(1))}))
     cases += _vision_type_rule_cases()
+    cases += _shape_type_rule_cases()
+    return cases
+
+
+def _shape_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
+    """reshape and view (with and without -1, sizes that do not divide or match, empty
+    tensors, 0-d), permute, transpose and unsqueeze (dims out of range, repeated)."""
+    f32, i64 = torch.float32, torch.int64
+    t = tensor_type
+    cases: list[tuple[Any, list[Any], dict[str, Any]]] = []
+    shapes = [(2, 3, 4), (6,), (), (0, 3), (2, 1, 4)]
+    targets = [(4, 6), (-1,), (2, -1), (-1, 4), (3, 8), (5, -1), (-1, -1), (1, 24), (),
+               (1,), (0, -1), (3, 0), (2, 3, 4, 1), (-2, 12), (24,)]
+    for shape in shapes:
+        for target in targets:
+            for dtype in (f32, i64):
+                cases.append((L.ReshapeOp, [t(shape, dtype)], {"shape": target}))
+                cases.append((L.ViewOp, [t(shape, dtype)], {"size": target}))
+    for shape in ((2, 3, 4), (5,), (), (2, 0)):
+        rank = len(shape)
+        for dims in ((2, 0, 1), (0, 1, 2), (-1, 0, 1), (0, 0, 1), (0, 1), (0,), (), (1, 0),
+                     (0, 3, 1)):
+            cases.append((L.PermuteOp, [t(shape, f32)], {"dims": dims}))
+        for d0, d1 in ((0, 1), (0, -1), (1, 1), (0, rank), (-rank - 1, 0), (0, 0)):
+            cases.append((L.TransposeOp, [t(shape, f32)], {"dim0": d0, "dim1": d1}))
+        for d in range(-rank - 2, rank + 2):
+            cases.append((L.UnsqueezeOp, [t(shape, i64)], {"dim": d}))
     return cases
 
 
@@ -477,3 +504,43 @@ def test_the_type_rules_agree_with_the_meta_kernels() -> None:
             assert fast == meta, (cls.name, types, params, fast, meta)
     assert set(answered) == {c.name for c in rules}  # every rule answers some case
     assert sum(answered.values()) > 600, answered
+
+
+def test_the_symbolic_type_rules_agree_with_the_meta_kernels_over_symbols() -> None:
+    """Every rule that also runs in a symbolic compile (``symbolic=True``), on operands
+    whose sizes >= 2 are symbols: where it answers, its sizes at the symbols' values are
+    the type of the concrete case, and it records no more guards than the meta kernel
+    does on the same symbolic operands (it exists to decide less, never more)."""
+    from thunder_ir.dialects.symbols import SymbolSource, SymbolTable, hints
+    from thunder_ir.dialects.torch import meta_value
+
+    def symbolic(types: list[Any], table: SymbolTable) -> list[Any]:
+        out = []
+        for k, ty in enumerate(types):
+            if isinstance(ty, TensorType):
+                ty = tensor_type([table.size(n, SymbolSource(k, i)) if n >= 2 else n
+                                  for i, n in enumerate(ty.sizes)], ty.dtype, ty.dev)
+            out.append(ty)
+        return out
+
+    answered = 0
+    for cls, types, params in _type_rule_cases():
+        if not cls.TYPE_RULE_SYMBOLIC:
+            continue
+        try:
+            expected = cls.infer(*types, **params)
+        except ShapeError:
+            expected = None
+        table = SymbolTable()
+        with table.active():
+            fast = cls.TYPE_RULE(symbolic(types, table), params)
+            at = None if fast is None else tensor_type(hints(fast.sizes), fast.dtype, fast.dev)
+        if fast is None:
+            continue
+        answered += 1
+        assert at == expected, (cls.name, types, params, at, expected)
+        meta_table = SymbolTable()
+        with meta_table.active(), meta_table.fake_mode:
+            cls.ref(*[meta_value(t) for t in symbolic(types, meta_table)], **params)
+        assert len(table.env.guards) <= len(meta_table.env.guards), (cls.name, types, params)
+    assert answered > 100

@@ -46,7 +46,7 @@ from xdsl.ir import Operation, SSAValue
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.modes import neutral
-from thunder_ir.dialects.traits import DeviceLayout, Elementwise
+from thunder_ir.dialects.traits import RESHAPE, DeviceLayout, Elementwise, ViewLike
 from thunder_ir.dialects.types import NumberType, TensorType
 
 Strides = tuple[int, ...]
@@ -188,7 +188,7 @@ def view_layouts(op: Operation, layouts: Sequence[Layout | None]
         hash(key)
     except TypeError:
         key = None
-    hit = _VIEWS.get(key) if key is not None else None
+    hit = _VIEWS.get(key) if key is not None else _reshape_of_contiguous(op, layouts)
     if hit is None:
         with neutral():  # (under inference_mode a view of a new tensor has no _base)
             hit = _view_layouts(op, layouts)
@@ -201,6 +201,42 @@ def view_layouts(op: Operation, layouts: Sequence[Layout | None]
 
 _VIEWS: dict[Any, tuple[tuple[Layout, bool], ...] | str] = {}
 """`view_layouts` per signature (views repeat layer after layer), or eager's error."""
+
+
+def _same_size(a: Any, b: Any) -> bool:
+    """``a == b`` proved from the expressions alone (no guard)."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    import sympy
+
+    ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(a)
+    eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(b)
+    return bool(sympy.expand(ea - eb) == 0)
+
+
+def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
+                           ) -> tuple[tuple[Layout, bool], ...] | None:
+    """In a symbolic compilation, the layout of a reshape or view of a contiguous tensor of
+    backed sizes (heads split and merged, windows partitioned): a view with contiguous
+    strides at the same offset, which is what torch's view kernel gives; without running
+    that kernel, which decides dozens of symbolic expressions for each. None: run it."""
+    if not isinstance(op, ThunderOp) or len(op.operands) != 1 or len(op.results) != 1:
+        return None
+    kind = op.get_trait(ViewLike)
+    src, out = op.operands[0].type, op.results[0].type
+    if kind is None or kind.kind != RESHAPE or not isinstance(src, TensorType) \
+            or not isinstance(out, TensorType):
+        return None
+    sizes, new = src.sizes, out.sizes
+    if any((type(n) is int and n == 0) or (isinstance(n, torch.SymInt) and n.node.hint is None)
+           for n in (*sizes, *new)):  # (an empty tensor, an unbacked size: the kernel's way)
+        return None
+    layout = layouts[0] if layouts else None
+    strides, offset = layout if layout is not None else contiguous_layout(src)
+    if not all(_same_size(a, b) for a, b in zip(strides, contiguous_strides(sizes),
+                                                 strict=True)):
+        return None
+    return (((contiguous_strides(new), offset), True),)
 
 
 def _view_layouts(op: Operation, layouts: Sequence[Layout | None]
