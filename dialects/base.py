@@ -223,7 +223,14 @@ def to_attr(value: Any) -> Attribute:
             if attr is None:  # building one costs ~20 µs; shapes and dims repeat
                 attr = _INT_ARRAYS[key] = DenseArrayBase.from_list(i64, list(key))
             return attr
-        return ArrayAttr([to_attr(v) for v in value])
+        items = [to_attr(v) for v in value]
+        if items and all(type(a) is IntegerAttr and a.type == i64 for a in items):
+            # symbolic sizes that are constants (``[E, E * 2]`` with ``E`` fixed to 16 by a
+            # guard): the ints they are, as an all-int list is (a ``Dims`` param takes no
+            # other array: the symbolic compile would fail to verify)
+            return DenseArrayBase.from_list(
+                i64, [a.value.data for a in items])  # type: ignore[attr-defined]
+        return ArrayAttr(items)
     if value is None:
         return _NONE
     if isinstance(value, dict):

@@ -73,19 +73,25 @@ def aliases(*leaves: Any) -> Any:
     """Which argument leaves share memory: None when no two do (the usual case), else per
     leaf that shares, the first leaf it shares with, whether it is that very tensor, and
     where each lies in the storage (the difference of their storage offsets, and both
-    strides: a write through one reaches the other's elements there)."""
+    strides: a write through one reaches the other's elements there). The same tensor
+    passed twice is ``(i, j, True)``: its place in memory is the tensor's own (the trace
+    reads it once, as one proxy), and strides that change with its sizes would give every
+    length its own key, where a symbolic program serves them all."""
     ptrs = [storage_ptr(x) if isinstance(x, torch.Tensor) else 0 for x in leaves]
     used = [p for p in ptrs if p]
     if len(set(used)) == len(used):
         return None
     first: dict[int, int] = {}
-    out = []
+    out: list[tuple[Any, ...]] = []
     for i, p in enumerate(ptrs):
         if not p:
             continue
         j = first.setdefault(p, i)
         if j != i:
             a, b = leaves[i], leaves[j]
+            if a is b:
+                out.append((i, j, True))
+                continue
             out.append((i, j, a is b, a.storage_offset() - b.storage_offset(), a.stride(),
                         b.stride()))
     return tuple(out)

@@ -45,6 +45,7 @@ from xdsl.ir import Block, Region
 
 from thunder_ir.dialects import guard as G
 from thunder_ir.dialects.symbols import SYMBOL_NAME, SymbolSource, SymbolTable
+from thunder_ir.runtime.pins import guard_sites
 from thunder_ir.runtime.pystate import object_key, path_expr, plain_object
 from thunder_ir.runtime.python_printer import load_python, print_python
 
@@ -244,6 +245,8 @@ class ShapeGuard:
     source: str
     ir: ModuleOp
     specialized: dict[str, int] = field(default_factory=dict)
+    sites: list[tuple[Any, str]] = field(default_factory=list)
+    """Each guard the compile recorded, with where (`thunder_ir.runtime.pins`)."""
 
     def __call__(self, leaves: Sequence[Any]) -> bool:
         """Whether the program holds for a call's leaves; `ShapeGuardError` where the
@@ -383,7 +386,8 @@ def shape_guard(table: SymbolTable, names: Sequence[str],
     fn_op = next(iter(ir.ops))
     source = print_python(fn_op)  # type: ignore[arg-type]
     guard = ShapeGuard(table.guards(), dict(table.sources),
-                       load_python(source, SHAPE_GUARD, {}), source, ir, table.specialized())
+                       load_python(source, SHAPE_GUARD, {}), source, ir, table.specialized(),
+                       guard_sites(table))
     if leaves is not None and not guard(leaves):
         raise ShapeGuardError("it does not hold for the call it was compiled for", source)
     return guard

@@ -390,11 +390,18 @@ def compile_status(f: Any, wait: float | None = 0.0) -> dict[str, Any]:
     pending), the compiled kernels kept ``unfused`` because their region ran faster
     without them, ``timings``: ``(kernel, fused_ms, unfused_ms)`` per region timed;
     under ``tiered="auto"``, ``swapped``: the hot programs whose fused version replaced
-    them, and ``kept``: why others kept their unfused version. ``wait``: first wait up
-    to this many seconds for the pending ones (None: until they are done)."""
+    them, and ``kept``: why others kept their unfused version; ``static``: why a call
+    structure compiles a program per size instead of one symbolic program for every size
+    (a symbolic compile that failed, a guard that fixes a size that varies, naming the
+    op and the user's line, or a key part that changes with the sizes: the callable's
+    ``symbolic_failures``). ``wait``: first wait up to this many seconds for the pending
+    ones (None: until they are done)."""
     from thunder_ir.lowering.tier_up import status_of
 
-    return status_of(_with_generate(f), wait)
+    callables = _with_generate(f)
+    out = status_of(callables, wait)
+    out["static"] = [why for c in callables for why in c.symbolic_failures]
+    return out
 
 
 __all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform",

@@ -123,9 +123,14 @@ def meta_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
 
 
 def layout_of_tensor(x: torch.Tensor) -> Layout:
-    """A real (or meta) tensor's layout."""
+    """A real (or meta) tensor's layout. A fake tensor's symbolic storage offset (a
+    view of a symbolic tensor past its first row, ``proj[1]``: ``16*s0*s1``) stays a
+    ``SymInt``: ``int()`` of it would record a guard fixing the sizes it computes with."""
     with torch._C.DisableTorchFunction():
-        return tuple(x.stride()), int(x.storage_offset())
+        offset: Any = x.storage_offset()  # (an int, or a SymInt of a fake tensor: kept)
+        if not isinstance(offset, torch.SymInt):
+            offset = int(offset)
+        return tuple(x.stride()), offset
 
 
 class LayoutError(RuntimeError):

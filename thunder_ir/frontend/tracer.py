@@ -71,6 +71,7 @@ from thunder_ir.frontend.context import (
     recording,
 )
 from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
+from thunder_ir.frontend.guard_sites import attach as attach_guard_sites
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
@@ -353,6 +354,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     (``state`` leaves the buffers among them out)."""
     ctx = TraceContext()
     table = symbols.current() if dynamic else None
+    if table is not None:  # its guards say which op and line made them (a size fixed)
+        attach_guard_sites(table)
     rec = Recorder(ctx)
     names = arg_names(types.MethodType(method, module) if method is not None and module
                       is not None else module.forward if module is not None else fn,

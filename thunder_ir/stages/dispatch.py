@@ -206,6 +206,9 @@ class Dispatcher:
                     self.cache.stats.hits += 1
                     self.cache.insert(key, entry)
                     return entry
+                unblanked = programs.unblanked(pro, key, dynamic)
+                if unblanked:  # (why each size compiles: `symbolic_failures` says)
+                    self.policies.dynamic.note_key(unblanked, compiler.name())
             if self.policies.dynamic.mode != "static" and keyer.grow():
                 pro = keyer.current(spec, args, kwargs, len(leaves))
                 key = pro.fn(leaves)
@@ -219,6 +222,8 @@ class Dispatcher:
                 key = pro.fn(leaves)
                 programs.layout_free.clear()
             programs.add(key, entry, pro, dynamic, traced, leaves, compiler.name())
+            if entry.shape_guard is not None:  # one that fixes a varying size: say so
+                self.policies.dynamic.note_pins(spec, entry.shape_guard, compiler.name())
             keyer.rebind(traced)  # state it rebinds: read and keyed by metadata from now on
             return entry
 

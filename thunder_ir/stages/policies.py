@@ -18,7 +18,16 @@ from typing import Any, Protocol
 import torch
 
 from thunder_ir.frontend.autocast import autocast_state, without_autocast
-from thunder_ir.runtime.dynamic import Dynamic, changed, every_size, marked, merge, sizes_of
+from thunder_ir.runtime.dynamic import (
+    Dynamic,
+    ShapeGuard,
+    changed,
+    every_size,
+    marked,
+    merge,
+    sizes_of,
+)
+from thunder_ir.runtime.pins import pinning_guards, previous_values
 
 
 class DataParallel(Protocol):
@@ -50,8 +59,10 @@ class DynamicSizes:
     """Which sizes a compile keeps symbolic (`thunder_ir.runtime.dynamic`): ``mode`` is
     ``jit(cache=...)``; ``marks`` sizes known to be dynamic before any call (the ThunderFX
     backend's Dynamo symbols); ``seen`` and ``grown`` per call structure, the sizes of its
-    last miss and those that changed since; ``static_only`` the structures a symbolic
-    compile failed for (compiled per size), and ``failures`` why."""
+    last miss and those that changed since, ``before`` the sizes of the miss before the
+    last; ``static_only`` the structures a symbolic compile failed for (compiled per
+    size), and ``failures`` why, and why a symbolic program serves one size only
+    (`note_pins`, `note_key`; ``noted``: each such reason once)."""
 
     mode: str = "auto"
     marks: Dynamic = field(default_factory=dict)
@@ -59,6 +70,8 @@ class DynamicSizes:
     grown: dict[Any, Dynamic] = field(default_factory=dict)
     static_only: set[Any] = field(default_factory=set)
     failures: list[str] = field(default_factory=list)
+    before: dict[Any, tuple[Any, ...]] = field(default_factory=dict)
+    noted: set[Any] = field(default_factory=set)
 
     def sizes(self, spec: Any, leaves: list[Any]) -> Dynamic:
         """The sizes a compile for this call keeps symbolic: the marked ones (in every
@@ -71,12 +84,47 @@ class DynamicSizes:
         dyn = every_size(leaves) if self.mode == "symbolic values" else known
         before = self.seen.get(spec)
         self.seen[spec] = now
+        if before is not None and before != now:
+            self.before[spec] = before
         if self.mode == "auto":
             grown = self.grown.get(spec, {})
             if before is not None:
                 grown = self.grown[spec] = merge(grown, changed(before, now))
             dyn = merge(dyn, grown)
         return dyn
+
+    def note_pins(self, spec: Any, guard: ShapeGuard, who: str) -> list[str]:
+        """Records (in ``failures``) each guard of a new symbolic program of ``who`` that
+        fixes a size which varied between this call structure's misses
+        (`thunder_ir.runtime.pins.pinning_guards`): that program serves those sizes
+        only, and each new size compiles again. Returns the reasons recorded now."""
+        before = self.before.get(spec)
+        if before is None or not guard.sites:
+            return []
+        out = []
+        values = previous_values(guard.sources, before)
+        for text, where in pinning_guards(guard.sites, values):
+            if (spec, where) in self.noted:
+                continue
+            self.noted.add((spec, where))
+            out.append(f"{who}: a size that varies between calls is fixed by the guard "
+                       f"{text}, recorded by {where}: each size compiles a program of its "
+                       "own (a symbolic program serves only the sizes that pass its guards)")
+        self.failures.extend(out)
+        return out
+
+    def note_key(self, parts: list[str], who: str) -> None:
+        """Records (once per part) that a part of ``who``'s cache key that is not a
+        dynamic size changed with the sizes (`thunder_ir.runtime.pins.key_difference`):
+        each size looks its symbolic programs up under a key of its own."""
+        for part in parts:
+            if ("key", part) in self.noted:
+                continue
+            self.noted.add(("key", part))
+            self.failures.append(
+                f"{who}: the cache key's part '{part}' changes with the dynamic sizes but is "
+                "not blanked in the dynamic key: each size compiles a symbolic program of its "
+                "own, which the next size never finds")
 
 
 class Autocast:

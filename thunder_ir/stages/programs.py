@@ -16,6 +16,7 @@ from typing import Any
 from thunder_ir.frontend import TracedProgram
 from thunder_ir.runtime.cache import CACHE_CAPACITY, RECOMPILE_LIMIT, Cache, Entry
 from thunder_ir.runtime.dynamic import Dynamic, dynamic_key, holding
+from thunder_ir.runtime.pins import key_difference
 from thunder_ir.runtime.prologue import Prologue
 
 
@@ -55,6 +56,20 @@ class ProgramCache:
         entry: Entry | None = holding(found, leaves, name, failures)
         return entry
 
+    def unblanked(self, pro: Prologue, key: Any, dynamic: Dynamic) -> list[str]:
+        """Where a call found no symbolic program under its dynamic key but one is stored
+        under a key that differs from it in a part or two that are not an argument's
+        own, a module attribute's, the guards' or a mode's (`_NOT_SIZES_PARTS`): those
+        parts, by label (they change with the sizes; see
+        `thunder_ir.runtime.pins.key_difference`)."""
+        labels = pro.labels
+        if not self.shape_entries or len(labels) != len(key):  # (unlabelled: no guess)
+            return []
+        dkey = dynamic_key(pro, dynamic, key)
+        parts = key_difference(dkey, list(self.shape_entries), labels)
+        return [p for p in parts if p not in _NOT_SIZES
+                and not any(w in p for w in _NOT_SIZES_PARTS)]
+
     def add(self, key: Any, entry: Entry, pro: Prologue, dynamic: Dynamic,
             traced: TracedProgram, leaves: list[Any], name: str) -> None:
         """Enters a compiled program under ``key`` (a symbolic one by its dynamic key too;
@@ -88,6 +103,15 @@ class ProgramCache:
             "it cannot be symbolic (cache='static', or a use of it that fixes its value; "
             "see symbolic_failures): pass it as a tensor (torch.tensor(step)) instead. The "
             f"cache keeps the {CACHE_CAPACITY} most recently used programs.", stacklevel=5)
+
+
+_NOT_SIZES = frozenset({"grad mode", "inference mode", "the default dtype",
+                        "deterministic algorithms", "the default device", "autocast"})
+"""Key parts that change by a mode, never with the sizes."""
+
+_NOT_SIZES_PARTS = ("argument '", "module attribute", "argument structure")
+"""Key parts (by label) that change by a value of their own: an argument's metadata or
+an ``int``'s value 0 or 1, a module ``int`` attribute's, the guards' tokens."""
 
 
 def _restrides(entry: Entry) -> bool:
