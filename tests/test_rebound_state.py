@@ -402,6 +402,45 @@ def test_a_failure_leaves_the_module_unchanged() -> None:
     _same(jm(torch.ones(4)), value + 1)
 
 
+class Scaled(nn.Module):
+    """A state the backward needs (``y * self.h`` saves it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("h", torch.ones(2, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x) * self.h
+        self.h = y.detach()
+        return y.sum()
+
+
+def test_a_state_made_under_inference_mode_then_saved_for_backward() -> None:
+    """A call under ``inference_mode`` leaves an inference tensor as the state; a call
+    with grad that saves it for backward is eager's error, raised by the program, and the
+    module keeps its state, as eager's does; the next inference call runs."""
+    torch.manual_seed(0)
+    model = Scaled()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for mode in (torch.enable_grad, torch.enable_grad, torch.inference_mode):
+        x = torch.randn(2, 4)
+        with mode():
+            _same(jm(x), eager(x))
+        _same_state(model, eager, "h")
+    before = model.h
+    x = torch.randn(2, 4)
+    for fn in (jm, eager):
+        with pytest.raises(RuntimeError, match="Inference tensors cannot be saved"):
+            fn(x)
+    assert model.h is before
+    _same_state(model, eager, "h")
+    with torch.inference_mode():
+        _same(jm(x), eager(x))
+    _same_state(model, eager, "h")
+
+
 def _tiny_recurrent_gemma() -> tuple[nn.Module, Any]:
     transformers = pytest.importorskip("transformers")
     cfg = transformers.RecurrentGemmaConfig(
