@@ -29,7 +29,7 @@ from xdsl.ir import Attribute
 
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp, alike_tensors
-from thunder_ir.dialects.symbols import same_sizes
+from thunder_ir.dialects.symbols import same_sizes, unbacked
 from thunder_ir.dialects.types import (
     NumberType,
     TensorType,
@@ -379,7 +379,8 @@ def reshape(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | Non
             return None
         out[free[0]] = numel // known
     total = _numel(out)
-    if not _same(total, numel) and not bool(total == numel):  # (one decision, as a guard)
+    if not _same(total, numel) and (unbacked(total, numel)  # (no decision on u0)
+                                    or not bool(total == numel)):  # (one decision, a guard)
         return None
     return tensor_type(tuple(out), x.dtype, x.dev)
 

@@ -26,7 +26,7 @@ from thunder_ir.dialects.prims_base import (
     shape_err,
     tensor_operand,
 )
-from thunder_ir.dialects.symbols import SymExprAttr
+from thunder_ir.dialects.symbols import SymExprAttr, unbacked
 from thunder_ir.dialects.traits import RESHAPE, RESTRIDE, VIEW, Movement, ViewLike
 from thunder_ir.dialects.types import TensorType
 
@@ -202,8 +202,8 @@ class PadOp(ThunderOp):
         for size, (lo, hi, mid) in zip(x.sizes, padding_config):
             if mid < 0:
                 raise shape_err(cls.name, "interior padding must be >= 0")
-            n = size + lo + hi + max(size - 1, 0) * mid
-            if n < 0:
+            n = size + lo + hi + (max(size - 1, 0) * mid if mid else 0)
+            if not unbacked(n) and n < 0:  # (an unbacked size: no decision on it)
                 raise shape_err(cls.name, f"padding {(lo, hi, mid)} leaves a negative size")
             shape.append(n)
         return like_type(x, shape=shape)

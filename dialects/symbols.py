@@ -54,6 +54,10 @@ if TYPE_CHECKING:
     import sympy
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+UNBACKED_RESULT = "torch.unbacked"
+"""The attribute of an op whose number result is an unbacked symbol (``.item()``:
+``{torch.unbacked = "u0"}``): the generated code binds the symbol to that result."""
+
 SYMBOLIC_NUMBERS = (torch.SymInt, torch.SymFloat)
 """The types of a symbolic number user code computes with (``x.shape[1] * 2``)."""
 
@@ -460,6 +464,8 @@ def slice_indices(s: slice, n: Any) -> tuple[Any, Any, Any]:
     def bound(b: Any, default: Any) -> Any:
         if b is None:
             return default
+        if unbacked(b):  # (``.item()``: its sign known, its size not: min/max, no guard)
+            return _unbacked_bound(b, n)
         if b < 0:
             b = b + n
             return 0 if b < 0 else b
@@ -468,11 +474,26 @@ def slice_indices(s: slice, n: Any) -> tuple[Any, Any, Any]:
     return bound(s.start, 0), bound(s.stop, n), step
 
 
+def _unbacked_bound(b: Any, n: Any) -> Any:
+    """A slice bound over unbacked symbols, normalized as `slice_indices` normalizes one,
+    where its sign is known (a `.item()` speculated non-negative or negative): the clamps
+    are ``min``/``max`` expressions rather than decisions."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if statically_known_true(b >= 0):
+        return torch.sym_min(b, n)
+    if statically_known_true(b < 0):
+        return torch.sym_max(b + n, 0)
+    raise SymbolicError(f"slice bound {b}: its sign is not known")
+
+
 def range_len(lo: Any, hi: Any, step: int) -> Any:
     """``len(range(lo, hi, step))`` (step > 0) where a bound may be a ``SymInt``."""
     if type(lo) is int and type(hi) is int:
         return len(range(lo, hi, step))
     n = (hi - lo + step - 1) // step
+    if unbacked(n):  # (a bound over unbacked symbols: a max expression, no guard)
+        return torch.sym_max(n, 0)
     return n if n > 0 else 0
 
 
@@ -567,6 +588,7 @@ def hints(sizes: Any) -> tuple[int, ...]:
 
 
 __all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_FREE", "SYMBOL_NAME", "UNBACKED_NAME",
+           "UNBACKED_RESULT",
            "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
            "check_static_region", "current", "detached", "hint", "hinted", "hints", "range_len",

@@ -22,7 +22,13 @@ from xdsl.ir import SSAValue
 from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import ThunderOp
-from thunder_ir.dialects.symbols import may_differ, must_equal, same_sizes, slice_indices
+from thunder_ir.dialects.symbols import (
+    may_differ,
+    must_equal,
+    same_sizes,
+    slice_indices,
+    unbacked,
+)
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType, compute_dtype, ttype
 from thunder_ir.passes.vjp import (
@@ -516,7 +522,7 @@ def _basic_index(xt: TensorType, index: Any) -> tuple[list[tuple[int, int]], lis
             lo, hi, st = slice_indices(it, n)
             if st != 1:
                 return None
-            ranges[dim] = (lo, max(lo, hi))
+            ranges[dim] = (lo, torch.sym_max(lo, hi) if unbacked(lo, hi) else max(lo, hi))
         dim += 1
     return ranges, [hi - lo for lo, hi in ranges]
 
@@ -538,7 +544,7 @@ def getitem(g: Grad, out: Outs, ct: Cts, x: SSAValue, indices: list[SSAValue],
     if not same_sizes(ttype(dy).sizes, region):
         dy = g.ltorch.reshape(dy, shape=tuple(region))
     config = tuple((lo, n - hi, 0) for (lo, hi), n in zip(ranges, xt.sizes, strict=True))
-    if any(lo or hi for lo, hi, _ in config):
+    if any(may_differ(lo, 0) or may_differ(hi, 0) for lo, hi, _ in config):
         # One pad, not a cat with zeros per dim: a single pointwise op that fuses.
         dy = g.prims.pad(dy, padding_value=0.0, padding_config=config)
     return [grad_as(g, dy, x), []]

@@ -70,6 +70,7 @@ import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ModuleOp,
+    StringAttr,
 )
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.irdl import VariadicDef
@@ -84,6 +85,7 @@ from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import main_function
 from thunder_ir.dialects.symbols import (
     SYMBOL_NAME,
+    UNBACKED_RESULT,
     SymbolicError,
     SymText,
     detached,
@@ -377,7 +379,7 @@ class _PythonPrinter:
             if a.name_hint is not None:
                 hints.add(sanitize(a.name_hint))
         self.symbols: set[str] = set()
-        self.late: dict[Operation, list[tuple[str, SSAValue, int]]] = {}
+        self.late: dict[Operation, list[tuple[str, SSAValue, int | None]]] = {}
         for top in self.block.ops:
             self._scan_top(top, reserved)
             for op in top.walk():
@@ -440,6 +442,11 @@ class _PythonPrinter:
         unbacked size: a data-dependent op's result has it); the names so bound."""
         found: set[str] = set()
         for op in self.block.ops:
+            named = op.attributes.get(UNBACKED_RESULT)  # ``.item()``: its result is it
+            if isinstance(named, StringAttr) and named.data in names \
+                    and named.data not in found:
+                found.add(named.data)
+                self.late.setdefault(op, []).append((named.data, op.results[0], None))
             for r in op.results:
                 t = r.type
                 if not (isinstance(t, TensorType) and t.symbolic):
@@ -655,7 +662,8 @@ class _PythonPrinter:
                             self._take(v)
             self.emit_op(op, INDENT, False)
             for name, r, d in self.late.get(op, ()):
-                lines.append(f"{INDENT}{name} = {self.exprs[r]}.shape[{d}]")
+                at = "" if d is None else f".shape[{d}]"
+                lines.append(f"{INDENT}{name} = {self.exprs[r]}{at}")
             if frees is not None and frees[i]:
                 dead = [self.exprs[v] for v in frees[i]]
                 lines.append(f"{INDENT}del {', '.join(dead)}")

@@ -217,3 +217,64 @@ def test_moe_trains_as_one_program_for_every_routing(k: int) -> None:
     assert len(routings) > 1
     assert thunder_ir.cache_misses(jm) == 1  # one forward and one backward program
     _unbacked(jm)
+
+
+# --------------------------------------------------------------------------- values as sizes
+
+ITEM_CASES: dict[str, Callable[..., Any]] = {
+    "slice_stop": lambda x, n: x[:n.item()] * 2,
+    "slice_start": lambda x, n: x[n.item():].sum(0),
+    "arange": lambda x, n: torch.arange(n.item()) + x.sum(),
+    "new_zeros": lambda x, n: x.new_zeros((n.item(), 2)) + 1,
+    "narrow": lambda x, n: x.narrow(0, 0, n.item()) * 3,
+    "tensor_bound": lambda x, n: x[1:n] * 2,
+    "tensor_index": lambda x, n: x[n] * 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(ITEM_CASES))
+def test_a_value_as_a_size_is_an_unbacked_symbol(name: str) -> None:
+    """``.item()`` of an integer tensor used as a size or slice bound, a 0-d integer
+    tensor as a slice bound or an index: one program for every value of one sign (the
+    sign is speculated: a value of the other sign compiles one more)."""
+    f = ITEM_CASES[name]
+    x = torch.randn(6, 2, requires_grad=True)
+    for k in (0, 3, 5):
+        check_against_eager(f, x, torch.tensor(k))
+    jf = thunder_ir.jit(f)
+    for k in (0, 2, 5, 3, 1):
+        torch.testing.assert_close(jf(x, torch.tensor(k)), f(x, torch.tensor(k)))
+    assert thunder_ir.cache_misses(jf) == 1
+    if name != "tensor_index":  # (x[t]: a row by index_select, no symbol needed)
+        assert "u0" in _source(jf)
+
+
+def test_negative_values_compile_once_more() -> None:
+    def f(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return x[n.item():].sum(0) * 2
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(6, 2)
+    for k in (2, 5, -2, -4, 0, -6, 3):
+        torch.testing.assert_close(jf(x, torch.tensor(k)), f(x, torch.tensor(k)))
+    assert thunder_ir.cache_misses(jf) == 2
+
+
+@pytest.mark.parametrize("name", ["unique", "unique_inverse_counts", "unique_dim",
+                                  "unique_consecutive", "repeat_interleave"])
+def test_ops_sized_by_torchs_fake_kernels(name: str) -> None:
+    f = {
+        "unique": lambda x: torch.unique(x) * 2,
+        "unique_inverse_counts": lambda x: torch.unique(x, return_inverse=True,
+                                                        return_counts=True),
+        "unique_dim": lambda x: torch.unique(x.reshape(3, 2), dim=0),
+        "unique_consecutive": lambda x: torch.unique_consecutive(x),
+        "repeat_interleave": lambda x: torch.repeat_interleave(x.clamp(0, 3)),
+    }[name]
+    jf = thunder_ir.jit(f)
+    for k in range(4):
+        x = torch.randint(0, 2 + k, (6,))
+        check_against_eager(f, x)
+        torch.testing.assert_close(jf(x), f(x))
+    assert thunder_ir.cache_misses(jf) == 1
+    assert "u0" in _source(jf)

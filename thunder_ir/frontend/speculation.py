@@ -18,8 +18,11 @@ Speculated: ``bool(t)`` (``if t:``, ``and``/``or``/``not``), ``torch.is_nonzero`
 of ops whose result is as long as a count of their input's values (``masked_select``,
 ``nonzero``, ``argwhere``: CTC losses flatten their targets so; ``x[mask]`` with a
 boolean mask over leading dims), the count checked.
-Other value reads (``.item()`` of a number, ``.tolist()``, ``int(t)``) still raise
-`DataDependentError`: a program specialized to a number would rarely hold again.
+In a compilation with a symbol table those sizes are unbacked symbols instead
+(`thunder_ir.frontend.unbacked`), and so is ``.item()`` of an integer (its sign
+speculated); these routes speculate the count only where that compile failed. Other value
+reads (``.item()`` of a float, ``.tolist()``, ``int(t)``) still raise `DataDependentError`:
+a program specialized to a number would rarely hold again.
 """
 
 from __future__ import annotations
@@ -195,6 +198,10 @@ def _bool(ctx: TraceContext, self: Any) -> bool:
 
 def _item(ctx: TraceContext, self: Any) -> Any:
     if self.dtype is not torch.bool:
+        if _unbacked_item(self) and unbacked_sizes(ctx, ".item()"):
+            # an unbacked symbol (a size, a slice bound); its sign speculated
+            nonnegative = speculate(ctx, ctx.run_python(lambda t: t >= 0, (self,), {}))
+            return unbacked.item(ctx, self, nonnegative)
         raise DataDependentError(f"{where(ctx.loc)}: .item() needs a traced tensor's value, "
                                  f"but {DATA_HINT}")
     return speculate(ctx, self)
@@ -217,6 +224,12 @@ def unbacked_sizes(ctx: TraceContext, what: str) -> bool:
     if speculating_sizes():
         return False
     raise NeedsSymbols(f"{where(ctx.loc)}: {what} has a data-dependent size")
+
+
+def _unbacked_item(t: Any) -> bool:
+    """Whether ``t.item()`` can be an unbacked ``SymInt``: one element of an integer
+    dtype."""
+    return not (t.dtype.is_floating_point or t.dtype.is_complex) and t.numel() == 1
 
 
 def speculate_count(ctx: TraceContext, count: TensorProxy) -> int:
@@ -285,6 +298,11 @@ def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
     the indexing itself an opaque torch call (torch's gradient). Other indices are the
     native handler's."""
     mask = index[0] if type(index) is tuple and len(index) == 1 else index
+    if is_proxy(x) and _int_scalar(mask):  # x[t], a 0-d integer tensor: row t (a copy)
+        return ctx.run_python(_row, (x, mask), {})
+    if is_proxy(x) and any(isinstance(i, slice) and any(map(_int_scalar, (i.start, i.stop)))
+                           for i in (index if type(index) is tuple else (index,))):
+        index = _tensor_bounds(ctx, index)  # x[:t]: the bound t.item(), an unbacked symbol
     if not (is_proxy(mask) and mask.dtype in (torch.bool, torch.uint8) and is_proxy(x)
             and 0 < mask.ndim <= x.ndim and tuple(mask.shape) == tuple(x.shape[:mask.ndim])):
         return _GETITEM(ctx, x, index)
@@ -293,6 +311,32 @@ def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
     n = speculate_count(ctx, ctx.run_python(lambda m: m.sum(), (mask,), {}))
     t = tensor_type((n, *x.shape[mask.ndim:]), x.dtype, canonical_device(x.device))
     return fallback(ctx, _T.__getitem__, (x, index), {}, result_type=t)
+
+
+def _int_scalar(t: Any) -> bool:
+    """A traced 0-d integer tensor (an index eager reads as a number)."""
+    return (is_proxy(t) and t.ndim == 0 and not t.dtype.is_floating_point
+            and not t.dtype.is_complex and t.dtype is not torch.bool)
+
+
+def _row(x: Any, t: Any) -> Any:
+    """``x[t]`` for a 0-d integer tensor ``t``: row ``t`` of ``x`` (negative from the end),
+    by ``index_select``, so no value is read while tracing."""
+    i = torch.where(t < 0, t + x.shape[0], t).reshape(1)
+    return x.index_select(0, i).squeeze(0)
+
+
+def _tensor_bounds(ctx: TraceContext, index: Any) -> Any:
+    """``index`` with each slice bound that is a 0-d integer tensor replaced by its
+    ``.item()`` (an unbacked symbol in a compilation with a symbol table)."""
+    def bound(b: Any) -> Any:
+        return _item(ctx, b) if _int_scalar(b) else b
+
+    def fix(i: Any) -> Any:
+        return slice(bound(i.start), bound(i.stop), bound(i.step)) \
+            if isinstance(i, slice) else i
+
+    return tuple(map(fix, index)) if type(index) is tuple else fix(index)
 
 
 def _equal(ctx: TraceContext, a: Any, b: Any) -> bool:
@@ -325,6 +369,23 @@ _argwhere = _sized_by_values(
     "argwhere", lambda x: (x != 0).sum(), lambda args, n: (n, args[0].dim()),
     lambda args: torch.int64)
 
+def _opaque_unbacked(what: str, func: Any) -> Callable[..., Any]:
+    """A handler for an op whose result's size depends on values and whose fake kernel
+    makes that size an unbacked symbol (``torch.unique``): the opaque call, typed by that
+    kernel under the compilation's table (`NeedsSymbols` without one)."""
+
+    def handler(ctx: TraceContext, *args: Any, **kwargs: Any) -> Any:
+        if not unbacked_sizes(ctx, what):
+            raise DataDependentError(f"{where(ctx.loc)}: {what} needs a traced tensor's "
+                                     f"value, but {DATA_HINT}")
+        return fallback(ctx, func, args, kwargs)
+
+    return handler
+
+
+register_handlers([torch.unique, _T.unique], _opaque_unbacked("torch.unique", torch.unique))
+register_handlers([torch.unique_consecutive, _T.unique_consecutive],
+                  _opaque_unbacked("torch.unique_consecutive", torch.unique_consecutive))
 register_handlers([_T.__bool__], _bool)
 register_handlers([_T.__getitem__], _getitem)
 register_handlers([torch.masked_select], _masked_select)

@@ -24,6 +24,9 @@ to one result never reaches another), typed with that count:
   program and over the same symbol);
 - ``masked_select(x, mask)``: the same over both broadcast and flattened.
 
+``t.item()`` of an integer tensor is such a symbol too (`item`): the program computes it
+and binds the symbol to its result.
+
 Without a table a trace that meets such an op raises `NeedsSymbols` (the compiler traces
 again with one); where the unbacked compile fails, the counts are speculated instead
 (`thunder_ir.frontend.speculation`).
@@ -35,11 +38,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
+from xdsl.dialects.builtin import StringAttr
 
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call, torch_name
-from thunder_ir.dialects.types import canonical_device, tensor_type
+from thunder_ir.dialects.types import canonical_device, number_type, tensor_type
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 
 if TYPE_CHECKING:
@@ -123,6 +127,28 @@ def masked_select(ctx: TraceContext, x: Any, mask: TensorProxy) -> TensorProxy:
         (x, idx), {})
 
 
+def item(ctx: TraceContext, t: TensorProxy, nonnegative: bool) -> Any:
+    """``t.item()`` of a one-element integer tensor: a new unbacked ``SymInt`` (``u0``),
+    a size if ``nonnegative`` (the caller checks the sign on every call), else known
+    negative; the program computes it (``torch.Tensor.item``, whose number result the
+    generated code binds the symbol to: `symbols.UNBACKED_RESULT`)."""
+    from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size
+
+    table = symbols.current()
+    assert table is not None, "an unbacked number needs a symbol table"
+    n = table.env.create_unbacked_symint()
+    if nonnegative:
+        _constrain_range_for_size(n)
+    else:
+        torch._check(n < 0)
+    name = table.text(n)
+    op = make_call(torch_name(torch.Tensor.item), [ctx.value_of(t)], [OperandRef(0)], {},
+                   result_types=[number_type(int)])
+    op.attributes[symbols.UNBACKED_RESULT] = StringAttr(str(name))
+    ctx.record(op)
+    return n
+
+
 def simple_mask(x: Any, mask: Any) -> bool:
     """Whether ``x[mask]`` is a boolean mask over ``x``'s leading dims (what `mask_index`
     computes)."""
@@ -131,5 +157,5 @@ def simple_mask(x: Any, mask: Any) -> bool:
             and all(a is b or a == b for a, b in zip(mask.shape, x.shape[:mask.ndim])))
 
 
-__all__ = ["count", "mask_index", "masked_select", "new_size", "nonzero", "nonzero_tuple",
+__all__ = ["count", "item", "mask_index", "masked_select", "new_size", "nonzero", "nonzero_tuple",
            "simple_mask"]
