@@ -24,10 +24,20 @@ tokens greedily from a 16-token prompt with the default ``DynamicCache``, once p
 variant (compiles included): eager, torch.compile (of ``model.forward``, default and
 ``dynamic=True``), thunder_ir with ``cache="static"`` (a program per cache length) and
 with the default cache (the prefill, then one symbolic decode step). Every variant's tokens
-must equal eager's. Usage::
+must equal eager's.
+
+Part (3), ``--compile-cost``: what a symbolic compile costs against a static one. Each
+family (vision blocks and models with windows, shifted windows and unfolding, and a tiny
+Hugging Face Llama) is jitted and called at batch 2 (the first, static compile) and then
+at batch 3 (the second size: the symbolic compile that serves every later batch); the
+table gives both compile times (the call's seconds), their ratio, and the programs made
+after a third size (which must reuse the symbolic one). Outputs are checked against
+eager's. The families run after a warm-up compile, so that neither pays a first import.
+Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/dynamic.py [--calls 50] [--max-len 256]
                                                    [--tokens 64] [--no-compile]
+    OMP_NUM_THREADS=1 python benchmarks/dynamic.py --compile-cost [--families a,b]
 """
 
 from __future__ import annotations
@@ -67,7 +77,13 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--tokens", type=int, default=64, help="part (2): new tokens; 0: skip")
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--compile-cost", action="store_true",
+                    help="part (3) only: first and second-size compile per family")
+    ap.add_argument("--families", default="", help="part (3): a comma-separated subset")
     args = ap.parse_args()
+    if args.compile_cost:
+        compile_cost([f for f in args.families.split(",") if f])
+        return
     torch.manual_seed(0)
     cfg = Config(block_size=args.max_len, n_layer=2, n_embd=128, n_head=4,
                  intermediate_size=344, vocab_size=512)
@@ -155,6 +171,80 @@ def generation(tokens: int, compile_: bool) -> None:
         per_token = (total - first) / max(tokens - 1, 1) * 1e3
         n = thunder_ir.cache_misses(jm) if jm is not None else ""
         print(f"{name:28} {total:8.2f} {per_token:9.2f} {n!s:>9} {total / eager_total:12.2f}")
+
+
+def _families() -> dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...]]]:
+    """Part (3)'s families: name -> (model maker, one sample's input shape)."""
+    from torchvision_ops import import_vision
+
+    tv, timm = import_vision()
+    from timm.models import swin_transformer as timm_swin
+    from timm.models import swin_transformer_v2 as timm_swin2
+    from torchvision.models import swin_transformer as tv_swin
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def llama() -> torch.nn.Module:
+        cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        return LlamaForCausalLM(cfg)
+
+    return {
+        "tv_swin_block": (lambda: tv_swin.SwinTransformerBlock(
+            dim=32, num_heads=2, window_size=[4, 4], shift_size=[2, 2]), (8, 8, 32)),
+        "tv_swin": (lambda: tv.models.SwinTransformer(
+            patch_size=[4, 4], embed_dim=16, depths=[2], num_heads=[2], window_size=[4, 4],
+            num_classes=10), (3, 32, 32)),
+        "timm_swin": (lambda: timm_swin.SwinTransformer(
+            img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(2, 1),
+            num_heads=(1, 2), num_classes=10), (3, 32, 32)),
+        "timm_swinv2": (lambda: timm_swin2.SwinTransformerV2(
+            img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(2, 1),
+            num_heads=(1, 2), num_classes=10), (3, 32, 32)),
+        "timm_maxvit": (lambda: timm.create_model(
+            "maxvit_nano_rw_256", pretrained=False, img_size=64, num_classes=10), (3, 64, 64)),
+        "timm_mobilevitv2": (lambda: timm.create_model(
+            "mobilevitv2_050", pretrained=False, num_classes=10), (3, 64, 64)),
+        "hf_llama": (llama, (-16,)),  # (token ids: a length-16 sequence)
+    }
+
+
+def compile_cost(only: list[str]) -> None:
+    """Part (3): first (static) and second-size (symbolic) compile per family."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    families = _families()
+    unknown = set(only) - set(families)
+    if unknown:
+        raise SystemExit(f"unknown families {sorted(unknown)} (known: {sorted(families)})")
+    warm = thunder_ir.jit(torch.nn.Linear(4, 4), tiered=False)  # (first imports, both paths)
+    with torch.no_grad():
+        for n in (2, 3):
+            warm(torch.randn(n, 4))
+    print(f"symbolic compile cost: batch 2 (static), then 3 (symbolic), then 5; torch "
+          f"{torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{platform.processor() or platform.machine()}")
+    print(f"{'family':18} {'first s':>8} {'second s':>9} {'second/first':>13} {'programs':>9}")
+    for name, (make, shape) in families.items():
+        if only and name not in only:
+            continue
+        torch.manual_seed(0)
+        model = make().eval()
+        jm = thunder_ir.jit(model, tiered=False)
+
+        times = []
+        with torch.no_grad():
+            for n in (2, 3, 5):
+                x = (torch.randint(0, 256, (n, -shape[0])) if shape[0] < 0
+                     else torch.randn(n, *shape))
+                t0 = time.perf_counter()
+                out = jm(x)
+                times.append(time.perf_counter() - t0)
+                ref = model(x)
+                got, want = (out.logits, ref.logits) if hasattr(ref, "logits") else (out, ref)
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        print(f"{name:18} {times[0]:8.2f} {times[1]:9.2f} {times[1] / times[0]:13.1f} "
+              f"{thunder_ir.cache_misses(jm):>9}")
 
 
 if __name__ == "__main__":
