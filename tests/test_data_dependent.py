@@ -227,6 +227,9 @@ ITEM_CASES: dict[str, Callable[..., Any]] = {
     "arange": lambda x, n: torch.arange(n.item()) + x.sum(),
     "new_zeros": lambda x, n: x.new_zeros((n.item(), 2)) + 1,
     "narrow": lambda x, n: x.narrow(0, 0, n.item()) * 3,
+    "zeros_varargs": lambda x, n: torch.zeros(n.item(), 2) + x.sum(),
+    "bound_expression": lambda x, n: x[:n.item() + 1] * x.shape[0],
+    "scalar_operand": lambda x, n: x * n.item(),
     "tensor_bound": lambda x, n: x[1:n] * 2,
     "tensor_index": lambda x, n: x[n] * 2,
 }
@@ -278,3 +281,22 @@ def test_ops_sized_by_torchs_fake_kernels(name: str) -> None:
         torch.testing.assert_close(jf(x), f(x))
     assert thunder_ir.cache_misses(jf) == 1
     assert "u0" in _source(jf)
+
+
+def test_moe_over_lengths_and_routings_compiles_twice() -> None:
+    """A new sequence length makes the length symbolic too (automatic dynamic): the
+    second program serves every length and every routing (``s0`` and ``u0`` together)."""
+    torch.manual_seed(3)
+    model = SparseMoE(k=2)
+    ref = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for length in (5, 7, 9, 6, 11):
+        x = torch.randn(2, length, 8)
+        y, logits = jm(x)
+        (y.square().sum() + logits.sum()).backward()
+        ry, rlogits = ref(x)
+        (ry.square().sum() + rlogits.sum()).backward()
+        torch.testing.assert_close(y, ry)
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad)
+    assert thunder_ir.cache_misses(jm) == 2

@@ -138,7 +138,7 @@ def classes_as_eager() -> Iterator[None]:
                 for cls, get in _GETATTRIBUTE.items():
                     if _OWN_GETATTRIBUTE[cls]:
                         setattr(cls, "__getattribute__", get.__wrapped__)  # type: ignore[attr-defined]  # noqa: B010
-                    else:
+                    elif "__getattribute__" in cls.__dict__:  # (not if made while open)
                         delattr(cls, "__getattribute__")
 
 

@@ -763,15 +763,19 @@ register_handlers([T.zero_], lambda ctx, x: _fill_(ctx, x, 0))
 # --------------------------------------------------------------------------- creation
 
 
+_SIZE = (int, torch.SymInt)
+"""What a size among a factory's varargs is (``torch.zeros(n, 2)``)."""
+
+
 def _creation(short: str, size_param: str | None) -> Callable[..., Any] | None:
     op = OPS.get(short)
     if op is None:
         return None
 
     def handler(ctx: Builder, *args: Any, **kw: Any) -> Any:
-        if size_param is not None and args and (
-                isinstance(args[0], int) or (len(args) > 1 and isinstance(args[1], int))):
-            args = (tuple(args),) if all(isinstance(a, int) for a in args) else args
+        if size_param is not None and args and (  # (sizes: ints, or symbolic: SymInts)
+                isinstance(args[0], _SIZE) or (len(args) > 1 and isinstance(args[1], _SIZE))):
+            args = (tuple(args),) if all(isinstance(a, _SIZE) for a in args) else args
         if size_param is not None and args and isinstance(args[0], torch.Size):
             args = (tuple(args[0]), *args[1:])
         bound = bind(op, args, kw, ctx.loc)
