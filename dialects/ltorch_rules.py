@@ -29,7 +29,7 @@ from xdsl.ir import Attribute
 
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp, alike_tensors
-from thunder_ir.dialects.symbols import same_sizes, unbacked
+from thunder_ir.dialects.symbols import current, same_sizes, unbacked
 from thunder_ir.dialects.types import (
     NumberType,
     TensorType,
@@ -360,14 +360,32 @@ def _size(s: Any) -> bool:
     return (type(s) is int and s > 0) or isinstance(s, torch.SymInt)
 
 
+def _expr(s: Any) -> Any:
+    return s.node.expr if isinstance(s, torch.SymInt) else s
+
+
 def reshape(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``reshape``/``view`` of a nonempty tensor to positive sizes with at most one -1:
-    the -1 is the element count over the other sizes, where that division is exact."""
+    the -1 is the element count over the other sizes, where that division is exact. In a
+    symbolic compile the answer is kept for the compilation, by the sizes' expressions
+    (a model reshapes alike layer after layer; the decision costs a ``ShapeEnv`` query)."""
     (x,) = operands
-    shape = params.get("shape", params.get("size"))
+    shape: Any = params.get("shape", params.get("size"))
     if type(x) is not TensorType or type(shape) not in (tuple, list) \
             or any(type(s) is int and s == 0 for s in x.sizes):
         return None
+    table = current()
+    if table is None:
+        return _reshape(x, shape)
+    memo = table.__dict__.setdefault("_reshapes", {})
+    key = (tuple(_expr(s) for s in x.sizes), tuple(_expr(s) for s in shape), x.element_type,
+           x.dev)
+    if key not in memo:
+        memo[key] = _reshape(x, shape)
+    return memo[key]
+
+
+def _reshape(x: TensorType, shape: Sequence[Any]) -> TensorType | None:
     free = [i for i, s in enumerate(shape) if type(s) is int and s == -1]
     if len(free) > 1 or not all(_size(s) for i, s in enumerate(shape) if i not in free):
         return None
@@ -394,7 +412,7 @@ def _dim(d: Any, rank: int) -> int | None:
 def permute(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``permute`` by a permutation of the dims (ints, negative ones counted from the end)."""
     (x,) = operands
-    dims = params.get("dims")
+    dims: Any = params.get("dims")
     if type(x) is not TensorType or type(dims) not in (tuple, list) or len(dims) != x.rank:
         return None
     norm = [_dim(d, x.rank) for d in dims]

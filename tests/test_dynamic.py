@@ -499,3 +499,31 @@ def test_matmul_batch_times_matrix_rule_matches_the_meta_kernel() -> None:
                      ((4, 8), (s0, 8, 3)), ((s1, 4, 8), (8, 3))]:
             a, b = tensor_type(x, torch.float32), tensor_type(y, torch.float32)
             assert N.MatmulOp.infer(a, b) == LtorchOp.infer.__func__(N.MatmulOp, a, b)
+
+
+VIEW_CHAINS = {
+    "permute, unsqueeze": lambda x: x.permute(2, 0, 1).unsqueeze(1),
+    "transpose, view of a contiguous copy": lambda x: x.transpose(0, 1).contiguous().view(
+        x.shape[1], -1),
+    "windows": lambda x: x.view(x.shape[0], 2, x.shape[1] // 2, 8).permute(0, 2, 1, 3),
+    "unsqueeze at the end, transpose back": lambda x: x.unsqueeze(-1).transpose(0, 2),
+    "a view of a transposed slice": lambda x: x[:, 1:].transpose(1, 2).unsqueeze(0),
+    "flatten the leading dims": lambda x: x.reshape(-1, 8).t(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEW_CHAINS))
+def test_symbolic_views_have_eagers_strides(name: str) -> None:
+    """A symbolic program's views (reshapes of contiguous tensors, permutes, transposes,
+    unsqueezes: their layouts computed in closed form, not by torch's kernels over the
+    symbols) are eager's, strides and storage offsets, at every size; one symbolic
+    program serves the sizes after the first."""
+    fn = VIEW_CHAINS[name]
+    jf = thunder_ir.jit(fn, tiered=False)
+    for n in (4, 6, 10, 12):
+        x = torch.randn(n, n + 2, 8)
+        want, got = fn(x), jf(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride() and got.storage_offset() == \
+            want.storage_offset(), (n, got.stride(), want.stride())
+    assert thunder_ir.cache_misses(jf) <= 2

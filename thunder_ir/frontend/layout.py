@@ -46,7 +46,14 @@ from xdsl.ir import Operation, SSAValue
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ThunderOp, group
 from thunder_ir.dialects.modes import neutral
-from thunder_ir.dialects.traits import RESHAPE, DeviceLayout, Elementwise, ViewLike
+from thunder_ir.dialects.traits import (
+    RESHAPE,
+    RESTRIDE,
+    VIEW,
+    DeviceLayout,
+    Elementwise,
+    ViewLike,
+)
 from thunder_ir.dialects.types import NumberType, TensorType
 
 Strides = tuple[int, ...]
@@ -229,8 +236,11 @@ def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
         return None
     kind = op.get_trait(ViewLike)
     src, out = op.operands[0].type, op.results[0].type
-    if kind is None or kind.kind != RESHAPE or not isinstance(src, TensorType) \
-            or not isinstance(out, TensorType):
+    if kind is None or not isinstance(src, TensorType) or not isinstance(out, TensorType):
+        return None
+    if kind.kind in (RESTRIDE, VIEW):
+        return _restrided(op, src, layouts[0] if layouts else None)
+    if kind.kind != RESHAPE:
         return None
     sizes, new = src.sizes, out.sizes
     if any((type(n) is int and n == 0) or (isinstance(n, torch.SymInt) and n.node.hint is None)
@@ -242,6 +252,37 @@ def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
                                                  strict=True)):
         return None
     return (((contiguous_strides(new), offset), True),)
+
+
+def _restrided(op: ThunderOp, src: TensorType, layout: Layout | None
+               ) -> tuple[tuple[Layout, bool], ...] | None:
+    """``permute``, ``transpose`` and ``unsqueeze`` in a symbolic compilation: the
+    operand's strides moved as its sizes are (``unsqueeze``'s new stride as torch gives it:
+    the next dim's size times stride, or 1 at the end), the same offset, a view."""
+    strides, offset = layout if layout is not None else contiguous_layout(src)
+    rank, params = src.rank, op.params()
+    if op.name == "ltorch.permute":
+        dims = params.get("dims")
+        if type(dims) not in (tuple, list) or len(dims) != rank:
+            return None
+        new = tuple(strides[d] for d in dims)
+    elif op.name == "ltorch.transpose":
+        d0, d1 = params.get("dim0"), params.get("dim1")
+        if type(d0) is not int or type(d1) is not int or rank == 0:
+            return None
+        moved = list(strides)
+        moved[d0], moved[d1] = moved[d1], moved[d0]
+        new = tuple(moved)
+    elif op.name == "ltorch.unsqueeze":
+        d = params.get("dim")
+        if type(d) is not int:
+            return None
+        d = d + rank + 1 if d < 0 else d
+        inserted = 1 if d >= rank else src.sizes[d] * strides[d]
+        new = (*strides[:d], inserted, *strides[d:])
+    else:
+        return None
+    return (((new, offset), True),)
 
 
 def _view_layouts(op: Operation, layouts: Sequence[Layout | None]
