@@ -25,11 +25,14 @@ callable's life:
   buffer stays in ``_buffers``, a plain attribute in ``__dict__``); an epilogue that writes
   nothing else (and symbolic ``int`` attributes) leaves the guard's token as it was
   (`leaves_guard_as_is`, then `thunder_ir.runtime.guards.StateGuard.resync`), so a cached
-  call does not re-read the module tree.
+  call does not re-read the module tree. Only a state the program read as a tensor counts:
+  one that held ``None`` when traced changes the fingerprint when it gets its tensor.
 
-So such a module compiles twice (the first program, traced before the rebinding was known,
-binds the tensor; the second reads it) and every later call with state of the same
-metadata hits. A state of another shape or dtype misses, as an argument's would.
+A static compile whose trace finds a new rebound state traces again at once, with the
+state read from the module (`thunder_ir.stages.compiler.Compiler`), so such a module
+compiles once and every later call with state of the same metadata hits; a symbolic
+compile learns after (its program binds the tensor; the next call compiles once more). A
+state of another shape, dtype or requires_grad misses, as an argument's would.
 """
 
 from __future__ import annotations
@@ -148,29 +151,33 @@ class ReboundState:
             modules.append(r.module)
         return out, modules
 
-    def rebinds(self, a: Action) -> bool:
-        """Whether ``a`` gives a rebound state a program output (which leaves the module
-        guard's fingerprint as it was: a plain tensor for a plain tensor)."""
+    def rebinds(self, a: Action, read: set[tuple[int, str]]) -> bool:
+        """Whether ``a`` gives a rebound state that the program read as an input (``read``:
+        (module id, name) of its `ModuleTensor` inputs) a program output: a tensor for a
+        tensor, which leaves the module guard's fingerprint as it was. (A state that held
+        ``None`` when traced changes the fingerprint: the guard must see it.)"""
         if a.target[0] != "obj" or type(a.value) is not tuple or a.value[0] != "out":
             return False
         obj = a.target[1]
         if a.op == "setattr":
-            return a.key in self.by_module.get(id(obj), ())
+            return (id(obj), a.key) in read
         if a.op == "setitem":
-            return any(r.buffer and r.name == a.key and r.module.__dict__.get("_buffers") is obj
-                       for r in self.tensors)
+            return any(r.buffer and r.name == a.key and (id(r.module), r.name) in read
+                       and r.module.__dict__.get("_buffers") is obj for r in self.tensors)
         return False
 
 
 def leaves_guard_as_is(actions: Sequence[Action], ints: _IntWrites | None,
-                       rebound: ReboundState | None) -> bool:
+                       rebound: ReboundState | None, inputs: Sequence[Any] = ()) -> bool:
     """Whether an epilogue writes nothing but symbolic ``int`` attributes with ``int``s
     (`thunder_ir.runtime.symbolic_attrs.SymbolicAttrs.writes_only_ints`) and rebound
-    states with the program's outputs: the module guard's fingerprint stays as it was, so
-    it need not re-read the tree after it."""
-    return bool(actions) and all(
-        (ints is not None and ints.writes_only_ints([a]))
-        or (rebound is not None and rebound.rebinds(a)) for a in actions)
+    states the program read (among the origins of its ``inputs``) with its outputs: the
+    module guard's fingerprint stays as it was, so it need not re-read the tree after it."""
+    if not actions:
+        return False
+    read = {(id(k.module), k.name) for k in inputs if type(k) is ModuleTensor}
+    return all((ints is not None and ints.writes_only_ints([a]))
+               or (rebound is not None and rebound.rebinds(a, read)) for a in actions)
 
 
 __all__ = ["ReboundState", "ReboundTensor", "leaves_guard_as_is"]

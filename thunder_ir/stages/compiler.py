@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from xdsl.dialects.builtin import ModuleOp
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.program import BACKWARD, FORWARD, prologue_function
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import TracedProgram, trace_program
@@ -175,12 +176,18 @@ class Compiler:
         dp = data_parallel(self.module)
         attrs = keyer.attrs
         with TRACING:  # never beside a tiered background compile's make_fx
-            traced = trace_program(fn, args, kwargs, self.module, state, self.method,
-                                   unshard=dp.unshard(self.module)  # type: ignore[arg-type]
-                                   if dp else None,
-                                   dynamic=dynamic,
-                                   attrs=attrs.attrs if dynamic and attrs else (),
-                                   rebound=keyer.rebound.current() if keyer.rebound else ())
+            rebound = keyer.rebound
+            read = len(rebound.current()) if rebound is not None else 0
+            traced = self._trace(fn, args, kwargs, state, dynamic)
+            if exact and dynamic is None and symbols.current() is None and rebound is not None \
+                    and keyer.rebind(traced) and len(rebound.current()) > read:
+                # It rebinds module state that holds a tensor now (`thunder_ir.runtime
+                # .rebound`): traced again with that state read from the module, keyed by
+                # metadata, so that this first program is the one later calls hit (a state
+                # that holds None is traced the same; a symbolic compile learns after).
+                pro = keyer.current(spec, args, kwargs, n)
+                state = keyer.state()
+                traced = self._trace(fn, args, kwargs, state, dynamic)
         t_trace = time.perf_counter() - t0
         pro = keyer.keyed(traced, spec, args, kwargs, n, pro, exact, self.cache)
         module = traced.module
@@ -201,8 +208,24 @@ class Compiler:
 
             tier.watch(entry, fused, self.name())
         check_layouts(entry, traced.output_strides, self.name())
-        entry.writes_symbolic_ints = leaves_guard_as_is(entry.epilogue, attrs, keyer.rebound)
+        entry.writes_symbolic_ints = leaves_guard_as_is(entry.epilogue, attrs, keyer.rebound,
+                                                        traced.input_kinds)
         return entry, traced, pro
+
+    def _trace(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               state: dict[str, torch.Tensor], dynamic: Dynamic | None) -> TracedProgram:
+        """Traces one call (`thunder_ir.frontend.trace_program`) with what the keyer and
+        the policies say: the module's state, its symbolic numbers and rebound tensors, data
+        parallelism's unsharding."""
+        keyer = self.keyer
+        dp = data_parallel(self.module)
+        attrs = keyer.attrs
+        return trace_program(fn, args, kwargs, self.module, state, self.method,
+                             unshard=dp.unshard(self.module)  # type: ignore[arg-type]
+                             if dp else None,
+                             dynamic=dynamic,
+                             attrs=attrs.attrs if dynamic and attrs else (),
+                             rebound=keyer.rebound.current() if keyer.rebound else ())
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Python's own error for a call that does not fit the signature."""

@@ -194,10 +194,10 @@ class Keyer:
         return True
 
     def rebind(self, traced: TracedProgram) -> bool:
-        """After a compile: the module tensors its epilogue rebinds are read from the
+        """After a trace: the module tensors its epilogue rebinds are read from the
         module and keyed by metadata from now on (`thunder_ir.runtime.rebound`); whether
         one is new (the module guard then re-reads the tree, and the prologues are made
-        again)."""
+        again: the compiler traces the call again, or the next call compiles)."""
         if self.rebound is None or not self.rebound.learn(traced.epilogue):
             return False
         self.guards[0].invalidate()
