@@ -117,6 +117,35 @@ def test_a_buffer_rebound_every_call_compiles_once() -> None:
     assert "_buffers['avg'].shape" in str(thunder_ir.last_prologue_traces(jm)[-1])
 
 
+def test_jit_of_forward_and_the_jitted_modules_view_of_the_state() -> None:
+    """``jit(model.forward)`` keys the state as ``jit(model)`` does; the jitted module
+    shows the model's current state (``jm.avg``, its state dict), and a state dict loaded
+    into it (copied into the state tensor) is read by the next call without a compile."""
+    torch.manual_seed(0)
+    model = EMA()
+    eager = copy.deepcopy(model)
+    jf = thunder_ir.jit(model.forward)
+    for _ in range(6):
+        x = torch.randn(2, 4)
+        _same(jf(x), eager(x))
+        _same_state(model, eager, "avg")
+    assert thunder_ir.cache_misses(jf) <= 2
+    model = EMA()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for _ in range(4):
+        x = torch.randn(2, 4)
+        _same(jm(x), eager(x))
+    assert jm.avg is model.avg and "avg" in jm.state_dict()
+    _same(jm.state_dict()["avg"], eager.avg)
+    jm.load_state_dict({k: v * 2 for k, v in eager.state_dict().items()})
+    eager.load_state_dict({k: v * 2 for k, v in eager.state_dict().items()})
+    x = torch.randn(2, 4)
+    _same(jm(x), eager(x))
+    _same_state(model, eager, "avg")
+    assert thunder_ir.cache_misses(jm) <= 2
+
+
 def test_a_non_persistent_buffer_stays_out_of_the_state_dict() -> None:
     torch.manual_seed(0)
     model = EMA(persistent=False)
