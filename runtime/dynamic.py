@@ -108,10 +108,18 @@ def sizes_of(leaves: Sequence[Any]) -> tuple[Any, ...]:
 
 def changed(old: tuple[Any, ...], new: tuple[Any, ...]) -> Dynamic:
     """The sizes that differ between two calls of one structure (`sizes_of`): an ``int``'s
-    value; every dimension of a tensor (of the same rank) whose shape changed (a batch
-    that grows after the length did is then no third compile; the trace's guards fix the
-    dimensions that cannot vary); every size of the tensors in an argument object that
-    changed and holds tensors (a ``DynamicCache``, from the empty one of a prefill on)."""
+    value; the dimensions of a tensor (of the same rank) that changed, and its first
+    dimension too where a later one changed (a batch that shrinks after the length varied,
+    an epoch's last batch, is then no third compile); every size of the tensors in an
+    argument object that changed and holds tensors (a ``DynamicCache``, from the empty one
+    of a prefill on).
+
+    A dimension that did not change stays static. Where only the batch changed, an image's
+    height and width stay numbers: made symbolic, every window partition and patch grid
+    over them is a floor division the ``ShapeEnv`` decides on, and the second-size compile
+    of a MaxViT took 9 s against 1.2 s with them static (`benchmarks/dynamic.py
+    --compile-cost`). A dimension that changes later is made symbolic then (one compile
+    more)."""
     out: Dynamic = {}
     for i, (a, b) in enumerate(zip(old, new, strict=True)):
         if a == b or a is None or b is None:
@@ -123,7 +131,10 @@ def changed(old: tuple[Any, ...], new: tuple[Any, ...]) -> Dynamic:
             if _holds_tensors(b[1]):  # its tensors' sizes, or which tensors it holds
                 out[i] = (EVERY,)  # (an empty cache filled: the sizes will grow from here)
         elif isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
-            out[i] = tuple(range(len(a)))
+            dims = [d for d, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+            if dims and dims[0] > 0:
+                dims.insert(0, 0)
+            out[i] = tuple(dims)
     return out
 
 

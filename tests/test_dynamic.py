@@ -527,3 +527,33 @@ def test_symbolic_views_have_eagers_strides(name: str) -> None:
         assert got.stride() == want.stride() and got.storage_offset() == \
             want.storage_offset(), (n, got.stride(), want.stride())
     assert thunder_ir.cache_misses(jf) <= 2
+
+
+def test_automatic_dynamic_keeps_the_sizes_that_did_not_change() -> None:
+    """Where only the batch changed, the other dims stay numbers (an image's height and
+    width: no floor divisions over them for the ShapeEnv to decide); where a later dim
+    changed, the first dim is symbolic with it (an epoch's last, smaller batch after the
+    lengths varied is no third program); a dim that changes later is made symbolic then."""
+    def windows(x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        return x.view(b, h // 4, 4, w // 4, 4, c).permute(0, 1, 3, 2, 4, 5).sum((2, 3)) * 2
+
+    jf = thunder_ir.jit(windows, tiered=False)
+    for n in (2, 3, 5):
+        x = torch.randn(n, 8, 8, 3)
+        torch.testing.assert_close(jf(x), windows(x))
+    assert thunder_ir.cache_misses(jf) == 2
+    text = str(thunder_ir.last_traces(jf)[0])
+    assert "s0" in text and "s1" not in text  # (the batch alone)
+    x = torch.randn(3, 12, 8, 3)  # a new height: made symbolic now
+    torch.testing.assert_close(jf(x), windows(x))
+    assert thunder_ir.cache_misses(jf) == 3
+
+    def lm(ids: torch.Tensor) -> torch.Tensor:
+        return (ids.float() * 2).cumsum(1).sum(1)
+
+    jl = thunder_ir.jit(lm, tiered=False)
+    for b, t in ((4, 16), (4, 21), (4, 9), (3, 13), (2, 30)):
+        ids = torch.randint(0, 9, (b, t))
+        torch.testing.assert_close(jl(ids), lm(ids))
+    assert thunder_ir.cache_misses(jl) == 2
