@@ -1065,7 +1065,7 @@ class StackOp(JoinOp):
     name = "ltorch.stack"
 
 
-@ltorch_op(operator.getitem, type_rule=R.getitem)
+@ltorch_op(operator.getitem, type_rule=R.getitem, symbolic=True)  # (symbolic: u0 bounds)
 class GetitemOp(CoreOp):
     """`%y = ltorch.getitem %input, %i0, … {index}`: ``input[index]``; in ``index`` each
     tensor is ``#prims.operand<k>`` (the k-th of the tensor operands after ``input``)."""

@@ -29,7 +29,13 @@ from xdsl.ir import Attribute
 
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp, alike_tensors
-from thunder_ir.dialects.symbols import current, same_sizes, unbacked
+from thunder_ir.dialects.symbols import (
+    current,
+    range_len,
+    same_sizes,
+    slice_indices,
+    unbacked,
+)
 from thunder_ir.dialects.types import (
     NumberType,
     TensorType,
@@ -453,9 +459,15 @@ _ALL = slice(None, None, None)
 def getitem(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     """``x[:, idx, :]``: one int64 index tensor on ``x``'s device among full slices
     (nanoGPT's ``x[:, [-1], :]``): ``x``'s type with that dim replaced by the index's
-    sizes. (A view's index, a bool mask or several index tensors go the meta way.)"""
+    sizes. (A view's index, a bool mask or several index tensors go the meta way.) In a
+    symbolic compile, only a basic index with a slice bound over unbacked symbols
+    (`_sliced`)."""
     x, indices = operands
     index = params.get("index")
+    if not indices and type(x) is TensorType and _unbacked_slice(index):
+        return _sliced(x, index)
+    if current() is not None:  # (symbolic compiles: only the unbacked bounds above)
+        return None
     if type(x) is not TensorType or len(indices) != 1 or type(index) is not tuple \
             or len(index) > x.rank:
         return None
@@ -467,6 +479,44 @@ def getitem(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | Non
         return None
     i = at[0]
     return tensor_type((*x.sizes[:i], *idx.sizes, *x.sizes[i + 1:]), x.dtype, x.dev)
+
+
+def _unbacked_slice(index: Any) -> bool:
+    """Whether a basic index has a slice bound over unbacked symbols (``x[:n.item()]``)."""
+    items = index if type(index) is tuple else (index,)
+    return any(type(i) is slice and unbacked(i.start, i.stop) for i in items)
+
+
+def _sliced(x: TensorType, index: Any) -> TensorType | None:
+    """``x[index]`` for a basic index (ints, step-1 slices, ``None``, ``...``) whose slice
+    bounds may be unbacked: each slice's length in closed form (`slice_indices`: ``min``,
+    ``max`` and conditional expressions), where torch's fake kernel would make each call
+    a new unbacked size."""
+    items = list(index) if type(index) is tuple else [index]
+    consuming = [i for i in items if i is not None and i is not Ellipsis]
+    if len(consuming) > x.rank or items.count(Ellipsis) > 1:
+        return None
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items[k:k + 1] = [slice(None)] * (x.rank - len(consuming))
+    items += [slice(None)] * (x.rank - len(consuming))
+    sizes: list[Any] = []
+    dim = 0
+    for it in items:
+        if it is None:
+            sizes.append(1)
+            continue
+        n = x.sizes[dim]
+        dim += 1
+        if type(it) is int:
+            if not -n <= it < n:
+                return None
+            continue
+        if type(it) is not slice or it.step not in (None, 1):
+            return None
+        lo, hi, _ = slice_indices(it, n)
+        sizes.append(range_len(lo, hi, 1))
+    return tensor_type(tuple(sizes), x.dtype, x.dev)
 
 
 def _ints(v: Any, n: int) -> bool:

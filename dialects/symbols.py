@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -147,6 +147,23 @@ def _env_class() -> type[ShapeEnv]:
             i = len(self.unique_ids)
             self.unique_ids.add(i)
             return i
+
+        def evaluate_expr(self, orig_expr: Any, *args: Any, **kwargs: Any) -> Any:
+            """torch's, but a decision on unbacked symbols (``if rows.shape[0] > 2``,
+            ``len(x[mask])``: control flow on values) goes to the ``data_decision`` hook,
+            which may speculate it (its value this call, checked on every call); else
+            torch's ``GuardOnDataDependentSymNode``. The hook is the table's
+            (`SymbolTable.on_data_decision`), set by whoever traces with it."""
+            from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+            try:
+                return super().evaluate_expr(orig_expr, *args, **kwargs)
+            except GuardOnDataDependentSymNode:
+                hook = getattr(self, "data_decision", None)
+                decided = hook(self, orig_expr) if hook is not None else None
+                if decided is None:
+                    raise
+                return decided
 
     return _Env
 
@@ -322,6 +339,12 @@ class SymbolTable:
                 add(text)
         return out
 
+    def on_data_decision(self, hook: Callable[[Any, Any], Any] | None) -> None:
+        """Sets what a decision on unbacked symbols asks (tracing's speculation: given the
+        ``ShapeEnv`` and the sympy expression, the decided value, or None to refuse, and
+        torch raises ``GuardOnDataDependentSymNode``); None: nothing."""
+        self.env.data_decision = hook  # type: ignore[attr-defined]
+
     # ---- activation
 
     @contextlib.contextmanager
@@ -475,16 +498,17 @@ def slice_indices(s: slice, n: Any) -> tuple[Any, Any, Any]:
 
 
 def _unbacked_bound(b: Any, n: Any) -> Any:
-    """A slice bound over unbacked symbols, normalized as `slice_indices` normalizes one,
-    where its sign is known (a `.item()` speculated non-negative or negative): the clamps
-    are ``min``/``max`` expressions rather than decisions."""
+    """A slice bound over unbacked symbols, normalized as `slice_indices` normalizes one:
+    the clamps are ``min``/``max`` expressions rather than decisions, and where its sign
+    is not known (``n.item() - 3``) a conditional expression of both
+    (``max(0, 3 + u0) if u0 < 3 else min(6, (-3) + u0)``)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     if statically_known_true(b >= 0):
         return torch.sym_min(b, n)
     if statically_known_true(b < 0):
         return torch.sym_max(b + n, 0)
-    raise SymbolicError(f"slice bound {b}: its sign is not known")
+    return torch.sym_ite(b < 0, torch.sym_max(b + n, 0), torch.sym_min(b, n))
 
 
 def range_len(lo: Any, hi: Any, step: int) -> Any:

@@ -35,6 +35,7 @@ from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import prims as P
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.program import program_functions
+from thunder_ir.dialects.symbols import unbacked
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.passes.change import ReportsChange
 from thunder_ir.passes.cse_dce import dce
@@ -58,6 +59,8 @@ def _slab(v: SSAValue) -> tuple[int, Slab] | None:
     if params["padding_value"] != 0:
         return None
     config = params["padding_config"]
+    if any(unbacked(lo, hi) for lo, hi, _ in config):  # (u0: no decision on it)
+        return None
     dims = [i for i, (lo, hi, inner) in enumerate(config) if lo or hi or inner]
     if len(dims) != 1:
         return None

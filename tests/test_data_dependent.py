@@ -300,3 +300,46 @@ def test_moe_over_lengths_and_routings_compiles_twice() -> None:
         for p, q in zip(model.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p.grad, q.grad)
     assert thunder_ir.cache_misses(jm) == 2
+
+
+# --------------------------------------------------------------------------- decisions on counts
+
+DECISIONS: dict[str, Callable[..., Any]] = {
+    "branch": lambda x, m: x[m] * 2 if x[m].shape[0] > 2 else x[m] - 1,
+    "len": lambda x, m: x[m] * len(x[m]),
+    "iterate": lambda x, m: sum(r.sum() for r in x[m]) + x.sum(),
+    "int_of_item": lambda x, m: x * int(m.sum().item()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECISIONS))
+def test_decisions_on_a_count_are_speculated(name: str) -> None:
+    """Python control flow on a count (``if``, ``len``, iteration, ``int``): the decision
+    is speculated and checked (a program per outcome, the sizes it does not decide on
+    still unbacked), as eager's."""
+    f = DECISIONS[name]
+    jf = thunder_ir.jit(f)
+    for k in range(5):
+        x = torch.randn(6, requires_grad=True)
+        m = torch.arange(6) < k + 1
+        check_against_eager(f, x, m)
+        torch.testing.assert_close(jf(x, m), f(x, m))
+        torch.testing.assert_close(jf(x, m), f(x, m))  # (a cached call checks it again)
+    if name == "branch":  # two outcomes: two programs, each for every count of its side
+        assert thunder_ir.cache_misses(jf) == 2
+        assert "u0" in _source(jf)
+
+
+def test_slice_bound_of_unknown_sign_is_one_program() -> None:
+    """``x[:n.item() - 3]``: a bound whose sign is not known is a conditional expression
+    (``max(0, 3 + u0) if u0 < 3 else min(6, (-3) + u0)``), not a decision."""
+    def f(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        return x[:m.sum().item() - 3].sum() + x.sum()
+
+    jf = thunder_ir.jit(f)
+    for k in range(6):
+        x = torch.randn(6, requires_grad=True)
+        m = torch.arange(6) < k + 1
+        check_against_eager(f, x, m)
+        torch.testing.assert_close(jf(x, m), f(x, m))
+    assert thunder_ir.cache_misses(jf) == 1

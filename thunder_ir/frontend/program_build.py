@@ -47,7 +47,8 @@ class ProgramBuild:
             speculation, in program order (None: none yet; they start from the call's).
         speculative: the program checks conditions it was traced under.
         counts: the unbacked count (``u0``) of each mask value's nonzero elements
-            (`thunder_ir.frontend.unbacked.count`).
+            (`thunder_ir.frontend.unbacked.count`), and under ``("of", name)`` what
+            each unbacked symbol counts or reads (`unbacked.symbol_tensor`).
     """
 
     __slots__ = ("block", "call_start", "concrete", "concrete_rng", "consts", "counts", "emitter",
@@ -68,7 +69,7 @@ class ProgramBuild:
         self.concrete: dict[SSAValue, Any] = {}
         self.concrete_rng: Any = None
         self.speculative = False
-        self.counts: dict[SSAValue, Any] = {}
+        self.counts: dict[Any, Any] = {}
 
     # ---- inputs
 

@@ -27,6 +27,7 @@ a program specialized to a number would rarely hold again.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -224,6 +225,55 @@ def unbacked_sizes(ctx: TraceContext, what: str) -> bool:
     if speculating_sizes():
         return False
     raise NeedsSymbols(f"{where(ctx.loc)}: {what} has a data-dependent size")
+
+
+def decide(env: Any, expr: Any) -> Any:
+    """A decision user code makes on unbacked symbols (``len(x[mask])``, ``if
+    rows.shape[0] > 2``, ``int(n)`` of an ``.item()``): control flow on values, so
+    speculated: its value this call (the symbols' tensors computed on the call's real
+    ones), checked by the program on every call (``tir.assume``), and told to the
+    ``ShapeEnv`` as a fact (a count fixed to 4 is 4 from then on). None (torch raises
+    its ``GuardOnDataDependentSymNode``) outside a trace, inside a custom backward or a
+    meta run, or for a symbol this trace did not make."""
+    import sympy
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._sympy.printers import PythonPrinter
+
+    from thunder_ir.frontend.context import current, tracing_now
+    from thunder_ir.runtime.dynamic import symbolic_value
+
+    if not tracing_now():
+        return None
+    ctx = current()
+    if ctx.build.in_region():
+        return None
+    names = sorted(str(s) for s in expr.free_symbols)
+    if not names or any(("of", n) not in ctx.build.counts for n in names):
+        return None
+    with unset_fake_temporarily():  # (asked from a meta run: unbind's count of results)
+        tensors = [unbacked.symbol_tensor(ctx, n) for n in names]
+        fn = symbolic_value(PythonPrinter().doprint(expr))
+        value = ctx.run_python(lambda *ts: fn(dict(zip(names, ts, strict=True))), tensors,
+                               {})
+        if isinstance(expr, sympy.Rel | sympy.logic.boolalg.BooleanFunction):
+            holds = speculate(ctx, value)
+            fact = expr if holds else expr.negated if isinstance(expr, sympy.Rel) else None
+            if fact is not None:
+                _fact(lambda: env.guard_or_defer_runtime_assert(fact, "speculated"))
+            return sympy.true if holds else sympy.false
+        with torch._C.DisableTorchFunction():  # (a real tensor, read in user code)
+            n = int(concrete(ctx, value._value))
+        speculate(ctx, ctx.run_python(lambda t: t == n, (value,), {}))
+    if isinstance(expr, sympy.Symbol):  # the symbol is n from now on
+        _fact(lambda: env.constrain_symbol_range(expr, n, n))
+    return sympy.Integer(n)
+
+
+def _fact(tell: Callable[[], Any]) -> None:
+    """Tells the ``ShapeEnv`` what a speculated decision found, where it takes it (a later
+    decision on the same expression is speculated again otherwise, to the same value)."""
+    with contextlib.suppress(Exception):  # (torch's canonicalization takes some forms only)
+        tell()
 
 
 def _unbacked_item(t: Any) -> bool:

@@ -353,6 +353,9 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     inputs read from the module on each call, which the module's copies hold as proxies
     (``state`` leaves the buffers among them out)."""
     ctx = TraceContext()
+    compiling = symbols.current()
+    if compiling is not None:  # decisions on unbacked sizes: speculated while it traces
+        compiling.on_data_decision(speculation.decide)
     table = symbols.current() if dynamic else None
     if table is not None:  # its guards say which op and line made them (a size fixed)
         attach_guard_sites(table)

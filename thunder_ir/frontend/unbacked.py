@@ -79,6 +79,8 @@ def count(ctx: TraceContext, mask: TensorProxy) -> Any:
     n = counts.get(v)
     if n is None:
         n = counts[v] = new_size(mask.numel())
+        if isinstance(n, torch.SymInt):  # (what a decision on it computes: the count)
+            counts[("of", str(n.node.expr))] = ("count", mask)
     return n
 
 
@@ -142,11 +144,25 @@ def item(ctx: TraceContext, t: TensorProxy, nonnegative: bool) -> Any:
     else:
         torch._check(n < 0)
     name = table.text(n)
+    ctx.build.counts[("of", str(name))] = ("item", t)
     op = make_call(torch_name(torch.Tensor.item), [ctx.value_of(t)], [OperandRef(0)], {},
                    result_types=[number_type(int)])
     op.attributes[symbols.UNBACKED_RESULT] = StringAttr(str(name))
     ctx.record(op)
     return n
+
+
+def symbol_tensor(ctx: TraceContext, name: str) -> TensorProxy | None:
+    """A 0-d traced tensor holding unbacked symbol ``name``'s value (a mask's count, the
+    tensor an ``.item()`` read), for a check of a decision on it; None for a symbol this
+    trace did not make."""
+    made = ctx.build.counts.get(("of", name))
+    if made is None:
+        return None
+    kind, src = made
+    if kind == "count":
+        return ctx.run_python(lambda m: (m != 0).sum(), (src,), {})
+    return ctx.run_python(lambda t: t.reshape(()), (src,), {})
 
 
 def simple_mask(x: Any, mask: Any) -> bool:
@@ -158,4 +174,4 @@ def simple_mask(x: Any, mask: Any) -> bool:
 
 
 __all__ = ["count", "item", "mask_index", "masked_select", "new_size", "nonzero", "nonzero_tuple",
-           "simple_mask"]
+           "simple_mask", "symbol_tensor"]
