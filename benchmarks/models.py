@@ -25,6 +25,16 @@ Usage::
 
     python benchmarks/models.py [--families llama,bert,...] [--seconds 3] [--rounds 5]
                                 [--no-compile] [--autocast bf16] [--tiered]
+    python benchmarks/models.py --moe [--families mixtral,qwen2_moe,olmoe] [--steps 20]
+
+``--moe`` (issue 52) measures the mixture-of-experts families (``--families``: default
+Mixtral, Qwen2-MoE and OLMoE) over ``--steps`` training steps whose token ids differ
+every step, so every step routes otherwise: the median step (after the first 5) of
+eager, torch.compile (default options, and with
+``torch._dynamo.config.capture_dynamic_output_shape_ops``) and thunder_ir, with the
+graphs torch.compile made (Dynamo's unique graphs) and the programs thunder_ir compiled
+(`thunder_ir.cache_misses`); each variant's parameters after the steps are checked
+against eager's.
 
 ``--tiered`` adds ``jit(model, tiered=True)`` (`thunder_ir.lowering.tiered`): its first
 calls are those of the unfused program's plus handing the kernels to the background
@@ -187,7 +197,14 @@ def main() -> None:
                     help="add jit(model, tiered=True), timed once its kernels are in")
     ap.add_argument("--autocast", choices=("", "bf16"), default="",
                     help="forward and loss under torch.autocast('cpu', torch.bfloat16)")
+    ap.add_argument("--moe", action="store_true",
+                    help="mixture-of-experts rows: steps with new routings, graphs, programs")
+    ap.add_argument("--steps", type=int, default=20, help="--moe: training steps")
     a = ap.parse_args()
+    if a.moe:
+        families = a.families if a.families != ",".join(_families()) else MOE_FAMILIES
+        moe_rows(families.split(","), a.steps, not a.no_compile)
+        return
     AUTOCAST[0] = torch.bfloat16 if a.autocast == "bf16" else None
     warnings.simplefilter("ignore")
     pinned = pin_malloc()
@@ -206,6 +223,80 @@ def main() -> None:
             print(f"{family:<12}FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
     if failed:
         raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+MOE_FAMILIES = "mixtral,qwen2_moe,olmoe"
+
+
+def _moe_variant(name: str, model: Any) -> Any:
+    import torch
+
+    if name == "torch.compile capture":
+        torch._dynamo.reset()
+        return torch.compile(model)  # (the flag is set around its calls: `moe_rows`)
+    return _variant(name, model)
+
+
+def moe_rows(families: list[str], steps: int, compile_: bool) -> None:
+    """``--moe``: each family trained ``steps`` steps on new token ids each step (a new
+    routing each step) per variant; the median step after the first 5, the graphs or
+    programs made, the parameters after the steps against eager's."""
+    import contextlib
+    import copy
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    import thunder_ir
+
+    warnings.simplefilter("ignore")
+    torch._inductor.config.fallback_random = True
+    fams = _families()
+    variants = ["eager", "thunder_ir"] + (
+        ["torch.compile", "torch.compile capture"] if compile_ else [])
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__};"
+          f" {steps} training steps (SGD), new token ids every step, batch 2, sequence 16")
+    print(f"{'family':<11} {'variant':<23} {'step ms':>8} {'/eager':>7} {'/compile':>9} "
+          f"{'graphs or programs':>19}")
+    for family in families:
+        build, inputs = fams[family]
+        torch.manual_seed(0)
+        base = build()
+        batches = []
+        for k in range(steps):
+            torch.manual_seed(1000 + k)
+            batches.append(inputs(16))
+        medians: dict[str, float] = {}
+        params: dict[str, list[torch.Tensor]] = {}
+        for name in variants:
+            model = copy.deepcopy(base)
+            model.train()
+            fn = _moe_variant(name, model)
+            opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+            counters.clear()
+            capture = (torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True)
+                       if name == "torch.compile capture" else contextlib.nullcontext())
+            times = []
+            with capture:
+                for kw in batches:
+                    t0 = time.perf_counter()
+                    torch.manual_seed(0)
+                    _loss(fn, kw).backward()
+                    opt.step()
+                    opt.zero_grad()
+                    times.append(time.perf_counter() - t0)
+            params[name] = [p.detach().clone() for p in model.parameters()]
+            if name != "eager":
+                for got, want in zip(params[name], params["eager"], strict=True):
+                    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-4)
+            medians[name] = statistics.median(times[5:] or times)
+            made = (thunder_ir.cache_misses(fn) if name.startswith("thunder_ir")
+                    else counters["stats"]["unique_graphs"] if "compile" in name else "")
+            ref = medians.get("torch.compile")
+            print(f"{family:<11} {name:<23} {medians[name] * 1e3:8.2f} "
+                  f"{medians[name] / medians['eager']:7.2f} "
+                  f"{'' if ref is None else f'{medians[name] / ref:.2f}':>9} {made!s:>19}",
+                  flush=True)
 
 
 def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
