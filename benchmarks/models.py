@@ -28,7 +28,8 @@ Usage::
     python benchmarks/models.py --moe [--families mixtral,qwen2_moe,olmoe] [--steps 20]
 
 ``--moe`` (issue 52) measures the mixture-of-experts families (``--families``: default
-Mixtral, Qwen2-MoE and OLMoE) over ``--steps`` training steps whose token ids differ
+Mixtral, Qwen2-MoE, OLMoE, and ``sparse_moe``, a sparse block whose sizes follow the
+routing) over ``--steps`` training steps whose token ids differ
 every step, so every step routes otherwise: the median step (after the first 5) of
 eager, torch.compile (default options, and with
 ``torch._dynamo.config.capture_dynamic_output_shape_ops``) and thunder_ir, with the
@@ -225,7 +226,26 @@ def main() -> None:
         raise SystemExit(f"failed: {', '.join(failed)}")
 
 
-MOE_FAMILIES = "mixtral,qwen2_moe,olmoe"
+MOE_FAMILIES = "mixtral,qwen2_moe,olmoe,sparse_moe"
+
+
+def _sparse_moe() -> tuple[Callable[[], Any], Callable[[int], dict[str, Any]]]:
+    """``sparse_moe``: Mixtral's sparse block as Mixtral's first Hugging Face release
+    wrote it (`tests/test_data_dependent.py`'s ``SparseMoE``: ``torch.where`` per expert,
+    ``index_add_`` of the routed tokens: sizes that depend on the routing), width 64, 8
+    experts, top-2."""
+    import torch
+    from test_data_dependent import SparseMoE
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.moe = SparseMoE(d=64, f=128, experts=8, k=2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.moe(x)[0]
+
+    return Block, lambda n: {"x": torch.randn(2, n, 64)}
 
 
 def _moe_variant(name: str, model: Any) -> Any:
@@ -251,7 +271,7 @@ def moe_rows(families: list[str], steps: int, compile_: bool) -> None:
 
     warnings.simplefilter("ignore")
     torch._inductor.config.fallback_random = True
-    fams = _families()
+    fams = {**_families(), "sparse_moe": _sparse_moe()}
     variants = ["eager", "thunder_ir"] + (
         ["torch.compile", "torch.compile capture"] if compile_ else [])
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__};"
