@@ -75,17 +75,47 @@ def key_difference(dkey: tuple[Any, ...], stored: Sequence[tuple[Any, ...]],
                    labels: Sequence[str]) -> list[str]:
     """The labels of the key parts in which ``dkey`` (a call's dynamic key) differs from
     the closest of the ``stored`` dynamic keys of the same dynamic sizes, where it differs
-    in fewer than three: parts that change with the sizes but are not blanked."""
+    in fewer than three: parts that change with the sizes but are not blanked. A part that
+    is an argument object's key (a ``DynamicCache``) is named down to the field that
+    differs: ``argument 'past_key_values' .layers.cumulative_length (5 -> 6)``."""
     best: list[int] | None = None
+    closest: tuple[Any, ...] = ()
     for k in stored:
         if len(k) != len(dkey) or k[-1] != dkey[-1]:
             continue
         diff = [i for i, (a, b) in enumerate(zip(k, dkey)) if a != b]
         if diff and (best is None or len(diff) < len(best)):
-            best = diff
+            best, closest = diff, k
     if best is None or len(best) > 2:
         return []
-    return [labels[i] if i < len(labels) else f"part {i} of the key" for i in best]
+    out = []
+    for i in best:
+        label = labels[i] if i < len(labels) else f"part {i} of the key"
+        field = _object_field(closest[i], dkey[i], "")
+        out.append(label if field is None else f"{label} {field}")
+    return out
+
+
+def _object_field(old: Any, new: Any, path: str) -> str | None:
+    """The first field of an argument object's key (``(cls, (("name", value), ...))``,
+    nested) in which ``old`` and ``new`` differ, with both values; None: not an object's
+    key, or the difference is not in a named field."""
+    if not (isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new)):
+        return None
+    if len(old) == 2 and isinstance(old[0], str) and old[0] == new[0]:
+        if old[1] == new[1]:
+            return None
+        inner = _object_field(old[1], new[1], f"{path}.{old[0]}")
+        if inner is not None:
+            return inner
+        o, n = old[1], new[1]
+        if isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], type):  # (cls, value)
+            o, n = o[1], n[1] if isinstance(n, tuple) and len(n) == 2 else n
+        return f"{path}.{old[0]} ({o!r} -> {n!r})"
+    for a, b in zip(old, new):
+        if a != b:
+            return _object_field(a, b, path)
+    return None
 
 
 __all__ = ["guard_sites", "key_difference", "pinning_guards", "previous_values"]

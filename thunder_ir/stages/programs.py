@@ -68,7 +68,7 @@ class ProgramCache:
         dkey = dynamic_key(pro, dynamic, key)
         parts = key_difference(dkey, list(self.shape_entries), labels)
         return [p for p in parts if p not in _NOT_SIZES
-                and not any(w in p for w in _NOT_SIZES_PARTS)]
+                and (not any(w in p for w in _NOT_SIZES_PARTS) or "' ." in p)]
 
     def add(self, key: Any, entry: Entry, pro: Prologue, dynamic: Dynamic,
             traced: TracedProgram, leaves: list[Any], name: str) -> None:
@@ -111,7 +111,9 @@ _NOT_SIZES = frozenset({"grad mode", "inference mode", "the default dtype",
 
 _NOT_SIZES_PARTS = ("argument '", "module attribute", "argument structure")
 """Key parts (by label) that change by a value of their own: an argument's metadata or
-an ``int``'s value 0 or 1, a module ``int`` attribute's, the guards' tokens."""
+an ``int``'s value 0 or 1, a module ``int`` attribute's, the guards' tokens. (A field
+inside an argument object, ``argument 'cache' .layers.cumulative_length``, is reported:
+an object's sizes are dynamic, a number in it is not.)"""
 
 
 def _restrides(entry: Entry) -> bool:
