@@ -343,3 +343,17 @@ def test_slice_bound_of_unknown_sign_is_one_program() -> None:
         check_against_eager(f, x, m)
         torch.testing.assert_close(jf(x, m), f(x, m))
     assert thunder_ir.cache_misses(jf) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+def test_zero_d_integer_index_of_each_dtype(dtype: torch.dtype) -> None:
+    def f(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return x[t] * 2
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(4, 3, requires_grad=True)
+    for v in (0, 3, -1, -4, 2):
+        t = torch.tensor(v, dtype=dtype)
+        check_against_eager(f, x, t)
+        torch.testing.assert_close(jf(x, t), f(x, t))
+    assert thunder_ir.cache_misses(jf) == 1

@@ -364,15 +364,16 @@ def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
 
 
 def _int_scalar(t: Any) -> bool:
-    """A traced 0-d integer tensor (an index eager reads as a number)."""
+    """A traced 0-d integer tensor (an index eager reads as a number; a ``uint8`` one is
+    a mask to eager, as a ``bool`` one)."""
     return (is_proxy(t) and t.ndim == 0 and not t.dtype.is_floating_point
-            and not t.dtype.is_complex and t.dtype is not torch.bool)
+            and not t.dtype.is_complex and t.dtype not in (torch.bool, torch.uint8))
 
 
 def _row(x: Any, t: Any) -> Any:
     """``x[t]`` for a 0-d integer tensor ``t``: row ``t`` of ``x`` (negative from the end),
     by ``index_select``, so no value is read while tracing."""
-    i = torch.where(t < 0, t + x.shape[0], t).reshape(1)
+    i = torch.where(t < 0, t + x.shape[0], t).reshape(1).long()
     return x.index_select(0, i).squeeze(0)
 
 
