@@ -434,7 +434,7 @@ def may_differ(x: Any, n: Any) -> bool:
     """``x != n`` for a size ``x``, where an unbacked size (no value while tracing) counts
     as possibly different without a guard: for rewrites that are right either way (sum a
     cotangent over a dim that may be broadcast, expand to a size that may be 1)."""
-    if not unbacked(x, n):
+    if (type(x) is int and type(n) is int) or not unbacked(x, n):  # (ints: the fast way)
         return bool(x != n)
     from torch.fx.experimental.symbolic_shapes import guard_or_true
 
@@ -444,7 +444,7 @@ def may_differ(x: Any, n: Any) -> bool:
 def must_equal(x: Any, n: Any) -> bool:
     """``x == n`` for a size ``x``, where an unbacked size counts as equal only where that
     is known (no guard): the other side of `may_differ`."""
-    if not unbacked(x, n):
+    if (type(x) is int and type(n) is int) or not unbacked(x, n):
         return bool(x == n)
     from torch.fx.experimental.symbolic_shapes import guard_or_false
 
