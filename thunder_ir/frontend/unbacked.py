@@ -44,7 +44,7 @@ from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call, torch_name
 from thunder_ir.dialects.types import canonical_device, number_type, tensor_type
-from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.proxy import TensorProxy
 
 if TYPE_CHECKING:
     from thunder_ir.frontend.context import TraceContext
@@ -165,13 +165,5 @@ def symbol_tensor(ctx: TraceContext, name: str) -> TensorProxy | None:
     return ctx.run_python(lambda t: t.reshape(()), (src,), {})
 
 
-def simple_mask(x: Any, mask: Any) -> bool:
-    """Whether ``x[mask]`` is a boolean mask over ``x``'s leading dims (what `mask_index`
-    computes)."""
-    return (is_proxy(mask) and is_proxy(x) and mask.dtype in (torch.bool, torch.uint8)
-            and 0 < mask.ndim <= x.ndim
-            and all(a is b or a == b for a, b in zip(mask.shape, x.shape[:mask.ndim])))
-
-
 __all__ = ["count", "item", "mask_index", "masked_select", "new_size", "nonzero", "nonzero_tuple",
-           "simple_mask", "symbol_tensor"]
+           "symbol_tensor"]
