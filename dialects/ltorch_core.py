@@ -1011,7 +1011,7 @@ class SplitOp(MultiResultOp):
     name = "ltorch.split"
 
     tensor = operand_def(TensorType)
-    split_size_or_sections = prop_def(Dims)
+    split_size_or_sections = prop_def(IntArray | IntegerAttr)
     dim = opt_prop_def(Int)
     SIGNATURE: ClassVar[tuple[str, ...]] = ("tensor", "split_size_or_sections", "dim")
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": 0}

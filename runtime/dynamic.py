@@ -170,6 +170,8 @@ class DynamicKey:
             pos, is_shape = at
             if is_shape:
                 k[pos] = _blank(k[pos], dims)
+                if pos + 4 < len(k):  # (the layout: `G.TensorMetaOp`'s fifth result)
+                    k[pos + 4] = _dense_layout(key[pos], k[pos + 4])
             elif dims == (EVERY,):
                 k[pos] = _blank_tensors(k[pos])
             else:
@@ -181,7 +183,8 @@ class DynamicKey:
                     if meta[1] >= 2:
                         k[pos] = (int, None)
                 elif isinstance(meta, tuple) and meta and isinstance(meta[0], torch.Size):
-                    k[pos] = (_blank(meta[0], dims), *meta[1:])
+                    k[pos] = (_blank(meta[0], dims), *meta[1:4],
+                              *(_dense_layout(meta[0], m) for m in meta[4:]))
         return (*k, tuple(sorted(self.dynamic.items())))
 
 
@@ -210,6 +213,27 @@ def _blank_tensors(key: Any) -> Any:
             return (_blank(key[0], range(len(key[0]))), *key[1:])
         return tuple(_blank_tensors(k) for k in key)
     return key
+
+
+def _dense_layout(shape: Any, layout: Any) -> Any:
+    """An exact layout in a key (``(strides, storage_offset)``: the trace read a layout)
+    of a contiguous tensor of ``shape`` as ``("contiguous", offset)``: its strides change
+    with the sizes, and a symbolic program takes a dynamic input's strides as contiguous
+    over its sizes (Longformer's ``as_strided`` chunks read them: one program for every
+    length); any other layout as it is."""
+    if (type(layout) is tuple and len(layout) == 2 and type(layout[0]) is tuple
+            and isinstance(shape, tuple) and layout[0] == _contiguous(tuple(shape))):
+        return ("contiguous", layout[1])
+    return layout
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides torch gives a contiguous tensor of ``shape``."""
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(out))
 
 
 def _blank(shape: Any, dims: Iterable[int]) -> Any:

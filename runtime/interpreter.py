@@ -55,7 +55,8 @@ def run_op(op: Operation, vals: Sequence[Any], symbols: Symbols | None = None) -
     """Runs one op on its operands' values; returns its results' values. ``symbols``:
     the symbols' values, for an op of a symbolic program."""
     if isinstance(op, CallOp):
-        out: Any = op.run(list(vals))
+        out: Any = op.run(list(vals), None if symbols is None
+                          else lambda a: bind(a, symbols))  # type: ignore[arg-type]
     elif isinstance(op, RegionOp):
         out = run_block(op.body.block, vals, symbols)
     elif isinstance(op, ThunderOp):

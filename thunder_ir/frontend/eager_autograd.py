@@ -195,8 +195,8 @@ def eager_saves(op: Operation, active: Sequence[bool]
     try:
         with torch._C.DisableTorchFunction(), neutral(), torch.enable_grad(), \
                 torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            if isinstance(op, CallOp):
-                out = op.run(metas)
+            if isinstance(op, CallOp):  # (its sizes as their hints, as an op's params)
+                out = op.run(metas, hinted)
             else:
                 grouped = group(op.operand_layout(), metas, op._segment_sizes())
                 out = type(op).eager_ref(*grouped, **hinted(op.params()))

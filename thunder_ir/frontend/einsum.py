@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from thunder_ir.dialects import symbols
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import UseFallback
 from thunder_ir.frontend.proxy import is_proxy
@@ -129,7 +130,8 @@ def _einsum(ctx: Builder, equation: Any, *operands: Any, **kwargs: Any) -> Any:
     size = _sizes(subs, [tuple(t.shape) for t in operands])
     if size is None or len({t.dtype for t in operands}) != 1:
         raise UseFallback  # (eager's error, or its type promotion)
-    with torch._C.DisableTorchFunction():  # eager's strides, from a meta run
+    with torch._C.DisableTorchFunction(), symbols.stand_in_mode():  # eager's strides,
+        # from a meta run (under the compilation's fake mode where sizes are symbolic)
         metas = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
                  for t in operands]
         order = _dense_order(torch.einsum(equation, *metas))

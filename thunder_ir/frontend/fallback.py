@@ -38,6 +38,8 @@ from thunder_ir.frontend.errors import (
     where,
 )
 from thunder_ir.frontend.layout import call_layouts, meta_stand_in
+from thunder_ir.frontend.number_tensors import as_sizes
+from thunder_ir.frontend.numpy_values import NDARRAY, array_argument
 from thunder_ir.frontend.proxy import is_proxy, root_proxy
 from thunder_ir.frontend.python_calls import NOT_PLAIN, plain_call
 
@@ -106,7 +108,9 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
                 passed.append(x)
             return OperandRef(k)
         if isinstance(x, list | tuple | torch.Size):
-            return tuple(encode(e) for e in x)
+            return tuple(encode(e) for e in as_sizes(x, mixed=True))
+        if NDARRAY is not None and isinstance(x, NDARRAY):
+            raise array_argument(where(ctx.loc), name, x)
         try:
             to_attr(x)
         except TypeError:

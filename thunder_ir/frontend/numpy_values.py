@@ -94,6 +94,20 @@ def _array_result(x: Any, op: Callable[[Any, Any], Any], a: Any) -> Any:
     return op(x.detach().to(dtype), a.item())
 
 
+def array_argument(loc: str, name: str, a: Any) -> ThunderTraceError:
+    """The error for a NumPy array passed to a torch function while tracing
+    (``torch.tensor(np.stack(rand_attn))``, BigBird's random blocks): eager computes the
+    array in Python on every call (from sizes, from a tensor's values, from NumPy's
+    random generator), a program would hold this call's values for every call; named by
+    the user's line."""
+    return ThunderTraceError(
+        f"{loc}: {name} got a NumPy array ({a.dtype}, shape {tuple(a.shape)}) computed in "
+        "Python while tracing: eager computes it again on every call (NumPy's random "
+        "draws, a tensor's values, the sizes), and thunder_ir does not trace NumPy, so a "
+        "program would keep this call's values for every call. Compute it with torch ops "
+        "on tensors, or pass it in as an argument (a tensor).")
+
+
 def array_operator(tensor_op: Callable[[Any, Any], Any], op: Callable[[Any, Any], Any]
                    ) -> Callable[[Any, Any], Any]:
     """A traced tensor's ``__mul__`` & co.: ``tensor_op`` (torch's), except for a NumPy
@@ -130,4 +144,5 @@ ARRAY_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 ``==``, which torch computes itself)."""
 
 
-__all__ = ["ARRAY_OPERATORS", "NP_SCALAR", "array_operator", "python_numbers"]
+__all__ = ["ARRAY_OPERATORS", "NP_SCALAR", "array_argument", "array_operator",
+           "python_numbers"]

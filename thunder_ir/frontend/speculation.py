@@ -28,7 +28,7 @@ a program specialized to a number would rarely hold again.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -48,6 +48,7 @@ from thunder_ir.frontend.errors import (
     where,
 )
 from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.number_tensors import INTEGER, number_value
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import register_handlers
 from thunder_ir.runtime.interpreter import run_op
@@ -87,6 +88,7 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
             if i < last and order[i].results and order[i].results[0] not in env:
                 _slice(ctx, order[i].results[0], needed)
     ops = [op for op in order if op in needed]
+    sizes = _CallSymbols(env) if symbols.current() is not None else None
     saved = _rng_get()
     try:
         with torch.no_grad():
@@ -94,11 +96,11 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
                 if _draws(op):
                     if ctx.build.concrete_rng is not None:
                         _rng_set(ctx.build.concrete_rng)
-                    _run([op], env)
+                    _run([op], env, sizes)
                     ctx.build.concrete_rng = _rng_get()
                     _rng_set(saved)
                 else:
-                    _run([op], env)
+                    _run([op], env, sizes)
     except DataDependentError:
         raise
     except Exception as e:
@@ -146,10 +148,64 @@ def _rng_set(state: tuple[Any, ...]) -> None:
         torch.cuda.set_rng_state_all(state[1])
 
 
-def _run(ops: list[Operation], env: dict[SSAValue, Any]) -> None:
-    """Runs ``ops`` (in program order) with the reference interpreter, into ``env``."""
+class _CallSymbols(Mapping[str, int]):
+    """The values this call gives a symbolic compile's symbols, for ops whose static
+    arguments hold them (``view(x, [s0, s1, -1, 8])``): a backed size's from the symbol
+    table (the call's sizes), an unbacked one's (``u0``) from the first value computed so
+    far that has it (a result with a dimension of exactly that size, or the number an
+    ``.item()`` marked with it returned), as the generated code binds them."""
+
+    def __init__(self, env: dict[SSAValue, Any]) -> None:
+        self.env = env
+        table = symbols.current()
+        assert table is not None
+        self.known: dict[str, int] = table.hints()
+
+    def __getitem__(self, name: str) -> int:
+        if name not in self.known:
+            self._learn(name)
+        return self.known[name]
+
+    def _learn(self, name: str) -> None:
+        from xdsl.dialects.builtin import StringAttr
+
+        from thunder_ir.dialects.types import TensorType
+
+        for v, real in self.env.items():
+            op = v.owner
+            named = op.attributes.get(symbols.UNBACKED_RESULT) \
+                if isinstance(op, Operation) else None
+            if isinstance(named, StringAttr) and named.data == name:
+                self.known[name] = int(real)
+                return
+            if isinstance(v.type, TensorType) and v.type.symbolic \
+                    and isinstance(real, torch.Tensor):
+                dims = v.type.dims_text
+                if name in dims:
+                    self.known[name] = int(real.shape[dims.index(name)])
+                    return
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.known)
+
+    def __len__(self) -> int:
+        return len(self.known)
+
+
+def _run(ops: list[Operation], env: dict[SSAValue, Any],
+         sizes: Mapping[str, int] | None = None) -> None:
+    """Runs ``ops`` (in program order) with the reference interpreter, into ``env``;
+    ``sizes``: the call's values of the symbols their static arguments hold (in a
+    symbolic compile: the ops run with no table current, so that their static arguments
+    read as the text ``sizes`` evaluates rather than as the trace's ``SymInt``)."""
     for op in ops:
-        env.update(zip(op.results, run_op(op, [env[o] for o in op.operands]), strict=True))
+        if sizes is None:
+            outs = run_op(op, [env[o] for o in op.operands])
+        else:
+            with symbols.detached():
+                outs = run_op(op, [env[o] for o in op.operands], sizes)
+        env.update(zip(op.results, outs, strict=True))
 
 
 def _cannot(ctx: TraceContext, why: str) -> DataDependentError:
@@ -206,6 +262,27 @@ def _item(ctx: TraceContext, self: Any) -> Any:
         raise DataDependentError(f"{where(ctx.loc)}: .item() needs a traced tensor's value, "
                                  f"but {DATA_HINT}")
     return speculate(ctx, self)
+
+
+def _format(ctx: TraceContext, self: Any, spec: str = "") -> str:
+    """``format(t, spec)`` (an f-string's ``{t}``): eager formats a 0-d tensor as its
+    ``.item()`` (Switch Transformers picks an expert module by name,
+    ``self[f"expert_{expert_idx[0]}"]``). An integer or bool tensor's value here: a
+    number known while tracing (`number_value`) as it is; else its value on this call,
+    speculated (``tir.assume(t == v)``: a call where it differs compiles a variant, as a
+    condition does). A float's text, or a tensor of several values, would fix the
+    program to values that rarely hold again: refused, naming the line."""
+    if self.ndim != 0 or self.dtype not in (*INTEGER, torch.bool):
+        raise DataDependentError(
+            f"{where(ctx.loc)}: formatting a tensor as text (an f-string, format(), of a "
+            f"{self.dtype} tensor of shape {tuple(self.shape)}) reads its values, but "
+            f"{DATA_HINT}")
+    n = number_value(self._value)
+    if type(n) is int:
+        return format(n, spec)
+    value = concrete(ctx, self._value).item()
+    speculate(ctx, ctx.run_python(lambda t: t == value, (self,), {}))
+    return format(value, spec)
 
 
 def unbacked_sizes(ctx: TraceContext, what: str) -> bool:
@@ -438,6 +515,7 @@ register_handlers([torch.unique, _T.unique], _opaque_unbacked("torch.unique", to
 register_handlers([torch.unique_consecutive, _T.unique_consecutive],
                   _opaque_unbacked("torch.unique_consecutive", torch.unique_consecutive))
 register_handlers([_T.__bool__], _bool)
+register_handlers([_T.__format__], _format)
 register_handlers([_T.__getitem__], _getitem)
 register_handlers([torch.masked_select], _masked_select)
 register_handlers([_T.masked_select], _masked_select)

@@ -38,6 +38,7 @@ from thunder_ir.frontend.errors import (
     where,
 )
 from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.number_tensors import as_sizes
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy, root_proxy
 from thunder_ir.frontend.table import (
     HANDLERS,
@@ -125,6 +126,7 @@ def emit_bound(ctx: Builder, op: type[ThunderOp], bound: dict[str, Any],
             raise UseFallback  # a tensor where the op takes a number (clamp(x, min=t))
         if isinstance(v, torch.Size):
             v = tuple(v)
+        v = as_sizes(v)  # (a size computed as a tensor from numbers: Longformer's chunks)
         if isinstance(v, torch.device):
             v = canonical_device(v)
         params[n] = v
