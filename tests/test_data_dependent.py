@@ -231,7 +231,6 @@ ITEM_CASES: dict[str, Callable[..., Any]] = {
     "bound_expression": lambda x, n: x[:n.item() + 1] * x.shape[0],
     "scalar_operand": lambda x, n: x * n.item(),
     "tensor_bound": lambda x, n: x[1:n] * 2,
-    "tensor_index": lambda x, n: x[n] * 2,
 }
 
 
@@ -248,8 +247,31 @@ def test_a_value_as_a_size_is_an_unbacked_symbol(name: str) -> None:
     for k in (0, 2, 5, 3, 1):
         torch.testing.assert_close(jf(x, torch.tensor(k)), f(x, torch.tensor(k)))
     assert thunder_ir.cache_misses(jf) == 1
-    if name != "tensor_index":  # (x[t]: a row by index_select, no symbol needed)
-        assert "u0" in _source(jf)
+    assert "u0" in _source(jf)
+
+
+def test_a_0d_index_gives_eagers_view() -> None:
+    """``x[t]`` with a 0-d integer tensor is eager's view of row ``t``: a write through
+    the row reaches ``x`` and the row is a view of it. The index's value is speculated
+    (checked on every call: a program per row met, as eager's view needs its offset); a
+    copy by ``index_select`` gave the right values but lost the writes."""
+    def f(x: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x[t]
+        y.add_(1)
+        return x * 2, y
+
+    jf = thunder_ir.jit(f)
+    for k in (1, 2, 0, -1, 1, -3):
+        x, xe = torch.zeros(3, 2), torch.zeros(3, 2)
+        got, want = jf(x, torch.tensor(k)), f(xe, torch.tensor(k))
+        torch.testing.assert_close(got, want)
+        assert torch.equal(x, xe) and got[1]._base is x
+        assert got[1].storage_offset() == want[1].storage_offset()
+    assert thunder_ir.cache_misses(jf) <= 5
+    with pytest.raises(IndexError, match="out of bounds"):
+        jf(torch.zeros(3, 2), torch.tensor(5))
+    check_against_eager(lambda x, n: x[n] * 2, torch.randn(6, 2, requires_grad=True),
+                        torch.tensor(4))
 
 
 def test_negative_values_compile_once_more() -> None:
@@ -356,4 +378,4 @@ def test_zero_d_integer_index_of_each_dtype(dtype: torch.dtype) -> None:
         t = torch.tensor(v, dtype=dtype)
         check_against_eager(f, x, t)
         torch.testing.assert_close(jf(x, t), f(x, t))
-    assert thunder_ir.cache_misses(jf) == 1
+    assert thunder_ir.cache_misses(jf) <= 5  # (the index speculated: eager's view per row)

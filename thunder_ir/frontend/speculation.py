@@ -425,8 +425,10 @@ def _getitem(ctx: TraceContext, x: Any, index: Any) -> Any:
     the indexing itself an opaque torch call (torch's gradient). Other indices are the
     native handler's."""
     mask = index[0] if type(index) is tuple and len(index) == 1 else index
-    if is_proxy(x) and _int_scalar(mask):  # x[t], a 0-d integer tensor: row t (a copy)
-        return ctx.run_python(_row, (x, mask), {})
+    if is_proxy(x) and _int_scalar(mask):  # x[t], a 0-d integer tensor: eager's view of
+        # row t, t's value speculated (checked on every call; a copy by index_select
+        # would not see a write through the row, nor the row one through x)
+        return _GETITEM(ctx, x, speculate_count(ctx, mask))
     if is_proxy(x) and any(isinstance(i, slice) and any(map(_int_scalar, (i.start, i.stop)))
                            for i in (index if type(index) is tuple else (index,))):
         index = _tensor_bounds(ctx, index)  # x[:t]: the bound t.item(), an unbacked symbol
@@ -445,13 +447,6 @@ def _int_scalar(t: Any) -> bool:
     a mask to eager, as a ``bool`` one)."""
     return (is_proxy(t) and t.ndim == 0 and not t.dtype.is_floating_point
             and not t.dtype.is_complex and t.dtype not in (torch.bool, torch.uint8))
-
-
-def _row(x: Any, t: Any) -> Any:
-    """``x[t]`` for a 0-d integer tensor ``t``: row ``t`` of ``x`` (negative from the end),
-    by ``index_select``, so no value is read while tracing."""
-    i = torch.where(t < 0, t + x.shape[0], t).reshape(1).long()
-    return x.index_select(0, i).squeeze(0)
 
 
 def _tensor_bounds(ctx: TraceContext, index: Any) -> Any:
