@@ -31,6 +31,7 @@ from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp, alike_tensors
 from thunder_ir.dialects.symbols import (
     current,
+    proved_equal,
     range_len,
     same_sizes,
     slice_indices,
@@ -351,17 +352,6 @@ def _numel(sizes: Any) -> Any:
     return n
 
 
-def _same(a: Any, b: Any) -> bool:
-    """``a == b`` proved from the expressions alone (no guard, no ``ShapeEnv`` query)."""
-    if type(a) is int and type(b) is int:
-        return a == b
-    import sympy
-
-    ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(a)
-    eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(b)
-    return bool(sympy.expand(ea - eb) == 0)
-
-
 def _size(s: Any) -> bool:
     return (type(s) is int and s > 0) or isinstance(s, torch.SymInt)
 
@@ -403,7 +393,7 @@ def _reshape(x: TensorType, shape: Sequence[Any]) -> TensorType | None:
             return None
         out[free[0]] = numel // known
     total = _numel(out)
-    if not _same(total, numel) and (unbacked(total, numel)  # (no decision on u0)
+    if not proved_equal(total, numel) and (unbacked(total, numel)  # (no decision on u0)
                                     or not bool(total == numel)):  # (one decision, a guard)
         return None
     return tensor_type(tuple(out), x.dtype, x.dev)

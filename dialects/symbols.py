@@ -451,6 +451,19 @@ def must_equal(x: Any, n: Any) -> bool:
     return bool(guard_or_false(x == n))
 
 
+def proved_equal(a: Any, b: Any) -> bool:
+    """``a == b`` for sizes, proved from their expressions alone: no guard recorded and no
+    ``ShapeEnv`` query (which costs 20-100 ms over a windowed model's floor divisions);
+    False where not proved. What a closed-form shape rule checks before it answers."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    import sympy
+
+    ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(a)
+    eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(b)
+    return bool(sympy.expand(ea - eb) == 0)
+
+
 def hinted(value: Any) -> Any:
     """``value`` (a static argument: numbers, tuples, lists, slices, dicts) with each
     symbolic number replaced by its `hint`, recording no guard: the parameters of a probe
@@ -615,6 +628,7 @@ __all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_FREE", "SYMBOL_NAME", "UNBAC
            "UNBACKED_RESULT",
            "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
-           "check_static_region", "current", "detached", "hint", "hinted", "hints", "range_len",
+           "check_static_region", "current", "detached", "hint", "hinted", "hints", "proved_equal",
+           "range_len",
            "same_sizes", "same_types", "slice_indices", "stand_in_mode",
            "sym_exprs", "sym_text", "sym_value", "may_differ", "must_equal", "unbacked"]

@@ -215,17 +215,6 @@ _VIEWS: dict[Any, tuple[tuple[Layout, bool], ...] | str] = {}
 """`view_layouts` per signature (views repeat layer after layer), or eager's error."""
 
 
-def _same_size(a: Any, b: Any) -> bool:
-    """``a == b`` proved from the expressions alone (no guard)."""
-    if type(a) is int and type(b) is int:
-        return a == b
-    import sympy
-
-    ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(a)
-    eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(b)
-    return bool(sympy.expand(ea - eb) == 0)
-
-
 def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
                            ) -> tuple[tuple[Layout, bool], ...] | None:
     """In a symbolic compilation, the layout of a reshape or view of a contiguous tensor of
@@ -248,7 +237,7 @@ def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
         return None
     layout = layouts[0] if layouts else None
     strides, offset = layout if layout is not None else contiguous_layout(src)
-    if not all(_same_size(a, b) for a, b in zip(strides, contiguous_strides(sizes),
+    if not all(symbols.proved_equal(a, b) for a, b in zip(strides, contiguous_strides(sizes),
                                                  strict=True)):
         return None
     return (((contiguous_strides(new), offset), True),)
