@@ -28,15 +28,17 @@ import contextvars
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xdsl.context import Context
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec
 
-from thunder_ir.dialects.symbols import SymbolTable
 from thunder_ir.passes.trace import Printer
+
+if TYPE_CHECKING:  # (symbols import torch: the opt tool's --help must not)
+    from thunder_ir.dialects.symbols import SymbolTable
 
 VjpLookup = Callable[[Operation], Any]
 """``lookup(op) -> rule | None``: an executor's own VJP rule for ``op``, if it has one."""
@@ -74,6 +76,8 @@ class CompileContext(Context):
     def with_symbols(self) -> CompileContext:
         """This context for one symbolic compilation: the same settings and a new symbol
         table (the table belongs to that compilation alone)."""
+        from thunder_ir.dialects.symbols import SymbolTable
+
         return replace(self, symbols=SymbolTable())
 
     @classmethod
