@@ -324,14 +324,15 @@ def decide(env: Any, expr: Any) -> Any:
     ctx = current()
     if ctx.build.in_region():
         return None
-    names = sorted(str(s) for s in expr.free_symbols)
-    if not names or any(("of", n) not in ctx.build.counts for n in names):
+    names = sorted(str(s) for s in expr.free_symbols if ("of", str(s)) in ctx.build.counts)
+    sizes = _backed(expr, names)
+    if not names or sizes is None:
         return None
     with unset_fake_temporarily():  # (asked from a meta run: unbind's count of results)
         tensors = [unbacked.symbol_tensor(ctx, n) for n in names]
         fn = symbolic_value(PythonPrinter().doprint(expr))
-        value = ctx.run_python(lambda *ts: fn(dict(zip(names, ts, strict=True))), tensors,
-                               {})
+        value = ctx.run_python(
+            lambda *ts: fn({**sizes, **dict(zip(names, ts, strict=True))}), tensors, {})
         if isinstance(expr, sympy.Rel | sympy.logic.boolalg.BooleanFunction):
             holds = speculate(ctx, value)
             fact = expr if holds else expr.negated if isinstance(expr, sympy.Rel) else None
@@ -344,6 +345,23 @@ def decide(env: Any, expr: Any) -> Any:
     if isinstance(expr, sympy.Symbol):  # the symbol is n from now on
         _fact(lambda: env.constrain_symbol_range(expr, n, n))
     return sympy.Integer(n)
+
+
+def _backed(expr: Any, unbacked_names: list[str]) -> dict[str, Any] | None:
+    """The ``SymInt`` of each backed symbol of ``expr`` (a decision mixing an ``.item()``
+    with the call's sizes: ``u0 < s0*s3``), by name: the check computes them from the
+    call's sizes, as any symbolic argument of an op; None if ``expr`` has a symbol that
+    is neither this trace's unbacked one nor a size of the compilation's table."""
+    table = symbols.current()
+    out: dict[str, Any] = {}
+    for s in expr.free_symbols:
+        name = str(s)
+        if name in unbacked_names:
+            continue
+        if table is None or name not in table.sources:
+            return None
+        out[name] = table.value(name)
+    return out
 
 
 def _fact(tell: Callable[[], Any]) -> None:
