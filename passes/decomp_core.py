@@ -17,6 +17,7 @@ import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as L
+from thunder_ir.dialects import ltorch_index as I
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.prims import ConstantOp, broadcast_shapes
@@ -574,6 +575,21 @@ def cumsum(d: Decomposer, x: SSAValue, dim: int, dtype: torch.dtype | None = Non
         y = d.prims.add(y, d.prims.pad(y, padding_value=zero, padding_config=tuple(config)))
         shift *= 2
     return to_dtype(d, y, out_dtype)
+
+
+@decomposes(I.IndexAddOp)
+def index_add(d: Decomposer, x: SSAValue, index: SSAValue, source: SSAValue, dim: int,
+              alpha: Any = None) -> SSAValue:
+    """``prims.index_add`` of the source scaled by ``alpha`` (in the dtype's compute type,
+    rounded once, as eager's ``add_(source, alpha=alpha)`` per slice): sizes, the index's
+    unbacked length included, stay as they are."""
+    t = ttype(x)
+    ax = norm_dim(dim, t.rank)
+    if alpha is not None and alpha != 1:
+        wide = to_dtype(d, source, opmath(t.dtype))
+        scaled = d.prims.mul(wide, const(d, cast_number(alpha, opmath(t.dtype))))
+        source = to_dtype(d, scaled, t.dtype)
+    return d.prims.index_add(x, index, source, dim=ax)
 
 
 # --------------------------------------------------------------------------- shape ops

@@ -1,5 +1,6 @@
 """VJP rules of ltorch's core ops (`thunder_ir.dialects.ltorch_core`: elementwise, reduction
-and shape ops, ``topk``), and the helpers every ltorch rule module shares.
+and shape ops, ``topk``; ``cumsum``; ``index_add``), and the helpers every ltorch rule
+module shares.
 
 Why direct rules: these ops' decompositions are chains of prims (``broadcast_in_dim``,
 ``reshape``, ``slice``, ``pad``, ``convert_element_type``…) whose cotangents are more such
@@ -20,6 +21,7 @@ import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_core as C
+from thunder_ir.dialects import ltorch_index as I
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.symbols import (
@@ -399,6 +401,21 @@ def cumsum(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: int, dtype: Any = None
     d = dim % xt.rank
     rev = g.ltorch.cumsum(g.prims.flip(dy, dims=(d,)), dim=d)
     return [g.prims.flip(rev, dims=(d,))]
+
+
+@vjp(I.IndexAddOp)
+def index_add(g: Grad, out: Outs, ct: Cts, x: SSAValue, index: SSAValue, source: SSAValue,
+              dim: int, alpha: Any = None) -> Grads:
+    """Eager's: ``input`` gets the cotangent, ``source`` the cotangent's slices at
+    ``index`` along ``dim`` (``index_select``) times ``alpha``, the index none. The slices
+    have the index's length, so an unbacked count of routed tokens stays one symbol."""
+    if not is_differentiable_value(x):
+        return [None, None, None]
+    dy = _ct0(ct)
+    dsrc = g.prims.take(dy, index, dim=dim % ttype(x).rank)
+    if alpha is not None and alpha != 1:
+        dsrc = g.ltorch.mul(dsrc, g.const(alpha))
+    return [grad_as(g, dy, x), None, grad_as(g, dsrc, source)]
 
 
 def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Grads:

@@ -217,6 +217,12 @@ def test_moe_trains_as_one_program_for_every_routing(k: int) -> None:
     assert len(routings) > 1
     assert thunder_ir.cache_misses(jm) == 1  # one forward and one backward program
     _unbacked(jm)
+    # index_add_ is the traced op, differentiated by its own rule: no opaque torch call
+    # (call_with_grad) in the forward, no opaque VJP (handle_vjp) in the backward
+    forward = _source(jm)
+    backward = str(thunder_ir.last_backward_traces(jm)[-1])
+    assert "torch.index_add(" in forward and "call_with_grad" not in forward, forward
+    assert "handle_vjp" not in backward and "u0" in backward, backward
 
 
 # --------------------------------------------------------------------------- values as sizes

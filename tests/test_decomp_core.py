@@ -22,6 +22,7 @@ from xdsl.traits import Pure
 from thunder_ir.dialects import ltorch
 from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_core as L
+from thunder_ir.dialects import ltorch_index as I
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.ltorch_base import LTORCH
@@ -317,8 +318,8 @@ def _type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
 
 
 def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
-    """Comparisons, ``where``, ``masked_fill``, softmax, ``arange``, the losses, layer norm
-    and the backward ops autodiff emits for them."""
+    """Comparisons, ``where``, ``masked_fill``, softmax, ``index_add``, ``arange``, the
+    losses, layer norm and the backward ops autodiff emits for them."""
     from thunder_ir.dialects import ltorch_nn as N
 
     f32, f64, bf16, i64, i32, b8 = (torch.float32, torch.float64, torch.bfloat16,
@@ -346,6 +347,16 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
             for dim in (0, -1, 2, -3):
                 for dtype in (None, f64):
                     cases.append((cls, [x], {"dim": dim, "dtype": dtype}))
+    for x, index, source, dim in (((4, 3), (2,), (2, 3), 0), ((4, 3), (5,), (4, 5), 1),
+                                  ((4, 3), (5,), (4, 5), -1), ((4, 3), (2,), (3, 3), 0),
+                                  ((4, 3), (2,), (2, 4), 0), ((4, 3), (2, 1), (2, 3), 0),
+                                  ((4, 3), (2,), (2, 3), 2), ((4,), (3,), (3,), 0),
+                                  ((2, 4, 3), (1,), (2, 1, 3), -2), ((4, 3), (2,), (2,), 0)):
+        for dx, di, ds in ((f32, i64, f32), (i64, i32, i64), (f32, f32, f32),
+                           (f32, i64, f64), (bf16, i64, bf16)):
+            for alpha in (1, 2, -0.5, True):
+                cases.append((I.IndexAddOp, [t(x, dx), t(index, di), t(source, ds)],
+                              {"dim": dim, "alpha": alpha}))
     for start, end, step in ((0, 5, 1), (2, 10, 3), (10, 0, -2), (5, 0, 1), (0, 5, 0),
                              (0.5, 3, 1), (0, 0, 1), (3, None, 1), (-7, 7, 4)):
         for dtype in (None, i64, f32):

@@ -284,3 +284,42 @@ def _inplace_activation(fn: Callable[..., Any]) -> Callable[..., Any]:
 for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu, F.mish,
             F.threshold):
     register_handlers([_fn], _inplace_activation(_fn))
+
+
+# --------------------------------------------------------------------------- index_add
+
+_index_add_op = op_handler("index_add")
+
+
+def _index_add(ctx: Builder, input: Any, dim: Any, index: Any, source: Any, *,
+               alpha: Any = 1, out: Any = None) -> Any:
+    """``torch.index_add`` and ``Tensor.index_add``: ``ltorch.index_add`` for the plain
+    case (a traced input of rank >= 1, a 1-D int32/int64 index, a source of the input's
+    dtype and rank, a number ``alpha``), whatever the index's length (an unbacked count
+    of routed tokens included). ``out=``, 0-d and bool tensors, mixed dtypes and other
+    arguments take the fallback (eager's kernel, checks and errors). Eager's kernels cast
+    ``alpha`` to the tensors' dtype (``alpha=0.5`` on integers adds nothing, where the
+    meta kernel refuses it): so does this."""
+    if (out is not None or _index_add_op is None or not is_proxy(input)
+            or not isinstance(index, torch.Tensor) or not isinstance(source, torch.Tensor)
+            or type(dim) is not int or type(alpha) not in (bool, int, float)
+            or input.dim() == 0 or index.dim() != 1
+            or index.dtype not in (torch.int32, torch.int64)
+            or source.dim() != input.dim() or source.dtype != input.dtype
+            or input.dtype == torch.bool or input.dtype.is_complex
+            or (type(alpha) is float and not math.isfinite(alpha))):
+        raise UseFallback
+    alpha = alpha if input.dtype.is_floating_point and type(alpha) is float else int(alpha)
+    return _index_add_op(ctx, input, dim, index, source, alpha=alpha)
+
+
+def _index_add_inplace(ctx: Builder, self: Any, dim: Any, index: Any, source: Any, *,
+                       alpha: Any = 1) -> Any:
+    """``Tensor.index_add_``: `_index_add`, and ``self`` standing for the result (eager's
+    in-place rules: leaves, views, saved values; the other views of ``self`` see it)."""
+    out = _index_add(ctx, self, dim, index, source, alpha=alpha)
+    return ctx.writes.assign(self, out._value, "index_add_")
+
+
+register_handlers([torch.index_add, torch.Tensor.index_add], _index_add)
+register_handlers([torch.Tensor.index_add_], _index_add_inplace)

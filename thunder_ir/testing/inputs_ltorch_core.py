@@ -1,4 +1,5 @@
-"""Input strategies of the core ltorch ops (`thunder_ir.dialects.ltorch_core`)."""
+"""Input strategies of the core ltorch ops (`thunder_ir.dialects.ltorch_core`) and of
+``index_add`` (`thunder_ir.dialects.ltorch_index`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from hypothesis import strategies as st
 
 from thunder_ir.dialects import ltorch_core as L
+from thunder_ir.dialects import ltorch_index as I
 from thunder_ir.dialects.base import OperandRef, ThunderOp
 from thunder_ir.dialects.types import (
     is_float,
@@ -29,6 +31,7 @@ from thunder_ir.testing.inputs import (
     draw_data,
     draw_p_number,
     either_sign_dim,
+    index_tensor,
     reduced_count,
     register_inputs,
     short_name,
@@ -274,6 +277,25 @@ def _lt_topk(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     k = draw(st.integers(1 if spec.for_vjp else 0, size))
     return OpSample([x],
                     {"k": k, "dim": dim, "largest": draw(st.booleans())})
+
+
+@register_inputs(I.IndexAddOp)
+def _lt_index_add(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """A float or integer input of rank 1 to 3, a dim in either sign, an int32/int64 index
+    of 1 to 4 positions (repeats included: their slices sum), a source of the input's
+    dtype, and sometimes an ``alpha`` (an int for integer tensors, as eager requires)."""
+    dtype = spec.dtype(draw, NUMERIC_KIND)
+    shape = spec.shape(draw, min_rank=1)
+    dim = draw(st.integers(-len(shape), len(shape) - 1))
+    n = draw(st.integers(1, 4))
+    src = list(shape)
+    src[dim] = n
+    alpha: Any = 1
+    if draw(st.booleans()):
+        alpha = draw(st.sampled_from([2, -1] if not is_float(dtype) else [2, -0.5, 1.5]))
+    ops = [values(draw, shape, dtype), index_tensor(draw, (n,), shape[dim]),
+           values(draw, src, dtype)]
+    return OpSample(ops, {"dim": dim, "alpha": alpha})
 
 
 # --------------------------------------------------------------------------- ltorch: shape ops
