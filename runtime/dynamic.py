@@ -45,6 +45,7 @@ from xdsl.ir import Block, Region
 
 from thunder_ir.dialects import guard as G
 from thunder_ir.dialects.symbols import SYMBOL_NAME, SymbolSource, SymbolTable
+from thunder_ir.runtime.object_ints import blank_ints, changed_ints, order, paths
 from thunder_ir.runtime.pins import guard_sites
 from thunder_ir.runtime.pystate import object_key, path_expr, plain_object
 from thunder_ir.runtime.python_printer import load_python, print_python
@@ -53,9 +54,10 @@ CACHE_MODES = ("auto", "static", "symbolic values")
 """``jit(cache=...)``: automatic dynamic (the default), a program per size, or every size
 symbolic from the first compile."""
 
-Dynamic = dict[int, tuple[int, ...]]
-"""Flat argument leaf -> its dynamic dimensions (``()`` for an ``int`` leaf, ``(EVERY,)``
-for an argument object: every dimension of every tensor inside it)."""
+Dynamic = dict[int, tuple[Any, ...]]
+"""Flat argument leaf -> its dynamic dimensions (``()`` for an ``int`` leaf; for an argument
+object, ``EVERY``: every dimension of every tensor inside it, and the path of each ``int``
+field that is a symbolic number, `thunder_ir.runtime.object_ints`)."""
 
 EVERY = -1
 """The dims of an argument object (a ``DynamicCache``) whose tensors' shapes changed: all
@@ -128,8 +130,14 @@ def changed(old: tuple[Any, ...], new: tuple[Any, ...]) -> Dynamic:
             out[i] = ()
         elif type(a) is tuple and a and a[0] == "object" and type(b) is tuple and b \
                 and b[0] == "object":
-            if _holds_tensors(b[1]):  # its tensors' sizes, or which tensors it holds
-                out[i] = (EVERY,)  # (an empty cache filled: the sizes will grow from here)
+            numbers = changed_ints(a[1], b[1])  # its int fields that changed: symbolic
+            dims: list[Any] = []
+            if _holds_tensors(b[1]) and (blank_ints(a[1], numbers, every=True)
+                                         != blank_ints(b[1], numbers, every=True)):
+                dims.append(EVERY)  # its tensors' sizes, or which tensors it holds
+                # (an empty cache filled: the sizes will grow from here)
+            if dims or numbers:
+                out[i] = (*dims, *sorted(numbers, key=order))
         elif isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
             dims = [d for d, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
             if dims and dims[0] > 0:
@@ -142,7 +150,7 @@ def merge(a: Mapping[int, tuple[int, ...]], b: Mapping[int, tuple[int, ...]]) ->
     """The union of two sets of dynamic sizes."""
     out = dict(a)
     for i, dims in b.items():
-        out[i] = tuple(sorted(set(out.get(i, ())) | set(dims)))
+        out[i] = tuple(sorted(set(out.get(i, ())) | set(dims), key=order))
     return out
 
 
@@ -172,8 +180,9 @@ class DynamicKey:
                 k[pos] = _blank(k[pos], dims)
                 if pos + 4 < len(k):  # (the layout: `G.TensorMetaOp`'s fifth result)
                     k[pos + 4] = _dense_layout(key[pos], k[pos + 4])
-            elif dims == (EVERY,):
-                k[pos] = _blank_tensors(k[pos])
+            elif dims and (dims[0] == EVERY or type(dims[-1]) is tuple):  # an object
+                k[pos] = blank_ints(_blank_tensors(k[pos]) if dims[0] == EVERY else k[pos],
+                                    paths(dims))
             else:
                 meta = k[pos]
                 if type(meta) is int:  # a module attribute's value (`G.AttrValueOp`)

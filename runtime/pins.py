@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from thunder_ir.dialects.symbols import SymbolSource, SymbolTable
+from thunder_ir.runtime.object_ints import value_at
 
 
 def guard_sites(table: SymbolTable) -> list[tuple[Any, str]]:
@@ -34,13 +35,20 @@ def guard_sites(table: SymbolTable) -> list[tuple[Any, str]]:
 def previous_values(sources: dict[str, SymbolSource], before: Sequence[Any]
                     ) -> dict[str, int]:
     """The values the symbols had in an earlier call whose leaves' sizes were ``before``
-    (`thunder_ir.runtime.dynamic.sizes_of`); a symbol read inside an argument object or
-    from a module attribute has none here."""
+    (`thunder_ir.runtime.dynamic.sizes_of`): an ``int`` field of an argument object's
+    by its key (`thunder_ir.runtime.object_ints`); a tensor size inside an argument object
+    or a module attribute has none here."""
     out: dict[str, int] = {}
     for name, src in sources.items():
-        if src.steps or not 0 <= src.leaf < len(before):
+        if not 0 <= src.leaf < len(before):
             continue
         v = before[src.leaf]
+        if src.steps:
+            if src.dim is None and type(v) is tuple and len(v) == 2 and v[0] == "object":
+                number = value_at(v[1], src.steps)
+                if type(number) is int:
+                    out[name] = number
+            continue
         if src.dim is None and type(v) is int:
             out[name] = v
         elif (src.dim is not None and type(v) is tuple and src.dim < len(v)

@@ -306,26 +306,32 @@ def test_key_difference_names_the_part_that_changed() -> None:
 
 
 def test_a_number_inside_an_argument_object_is_named() -> None:
-    """A cache object whose tensors grow and whose counter grows with them (a sliding
-    window cache layer's ``cumulative_length``) compiles per call: its tensors' sizes are
-    dynamic, the number is in the key; `compile_status(jm)["static"]` names the field and
-    its values, not another part that merely differs from the first program."""
+    """A cache object whose tensors grow and whose numbers change with them: its ``int``
+    counter (a sliding window cache layer's ``cumulative_length``) is a symbolic number
+    (`thunder_ir.runtime.object_ints`), but a ``float`` is keyed by value, so each call
+    compiles; `compile_status(jm)["static"]` names that field and its values, not another
+    part that merely differs from the first program."""
 
     class Cache:
         def __init__(self) -> None:
             self.k = torch.zeros(1, 0, 4)
             self.seen = 0
+            self.scale = 1.0
 
     def step(x: torch.Tensor, cache: Cache) -> torch.Tensor:
         cache.k = torch.cat([cache.k, x], 1)
         cache.seen += x.shape[1]
-        return cache.k.sum(1) * cache.seen
+        cache.scale = cache.scale * 0.5
+        return cache.k.sum(1) * cache.seen * cache.scale
 
     jf = thunder_ir.jit(step, tiered=False)
     mine, theirs = Cache(), Cache()
     for n in (3, 1, 1, 1, 1):
         x = torch.randn(1, n, 4)
         torch.testing.assert_close(jf(x, mine), step(x, theirs))
-    assert mine.seen == theirs.seen and torch.equal(mine.k, theirs.k)
+        assert vars(mine).keys() == vars(theirs).keys() and type(mine.seen) is int
+        assert (mine.seen, mine.scale) == (theirs.seen, theirs.scale)
+        assert torch.equal(mine.k, theirs.k)
     static = " ".join(thunder_ir.compile_status(jf)["static"])
-    assert "argument 'cache' .seen (" in static, static
+    assert "argument 'cache' .scale (" in static, static
+    assert ".seen" not in static, static

@@ -141,11 +141,13 @@ class Recorder:
     # ---- making shadows
 
     def argument(self, value: Any, leaf: int, name: str,
-                 make_input: Callable[[torch.Tensor, str, tuple[Any, ...]], TensorProxy]
-                 ) -> Any:
+                 make_input: Callable[[torch.Tensor, str, tuple[Any, ...]], TensorProxy],
+                 make_number: Callable[[int, str, ArgPath], Any] | None = None) -> Any:
         """The shadow of argument leaf ``leaf`` (a plain object), its tensors inputs
-        of the program (``make_input(tensor, name, kind)``)."""
-        return self._shadow(value, ("path", leaf, ()), name, 0, make_input)
+        of the program (``make_input(tensor, name, kind)``), and each ``int`` in it what
+        ``make_number(value, name, kind)`` gives (a symbolic number, an input of the
+        program, where it is one: `thunder_ir.runtime.object_ints`)."""
+        return self._shadow(value, ("path", leaf, ()), name, 0, make_input, make_number)
 
     def container(self, shadow: Any, original: Any, ref: Ref, where: str) -> None:
         """Records a list or dict given to user code in place of ``original`` (a pytree
@@ -173,11 +175,17 @@ class Recorder:
             self.shadows.append(rec)
 
     def _shadow(self, value: Any, ref: Ref, where: str, depth: int,
-                make_input: Callable[..., TensorProxy] | None) -> Any:
+                make_input: Callable[..., TensorProxy] | None,
+                make_number: Callable[[int, str, ArgPath], Any] | None = None) -> Any:
+        t = type(value)
+        if t is int:
+            if make_number is not None and ref[0] == "path":
+                return make_number(value, where.replace(".", "_").replace("[", "_")
+                                   .strip("]'"), ArgPath(ref[1], ref[2]))
+            return value
         made = self._made.get(id(value))
         if made is not None:
             return made
-        t = type(value)
         if isinstance(value, torch.Tensor):
             if make_input is not None and ref[0] == "path":
                 p = make_input(value, where.replace(".", "_").replace("[", "_").strip("]'"),
@@ -191,7 +199,8 @@ class Recorder:
         def inner(k: Any, v: Any, kind: str) -> Any:
             step: Step = (kind, k)
             sub: Ref = ("path", ref[1], (*ref[2], step)) if ref[0] == "path" else ("obj", v)
-            return self._shadow(v, sub, path_text(where, [step]), depth + 1, make_input)
+            return self._shadow(v, sub, path_text(where, [step]), depth + 1, make_input,
+                                make_number)
 
         if t is list and len(value) <= MAX_ITEMS:
             copy: Any = []

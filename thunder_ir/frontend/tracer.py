@@ -75,8 +75,9 @@ from thunder_ir.frontend.guard_sites import attach as attach_guard_sites
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
-from thunder_ir.runtime.dynamic import symbol_reader
+from thunder_ir.runtime.dynamic import EVERY, symbol_reader
 from thunder_ir.runtime.guards import MODULE_FIELDS
+from thunder_ir.runtime.object_ints import paths
 from thunder_ir.runtime.origins import (
     ArgLeaf,
     ArgPath,
@@ -382,8 +383,13 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 rec.sources[id(p)] = ("path", leaf_index, ())
                 new_leaves.append(p)
             elif plain_object(leaf):  # its tensors are inputs; writes to it, replayed
-                make = ctx.tensor_input if dims is None else _symbolic_inputs(ctx, table)  # type: ignore[arg-type]
-                new_leaves.append(rec.argument(leaf, leaf_index, nm, make))
+                make = _symbolic_inputs(ctx, table) if dims and dims[0] == EVERY \
+                    else ctx.tensor_input  # type: ignore[arg-type]
+                numbers = paths(dims or ())  # its symbolic int fields
+                new_leaves.append(rec.argument(
+                    leaf, leaf_index, nm, make,
+                    _object_ints(ctx, table, numbers, symbol_args)  # type: ignore[arg-type]
+                    if numbers else None))
             elif dims is not None and type(leaf) is int:  # a symbolic int argument
                 new_leaves.append(_int_input(ctx, table, leaf, nm, leaf_index, symbol_args))  # type: ignore[arg-type]
             else:
@@ -777,12 +783,27 @@ def _symbolic_inputs(ctx: TraceContext, table: symbols.SymbolTable
     return make
 
 
+def _object_ints(ctx: TraceContext, table: symbols.SymbolTable, numbers: frozenset[Any],
+                 symbol_args: dict[str, int]) -> Callable[[int, str, ArgPath], Any]:
+    """``make_number`` for an argument object whose ``int`` fields at ``numbers`` (paths)
+    are symbolic numbers (`thunder_ir.runtime.object_ints`): each a program input read
+    from the object on each call; any other ``int`` stays itself."""
+    def make(value: int, name: str, kind: ArgPath) -> Any:
+        if kind.steps not in numbers:
+            return value
+        return _int_input(ctx, table, value, name, kind.leaf, symbol_args, kind)
+
+    return make
+
+
 def _int_input(ctx: TraceContext, table: symbols.SymbolTable, value: int, name: str,
                index: int, symbol_args: dict[str, int], origin: Origin | None = None) -> Any:
-    """A dynamic ``int`` argument (or, with ``origin``, a number the module keeps): a
-    ``SymInt`` that user code computes with, and a program input of its own (the generated
-    code binds its symbol from it; a number operand made from it is that input)."""
-    sym = table.integer(value, SymbolSource(index, None))
+    """A dynamic ``int`` argument (or, with ``origin``, a number the module keeps, or an
+    ``int`` field of argument object ``index``): a ``SymInt`` that user code computes
+    with, and a program input of its own (the generated code binds its symbol from it; a
+    number operand made from it is that input)."""
+    steps = tuple(origin.steps) if isinstance(origin, ArgPath) else ()
+    sym = table.integer(value, SymbolSource(index, None, steps))
     if isinstance(sym, torch.SymInt):
         v = ctx.build.add_input(number_type(int), name,
                                 ArgLeaf(index) if origin is None else origin)

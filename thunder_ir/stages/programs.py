@@ -112,8 +112,9 @@ _NOT_SIZES = frozenset({"grad mode", "inference mode", "the default dtype",
 _NOT_SIZES_PARTS = ("argument '", "module attribute", "argument structure")
 """Key parts (by label) that change by a value of their own: an argument's metadata or
 an ``int``'s value 0 or 1, a module ``int`` attribute's, the guards' tokens. (A field
-inside an argument object, ``argument 'cache' .layers.cumulative_length``, is reported:
-an object's sizes are dynamic, a number in it is not.)"""
+inside an argument object, ``argument 'cache' .scale``, is reported: an object's sizes
+are dynamic, and so are its ``int`` fields that change, `thunder_ir.runtime.object_ints`,
+but not its other numbers.)"""
 
 
 def _restrides(entry: Entry) -> bool:
