@@ -328,7 +328,9 @@ def decide(env: Any, expr: Any) -> Any:
     sizes = _backed(expr, names)
     if not names or sizes is None:
         return None
-    with unset_fake_temporarily():  # (asked from a meta run: unbind's count of results)
+    with unset_fake_temporarily(), _modes_aside():
+        # (asked from a meta run: unbind's count of results; from user code: the tracer's
+        # mode is on, and the call's values are computed outside it, not traced)
         tensors = [unbacked.symbol_tensor(ctx, n) for n in names]
         fn = symbolic_value(PythonPrinter().doprint(expr))
         value = ctx.run_python(
@@ -345,6 +347,21 @@ def decide(env: Any, expr: Any) -> Any:
     if isinstance(expr, sympy.Symbol):  # the symbol is n from now on
         _fact(lambda: env.constrain_symbol_range(expr, n, n))
     return sympy.Integer(n)
+
+
+@contextlib.contextmanager
+def _modes_aside() -> Iterator[None]:
+    """No torch function mode is on while open (the tracer's among them, as while one of
+    its handlers runs): ``run_python`` traces under a mode of its own, and `concrete`
+    runs the call's tensors, not traced."""
+    stash = []
+    while torch._C._len_torch_function_stack() > 0:
+        stash.append(torch._C._pop_torch_function_stack())
+    try:
+        yield
+    finally:
+        for m in reversed(stash):
+            torch._C._push_on_torch_function_stack(m)
 
 
 def _backed(expr: Any, unbacked_names: list[str]) -> dict[str, Any] | None:
