@@ -1,4 +1,5 @@
-"""``index_add`` and ``index_add_`` as a traced op (``ltorch.index_add``) against eager.
+"""``index_add`` and ``index_add_`` as a traced op (``ltorch.index_add``), and
+``scatter_add``/``scatter_add_`` as ``prims.scatter_add``, against eager.
 
 The functional and in-place forms, ``alpha``, negative dims, int32 indices, repeated
 positions, writes into arguments, intermediates and views, eager's errors; gradients for
@@ -88,6 +89,19 @@ def test_writes_into_an_argument_as_eager() -> None:
         assert "torch.index_add(" in _traces(jf)[0]
 
 
+def test_scatter_add_writes_into_an_argument_as_eager() -> None:
+    def f(x: torch.Tensor, i: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return x.scatter_add_(1, i, s).sum(0)
+
+    i = torch.tensor([[0, 0], [2, 1], [1, 1]])
+    check_against_eager(f, torch.randn(3, 3), i, torch.randn(3, 2))
+    x = torch.randn(3, 3)
+    xe = x.clone()
+    thunder_ir.jit(f)(x, i, torch.ones(3, 2))
+    f(xe, i, torch.ones(3, 2))
+    assert torch.equal(x, xe)
+
+
 def test_a_view_of_an_argument_sees_the_write() -> None:
     def f(x: torch.Tensor, i: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         v = x[:, 1:]
@@ -153,3 +167,42 @@ def test_routed_rows_train_as_one_program_for_every_count() -> None:
     fwd, bwd = _traces(jf)
     assert "u0" in fwd and "u0" in bwd, (fwd, bwd)
     _no_opaque_index_add(jf)
+
+
+SCATTER: dict[str, Callable[..., Any]] = {
+    "functional": lambda x, i, s: torch.scatter_add(x, 0, i, s),
+    "method_negative_dim": lambda x, i, s: x.t().scatter_add(-1, i.t(), s.t()),
+    "inplace_intermediate": lambda x, i, s: (x * 2).scatter_add_(0, i, s).exp(),
+    "smaller_index": lambda x, i, s: torch.scatter_add(x, 0, i[:2, :2], s[:2, :2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCATTER))
+def test_scatter_add_matches_eager_with_gradients(name: str) -> None:
+    x = torch.randn(4, 3, requires_grad=True)
+    s = torch.randn(5, 3, requires_grad=True)
+    i = torch.tensor([[0, 1, 3], [2, 2, 0], [3, 0, 0], [1, 1, 1], [0, 3, 2]])
+    check_against_eager(SCATTER[name], x, i, s)
+
+
+def test_routed_scatter_add_trains_as_one_program() -> None:
+    """``scatter_add`` of rows routed by ``nonzero`` (an unbacked length): one program,
+    the prim's own VJP (no opaque call)."""
+    def f(x: torch.Tensor, m: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        idx = torch.nonzero(m).squeeze(1)
+        rows = (x[idx] @ w).tanh()
+        return torch.zeros(x.shape[0], w.shape[1]).scatter_add(
+            0, idx[:, None].expand(-1, w.shape[1]), rows)
+
+    jf = thunder_ir.jit(f)
+    g = torch.Generator().manual_seed(1)
+    for m in [torch.zeros(6, dtype=torch.bool)] + [torch.rand(6, generator=g) < 0.5
+                                                   for _ in range(4)]:
+        x = torch.randn(6, 4, requires_grad=True)
+        w = torch.randn(4, 5, requires_grad=True)
+        check_against_eager(f, x, m, w)
+        jf(x, m, w).square().sum().backward()
+    assert thunder_ir.cache_misses(jf) == 1
+    fwd, bwd = _traces(jf)
+    assert "prims_scatter_add" in fwd and "call_with_grad" not in fwd, fwd
+    assert "handle_vjp" not in bwd and "u0" in bwd, bwd

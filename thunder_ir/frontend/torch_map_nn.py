@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from thunder_ir.dialects.ltorch_nn import legacy_reduction
+from thunder_ir.dialects.symbols import proved_equal
 from thunder_ir.frontend.builder import Builder
 from thunder_ir.frontend.errors import ThunderTraceError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
@@ -286,7 +287,7 @@ for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu, F
     register_handlers([_fn], _inplace_activation(_fn))
 
 
-# --------------------------------------------------------------------------- index_add
+# --------------------------------------------------------------------------- index_add, scatter_add
 
 _index_add_op = op_handler("index_add")
 
@@ -323,3 +324,39 @@ def _index_add_inplace(ctx: Builder, self: Any, dim: Any, index: Any, source: An
 
 register_handlers([torch.index_add, torch.Tensor.index_add], _index_add)
 register_handlers([torch.Tensor.index_add_], _index_add_inplace)
+
+
+def _scatter_add(ctx: Builder, input: Any, dim: Any, index: Any, src: Any, *,
+                 out: Any = None) -> Any:
+    """``torch.scatter_add`` and ``Tensor.scatter_add`` as ``prims.scatter_add`` (its VJP:
+    the cotangent for ``input``, gathered at ``index`` for ``src``), whatever the
+    index's length (an unbacked count of routed tokens included): an int64 index of the
+    input's rank whose sizes are proved (from the expressions alone, no guard) to be
+    ``src``'s, and at most the input's off ``dim``, a ``src`` of the input's dtype. Other
+    calls take the fallback (eager's kernel, checks and errors)."""
+    if (out is not None or not is_proxy(input) or not isinstance(index, torch.Tensor)
+            or not isinstance(src, torch.Tensor) or type(dim) is not int
+            or input.dim() == 0 or index.dim() != input.dim() or src.dim() != input.dim()
+            or index.dtype != torch.int64 or src.dtype != input.dtype
+            or input.dtype == torch.bool or input.dtype.is_complex
+            or not -input.dim() <= dim < input.dim()):
+        raise UseFallback
+    d = dim % input.dim()
+    if not all(proved_equal(i, s) for i, s in zip(index.shape, src.shape)) or not all(
+            (type(i) is int and type(n) is int and i <= n) or proved_equal(i, n)
+            for k, (i, n) in enumerate(zip(index.shape, input.shape)) if k != d):
+        raise UseFallback
+    from thunder_ir.dialects.prims import ScatterAddOp
+
+    return ctx.wrap(ctx.emit(ScatterAddOp, ctx.value_of(input), ctx.value_of(index),
+                             ctx.value_of(src), dim=d))
+
+
+def _scatter_add_inplace(ctx: Builder, self: Any, dim: Any, index: Any, src: Any) -> Any:
+    """``Tensor.scatter_add_``: `_scatter_add`, and ``self`` standing for the result."""
+    out = _scatter_add(ctx, self, dim, index, src)
+    return ctx.writes.assign(self, out._value, "scatter_add_")
+
+
+register_handlers([torch.scatter_add, torch.Tensor.scatter_add], _scatter_add)
+register_handlers([torch.Tensor.scatter_add_], _scatter_add_inplace)
