@@ -100,6 +100,8 @@ def key_difference(dkey: tuple[Any, ...], stored: Sequence[tuple[Any, ...]],
     for i in best:
         label = labels[i] if i < len(labels) else f"part {i} of the key"
         field = _object_field(closest[i], dkey[i], "")
+        if field == "":  # a symbolic int field at 0 or 1: a program of its own, by design
+            continue
         out.append(label if field is None else f"{label} {field}")
     return out
 
@@ -107,7 +109,8 @@ def key_difference(dkey: tuple[Any, ...], stored: Sequence[tuple[Any, ...]],
 def _object_field(old: Any, new: Any, path: str) -> str | None:
     """The first field of an argument object's key (``(cls, (("name", value), ...))``,
     nested) in which ``old`` and ``new`` differ, with both values; None: not an object's
-    key, or the difference is not in a named field."""
+    key, or the difference is not in a named field; "": the field is a symbolic ``int``
+    (`thunder_ir.runtime.object_ints`), blanked on one side, 0 or 1 on the other."""
     if not (isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new)):
         return None
     if len(old) == 2 and isinstance(old[0], str) and old[0] == new[0]:
@@ -117,6 +120,9 @@ def _object_field(old: Any, new: Any, path: str) -> str | None:
         if inner is not None:
             return inner
         o, n = old[1], new[1]
+        if (type(o) is tuple and type(n) is tuple and len(o) == 2 == len(n)
+                and o[0] is int and n[0] is int and None in (o[1], n[1])):
+            return ""
         if isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], type):  # (cls, value)
             o, n = o[1], n[1] if isinstance(n, tuple) and len(n) == 2 else n
         return f"{path}.{old[0]} ({o!r} -> {n!r})"

@@ -146,6 +146,27 @@ def test_values_0_and_1_are_programs_of_their_own() -> None:
     assert _misses(jf) == 3
 
 
+def test_a_ring_buffer_position_that_wraps() -> None:
+    """``pos = (pos + 1) % n`` and a branch on the position: each call's write position
+    and branch are eager's, values 0 and 1 hit the programs compiled for them."""
+
+    def ring(x: torch.Tensor, st: State) -> torch.Tensor:
+        st.buf[st.pos] = x
+        st.pos = (st.pos + 1) % 5
+        if st.pos > 3:
+            return st.buf[: st.pos].sum(0)
+        return st.buf.sum(0) * st.pos
+
+    jf = thunder_ir.jit(ring)
+    mine, theirs = State(0), State(0)
+    for i in range(17):
+        x = torch.randn(4, generator=torch.Generator().manual_seed(i))
+        torch.testing.assert_close(jf(x, mine), ring(x, theirs))
+        _same_object(mine, theirs)
+    assert _misses(jf) == 4  # 0, 1, every other value below 4, then 4
+    assert thunder_ir.compile_status(jf)["static"] == []  # (0 and 1 by design: not named)
+
+
 def test_a_guard_that_fixes_the_number_is_named() -> None:
     """A list indexed by the counter fixes its value: right, one program per value, and
     `compile_status(jm)["static"]` says which guard fixes it."""
