@@ -107,7 +107,21 @@ def _freeze(v: Any) -> Any:
         return ("operand", int(v))
     if isinstance(v, bool | int | float):  # 1, 1.0 and True are equal keys but not types
         return (type(v), v)
+    if isinstance(v, torch.SymInt | torch.SymFloat | torch.SymBool):  # (symbolic compiles)
+        return (type(v), v.node.expr)
     return v
+
+
+def _over_unbacked(types: Any) -> bool:
+    """Whether a tensor type among ``types`` (lists of them too) has a size over unbacked
+    symbols (``u0``)."""
+    for t in types:
+        if type(t) is list:
+            if _over_unbacked(t):
+                return True
+        elif type(t) is TensorType and t.symbolic and symbols.unbacked(*t.sizes):
+            return True
+    return False
 
 
 _INFER_CACHE: dict[Any, Any] = {}
@@ -145,6 +159,13 @@ def float_result(cls: type[LtorchOp], operand_types: Any, params: dict[str, Any]
     if alike is None or not is_float(alike[0].dtype):
         return None
     first, shapes = alike
+    if symbols.current() is not None:  # (sizes may be symbols: proved, never decided)
+        if all(symbols.proved_same(s, shapes[0]) for s in shapes):
+            return first
+        shape = symbols.proved_broadcast(shapes)
+        if shape is None:
+            return None
+        return tensor_type(shape, first.dtype, first.dev)
     if all(s == shapes[0] for s in shapes):
         return first
     shape = broadcast(shapes)
@@ -191,27 +212,35 @@ class LtorchOp(ThunderOp):
         # the default dtype too: Python floats and factories without a dtype follow it
         key: tuple[Any, ...] | None = None
         hit = None
-        static = symbols.current() is None
-        if static:  # (a symbolic run records guards: never cached)
-            key = (cls, _freeze(operand_types),
-                   _freeze(sorted(params.items())) if params else (),
-                   torch.get_default_dtype())
-            try:
-                hit = _INFER_CACHE.get(key)
-            except TypeError:  # unhashable param: skip the cache
-                key = None
+        table = symbols.current()
+        static = table is None
+        # Static types are kept for the process; a symbolic compile's for that compile
+        # (its types' symbols are its own; a model types alike layer after layer, and the
+        # guards a first answer recorded hold for the next), except over unbacked sizes
+        # (each data-dependent result is a new symbol; a decision on one emits a check).
+        cache = _INFER_CACHE if static else table.__dict__.setdefault("_infer", {})
+        key = (cls, _freeze(operand_types),
+               _freeze(sorted(params.items())) if params else (),
+               torch.get_default_dtype())
+        try:
+            hit = cache.get(key)
+        except TypeError:  # unhashable param: skip the cache
+            key = None
         if hit is not None:
             return hit
-        if cls.FLOAT_PRESERVING and key is not None:  # (key None: symbolic, unhashable)
+        if not static and key is not None and _over_unbacked(operand_types):
+            key = None
+        if cls.FLOAT_PRESERVING and (key is not None or not static):
             fast = float_result(cls, operand_types, params)
             if fast is not None:
-                _INFER_CACHE[key] = fast
+                if key is not None:
+                    cache[key] = fast
                 return fast
         if cls.TYPE_RULE is not None and (static or cls.TYPE_RULE_SYMBOLIC):
             typed = cls.TYPE_RULE(operand_types, params)
             if typed is not None:
-                if key is not None:
-                    _INFER_CACHE[key] = typed
+                if key is not None and (static or not _over_unbacked([typed])):
+                    cache[key] = typed
                 return typed
         flat = [t for g in operand_types for t in (g if isinstance(g, list) else [g])
                 if t is not None]
@@ -233,6 +262,7 @@ class LtorchOp(ThunderOp):
             result: Any = [type_of_meta(o, dev) for o in out]
         else:
             result = type_of_meta(out, dev)
-        if key is not None:
-            _INFER_CACHE[key] = result
+        if key is not None and (static or not _over_unbacked(
+                result if isinstance(result, list) else [result])):
+            cache[key] = result
         return result

@@ -461,7 +461,61 @@ def proved_equal(a: Any, b: Any) -> bool:
 
     ea = a.node.expr if isinstance(a, torch.SymInt) else sympy.Integer(a)
     eb = b.node.expr if isinstance(b, torch.SymInt) else sympy.Integer(b)
+    if ea == eb:  # (the same expression: most sizes a rule compares)
+        return True
+    if ea.is_number and eb.is_number:
+        return bool(ea == eb)
     return bool(sympy.expand(ea - eb) == 0)
+
+
+def known_positive(s: Any) -> bool:
+    """``s >= 1`` for a size, known from its expression's value range alone (a dynamic
+    size is at least 2; ``s0 // 4`` may be 0): no guard, no decision; False for an
+    unbacked size or where the range does not tell. Kept per compilation by expression."""
+    if type(s) is int:
+        return s > 0
+    if not isinstance(s, torch.SymInt) or s.node.hint is None:
+        return False
+    expr = s.node.expr
+    table = _ACTIVE.get()
+    memo = table.__dict__.setdefault("_positive", {}) if table is not None else {}
+    known = memo.get(expr)
+    if known is None:
+        known = memo[expr] = bool(s.node.shape_env.bound_sympy(expr).lower >= 1)
+    return known
+
+
+def nonempty(sizes: Sequence[Any]) -> bool:
+    """Every size known to be at least 1 (`known_positive`): the plain case the type rules
+    answer, where ``0 in sizes`` would decide a symbolic size."""
+    return all(known_positive(s) for s in sizes)
+
+
+def proved_same(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """``tuple(a) == tuple(b)`` for sizes, proved from their expressions alone
+    (`proved_equal` for each): no guard; False where not proved."""
+    if len(a) != len(b):
+        return False
+    return all(x is y or proved_equal(x, y) for x, y in zip(a, b))
+
+
+def proved_broadcast(shapes: Sequence[Sequence[Any]]) -> tuple[Any, ...] | None:
+    """The broadcast of shapes with symbolic sizes, where the expressions alone prove it:
+    at each dim, the sizes other than a literal 1 are all proved equal (`proved_equal`),
+    and that size is the result's (right whether or not it is 1 at run time). None where
+    that is not proved (a symbol against another size: the meta kernel decides, with a
+    guard)."""
+    out: list[Any] = [1] * max((len(s) for s in shapes), default=0)
+    for s in shapes:
+        for i, d in enumerate(s, len(out) - len(s)):
+            if type(d) is int and d == 1:
+                continue
+            o = out[i]
+            if type(o) is int and o == 1:
+                out[i] = d
+            elif not (o is d or proved_equal(o, d)):
+                return None
+    return tuple(out)
 
 
 def hinted(value: Any) -> Any:
