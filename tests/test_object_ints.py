@@ -205,6 +205,60 @@ def test_a_counter_in_training() -> None:
     assert _misses(jf) == 2
 
 
+def test_the_users_error_after_a_write_leaves_the_object_as_eager_does() -> None:
+    """A call past the symbolic program's guard raises the user's error, with the write
+    made before it made, as eager's call makes it."""
+
+    def f(x: torch.Tensor, st: State) -> torch.Tensor:
+        st.pos += 1
+        if st.pos > 6:
+            raise ValueError(f"past the end: {st.pos}")
+        return x * st.pos
+
+    jf = thunder_ir.jit(f)
+    mine, theirs = State(2), State(2)
+    for _ in range(7):
+        x = torch.randn(3)
+        if theirs.pos + 1 > 6:
+            with pytest.raises(ValueError, match=f"past the end: {theirs.pos + 1}"):
+                f(x, theirs)
+            with pytest.raises(ValueError, match=f"past the end: {mine.pos + 1}"):
+                jf(x, mine)
+        else:
+            torch.testing.assert_close(jf(x, mine), f(x, theirs))
+        _same_object(mine, theirs)
+    assert _misses(jf) == 2
+
+
+class _Counted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor, st: State, k: int) -> torch.Tensor:
+        self.calls += 1
+        st.pos += k
+        return self.lin(x[: st.pos]).sum(0) * self.calls + k
+
+
+def test_with_a_module_counter_and_an_int_argument() -> None:
+    """An object's counter beside the module's own and an ``int`` argument: three kinds
+    of symbolic numbers in one program."""
+    torch.manual_seed(0)
+    m = _Counted()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    mine, theirs = State(2), State(2)
+    for i in range(8):
+        x = torch.randn(40, 4)
+        k = 2 + i % 3
+        torch.testing.assert_close(jm(x, mine, k), e(x, theirs, k))
+        _same_object(mine, theirs)
+        assert type(m.calls) is int and m.calls == e.calls
+    assert _misses(jm) == 3  # the module's counter at 0 and 1, then every value
+
+
 # ------------------------------------------------------------------ Hugging Face caches
 
 
