@@ -252,7 +252,8 @@ def _blank(shape: Any, dims: Iterable[int]) -> Any:
 
 def key_positions(prologue_ir: ModuleOp) -> dict[int, tuple[int, bool]]:
     """Where each leaf's metadata sits in the key the prologue returns (the module
-    attributes it reads, `G.AttrValueOp`, numbered after the call's leaves)."""
+    attributes it reads, `G.AttrValueOp`, and the rebound state tensors, `G.AttrMetaOp`,
+    numbered after the call's leaves)."""
     fn = next(op for op in prologue_ir.ops if hasattr(op, "body"))
     block = fn.body.block  # type: ignore[attr-defined]
     key_op = next(op for op in block.ops if isinstance(op, G.KeyOp))
@@ -271,6 +272,8 @@ def key_positions(prologue_ir: ModuleOp) -> dict[int, tuple[int, bool]]:
             out[args.index(op.operands[0])] = (at[op.results[0]], False)
         elif isinstance(op, G.AttrValueOp):
             out[len(args) + op.index.value.data] = (at[op.results[0]], False)
+        elif isinstance(op, G.AttrMetaOp):  # a rebound state tensor (its shape first)
+            out[len(args) + op.index.value.data] = (at[op.results[0]], True)
     return out
 
 

@@ -33,6 +33,15 @@ state read from the module (`thunder_ir.stages.compiler.Compiler`), so such a mo
 compiles once and every later call with state of the same metadata hits; a symbolic
 compile learns after (its program binds the tensor; the next call compiles once more). A
 state of another shape, dtype or requires_grad misses, as an argument's would.
+
+Its sizes follow the automatic-dynamic policy of arguments
+(`thunder_ir.runtime.dynamic.changed`): the dims of a state that changed between two
+misses (a KV cache grown by ``torch.cat`` on every call) are symbolic from then on
+(`ReboundState.grow`). The states stand for leaves after the call's own and its symbolic
+``int`` attributes (`ReboundState.dynamic`; `thunder_ir.stages.keyer.Keyer.with_attrs`):
+the trace gives the state's proxy those symbols, the dynamic key blanks them
+(`thunder_ir.runtime.dynamic.key_positions`) and the shape guard reads them from the
+state; a growing cache then runs one symbolic program after its first.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from typing import Any, Protocol
 
 import torch
 
+from thunder_ir.runtime.dynamic import Dynamic, changed, merge
 from thunder_ir.runtime.origins import ModuleTensor
 from thunder_ir.runtime.pystate import Action
 
@@ -92,6 +102,10 @@ class ReboundState:
         self.tensors: list[ReboundTensor] = []
         self.by_module: dict[int, frozenset[str]] = {}
         self._known: set[tuple[int, str]] = set()
+        self.seen: dict[tuple[int, str], tuple[int, ...]] = {}
+        """Each state's shape at the last miss (or at the compile that found it)."""
+        self.grown: dict[tuple[int, str], tuple[int, ...]] = {}
+        """Each state's dims that changed between misses: symbolic from then on."""
 
     def learn(self, epilogue: Sequence[Action]) -> bool:
         """After a compile: the module tensors its epilogue rebinds become rebound state.
@@ -121,6 +135,40 @@ class ReboundState:
             self.by_module[id(module)] = self.by_module.get(id(module), frozenset()) | {a.key}
             new = True
         return new
+
+    def note_shapes(self) -> None:
+        """Records the shapes the states hold now (the sizes a later miss compares)."""
+        for r, v in self.current():
+            self.seen[(id(r.module), r.name)] = tuple(v.shape)
+
+    def grow(self) -> bool:
+        """On a miss: the dims of each state that changed since the last miss become
+        symbolic from now on, by the arguments' policy (`changed`); whether any did."""
+        new = False
+        for r, v in self.current():
+            k = (id(r.module), r.name)
+            shape, old = tuple(v.shape), self.seen.get(k)
+            self.seen[k] = shape
+            if old is None or old == shape:
+                continue
+            dims = changed((old,), (shape,)).get(0, ())
+            have = self.grown.get(k, ())
+            if set(dims) - set(have):
+                self.grown[k] = merge({0: have}, {0: dims})[0]
+                new = True
+        return new
+
+    def dynamic(self, first: int) -> Dynamic:
+        """The symbolic dims of the states holding a tensor now (`current`), as the
+        leaves ``first``, ``first + 1``... they stand for."""
+        if not self.grown:
+            return {}
+        out: Dynamic = {}
+        for k, (r, v) in enumerate(self.current()):
+            dims = self.grown.get((id(r.module), r.name))
+            if dims and all(d < v.ndim for d in dims):
+                out[first + k] = dims
+        return out
 
     def buffer_names(self) -> set[str]:
         """The qualified names (``block.avg``, as ``named_buffers`` gives them) of the

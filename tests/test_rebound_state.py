@@ -520,3 +520,95 @@ def test_recurrent_gemma_decodes_without_a_compile_per_call() -> None:
                     va, vb = block_a.__dict__[name], block_b.__dict__[name]
                     assert type(va) is type(vb) and name not in block_a._buffers
                     _same(va, vb)
+
+
+# --------------------------------------------------------------------------- growing state
+
+
+class KVCache(nn.Module):
+    """A simple KV cache: the state grows by one row (``dim``) on every call, by
+    ``torch.cat``; a buffer or a plain attribute."""
+
+    def __init__(self, buffer: bool = True, dim: int = 0, detach: bool = True) -> None:
+        super().__init__()
+        self.q, self.kv = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.dim, self.detach = dim, detach
+        start = torch.zeros(1, 4) if dim == 0 else torch.zeros(2, 1, 4)
+        if buffer:
+            self.register_buffer("k", start)
+        else:
+            self.k = start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        new = self.kv(x)
+        self.k = torch.cat([self.k, new.detach() if self.detach else new], self.dim)
+        att = (self.q(x) @ self.k.transpose(-1, -2)).softmax(-1)
+        return att @ self.k
+
+
+def _grows_as_eager(model: nn.Module, calls: int, make: Callable[[int], torch.Tensor],
+                    train: bool = False) -> Any:
+    """Calls the jitted model and an eager copy ``calls`` times: the results, the state
+    after every call (value, shape, strides, buffer or not) and, with ``train``, the
+    gradients are eager's."""
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for i in range(calls):
+        x = make(i)
+        got, want = jm(x), eager(x)
+        _same(got, want)
+        _same_state(model, eager, "k")
+        assert model.k.stride() == eager.k.stride()
+        assert model.k.storage_offset() == eager.k.storage_offset()
+        if train:
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+                _same(p.grad, q.grad)
+    return jm
+
+
+@pytest.mark.parametrize("buffer", [True, False], ids=["buffer", "attribute"])
+def test_a_growing_cache_has_symbolic_sizes(buffer: bool) -> None:
+    """The state's dim that changed between misses is symbolic by the arguments' policy:
+    the first program for its first size, a symbolic one for every later size."""
+    torch.manual_seed(0)
+    jm = _grows_as_eager(KVCache(buffer), 12, lambda i: torch.randn(1, 4))
+    assert thunder_ir.cache_misses(jm) <= 2
+    assert "s0" in str(thunder_ir.last_traces(jm)[-1])
+
+
+def test_a_growing_cache_trains_as_eager() -> None:
+    torch.manual_seed(1)
+    jm = _grows_as_eager(KVCache(), 12, lambda i: torch.randn(1, 4), train=True)
+    assert thunder_ir.cache_misses(jm) <= 2
+
+
+def test_a_cache_growing_along_its_second_dim() -> None:
+    """``(batch, length, d)`` grown along the length: the length is symbolic (and the
+    batch with it, as for an argument whose later dim changed)."""
+    torch.manual_seed(2)
+    jm = _grows_as_eager(KVCache(dim=1), 12, lambda i: torch.randn(2, 1, 4))
+    assert thunder_ir.cache_misses(jm) <= 2
+
+
+def test_a_growing_cache_with_new_lengths_of_the_argument_too() -> None:
+    """Prefill of a length that changes, then a state that grows: the argument's and the
+    state's sizes are symbols of one program."""
+    torch.manual_seed(3)
+    lengths = [3, 5, 2, 1, 1, 1, 4, 1, 1, 1, 2, 1]
+    jm = _grows_as_eager(KVCache(), len(lengths), lambda i: torch.randn(lengths[i], 4))
+    assert thunder_ir.cache_misses(jm) <= 3
+
+
+def test_a_static_cache_mode_compiles_per_size() -> None:
+    """``cache="static"``: no automatic dynamic, for state as for arguments."""
+    torch.manual_seed(4)
+    model = KVCache()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model, cache="static")
+    for _ in range(5):
+        x = torch.randn(1, 4)
+        _same(jm(x), eager(x))
+        _same_state(model, eager, "k")
+    assert thunder_ir.cache_misses(jm) == 5

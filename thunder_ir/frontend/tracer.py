@@ -410,9 +410,14 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         if id(v) in params:  # model code asks isinstance(w, nn.Parameter): so do proxies
             p._is_param = True  # type: ignore[attr-defined]
         proxies[id(v)] = by_name[k] = p
-    for r, v in rebound:
+    first_rebound = leaf_index + len(attrs)  # (the leaves they stand for: `Keyer.with_attrs`)
+    for k, (r, v) in enumerate(rebound):
+        dims = dynamic.get(first_rebound + k) if table is not None and dynamic else None
+        sizes = None if not dims else [  # the dims of it that grew: symbolic
+            table.size(n, SymbolSource(first_rebound + k, i)) if i in dims else n  # type: ignore[union-attr]
+            for i, n in enumerate(v.shape)]
         p = ctx.tensor_input(v, "t_" + r.label.removeprefix("self.").replace(".", "_"),
-                             r.origin)
+                             r.origin, sizes)
         if r.buffer:  # the copy's _buffers, as a parameter's proxy
             proxies[id(v)] = p
         else:
@@ -506,7 +511,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                f"{k.name}.data")  # `Module.to(dtype)` in forward: the tensor's new data
         for p, _, k in ctx.build.input_proxies
         if id(p) in replaced and state is not None and isinstance(k, StateEntry)]
-    reader = _symbol_reader(table, rec.symbols, leaf_index, attrs) if rec.symbols else None
+    reader = _symbol_reader(table, rec.symbols, leaf_index, attrs, rebound) \
+        if rec.symbols else None
     rec.release()
     _check_no_proxy_escaped(ctx, module, args, kwargs, names)
     strides = [strides_at.get(i) for i in range(len(outputs))]
@@ -833,10 +839,11 @@ def _symbolic_attrs(ctx: TraceContext, table: symbols.SymbolTable,
 
 
 def _symbol_reader(table: symbols.SymbolTable | None, used: set[str], first: int,
-                   attrs: Sequence[SymbolicAttr]) -> Any:
+                   attrs: Sequence[SymbolicAttr],
+                   rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = ()) -> Any:
     """What reads, on each call, the symbols the epilogue or a returned value computes with
     (`thunder_ir.runtime.dynamic.symbol_reader`): from the call's leaves, or from the
-    modules (leaves ``first`` on: ``attrs``)."""
+    modules (leaves ``first`` on: ``attrs``, then the ``rebound`` state tensors)."""
     if table is None:
         raise symbols.SymbolicError("a symbolic number outside a symbolic compilation")
     sources: dict[str, tuple[Any, tuple[Any, ...], int | None]] = {}
@@ -844,7 +851,12 @@ def _symbol_reader(table: symbols.SymbolTable | None, used: set[str], first: int
         src = table.sources.get(name)
         if src is None:
             raise symbols.SymbolicError(f"the symbol {name} written back has no source")
-        if src.leaf >= first:
+        if src.leaf >= first + len(attrs):  # a size of a rebound state tensor
+            r = rebound[src.leaf - first - len(attrs)][0]
+            steps = (("attr", "_buffers"), ("item", r.name)) if r.buffer else \
+                (("attr", r.name),)
+            sources[name] = (r.module, steps, src.dim)
+        elif src.leaf >= first:
             a = attrs[src.leaf - first]
             sources[name] = (a.module, (("attr", a.name),), None)
         else:

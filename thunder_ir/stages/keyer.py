@@ -177,18 +177,31 @@ class Keyer:
 
     def with_attrs(self, dynamic: Dynamic, leaves: list[Any]) -> tuple[Dynamic, list[Any]]:
         """``dynamic`` and the leaves, with the module's symbolic ``int`` attributes
-        (`thunder_ir.runtime.symbolic_attrs`) as leaves after the call's own."""
-        if self.attrs is None or not self.attrs.attrs:
-            return dynamic, leaves
-        ext = [*leaves, *self.attrs.values(self.guards[0].tok)]
-        return merge(dynamic, {i: () for i in range(len(leaves), len(ext))
-                               if type(ext[i]) is int}), ext
+        (`thunder_ir.runtime.symbolic_attrs`) as leaves after the call's own, then the
+        tensors of its rebound state (`thunder_ir.runtime.rebound`), with the dims of
+        theirs that grew symbolic."""
+        ext = leaves
+        if self.attrs is not None and self.attrs.attrs:
+            ext = [*leaves, *self.attrs.values(self.guards[0].tok)]
+            dynamic = merge(dynamic, {i: () for i in range(len(leaves), len(ext))
+                                      if type(ext[i]) is int})
+        if self.rebound is not None and self.rebound.tensors:
+            current = self.rebound.current()
+            if current:
+                first = len(ext)
+                ext = [*ext, *(v for _, v in current)]
+                grown = self.rebound.dynamic(first)
+                if grown:
+                    dynamic = merge(dynamic, grown)
+        return dynamic, ext
 
     def grow(self) -> bool:
         """Makes the module ints that changed symbolic from now on (the module guard no
-        longer holds their values, the key does); whether any did."""
+        longer holds their values, the key does), and the dims of rebound state tensors
+        that changed (the key holds their metadata already); whether any did."""
+        tensors = self.rebound is not None and self.rebound.grow()
         if self.attrs is None or not self.attrs.grow():
-            return False
+            return tensors
         self.guards[0].invalidate()
         self.prologues.clear()
         return True
@@ -200,13 +213,18 @@ class Keyer:
         again: the compiler traces the call again, or the next call compiles)."""
         if self.rebound is None or not self.rebound.learn(traced.epilogue):
             return False
+        self.rebound.note_shapes()  # the sizes traced with: the next miss compares them
         self.guards[0].invalidate()
         self.prologues.clear()
         return True
 
     def attr_names(self) -> Sequence[str]:
-        """The names of the symbolic ``int`` attributes (leaves after the call's own)."""
-        return [a.label for a in self.attrs.attrs] if self.attrs is not None else []
+        """The names of the leaves after the call's own (`with_attrs`): the symbolic
+        ``int`` attributes, then the rebound state tensors."""
+        names = [a.label for a in self.attrs.attrs] if self.attrs is not None else []
+        if self.rebound is not None and self.rebound.tensors:
+            names += [r.label for r, _ in self.rebound.current()]
+        return names
 
 
 __all__ = ["Keyer"]
