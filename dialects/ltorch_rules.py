@@ -489,7 +489,8 @@ def _sliced(x: TensorType, index: Any) -> TensorType | None:
     if Ellipsis in items:
         k = items.index(Ellipsis)
         items[k:k + 1] = [slice(None)] * (x.rank - len(consuming))
-    items += [slice(None)] * (x.rank - len(consuming))
+    else:
+        items += [slice(None)] * (x.rank - len(consuming))
     sizes: list[Any] = []
     dim = 0
     for it in items:

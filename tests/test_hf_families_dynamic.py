@@ -86,14 +86,6 @@ LENGTHS: dict[str, tuple[int, ...]] = {  # Longformer and Reformer: multiples of
     "bigbird": (16, 20, 24, 20),
 }
 XFAIL: dict[str, str] = {
-    "reformer": (
-        "Reformer: `assert int(buckets.shape[-1]) == num_hashes * sequence_length` "
-        "(modeling_reformer.py:564) makes an int of the length, which fixes it (guard "
-        "Eq(s1, 16): a program per length, 3 programs for 3 lengths); with an attention "
-        "mask, `attention_mask.sum().item() < batch_size * attention_mask.shape[-1]` "
-        "(line 750) is a decision on an unbacked .item() over backed sizes that the "
-        "symbolic compile cannot make (GuardOnDataDependentSymNode: u0 < s0*s3), and in "
-        "training it raises DataDependentError: .item() needs a traced tensor's value"),
     "bigbird": (
         "BigBird's block-sparse attention builds its random blocks with NumPy in Python "
         "on every call (np.random.permutation in training, np.zeros of the sizes in eval) "
@@ -102,6 +94,17 @@ XFAIL: dict[str, str] = {
         "(ThunderTraceError: torch.tensor got a NumPy array ... computed in Python while "
         "tracing)"),
 }
+XFAIL_TRAINING: dict[str, str] = {
+    "reformer": (
+        "Reformer trains through reversible layers: _ReversibleFunction.backward "
+        "(modeling_reformer.py:1743) recomputes each layer and calls "
+        "res_hidden_states.backward(...) inside the custom backward "
+        "(modeling_reformer.py:1612), accumulating the layers' parameter gradients and "
+        "reading next_attn_output.grad; thunder_ir traces a custom backward as a region "
+        "of ops and has no Tensor.backward inside one (ThunderTraceError: "
+        "torch.Tensor.backward failed on traced inputs)"),
+}
+"""Expected failures of the training test only (the inference test passes)."""
 
 
 def _inputs(n: int, step: int) -> dict[str, torch.Tensor]:
@@ -143,12 +146,13 @@ def _train_as_eager(model: nn.Module, lengths: Sequence[int]) -> Any:
     return jm
 
 
-def _marks(family: str) -> list[Any]:
-    reason = XFAIL.get(family)
+def _marks(family: str, training: bool = False) -> list[Any]:
+    reason = XFAIL.get(family) or (XFAIL_TRAINING.get(family) if training else None)
     return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
 
 
 CASES = [pytest.param(f, marks=_marks(f)) for f in FAMILIES]
+TRAINING_CASES = [pytest.param(f, marks=_marks(f, training=True)) for f in FAMILIES]
 
 
 @pytest.fixture(autouse=True)
@@ -176,7 +180,7 @@ def test_family_inference_over_lengths_one_program(family: str) -> None:
     assert thunder_ir.cache_misses(jm) <= 2, thunder_ir.compile_status(jm)["static"]
 
 
-@pytest.mark.parametrize("family", CASES)
+@pytest.mark.parametrize("family", TRAINING_CASES)
 def test_family_trains_as_eager_over_lengths_one_program(family: str) -> None:
     """SGD steps over lengths (routings and sizes change): eager's logits, losses,
     gradients and parameters; at most two programs."""

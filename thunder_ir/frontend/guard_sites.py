@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from thunder_ir.dialects.symbols import SymbolTable
-from thunder_ir.frontend import context
+from thunder_ir.frontend import context, int_sizes
 from thunder_ir.frontend.context import tracing_now
 from thunder_ir.frontend.errors import user_location
 
@@ -50,7 +50,11 @@ def attach(table: SymbolTable) -> None:
 def site() -> str | None:
     """``"<torch function> at <file>:<line>"`` while this thread traces user code: the
     innermost torch function the tracer handles (`traced_function`) and the innermost
-    frame of user code (None outside a trace)."""
+    frame of user code (None outside a trace); for a guard recorded later for a line,
+    that line's (`thunder_ir.frontend.int_sizes.site_for`)."""
+    later = int_sizes.site_for()
+    if later is not None:
+        return later
     if not tracing_now():
         return None
     where = user_location()

@@ -46,6 +46,8 @@ from typing import Any
 
 import torch
 
+from thunder_ir.frontend import int_sizes
+
 _CONCRETE: dict[type, type] = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
 
 
@@ -108,14 +110,16 @@ _TRACING = 0  # threads' traces open (`classes_as_eager`)
 
 
 def install(tracing_now: Callable[[], bool]) -> list[tuple[Any, str, Callable[[Any], Any]]]:
-    """The swaps of the symbolic numbers' ``__repr__`` (put in place while some thread
-    traces, `thunder_ir.frontend.takeover.patched`), after making the ``__getattribute__``
+    """The swaps of the symbolic numbers' ``__repr__``, and of ``SymInt``'s ``__int__`` and
+    comparisons (`thunder_ir.frontend.int_sizes`), put in place while some thread traces
+    (`thunder_ir.frontend.takeover.patched`), after making the ``__getattribute__``
     wrappers that `classes_as_eager` installs (see the module doc). ``tracing_now()`` says
     whether this thread traces user code."""
     for cls in _CONCRETE:
         if cls not in _GETATTRIBUTE:
             _GETATTRIBUTE[cls] = _getattribute(cls, tracing_now)
-    return [(cls, "__repr__", functools.partial(_repr, cls, tracing_now)) for cls in _CONCRETE]
+    return [*((cls, "__repr__", functools.partial(_repr, cls, tracing_now)) for cls in _CONCRETE),
+            *int_sizes.swaps(tracing_now, _from_user_code)]
 
 
 @contextlib.contextmanager
