@@ -20,7 +20,9 @@ A value template is ``("const", v)``, ``("out", k)`` (program output ``k``),
 ``int`` argument or a number the module keeps), ``fn(env)`` computing it from this call's
 values of the symbols (``env``, read by the program's
 `thunder_ir.runtime.dynamic.symbol_reader` before the epilogue writes;
-`thunder_ir.runtime.dynamic.symbolic_value`).
+`thunder_ir.runtime.dynamic.symbolic_value`), or ``("sym_out", text, fn, ((name, k),
+...))``: one whose unbacked symbols (an ``.item()`` returned) are the ``.item()`` of 0-d
+program outputs ``k``.
 """
 
 from __future__ import annotations
@@ -163,6 +165,10 @@ def build(t: Any, leaves: Sequence[Any], tops: Sequence[Any], outs: Sequence[Any
         return find(t[1], leaves, tops)
     if kind == "sym":
         return t[2](env)
+    if kind == "sym_out":  # symbols computed by the program: their outputs' values
+        values = dict(env or {})
+        values.update((name, outs[k].item()) for name, k in t[3])
+        return t[2](values)
     if kind == "list":
         return [build(v, leaves, tops, outs, env) for v in t[1]]
     if kind == "tuple":

@@ -314,8 +314,9 @@ def test_jit_refuses_in_place_on_a_non_leaf_argument_clearly() -> None:
 
 def test_data_dependent_error_points_at_the_backend() -> None:
     def route(x: torch.Tensor) -> torch.Tensor:
-        return x * x.abs().max().item()  # a float read from the data (a size would be a
-        # symbol: tests/test_data_dependent.py)
+        return x * (x.abs().max().item() * 0.5)  # arithmetic on a float read from the
+        # data, used as an operand (the float itself, or a size, would be a symbol:
+        # tests/test_data_dependent.py, tests/test_value_reads.py)
 
     with pytest.raises(thunder_ir.DataDependentError,
                        match=r"backend=thunder_ir.dynamo.ThunderCompiler\(\)"):

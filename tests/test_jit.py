@@ -417,7 +417,7 @@ def test_real_model_idioms() -> None:
 
 @pytest.mark.parametrize("body", [
     lambda x: x * 2 if float(x.sum()) > 0 else x,
-    lambda x: x + x.sum().item(),
+    lambda x: x + x.sum().item() * 2,  # arithmetic on a float .item() used as an operand
     lambda x: x.new_zeros(int(x.sum().abs())),
     lambda x: torch.tensor(x.tolist()),
 ])

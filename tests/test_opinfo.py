@@ -38,21 +38,9 @@ with warnings.catch_warnings():
 SAMPLES = int(os.environ.get("THUNDER_IR_OPINFO_SAMPLES", "10"))
 """Samples per op (0: all of them)."""
 
-_DATA = "its result's shape or a check depends on tensor values: DataDependentError"
 _NO_META = "torch has no meta kernel for it, so its shape is unknown while tracing"
 
 EXPECTED_FAILURES: dict[str, str] = {
-    "item": "returns a Python number read from the data: DataDependentError",
-    "combinations": _DATA + " (masked_select inside)",
-    "corrcoef": _DATA + " (it checks its weights with aten::equal)",
-    "cov": _DATA + " (it checks its weights with aten::equal)",
-    "istft": _DATA + " (it checks its window with aten::equal)",
-    "histogram": _DATA,
-    "histogramdd": _DATA,
-    "bincount": _DATA,
-    "nn.functional.one_hot": _DATA + " (num_classes=-1)",
-    "nn.functional.gaussian_nll_loss": _DATA + " (it checks var >= 0)",
-    "tensor_split": _DATA + " (tensor indices)",
     "geqrf": _NO_META,
     "linalg.lstsq": _NO_META,
     "linalg.lstsq.grad_oriented": _NO_META,
@@ -63,7 +51,7 @@ EXPECTED_FAILURES: dict[str, str] = {
 }
 """Ops (``name.variant``) that raise a clear error on some samples, with the reason."""
 
-MAX_EXPECTED_FAILURES = 18
+MAX_EXPECTED_FAILURES = 7
 """The table may only shrink: lower this as entries go."""
 
 VALUES_UNSPECIFIED = frozenset({"empty", "empty_like", "new_empty", "new_empty_strided",

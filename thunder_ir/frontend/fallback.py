@@ -38,6 +38,7 @@ from thunder_ir.frontend.errors import (
     where,
 )
 from thunder_ir.frontend.layout import call_layouts, meta_stand_in
+from thunder_ir.frontend.meta_rules import RULES as META_RULES
 from thunder_ir.frontend.number_tensors import as_sizes
 from thunder_ir.frontend.numpy_values import NDARRAY, array_argument
 from thunder_ir.frontend.proxy import is_proxy, root_proxy
@@ -63,7 +64,9 @@ SHAPE_RULES: dict[str, Callable[..., tuple[tuple[int, ...], torch.dtype]]] = {
 }
 """Result shape and dtype of torch functions without a meta kernel whose result's shape is
 known from their arguments (the result is on the first argument's device). Called with
-the call's arguments; the function itself runs, and is differentiated, by torch."""
+the call's arguments; the function itself runs, and is differentiated, by torch. A
+function whose meta run fails on a check of values (``torch.cov``) or a count
+(``torch.combinations``) has a meta rule instead (`thunder_ir.frontend.meta_rules`)."""
 
 
 def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
@@ -147,7 +150,8 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         with neutral():  # stand-ins made under inference_mode would be inference tensors
             stand_ins = [meta_stand_in(v.type, lay) if lay is not None else meta_value(v.type)
                          for v, lay in zip(operands, layouts, strict=True)]
-            meta = meta_call(name, operands, enc_args, enc_kwargs, grad_mask, stand_ins)
+            meta = meta_call(META_RULES.get(name, name), operands, enc_args, enc_kwargs,
+                             grad_mask, stand_ins)
     except ThunderTraceError:
         raise
     except Exception as e:

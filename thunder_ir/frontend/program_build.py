@@ -11,17 +11,24 @@ It knows nothing of eager's rules (`thunder_ir.frontend.eager_autograd`), of ali
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import FORWARD, Program
 from thunder_ir.dialects.symbols import SYMBOLIC_NUMBERS, sym_text
+from thunder_ir.frontend.errors import DATA_HINT, DataDependentError
 from thunder_ir.frontend.proxy import TensorProxy
 from thunder_ir.runtime.origins import Origin
+
+_UNBACKED_FLOAT = re.compile(r"\bzuf\d+\b")
+"""An unbacked float's name (a float ``.item()``, `thunder_ir.frontend.unbacked.item_float`)
+in expression text: the program has its value as the ``item`` call's result, never as text."""
 
 
 class ProgramBuild:
@@ -115,6 +122,10 @@ class ProgramBuild:
             key = (type(value), repr(value) if type(value) is float else value)
         v = self.numbers.get(key)
         if v is None:
+            if type(value) is torch.SymFloat and _UNBACKED_FLOAT.search(key[1]):
+                raise DataDependentError(  # (the program has the number, not its text)
+                    "arithmetic on a float .item() used as an operand needs a traced "
+                    f"tensor's value, but {DATA_HINT}")
             v = self.emitter.emit(ConstantOp, value=value)
             self.numbers[key] = v
         return v

@@ -20,9 +20,12 @@ of ops whose result is as long as a count of their input's values (``masked_sele
 boolean mask over leading dims), the count checked.
 In a compilation with a symbol table those sizes are unbacked symbols instead
 (`thunder_ir.frontend.unbacked`), and so is ``.item()`` of an integer (its sign
-speculated); these routes speculate the count only where that compile failed. Other value
-reads (``.item()`` of a float, ``.tolist()``, ``int(t)``) still raise `DataDependentError`:
-a program specialized to a number would rarely hold again.
+speculated; its value where sizes are speculated) and of a float (an unbacked
+``SymFloat``: returned, it is each call's number; a decision on it is speculated);
+these routes speculate the count only where that compile failed. ``int(t)`` of an integer
+tensor is speculated as ``int(t.item())`` is (`thunder_ir.frontend.value_reads`). Other
+value reads (``.tolist()``, ``float(t)``) still raise `DataDependentError`: a program
+specialized to a number would rarely hold again.
 """
 
 from __future__ import annotations
@@ -254,14 +257,25 @@ def _bool(ctx: TraceContext, self: Any) -> bool:
 
 
 def _item(ctx: TraceContext, self: Any) -> Any:
-    if self.dtype is not torch.bool:
-        if _unbacked_item(self) and unbacked_sizes(ctx, ".item()"):
-            # an unbacked symbol (a size, a slice bound); its sign speculated
+    """``t.item()``: of an integer, an unbacked symbol (a size, a slice bound; its sign
+    speculated), or, with sizes speculated, its value checked on every call; of a float,
+    an unbacked ``SymFloat`` (a returned ``loss.item()`` is each call's number); of a bool,
+    speculated (a condition)."""
+    if self.dtype is torch.bool:
+        return speculate(ctx, self)
+    if unbacked_item(self):
+        if unbacked_sizes(ctx, ".item()"):
             nonnegative = speculate(ctx, ctx.run_python(lambda t: t >= 0, (self,), {}))
             return unbacked.item(ctx, self, nonnegative)
-        raise DataDependentError(f"{where(ctx.loc)}: .item() needs a traced tensor's value, "
-                                 f"but {DATA_HINT}")
-    return speculate(ctx, self)
+        return speculate_count(ctx, self)
+    if self.dtype.is_floating_point and self.numel() == 1 and unbacked_sizes(ctx, ".item()"):
+        return unbacked.item_float(ctx, self)
+    raise DataDependentError(f"{where(ctx.loc)}: .item() needs a traced tensor's value, "
+                             f"but {DATA_HINT}")
+
+
+item_of = _item
+"""``t.item()`` as user code's call of it traces (for handlers that read indices)."""
 
 
 def _format(ctx: TraceContext, self: Any, spec: str = "") -> str:
@@ -317,7 +331,6 @@ def decide(env: Any, expr: Any) -> Any:
     from torch.utils._sympy.printers import PythonPrinter
 
     from thunder_ir.frontend.context import current, tracing_now
-    from thunder_ir.runtime.dynamic import symbolic_value
 
     if not tracing_now():
         return None
@@ -332,9 +345,11 @@ def decide(env: Any, expr: Any) -> Any:
         # (asked from a meta run: unbind's count of results; from user code: the tracer's
         # mode is on, and the call's values are computed outside it, not traced)
         tensors = [unbacked.symbol_tensor(ctx, n) for n in names]
-        fn = symbolic_value(PythonPrinter().doprint(expr))
+        fn = unbacked.value_function(PythonPrinter().doprint(expr), [*names, *sizes])
         value = ctx.run_python(
             lambda *ts: fn({**sizes, **dict(zip(names, ts, strict=True))}), tensors, {})
+        if not is_proxy(value):  # (Python's max/min over the tensors decided already)
+            return sympy.sympify(value)
         if isinstance(expr, sympy.Rel | sympy.logic.boolalg.BooleanFunction):
             holds = speculate(ctx, value)
             fact = expr if holds else expr.negated if isinstance(expr, sympy.Rel) else None
@@ -342,7 +357,12 @@ def decide(env: Any, expr: Any) -> Any:
                 _fact(lambda: env.guard_or_defer_runtime_assert(fact, "speculated"))
             return sympy.true if holds else sympy.false
         with torch._C.DisableTorchFunction():  # (a real tensor, read in user code)
-            n = int(concrete(ctx, value._value))
+            real = concrete(ctx, value._value)
+            if expr.is_integer is not True:  # a float's value (an .item() of a float)
+                f = float(real)
+                speculate(ctx, ctx.run_python(lambda t: t == f, (value,), {}))
+                return sympy.Float(f)
+            n = int(real)
         speculate(ctx, ctx.run_python(lambda t: t == n, (value,), {}))
     if isinstance(expr, sympy.Symbol):  # the symbol is n from now on
         _fact(lambda: env.constrain_symbol_range(expr, n, n))
@@ -388,7 +408,7 @@ def _fact(tell: Callable[[], Any]) -> None:
         tell()
 
 
-def _unbacked_item(t: Any) -> bool:
+def unbacked_item(t: Any) -> bool:
     """Whether ``t.item()`` can be an unbacked ``SymInt``: one element of an integer
     dtype."""
     return not (t.dtype.is_floating_point or t.dtype.is_complex) and t.numel() == 1
@@ -560,4 +580,5 @@ register_handlers([torch.equal], _equal)
 register_handlers([_T.allclose], _allclose)
 register_handlers([torch.allclose], _allclose)
 
-__all__ = ["MAX_VARIANTS", "concrete", "may_draw", "speculate"]
+__all__ = ["MAX_VARIANTS", "concrete", "item_of", "may_draw", "speculate", "speculate_count",
+           "unbacked_item", "unbacked_sizes"]

@@ -981,11 +981,13 @@ for _n in dir(torch):
 
 _INLINED = (F.batch_norm, F.group_norm, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d,
             F.alpha_dropout, F.feature_alpha_dropout, F.multi_head_attention_forward,
-            F.triplet_margin_with_distance_loss,
+            F.triplet_margin_with_distance_loss, F.gaussian_nll_loss,
             *[f for f in (getattr(F, "linear_cross_entropy", None),) if f is not None])
 """torch functions written in Python that the tracer runs as they are, recording the torch
 calls they make (their argument checks and warnings are eager's own), instead of recording
-one opaque call of the whole function."""
+one opaque call of the whole function. A check on values among them (``gaussian_nll_loss``'s
+``if torch.any(var < 0): raise``) is speculated: eager's branch, checked on every call
+(`thunder_ir.frontend.speculation`)."""
 
 
 for _fn in _INLINED:  # torch's own Python: eager autocasts each call it makes, and so do we

@@ -16,7 +16,7 @@ Under `TraceMode` each torch function, tensor method and operator goes to a hand
 
 This module imports every module that fills the handler table (`torch_map`,
 `torch_map_nn`, `einsum`, `setitem`, `repeat`, `custom_function`, `takeover`, `backward_hooks`,
-`speculation`, `hops`), so the table is complete
+`speculation`, `value_reads`, `hops`), so the table is complete
 whenever a program can be traced.
 """
 
@@ -62,6 +62,8 @@ from thunder_ir.frontend import (
     takeover,
     torch_map,
     torch_map_nn,
+    unbacked,
+    value_reads,
 )
 from thunder_ir.frontend.context import (
     TraceContext,
@@ -92,7 +94,7 @@ from thunder_ir.runtime.rebound import ReboundTensor
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
 
 HANDLER_MODULES = (torch_map, torch_map_nn, einsum, setitem, repeat, custom_function,
-                   takeover, backward_hooks, speculation, hops)
+                   takeover, backward_hooks, speculation, value_reads, hops)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
 
 def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> list[str]:
@@ -493,6 +495,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 written.append(len(outputs))
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
+        elif (number := unbacked.returned_number(ctx, leaf, outputs)) is not None:
+            out_leaves.append(("build", number))  # ``t.item()``: computed by the program
         elif contains_proxy(leaf, symbolic=True):  # an object made while traced holding
             # tensors (a cache), or a symbolic number (``step + 1``): made on each call
             out_leaves.append(("build", rec.template(leaf, "the returned value")))

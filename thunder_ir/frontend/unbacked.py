@@ -25,7 +25,11 @@ to one result never reaches another), typed with that count:
 - ``masked_select(x, mask)``: the same over both broadcast and flattened.
 
 ``t.item()`` of an integer tensor is such a symbol too (`item`): the program computes it
-and binds the symbol to its result.
+and binds the symbol to its result; of a float tensor, an unbacked ``SymFloat``
+(`item_float`). A size another op reads from values (``bincount``'s length, ``one_hot``'s
+``max + 1``) is `value_size`. A number user code returns that holds such symbols
+(``return loss.item()``) is computed on each call from 0-d outputs of the program
+(`returned_number`), a Python number as eager's.
 
 Without a table a trace that meets such an op raises `NeedsSymbols` (the compiler traces
 again with one); where the unbacked compile fails, the counts are speculated instead
@@ -35,6 +39,7 @@ again with one); where the unbacked compile fails, the counts are speculated ins
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -152,6 +157,22 @@ def item(ctx: TraceContext, t: TensorProxy, nonnegative: bool) -> Any:
     return n
 
 
+def value_size(ctx: TraceContext, compute: Callable[[], TensorProxy], least: int = 0) -> Any:
+    """A new unbacked size (``u0``) that a traced value gives (``bincount``'s length, the
+    ``max + 1`` of ``one_hot(x)``), at least ``least`` (the fact torch's fake kernel
+    states); ``compute()`` traces that value as a 0-d integer tensor, only where a decision
+    on the size needs it (`symbol_tensor`). The op typed with it binds it at run time
+    from its real result."""
+    from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size
+
+    table = symbols.current()
+    assert table is not None, "an unbacked size needs a symbol table"
+    n = table.env.create_unbacked_symint()
+    _constrain_range_for_size(n, min=least)
+    ctx.build.counts[("of", str(table.text(n)))] = ("value", compute)
+    return n
+
+
 def symbol_tensor(ctx: TraceContext, name: str) -> TensorProxy | None:
     """A 0-d traced tensor holding unbacked symbol ``name``'s value (a mask's count, the
     tensor an ``.item()`` read), for a check of a decision on it; None for a symbol this
@@ -160,10 +181,69 @@ def symbol_tensor(ctx: TraceContext, name: str) -> TensorProxy | None:
     if made is None:
         return None
     kind, src = made
+    if kind == "value":
+        return src()
     if kind == "count":
         return ctx.run_python(lambda m: (m != 0).sum(), (src,), {})
+    if src.dtype.is_floating_point:  # (a float's decisions in double, as Python's)
+        return ctx.run_python(lambda t: t.reshape(()).to(torch.float64), (src,), {})
     return ctx.run_python(lambda t: t.reshape(()), (src,), {})
 
 
-__all__ = ["count", "item", "mask_index", "masked_select", "new_size", "nonzero", "nonzero_tuple",
-           "symbol_tensor"]
+def returned_number(ctx: TraceContext, v: Any, outputs: list[Any]) -> Any:
+    """The value template (`thunder_ir.runtime.pystate`) of a number user code returns
+    that holds unbacked symbols (``return x.sum(), t.item()``; eager returns a Python
+    number): each symbol's 0-d tensor (`symbol_tensor`, detached) becomes a program output
+    and the number is computed from their ``.item()`` on each call, as eager computes it
+    (``("sym_out", text, fn, ((name, output), ...))``); None where some symbol is not
+    one this trace made (torch's own error follows)."""
+    table = symbols.current()
+    if table is None or not isinstance(v, symbols.SYMBOLIC_NUMBERS):
+        return None
+    expr = table.env.simplify(v.node.expr)
+    names = sorted(str(s) for s in expr.free_symbols)
+    if not names or any(("of", n) not in ctx.build.counts for n in names):
+        return None
+    text = table.text(v)
+    if not isinstance(text, str):
+        return None
+    pairs = []
+    for n in names:
+        t = symbol_tensor(ctx, n)
+        assert t is not None
+        pairs.append((n, len(outputs)))
+        outputs.append(ctx.value_of(ctx.run_python(lambda x: x.detach(), (t,), {})))
+    return ("sym_out", text, value_function(text, names), tuple(pairs))
+
+
+def value_function(text: str, names: Any) -> Callable[[dict[str, Any]], Any]:
+    """``value(env)``: expression ``text`` computed from ``env``'s values of ``names``
+    (`thunder_ir.runtime.dynamic.symbolic_value`, for any symbol's name: an unbacked
+    float's ``zuf0`` too)."""
+    from thunder_ir.runtime.python_printer import load_python
+
+    src = "def value(env):\n" + "".join(f"  {n} = env[{n!r}]\n" for n in names) + \
+        f"  return {text}\n"
+    fn: Callable[[dict[str, Any]], Any] = load_python(src, "value", {})
+    return fn
+
+
+def item_float(ctx: TraceContext, t: TensorProxy) -> Any:
+    """``t.item()`` of a one-element float tensor: a new unbacked ``SymFloat`` the program
+    computes (``torch.Tensor.item``); returned, it is this call's number (`returned_number`)."""
+    table = symbols.current()
+    assert table is not None, "an unbacked number needs a symbol table"
+    f = table.env.create_unbacked_symfloat()
+    name = str(f.node.expr)
+    ctx.build.counts[("of", name)] = ("item", t)
+    op = make_call(torch_name(torch.Tensor.item), [ctx.value_of(t)], [OperandRef(0)], {},
+                   result_types=[number_type(float)])
+    op.attributes[symbols.UNBACKED_RESULT] = StringAttr(name)
+    # an operand of a later op (``x * loss.item()``) is this result itself
+    ctx.build.numbers[(torch.SymFloat, str(table.text(f)))] = ctx.record(op)[0]
+    return f
+
+
+__all__ = ["count", "item", "item_float", "mask_index", "masked_select", "new_size", "nonzero",
+           "nonzero_tuple", "returned_number", "symbol_tensor", "value_function",
+           "value_size"]

@@ -1,0 +1,177 @@
+"""Ops that read a traced tensor's values for a size or a Python number.
+
+- ``torch.bincount(x, weights, minlength)``: as long as ``max(x) + 1`` (or ``minlength``,
+  or ``minlength`` for an empty ``x``): a new unbacked size ``u0 >= minlength``, as
+  torch's fake kernel makes it (`thunder_ir.frontend.unbacked.value_size`); the opaque
+  call runs eager's kernel (its checks and errors included).
+- ``F.one_hot(x)`` / ``one_hot(x, -1)``: ``num_classes`` is ``max(x) + 1``: the last dim
+  an unbacked size ``u0 >= 1`` (one class at least: eager's error for an empty ``x``);
+  the opaque call with ``-1`` runs eager's kernel (its check that no class is negative).
+- ``int(t)`` of a one-element integer or bool tensor: Python's ``__int__`` must return an
+  ``int``, so the value is speculated as ``int(t.item())`` is: this call's value, checked
+  on every call (`thunder_ir.frontend.speculation`); a float tensor's value is refused
+  (a program fixed to a float would rarely hold again).
+- ``torch.tensor_split(x, t, dim)`` with a tensor ``t`` (eager reads it as Python ints on
+  the CPU): a 1-D ``t`` holds the split indices, each an ``.item()`` of an unbacked
+  symbol that slices ``x`` as eager's ``x[..., a:b]`` (views of ``x``); a 0-d ``t`` is a
+  number of sections, which decides how many results there are: speculated.
+
+- ``torch.histogramdd``: its edges and its counts as two opaque calls, as ATen composes it
+  (one call cannot return its tuple of edges inside its result).
+
+Where the compile with unbacked sizes failed (or without a symbol table, `NeedsSymbols`
+first) the sizes are speculated: this call's value, checked on every call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+
+from thunder_ir.dialects.types import canonical_device, tensor_type
+from thunder_ir.frontend import unbacked
+from thunder_ir.frontend.errors import DATA_HINT, DataDependentError, UseFallback, where
+from thunder_ir.frontend.fallback import fallback
+from thunder_ir.frontend.number_tensors import number_value
+from thunder_ir.frontend.proxy import is_proxy
+from thunder_ir.frontend.speculation import (
+    speculate,
+    speculate_count,
+    unbacked_item,
+    unbacked_sizes,
+)
+from thunder_ir.frontend.table import register_handlers
+
+if TYPE_CHECKING:
+    from thunder_ir.frontend.context import TraceContext
+
+_T = torch.Tensor
+
+
+def _length(ctx: TraceContext, what: str, compute: Any, least: int) -> Any:
+    """A size that ``compute()`` (a traced 0-d integer tensor) gives: an unbacked symbol
+    at least ``least``, or (sizes speculated) this call's value, checked."""
+    if unbacked_sizes(ctx, what):
+        return unbacked.value_size(ctx, compute, least)
+    return speculate_count(ctx, compute())
+
+
+def _bincount(ctx: TraceContext, input: Any, weights: Any = None, minlength: Any = 0) -> Any:
+    """``torch.bincount``: the opaque call typed ``[u0]``, ``u0`` its length."""
+    if not is_proxy(input) or type(minlength) is not int or input.ndim != 1 \
+            or input.dtype.is_floating_point or input.dtype.is_complex \
+            or input.dtype is torch.bool or (weights is not None and not is_proxy(weights)):
+        raise UseFallback  # (eager's errors, from the meta run or torch)
+    if type(input.shape[0]) is int and input.shape[0] == 0:
+        n: Any = max(minlength, 0)
+    else:
+        n = _length(ctx, "torch.bincount", lambda: ctx.run_python(
+            lambda x: (x.max().to(torch.int64) + 1).clamp(min=minlength), (input,), {}),
+                    max(minlength, 0))
+    dtype = torch.int64 if weights is None else \
+        torch.float32 if weights.dtype is torch.float32 else torch.float64
+    t = tensor_type((n,), dtype, canonical_device(input.device))
+    kwargs = {"minlength": minlength} if minlength else {}
+    return fallback(ctx, torch.bincount, (input, weights), kwargs, result_type=t)
+
+
+def _one_hot(ctx: TraceContext, input: Any, num_classes: Any = -1) -> Any:
+    """``F.one_hot(x)``: the opaque call typed ``[*x.shape, u0]``, ``u0 = max(x) + 1``."""
+    if num_classes != -1 or not is_proxy(input) or input.dtype is not torch.int64:
+        raise UseFallback
+    if type(input.numel()) is int and input.numel() == 0:
+        raise RuntimeError("Can not infer total number of classes from empty tensor.\n"
+                           f"  at {where(ctx.loc)}")
+    n = _length(ctx, "F.one_hot", lambda: ctx.run_python(lambda x: x.max() + 1, (input,), {}),
+                1)
+    t = tensor_type((*input.shape, n), torch.int64, canonical_device(input.device))
+    return fallback(ctx, F.one_hot, (input,), {"num_classes": -1}, result_type=t)
+
+
+def _int(ctx: TraceContext, self: Any) -> int:
+    """``int(t)``: its value this call, checked on every call (as ``int(t.item())``)."""
+    n = number_value(self._value)
+    if type(n) is int:
+        return n
+    if self.numel() != 1:
+        raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to "
+                           f"Scalar\n  at {where(ctx.loc)}")
+    if not (unbacked_item(self) or self.dtype is torch.bool):
+        raise DataDependentError(f"{where(ctx.loc)}: int() of a {self.dtype} tensor needs "
+                                 f"its value, but {DATA_HINT}")
+    if self.dtype is torch.bool:
+        return int(speculate(ctx, self))
+    return speculate_count(ctx, self)
+
+
+def _tensor_split(ctx: TraceContext, input: Any, indices_or_sections: Any, dim: Any = 0
+                  ) -> Any:
+    """``torch.tensor_split`` by a tensor of indices or sections (eager reads it on the
+    CPU): the indices unbacked ``.item()`` symbols slicing ``input`` as eager does; a
+    number of sections speculated."""
+    t = indices_or_sections
+    if not (is_proxy(input) and is_proxy(t) and type(dim) is int and t.ndim <= 1
+            and t.dtype is torch.int64 and t.device.type == "cpu"
+            and -input.ndim <= dim < max(input.ndim, 1) and input.ndim > 0):
+        raise UseFallback
+    if t.ndim == 0:
+        sections = speculate_count(ctx, t)
+        return ctx.run_python(torch.tensor_split, (input, sections, dim), {})
+    d = dim % input.ndim
+    size = input.shape[d]
+    if not unbacked_sizes(ctx, "torch.tensor_split"):
+        return ctx.run_python(torch.tensor_split, (input, [
+            speculate_count(ctx, ctx.run_python(lambda x, i=i: x[i], (t,), {}))
+            for i in range(t.shape[0])], d), {})
+    # each piece is eager's at::slice(x, d, start, end): bounds wrapped (negative: from the
+    # end), clamped to [0, size], an end before its start empty; its offset and length
+    # .item()s of those (unbacked symbols, bound by the program), so later ops see plain
+    # sizes
+    bounds = ctx.run_python(lambda i: torch.where(i < 0, i + size, i).clamp(0, size), (t,), {})
+    pieces = []
+    for k in range(t.shape[0] + 1):
+        def span(b: Any, k: int = k) -> Any:
+            lo = b[k - 1] if k else torch.zeros((), dtype=b.dtype)
+            hi = b[k] if k < b.shape[0] else torch.full((), size, dtype=b.dtype)
+            return lo, (hi - lo).clamp(min=0)
+
+        lo, n = ctx.run_python(span, (bounds,), {})
+        lo, n = unbacked.item(ctx, lo, True), unbacked.item(ctx, n, True)
+        pieces.append(ctx.run_python(lambda x, lo=lo, n=n: x.narrow(d, lo, n), (input,), {}))
+    return tuple(pieces)
+
+
+def _histogramdd(ctx: TraceContext, input: Any, bins: Any, *, range: Any = None,
+                 weight: Any = None, density: bool = False) -> Any:
+    """``torch.histogramdd`` as ATen composes it: its edges
+    (``torch._histogramdd_bin_edges``, or the edge tensors given, returned as they are)
+    and its counts, each an opaque call typed by its meta rule
+    (`thunder_ir.frontend.meta_rules`): eager's result holds a tuple of tensors, which one
+    opaque call cannot return."""
+    if not is_proxy(input) or input.ndim < 1:
+        raise UseFallback
+    if isinstance(bins, list | tuple) and bins and all(is_proxy(b) for b in bins):
+        hist = fallback(ctx, torch._histogramdd_from_bin_tensors, (input, list(bins)),
+                        {"weight": weight, "density": density})
+        return torch.return_types.histogramdd((hist, tuple(bins)))
+    dims = input.shape[-1]
+    if type(dims) is not int:
+        raise UseFallback
+    counts = [bins] * dims if type(bins) is int else bins
+    if not (isinstance(counts, list | tuple) and all(type(b) is int for b in counts)):
+        raise UseFallback
+    kw = {"range": range, "weight": weight, "density": density}
+    edges = fallback(ctx, torch._histogramdd_bin_edges, (input, list(counts)), kw)
+    hist = fallback(ctx, torch._histogramdd_from_bin_cts, (input, list(counts)), kw)
+    return torch.return_types.histogramdd((hist, tuple(edges)))
+
+
+register_handlers([torch.histogramdd], _histogramdd)
+register_handlers([torch.bincount, _T.bincount], _bincount)
+register_handlers([F.one_hot, torch._C._nn.one_hot], _one_hot)
+register_handlers([_T.__int__], _int)
+register_handlers([torch.tensor_split, _T.tensor_split], _tensor_split)
+
+__all__: list[str] = []
