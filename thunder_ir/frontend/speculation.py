@@ -323,9 +323,11 @@ def decide(env: Any, expr: Any) -> Any:
     rows.shape[0] > 2``, ``int(n)`` of an ``.item()``): control flow on values, so
     speculated: its value this call (the symbols' tensors computed on the call's real
     ones), checked by the program on every call (``tir.assume``), and told to the
-    ``ShapeEnv`` as a fact (a count fixed to 4 is 4 from then on). None (torch raises
-    its ``GuardOnDataDependentSymNode``) outside a trace, inside a custom backward or a
-    meta run, or for a symbol this trace did not make."""
+    ``ShapeEnv`` as a fact (a count fixed to 4 is 4 from then on). The expression may
+    mix the call's sizes in (``mask.sum().item() < b * s``: ``u0 < s0*s1``): the check
+    computes them from each call's sizes (`_backed`). None (torch raises its
+    ``GuardOnDataDependentSymNode``) outside a trace, inside a custom backward or a meta
+    run, or for a symbol this trace did not make."""
     import sympy
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.utils._sympy.printers import PythonPrinter
