@@ -171,6 +171,15 @@ def test_int_item_returned_is_a_python_int() -> None:
     assert type(jf(torch.ones(5))[1]) is int
 
 
+def test_item_returned_with_the_calls_sizes_over_every_size() -> None:
+    """``count + x.shape[0]``: an unbacked symbol and a backed size, each call's."""
+    def f(x: torch.Tensor) -> Any:
+        return x * 2, (x > 0).sum().item() + x.shape[0], x[x > 0].shape[0] * x.shape[0]
+
+    jf = _checked(f, [(torch.randn(n),) for n in (3, 4, 5, 6, 7)], backward=False)
+    assert thunder_ir.cache_misses(jf) <= 2
+
+
 def test_float_item_as_an_operand_is_one_program() -> None:
     def f(x: torch.Tensor) -> Any:
         scale = x.detach().abs().max().item()

@@ -495,7 +495,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 written.append(len(outputs))
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
-        elif (number := unbacked.returned_number(ctx, leaf, outputs)) is not None:
+        elif (number := unbacked.returned_number(ctx, leaf, outputs, rec.symbols)) \
+                is not None:
             out_leaves.append(("build", number))  # ``t.item()``: computed by the program
         elif contains_proxy(leaf, symbolic=True):  # an object made while traced holding
             # tensors (a cache), or a symbolic number (``step + 1``): made on each call

@@ -190,19 +190,22 @@ def symbol_tensor(ctx: TraceContext, name: str) -> TensorProxy | None:
     return ctx.run_python(lambda t: t.reshape(()), (src,), {})
 
 
-def returned_number(ctx: TraceContext, v: Any, outputs: list[Any]) -> Any:
+def returned_number(ctx: TraceContext, v: Any, outputs: list[Any], sizes: set[str]) -> Any:
     """The value template (`thunder_ir.runtime.pystate`) of a number user code returns
     that holds unbacked symbols (``return x.sum(), t.item()``; eager returns a Python
     number): each symbol's 0-d tensor (`symbol_tensor`, detached) becomes a program output
     and the number is computed from their ``.item()`` on each call, as eager computes it
-    (``("sym_out", text, fn, ((name, output), ...))``); None where some symbol is not
-    one this trace made (torch's own error follows)."""
+    (``("sym_out", text, fn, ((name, output), ...))``), with the call's sizes it also
+    holds (``u0 + s0``: added to ``sizes``, the symbols the program reads from the call
+    for it); None where it holds no unbacked symbol this trace made, or a symbol that
+    is neither (torch's own error follows)."""
     table = symbols.current()
     if table is None or not isinstance(v, symbols.SYMBOLIC_NUMBERS):
         return None
     expr = table.env.simplify(v.node.expr)
-    names = sorted(str(s) for s in expr.free_symbols)
-    if not names or any(("of", n) not in ctx.build.counts for n in names):
+    names = sorted(str(s) for s in expr.free_symbols if ("of", str(s)) in ctx.build.counts)
+    backed = sorted(str(s) for s in expr.free_symbols if ("of", str(s)) not in ctx.build.counts)
+    if not names or any(n not in table.sources for n in backed):
         return None
     text = table.text(v)
     if not isinstance(text, str):
@@ -213,7 +216,8 @@ def returned_number(ctx: TraceContext, v: Any, outputs: list[Any]) -> Any:
         assert t is not None
         pairs.append((n, len(outputs)))
         outputs.append(ctx.value_of(ctx.run_python(lambda x: x.detach(), (t,), {})))
-    return ("sym_out", text, value_function(text, names), tuple(pairs))
+    sizes.update(backed)
+    return ("sym_out", text, value_function(text, [*names, *backed]), tuple(pairs))
 
 
 def value_function(text: str, names: Any) -> Callable[[dict[str, Any]], Any]:
