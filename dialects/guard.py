@@ -264,6 +264,8 @@ class AttrMetaOp(GuardOp):
     attr = prop_def(StringAttr)
     index = prop_def(IntegerAttr[I64])
     buffer = opt_prop_def(UnitAttr)
+    item = opt_prop_def(StringAttr)
+    """An entry of the dict or list the attribute holds: its key's ``repr``."""
     exact = opt_prop_def(UnitAttr)
     shape = result_def(ValueType)
     dtype = result_def(ValueType)
@@ -276,7 +278,8 @@ class AttrMetaOp(GuardOp):
         base = f"m{self.index.value.data}"
         if self.buffer is not None:
             return f"{base}._buffers[{name!r}]"
-        return f"{base}.{name}" if name.isidentifier() else f"{base}.__dict__[{name!r}]"
+        read = f"{base}.{name}" if name.isidentifier() else f"{base}.__dict__[{name!r}]"
+        return read if self.item is None else f"{read}[{self.item.data}]"
 
     def python(self, operands: Sequence[str]) -> list[str]:
         return [m.format(self._read()) for m in _meta(self)]

@@ -42,9 +42,11 @@ LEAVES = "L"
 
 def tensor_steps(kind: ModuleTensor) -> tuple[tuple[str, str], ...]:
     """Where a `ModuleTensor` lies in its module: ``_buffers[name]`` for a buffer (not
-    through ``nn.Module.__getattr__``), the attribute ``name`` otherwise."""
-    return (("attr", "_buffers"), ("item", kind.name)) if kind.buffer else \
-        (("attr", kind.name),)
+    through ``nn.Module.__getattr__``), the attribute ``name`` otherwise, then the entry
+    of the dict or list it holds (``item``)."""
+    if kind.buffer:
+        return (("attr", "_buffers"), ("item", kind.name))
+    return (("attr", kind.name), *(("item", k) for k in kind.item))
 
 
 def gather_function(origins: Sequence[Origin], state: Mapping[str, torch.Tensor]

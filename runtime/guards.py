@@ -23,7 +23,7 @@ import dis
 import enum
 import types
 import warnings
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -137,11 +137,15 @@ class _Walk:
     """One fingerprint's walk: the dicts to watch, the lists to compare on each call, the
     objects kept alive, the values seen (cycles), a budget, and where it stopped."""
 
-    __slots__ = ("budget", "keep", "lists", "seen", "stopped", "watched")
+    __slots__ = ("budget", "containers", "keep", "lists", "seen", "stopped", "watched")
 
     def __init__(self, keep: list[Any], watched: list[dict[Any, Any]] | None,
-                 lists: list[tuple[list[Any], tuple[Any, ...]]] | None) -> None:
+                 lists: list[tuple[list[Any], tuple[Any, ...]]] | None,
+                 containers: Mapping[int, frozenset[Any]] | None = None) -> None:
         self.keep, self.watched, self.lists = keep, watched, lists
+        self.containers = containers or {}
+        """Id of a dict or list -> the keys of its entries that ``forward`` rebinds to
+        tensors (`thunder_ir.runtime.rebound`): fingerprinted by type (`rebound_key`)."""
         self.seen: set[int] = set()
         self.budget = MAX_FIELDS
         self.stopped: list[str] = []
@@ -152,7 +156,8 @@ def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]]
                lists: list[tuple[list[Any], tuple[Any, ...]]] | None = None,
                ints: frozenset[str] = frozenset(), path: str = "",
                stopped: list[str] | None = None, seen: set[int] | None = None,
-               tensors: frozenset[str] = frozenset()) -> Hashable:
+               tensors: frozenset[str] = frozenset(),
+               containers: Mapping[int, frozenset[Any]] | None = None) -> Hashable:
     """The fingerprint of a dict of fields. With ``watched``, a config-like value's own
     fields, a plain dict's items and (with ``lists``) a list's items are fingerprinted too,
     down to `MAX_DEPTH` levels (``self.cfg.inner.gain[1]``): dicts and objects' field
@@ -163,7 +168,7 @@ def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]]
     ``stopped`` collects where the walk gave up (too deep, too much state). ``seen``: the
     objects already followed by the caller's other calls (a config every layer holds is
     walked and watched once per fingerprint)."""
-    walk = _Walk(keep, watched, lists)
+    walk = _Walk(keep, watched, lists, containers)
     if seen is not None:
         walk.seen = seen
     out = _fields(walk, d, skip, ints, path, 0, tensors)
@@ -203,16 +208,19 @@ def _value(walk: _Walk, v: Any, path: str, depth: int) -> Hashable:
     walk.seen.add(id(v))
     walk.keep.append(v)
     walk.budget -= len(v) if t is dict or t is list else len(v.__dict__)
+    rebound = walk.containers.get(id(v), ()) if walk.containers else ()
     if t is list:
         if walk.lists is not None:
             walk.lists.append((v, tuple(value_key(x, []) for x in v)))
-        return ("list", id(v), tuple(_value(walk, x, f"{path}[{i}]", depth + 1)
-                                     for i, x in enumerate(v)))
+        return ("list", id(v), tuple(
+            r if i in rebound and (r := rebound_key(x)) is not None
+            else _value(walk, x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v)))
     if walk.watched is not None:
         walk.watched.append(v if t is dict else v.__dict__)
     if t is dict:
         return ("dict", id(v), tuple((value_key(k, walk.keep),
-                                      _value(walk, x, f"{path}[{k!r}]", depth + 1))
+                                      r if k in rebound and (r := rebound_key(x)) is not None
+                                      else _value(walk, x, f"{path}[{k!r}]", depth + 1))
                                      for k, x in v.items()))
     return (t, id(v), _fields(walk, v.__dict__, frozenset(), frozenset(), path, depth + 1))
 
@@ -391,7 +399,8 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
 
 def module_guard(root: torch.nn.Module,
                  ints: dict[int, frozenset[str]] | None = None,
-                 tensors: dict[int, frozenset[str]] | None = None) -> StateGuard:
+                 tensors: dict[int, frozenset[str]] | None = None,
+                 containers: dict[int, frozenset[Any]] | None = None) -> StateGuard:
     """The state of a module tree: each module's class and plain attributes (config objects,
     dicts and lists followed down to `MAX_DEPTH` levels), its parameters', buffers' and
     submodules' identities, and every module hook (its own and torch's global ones).
@@ -401,7 +410,9 @@ def module_guard(root: torch.nn.Module,
     `StateGuard.invalidate`s the guard): guarded on being ``int``s; their values are in the
     cache key instead. ``tensors``: per module (by id), the buffers and plain attributes
     that ``forward`` rebinds on every call (`thunder_ir.runtime.rebound`, which fills the
-    dict): guarded on holding a tensor of their type; their metadata is in the cache key."""
+    dict): guarded on holding a tensor of their type; their metadata is in the cache key.
+    ``containers``: the same for entries of the dicts and lists modules hold (by the
+    container's id: ``self.cache["k"]``, ``self.states[0]``)."""
     g = torch.nn.modules.module
     ints = {} if ints is None else ints
     tensors = {} if tensors is None else tensors
@@ -422,7 +433,7 @@ def module_guard(root: torch.nn.Module,
             parts: list[Any] = [id(m), type(m),
                                 fields_key(md, keep, dicts, _SKIP_FIELDS, guard.lists,
                                            ints.get(id(m), none), path, guard.unguarded,
-                                           seen, rebound)]
+                                           seen, rebound, containers)]
             for name in _MODULE_DICTS:
                 d = md.get(name)
                 if d is None:

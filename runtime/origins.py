@@ -78,11 +78,15 @@ class ModuleTensor:
     module: Any
     name: str
     buffer: bool
+    item: tuple[Any, ...] = ()
+    """An entry of the dict or list the attribute holds (``self.cache["k"]``,
+    ``self.states[0]``): ``(key,)``; ``()`` for the attribute itself."""
 
     def read(self) -> Any:
         """The tensor the module holds there now."""
         d = self.module.__dict__
-        return d["_buffers"][self.name] if self.buffer else d[self.name]
+        v = d["_buffers"][self.name] if self.buffer else d[self.name]
+        return v[self.item[0]] if self.item else v
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,7 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
                    all_tensors: bool = False, tokens: Sequence[int] = (),
                    token_names: Sequence[str] = (), exact: bool = False,
                    attrs: Sequence[tuple[int, str, str]] = (),
-                   tensors: Sequence[tuple[int, str, str, bool]] = ()) -> ModuleOp:
+                   tensors: Sequence[tuple[Any, ...]] = ()) -> ModuleOp:
     """The module holding ``func.func @prologue(leaves...) -> key``.
 
     Args:
@@ -109,7 +109,8 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
             name)``: attribute ``name`` of the global ``m<i>``.
         tensors: the module tensors ``forward`` rebinds on every call, whose metadata the
             key holds (`thunder_ir.runtime.rebound`), each ``(i, label, name, buffer)``:
-            buffer (or plain attribute) ``name`` of the global ``m<i>``.
+            buffer (or plain attribute) ``name`` of the global ``m<i>``, with a fifth
+            element ``(key,)`` for an entry of the dict or list the attribute holds.
     """
     block = Block(arg_types=[G.VALUE] * len(arg_names))
     for i, a in enumerate(block.args):
@@ -132,11 +133,13 @@ def build_prologue(arg_names: Sequence[str], state_names: Sequence[str],
     for i, shown, attr in attrs:
         add(_op(G.AttrValueOp, label=StringAttr(shown), attr=StringAttr(attr),
                 index=IntegerAttr(i, i64)))
-    for i, shown, attr, buffer in tensors:
+    for i, shown, attr, buffer, *item in tensors:
         props: dict[str, Any] = {"label": StringAttr(shown), "attr": StringAttr(attr),
                                  "index": IntegerAttr(i, i64), **flag}
         if buffer:
             props["buffer"] = UnitAttr()
+        if item and item[0]:  # an entry of the dict or list it holds
+            props["item"] = StringAttr(repr(item[0][0]))
         add(_op(G.AttrMetaOp, (), 5, **props))
     for cls in (G.GradModeOp, G.InferenceModeOp, G.DefaultDtypeOp, G.DeterministicOp,
                 G.DefaultDeviceOp, G.AutocastOp):
@@ -231,7 +234,7 @@ def make_prologue(arg_names: Sequence[str], state: dict[str, torch.Tensor],
                   token_names: Sequence[str] = (), exact: bool = False,
                   attrs: Sequence[tuple[int, str, str]] = (),
                   modules: Sequence[Any] = (),
-                  tensors: Sequence[tuple[int, str, str, bool]] = ()) -> Prologue:
+                  tensors: Sequence[tuple[Any, ...]] = ()) -> Prologue:
     """Builds ``key(args) -> tuple`` for flat args plus module state (`build_prologue`,
     then `compile_prologue`).
 

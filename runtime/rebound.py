@@ -42,6 +42,16 @@ misses (a KV cache grown by ``torch.cat`` on every call) are symbolic from then 
 the trace gives the state's proxy those symbols, the dynamic key blanks them
 (`thunder_ir.runtime.dynamic.key_positions`) and the shape guard reads them from the
 state; a growing cache then runs one symbolic program after its first.
+
+Tensors held in a dict or list that a module attribute holds are state too where
+``forward`` rebinds them (``self.cache["k"] = ...``, ``self.states[i] = ...``): the entry
+(`ReboundTensor.item`) is read from the container on each call (the trace's shadow of the
+container holds the program input there, `thunder_ir.frontend.pystate.Recorder.inputs`),
+keyed by metadata (``m1.cache['k']`` in the prologue), written back by the epilogue's
+``setitem`` (a dict) or list assignment, and fingerprinted by type in the module guard
+(`by_container`, by the container's id). A list's items are compared by identity on
+every call, so a list of rebound tensors re-reads the module tree after each call (a
+cached call still); a dict's write is recognised (`rebinds`) and keeps the guard as is.
 """
 
 from __future__ import annotations
@@ -67,14 +77,32 @@ class ReboundTensor:
     buffer: bool
     label: str
     origin: ModuleTensor
+    item: tuple[Any, ...] = ()
+    """``(key,)``: an entry of the dict or list attribute ``name`` holds
+    (``self.cache["k"] = ...``, ``self.states[i] = ...``); ``()``: the attribute."""
 
     def value(self) -> torch.Tensor | None:
         """The tensor it holds now (not a parameter), or None."""
         d = self.module.__dict__
         v = d["_buffers"].get(self.name) if self.buffer else d.get(self.name)
+        if self.item:
+            v = _entry(v, self.item[0])
         if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter):
             return v
         return None
+
+    def container(self) -> Any:
+        """The dict or list holding it (an entry), else None."""
+        return self.module.__dict__.get(self.name) if self.item else None
+
+
+def _entry(container: Any, key: Any) -> Any:
+    """``container[key]`` of a plain dict or list, or None."""
+    if type(container) is dict:
+        return container.get(key)
+    if type(container) is list and type(key) is int and 0 <= key < len(container):
+        return container[key]
+    return None
 
 
 class _IntWrites(Protocol):
@@ -101,52 +129,72 @@ class ReboundState:
         self.root = root
         self.tensors: list[ReboundTensor] = []
         self.by_module: dict[int, frozenset[str]] = {}
-        self._known: set[tuple[int, str]] = set()
-        self.seen: dict[tuple[int, str], tuple[int, ...]] = {}
+        self.by_container: dict[int, frozenset[Any]] = {}
+        """Id of a dict or list a module attribute holds -> the keys of its rebound
+        entries; the module guard reads this dict (fingerprinted by type)."""
+        self._known: set[tuple[int, str, tuple[Any, ...]]] = set()
+        self._held: dict[int, Any] = {}
+        self.seen: dict[tuple[int, str, tuple[Any, ...]], tuple[int, ...]] = {}
         """Each state's shape at the last miss (or at the compile that found it)."""
-        self.grown: dict[tuple[int, str], tuple[int, ...]] = {}
+        self.grown: dict[tuple[int, str, tuple[Any, ...]], tuple[int, ...]] = {}
         """Each state's dims that changed between misses: symbolic from then on."""
 
     def learn(self, epilogue: Sequence[Action]) -> bool:
         """After a compile: the module tensors its epilogue rebinds become rebound state.
         Returns whether one is new (the caller then invalidates the module guard and its
         prologues)."""
-        wanted = [a for a in epilogue if a.target[0] == "obj" and a.op in ("setattr", "setitem")
-                  and _rebinding_template(a.value) and type(a.key) is str]
+        wanted = [(a, a.key) for a in epilogue if a.target[0] == "obj"
+                  and a.op in ("setattr", "setitem") and _rebinding_template(a.value)
+                  and type(a.key) in (str, int)]
+        wanted += [(a, i) for a in epilogue if a.target[0] == "obj" and a.op == "assign"
+                   and type(a.value) is tuple and a.value[0] == "list"
+                   for i, v in enumerate(a.value[1]) if _rebinding_template(v)]
         if not wanted:
             return False
         paths = {id(m): p for p, m in self.root.named_modules(prefix="self")}
         owners = {id(m.__dict__.get("_buffers")): m for m in self.root.modules()}
+        held = {id(v): (m, k) for m in self.root.modules() for k, v in m.__dict__.items()
+                if type(v) in (dict, list)}  # a module's dict or list attribute
         new = False
-        for a in wanted:
+        containers = dict(self.by_container)
+        for a, key in wanted:
             obj = a.target[1]
+            item: tuple[Any, ...] = ()
             if a.op == "setattr" and id(obj) in paths and isinstance(obj, torch.nn.Module):
-                module, buffer = obj, False
-            elif a.op == "setitem" and id(obj) in owners:
-                module, buffer = owners[id(obj)], True
+                module, name, buffer = obj, key, False
+            elif a.op == "setitem" and id(obj) in owners and type(key) is str:
+                module, name, buffer = owners[id(obj)], key, True
+            elif id(obj) in held and (type(obj) is list) == (a.op == "assign"):
+                (module, name), buffer, item = held[id(obj)], False, (key,)
             else:
                 continue
-            if (id(module), a.key) in self._known:
+            if item:  # (a container the attribute holds anew is learnt again)
+                self.by_container[id(obj)] = self.by_container.get(id(obj), frozenset()) \
+                    | {key}
+                self._held[id(obj)] = obj  # (kept: its id is a key of `by_container`)
+            if (id(module), name, item) in self._known:
                 continue
-            self._known.add((id(module), a.key))
-            label = f"{paths[id(module)]}.{a.key}"
-            self.tensors.append(ReboundTensor(module, a.key, buffer, label,
-                                              ModuleTensor(module, a.key, buffer)))
-            self.by_module[id(module)] = self.by_module.get(id(module), frozenset()) | {a.key}
+            self._known.add((id(module), name, item))
+            label = f"{paths[id(module)]}.{name}" + (f"[{key!r}]" if item else "")
+            self.tensors.append(ReboundTensor(module, name, buffer, label,
+                                              ModuleTensor(module, name, buffer, item), item))
+            if not item:
+                self.by_module[id(module)] = self.by_module.get(id(module), frozenset()) \
+                    | {name}
             new = True
-        return new
+        return new or containers != self.by_container
 
     def note_shapes(self) -> None:
         """Records the shapes the states hold now (the sizes a later miss compares)."""
         for r, v in self.current():
-            self.seen[(id(r.module), r.name)] = tuple(v.shape)
+            self.seen[(id(r.module), r.name, r.item)] = tuple(v.shape)
 
     def grow(self) -> bool:
         """On a miss: the dims of each state that changed since the last miss become
         symbolic from now on, by the arguments' policy (`changed`); whether any did."""
         new = False
         for r, v in self.current():
-            k = (id(r.module), r.name)
+            k = (id(r.module), r.name, r.item)
             shape, old = tuple(v.shape), self.seen.get(k)
             self.seen[k] = shape
             if old is None or old == shape:
@@ -165,7 +213,7 @@ class ReboundState:
             return {}
         out: Dynamic = {}
         for k, (r, v) in enumerate(self.current()):
-            dims = self.grown.get((id(r.module), r.name))
+            dims = self.grown.get((id(r.module), r.name, r.item))
             if dims and all(d < v.ndim for d in dims):
                 out[first + k] = dims
         return out
@@ -187,31 +235,33 @@ class ReboundState:
         return [(r, v) for r in self.tensors
                 if id(r.module) in tree and (v := r.value()) is not None]
 
-    def prologue_tensors(self, first: int) -> tuple[list[tuple[int, str, str, bool]],
+    def prologue_tensors(self, first: int) -> tuple[list[tuple[Any, ...]],
                                                     list[torch.nn.Module]]:
         """What the key reads now, for `thunder_ir.runtime.prologue.make_prologue`:
-        ``(i, label, name, buffer)`` of each rebound state holding a tensor (its module
-        the prologue's ``m<i>``, numbered from ``first``), and those modules."""
-        out: list[tuple[int, str, str, bool]] = []
+        ``(i, label, name, buffer, item)`` of each rebound state holding a tensor (its
+        module the prologue's ``m<i>``, numbered from ``first``), and those modules."""
+        out: list[tuple[Any, ...]] = []
         modules: list[torch.nn.Module] = []
         for r, _ in self.current():
-            out.append((first + len(modules), r.label, r.name, r.buffer))
+            out.append((first + len(modules), r.label, r.name, r.buffer, r.item))
             modules.append(r.module)
         return out, modules
 
-    def rebinds(self, a: Action, read: set[tuple[int, str]]) -> bool:
+    def rebinds(self, a: Action, read: set[tuple[int, str, tuple[Any, ...]]]) -> bool:
         """Whether ``a`` gives a rebound state that the program read as an input (``read``:
-        (module id, name) of its `ModuleTensor` inputs) a program output: a tensor for a
+        (module id, name, item) of its `ModuleTensor` inputs) a program output: a tensor for a
         tensor, which leaves the module guard's fingerprint as it was. (A state that held
         ``None`` when traced changes the fingerprint: the guard must see it.)"""
         if a.target[0] != "obj" or type(a.value) is not tuple or a.value[0] != "out":
             return False
         obj = a.target[1]
         if a.op == "setattr":
-            return (id(obj), a.key) in read
+            return (id(obj), a.key, ()) in read
         if a.op == "setitem":
-            return any(r.buffer and r.name == a.key and (id(r.module), r.name) in read
-                       and r.module.__dict__.get("_buffers") is obj for r in self.tensors)
+            return any((r.buffer and r.name == a.key and (id(r.module), r.name, ()) in read
+                        and r.module.__dict__.get("_buffers") is obj)
+                       or (r.item == (a.key,) and (id(r.module), r.name, r.item) in read
+                           and r.container() is obj) for r in self.tensors)
         return False
 
 
@@ -223,7 +273,7 @@ def leaves_guard_as_is(actions: Sequence[Action], ints: _IntWrites | None,
     module guard's fingerprint stays as it was, so it need not re-read the tree after it."""
     if not actions:
         return False
-    read = {(id(k.module), k.name) for k in inputs if type(k) is ModuleTensor}
+    read = {(id(k.module), k.name, k.item) for k in inputs if type(k) is ModuleTensor}
     return all((ints is not None and ints.writes_only_ints([a]))
                or (rebound is not None and rebound.rebinds(a, read)) for a in actions)
 

@@ -612,3 +612,115 @@ def test_a_static_cache_mode_compiles_per_size() -> None:
         _same(jm(x), eager(x))
         _same_state(model, eager, "k")
     assert thunder_ir.cache_misses(jm) == 5
+
+
+# --------------------------------------------------------------------------- dicts and lists
+
+
+class DictCache(nn.Module):
+    """State held in a dict on the module: ``self.cache["h"]`` rebound every call, and
+    ``self.cache["k"]`` grown by ``torch.cat``; ``self.cache["scale"]`` only read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.cache: dict[str, torch.Tensor] = {"h": torch.zeros(2, 4), "k": torch.zeros(1, 4),
+                                               "scale": torch.full((4,), 0.5)}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.lin(x) + self.cache["h"] * self.cache["scale"])
+        self.cache["h"] = h.detach()
+        self.cache["k"] = torch.cat([self.cache["k"], h.detach()[:1]], 0)
+        return h + self.cache["k"].mean(0)
+
+
+class ListStates(nn.Module):
+    """Per-layer states in a list on the module: ``self.states[i] = ...``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lins = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+        self.states = [torch.zeros(2, 4) for _ in range(3)]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, lin in enumerate(self.lins):
+            x = torch.tanh(lin(x) + self.states[i])
+            if i != 1:  # the middle state is only read
+                self.states[i] = x.detach()
+        return x
+
+
+def _same_entries(a: Any, b: Any) -> None:
+    """The entries of two dicts or lists: the same keys, and tensors with the same value,
+    dtype, shape, strides and requires_grad."""
+    ka = list(a) if isinstance(a, dict) else list(range(len(a)))
+    kb = list(b) if isinstance(b, dict) else list(range(len(b)))
+    assert ka == kb
+    for k in ka:
+        x, y = a[k], b[k]
+        assert type(x) is type(y)
+        assert (x.shape, x.stride(), x.dtype, x.requires_grad) == \
+            (y.shape, y.stride(), y.dtype, y.requires_grad)
+        _same(x, y)
+
+
+def _entries_as_eager(model: nn.Module, attr: str, calls: int, train: bool = False) -> Any:
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for _ in range(calls):
+        x = torch.randn(2, 4)
+        got, want = jm(x), eager(x)
+        _same(got, want)
+        _same_entries(getattr(model, attr), getattr(eager, attr))
+        if train:
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+                _same(p.grad, q.grad)
+    return jm
+
+
+def test_tensors_in_a_dict_rebound_every_call_are_inputs_and_outputs() -> None:
+    """``self.cache["h"] = ...`` and a ``self.cache["k"]`` that grows: read from the
+    dict on each call, keyed by metadata (the growing one symbolic), written back as
+    eager writes them; the entry only read stays the same tensor."""
+    torch.manual_seed(5)
+    model = DictCache()
+    scale = model.cache["scale"]
+    jm = _entries_as_eager(model, "cache", 12)
+    assert thunder_ir.cache_misses(jm) <= 2
+    assert model.cache["scale"] is scale
+    prologue = str(thunder_ir.last_prologue_traces(jm)[-1])
+    assert "cache['h']" in prologue and "cache['k']" in prologue
+
+
+def test_tensors_in_a_list_rebound_every_call_are_inputs_and_outputs() -> None:
+    torch.manual_seed(6)
+    model = ListStates()
+    middle = model.states[1]
+    jm = _entries_as_eager(model, "states", 10)
+    assert thunder_ir.cache_misses(jm) == 1
+    assert model.states[1] is middle
+
+
+def test_rebound_entries_train_as_eager() -> None:
+    torch.manual_seed(7)
+    for model, attr in ((DictCache(), "cache"), (ListStates(), "states")):
+        jm = _entries_as_eager(model, attr, 6, train=True)
+        assert thunder_ir.cache_misses(jm) <= 2
+
+
+def test_a_dict_replaced_by_the_user_between_calls() -> None:
+    """The user resets the cache (a new dict): the next call reads the new one."""
+    torch.manual_seed(8)
+    model = DictCache()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for step in range(9):
+        if step in (3, 6):
+            for m in (model, eager):
+                m.cache = {"h": torch.ones(2, 4), "k": torch.zeros(1, 4),
+                           "scale": torch.full((4,), 0.25)}
+        x = torch.randn(2, 4)
+        _same(jm(x), eager(x))
+        _same_entries(model.cache, eager.cache)

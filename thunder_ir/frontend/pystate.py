@@ -135,6 +135,10 @@ class Recorder:
     sources: dict[int, Ref] = field(default_factory=dict)
     symbols: set[str] = field(default_factory=set)
     """The symbols the ``("sym", ...)`` templates made so far compute with."""
+    inputs: dict[tuple[int, Any], Any] = field(default_factory=dict)
+    """(id of a dict or list a module holds, key) -> the program input that its shadow
+    holds there: an entry ``forward`` rebinds to a tensor on every call
+    (`thunder_ir.runtime.rebound`), read from the module, not lifted."""
     _made: dict[int, Any] = field(default_factory=dict)
     _concrete: bool = False
 
@@ -202,14 +206,18 @@ class Recorder:
             return self._shadow(v, sub, path_text(where, [step]), depth + 1, make_input,
                                 make_number)
 
+        def entry(k: Any, v: Any) -> Any:
+            made = self.inputs.get((id(value), k)) if self.inputs else None
+            return inner(k, v, "item") if made is None else made
+
         if t is list and len(value) <= MAX_ITEMS:
             copy: Any = []
             self._made[id(value)] = copy
-            copy.extend(inner(i, v, "item") for i, v in enumerate(value))
+            copy.extend(entry(i, v) for i, v in enumerate(value))
         elif t is dict and len(value) <= MAX_ITEMS:
             copy = {}
             self._made[id(value)] = copy
-            copy.update((k, inner(k, v, "item")) for k, v in value.items())
+            copy.update((k, entry(k, v)) for k, v in value.items())
         elif plain_object(value) and len(vars(value)) <= MAX_ITEMS:
             copy = blank(t)
             self._made[id(value)] = copy

@@ -418,9 +418,14 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         sizes = None if not dims else [  # the dims of it that grew: symbolic
             table.size(n, SymbolSource(first_rebound + k, i)) if i in dims else n  # type: ignore[union-attr]
             for i, n in enumerate(v.shape)]
-        p = ctx.tensor_input(v, "t_" + r.label.removeprefix("self.").replace(".", "_"),
-                             r.origin, sizes)
-        if r.buffer:  # the copy's _buffers, as a parameter's proxy
+        name = "t_" + r.label.removeprefix("self.").replace(".", "_")
+        if r.item:  # an entry of a dict or list the module holds: ``cache_k``, ``states_0``
+            name = name.split("[", 1)[0] + "_" + "".join(
+                c if c.isalnum() else "_" for c in str(r.item[0])).strip("_")
+        p = ctx.tensor_input(v, name, r.origin, sizes)
+        if r.item:  # its shadow holds the input there (`Recorder.inputs`)
+            rec.inputs[(id(r.container()), r.item[0])] = p
+        elif r.buffer:  # the copy's _buffers, as a parameter's proxy
             proxies[id(v)] = p
         else:
             overrides = {**overrides, id(r.module): {**overrides.get(id(r.module), {}),

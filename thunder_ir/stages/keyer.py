@@ -59,7 +59,8 @@ class Keyer:
         self.rebound = ReboundState(module) if module is not None else None
         if self.attrs is not None and self.rebound is not None:
             self.guards.append(module_guard(self.attrs.root, self.attrs.by_module,
-                                            self.rebound.by_module))
+                                            self.rebound.by_module,
+                                            self.rebound.by_container))
         cg = closure_guard(fn)
         if cg is not None:
             self.guards.append(cg)
@@ -109,7 +110,7 @@ class Keyer:
                 structure = self.structures.setdefault(spec, len(self.structures))
         attrs = self.attrs
         modules = attrs.modules() if attrs else []
-        tensors: list[tuple[int, str, str, bool]] = []
+        tensors: list[tuple[Any, ...]] = []
         if self.rebound is not None and self.rebound.tensors:
             tensors, more = self.rebound.prologue_tensors(len(modules))
             modules = [*modules, *more]
