@@ -336,3 +336,18 @@ def test_generate_with_a_sliding_window_cache(family: str) -> None:
     before = _misses(jm)
     assert torch.equal(jm.generate(ids, **kw), ref)
     assert _misses(jm) == before
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma2"])
+def test_generate_with_a_static_sliding_window_cache(family: str) -> None:
+    """``cache_implementation="static"``: the sliding layers count tokens in an ``int``
+    (``cumulative_length_int``): eager's tokens, the prefill and one decode program (it
+    compiled one per token)."""
+    model = _tiny(family)
+    ids = torch.randint(3, 128, (1, 6), generator=torch.Generator().manual_seed(3))
+    kw = {"max_new_tokens": 12, "min_new_tokens": 12, "do_sample": False,
+          "cache_implementation": "static"}
+    ref = model.generate(ids, **kw)
+    jm = thunder_ir.jit(copy.deepcopy(model))
+    assert torch.equal(jm.generate(ids, **kw), ref)
+    assert _misses(jm) <= 2
