@@ -276,6 +276,29 @@ def test_pythons_random_inside_traced_code_is_refused_with_the_line() -> None:
     assert isinstance(random.random(), float)  # the real one again, outside the trace
 
 
+@pytest.mark.parametrize("seed", [lambda: torch.seed(), lambda: torch.random.seed()],
+                         ids=["torch.seed", "torch.random.seed"])
+def test_torch_seed_inside_traced_code_is_refused_with_the_line(
+        seed: Callable[[], int]) -> None:
+    """``torch.seed()`` reseeds with a nondeterministic number, a new one on every eager
+    call (Reformer's training: ``torch.manual_seed(int(torch.seed() % sys.maxsize))``):
+    traced, that one number would reseed every call. Refused naming the line, the
+    generator left as it was."""
+    def reseeded(x: torch.Tensor) -> torch.Tensor:
+        torch.manual_seed(seed() % 1000)
+        return x + torch.randn(3)
+
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    with pytest.raises(thunder_ir.ThunderTraceError,
+                       match=r"test_python_state\.py:\d+: torch\.seed\(\) draws a "
+                             r"nondeterministic seed"):
+        thunder_ir.jit(reseeded)(torch.zeros(3))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert isinstance(torch.seed(), int)  # the real one again, outside the trace
+    torch.manual_seed(0)
+
+
 def test_a_draw_through_a_name_imported_from_random_is_refused_too() -> None:
     draw = random.random  # bound before the trace: not the module attribute it reads
     state = random.getstate()

@@ -18,10 +18,10 @@ tracing, torch.compile included, always meets torch as it is.
 The RNG state functions become ``torch.call`` ops with effects, in program order, so a
 function that seeds or saves and restores the generator (``torch.testing``'s
 ``freeze_rng_state``, ``torch.random.fork_rng``) draws what eager draws on every call.
-Python's ``random`` functions (``random.random()``, ``random.choice``...) raise a clear
-error naming the line: their draw would be frozen into the program (code that imported
-them by name, ``from random import random``, holds the originals and is not seen). They
-are wrapped only while a trace runs.
+Python's ``random`` functions (``random.random()``, ``random.choice``...) and
+``torch.seed()`` (a nondeterministic seed) raise a clear error naming the line: their draw
+would be frozen into the program (code that imported them by name, ``from random import
+random``, holds the originals and is not seen). They are wrapped only while a trace runs.
 """
 
 from __future__ import annotations
@@ -220,9 +220,18 @@ _RANDOM_WHY = ("inside a jitted function would draw once, while traced, and the 
                "and pass the value in.")
 
 
+_SEED_WHY = ("draws a nondeterministic seed and reseeds torch's generator with it: inside a "
+             "jitted function it would draw once, while traced, and the compiled program "
+             "would reseed with that one number on every call (eager draws a new seed on "
+             "every call). Seed outside the jitted function (torch.manual_seed), or draw "
+             "with torch's random functions, which the program draws on every call.")
+
 _REFUSED: list[tuple[Any, str, Callable[..., Any]]] = [
-    (random, n, _refusal(f"Python's random.{n}()", _RANDOM_WHY)) for n in _PY_RANDOM
-    if callable(getattr(random, n, None))]
+    *((random, n, _refusal(f"Python's random.{n}()", _RANDOM_WHY)) for n in _PY_RANDOM
+      if callable(getattr(random, n, None))),
+    # (Reformer's training reseeds every layer so: int(torch.seed() % sys.maxsize))
+    *((owner, "seed", _refusal("torch.seed()", _SEED_WHY)) for owner in (torch, torch.random)),
+]
 
 
 @while_traced
