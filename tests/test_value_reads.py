@@ -264,3 +264,14 @@ def test_histograms_against_eager() -> None:
              backward=False)
     jf = thunder_ir.jit(lambda x, a, b, c: torch.histogramdd(x, [a, b, c]))
     assert all(e is b for e, b in zip(jf(x, *edges).bin_edges, edges, strict=True))
+
+
+def test_cov_with_weights_under_autocast_has_eagers_dtype() -> None:
+    """The autocast probe of an opaque call runs it on zeros, which ``cov`` refuses as
+    weights (they sum to 0): it tries ones then, and finds eager's bfloat16 result."""
+    def f(x: torch.Tensor, w: torch.Tensor) -> Any:
+        return torch.cov(x, correction=0, aweights=w)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        check_against_eager(f, torch.randn(3, 4, requires_grad=True), torch.rand(4) + 0.1,
+                            rtol=1.6e-2, atol=1e-2)

@@ -228,8 +228,9 @@ def opaque_call_differs(func: Any, args: Sequence[Any], kwargs: dict[str, Any],
     where eager does not; eager's result dtypes (per flat leaf) when ours differ (its
     values are then computed in float32, closer to a float64 run than eager's); None when
     they agree, or when the inputs are too large to check or the call fails on zeros.
-    Checked on real tensors of zeros of the proxies' types, eager's way with autocast on
-    for the device types in ``enabled``."""
+    Checked on real tensors of zeros of the proxies' types (of ones where eager's call
+    refuses zeros: ``torch.cov``'s weights), eager's way with autocast on for the device
+    types in ``enabled``."""
     leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     proxies = [x for x in leaves if is_proxy(x)]
     if sum(p.numel() for p in proxies) > OPAQUE_CHECK_ELEMENTS:
@@ -250,9 +251,24 @@ def opaque_call_differs(func: Any, args: Sequence[Any], kwargs: dict[str, Any],
 def _check_opaque(func: Any, leaves: list[Any], spec: Any, casts: dict[int, torch.dtype],
                   enabled: Sequence[str]) -> str | list[torch.dtype | None] | None:
     proxied = [is_proxy(x) for x in leaves]
-    with torch._C.DisableTorchFunction():
-        real = [torch.zeros(x.shape, dtype=x.dtype, device=x.device) if p else x
-                for x, p in zip(leaves, proxied)]
+    for fill in (0, 1):  # (ones where zeros are not valid: cov's weights must not sum to 0)
+        with torch._C.DisableTorchFunction():
+            real = [torch.full(x.shape, fill, dtype=x.dtype, device=x.device) if p else x
+                    for x, p in zip(leaves, proxied)]
+        result = _check_filled(func, spec, casts, enabled, proxied, real)
+        if result is not _INVALID:
+            return result  # type: ignore[return-value]
+    return None
+
+
+_INVALID = object()
+"""The probe's inputs were not valid for the function (nothing learnt)."""
+
+
+def _check_filled(func: Any, spec: Any, casts: dict[int, torch.dtype],
+                  enabled: Sequence[str], proxied: list[bool], real: list[Any]) -> Any:
+    """`_check_opaque` on ``real`` (the proxies' stand-ins); `_INVALID` where eager's
+    call fails on them."""
     name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
 
     def dtypes(values: list[Any], cast: bool) -> list[Any]:
@@ -277,8 +293,8 @@ def _check_opaque(func: Any, leaves: list[Any], spec: Any, casts: dict[int, torc
         with autocast_on(enabled):
             try:
                 eager = dtypes(real, False)
-            except Exception:  # zeros are not valid here: nothing learnt
-                return None
+            except Exception:  # the stand-ins are not valid here: nothing learnt
+                return _INVALID
         with autocast_off():
             try:
                 ours = dtypes(real, True)
