@@ -33,6 +33,7 @@ import contextlib
 import dis
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import CodeType, FrameType
@@ -95,7 +96,9 @@ def _pops(ins: dis.Instruction) -> int | None:
     return None
 
 
-_ANSWERS: dict[tuple[CodeType, int], int | None] = {}
+_ANSWERS: weakref.WeakKeyDictionary[CodeType, dict[int, int | None]] = \
+    weakref.WeakKeyDictionary()
+"""`_compared_at`'s answers per code object (dropped with it) and call offset."""
 
 
 def _compared_at(code: CodeType, call: int) -> int | None:
@@ -103,9 +106,11 @@ def _compared_at(code: CodeType, call: int) -> int | None:
     offset ``call`` off the stack, where that call is ``int(x)`` (`_calls_int`) and the
     comparison is the next instruction to take its result; else None. (Cached per code
     object and offset.)"""
-    key = (code, call)
-    if key in _ANSWERS:
-        return _ANSWERS[key]
+    known = _ANSWERS.get(code)
+    if known is None:
+        known = _ANSWERS[code] = {}
+    if call in known:
+        return known[call]
     code_ins = list(dis.get_instructions(code))
     at = next((i for i, ins in enumerate(code_ins) if ins.offset == call), None)
     answer = None
@@ -120,7 +125,7 @@ def _compared_at(code: CodeType, call: int) -> int | None:
                     answer = ins.offset
                 break
             above += dis.stack_effect(ins.opcode, ins.arg, jump=False)
-    _ANSWERS[key] = answer
+    known[call] = answer
     return answer
 
 
