@@ -123,6 +123,28 @@ def rebound_key(v: Any) -> Hashable | None:
     return None
 
 
+class _AnyTensorOf:
+    """What a list's item that ``forward`` rebinds (`rebound_key`) is compared with on each
+    call (`StateGuard.check` compares a list's items' `value_key` with what it stored):
+    equal to any tensor of type ``t`` (not a parameter), so a new tensor there each call
+    does not make the guard re-read the module tree; anything else there differs."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: type) -> None:
+        self.t = t
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is tuple and len(other) == 3 and other[0] == "id"
+                and other[1] is self.t)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((REBOUND_TENSOR, self.t))
+
+
 MAX_DEPTH = 8
 """How deep guards follow config objects, dicts and lists from a module's fields or a
 global (``self.cfg.inner.table["bias"]`` is depth 3)."""
@@ -211,7 +233,9 @@ def _value(walk: _Walk, v: Any, path: str, depth: int) -> Hashable:
     rebound = walk.containers.get(id(v), ()) if walk.containers else ()
     if t is list:
         if walk.lists is not None:
-            walk.lists.append((v, tuple(value_key(x, []) for x in v)))
+            walk.lists.append((v, tuple(
+                _AnyTensorOf(type(x)) if i in rebound and rebound_key(x) is not None
+                else value_key(x, []) for i, x in enumerate(v))))
         return ("list", id(v), tuple(
             r if i in rebound and (r := rebound_key(x)) is not None
             else _value(walk, x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v)))

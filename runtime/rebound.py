@@ -50,8 +50,9 @@ container holds the program input there, `thunder_ir.frontend.pystate.Recorder.i
 keyed by metadata (``m1.cache['k']`` in the prologue), written back by the epilogue's
 ``setitem`` (a dict) or list assignment, and fingerprinted by type in the module guard
 (`by_container`, by the container's id). A list's items are compared by identity on
-every call, so a list of rebound tensors re-reads the module tree after each call (a
-cached call still); a dict's write is recognised (`rebinds`) and keeps the guard as is.
+every call, a rebound one as any tensor of its type (`thunder_ir.runtime.guards`); a
+dict's write is recognised (`rebinds`) and keeps the guard's token as is: a cached call
+does not re-read the module tree.
 """
 
 from __future__ import annotations

@@ -724,3 +724,43 @@ def test_a_dict_replaced_by_the_user_between_calls() -> None:
         x = torch.randn(2, 4)
         _same(jm(x), eager(x))
         _same_entries(model.cache, eager.cache)
+
+
+@pytest.mark.parametrize("cls", [DictCache, ListStates])
+def test_cached_calls_with_entries_do_not_re_read_the_module_tree(
+        cls: type[nn.Module], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dict's rebound entries leave the guard's token as it was; a list's are compared
+    as any tensor of their type: no re-read of the module tree on a cached call."""
+    torch.manual_seed(9)
+    jm = thunder_ir.jit(cls())
+    for _ in range(4):
+        jm(torch.randn(2, 4))
+    refreshed = []
+    original = StateGuard.refresh
+
+    def counting(self: StateGuard) -> int:
+        refreshed.append(self.name)
+        return original(self)
+
+    monkeypatch.setattr(StateGuard, "refresh", counting)
+    misses = thunder_ir.cache_misses(jm)
+    for _ in range(5):
+        jm(torch.randn(2, 4))
+    assert thunder_ir.cache_misses(jm) == misses
+    assert not refreshed
+
+
+def test_a_list_entry_replaced_by_the_user_is_read() -> None:
+    """The user puts another tensor (or a non-tensor) where a rebound list entry was:
+    the next call reads it, as eager does."""
+    torch.manual_seed(10)
+    model = ListStates()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for step in range(6):
+        if step == 3:
+            for m in (model, eager):
+                m.states[0] = torch.full((2, 4), 3.0)
+        x = torch.randn(2, 4)
+        _same(jm(x), eager(x))
+        _same_entries(model.states, eager.states)
