@@ -147,6 +147,7 @@ def test_int_of_a_tensor_is_speculated_as_int_of_item() -> None:
 
 def test_int_of_a_bool_or_a_float_tensor() -> None:
     _checked(lambda x, b: x * int(b), [(torch.randn(3), torch.tensor(v)) for v in (True, False)])
+    _checked(lambda x: x * int(x.long()), [(torch.ones(2),)])  # eager's ValueError
     with pytest.raises(thunder_ir.DataDependentError, match=r"test_value_reads\.py"):
         thunder_ir.jit(lambda x: x.new_zeros(int(x.sum().abs())))(torch.randn(3))
 
@@ -275,3 +276,23 @@ def test_cov_with_weights_under_autocast_has_eagers_dtype() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16):
         check_against_eager(f, torch.randn(3, 4, requires_grad=True), torch.rand(4) + 0.1,
                             rtol=1.6e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("name", ["bincount", "one_hot", "tensor_split", "item"])
+def test_where_sizes_are_speculated_each_value_is_checked(name: str) -> None:
+    """The compile after an unbacked one failed (`sizes_speculated`): each size is this
+    call's value, checked on every call (a new value compiles a variant)."""
+    from thunder_ir.frontend.errors import sizes_speculated
+
+    fns: dict[str, Callable[..., Any]] = {
+        "bincount": lambda x: torch.bincount(x) + 1,
+        "one_hot": lambda x: F.one_hot(x) * 2,
+        "tensor_split": lambda x: torch.tensor_split(torch.arange(8.0), x[:2].abs()),
+        "item": lambda x: torch.arange(x[0].abs().item()),
+    }
+    with sizes_speculated():
+        jf = _checked(fns[name], [(torch.tensor(v),) for v in ([1, 2, 2], [0, 5, 3],
+                                                               [1, 2, 2], [4, 4, 0])],
+                      backward=False)
+    assert thunder_ir.cache_misses(jf) == 3
+    assert "assume" in _source(jf)

@@ -96,8 +96,8 @@ def _int(ctx: TraceContext, self: Any) -> int:
     if type(n) is int:
         return n
     if self.numel() != 1:
-        raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to "
-                           f"Scalar\n  at {where(ctx.loc)}")
+        raise ValueError("only one element tensors can be converted to Python scalars\n"
+                         f"  at {where(ctx.loc)}")
     if not (unbacked_item(self) or self.dtype is torch.bool):
         raise DataDependentError(f"{where(ctx.loc)}: int() of a {self.dtype} tensor needs "
                                  f"its value, but {DATA_HINT}")
