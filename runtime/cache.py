@@ -158,7 +158,10 @@ class Cache:
     """Compiled entries keyed by the prologue's tuple, at most `CACHE_CAPACITY` of them.
 
     Until it is full, a hit costs one dict lookup; once full, a hit also moves its entry to
-    the end, so that the least recently used entry is the one evicted."""
+    the end, so that the least recently used entry is the one evicted. An *alias* (a key
+    under which a program compiled for another key was found: a symbolic program for a
+    new value, ``pos = 67``) goes first: finding it again costs a lookup, not a compile,
+    so a decode loop of hundreds of steps does not evict the prefill's program."""
 
     def __init__(self, capacity: int = CACHE_CAPACITY) -> None:
         self.entries: dict[Any, Entry] = {}
@@ -166,14 +169,25 @@ class Cache:
         self.last: Entry | None = None
         self.capacity = capacity
         self.full = False
+        self.aliases: dict[Any, None] = {}
+        """The keys inserted as aliases, oldest first (some may have left ``entries``)."""
 
-    def insert(self, key: Any, entry: Entry) -> None:
-        """Adds ``entry``, evicting the least recently used one if the cache is full."""
-        entries = self.entries
+    def insert(self, key: Any, entry: Entry, alias: bool = False) -> None:
+        """Adds ``entry`` (``alias``: found for ``key``, compiled for another), evicting
+        the oldest alias, else the least recently used entry, if the cache is full."""
+        entries, aliases = self.entries, self.aliases
         entries.pop(key, None)
+        aliases.pop(key, None)
         if len(entries) >= self.capacity:
-            del entries[next(iter(entries))]
+            victim = None
+            while aliases and victim is None:
+                oldest = next(iter(aliases))
+                del aliases[oldest]
+                victim = oldest if oldest in entries else None
+            del entries[next(iter(entries)) if victim is None else victim]
         entries[key] = entry
+        if alias:
+            aliases[key] = None
         self.full = len(entries) >= self.capacity
 
     def touch(self, key: Any) -> None:

@@ -259,6 +259,30 @@ def test_with_a_module_counter_and_an_int_argument() -> None:
     assert _misses(jm) == 3  # the module's counter at 0 and 1, then every value
 
 
+def test_a_long_decode_does_not_evict_the_prefill() -> None:
+    """Each new value a symbolic program serves is entered under its exact key (the next
+    call with it is a plain hit): 200 decode steps make 200 such entries, more than the
+    cache holds. They are evicted first, not the prefill's program: the next sequence's
+    prefill compiles nothing."""
+    from thunder_ir.runtime.cache import CACHE_CAPACITY
+
+    def f(x: torch.Tensor, st: State) -> torch.Tensor:
+        n = x.shape[0]
+        st.pos += n
+        return x.view(n, 2, 2).sum(0) * st.pos  # (a view: found by its layout too)
+
+    jf = thunder_ir.jit(f)
+    for _ in range(2):
+        mine, theirs = State(0), State(0)
+        x = torch.randn(6, 4)
+        torch.testing.assert_close(jf(x, mine), f(x, theirs))  # the prefill
+        for _ in range(CACHE_CAPACITY + 136):
+            x = torch.randn(1, 4)
+            torch.testing.assert_close(jf(x, mine), f(x, theirs))
+        _same_object(mine, theirs)
+    assert _misses(jf) == 2  # the prefill, one decode program for every position
+
+
 # ------------------------------------------------------------------ Hugging Face caches
 
 

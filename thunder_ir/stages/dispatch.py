@@ -204,7 +204,7 @@ class Dispatcher:
                                           self.policies.dynamic.failures)
                 if entry is not None:  # a symbolic program holds for these sizes
                     self.cache.stats.hits += 1
-                    self.cache.insert(key, entry)
+                    self.cache.insert(key, entry, alias=True)
                     return entry
                 unblanked = programs.unblanked(pro, key, dynamic)
                 if unblanked:  # (why each size compiles: `symbolic_failures` says)

@@ -45,7 +45,7 @@ class ProgramCache:
             return None
         entry = self.layout_free.get(pro.layout_free(leaves))
         if entry is not None:  # the same program: its trace read no layout
-            self.cache.insert(key, entry)
+            self.cache.insert(key, entry, alias=True)
         return entry
 
     def symbolic(self, pro: Prologue, key: Any, dynamic: Dynamic, leaves: list[Any],
