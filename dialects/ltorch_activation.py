@@ -106,7 +106,7 @@ def softplus_backward(grad_output: torch.Tensor, input: torch.Tensor, beta: floa
     return _K_SOFTPLUS_BACKWARD(grad_output, input, beta, threshold)
 
 
-@ltorch_op(softplus_backward, type_rule=R.same_as_first)
+@ltorch_op(softplus_backward, type_rule=R.same_as_first, symbolic=True)
 class SoftplusBackwardOp(NNOp):
     """`%dx = ltorch.softplus_backward %grad_output, %input {beta, threshold}`:
     ``grad_output * z / (z + 1)`` with ``z = exp(beta x)``, and ``grad_output`` where
@@ -202,7 +202,7 @@ def hardswish_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torch.
     return _K_HARDSWISH_BACKWARD(grad_output, input)
 
 
-@ltorch_op(hardswish_backward, type_rule=R.same_as_first)
+@ltorch_op(hardswish_backward, type_rule=R.same_as_first, symbolic=True)
 class HardswishBackwardOp(BackwardKernelOp):
     """`%dx = ltorch.hardswish_backward %grad_output, %input`: 0 where ``x <= -3``,
     ``grad_output (x / 3 + 1/2)`` where ``-3 < x < 3``, ``grad_output`` from 3 on"""
@@ -215,7 +215,7 @@ def hardsigmoid_backward(grad_output: torch.Tensor, input: torch.Tensor) -> torc
     return _K_HARDSIGMOID_BACKWARD(grad_output, input)
 
 
-@ltorch_op(hardsigmoid_backward, type_rule=R.same_as_first)
+@ltorch_op(hardsigmoid_backward, type_rule=R.same_as_first, symbolic=True)
 class HardsigmoidBackwardOp(BackwardKernelOp):
     """`%dx = ltorch.hardsigmoid_backward %grad_output, %input`: ``grad_output / 6`` where
     ``-3 < x < 3``, else 0"""
@@ -229,7 +229,7 @@ def gelu_backward(grad_output: torch.Tensor, input: torch.Tensor,
     return _K_GELU_BACKWARD(grad_output, input, approximate=approximate or "none")
 
 
-@ltorch_op(gelu_backward, type_rule=R.same_as_first)
+@ltorch_op(gelu_backward, type_rule=R.same_as_first, symbolic=True)
 class GeluBackwardOp(NNOp):
     """`%dx = ltorch.gelu_backward %grad_output, %input {approximate?}`: ``grad_output *
     (Φ(x) + x φ(x))``, or the derivative of the tanh approximation"""

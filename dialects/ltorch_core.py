@@ -223,42 +223,42 @@ class Atan2Op(TensorBinaryOp):
     name = "ltorch.atan2"
 
 
-@ltorch_op(torch.eq, type_rule=R.comparison)
+@ltorch_op(torch.eq, type_rule=R.comparison, symbolic=True)
 class EqOp(BinaryOp):
     """`%z = ltorch.eq %input, %other` (bool result)"""
 
     name = "ltorch.eq"
 
 
-@ltorch_op(torch.ne, type_rule=R.comparison)
+@ltorch_op(torch.ne, type_rule=R.comparison, symbolic=True)
 class NeOp(BinaryOp):
     """`%z = ltorch.ne %input, %other` (bool result)"""
 
     name = "ltorch.ne"
 
 
-@ltorch_op(torch.lt, type_rule=R.comparison)
+@ltorch_op(torch.lt, type_rule=R.comparison, symbolic=True)
 class LtOp(BinaryOp):
     """`%z = ltorch.lt %input, %other` (bool result)"""
 
     name = "ltorch.lt"
 
 
-@ltorch_op(torch.le, type_rule=R.comparison)
+@ltorch_op(torch.le, type_rule=R.comparison, symbolic=True)
 class LeOp(BinaryOp):
     """`%z = ltorch.le %input, %other` (bool result)"""
 
     name = "ltorch.le"
 
 
-@ltorch_op(torch.gt, type_rule=R.comparison)
+@ltorch_op(torch.gt, type_rule=R.comparison, symbolic=True)
 class GtOp(BinaryOp):
     """`%z = ltorch.gt %input, %other` (bool result)"""
 
     name = "ltorch.gt"
 
 
-@ltorch_op(torch.ge, type_rule=R.comparison)
+@ltorch_op(torch.ge, type_rule=R.comparison, symbolic=True)
 class GeOp(BinaryOp):
     """`%z = ltorch.ge %input, %other` (bool result)"""
 
@@ -544,7 +544,7 @@ class BitwiseNotOp(UnaryOp):
 # --------------------------------------------------------------------------- selection
 
 
-@ltorch_op(torch.where, type_rule=R.where)
+@ltorch_op(torch.where, type_rule=R.where, symbolic=True)
 class WhereOp(CoreOp):
     """`%z = ltorch.where %condition, %input, %other`: branches may be numbers."""
 
@@ -558,7 +558,7 @@ class WhereOp(CoreOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("condition", "input", "other")
 
 
-@ltorch_op(torch.masked_fill, type_rule=R.masked_fill)
+@ltorch_op(torch.masked_fill, type_rule=R.masked_fill, symbolic=True)
 class MaskedFillOp(CoreOp):
     """`%z = ltorch.masked_fill %input, %mask {value}`: ``value`` (a number) where ``mask``"""
 
@@ -644,7 +644,7 @@ class ArgReductionOp(ReductionFamily):
     traits = traits_def(Reduction(indices=True))
 
 
-@ltorch_op(torch.sum, type_rule=R.reduction)
+@ltorch_op(torch.sum, type_rule=R.reduction, symbolic=True)
 class SumOp(ReductionOp):
     """`%y = ltorch.sum %input {dim, keepdim, dtype}` (ints and bools sum to int64)"""
 
@@ -657,7 +657,7 @@ class SumOp(ReductionOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "keepdim": False, "dtype": None}
 
 
-@ltorch_op(torch.mean, type_rule=R.reduction)
+@ltorch_op(torch.mean, type_rule=R.reduction, symbolic=True)
 class MeanOp(ReductionOp):
     """`%y = ltorch.mean %input {dim, keepdim, dtype}`"""
 
@@ -684,7 +684,7 @@ class VarOp(ReductionOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None, "correction": 1, "keepdim": False}
 
 
-@ltorch_op(torch.amax, type_rule=R.reduction)
+@ltorch_op(torch.amax, type_rule=R.reduction, symbolic=True)
 class AmaxOp(ReductionOp):
     """`%y = ltorch.amax %input {dim, keepdim}`"""
 
@@ -695,7 +695,7 @@ class AmaxOp(ReductionOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": (), "keepdim": False}
 
 
-@ltorch_op(torch.amin, type_rule=R.reduction)
+@ltorch_op(torch.amin, type_rule=R.reduction, symbolic=True)
 class AminOp(ReductionOp):
     """`%y = ltorch.amin %input {dim, keepdim}`"""
 
@@ -1051,7 +1051,7 @@ class JoinOp(CoreOp):
         return args, _non_none(params)
 
 
-@ltorch_op(torch.cat, type_rule=R.cat)
+@ltorch_op(torch.cat, type_rule=R.cat, symbolic=True)
 class CatOp(JoinOp):
     """`%y = ltorch.cat %a, %b, … {dim}`"""
 
@@ -1112,7 +1112,7 @@ def _arange(start: Any = 0, end: Any = None, step: Any = 1, **kw: Any) -> torch.
     return torch.arange(start, end, step, **kw)
 
 
-@ltorch_op(_arange, type_rule=R.arange)
+@ltorch_op(_arange, type_rule=R.arange, symbolic=True)
 class ArangeOp(CreationOp):
     """`%y = ltorch.arange {start, end, step, dtype, device}`"""
 

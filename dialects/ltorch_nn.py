@@ -254,7 +254,7 @@ def convolution(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
                              (0,) * len(stride), groups)
 
 
-@ltorch_op(convolution, type_rule=R.convolution)
+@ltorch_op(convolution, type_rule=R.convolution, symbolic=True)
 class ConvolutionOp(BoundCallOp):
     """`%y = ltorch.convolution %x, %w[, %bias] {stride, padding, dilation, groups}`: an
     N-d convolution (cross-correlation) of a batched ``[N, C_in, *spatial]`` input with a
@@ -291,7 +291,7 @@ def max_pool2d_with_indices(input: torch.Tensor, kernel_size: Sequence[int],
                                                 tuple(padding), tuple(dilation), ceil_mode)
 
 
-@ltorch_op(max_pool2d_with_indices, type_rule=R.max_pool2d)
+@ltorch_op(max_pool2d_with_indices, type_rule=R.max_pool2d, symbolic=True)
 class MaxPool2dWithIndicesOp(NNOp):
     """`%y, %indices = ltorch.max_pool2d_with_indices %x {kernel_size, stride, padding,
     dilation, ceil_mode}`: ``[N, C, H, W]`` in; the maxima and their int64 indices into
@@ -328,14 +328,14 @@ class SoftmaxFamilyOp(NNOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dtype": None}
 
 
-@ltorch_op(torch.softmax, type_rule=R.softmax)
+@ltorch_op(torch.softmax, type_rule=R.softmax, symbolic=True)
 class SoftmaxOp(SoftmaxFamilyOp):
     """`%y = ltorch.softmax %x {dim = -1}`"""
 
     name = "ltorch.softmax"
 
 
-@ltorch_op(torch.log_softmax, type_rule=R.softmax)
+@ltorch_op(torch.log_softmax, type_rule=R.softmax, symbolic=True)
 class LogSoftmaxOp(SoftmaxFamilyOp):
     """`%y = ltorch.log_softmax %x {dim = -1}`"""
 
@@ -411,7 +411,7 @@ class FeatureAlphaDropoutOp(DropoutFamilyOp):
 # --------------------------------------------------------------------------- normalization
 
 
-@ltorch_op(F.layer_norm, type_rule=R.layer_norm)
+@ltorch_op(F.layer_norm, type_rule=R.layer_norm, symbolic=True)
 class LayerNormOp(BoundCallOp):
     """`%y = ltorch.layer_norm %x[, %weight][, %bias] {normalized_shape, eps}`"""
 
@@ -437,7 +437,7 @@ def native_layer_norm(input: torch.Tensor, normalized_shape: Sequence[int],
     return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
 
 
-@ltorch_op(native_layer_norm, type_rule=R.native_layer_norm)
+@ltorch_op(native_layer_norm, type_rule=R.native_layer_norm, symbolic=True)
 class NativeLayerNormOp(BoundCallOp):
     """`%y, %mean, %rstd = ltorch.native_layer_norm %x[, %weight][, %bias]
     {normalized_shape, eps}`: layer norm and the statistics its backward reads, shaped as
@@ -542,7 +542,7 @@ def native_batch_norm(input: torch.Tensor, weight: torch.Tensor | None = None,
         input, weight, bias, running_mean, running_var, True, momentum, eps))
 
 
-@ltorch_op(native_batch_norm, type_rule=R.batch_norm)
+@ltorch_op(native_batch_norm, type_rule=R.batch_norm, symbolic=True)
 class NativeBatchNormOp(NNOp):
     """`%y, %stats... = ltorch.native_batch_norm %x[, %weight][, %bias][, %running_mean,
     %running_var] {training, momentum, eps}`: batch norm over every dim but the channel
@@ -609,7 +609,7 @@ class RmsNormOp(BoundCallOp):
 # --------------------------------------------------------------------------- embedding
 
 
-@ltorch_op(F.embedding, type_rule=R.embedding)
+@ltorch_op(F.embedding, type_rule=R.embedding, symbolic=True)
 class EmbeddingOp(NNOp):
     """`%y = ltorch.embedding %indices, %weight {padding_idx?, ...}`: rows of ``weight``
 
@@ -700,7 +700,7 @@ class ScaledDotProductAttentionOp(NNOp):
                                  f"broadcast to the attention scores' shape {list(scores)} "
                                  "(torch adds it to them in place and raises too)")
         if symbols.current() is not None:  # fake-tensor attention costs ~100 ms a call
-            fast = _attention_type(*operand_types[:3])
+            fast = _attention_type(*operand_types[:3], bool(params.get("enable_gqa")))
             if fast is not None:
                 return fast
         elif mask is None and not params.get("enable_gqa") \
@@ -713,26 +713,35 @@ class ScaledDotProductAttentionOp(NNOp):
         return super().infer(*operand_types, **params)
 
 
-def _attention_type(q: Any, k: Any, v: Any) -> TensorType | None:
+def _attention_type(q: Any, k: Any, v: Any, gqa: bool = False) -> TensorType | None:
     """Attention's result type where the rule is plain (same leading dims and dtypes,
-    matching head and sequence sizes): ``(*q.shape[:-1], v.shape[-1])``; None otherwise
-    (the meta kernel decides, and raises torch's errors)."""
+    matching head and sequence sizes; with ``gqa``, key and value heads a static divisor
+    of the query's): ``(*q.shape[:-1], v.shape[-1])``; None otherwise (the meta kernel
+    decides, and raises torch's errors)."""
     if not (isinstance(q, TensorType) and isinstance(k, TensorType)
             and isinstance(v, TensorType)) or not q.rank == k.rank == v.rank >= 2 \
             or not q.dtype == k.dtype == v.dtype or not is_float(q.dtype) \
             or not q.dev == k.dev == v.dev:
         return None
     qs, ks, vs = q.sizes, k.sizes, v.sizes
+    if gqa and q.rank < 3:  # (torch's error)
+        return None
+    if gqa and not symbols.proved_same(qs[-3:-2], ks[-3:-2]):
+        hq, hk = qs[-3], ks[-3]
+        if type(hq) is not int or type(hk) is not int or hk < 1 or hq % hk \
+                or not symbols.proved_same(qs[:-3], ks[:-3]):
+            return None
+        qs = (*qs[:-3], hk, *qs[-2:])  # (compared as the grouped heads; the result's: q's)
     if not (same_sizes(qs[:-2], ks[:-2]) and same_sizes(ks[:-2], vs[:-2])
             and same_sizes(qs[-1:], ks[-1:]) and same_sizes(ks[-2:-1], vs[-2:-1])):
         return None
-    return tensor_type((*qs[:-1], vs[-1]), q.dtype, q.dev)
+    return tensor_type((*q.sizes[:-1], vs[-1]), q.dtype, q.dev)
 
 
 # --------------------------------------------------------------------------- losses
 
 
-@ltorch_op(F.cross_entropy, type_rule=R.cross_entropy)
+@ltorch_op(F.cross_entropy, type_rule=R.cross_entropy, symbolic=True)
 class CrossEntropyOp(NNOp):
     """`%l = ltorch.cross_entropy %input, %target[, %weight] {ignore_index, reduction,
     label_smoothing}`: class-index (int) or class-probability (float) targets"""
@@ -810,14 +819,14 @@ class SoftmaxBackwardFamilyOp(NNOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("grad_output", "output", "dim", "input_dtype")
 
 
-@ltorch_op(softmax_backward, type_rule=R.softmax_backward)
+@ltorch_op(softmax_backward, type_rule=R.softmax_backward, symbolic=True)
 class SoftmaxBackwardOp(SoftmaxBackwardFamilyOp):
     """`%dx = ltorch.softmax_backward %dy, %y {dim, input_dtype}`"""
 
     name = "ltorch.softmax_backward"
 
 
-@ltorch_op(log_softmax_backward, type_rule=R.softmax_backward)
+@ltorch_op(log_softmax_backward, type_rule=R.softmax_backward, symbolic=True)
 class LogSoftmaxBackwardOp(SoftmaxBackwardFamilyOp):
     """`%dx = ltorch.log_softmax_backward %dy, %y {dim, input_dtype}`"""
 
@@ -843,7 +852,7 @@ def layer_norm_backward(grad_output: torch.Tensor, input: torch.Tensor,
     return [gr for gr, m in zip(grads, mask) if m]
 
 
-@ltorch_op(layer_norm_backward, type_rule=R.layer_norm_backward)
+@ltorch_op(layer_norm_backward, type_rule=R.layer_norm_backward, symbolic=True)
 class LayerNormBackwardOp(BoundCallOp):
     """`%dx, %dw, %db = ltorch.layer_norm_backward %dy, %x[, %weight][, %bias][, %mean,
     %rstd] {normalized_shape, output_mask, eps?}`: one result per true entry of
@@ -1067,7 +1076,7 @@ def nll_loss_forward(input: torch.Tensor, target: torch.Tensor,
                                -100 if ignore_index is None else ignore_index)
 
 
-@ltorch_op(nll_loss_forward, type_rule=R.nll_loss_forward)
+@ltorch_op(nll_loss_forward, type_rule=R.nll_loss_forward, symbolic=True)
 class NllLossForwardOp(NNOp):
     """`%loss, %total_weight = ltorch.nll_loss_forward %logp, %target[, %weight]
     {reduction, ignore_index}`: class-index targets, ``[N, C]`` or ``[C]`` log-probabilities.
@@ -1100,7 +1109,7 @@ def nll_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: to
                                 -100 if ignore_index is None else ignore_index, total_weight)
 
 
-@ltorch_op(nll_loss_backward, type_rule=R.nll_loss_backward)
+@ltorch_op(nll_loss_backward, type_rule=R.nll_loss_backward, symbolic=True)
 class NllLossBackwardOp(NNOp):
     """`%dlogp = ltorch.nll_loss_backward %dloss, %logp, %target, %total_weight[, %weight]
     {reduction, ignore_index}`: ``-dloss w_t`` at each unignored target's class (divided by

@@ -15,8 +15,13 @@ match, an empty tensor), which then goes the meta way and raises eager's error.
 `tests/test_decomp_core.py` checks every rule against the meta kernels.
 
 A rule is ``(operand types, params) -> type | None``; `LtorchOp.TYPE_RULE` holds it.
-Rules declared ``symbolic`` also run in a symbolic compile (their size tests record no
-guard: `symbols.same_sizes`); the others only for static sizes.
+Rules declared ``symbolic`` (all of these) also run in a symbolic compile, where a fake
+kernel decides dozens of symbolic expressions an op (the second size's compile paid that
+op after op): their size tests decide nothing and record no guard (sizes proved equal
+from their expressions, `symbols.proved_same`/`proved_broadcast`; a size known nonzero
+from its range, `symbols.nonempty`), and where that proves too little they give None and
+the meta kernel decides, as before. `tests/test_decomp_core.py` checks them over symbols
+too (no more guards than the meta kernel records).
 """
 
 from __future__ import annotations
@@ -31,7 +36,11 @@ from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.ltorch_base import LTORCH, LtorchOp, alike_tensors
 from thunder_ir.dialects.symbols import (
     current,
+    known_positive,
+    nonempty,
+    proved_broadcast,
     proved_equal,
+    proved_same,
     range_len,
     same_sizes,
     slice_indices,
@@ -47,6 +56,12 @@ from thunder_ir.dialects.types import (
 )
 
 Rule = Callable[[Sequence[Any], dict[str, Any]], Attribute | list[TensorType] | None]
+
+
+def _broadcast(shapes: Sequence[Sequence[Any]]) -> tuple[Any, ...] | None:
+    """`broadcast` of static shapes; in a symbolic compile, only where the expressions
+    prove it (`proved_broadcast`: no guard)."""
+    return broadcast(shapes) if current() is None else proved_broadcast(shapes)
 
 
 def _dims(dim: Any, rank: int) -> tuple[int, ...] | None:
@@ -71,14 +86,16 @@ def reduction(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | N
         return None
     sizes = t.sizes
     dims = _dims(params.get("dim"), len(sizes))
-    if not sizes or dims is None or 0 in sizes:
+    if not sizes or dims is None or not nonempty(sizes):
         return None
     keep = params.get("keepdim")
     if keep is not None and type(keep) is not bool:
         return None
+    if keep and all(type(sizes[i]) is int and sizes[i] == 1 for i in dims):
+        return t
     out = tuple(1 if i in dims else s for i, s in enumerate(sizes)) if keep else \
         tuple(s for i, s in enumerate(sizes) if i not in dims)
-    return t if out == sizes else tensor_type(out, t.dtype, t.dev)
+    return tensor_type(out, t.dtype, t.dev)
 
 
 def cat(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
@@ -95,8 +112,8 @@ def cat(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
     for t in tensors:
         sizes = t.sizes
         if t.element_type != first.element_type or t.dev != first.dev or len(sizes) != rank \
-                or 0 in sizes or sizes[:dim] != first.sizes[:dim] \
-                or sizes[dim + 1:] != first.sizes[dim + 1:]:
+                or not nonempty(sizes) or not proved_same(sizes[:dim], first.sizes[:dim]) \
+                or not proved_same(sizes[dim + 1:], first.sizes[dim + 1:]):
             return None
         total += sizes[dim]
     out = list(first.sizes)
@@ -141,9 +158,9 @@ def matmul(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None
         if a.rank == 2 and same_sizes(x[-1:], y[-2:-1]):
             return tensor_type((*y[:-2], x[0], y[-1]), a.dtype, a.dev)
         return None
-    if a.rank >= 3 and b.rank >= 3 and not a.symbolic and not b.symbolic \
-            and x[-1] == y[-2] and 0 not in x and 0 not in y:
-        batch = broadcast((x[:-2], y[:-2]))
+    if a.rank >= 3 and b.rank >= 3 and proved_equal(x[-1], y[-2]) and nonempty(x) \
+            and nonempty(y):
+        batch = _broadcast((x[:-2], y[:-2]))
         if batch is None:
             return None
         return tensor_type((*batch, x[-2], y[-1]), a.dtype, a.dev)
@@ -168,10 +185,11 @@ def layer_norm(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | 
     x, *affine = operands
     shape = params.get("normalized_shape")
     if type(x) is not TensorType or not is_float(x.dtype) or type(shape) is not tuple \
-            or not shape or x.sizes[x.rank - len(shape):] != shape or 0 in x.sizes:
+            or not shape or len(shape) > x.rank \
+            or not proved_same(x.sizes[x.rank - len(shape):], shape) or not nonempty(x.sizes):
         return None
     for t in affine:
-        if t is not None and (type(t) is not TensorType or t.sizes != shape
+        if t is not None and (type(t) is not TensorType or not proved_same(t.sizes, shape)
                               or t.element_type != x.element_type or t.dev != x.dev):
             return None
     return x
@@ -184,7 +202,7 @@ def comparison(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | 
     if alike is None or is_complex(alike[0].dtype):
         return None
     first, shapes = alike
-    shape = broadcast(shapes)
+    shape = _broadcast(shapes)
     return None if shape is None else tensor_type(shape, torch.bool, first.dev)
 
 
@@ -199,7 +217,7 @@ def where(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
             or (len(tensors) == 1 and not is_float(tensors[0].dtype)) \
             or not all(type(t) in (TensorType, NumberType) for t in branches):
         return None
-    shape = broadcast([cond.sizes, *(t.sizes for t in tensors)])
+    shape = _broadcast([cond.sizes, *(t.sizes for t in tensors)])
     return None if shape is None else tensor_type(shape, tensors[0].dtype, cond.dev)
 
 
@@ -209,9 +227,10 @@ def masked_fill(operands: Sequence[Any], params: dict[str, Any]) -> TensorType |
     x, mask = operands
     if type(x) is TensorType and is_float(x.dtype) and type(mask) is TensorType \
             and mask.dtype == torch.bool and mask.dev == x.dev \
-            and type(params.get("value")) in (bool, int, float) \
-            and broadcast([x.sizes, mask.sizes]) == x.sizes:
-        return x
+            and type(params.get("value")) in (bool, int, float):
+        shape = _broadcast([x.sizes, mask.sizes])
+        if shape is not None and proved_same(shape, x.sizes):
+            return x
     return None
 
 
@@ -249,7 +268,7 @@ def cross_entropy(operands: Sequence[Any], params: dict[str, Any]) -> TensorType
     if type(x) is not TensorType or type(target) is not TensorType or weight is not None \
             or not is_float(x.dtype) or x.rank != 2 or target.rank != 1 \
             or target.dtype != torch.int64 or target.dev != x.dev \
-            or target.sizes[0] != x.sizes[0] or 0 in x.sizes \
+            or not proved_equal(target.sizes[0], x.sizes[0]) or not nonempty(x.sizes) \
             or params.get("size_average") is not None or params.get("reduce") is not None \
             or reduction not in ("mean", "sum", "none") \
             or type(params.get("label_smoothing", 0.0)) not in (int, float):
@@ -454,9 +473,10 @@ def getitem(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | Non
     (`_sliced`)."""
     x, indices = operands
     index = params.get("index")
-    if not indices and type(x) is TensorType and _unbacked_slice(index):
+    if not indices and type(x) is TensorType and (_unbacked_slice(index)
+                                                  or current() is not None):
         return _sliced(x, index)
-    if current() is not None:  # (symbolic compiles: only the unbacked bounds above)
+    if current() is not None:  # (symbolic compiles: only the basic indices above)
         return None
     if type(x) is not TensorType or len(indices) != 1 or type(index) is not tuple \
             or len(index) > x.rank:
@@ -478,10 +498,12 @@ def _unbacked_slice(index: Any) -> bool:
 
 
 def _sliced(x: TensorType, index: Any) -> TensorType | None:
-    """``x[index]`` for a basic index (ints, step-1 slices, ``None``, ``...``) whose slice
-    bounds may be unbacked: each slice's length in closed form (`slice_indices`: ``min``,
-    ``max`` and conditional expressions), where torch's fake kernel would make each call
-    a new unbacked size."""
+    """``x[index]`` for a basic index (ints, slices of positive int steps, ``None``,
+    ``...``) in a symbolic compile, whose slice bounds may be unbacked: each slice's length
+    in closed form (`slice_indices`: ``min``, ``max`` and conditional expressions), where
+    torch's fake kernel would make each call a new unbacked size (and decides a dozen
+    expressions a slice over backed sizes). An int index into a symbolic size is answered
+    where the size's range puts it in bounds (no guard)."""
     items = list(index) if type(index) is tuple else [index]
     consuming = [i for i in items if i is not None and i is not Ellipsis]
     if len(consuming) > x.rank or items.count(Ellipsis) > 1:
@@ -500,13 +522,16 @@ def _sliced(x: TensorType, index: Any) -> TensorType | None:
         n = x.sizes[dim]
         dim += 1
         if type(it) is int:
-            if not -n <= it < n:
+            if not known_positive(n - it if it >= 0 else n + it + 1):
                 return None
             continue
-        if type(it) is not slice or it.step not in (None, 1):
+        step = it.step if type(it) is slice else None
+        if type(it) is not slice or not (step is None or (type(step) is int and step > 0)) \
+                or any(b is not None and type(b) is not int and not unbacked(b)
+                       for b in (it.start, it.stop)):
             return None
-        lo, hi, _ = slice_indices(it, n)
-        sizes.append(range_len(lo, hi, 1))
+        lo, hi, step = slice_indices(it, n)
+        sizes.append(range_len(lo, hi, step))
     return tensor_type(tuple(sizes), x.dtype, x.dev)
 
 
@@ -523,22 +548,25 @@ def convolution(operands: Sequence[Any], params: dict[str, Any]) -> TensorType |
     groups = params.get("groups")
     if type(x) is not TensorType or type(w) is not TensorType or not is_float(x.dtype) \
             or w.element_type != x.element_type or w.dev != x.dev or x.rank < 3 \
-            or w.rank != x.rank or type(groups) is not int or groups < 1 or 0 in x.sizes:
+            or w.rank != x.rank or type(groups) is not int or groups < 1 \
+            or not nonempty(x.sizes) or w.symbolic:
         return None
     n, c_in, *size = x.sizes
     c_out, per_group, *kernel = w.sizes
+    if type(c_in) is not int:
+        return None
     stride, padding, dilation = (params.get(k, ()) for k in ("stride", "padding", "dilation"))
     if not (_ints(stride, len(size)) and _ints(padding, len(size))
             and _ints(dilation, len(size))) or per_group * groups != c_in \
             or c_out % groups or c_out == 0 or min(stride) < 1 or min(dilation) < 1 \
             or min(padding) < 0 or (b is not None and (type(b) is not TensorType
-                                                       or b.sizes != (c_out,)
+                                                       or b.symbolic or b.sizes != (c_out,)
                                                        or b.element_type != x.element_type
                                                        or b.dev != x.dev)):
         return None
     out = [(i + 2 * p - d * (k - 1) - 1) // s + 1
            for i, k, s, p, d in zip(size, kernel, stride, padding, dilation)]
-    if min(out) < 1:
+    if not nonempty(out):
         return None
     return tensor_type((n, c_out, *out), x.dtype, x.dev)
 
@@ -552,14 +580,14 @@ def max_pool2d(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorTy
     kernel, stride, padding, dilation = (params.get(k, ()) for k in (
         "kernel_size", "stride", "padding", "dilation"))
     if type(x) is not TensorType or not is_float(x.dtype) or x.rank not in (3, 4) \
-            or 0 in x.sizes or params.get("ceil_mode") is not False \
+            or not nonempty(x.sizes) or params.get("ceil_mode") is not False \
             or not all(_ints(v, 2) for v in (kernel, stride, padding, dilation)) \
             or min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(padding) < 0 \
             or any(p > ((k - 1) * d + 1) // 2 for k, p, d in zip(kernel, padding, dilation)):
         return None
     out = [(i + 2 * p - d * (k - 1) - 1) // s + 1
            for i, k, s, p, d in zip(x.sizes[-2:], kernel, stride, padding, dilation)]
-    if min(out) < 1:
+    if not nonempty(out):
         return None
     shape = (*x.sizes[:-2], *out)
     return [tensor_type(shape, x.dtype, x.dev), tensor_type(shape, torch.int64, x.dev)]
@@ -573,7 +601,7 @@ def batch_norm(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorTy
     x, *rest = operands
     training = params.get("training")
     if type(x) is not TensorType or x.dtype not in (torch.float32, torch.float64) \
-            or x.rank < 2 or 0 in x.sizes or type(training) is not bool:
+            or x.rank < 2 or not nonempty(x.sizes) or type(training) is not bool:
         return None
     stat = tensor_type((x.sizes[1],), x.dtype, x.dev)
     if any(t is not None and t != stat for t in rest):

@@ -43,7 +43,7 @@ class ScanOp(CoreOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dtype": None}
 
 
-@ltorch_op(torch.cumsum, type_rule=R.softmax)
+@ltorch_op(torch.cumsum, type_rule=R.softmax, symbolic=True)
 class CumsumOp(ScanOp):
     """`%y = ltorch.cumsum %input {dim, dtype}`: ``y[..., i, ...] = sum(x[..., :i+1, ...])``
     along ``dim``; integers and bools sum to int64 unless ``dtype`` says otherwise"""

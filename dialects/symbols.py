@@ -474,15 +474,21 @@ def known_positive(s: Any) -> bool:
     unbacked size or where the range does not tell. Kept per compilation by expression."""
     if type(s) is int:
         return s > 0
+    return _lower(s) >= 1
+
+
+def _lower(s: Any) -> Any:
+    """A backed ``SymInt``'s least value by its expression's range (no guard; kept per
+    compilation by expression); ``-inf`` where unbacked or not a ``SymInt``."""
     if not isinstance(s, torch.SymInt) or s.node.hint is None:
-        return False
+        return -float("inf")
     expr = s.node.expr
     table = _ACTIVE.get()
-    memo = table.__dict__.setdefault("_positive", {}) if table is not None else {}
-    known = memo.get(expr)
-    if known is None:
-        known = memo[expr] = bool(s.node.shape_env.bound_sympy(expr).lower >= 1)
-    return known
+    memo = table.__dict__.setdefault("_lower", {}) if table is not None else {}
+    low = memo.get(expr)
+    if low is None:
+        low = memo[expr] = s.node.shape_env.bound_sympy(expr).lower
+    return low
 
 
 def nonempty(sizes: Sequence[Any]) -> bool:
@@ -585,6 +591,8 @@ def range_len(lo: Any, hi: Any, step: int) -> Any:
     n = (hi - lo + step - 1) // step
     if unbacked(n):  # (a bound over unbacked symbols: a max expression, no guard)
         return torch.sym_max(n, 0)
+    if type(n) is not int and _lower(n) >= 0:  # (``s0 - 2``: no decision needed)
+        return n
     return n if n > 0 else 0
 
 
