@@ -35,12 +35,6 @@ from thunder_ir.runtime.pystate import Step
 Path = tuple[Step, ...]
 
 
-def is_path(d: Any) -> bool:
-    """Whether a dynamic dim of a leaf (`thunder_ir.runtime.dynamic.Dynamic`) is the path
-    of an ``int`` inside an argument object (not a tensor dimension)."""
-    return type(d) is tuple
-
-
 def paths(dims: Iterable[Any]) -> frozenset[Path]:
     """The paths among a leaf's dynamic dims."""
     return frozenset(d for d in dims if type(d) is tuple)
@@ -64,8 +58,9 @@ def _fields(key: Any) -> list[tuple[Step, Any]] | None:
         return None
     if not all(type(p) is tuple and len(p) == 2 for p in items):
         return None
-    kind = "item" if t is dict else "attr"
-    return [((kind, k), v) for k, v in items]
+    if t is dict:  # (keys the generated code can spell: ``L[2]['count']``)
+        return [(("item", k), v) for k, v in items if type(k) is str or type(k) is int]
+    return [(("attr", k), v) for k, v in items]
 
 
 def changed_ints(old: Any, new: Any, at: Path = ()) -> list[Path]:
@@ -113,10 +108,10 @@ def _blank_at(key: Any, path: Path, every: bool) -> Any:
         items = list(key[1])
         items[i] = _blank_at(items[i], rest, every)
         return (list, tuple(items))
-    out = []
-    for (s, v), pair in zip(fields, key[1], strict=True):
-        out.append((pair[0], _blank_at(v, rest, every)) if s == step else pair)
-    return (key[0], tuple(out))
+    kind = "item" if key[0] is dict else "attr"
+    return (key[0], tuple((k, _blank_at(v, rest, every))
+                          if (type(k) is str or type(k) is int) and (kind, k) == step
+                          else (k, v) for k, v in key[1]))
 
 
 def value_at(key: Any, path: Path) -> Any:
@@ -131,4 +126,4 @@ def value_at(key: Any, path: Path) -> Any:
     return None
 
 
-__all__ = ["Path", "blank_ints", "changed_ints", "is_path", "order", "paths", "value_at"]
+__all__ = ["Path", "blank_ints", "changed_ints", "order", "paths", "value_at"]
