@@ -314,10 +314,48 @@ def _index_add(ctx: Builder, input: Any, dim: Any, index: Any, source: Any, *,
     return _index_add_op(ctx, input, dim, index, source, alpha=alpha)
 
 
+def _dense_range(p: Any) -> tuple[int, int] | None:
+    """The elements of its storage a proxy covers, ``[first, end)``, where it is
+    non-overlapping and dense (a permutation of a contiguous layout) with int sizes; None
+    otherwise (torch's overlap check then says "too hard" and lets the write be)."""
+    from thunder_ir.frontend.aliasing import proxy_layout
+
+    shape, strides, offset = proxy_layout(p)
+    if not all(type(n) is int for n in (*shape, *strides, offset)):
+        return None
+    step = 1
+    for n, s in sorted(((n, s) for n, s in zip(shape, strides) if n != 1),
+                       key=lambda d: d[1]):
+        if s != step:
+            return None
+        step *= n
+    return offset, offset + step
+
+
+def _no_overlap(ctx: Builder, self: Any, other: Any) -> None:
+    """Eager's ``assert_no_overlap`` of an in-place indexing op's written tensor and an
+    operand it reads (``y.index_add_(0, i, y[:2])``): where both are dense views of one
+    storage whose elements intersect, eager's error."""
+    if not is_proxy(other) or other._storage != self._storage:
+        return
+    reads = getattr(ctx, "reads", None)
+    if reads is not None:
+        reads.layout_read = True  # (the answer depends on the two layouts)
+    a, b = _dense_range(self), _dense_range(other)
+    if a is not None and b is not None and a[0] < b[1] and b[0] < a[1]:
+        raise RuntimeError(
+            "unsupported operation: some elements of the input tensor and the written-to "
+            "tensor refer to a single memory location. Please clone() the tensor before "
+            f"performing the operation.\n  at {where(ctx.loc)}")
+
+
 def _index_add_inplace(ctx: Builder, self: Any, dim: Any, index: Any, source: Any, *,
                        alpha: Any = 1) -> Any:
     """``Tensor.index_add_``: `_index_add`, and ``self`` standing for the result (eager's
-    in-place rules: leaves, views, saved values; the other views of ``self`` see it)."""
+    in-place rules: leaves, views, saved values, a source sharing its memory; the other
+    views of ``self`` see it)."""
+    if is_proxy(self):
+        _no_overlap(ctx, self, source)
     out = _index_add(ctx, self, dim, index, source, alpha=alpha)
     return ctx.writes.assign(self, out._value, "index_add_")
 
@@ -354,6 +392,8 @@ def _scatter_add(ctx: Builder, input: Any, dim: Any, index: Any, src: Any, *,
 
 def _scatter_add_inplace(ctx: Builder, self: Any, dim: Any, index: Any, src: Any) -> Any:
     """``Tensor.scatter_add_``: `_scatter_add`, and ``self`` standing for the result."""
+    if is_proxy(self):
+        _no_overlap(ctx, self, src)
     out = _scatter_add(ctx, self, dim, index, src)
     return ctx.writes.assign(self, out._value, "scatter_add_")
 
