@@ -650,3 +650,53 @@ def test_the_symbolic_attention_rule_agrees_with_the_meta_kernel() -> None:
                             *[meta_value(t) for t in symbolic(meta_table)], None, **params)
                     assert len(table.env.guards) <= len(meta_table.env.guards)
     assert answered >= 12
+
+
+def test_the_basic_index_layout_agrees_with_torch_views_over_symbols() -> None:
+    """`layout.basic_index_layout` (a symbolic compile's layout of ``x[ints, slices]``,
+    without the view kernels) gives the strides and storage offset torch's own view of a
+    fake tensor over the same symbols gives, on contiguous, transposed and offset
+    layouts; it leaves ``None`` in the index and negative steps to the kernels."""
+    from thunder_ir.dialects.symbols import SymbolSource, SymbolTable, proved_equal
+    from thunder_ir.frontend.layout import basic_index_layout, contiguous_strides
+
+    answered = 0
+    for shape in ((4, 6, 8), (5, 3), (7,)):
+        for order in ("contiguous", "transposed", "offset"):
+            for index in (slice(None), (slice(None), slice(0, None, 2)), (slice(1, 3), -1),
+                          (Ellipsis, slice(None, None, 3)), (1, slice(-3, None)),
+                          (slice(2, 100),), (3,), (-2,), (slice(None, -2),), (2, 0),
+                          (Ellipsis, 1), (slice(1, None, 2), Ellipsis, slice(1, 2)),
+                          (None, 1), (slice(None, None, -1),), ()):
+                for batch_only in (False, True):
+                    table = SymbolTable()
+                    with table.active():
+                        sizes = [n if batch_only and i > 0 else
+                                 table.size(n, SymbolSource(0, i))
+                                 for i, n in enumerate(shape)]
+                        strides: Any = contiguous_strides(sizes)
+                        offset: Any = 0
+                        if order == "transposed" and len(sizes) > 1:
+                            strides = (*strides[:-2], strides[-1], strides[-2])
+                            strides = tuple(strides)
+                        if order == "offset":
+                            offset = 2 * sizes[-1]
+                        try:
+                            with table.fake_mode:
+                                n = offset + sum((s - 1) * st for s, st in
+                                                 zip(sizes, strides)) + 1
+                                base = torch.empty(n, device="meta").as_strided(
+                                    sizes, strides, offset)
+                                view = base[index]
+                        except (IndexError, ValueError):  # (torch's errors: no step < 0)
+                            continue
+                        got = basic_index_layout(sizes, strides, offset, index)
+                        if got is None:
+                            assert index == (None, 1), index
+                            continue
+                        answered += 1
+                        want = (tuple(view.stride()), view.storage_offset())
+                        assert len(got[0]) == len(want[0]), (shape, order, index)
+                        for a, b in zip((*got[0], got[1]), (*want[0], want[1])):
+                            assert proved_equal(a, b), (shape, order, index, got, want)
+    assert answered > 100, answered

@@ -223,6 +223,14 @@ def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
     that kernel, which decides dozens of symbolic expressions for each. None: run it."""
     if not isinstance(op, ThunderOp) or len(op.operands) != 1 or len(op.results) != 1:
         return None
+    if op.name == "ltorch.getitem":  # (a basic index: no index tensor among the operands)
+        src = op.operands[0].type
+        if not isinstance(src, TensorType):
+            return None
+        strides, offset = layouts[0] if layouts and layouts[0] is not None \
+            else contiguous_layout(src)
+        moved = basic_index_layout(src.sizes, strides, offset, op.params().get("index"))
+        return None if moved is None else ((moved, True),)
     kind = op.get_trait(ViewLike)
     src, out = op.operands[0].type, op.results[0].type
     if kind is None or not isinstance(src, TensorType) or not isinstance(out, TensorType):
@@ -241,6 +249,46 @@ def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
                                                  strict=True)):
         return None
     return (((contiguous_strides(new), offset), True),)
+
+
+def basic_index_layout(sizes: Sequence[Any], strides: Sequence[Any], offset: Any,
+                       index: Any) -> Layout | None:
+    """The layout of ``x[index]`` for a basic index of ints and slices with positive int
+    steps (and ``...``), as torch's ``select`` and ``slice`` make it: an int moves the
+    offset by the (normalized) index times its dim's stride and drops the dim; a slice moves
+    it by its (clamped) start times the stride and multiplies the stride by its step. The
+    sizes may be symbolic: the result is in closed form, where the view kernels on fake
+    tensors decide a dozen expressions per slice. None for anything else (``None`` in the
+    index, tensors, other steps): the kernel's way."""
+    items = list(index) if type(index) is tuple else [index]
+    if items.count(Ellipsis) > 1 or any(i is None for i in items):
+        return None
+    consuming = [i for i in items if i is not Ellipsis]
+    rank = len(sizes)
+    if len(consuming) > rank:
+        return None
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items[k:k + 1] = [slice(None)] * (rank - len(consuming))
+    items += [slice(None)] * (rank - len(items))
+    out: list[Any] = []
+    for n, st, it in zip(sizes, strides, items, strict=True):
+        if type(it) is int:
+            if type(n) is int and not -n <= it < n:
+                return None
+            at = it if it >= 0 else it + n
+            if not (type(at) is int and at == 0):
+                offset = offset + at * st
+            continue
+        if type(it) is not slice or not all(b is None or type(b) is int
+                                            for b in (it.start, it.stop, it.step)) \
+                or (it.step is not None and it.step <= 0):
+            return None
+        lo, _, step = symbols.slice_indices(it, n)
+        if not (type(lo) is int and lo == 0):
+            offset = offset + lo * st
+        out.append(st if step == 1 else st * step)
+    return tuple(out), offset
 
 
 def _restrided(op: ThunderOp, src: TensorType, layout: Layout | None
