@@ -296,3 +296,19 @@ def test_where_sizes_are_speculated_each_value_is_checked(name: str) -> None:
                       backward=False)
     assert thunder_ir.cache_misses(jf) == 3
     assert "assume" in _source(jf)
+
+
+def test_python_reads_of_a_float_item_are_speculated(capsys: Any) -> None:
+    """``float(l)``, ``print(l)``, ``math.isnan(l)`` of a float ``.item()`` read its value:
+    this call's, checked on every call (NaN checked as NaN)."""
+    import math
+
+    def f(x: torch.Tensor) -> Any:
+        loss = x.sum().item()
+        print("loss", loss)
+        return x * 2 if not math.isnan(loss) else x - 1, float(loss)
+
+    calls = [(torch.tensor(v),) for v in ([1.0, 2.0], [1.0, float("nan")], [3.0, float("nan")])]
+    jf = _checked(f, calls, backward=False)
+    assert thunder_ir.cache_misses(jf) == 2  # (1, 2) and (nan: the same check for every nan)
+    assert "loss 3.0" in capsys.readouterr().out

@@ -360,11 +360,12 @@ def decide(env: Any, expr: Any) -> Any:
             return sympy.true if holds else sympy.false
         with torch._C.DisableTorchFunction():  # (a real tensor, read in user code)
             real = concrete(ctx, value._value)
-            if expr.is_integer is not True:  # a float's value (an .item() of a float)
-                f = float(real)
-                speculate(ctx, ctx.run_python(lambda t: t == f, (value,), {}))
-                return sympy.Float(f)
-            n = int(real)
+        if expr.is_integer is not True:  # a float's value (an .item() of a float)
+            f = float(real)
+            speculate(ctx, ctx.run_python(lambda t: t == f if f == f else t != t, (value,),
+                                          {}))
+            return sympy.Float(f)
+        n = int(real)
         speculate(ctx, ctx.run_python(lambda t: t == n, (value,), {}))
     if isinstance(expr, sympy.Symbol):  # the symbol is n from now on
         _fact(lambda: env.constrain_symbol_range(expr, n, n))
