@@ -386,6 +386,12 @@ class Recorder:
             return ("const", text)
         table = symbols_current()
         traced = v.node.hint
+        if traced is None:  # an unbacked symbol's (``self.loss = loss.item()``): the
+            from thunder_ir.frontend.unbacked import returned_number  # program's number
+
+            made = returned_number(self.ctx, v, self._outputs, self.symbols)
+            if made is not None:
+                return made
         try:
             fn = symbolic_value(text)
             ok = table is not None and traced is not None and fn(table.hints()) == traced

@@ -62,7 +62,6 @@ from thunder_ir.frontend import (
     takeover,
     torch_map,
     torch_map_nn,
-    unbacked,
     value_reads,
 )
 from thunder_ir.frontend.context import (
@@ -500,9 +499,6 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 written.append(len(outputs))
             out_leaves.append(("out", len(outputs)))
             outputs.append(leaf._value)
-        elif (number := unbacked.returned_number(ctx, leaf, outputs, rec.symbols)) \
-                is not None:
-            out_leaves.append(("build", number))  # ``t.item()``: computed by the program
         elif contains_proxy(leaf, symbolic=True):  # an object made while traced holding
             # tensors (a cache), or a symbolic number (``step + 1``): made on each call
             out_leaves.append(("build", rec.template(leaf, "the returned value")))
