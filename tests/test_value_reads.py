@@ -312,3 +312,30 @@ def test_python_reads_of_a_float_item_are_speculated(capsys: Any) -> None:
     jf = _checked(f, calls, backward=False)
     assert thunder_ir.cache_misses(jf) == 2  # (1, 2) and (nan: the same check for every nan)
     assert "loss 3.0" in capsys.readouterr().out
+
+
+def test_item_written_to_module_state_is_each_calls_number() -> None:
+    """``self.loss = y.item()`` in ``forward``: the module holds eager's Python number after
+    every call (each new value is a new key of the module's state: a compile per value)."""
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.loss: Any = None
+            self.positive: Any = None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x).sum()
+            self.loss = y.item()
+            self.positive = (x > 0).sum().item()
+            return y
+
+    m = M()
+    e = M()
+    e.load_state_dict(m.state_dict())
+    jm = thunder_ir.jit(m)
+    for _ in range(3):
+        x = torch.randn(2, 3)
+        torch.testing.assert_close(jm(x), e(x))
+        assert type(m.loss) is float and m.loss == e.loss
+        assert type(m.positive) is int and m.positive == e.positive
