@@ -195,15 +195,21 @@ def view_layouts(op: Operation, layouts: Sequence[Layout | None]
         LayoutError: eager's own error, where the view cannot be made (``Tensor.view`` of
             a layout that does not allow it).
     """
+    table = symbols.current()
     try:  # (a symbolic compilation's layouts hold its own SymInts: never shared)
-        key = _signature(op, layouts) if symbols.current() is None else None
+        key = _signature(op, layouts) if table is None else None
         hash(key)
     except TypeError:
         key = None
     hit = _VIEWS.get(key) if key is not None else _reshape_of_contiguous(op, layouts)
     if hit is None:
-        with neutral():  # (under inference_mode a view of a new tensor has no _base)
-            hit = _view_layouts(op, layouts)
+        memo, skey = _compilation_memo("_views", op, layouts)
+        hit = memo.get(skey) if skey is not None else None
+        if hit is None:
+            with neutral():  # (under inference_mode a view of a new tensor has no _base)
+                hit = _view_layouts(op, layouts)
+            if skey is not None:
+                memo[skey] = hit
         if key is not None:
             _VIEWS[key] = hit
     if isinstance(hit, str):
@@ -359,6 +365,39 @@ def fake_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
     return FakeTensor(fake_mode(), meta_stand_in(t, layout), torch.device(t.dev))
 
 
+def _compilation_memo(name: str, op: Operation, layouts: Sequence[Layout | None]
+                      ) -> tuple[dict[Any, Any], Any]:
+    """In a symbolic compilation, its own memo ``name`` of layouts asked of torch's kernels
+    (views and fresh results repeat layer after layer, and a fake kernel decides dozens of
+    expressions a run; the guards a first run recorded hold for the next), and ``op``'s
+    key in it: its signature with the layouts' ``SymInt``s by expression. Key None (no
+    memo): a static compilation (`_signature` keys those for the process), or sizes over
+    unbacked symbols (a decision on those emits a check where it is made)."""
+    table = symbols.current()
+    if table is None:
+        return {}, None
+    for v in op.operands:
+        t = v.type
+        if isinstance(t, TensorType) and t.symbolic and symbols.unbacked(*t.sizes):
+            return {}, None
+
+    def frozen(x: Any) -> Any:
+        if isinstance(x, tuple):
+            return tuple(frozen(i) for i in x)
+        if isinstance(x, torch.SymInt):
+            return ("sym", x.node.expr)
+        return x
+
+    memo = table.__dict__.setdefault(name, {})
+    key = (op.name, tuple(op.properties.items()), tuple(o.type for o in op.operands),
+           frozen(tuple(layouts)), op._segment_sizes() if isinstance(op, ThunderOp) else None)
+    try:
+        hash(key)
+    except TypeError:
+        return memo, None
+    return memo, key
+
+
 def _signature(op: Operation, layouts: Sequence[Layout | None]) -> Any:
     return (op.name, tuple(op.properties.items()), tuple(o.type for o in op.operands),
             tuple(layouts), op._segment_sizes() if isinstance(op, ThunderOp) else None)
@@ -461,6 +500,9 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
         key = None
     if key is not None and key in _FRESH:
         return _FRESH[key]
+    memo, skey = _compilation_memo("_fresh", op, layouts)
+    if skey is not None and (fake, skey) in memo:
+        return memo[fake, skey]  # type: ignore[no-any-return]
     found: tuple[Layout, ...] | None = None
     try:
         with neutral():
@@ -469,6 +511,8 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
         found = None
     if key is not None:
         _FRESH[key] = found
+    if skey is not None:
+        memo[fake, skey] = found
     return found
 
 
