@@ -12,10 +12,13 @@
   on every call (`thunder_ir.frontend.speculation`); a float tensor's value is refused
   (a program fixed to a float would rarely hold again).
 - ``torch.tensor_split(x, t, dim)`` with a tensor ``t`` (eager reads it as Python ints on
-  the CPU): a 1-D ``t`` holds the split indices, each an ``.item()`` of an unbacked
-  symbol that slices ``x`` as eager's ``x[..., a:b]`` (views of ``x``); a 0-d ``t`` is a
-  number of sections, which decides how many results there are: speculated.
-
+  the CPU): a 1-D ``t`` holds the split indices; each piece is eager's ``at::slice`` of
+  ``x`` (bounds wrapped from the end, clamped, an end before its start empty), computed
+  in the program, its offset and length ``.item()`` symbols of a ``narrow`` view of
+  ``x``: later ops see plain unbacked lengths, one program for every index (along an
+  inner dim, the pieces' contiguity depends on their lengths: a layout decision,
+  speculated); a 0-d ``t`` is a number of sections, which decides how many results there
+  are: speculated.
 - ``torch.histogramdd``: its edges and its counts as two opaque calls, as ATen composes it
   (one call cannot return its tuple of edges inside its result).
 
@@ -109,8 +112,8 @@ def _int(ctx: TraceContext, self: Any) -> int:
 def _tensor_split(ctx: TraceContext, input: Any, indices_or_sections: Any, dim: Any = 0
                   ) -> Any:
     """``torch.tensor_split`` by a tensor of indices or sections (eager reads it on the
-    CPU): the indices unbacked ``.item()`` symbols slicing ``input`` as eager does; a
-    number of sections speculated."""
+    CPU): each piece a ``narrow`` view by unbacked offset and length, as eager slices;
+    a number of sections speculated."""
     t = indices_or_sections
     if not (is_proxy(input) and is_proxy(t) and type(dim) is int and t.ndim <= 1
             and t.dtype is torch.int64 and t.device.type == "cpu"
