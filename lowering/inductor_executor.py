@@ -383,7 +383,11 @@ def _fake_inputs(args: tuple[Any, ...], dynamic: bool) -> tuple[Any, list[Any]]:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    mode = FakeTensorMode(shape_env=ShapeEnv())
+    # (dynamic: a symbol per size, as the program's own table makes them; duck shapes
+    # would give two sizes equal on this call one symbol, and the kernel would assert
+    # them equal: unbacked counts of routed tokens differ from call to call)
+    env = ShapeEnv(duck_shape=False) if dynamic else ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
     return mode, [mode.from_tensor(a, static_shapes=not dynamic)
                   if isinstance(a, torch.Tensor) else a for a in args]
 

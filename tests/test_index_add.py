@@ -214,3 +214,31 @@ def test_routed_scatter_add_trains_as_one_program() -> None:
     fwd, bwd = _traces(jf)
     assert "prims_scatter_add" in fwd and "call_with_grad" not in fwd, fwd
     assert "handle_vjp" not in bwd and "u0" in bwd, bwd
+
+
+def test_moe_trains_under_the_inductor_executor() -> None:
+    """The traced ``index_add_`` goes into Inductor's regions with the routed counts'
+    unbacked sizes: a symbol per size (two counts equal on the first call are not one
+    size), values and gradients as eager's over new routings."""
+    import copy
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_data_dependent import SparseMoE
+
+    torch.manual_seed(0)
+    model = SparseMoE(k=2)
+    ref = copy.deepcopy(model)
+    jm = thunder_ir.jit(model, executors=["torch_compile"])
+    for _ in range(4):
+        x = torch.randn(2, 5, 8)
+        y, logits = jm(x)
+        (y.square().sum() + logits.sum()).backward()
+        ry, rlogits = ref(x)
+        (ry.square().sum() + rlogits.sum()).backward()
+        torch.testing.assert_close(y, ry)
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            if q.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad)
+    assert thunder_ir.cache_misses(jm) == 1
