@@ -354,6 +354,9 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
         props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
     metas = list(stand_ins) if stand_ins is not None else [meta_value(v.type)
                                                              for v in operands]
+    memo, key = _compilation_memo(callee, operands, metas, props, requires_grad, factory)
+    if key is not None and key in memo:
+        return memo[key]  # type: ignore[no-any-return]
     op = CallOp.create(operands=list(operands), result_types=(), properties=props)
     if requires_grad is not None:  # run in the caller's grad mode (views under no_grad)
         metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
@@ -378,8 +381,49 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     strides = tuple((tuple(o.stride()), _offset(o)) if isinstance(o, torch.Tensor)
                     else ((), 0) for o in results)
     assert dev is not None
-    return MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd,
-                    tuple(sorted(spy.written)), views, strides)
+    found = MetaCall([type_of_meta(o, dev) for o in results], layout, rg, kind, nograd,
+                     tuple(sorted(spy.written)), views, strides)
+    if key is not None:
+        memo[key] = found
+    return found
+
+
+def _compilation_memo(callee: str, operands: Sequence[Any], metas: Sequence[Any],
+                      props: dict[str, Attribute], requires_grad: Sequence[bool] | None,
+                      factory: bool) -> tuple[dict[Any, Any], Any]:
+    """In a symbolic compilation, its memo of `meta_call` answers for torch's own functions
+    (``torch.group_norm`` of each block of a model: a fake run decides dozens of symbolic
+    expressions, and the guards the first recorded hold for the next), and this call's key
+    in it: the callee, its operands' types, its stand-ins' layouts (``SymInt``s by
+    expression), its other arguments, which operands require grad, the grad mode and the
+    default dtype. Key None (no memo): a static compilation, a factory, a callee of user
+    code (it may read state of its own), sizes over unbacked symbols, unhashable
+    arguments."""
+    table = symbols.current()
+    if table is None or factory or not callee.startswith("torch."):
+        return {}, None
+    types = tuple(v.type for v in operands)
+    if any(isinstance(t, TensorType) and t.symbolic and symbols.unbacked(*t.sizes)
+           for t in types):
+        return {}, None
+
+    def expr(x: Any) -> Any:
+        return ("sym", x.node.expr) if isinstance(x, torch.SymInt) else x
+
+    memo = table.__dict__.setdefault("_meta_calls", {})
+    try:
+        with torch._C.DisableTorchFunction():
+            layouts = tuple((tuple(expr(s) for s in m.stride()), expr(m.storage_offset()))
+                            if isinstance(m, torch.Tensor) else None for m in metas)
+        kwargs = props.get("kwargs")
+        key = (callee, types, layouts, props["args"],
+               None if kwargs is None else tuple(sorted(kwargs.data.items())),  # type: ignore[attr-defined]
+               None if requires_grad is None else tuple(requires_grad),
+               torch.is_grad_enabled(), torch.get_default_dtype())
+        hash(key)
+    except (TypeError, RuntimeError):
+        return memo, None
+    return memo, key
 
 
 _NO_DEVICE = contextlib.nullcontext()
