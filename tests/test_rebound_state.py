@@ -764,3 +764,43 @@ def test_a_list_entry_replaced_by_the_user_is_read() -> None:
         x = torch.randn(2, 4)
         _same(jm(x), eager(x))
         _same_entries(model.states, eager.states)
+
+
+class Positions(nn.Module):
+    """A growing cache whose length is also returned and kept as an ``int`` attribute."""
+
+    def __init__(self, in_dict: bool) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.in_dict = in_dict
+        if in_dict:
+            self.cache = {"k": torch.zeros(1, 4)}
+        else:
+            self.register_buffer("k", torch.zeros(1, 4))
+        self.pos = 0
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        k = torch.cat([self.cache["k"] if self.in_dict else self.k, self.lin(x).detach()], 0)
+        if self.in_dict:
+            self.cache["k"] = k
+        else:
+            self.k = k
+        self.pos = k.shape[0]
+        return k.sum(0), k.shape[0] * 2
+
+
+@pytest.mark.parametrize("in_dict", [True, False], ids=["dict", "buffer"])
+def test_a_growing_states_size_used_as_a_number(in_dict: bool) -> None:
+    """The state's symbolic length, returned and written to an ``int`` attribute, is
+    read from the state on each call (the symbol reader follows the dict entry)."""
+    torch.manual_seed(11)
+    model = Positions(in_dict)
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    for _ in range(8):
+        x = torch.randn(1, 4)
+        (got, n), (want, m) = jm(x), eager(x)
+        _same(got, want)
+        assert n == m and type(n) is int
+        assert model.pos == eager.pos
+    assert thunder_ir.cache_misses(jm) <= 2

@@ -860,7 +860,7 @@ def _symbol_reader(table: symbols.SymbolTable | None, used: set[str], first: int
         if src.leaf >= first + len(attrs):  # a size of a rebound state tensor
             r = rebound[src.leaf - first - len(attrs)][0]
             steps = (("attr", "_buffers"), ("item", r.name)) if r.buffer else \
-                (("attr", r.name),)
+                (("attr", r.name), *(("item", k) for k in r.item))
             sources[name] = (r.module, steps, src.dim)
         elif src.leaf >= first:
             a = attrs[src.leaf - first]
