@@ -70,6 +70,7 @@ from thunder_ir.dialects.types import (
     TensorType,
     canonical_device,
     pretty_type,
+    tensor_type,
     type_of_tensor,
 )
 
@@ -357,6 +358,10 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     memo, key = _compilation_memo(callee, operands, metas, props, requires_grad, factory)
     if key is not None and key in memo:
         return memo[key]  # type: ignore[no-any-return]
+    if symbols.current() is not None:
+        unbound = unbind_call(callee, operands, args, kwargs, metas, requires_grad)
+        if unbound is not None:
+            return unbound
     op = CallOp.create(operands=list(operands), result_types=(), properties=props)
     if requires_grad is not None:  # run in the caller's grad mode (views under no_grad)
         metas = [m.requires_grad_() if f else m for m, f in zip(metas, requires_grad)]
@@ -386,6 +391,39 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     if key is not None:
         memo[key] = found
     return found
+
+
+def unbind_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
+                kwargs: dict[str, Any] | None, metas: Sequence[Any],
+                requires_grad: Sequence[bool] | None) -> MetaCall | None:
+    """``unbind`` of one tensor along a dim of static size, in closed form (a symbolic
+    compile's meta run goes through ``tensor_split``, slices and squeezes, deciding dozens
+    of expressions: Swin's ``q, k, v = qkv.unbind(0)``): one result per index, each of the
+    tensor's type without that dim, a view of it at its offset plus the index times the
+    dim's stride, with its other strides; requiring grad where the tensor does (in any
+    grad mode, as eager's views do). None for anything else (the meta run)."""
+    if callee not in ("torch.Tensor.unbind", "torch.unbind") or len(operands) != 1 \
+            or not args or not isinstance(args[0], OperandRef) or int(args[0]) != 0 \
+            or len(args) > 2 or any(k != "dim" for k in kwargs or {}):
+        return None
+    dim = args[1] if len(args) == 2 else (kwargs or {}).get("dim", 0)
+    t, m = operands[0].type, metas[0]
+    if not isinstance(t, TensorType) or not isinstance(m, torch.Tensor) \
+            or type(dim) is not int or not -t.rank <= dim < t.rank:
+        return None
+    dim %= t.rank
+    n = t.sizes[dim]
+    if type(n) is not int or n == 0:
+        return None
+    with torch._C.DisableTorchFunction():
+        strides, offset = tuple(m.stride()), _offset(m)
+    step = strides[dim]
+    kept = (*strides[:dim], *strides[dim + 1:])
+    sizes = (*t.sizes[:dim], *t.sizes[dim + 1:])
+    rt = tensor_type(sizes, t.dtype, t.dev)
+    rg = bool(requires_grad and requires_grad[0])  # (views keep it under no_grad too)
+    return MetaCall([rt] * n, (1,) * n, [rg] * n, tuple, (), (), (0,) * n,
+                    tuple((kept, offset if i == 0 else offset + i * step) for i in range(n)))
 
 
 def _compilation_memo(callee: str, operands: Sequence[Any], metas: Sequence[Any],

@@ -700,3 +700,60 @@ def test_the_basic_index_layout_agrees_with_torch_views_over_symbols() -> None:
                         for a, b in zip((*got[0], got[1]), (*want[0], want[1])):
                             assert proved_equal(a, b), (shape, order, index, got, want)
     assert answered > 100, answered
+
+
+def test_the_closed_form_unbind_agrees_with_its_meta_run_over_symbols() -> None:
+    """`dialects.torch.unbind_call` (a symbolic compile's ``unbind`` without the meta run)
+    says what torch's run of ``unbind`` on fake stand-ins over the same symbols says: result
+    types, views, strides, storage offsets and ``requires_grad``, on contiguous, permuted
+    and offset layouts, with and without grad; it leaves a symbolic count to the run."""
+    from thunder_ir.dialects.symbols import SymbolSource, SymbolTable, proved_equal
+    from thunder_ir.dialects.torch import meta_call, unbind_call
+    from thunder_ir.frontend.layout import contiguous_strides
+
+    answered = 0
+    for shape in ((3, 4, 5), (2, 6), (4,)):
+        for dim in range(-len(shape), len(shape)):
+            for order in ("contiguous", "permuted", "offset"):
+                for grad in (False, True):
+                    table = SymbolTable()
+                    with table.active():
+                        sizes = [n if i == dim % len(shape) else
+                                 table.size(n, SymbolSource(0, i))
+                                 for i, n in enumerate(shape)]
+                        strides: Any = contiguous_strides(sizes)
+                        offset: Any = 2 * sizes[-1] if order == "offset" else 0
+                        if order == "permuted":
+                            strides = tuple(reversed(contiguous_strides(sizes[::-1])))
+                        with table.fake_mode:
+                            n = offset + sum((s - 1) * st for s, st in
+                                             zip(sizes, strides)) + 1
+                            stand_in = torch.empty(n, device="meta").as_strided(
+                                sizes, strides, offset)
+                        block = func.FuncOp("f", ((tensor_type(sizes, torch.float32),), ()))
+                        operands = list(block.body.block.args)
+                        args = [OperandRef(0), dim]
+                        with torch.set_grad_enabled(grad):
+                            closed = unbind_call("torch.Tensor.unbind", operands, args, {},
+                                                 [stand_in], [True])
+                            # (the same function by another path: the meta run itself)
+                            run = meta_call("torch._C.TensorBase.unbind", operands, args,
+                                            {}, [True], [stand_in.detach()])
+                        assert closed is not None
+                        answered += 1
+                        assert closed.result_types == run.result_types
+                        assert (closed.layout, closed.requires_grad, closed.kind,
+                                closed.nograd, closed.mutated, closed.views) == (
+                            run.layout, run.requires_grad, run.kind, run.nograd,
+                            run.mutated, run.views), (shape, dim, order, grad)
+                        for (s1, o1), (s2, o2) in zip(closed.strides, run.strides,
+                                                      strict=True):
+                            assert all(proved_equal(a, b) for a, b in zip(s1, s2,
+                                                                          strict=True))
+                            assert proved_equal(o1, o2), (shape, dim, order, o1, o2)
+                        symbolic = [table.size(5, SymbolSource(1, 0))]
+                        count = func.FuncOp("g", ((tensor_type(symbolic, torch.float32),),
+                                                  ()))
+                        assert unbind_call("torch.unbind", list(count.body.block.args),
+                                           [OperandRef(0), 0], {}, [stand_in], None) is None
+    assert answered >= 30
