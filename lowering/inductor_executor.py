@@ -347,7 +347,11 @@ class InductorExecutor(Executor):
             return fn
 
         def kernel(*args: Any) -> Any:
-            sig = tuple([(a.is_contiguous() or a.stride()) if dynamic else a.stride()
+            # (dynamic: per contiguity, and per which sizes are 0 or 1, which the fake
+            # inputs specialize: an unbacked count is 1 on one call and 3 on the next)
+            sig = tuple([(a.is_contiguous() or a.stride(), tuple(n if n < 2 else 2
+                                                                   for n in a.shape))
+                         if dynamic else a.stride()
                          if isinstance(a, torch.Tensor) else None for a in args])
             impl = variants.get(sig)
             if impl is None:

@@ -364,3 +364,21 @@ def test_a_convolutional_block_trains_inside_regions(layout: str) -> None:
     code = [ln for ln in fwd.splitlines() if not ln.lstrip().startswith("#")]
     assert len(_kernels(fwd)) == 1, fwd
     assert not any(re.search(r"torch\.\w*(conv|batch_norm|pool)", ln) for ln in code), fwd
+
+
+def test_an_unbacked_count_of_one_then_more_gets_its_own_kernel() -> None:
+    """A region over rows picked by a mask (an unbacked count): the fake inputs of a
+    symbolic region specialize sizes 0 and 1, so the kernel compiled for one row is not
+    the one a call with three rows runs (it asserted the size, and the next call
+    crashed)."""
+    def f(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        idx = torch.nonzero(m).squeeze(1)
+        return (x[idx] * 2).exp().sum(0) + 1
+
+    jf = thunder_ir.jit(f, executors=["torch_compile"])
+    for n in (1, 3, 0, 5, 1, 2):
+        m = torch.zeros(6, dtype=torch.bool)
+        m[:n] = True
+        x = torch.randn(6, 4)
+        torch.testing.assert_close(jf(x, m), f(x, m))
+    assert thunder_ir.cache_misses(jf) == 1
