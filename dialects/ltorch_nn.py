@@ -700,7 +700,7 @@ class ScaledDotProductAttentionOp(NNOp):
                                  f"broadcast to the attention scores' shape {list(scores)} "
                                  "(torch adds it to them in place and raises too)")
         if symbols.current() is not None:  # fake-tensor attention costs ~100 ms a call
-            fast = _attention_type(*operand_types[:3], bool(params.get("enable_gqa")))
+            fast = _attention_type(q, k, operand_types[2], bool(params.get("enable_gqa")))
             if fast is not None:
                 return fast
         elif mask is None and not params.get("enable_gqa") \
