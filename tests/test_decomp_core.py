@@ -757,3 +757,51 @@ def test_the_closed_form_unbind_agrees_with_its_meta_run_over_symbols() -> None:
                         assert unbind_call("torch.unbind", list(count.body.block.args),
                                            [OperandRef(0), 0], {}, [stand_in], None) is None
     assert answered >= 30
+
+
+def test_the_permuted_dense_layout_agrees_with_the_fake_kernels_over_symbols() -> None:
+    """`layout.permuted_dense` (a symbolic compile's layout of an elementwise result over
+    operands of static strides, without a fake kernel run) gives the strides the fake
+    kernel gives over the same symbols: transposed heads, slices of them, broadcast
+    operands, numbers; where it answers, they agree at the symbols' values and are proved
+    equal as expressions."""
+    from thunder_ir.dialects.base import build
+    from thunder_ir.dialects.symbols import SymbolSource, SymbolTable, hint, proved_equal
+    from thunder_ir.frontend.layout import _asked_layouts, permuted_dense
+
+    f32 = torch.float32
+    # (sizes at batch 3, strides, offset): batch-outermost layouts of static strides
+    heads = ((3, 4, 16, 16), (1024, 16, 64, 1), 0)
+    half = ((3, 4, 16, 8), (1024, 16, 64, 1), 8)
+    dense_half = ((3, 4, 16, 8), (512, 8, 32, 1), 0)
+    cos = ((1, 1, 16, 16), (256, 256, 16, 1), 0)
+    row = ((16,), (1,), 0)
+    contiguous = ((3, 4, 16, 16), (1024, 256, 16, 1), 0)
+    channels = ((3, 4, 5, 6), (120, 1, 24, 4), 0)
+    cases = [(L.NegOp, [half]), (L.ExpOp, [heads]), (L.MulOp, [heads, cos]),
+             (L.AddOp, [heads, contiguous]), (L.MulOp, [half, dense_half]),
+             (L.AddOp, [heads, row]), (L.MulOp, [channels, channels]),
+             (L.SubOp, [contiguous, heads]), (L.ExpOp, [channels])]
+    answered = 0
+    for cls, specs in cases:
+        table = SymbolTable()
+        with table.active():
+            batch = table.size(3, SymbolSource(0, 0))
+            block = func.FuncOp("f", ([tensor_type([batch if i == 0 and n == 3 else n
+                                                    for i, n in enumerate(s)], f32)
+                                       for s, _, _ in specs], []))
+            args = list(block.body.block.args)
+            op = build(cls, *args) if len(args) == 2 else build(cls, args[0])
+            layouts = [(st, off) for _, st, off in specs]
+            got = permuted_dense(op, layouts)
+            want = _asked_layouts(op, layouts, False)
+            if got is None:
+                continue
+            answered += 1
+            assert want is not None and len(want) == 1
+            strides, offset = want[0]
+            assert len(got[0]) == len(strides) and got[1] == 0 == offset
+            for a, b in zip(got[0], strides, strict=True):
+                assert hint(a) == hint(b), (cls.name, specs, got, want)
+                assert proved_equal(a, b), (cls.name, specs, got, want)
+    assert answered >= 7, answered

@@ -475,9 +475,79 @@ def fresh_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layou
             _all_contiguous(op, layouts) or _contiguous_kernel(op) or _in_order(op, layouts)):
         return [(contiguous_strides(r.type.sizes), 0) for r in op.results  # type: ignore[attr-defined]
                 if isinstance(r.type, TensorType)]
+    if by_device is None and symbols.current() is not None:
+        dense = permuted_dense(op, layouts)
+        if dense is not None:
+            return [dense]
     found = asked_layouts(op, layouts, fake=by_device is not None)
     return list(found) if found is not None else [contiguous_layout(t)
                                                   for t in _tensor_results(op)]
+
+
+def permuted_dense(op: Operation, layouts: Sequence[Layout | None]) -> Layout | None:
+    """In a symbolic compilation, the layout of an elementwise op's one result whose tensor
+    operands have static strides (a symbolic batch is the outermost dim: the heads of a
+    transposed attention tensor, a slice of them), without a fake kernel run over the
+    symbols: TensorIterator orders the result's dims by the operands' strides (ignoring
+    broadcast dims; sizes only break ties between equal strides, which this refuses) and
+    lays it out densely in that order. So the order does not depend on the symbols'
+    values (a symbolic size here is known to be at least 2, so never broadcast): it is
+    read from the kernel's run on meta stand-ins at the symbols' values (the hints), and
+    the result's strides are the dense strides of that order over the symbolic sizes,
+    which must give the kernel's strides at the hints. None: the fake kernel's way."""
+    if len(op.results) != 1 or not isinstance(op, ThunderOp) \
+            or not op.has_trait(Elementwise) or "memory_format" in op.properties:
+        return None
+    out = op.results[0].type
+    if not isinstance(out, TensorType) or not out.symbolic:
+        return None
+    rank, out_sizes = out.rank, out.sizes
+    if any(type(n) is not int and symbols._lower(n) < 2 for n in out_sizes):
+        return None
+    for v, lay in zip(op.operands, layouts):
+        if lay is None:
+            continue
+        sizes, strides = v.type.sizes, lay[0]  # type: ignore[attr-defined]
+        if len(sizes) > rank or any(type(st) is not int for st in strides) \
+                or any(type(n) is not int and symbols._lower(n) < 2 for n in sizes):
+            return None
+        seen = set()
+        for n, st in zip(sizes, strides):
+            if st == 0 or (type(n) is int and n == 1):
+                continue  # (broadcast or size 1: TensorIterator skips it)
+            if st in seen:
+                return None  # (a tie: sizes would decide)
+            seen.add(st)
+    hints = [n if type(n) is int else symbols.hint(n) for n in out_sizes]
+    try:
+        with neutral(), torch._C.DisableTorchFunction():
+            stand_ins = _operand_values(op, [None if lay is None else (
+                lay[0], lay[1] if type(lay[1]) is int else symbols.hint(lay[1]))
+                for lay in layouts], _hinted_stand_in)
+            outs = _run(op, stand_ins)
+    except Exception:
+        return None
+    if len(outs) != 1 or list(outs[0].shape) != hints:
+        return None
+    got = tuple(outs[0].stride())
+    order = sorted(range(rank), key=lambda d: (-got[d], d))
+    dense: list[Any] = [0] * rank
+    step: Any = 1
+    for d in reversed(order):
+        dense[d] = step
+        step = step * torch.sym_max(out_sizes[d], 1) if type(out_sizes[d]) is not int \
+            else step * max(out_sizes[d], 1)
+    if tuple(d if type(d) is int else symbols.hint(d) for d in dense) != got:
+        return None
+    return tuple(dense), 0
+
+
+def _hinted_stand_in(t: TensorType, layout: Layout) -> torch.Tensor:
+    """A meta stand-in of ``t`` at its sizes' values in this call (no symbols)."""
+    sizes = [n if type(n) is int else symbols.hint(n) for n in t.sizes]
+    strides, offset = layout
+    n = offset + 1 + sum((k - 1) * st for k, st in zip(sizes, strides)) if all(sizes) else 0
+    return torch.empty(n, dtype=t.dtype, device="meta").as_strided(sizes, strides, offset)
 
 
 def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = False
