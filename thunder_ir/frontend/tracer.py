@@ -412,10 +412,10 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             p._is_param = True  # type: ignore[attr-defined]
         proxies[id(v)] = by_name[k] = p
     first_rebound = leaf_index + len(attrs)  # (the leaves they stand for: `Keyer.with_attrs`)
-    for k, (r, v) in enumerate(rebound):
-        dims = dynamic.get(first_rebound + k) if table is not None and dynamic else None
+    for j, (r, v) in enumerate(rebound):
+        dims = dynamic.get(first_rebound + j) if table is not None and dynamic else None
         sizes = None if not dims else [  # the dims of it that grew: symbolic
-            table.size(n, SymbolSource(first_rebound + k, i)) if i in dims else n  # type: ignore[union-attr]
+            table.size(n, SymbolSource(first_rebound + j, i)) if i in dims else n  # type: ignore[union-attr]
             for i, n in enumerate(v.shape)]
         name = "t_" + r.label.removeprefix("self.").replace(".", "_")
         if r.item:  # an entry of a dict or list the module holds: ``cache_k``, ``states_0``
