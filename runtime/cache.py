@@ -141,6 +141,10 @@ class Entry:
     s0 + 1``): this call's values of the symbols it uses, read before anything is written
     back (`thunder_ir.runtime.dynamic.symbol_reader`)."""
 
+    writeback_modes: tuple[int, ...] = ()
+    """Per write-back, how it writes (`thunder_ir.runtime.writes.write_back`); empty when
+    every one is a plain copy under no-grad."""
+
     def __post_init__(self) -> None:
         self.after = bool(self.writebacks or self.replays or self.epilogue or any(
             kind == "build" for kind, _ in self.output_leaves))

@@ -42,6 +42,26 @@ def strided_view(x: torch.Tensor, size: Sequence[int], strides: Sequence[int],
     return torch.as_strided(x, tuple(size), tuple(strides), offset)
 
 
+PLAIN, JOIN, QUIET = 0, 1, 2
+"""How an input written in place is written back to the caller's tensor: copied under
+no-grad; copied with grad mode on (an input that did not require grad written with a value
+that does: eager leaves it requiring grad, no longer a leaf, its ``grad_fn`` passing the
+gradient on to the program's node); copied through ``.data`` (written only through
+``x.data``, which does not bump eager's version counter)."""
+
+
+def write_back(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
+               modes: Sequence[int]) -> None:
+    """Writes each value into its target, in order, each as its mode says (`PLAIN`...)."""
+    grad = torch.is_grad_enabled()
+    for t, v, mode in zip(targets, values, modes, strict=True):
+        if mode == JOIN and grad and v.requires_grad:
+            t.copy_(v)
+            continue
+        with torch.no_grad():
+            (t.data if mode == QUIET else t).copy_(v)
+
+
 def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     """The values ``x.resize_(size)`` leaves in a contiguous ``x``: its first elements in
     the new shape (zeros past its end, where eager's memory is uninitialized)."""
@@ -54,4 +74,5 @@ def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     return flat[:n].reshape(tuple(size))
 
 
-__all__ = ["resized", "scatter_strided", "setitem", "strided_view"]
+__all__ = ["JOIN", "PLAIN", "QUIET", "resized", "scatter_strided", "setitem", "strided_view",
+           "write_back"]

@@ -36,6 +36,7 @@ import torch
 from xdsl.dialects.builtin import StringAttr
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects.autograd import StopGradientOp
 from thunder_ir.dialects.ltorch_core import ChunkOp, SplitOp
 from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import TensorType, tensor_type
@@ -109,10 +110,14 @@ class AliasTracking:
             for (`thunder_ir.frontend.layout`).
         written: values an in-place write made (laid out as the tensor written, not as the
             op computing them lays its result out).
+        data_cuts: values of ``x.data`` aliases (and their replays after a write).
+        quiet, versioned: storages written through a ``.data`` alias (or by ``t.data =``),
+            which does not bump eager's version counter, and storages written otherwise:
+            an argument written only quietly is written back without a bump.
     """
 
-    __slots__ = ("arg_groups", "forbidden", "layouts", "members", "not_views", "storage",
-                 "view_meta", "view_parent", "written")
+    __slots__ = ("arg_groups", "data_cuts", "forbidden", "layouts", "members", "not_views",
+                 "quiet", "storage", "versioned", "view_meta", "view_parent", "written")
 
     def __init__(self) -> None:
         self.storage: dict[SSAValue, int] = {}
@@ -124,6 +129,22 @@ class AliasTracking:
         self.not_views: set[SSAValue] = set()
         self.layouts: dict[SSAValue, Layout] = {}
         self.written: set[SSAValue] = set()
+        self.data_cuts: set[SSAValue] = set()
+        self.quiet: set[int] = set()
+        self.versioned: set[int] = set()
+
+    def cut_from_root(self, v: SSAValue, root: SSAValue) -> str | None:
+        """How ``v``, an alias of ``root``, was cut from it on the way up its views:
+        ``"data"`` (``x.data``), ``"detach"`` (``detach()``), or None (a chain of views)."""
+        parents = self.view_parent
+        while v is not root:
+            up = parents.get(v)
+            if up is None:
+                return None
+            if isinstance(up[1], StopGradientOp):
+                return "data" if v in self.data_cuts else "detach"
+            v = up[0]
+        return None
 
     def remember(self, p: TensorProxy) -> TensorProxy:
         """Notes which storage ``p``'s value lives in (its base's, for a view)."""
@@ -183,7 +204,10 @@ def check_writable(ctx: TraceContext, target: TensorProxy, opname: str) -> None:
     root = target._base_proxy
     if root is None or not torch.is_grad_enabled():
         return
-    if root._value in ctx.active and views_a_leaf(ctx, root):
+    if target._value in ctx.active and root._value in ctx.active and views_a_leaf(ctx, root) \
+            and ctx.aliases.cut_from_root(target._value, root._value) is None:
+        # a detached alias (``x.detach()``, ``x.data``, a view of one) is no view of the
+        # leaf to autograd: eager allows writing it (its base is the alias, not the leaf)
         raise RuntimeError(VIEW_OF_LEAF + f"\n  at {where(ctx.loc)}")
     made = ctx.aliases.view_meta.get(target._value)
     if made is None or target._value not in ctx.active:
@@ -278,10 +302,15 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
         new_root = out._value
         ctx.note_layout(new_root, (r_strides, r_off))
     grad = torch.is_grad_enabled()
-    if old_root in ctx.active and (not grad or target._value not in ctx.active):
+    cut = ctx.aliases.cut_from_root(target._value, old_root) is not None
+    if old_root in ctx.active and (not grad or cut or target._value not in ctx.active):
         # written outside autograd (under no-grad, or through a detached alias such as
         # ``y.detach()`` or ``w.data``): the root keeps its place in the autograd graph
         new_root = ctx.writes.keep_identity(old_root, new_root)
+    elif cut and new_root in ctx.active:
+        # through a detached alias of a tensor that does not require grad, with a value
+        # that does: the alias requires grad in eager, the tensor still does not
+        new_root = ctx.grad.stop_gradient(new_root)
     renewed: dict[SSAValue, SSAValue] = {old_root: new_root}
     for m in members:
         if m is not root:
@@ -292,7 +321,21 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
             ctx.remember(m)
     root._value = new_root
     ctx.remember(root)
-    return new_root if root is target else _renew_member(ctx, target._value, renewed, grad)
+    if root is target:
+        return new_root
+    out = _renew_member(ctx, target._value, renewed, grad)
+    if cut and new in ctx.active:
+        # the detached alias itself requires grad now (eager: its grad_fn is the write's),
+        # the tensor it aliases does not change its autograd identity; the alias stays
+        # cut from it (a later write through another alias re-derives its values)
+        aliases = ctx.aliases
+        how = aliases.view_parent.get(out)
+        if how is not None:
+            aliases.view_parent[new] = how
+        if out in aliases.data_cuts:
+            aliases.data_cuts.add(new)
+        return new
+    return out
 
 
 def _forbid_after_write(ctx: TraceContext, old: SSAValue, new: SSAValue) -> None:
@@ -362,6 +405,8 @@ def _renew(ctx: TraceContext, v: SSAValue, renewed: dict[SSAValue, SSAValue]) ->
         ctx.aliases.view_parent[r] = (new_parent, None, index)
     else:
         r = _replay(ctx, op, parent, new_parent, index)
+        if v in ctx.aliases.data_cuts:  # ``x.data`` after the write is still one
+            ctx.aliases.data_cuts.add(r)
     ctx.note_layout(r, ctx.layout_of(v))
     renewed[v] = r
     return r

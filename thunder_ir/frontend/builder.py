@@ -52,6 +52,10 @@ class Writes(ABC):
     def set_data(self, target: TensorProxy, new: Any) -> None:
         """``target.data = new``: ``new``'s values, ``target``'s place in the graph."""
 
+    @abstractmethod
+    def note_data_alias(self, v: SSAValue) -> None:
+        """``v`` is ``x.data``'s value: writes through it do not bump ``x``'s version."""
+
 
 class Grads(ABC):
     """Eager's autograd rules (`thunder_ir.frontend.grad_tracking.GradTracking`)."""

@@ -150,6 +150,11 @@ class TracedProgram:
         symbols: where the epilogue or a returned value computes a symbolic number
             (``self.step = s0 + 1``): reads the call's values of its symbols
             (`thunder_ir.runtime.dynamic.symbol_reader`); None otherwise.
+        writeback_modes: per write-back, how it writes (`thunder_ir.runtime.writes`:
+            ``JOIN``, an input that did not require grad written with a value that does,
+            which eager leaves requiring grad with a ``grad_fn``; ``QUIET``, written only
+            through ``.data``, which does not bump eager's version counter; else
+            ``PLAIN``); empty when every one is plain.
     """
 
     module: ModuleOp
@@ -170,6 +175,7 @@ class TracedProgram:
     speculative: bool = False
     draws: bool = False
     symbols: Callable[[Sequence[Any]], dict[str, Any]] | None = None
+    writeback_modes: tuple[int, ...] = ()
 
 
 def _is_complex(v: SSAValue) -> bool:

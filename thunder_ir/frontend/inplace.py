@@ -37,6 +37,17 @@ if TYPE_CHECKING:
     from thunder_ir.frontend.context import TraceContext
 
 
+DATA_ASSIGNMENT = ".data assignment"
+"""`InPlace.assign`'s ``opname`` for ``t.data = new``."""
+
+
+_QUIET_NOTE = (" through `.data`. Eager does not detect this (a write through `.data` does "
+               "not bump the version counter) and its backward silently uses the written "
+               "values; thunder_ir refuses rather than differ. Use a clone of the tensor "
+               "where the backward needs its value before the write (`x.clone()`), or make "
+               "the write after the backward.")
+
+
 class InPlace(Writes):
     """The in-place writes of one trace (see the module doc): ``ctx`` is the trace."""
 
@@ -46,13 +57,15 @@ class InPlace(Writes):
         self.ctx = ctx
 
     def _written(self, target: TensorProxy, skip: set[Operation],
-                 keep_saved: bool = False) -> None:
+                 keep_saved: bool = False, quiet: bool = False) -> None:
         """An in-place write to ``target``'s storage: every op whose backward saved a value
         of that storage would, in eager, raise when its backward runs; so will ours. The
         writing call's own ops (``skip``) saved the tensor they write before the write,
         which eager clones for an in-place op, so those records go (with ``keep_saved`` they
         stay: see `Writes.assign`); a tensor of that storage they read as another operand
-        (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it."""
+        (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it. A
+        ``quiet`` write (through ``x.data``) eager does not detect: its backward uses the
+        written values; the program's raises, saying so."""
         ctx = self.ctx
         ctx.autograd.resolve_saved()
         saved, saved_operands = ctx.autograd.saved, ctx.autograd.saved_operands
@@ -72,7 +85,7 @@ class InPlace(Writes):
                         "one of the variables needed for gradient computation has been "
                         f"modified by an inplace operation: [{t.pretty()}], saved for the "
                         f"backward of {op.name} at {where(location_text(op))}, written in place at "
-                        f"{where(ctx.loc)}")
+                        f"{where(ctx.loc)}" + (_QUIET_NOTE if quiet else ""))
 
     def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
                ) -> TensorProxy:
@@ -91,6 +104,7 @@ class InPlace(Writes):
         if members:
             ctx.reads.layout_read = True  # the write reaches aliases by their strides
             check_writable(ctx, target, opname)
+        quiet = self._note_version(target, opname)
         old = target._value
         # The ops this torch call built (the in-place op's functional form, casts): their
         # reads are not later writes. A value that existed before (copy_'s source) is not.
@@ -133,7 +147,7 @@ class InPlace(Writes):
             elif new not in ctx.active or not (isinstance(new.owner, Operation)
                                                  and old in new.owner.operands):
                 new = self.overwrites(old, new)
-        self._written(target, made, keep_saved)
+        self._written(target, made, keep_saved, quiet)
         with torch._C.DisableTorchFunction():  # the write keeps the target's layout
             ctx.aliases.layouts[new] = (tuple(target.stride()), target.storage_offset())
         ctx.aliases.written.add(new)
@@ -141,6 +155,20 @@ class InPlace(Writes):
             new = write_through(ctx, target, new, members)
         ctx.aliases.rebind(target, new)
         return target
+
+    def _note_version(self, target: TensorProxy, opname: str) -> bool:
+        """Notes whether the write bumps the written storage's version counter in eager
+        (not through an ``x.data`` alias, nor by ``t.data = ...``: those are quiet, and
+        the result is True)."""
+        aliases = self.ctx.aliases
+        root = target._base_proxy
+        quiet = opname == DATA_ASSIGNMENT or (root is not None and aliases.cut_from_root(
+            target._value, root._value) == "data")
+        (aliases.quiet if quiet else aliases.versioned).add(target._storage)
+        return quiet
+
+    def note_data_alias(self, v: SSAValue) -> None:
+        self.ctx.aliases.data_cuts.add(v)
 
     def overwrites(self, old: SSAValue, new: SSAValue) -> SSAValue:
         """``new`` written over ``old`` in place (``copy_``, ``zero_``, ``fill_``): eager's
@@ -181,7 +209,7 @@ class InPlace(Writes):
             grad = torch.is_grad_enabled()
             torch._C._set_grad_enabled(False)
             try:
-                self.assign(target, value, ".data assignment")
+                self.assign(target, value, DATA_ASSIGNMENT)
             finally:
                 torch._C._set_grad_enabled(grad)
             return

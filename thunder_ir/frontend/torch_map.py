@@ -399,24 +399,27 @@ def _same_layout(self: Any) -> dict[str, Any]:
         return {"strides": tuple(self.stride()), "offset": self.storage_offset()}
 
 
-def _alias(ctx: Builder, self: Any, *args: Any, **kwargs: Any) -> Any:
-    root = root_proxy(self)
-    return ctx.remember(TensorProxy(self._value, base=root, **_same_layout(self)))
-
-
 def _detach(ctx: Builder, self: Any) -> Any:
-    """``x.detach()``, ``torch.detach(x)``, ``x.data``: an alias of ``x`` that carries no
-    gradient (``autograd.stop_gradient`` when ``x`` requires grad, or is a view of a tensor
-    that does: under ``no_grad`` such a view requires grad in eager, its detached alias
-    does not, and the cut tells the two apart where the program returns them)."""
+    """``x.detach()``, ``torch.detach(x)``: an alias of ``x`` that carries no gradient, cut
+    from it by an ``autograd.stop_gradient`` (stripped before code generation), whether or
+    not ``x`` requires grad: under ``no_grad`` a view of a tensor that requires grad
+    requires grad in eager, its detached alias does not, and the cut tells the two apart
+    where the program returns them; a write through the alias changes ``x``'s values, not
+    its autograd identity (`thunder_ir.frontend.aliasing.write_through`)."""
     root = root_proxy(self)
-    if self._value not in ctx.active and (root is None or not root.requires_grad):
-        return _alias(ctx, self)
     v = ctx.grad.stop_gradient(self._value)
     ctx.note_layout(v, ctx.layout_of(self._value))
     assert isinstance(v.owner, Operation)
     ctx.note_view(v, self._value, v.owner, 0)
     return ctx.remember(TensorProxy(v, base=root, **_same_layout(self)))
+
+
+def _data(ctx: Builder, self: Any) -> Any:
+    """``x.data``: `_detach`'s alias, through which a write does not bump ``x``'s version
+    counter (eager's ``.data`` has a version counter of its own)."""
+    out = _detach(ctx, self)
+    ctx.writes.note_data_alias(out._value)
+    return out
 
 
 def _requires_grad_(ctx: Builder, self: Any, requires_grad: bool = True) -> Any:
@@ -521,7 +524,8 @@ register_handlers([T.contiguous], _contiguous)
 register_handlers([T.requires_grad_], _requires_grad_)
 register_handlers([T.requires_grad.__set__], _set_requires_grad)  # type: ignore[attr-defined]
 register_handlers([T.data.__set__], _set_data)  # type: ignore[attr-defined]
-register_handlers([T.detach, torch.detach, getter("data")], _detach)
+register_handlers([T.detach, torch.detach], _detach)
+register_handlers([getter("data")], _data)
 register_handlers([torch._C._set_grad_enabled], _set_grad_enabled)
 register_handlers([T.is_inference, torch.is_inference], _is_inference)
 

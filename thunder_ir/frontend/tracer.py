@@ -91,6 +91,7 @@ from thunder_ir.runtime.origins import (
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
 from thunder_ir.runtime.rebound import ReboundTensor
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
+from thunder_ir.runtime.writes import JOIN, PLAIN, QUIET
 
 HANDLER_MODULES = (torch_map, torch_map_nn, einsum, setitem, repeat, custom_function,
                    takeover, backward_hooks, speculation, value_reads, hops)
@@ -505,12 +506,17 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         else:  # a Python value, or a tensor captured from outside: returned as it is
             out_leaves.append(("value", leaf))
     writebacks = []
+    modes = []  # how each is written back (`thunder_ir.runtime.writes`)
+    aliases = ctx.aliases
     replaced = {id(p) for p in ctx.reads.data_replaced}
     for p, original, kind in ctx.build.input_proxies:
         if p._value is not original \
                 and isinstance(kind, ArgLeaf | StateEntry | ArgPath | ModuleTensor) \
                 and id(p) not in replaced:
             writebacks.append((len(outputs), kind))
+            modes.append(JOIN if original not in ctx.active and p._value in ctx.active
+                         else QUIET if p._storage in aliases.quiet
+                         and p._storage not in aliases.versioned else PLAIN)
             outputs.append(p._value)
     epilogue = rec.epilogue() + rec.globals_written(ctx.reads.global_writes) + [
         Action(("obj", state[k.name]), "setattr", "data", rec.template(p, f"{k.name}.data"),
@@ -537,7 +543,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                          [o in ctx.active for o in outputs], detach_outputs,
                          list(reads.global_reads.values()), reads.replays, checked,
                          reads.exact_layout, reads.layout_read, epilogue, build.speculative,
-                         build.speculative and speculation.may_draw(ir), reader)
+                         build.speculative and speculation.may_draw(ir), reader,
+                         writeback_modes=tuple(modes) if any(modes) else ())
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,8 @@ def training_entry(traced: TracedProgram, program: CompiledProgram, traces: list
         prologue_source=program.prologue.source,
         single_output=_single_output(traced, n_out),
         backward_traces=bwd_traces, replays=traced.replays, epilogue=traced.epilogue,
-        speculative=traced.speculative, draws=traced.draws, symbols=traced.symbols)
+        speculative=traced.speculative, draws=traced.draws, symbols=traced.symbols,
+        writeback_modes=traced.writeback_modes)
 
 
 def inference_entry(traced: TracedProgram, program: CompiledProgram, traces: list[Trace],
@@ -316,7 +317,7 @@ def inference_entry(traced: TracedProgram, program: CompiledProgram, traces: lis
         prologue_source=program.prologue.source,
         single_output=_single_output(traced, n_out),
         replays=traced.replays, epilogue=traced.epilogue, speculative=traced.speculative,
-        draws=traced.draws, symbols=traced.symbols)
+        draws=traced.draws, symbols=traced.symbols, writeback_modes=traced.writeback_modes)
 
 
 def _final_traces(module: ModuleOp, program: CompiledProgram) -> list[Trace]:

@@ -29,6 +29,7 @@ from thunder_ir.runtime.origins import ArgLeaf, ArgPath, ModuleTensor
 from thunder_ir.runtime.pystate import apply as apply_epilogue
 from thunder_ir.runtime.pystate import resolve, written_before
 from thunder_ir.runtime.speculation import SpeculationFailed
+from thunder_ir.runtime.writes import write_back
 from thunder_ir.stages.compiler import Compiler
 from thunder_ir.stages.keyer import Keyer
 from thunder_ir.stages.policies import NOT_TAKEN, FastPath, Policies
@@ -241,8 +242,12 @@ class Dispatcher:
                        else kind.read() if type(kind) is ModuleTensor  # (rebound state)
                        else kind.tensor  # type: ignore[union-attr]
                        for _, kind in entry.writebacks]
-            with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order
-                torch._foreach_copy_(targets, [outs_t[idx] for idx, _ in entry.writebacks])
+            values = [outs_t[idx] for idx, _ in entry.writebacks]
+            if entry.writeback_modes:
+                write_back(targets, values, entry.writeback_modes)
+            else:
+                with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order
+                    torch._foreach_copy_(targets, values)
         if entry.epilogue:  # writes to Python objects, replayed with real tensors
             guard = self.guards[0] if entry.writes_symbolic_ints else None
             quiet = guard is not None and guard.unchanged()
