@@ -249,7 +249,18 @@ def _slice_write(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return x[:1] * 2
 
 
-WRITTEN = [_add_return_x, _add_then_use, _index_add, _scatter_add, _copy]
+def _mul_whole(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    x.mul_(s)  # the backward needs x's value before the write (eager saves a copy)
+    return x.sum()
+
+
+def _slice_div(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    x[1:].div_(s[1:])
+    return x
+
+
+WRITTEN = [_add_return_x, _add_then_use, _index_add, _scatter_add, _copy, _slice_write,
+           _mul_whole, _slice_div]
 
 
 def _run_written(impl: Callable[..., Any], mode: Any) -> tuple[Any, ...]:

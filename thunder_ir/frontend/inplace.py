@@ -69,6 +69,7 @@ class InPlace(Writes):
         ctx = self.ctx
         ctx.autograd.resolve_saved()
         saved, saved_operands = ctx.autograd.saved, ctx.autograd.saved_operands
+        inputs = None
         for v in ctx.aliases.members.get(target._storage, ()):
             ops = saved.pop(v, ())
             kept = [op for op in ops if op in skip] if keep_saved else []
@@ -77,6 +78,11 @@ class InPlace(Writes):
             for op in ops:
                 if op in skip and (keep_saved or not any(
                         i > 0 and op.operands[i] is v for i in saved_operands.get(op, ()))):
+                    if not keep_saved and v not in ctx.active:
+                        if inputs is None:
+                            inputs = {p._storage for p, _, _ in ctx.build.input_proxies}
+                        if target._storage in inputs:
+                            self._save_a_copy(op, v)
                     continue
                 if "saved_modified" not in op.attributes:
                     t = v.type
@@ -155,6 +161,23 @@ class InPlace(Writes):
             new = write_through(ctx, target, new, members)
         ctx.aliases.rebind(target, new)
         return target
+
+    def _save_a_copy(self, op: Operation, v: SSAValue) -> None:
+        """``op`` (an in-place op's functional form) reads ``v``, a value of an input's
+        storage that the call writes, and its backward saves it: eager saves a copy (the
+        original of the tensor an in-place op writes); the program would save the caller's
+        memory itself, which the write-back then changes. ``op`` reads a clone of ``v``."""
+        from thunder_ir.dialects.ltorch import OPS
+
+        ctx = self.ctx
+        copy = ctx.emit(OPS["clone"], v)
+        made = copy.owner
+        block = op.parent_block()
+        if not isinstance(made, Operation) or block is None:
+            return
+        made.detach()
+        block.insert_op_before(made, op)
+        op.operands = [copy if o is v else o for o in op.operands]
 
     def _note_version(self, target: TensorProxy, opname: str) -> bool:
         """Notes whether the write bumps the written storage's version counter in eager
