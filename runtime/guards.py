@@ -424,7 +424,8 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
 def module_guard(root: torch.nn.Module,
                  ints: dict[int, frozenset[str]] | None = None,
                  tensors: dict[int, frozenset[str]] | None = None,
-                 containers: dict[int, frozenset[Any]] | None = None) -> StateGuard:
+                 containers: dict[int, frozenset[Any]] | None = None,
+                 free: Mapping[int, frozenset[str]] | None = None) -> StateGuard:
     """The state of a module tree: each module's class and plain attributes (config objects,
     dicts and lists followed down to `MAX_DEPTH` levels), its parameters', buffers' and
     submodules' identities, and every module hook (its own and torch's global ones).
@@ -436,8 +437,11 @@ def module_guard(root: torch.nn.Module,
     that ``forward`` rebinds on every call (`thunder_ir.runtime.rebound`, which fills the
     dict): guarded on holding a tensor of their type; their metadata is in the cache key.
     ``containers``: the same for entries of the dicts and lists modules hold (by the
-    container's id: ``self.cache["k"]``, ``self.states[0]``)."""
+    container's id: ``self.cache["k"]``, ``self.states[0]``). ``free``: per module (by id),
+    the plain attributes ``forward`` writes before reading them
+    (`thunder_ir.runtime.free_attrs`): left out of the fingerprint altogether."""
     g = torch.nn.modules.module
+    free = {} if free is None else free
     ints = {} if ints is None else ints
     tensors = {} if tensors is None else tensors
     none: frozenset[str] = frozenset()
@@ -454,8 +458,11 @@ def module_guard(root: torch.nn.Module,
             md = m.__dict__
             dicts.append(md)
             rebound = tensors.get(id(m), none)
+            mine = free.get(id(m))
             parts: list[Any] = [id(m), type(m),
-                                fields_key(md, keep, dicts, _SKIP_FIELDS, guard.lists,
+                                fields_key(md, keep, dicts,
+                                           _SKIP_FIELDS | mine if mine else _SKIP_FIELDS,
+                                           guard.lists,
                                            ints.get(id(m), none), path, guard.unguarded,
                                            seen, rebound, containers)]
             for name in _MODULE_DICTS:
@@ -482,8 +489,11 @@ def module_guard(root: torch.nn.Module,
         for path, m in root.named_modules(prefix="self"):
             out.append(f"type({path}) is {type(m).__qualname__}")
             rebound = tensors.get(id(m), none)
-            out += _field_checks(path, m.__dict__, _SKIP_FIELDS, ints=ints.get(id(m), none),
-                                 tensors=rebound)
+            mine = free.get(id(m), none)
+            out += [f"# {path}.{k}: not checked (forward writes it before reading it)"
+                    for k in sorted(mine)]
+            out += _field_checks(path, m.__dict__, _SKIP_FIELDS | mine,
+                                 ints=ints.get(id(m), none), tensors=rebound)
             for name in _MODULE_DICTS:
                 d = m.__dict__.get(name)
                 if d is None:

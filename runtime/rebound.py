@@ -110,6 +110,10 @@ class _IntWrites(Protocol):
     def writes_only_ints(self, actions: Sequence[Action]) -> bool: ...
 
 
+class _FreeWrites(Protocol):
+    def writes_only_free(self, a: Action) -> bool: ...
+
+
 def _rebinding_template(value: Any) -> bool:
     """Whether a value template gives a tensor that changes from call to call: a program
     output, or what the caller passed (``("ref", ...)``)."""
@@ -267,16 +271,19 @@ class ReboundState:
 
 
 def leaves_guard_as_is(actions: Sequence[Action], ints: _IntWrites | None,
-                       rebound: ReboundState | None, inputs: Sequence[Any] = ()) -> bool:
+                       rebound: ReboundState | None, inputs: Sequence[Any] = (),
+                       free: _FreeWrites | None = None) -> bool:
     """Whether an epilogue writes nothing but symbolic ``int`` attributes with ``int``s
     (`thunder_ir.runtime.symbolic_attrs.SymbolicAttrs.writes_only_ints`) and rebound
-    states the program read (among the origins of its ``inputs``) with its outputs: the
+    states the program read (among the origins of its ``inputs``) with its outputs, and
+    attributes left out of the key (``free``, `thunder_ir.runtime.free_attrs`): the
     module guard's fingerprint stays as it was, so it need not re-read the tree after it."""
     if not actions:
         return False
     read = {(id(k.module), k.name, k.item) for k in inputs if type(k) is ModuleTensor}
     return all((ints is not None and ints.writes_only_ints([a]))
-               or (rebound is not None and rebound.rebinds(a, read)) for a in actions)
+               or (rebound is not None and rebound.rebinds(a, read))
+               or (free is not None and free.writes_only_free(a)) for a in actions)
 
 
 __all__ = ["ReboundState", "ReboundTensor", "leaves_guard_as_is"]

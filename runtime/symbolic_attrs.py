@@ -30,7 +30,7 @@ by them exactly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,10 +78,12 @@ class SymbolicAttrs:
         self._seen: dict[tuple[int, str], tuple[SymbolicAttr, int]] | None = None
         self._tree: tuple[int, set[int]] = (-1, set())
 
-    def grow(self) -> bool:
+    def grow(self, free: Mapping[int, Any] | None = None) -> bool:
         """At a miss: every ``int`` attribute whose value differs from the one it had at
-        the previous miss becomes symbolic. Returns whether one did (the caller then
-        invalidates the module guard and its prologues)."""
+        the previous miss becomes symbolic, but those ``free`` names (per module id:
+        written before read, not in the key, `thunder_ir.runtime.free_attrs`). Returns
+        whether one did (the caller then invalidates the module guard and its
+        prologues)."""
         now = int_attrs(self.root)
         before, self._seen = self._seen, now
         if before is None:
@@ -90,7 +92,8 @@ class SymbolicAttrs:
         self._tree = (-1, set())  # (a new attribute's module: read on the next walk)
         for key, (attr, value) in now.items():
             old = before.get(key)
-            if old is None or old[1] == value or attr.name in self.by_module.get(key[0], ()):
+            if old is None or old[1] == value or attr.name in self.by_module.get(key[0], ()) \
+                    or (free and attr.name in free.get(key[0], ())):
                 continue
             self.attrs.append(attr)
             self.by_module[key[0]] = self.by_module.get(key[0], frozenset()) | {attr.name}

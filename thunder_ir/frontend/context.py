@@ -155,6 +155,9 @@ class TracedProgram:
             which eager leaves requiring grad with a ``grad_fn``; ``QUIET``, written only
             through ``.data``, which does not bump eager's version counter; else
             ``PLAIN``); empty when every one is plain.
+        attr_reads: per module (by id), the plain attributes the trace watched (some
+            earlier epilogue wrote them) and those it read before writing them
+            (`thunder_ir.frontend.attr_reads`, `thunder_ir.runtime.free_attrs`).
     """
 
     module: ModuleOp
@@ -176,6 +179,7 @@ class TracedProgram:
     draws: bool = False
     symbols: Callable[[Sequence[Any]], dict[str, Any]] | None = None
     writeback_modes: tuple[int, ...] = ()
+    attr_reads: dict[int, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
 def _is_complex(v: SSAValue) -> bool:

@@ -64,6 +64,7 @@ from thunder_ir.frontend import (
     torch_map_nn,
     value_reads,
 )
+from thunder_ir.frontend.attr_reads import AttrLog, watch_copy
 from thunder_ir.frontend.context import (
     TraceContext,
     TracedProgram,
@@ -112,7 +113,9 @@ def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> li
 
 def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
                     rec: Recorder | None = None,
-                    overrides: Mapping[int, dict[str, Any]] | None = None
+                    overrides: Mapping[int, dict[str, Any]] | None = None,
+                    watch: Mapping[int, frozenset[str]] | None = None,
+                    log: AttrLog | None = None
                     ) -> tuple[torch.nn.Module, dict[int, torch.nn.Module],
                                dict[int, torch.nn.Module]]:
     """A copy of ``root``'s module tree that tracing runs instead of the user's.
@@ -127,7 +130,9 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
     (copied too, ``rec``: `thunder_ir.frontend.pystate.Recorder`), are found after the
     trace and replayed on the user's modules after every call. ``overrides``: per module
     (by id), attributes its copy holds in place of the module's own (a symbolic ``int``,
-    `thunder_ir.runtime.symbolic_attrs`). Returns the root's copy, a map from each
+    `thunder_ir.runtime.symbolic_attrs`). ``watch``: per module (by id), plain attributes
+    whose reads and writes its copy records in ``log`` (`thunder_ir.frontend.attr_reads`).
+    Returns the root's copy, a map from each
     copy's id to its original (hooks called at run time get the original) and one from
     each original's id to its copy (`traced_copy`)."""
     copies: dict[int, torch.nn.Module] = {}
@@ -142,6 +147,8 @@ def _shadow_modules(root: torch.nn.Module, proxies: dict[int, TensorProxy],
         if c is not None:
             return c
         c = object.__new__(type(m))
+        if watch and log is not None and id(m) in watch:
+            c = watch_copy(c, type(m), watch[id(m)], log)
         d = dict(m.__dict__)
         d["_parameters"] = swap(m._parameters)
         d["_buffers"] = swap(m._buffers)
@@ -289,6 +296,18 @@ def hooks_kept(root: torch.nn.Module | None) -> Iterator[None]:
     compile succeeds). A compile that fails must leave the model as it was, so those hooks
     go (and any the code removed come back); after a success they stay, as eager's call
     leaves them."""
+    restore = hooks_as_now(root)
+    try:
+        yield
+    except BaseException:
+        restore()
+        raise
+
+
+def hooks_as_now(root: torch.nn.Module | None) -> Callable[[], None]:
+    """A function that puts every hook dict of ``root``'s module tree, and torch's global
+    module hooks, back as they are now (`hooks_kept`; a compile that traces again undoes
+    the hooks its first trace registered)."""
     from torch.nn.modules import module as nn_module
 
     dicts = [d for d in (getattr(nn_module, n, None) for n in _GLOBAL_HOOKS)
@@ -298,14 +317,14 @@ def hooks_kept(root: torch.nn.Module | None) -> Iterator[None]:
             dicts += [d for d in (m.__dict__.get(n) for n in _MODULE_HOOKS)
                       if isinstance(d, dict)]
     saved = [(d, list(d.items())) for d in dicts]
-    try:
-        yield
-    except BaseException:
+
+    def restore() -> None:
         for d, items in saved:
             if len(d) != len(items) or any(d.get(k, d) is not v for k, v in items):
                 d.clear()
                 d.update(items)
-        raise
+
+    return restore
 
 
 @contextlib.contextmanager
@@ -337,7 +356,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                                     dict[str, TensorProxy]] | None = None,
                   dynamic: Mapping[int, tuple[int, ...]] | None = None,
                   attrs: Sequence[SymbolicAttr] = (),
-                  rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = ()
+                  rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = (),
+                  watch: Mapping[int, frozenset[str]] | None = None
                   ) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR.
@@ -354,7 +374,9 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     ``rebound``: the buffers and tensor attributes of ``module``'s tree that ``forward``
     rebinds on every call, with their tensors now (`thunder_ir.runtime.rebound`): program
     inputs read from the module on each call, which the module's copies hold as proxies
-    (``state`` leaves the buffers among them out)."""
+    (``state`` leaves the buffers among them out). ``watch``: per module of the tree (by
+    id), plain attributes the trace finds out whether it reads before writing them
+    (`thunder_ir.frontend.attr_reads`: the program's ``attr_reads``)."""
     ctx = TraceContext()
     compiling = symbols.current()
     if compiling is not None:  # decisions on unbacked sizes: speculated while it traces
@@ -363,6 +385,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     if table is not None:  # its guards say which op and line made them (a size fixed)
         attach_guard_sites(table)
     rec = Recorder(ctx)
+    log = AttrLog()
     names = arg_names(types.MethodType(method, module) if method is not None and module
                       is not None else module.forward if module is not None else fn,
                       len(args), kwargs)
@@ -439,7 +462,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
     call: Callable[..., Any] = fn
     if module is not None:
         root, ctx.reads.originals, ctx.reads.copies = _shadow_modules(module, proxies, rec,
-                                                                      overrides)
+                                                                      overrides, watch,
+                                                                      log)
         call = types.MethodType(method, root) if method is not None else root
     gc_was_enabled = gc.isenabled()
     gc.disable()  # IR is a web of reference cycles: full collections grow with the program
@@ -453,6 +477,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             stack.enter_context(_global_reads_recorded(ctx, module))
             stack.enter_context(TraceMode(ctx))
             drawn = random.getstate()
+            if log.watched:
+                stack.enter_context(log.active())
             out = call(*p_args, **p_kwargs)
             if random.getstate() != drawn:  # `from random import random`: not refused by name
                 random.setstate(drawn)
@@ -514,7 +540,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 and isinstance(kind, ArgLeaf | StateEntry | ArgPath | ModuleTensor) \
                 and id(p) not in replaced:
             writebacks.append((len(outputs), kind))
-            modes.append(JOIN if original not in ctx.active and p._value in ctx.active
+            modes.append(JOIN if p._value in ctx.active and (
+                original not in ctx.active or p._storage in aliases.joined)
                          else QUIET if p._storage in aliases.quiet
                          and p._storage not in aliases.versioned else PLAIN)
             outputs.append(p._value)
@@ -544,7 +571,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                          list(reads.global_reads.values()), reads.replays, checked,
                          reads.exact_layout, reads.layout_read, epilogue, build.speculative,
                          build.speculative and speculation.may_draw(ir), reader,
-                         writeback_modes=tuple(modes) if any(modes) else ())
+                         writeback_modes=tuple(modes) if any(modes) else (),
+                         attr_reads=log.result(reads.originals))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from thunder_ir.dialects.program import BACKWARD, FORWARD, prologue_function
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import TracedProgram, trace_program
 from thunder_ir.frontend.errors import NeedsSymbols, sizes_speculated
-from thunder_ir.frontend.tracer import hooks_kept
+from thunder_ir.frontend.tracer import hooks_as_now, hooks_kept
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.tiered import TRACING
 from thunder_ir.passes.context import CompileContext, compiling
@@ -178,16 +178,28 @@ class Compiler:
         with TRACING:  # never beside a tiered background compile's make_fx
             rebound = keyer.rebound
             read = len(rebound.current()) if rebound is not None else 0
+            hooks_back = hooks_as_now(self.module)
             traced = self._trace(fn, args, kwargs, state, dynamic)
-            if exact and dynamic is None and symbols.current() is None and rebound is not None \
-                    and keyer.rebind(traced) and len(rebound.current()) > read:
-                # It rebinds module state that holds a tensor now (`thunder_ir.runtime
-                # .rebound`): traced again with that state read from the module, keyed by
-                # metadata, so that this first program is the one later calls hit (a state
-                # that holds None is traced the same; a symbolic compile learns after).
+            once = exact and dynamic is None and symbols.current() is None
+            again = once and rebound is not None and keyer.rebind(traced) \
+                and len(rebound.current()) > read
+            # It rebinds module state that holds a tensor now (`thunder_ir.runtime
+            # .rebound`), or writes a plain attribute it did not watch for reads
+            # (`thunder_ir.runtime.free_attrs`): traced again, with that state read from
+            # the module, keyed by metadata, and the attribute watched, so that this first
+            # program is the one later calls hit (a state that holds None is traced the
+            # same; a symbolic compile learns after).
+            if keyer.learn_writes(traced) and exact and dynamic is None:  # (also with
+                # unbacked symbols: ``self.last = y.item()``; the table keeps the first
+                # trace's unused symbols)
+                again = True
+            if again:  # (the hooks the first trace registered: registered again)
+                hooks_back()
                 pro = keyer.current(spec, args, kwargs, n)
                 state = keyer.state()
                 traced = self._trace(fn, args, kwargs, state, dynamic)
+            if keyer.settle(traced):  # attributes left out of the key, or keyed again
+                pro = keyer.current(spec, args, kwargs, n)
         t_trace = time.perf_counter() - t0
         pro = keyer.keyed(traced, spec, args, kwargs, n, pro, exact, self.cache)
         module = traced.module
@@ -209,7 +221,7 @@ class Compiler:
             tier.watch(entry, fused, self.name())
         check_layouts(entry, traced.output_strides, self.name())
         entry.writes_symbolic_ints = leaves_guard_as_is(entry.epilogue, attrs, keyer.rebound,
-                                                        traced.input_kinds)
+                                                        traced.input_kinds, keyer.free)
         return entry, traced, pro
 
     def _trace(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -225,7 +237,8 @@ class Compiler:
                              if dp else None,
                              dynamic=dynamic,
                              attrs=attrs.attrs if dynamic and attrs else (),
-                             rebound=keyer.rebound.current() if keyer.rebound else ())
+                             rebound=keyer.rebound.current() if keyer.rebound else (),
+                             watch=keyer.free.watch() if keyer.free else None)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Python's own error for a call that does not fit the signature."""

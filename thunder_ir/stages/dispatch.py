@@ -210,6 +210,9 @@ class Dispatcher:
                 unblanked = programs.unblanked(pro, key, dynamic)
                 if unblanked:  # (why each size compiles: `symbolic_failures` says)
                     self.policies.dynamic.note_key(unblanked, compiler.name())
+            if keyer.free is not None:  # a module attribute's value made it miss: say so
+                self.policies.dynamic.failures += keyer.free.miss(keyer.guards[0],
+                                                                  compiler.name())
             if self.policies.dynamic.mode != "static" and keyer.grow():
                 pro = keyer.current(spec, args, kwargs, len(leaves))
                 key = pro.fn(leaves)

@@ -22,6 +22,7 @@ from thunder_ir.frontend import TracedProgram
 from thunder_ir.frontend.tracer import arg_names
 from thunder_ir.runtime.cache import CACHE_CAPACITY, Cache, all_tensors
 from thunder_ir.runtime.dynamic import Dynamic, merge
+from thunder_ir.runtime.free_attrs import FreeAttrs, free_names
 from thunder_ir.runtime.guards import StateGuard, closure_guard, globals_guard, module_guard
 from thunder_ir.runtime.prologue import Prologue, make_prologue
 from thunder_ir.runtime.rebound import ReboundState
@@ -38,6 +39,8 @@ class Keyer:
         attrs: the module tree's ``int`` attributes that are symbolic numbers.
         rebound: the module tree's buffers and tensor attributes that ``forward`` rebinds
             on every call (program inputs read from the module, keyed by metadata).
+        free: the module tree's plain attributes that ``forward`` writes before reading
+            them (`thunder_ir.runtime.free_attrs`): not in the key.
     """
 
     def __init__(self, fn: Callable[..., Any] | None, module: torch.nn.Module | None,
@@ -57,10 +60,12 @@ class Keyer:
         self.guards: list[StateGuard] = []
         self.attrs = SymbolicAttrs(module) if module is not None else None
         self.rebound = ReboundState(module) if module is not None else None
-        if self.attrs is not None and self.rebound is not None:
+        self.free = FreeAttrs(module) if module is not None else None
+        if self.attrs is not None and self.rebound is not None and self.free is not None:
             self.guards.append(module_guard(self.attrs.root, self.attrs.by_module,
                                             self.rebound.by_module,
-                                            self.rebound.by_container))
+                                            self.rebound.by_container,
+                                            self.free.by_module))
         cg = closure_guard(fn)
         if cg is not None:
             self.guards.append(cg)
@@ -201,7 +206,7 @@ class Keyer:
         longer holds their values, the key does), and the dims of rebound state tensors
         that changed (the key holds their metadata already); whether any did."""
         tensors = self.rebound is not None and self.rebound.grow()
-        if self.attrs is None or not self.attrs.grow():
+        if self.attrs is None or not self.attrs.grow(free_names(self.free)):
             return tensors
         self.guards[0].invalidate()
         self.prologues.clear()
@@ -215,6 +220,23 @@ class Keyer:
         if self.rebound is None or not self.rebound.learn(traced.epilogue):
             return False
         self.rebound.note_shapes()  # the sizes traced with: the next miss compares them
+        self.guards[0].invalidate()
+        self.prologues.clear()
+        return True
+
+    def learn_writes(self, traced: TracedProgram) -> bool:
+        """After a trace: the plain attributes its epilogue writes are watched from now on;
+        whether one was not watched by it (a trace that watches it tells whether it is
+        read first)."""
+        return self.free is not None and self.free.learn_writes(traced.epilogue,
+                                                                traced.attr_reads)
+
+    def settle(self, traced: TracedProgram) -> bool:
+        """After a trace: the attributes it watched and did not read first are left out of
+        the key, those it read first are keyed by value for good; whether that changed
+        (the module guard then re-reads the tree and the prologues are made again)."""
+        if self.free is None or not self.free.settle(traced.attr_reads):
+            return False
         self.guards[0].invalidate()
         self.prologues.clear()
         return True

@@ -1,0 +1,222 @@
+"""Module attributes that ``forward`` writes before reading them are not in the cache key
+(`thunder_ir.runtime.free_attrs`, `thunder_ir.frontend.attr_reads`).
+
+Each test runs the jitted module next to an eager copy and compares the outputs, the
+attribute's value and type after each call (and parameters after optimizer steps), and
+asserts the compile count: one program for six calls where the attribute is written first,
+and still correct (keyed by value) where a trace reads it first.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+import thunder_ir
+
+
+def _same(a: Any, b: Any) -> None:
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _same_attr(a: nn.Module, b: nn.Module, name: str) -> None:
+    va, vb = a.__dict__.get(name, "<missing>"), b.__dict__.get(name, "<missing>")
+    assert type(va) is type(vb), (name, va, vb)
+    if isinstance(va, float):
+        assert abs(va - vb) <= 1e-5 * max(1.0, abs(vb)), (name, va, vb)
+    else:
+        assert va == vb, (name, va, vb)
+
+
+def _run(make: Callable[[], nn.Module], names: list[str], calls: list[tuple[Any, ...]],
+         kwargs: list[dict[str, Any]] | None = None) -> nn.Module:
+    torch.manual_seed(0)
+    m = make()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for i, args in enumerate(calls):
+        kw = kwargs[i] if kwargs else {}
+        _same(jm(*args, **kw), e(*args, **kw))
+        for n in names:
+            _same_attr(m, e, n)
+    return jm
+
+
+class Item(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.last = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sum()
+        self.last = y.item()
+        return y
+
+
+def _xs(n: int = 6) -> list[tuple[torch.Tensor]]:
+    torch.manual_seed(1)
+    return [(torch.randn(3, 4),) for _ in range(n)]
+
+
+def test_item_written_first_compiles_once() -> None:
+    jm = _run(Item, ["last"], _xs())
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        loss = self.lin(x).pow(2).mean()
+        self.aux = 0.5 * loss.item()  # (not set in __init__: absent before the first call)
+        n = (x > 0).sum()
+        self.count = n.item()  # (``int(n.item())`` is speculated: a program per value)
+        self.note = "seen"
+        return loss
+
+
+def test_float_int_str_written_first_compile_once() -> None:
+    jm = _run(Scaled, ["aux", "count", "note"], _xs())
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_training_step_written_first() -> None:
+    torch.manual_seed(0)
+    m = Scaled()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    opt_j = torch.optim.SGD(m.parameters(), lr=0.1)
+    opt_e = torch.optim.SGD(e.parameters(), lr=0.1)
+    for (x,) in _xs():
+        for call, opt in ((jm, opt_j), (e, opt_e)):
+            opt.zero_grad()
+            call(x).backward()
+            opt.step()
+        for n in ("aux", "count", "note"):
+            _same_attr(m, e, n)
+        for p, q in zip(m.parameters(), e.parameters(), strict=True):
+            _same(p, q)
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+class FromSizes(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.inv = 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.inv = 1.0 / x.shape[0] + 0.25
+        return self.lin(x) * 2
+
+
+def test_float_from_sizes_written_first() -> None:
+    _run(FromSizes, ["inv"], [(torch.randn(n, 4),) for n in (2, 3, 4, 5, 3, 2)])
+
+
+class ReadFirst(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.last = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sum()
+        if self.last is not None:  # a read before the write: the value is keyed
+            y = y + self.last
+        self.last = y.item()
+        return y
+
+
+def test_read_first_stays_keyed_and_correct() -> None:
+    jm = _run(ReadFirst, ["last"], _xs())
+    assert thunder_ir.cache_misses(jm) == 6  # each value a program: it is read
+
+
+class SomePaths(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.last = 0.0
+
+    def forward(self, x: torch.Tensor, use_last: bool = False) -> torch.Tensor:
+        y = self.lin(x).sum()
+        if use_last:  # only this path reads it: then its value is keyed again
+            y = y * self.last
+        self.last = y.item()
+        return y
+
+
+def test_read_on_one_path_is_guarded() -> None:
+    flags = [False, False, False, True, True, False, True, False]
+    xs = _xs(len(flags))
+    _run(SomePaths, ["last"], xs, [{"use_last": f} for f in flags])
+
+
+class DictRead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.last = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sum() * vars(self)["last"]  # read through __dict__: keyed
+        self.last = getattr(self, "la" + "st") + 1.0  # (getattr: a read too)
+        return y
+
+
+def test_read_through_dict_or_getattr_is_guarded() -> None:
+    jm = _run(DictRead, ["last"], _xs())
+    assert thunder_ir.cache_misses(jm) == 6
+
+
+class Deleted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sum()
+        self.tmp = y.item()
+        out = y * 2
+        del self.tmp
+        self.done = True
+        return out
+
+
+def test_written_then_deleted() -> None:
+    jm = _run(Deleted, ["tmp", "done"], _xs())
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+class ReadScale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * self.scale
+
+
+def test_a_miss_from_an_attribute_value_is_named() -> None:
+    """A module attribute that forward reads and the user changes between calls: each
+    value compiles (eager reads the current value), and ``compile_status`` says which."""
+    torch.manual_seed(0)
+    m = ReadScale()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for i in range(3):
+        m.scale = e.scale = 0.5 + i
+        x = torch.randn(2, 4)
+        _same(jm(x), e(x))
+    assert thunder_ir.cache_misses(jm) == 3
+    static = thunder_ir.compile_status(jm)["static"]
+    assert len(static) == 1 and "self.scale (0.5 -> 1.5)" in static[0], static
