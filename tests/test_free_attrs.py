@@ -220,3 +220,88 @@ def test_a_miss_from_an_attribute_value_is_named() -> None:
     assert thunder_ir.cache_misses(jm) == 3
     static = thunder_ir.compile_status(jm)["static"]
     assert len(static) == 1 and "self.scale (0.5 -> 1.5)" in static[0], static
+
+
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.last = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        self.last = y.sum().item()
+        return y
+
+
+class Outer(nn.Module):
+    def __init__(self, before: bool) -> None:
+        super().__init__()
+        self.inner = Inner()
+        self.before = before
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.before:  # the parent reads the child's attribute before the child writes it
+            x = x * self.inner.last
+        y = self.inner(x)
+        return y * self.inner.last  # after the write: the value this call computed
+
+
+def test_a_submodules_attribute_read_after_its_write() -> None:
+    jm = _run(lambda: Outer(False), [], _xs())
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_a_submodules_attribute_read_before_its_write_is_guarded() -> None:
+    torch.manual_seed(0)
+    m = Outer(True)
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for (x,) in _xs():
+        _same(jm(x), e(x))
+        _same_attr(m.inner, e.inner, "last")
+
+
+def test_a_hook_reading_the_attribute_is_a_read() -> None:
+    torch.manual_seed(0)
+    m = Item()
+    m.last = 2.0
+    m.register_forward_pre_hook(lambda mod, args: (args[0] * mod.last,))
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for (x,) in _xs():
+        _same(jm(x), e(x))
+        _same_attr(m, e, "last")
+
+
+REGISTRY: dict[str, type] = {}
+
+
+class Registered(nn.Module):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        REGISTRY[cls.__name__] = cls
+
+
+class Writer(Registered):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sum()
+        self.last = y.item()
+        assert type(self).__name__ == "Writer" and self.__class__ is Writer
+        assert isinstance(self, Writer)
+        return y
+
+
+def test_the_users_class_is_left_as_it_was() -> None:
+    """The traced copy's class records reads: the user's registry of subclasses and the
+    class itself are as they were, and the copy answers ``__class__`` as the module."""
+    before = dict(REGISTRY)
+    had = "__init_subclass__" in Writer.__dict__
+    jm = _run(Writer, ["last"], _xs())
+    assert thunder_ir.cache_misses(jm) == 1
+    assert before == REGISTRY and REGISTRY["Writer"] is Writer
+    assert ("__init_subclass__" in Writer.__dict__) == had

@@ -148,6 +148,13 @@ def _exposed_dict(self: Any) -> Any:
     return _REAL_DICT.__get__(self)
 
 
+_NONE = object()
+
+
+def _nothing(cls: type, **kwargs: Any) -> None:
+    """An ``__init_subclass__`` that does nothing."""
+
+
 _CLASSES: dict[tuple[type, frozenset[str]], type | None] = {}
 
 
@@ -159,7 +166,8 @@ def watchable(cls: type, name: str) -> bool:
 
 def watching_class(cls: type, names: frozenset[str]) -> type | None:
     """The subclass of ``cls`` whose instances record reads and writes of ``names`` (made
-    once per class and names), or None where ``cls`` cannot be subclassed so."""
+    once per class and names, without running ``cls``'s ``__init_subclass__``), or None
+    where ``cls`` cannot be subclassed so."""
     key = (cls, names)
     if key in _CLASSES:
         return _CLASSES[key]
@@ -171,7 +179,17 @@ def watching_class(cls: type, names: frozenset[str]) -> type | None:
         ns["__qualname__"] = cls.__qualname__
         ns["__module__"] = cls.__module__
         ns["__slots__"] = ()
-        made = type(cls)(cls.__name__, (cls,), ns)
+        own = cls.__dict__.get("__init_subclass__", _NONE)
+        # The user's ``__init_subclass__`` (a registry of subclasses, a wrapped forward)
+        # is not run for this private class: set aside for the moment it is made.
+        type.__setattr__(cls, "__init_subclass__", classmethod(_nothing))
+        try:
+            made = type(cls)(cls.__name__, (cls,), ns)
+        finally:
+            if own is _NONE:
+                type.__delattr__(cls, "__init_subclass__")
+            else:
+                type.__setattr__(cls, "__init_subclass__", own)
     except Exception:
         made = None
     _CLASSES[key] = made
