@@ -215,8 +215,9 @@ def attribute_changes(guard: StateGuard, root: torch.nn.Module, old: int, new: i
     out = []
     for key in [*a, *(k for k in b if k not in a)]:
         va, vb = a.get(key, missing), b.get(key, missing)
-        if va != vb and va is not missing and key[0] in paths and not _ints(va, vb) \
-                and _plain(va) and _plain(vb):  # (one first set: not a value that changes)
+        if va != vb and va is not missing and vb is not missing and key[0] in paths \
+                and not _ints(va, vb) and _plain(va) and _plain(vb):
+            # (one first set, deleted, or left out of the key now: not a value that changes)
             shown = [("not set" if v is missing else _shown(v)) for v in (va, vb)]
             out.append(f"{paths[key[0]]}.{key[1]} ({shown[0]} -> {shown[1]})")
     return out

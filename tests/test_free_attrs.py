@@ -118,7 +118,9 @@ class FromSizes(nn.Module):
 
 
 def test_float_from_sizes_written_first() -> None:
-    _run(FromSizes, ["inv"], [(torch.randn(n, 4),) for n in (2, 3, 4, 5, 3, 2)])
+    jm = _run(FromSizes, ["inv"], [(torch.randn(n, 4),) for n in (2, 3, 4, 5, 3, 2)])
+    assert thunder_ir.cache_misses(jm) == 2  # the first size, then one symbolic program
+    assert thunder_ir.compile_status(jm)["static"] == []
 
 
 class ReadFirst(nn.Module):

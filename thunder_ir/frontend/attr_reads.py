@@ -19,6 +19,8 @@ self.last`` record a write. Reading the copy's ``__dict__`` (``vars(self)``,
 as reading every watched name not written yet. What is not seen is counted as read: a
 class that cannot be subclassed leaves its names read. Recording happens only while the
 user's code runs (`AttrLog.active`); the tracer's own reads of the copy do not count.
+Not seen: a read through another reference to the user's module (a closure or a global
+holding the model rather than ``self``), which reads the user's object, not the copy.
 """
 
 from __future__ import annotations
