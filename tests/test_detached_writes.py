@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 import thunder_ir
+from thunder_ir.frontend.errors import ThunderTraceError
 
 
 def _detach_add(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -340,3 +341,98 @@ def test_training_a_module_that_accumulates_into_its_input() -> None:
         for a, b in zip(pj, pe, strict=True):
             assert torch.allclose(a, b)
     assert thunder_ir.cache_misses(jm) == 1
+
+
+# ------------------------------------------------ arguments that are not leaves, written in place
+
+
+def _nonleaf_add(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    x.add_(s)
+    return x * 2
+
+
+def _nonleaf_mul(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    x.mul_(s)
+    return x.sum()
+
+
+def _nonleaf_copy(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    x.copy_(s * 3)
+    return x + 1
+
+
+def _nonleaf_no_grad(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        x.mul_(2)
+    return x * s
+
+
+@pytest.mark.parametrize("fn", [_nonleaf_add, _nonleaf_mul, _nonleaf_copy, _nonleaf_no_grad],
+                         ids=lambda f: f.__name__)
+def test_an_argument_that_is_not_a_leaf_written_in_place(fn: Callable[..., Any]) -> None:
+    """The caller's tensor takes the write's history (a grad_fn through which gradients
+    reach the earlier graph and ``s``), as eager's; under no_grad it keeps its own."""
+    def run(impl: Callable[..., Any]) -> tuple[Any, ...]:
+        torch.manual_seed(0)
+        w = torch.randn(3, requires_grad=True)
+        s = torch.randn(3, requires_grad=True)
+        x = w * 1
+        y = impl(x, s)
+        state = (x.requires_grad, x.is_leaf, x.grad_fn is None, y.requires_grad)
+        (y.sum() + (x * x).sum()).backward()
+        return y.detach(), x.detach(), state, s.grad, w.grad
+
+    e = run(fn)
+    jf = thunder_ir.jit(fn)
+    for _ in range(2):
+        j = run(jf)
+        assert j[2] == e[2]
+        for a, b in zip(j[:2] + j[3:], e[:2] + e[3:], strict=True):
+            assert torch.allclose(a, b)
+    assert thunder_ir.cache_misses(jf) == 1
+
+
+def test_a_write_through_a_view_of_a_nonleaf_argument_is_refused_clearly() -> None:
+    def f(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        x[1:].add_(s[1:])
+        return x * 2
+
+    w = torch.randn(3, requires_grad=True)
+    x = w * 1
+    with pytest.raises(ThunderTraceError, match=r"test_detached_writes.py:\d+: an in-place "
+                       "write through a view of an argument that requires grad"):
+        thunder_ir.jit(f)(x, torch.randn(3, requires_grad=True))
+    assert x.grad_fn is not None and x._version == 0
+
+
+class _Buffered(nn.Module):
+    """Adds a value that requires grad to its buffer on each call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(3))
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        self.buf.add_(s)
+        return self.buf * 2
+
+
+def test_a_buffer_written_with_a_value_that_requires_grad_on_each_call() -> None:
+    """The first call leaves the buffer requiring grad (not a leaf); the next writes it
+    again, extending its history, as eager's."""
+    res = []
+    for wrap in (lambda m: m, thunder_ir.jit):
+        m = _Buffered()
+        f = wrap(m)
+        s = torch.ones(3, requires_grad=True)
+        out = []
+        for _ in range(3):
+            y = f(s)
+            out.append((y.detach(), m.buf.detach().clone(), m.buf.requires_grad,
+                        m.buf.is_leaf))
+        (y.sum() + m.buf.sum()).backward()
+        res.append((out, s.grad))
+    (oe, ge), (oj, gj) = res
+    for a, b in zip(oj, oe, strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2:] == b[2:]
+    assert torch.equal(gj, ge)

@@ -114,10 +114,14 @@ class AliasTracking:
         quiet, versioned: storages written through a ``.data`` alias (or by ``t.data =``),
             which does not bump eager's version counter, and storages written otherwise:
             an argument written only quietly is written back without a bump.
+        joined: storages written with grad mode on with a value that requires grad, not
+            through a detached alias: the caller's tensor takes the write's history (its
+            write-back runs with grad mode on).
     """
 
-    __slots__ = ("arg_groups", "data_cuts", "forbidden", "layouts", "members", "not_views",
-                 "quiet", "storage", "versioned", "view_meta", "view_parent", "written")
+    __slots__ = ("arg_groups", "data_cuts", "forbidden", "joined", "layouts", "members",
+                 "not_views", "quiet", "storage", "versioned", "view_meta", "view_parent",
+                 "written")
 
     def __init__(self) -> None:
         self.storage: dict[SSAValue, int] = {}
@@ -132,6 +136,7 @@ class AliasTracking:
         self.data_cuts: set[SSAValue] = set()
         self.quiet: set[int] = set()
         self.versioned: set[int] = set()
+        self.joined: set[int] = set()
 
     def cut_from_root(self, v: SSAValue, root: SSAValue) -> str | None:
         """How ``v``, an alias of ``root``, was cut from it on the way up its views:
@@ -294,6 +299,15 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
     if root is target:
         new_root = new
     else:
+        if torch.is_grad_enabled() and old_root in ctx.active and target._value in ctx.active \
+                and argument_tensor(ctx, root) is not None \
+                and ctx.aliases.cut_from_root(target._value, old_root) is None:
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: an in-place write through a view of an argument that "
+                "requires grad and is not a leaf (it has a grad_fn) is not supported by "
+                "thunder_ir (the write's backward would need the caller's tensor as it was "
+                "before the write-back). Write the argument itself (x.add_(...)), pass "
+                "`x.clone()`, or write out of place.")
         t_shape, t_strides, t_off = proxy_layout(target)
         _, r_strides, r_off = proxy_layout(root)
         out = fallback(ctx, scatter_strided,

@@ -78,7 +78,7 @@ class InPlace(Writes):
             for op in ops:
                 if op in skip and (keep_saved or not any(
                         i > 0 and op.operands[i] is v for i in saved_operands.get(op, ()))):
-                    if not keep_saved and v not in ctx.active:
+                    if not keep_saved:
                         if inputs is None:
                             inputs = {p._storage for p, _, _ in ctx.build.input_proxies}
                         if target._storage in inputs:
@@ -145,14 +145,14 @@ class InPlace(Writes):
                                        f"in-place operation.\n  at {where(ctx.loc)}")
                 if views_a_leaf(ctx, target):  # an argument w[1:] of a leaf w
                     raise RuntimeError(VIEW_OF_LEAF + f"\n  at {where(ctx.loc)}")
-                raise ThunderTraceError(
-                    f"{where(ctx.loc)}: in-place {opname} on an argument that requires grad "
-                    "and is not a leaf (it has a grad_fn) is not supported by thunder_ir: its "
-                    "autograd history would have to change outside the program. Pass "
-                    "`x.clone()`, or write out of place.")
-            elif new not in ctx.active or not (isinstance(new.owner, Operation)
-                                                 and old in new.owner.operands):
+                # an argument that is not a leaf: its new history is the program's (its
+                # write-back runs with grad mode on, `thunder_ir.runtime.writes.JOIN`)
+            if torch.is_grad_enabled() and (new not in ctx.active or not (
+                    isinstance(new.owner, Operation) and old in new.owner.operands)):
                 new = self.overwrites(old, new)
+        if torch.is_grad_enabled() and new in ctx.active and not quiet \
+                and (target._base_proxy is None or target._value in ctx.active):
+            ctx.aliases.joined.add(target._storage)  # the caller's tensor's new grad_fn
         self._written(target, made, keep_saved, quiet)
         with torch._C.DisableTorchFunction():  # the write keeps the target's layout
             ctx.aliases.layouts[new] = (tuple(target.stride()), target.storage_offset())
