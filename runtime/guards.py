@@ -307,7 +307,7 @@ class StateGuard:
         how = ("checked on every call" if self.always else
                f"re-read when one of its {len(self.dicts) + len(self.hooks)} dicts changes")
         lines = [f"# {self.name} ({how}; now token {self.tok})"]
-        lines += [f"check({c})" for c in self.render()]
+        lines += [c if c.startswith("#") else f"check({c})" for c in self.render()]
         return "\n".join(lines)
 
     def unchanged(self) -> bool:

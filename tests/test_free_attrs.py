@@ -307,3 +307,12 @@ def test_the_users_class_is_left_as_it_was() -> None:
     assert thunder_ir.cache_misses(jm) == 1
     assert before == REGISTRY and REGISTRY["Writer"] is Writer
     assert ("__init_subclass__" in Writer.__dict__) == had
+
+
+def test_the_guard_says_what_it_leaves_out() -> None:
+    """The module guard's source (what a program's validity rests on) names the free
+    attribute as not checked, and checks the others."""
+    jm = _run(Item, ["last"], _xs(2))
+    src = jm._compiled.keyer.guards[0].source()
+    assert "# self.last: not checked (forward writes it before reading it)" in src
+    assert "check(self.training == True)" in src and "check(self.last" not in src
