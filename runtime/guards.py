@@ -458,7 +458,7 @@ def module_guard(root: torch.nn.Module,
             md = m.__dict__
             dicts.append(md)
             rebound = tensors.get(id(m), none)
-            mine = free.get(id(m))
+            mine = free.get(id(m), none) - rebound  # (rebound state: keyed by metadata)
             parts: list[Any] = [id(m), type(m),
                                 fields_key(md, keep, dicts,
                                            _SKIP_FIELDS | mine if mine else _SKIP_FIELDS,
@@ -489,7 +489,7 @@ def module_guard(root: torch.nn.Module,
         for path, m in root.named_modules(prefix="self"):
             out.append(f"type({path}) is {type(m).__qualname__}")
             rebound = tensors.get(id(m), none)
-            mine = free.get(id(m), none)
+            mine = free.get(id(m), none) - rebound
             out += [f"# {path}.{k}: not checked (forward writes it before reading it)"
                     for k in sorted(mine)]
             out += _field_checks(path, m.__dict__, _SKIP_FIELDS | mine,

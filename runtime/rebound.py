@@ -283,7 +283,10 @@ def leaves_guard_as_is(actions: Sequence[Action], ints: _IntWrites | None,
     read = {(id(k.module), k.name, k.item) for k in inputs if type(k) is ModuleTensor}
     return all((ints is not None and ints.writes_only_ints([a]))
                or (rebound is not None and rebound.rebinds(a, read))
-               or (free is not None and free.writes_only_free(a)) for a in actions)
+               or (free is not None and free.writes_only_free(a)
+                   and (rebound is None  # (a rebound state's name stays in the fingerprint)
+                        or a.key not in rebound.by_module.get(id(a.target[1]), ())))
+               for a in actions)
 
 
 __all__ = ["ReboundState", "ReboundTensor", "leaves_guard_as_is"]

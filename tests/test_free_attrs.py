@@ -316,3 +316,33 @@ def test_the_guard_says_what_it_leaves_out() -> None:
     src = jm._compiled.keyer.guards[0].source()
     assert "# self.last: not checked (forward writes it before reading it)" in src
     assert "check(self.training == True)" in src and "check(self.last" not in src
+
+
+class ResetState(nn.Module):
+    """A recurrent state (a rebound tensor) that some calls reset to None before use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.h = None
+
+    def forward(self, x: torch.Tensor, reset: bool = False) -> torch.Tensor:
+        if reset:
+            self.h = None
+        h = self.lin(x) if self.h is None else self.lin(x) + self.h
+        self.h = torch.tanh(h).detach()
+        return h
+
+
+def test_a_rebound_state_reset_to_none_stays_keyed() -> None:
+    flags = [False, False, True, False, False, True, False]
+    _run(ResetState, [], _xs(len(flags)), [{"reset": f} for f in flags])
+    torch.manual_seed(0)
+    m = ResetState()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for i, (x,) in enumerate(_xs()):
+        if i == 3:
+            m.h = e.h = None  # the user resets it between calls
+        _same(jm(x), e(x))
+        _same(m.h, e.h)
