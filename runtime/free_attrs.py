@@ -18,7 +18,9 @@ code, run on any value there, does what the trace did. So, for the jitted callab
   nothing of it determines the program) until some trace reads it first; then it is
   guarded by value for good (``read_first``), and the guard's fingerprints change shape,
   so the programs keyed while it was free are not found again;
-* a static compile that learns a new written name traces again at once, watching it
+* the names ``forward``'s own code assigns (`forward_stores`) are watched from the first
+  trace on; a static compile that learns another written name traces again at once,
+  watching it
   (`thunder_ir.stages.compiler.Compiler`), and keys its program with the name free where
   the trace did not read it: such a module compiles once for every value written.
 
@@ -32,6 +34,8 @@ names it for ``compile_status(...)["static"]``.
 
 from __future__ import annotations
 
+import dis
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,6 +47,28 @@ from thunder_ir.runtime.pystate import Action
 _VALUE_KINDS = frozenset({"const", "sym", "sym_out", "list", "tuple", "dict", "new"})
 """Value templates of a write that can free its attribute: what the program computes or
 makes, not a tensor the call passes (``ref``) or outputs (``out``: rebound state)."""
+
+
+_STORES: dict[type, frozenset[str]] = {}
+
+
+def forward_stores(cls: type) -> frozenset[str]:
+    """The attribute names that ``cls.forward``'s code (and code nested in it) assigns or
+    deletes (``self.last = ...``), but a module's bookkeeping fields: watched from the
+    first trace on, so that a first compile need not trace again to learn whether they
+    are read first (cached per class)."""
+    names = _STORES.get(cls)
+    if names is None:
+        found: set[str] = set()
+        code = getattr(getattr(cls, "forward", None), "__code__", None)
+        todo = [code] if isinstance(code, types.CodeType) else []
+        while todo:
+            c = todo.pop()
+            found.update(i.argval for i in dis.get_instructions(c)
+                         if i.opname in ("STORE_ATTR", "DELETE_ATTR"))
+            todo += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+        names = _STORES[cls] = frozenset(found) - MODULE_FIELDS
+    return names
 
 
 def _plain_write(a: Action) -> bool:
@@ -80,9 +106,12 @@ class FreeAttrs:
         """The modules named here by id (kept: their ids must not be reused)."""
 
     def watch(self) -> dict[int, frozenset[str]]:
-        """Per module (by id), the names a trace watches: written and not read first."""
+        """Per module (by id), the names a trace watches: written (by an epilogue, or by
+        an assignment in its class's ``forward``: `forward_stores`) and not read first."""
         out = {}
-        for k, names in self.written.items():
+        for m in self.root.modules():
+            k = id(m)
+            names = self.written.get(k, frozenset()) | forward_stores(type(m))
             left = names - self.read_first.get(k, frozenset())
             if left:
                 out[k] = left
@@ -111,8 +140,8 @@ class FreeAttrs:
 
     def settle(self, reads: Mapping[int, tuple[frozenset[str], frozenset[str]]]) -> bool:
         """After a trace: each watched name it read first is guarded by value for good;
-        each other watched name is free unless read first before (a free name it did not
-        watch counts as read first). Returns whether the
+        each other watched name that an epilogue writes is free unless read first before (a
+        free name it did not watch counts as read first). Returns whether the
         free names changed (the module guard must then re-read the tree)."""
         changed = False
         for k, names in list(self.by_module.items()):  # free, yet not watched: unseen
@@ -123,7 +152,8 @@ class FreeAttrs:
         for k, (watched, read) in reads.items():
             if read:
                 self.read_first[k] = self.read_first.get(k, frozenset()) | read
-            free = (self.by_module.get(k, frozenset()) | watched) \
+            free = (self.by_module.get(k, frozenset())
+                    | (watched & self.written.get(k, frozenset()))) \
                 - self.read_first.get(k, frozenset())
             if free != self.by_module.get(k, frozenset()):
                 changed = True
@@ -228,4 +258,4 @@ def free_names(free: FreeAttrs | None) -> Mapping[int, Any]:
     return free.by_module if free is not None else {}
 
 
-__all__ = ["FreeAttrs", "attribute_changes", "free_names"]
+__all__ = ["FreeAttrs", "attribute_changes", "forward_stores", "free_names"]

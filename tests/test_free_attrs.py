@@ -346,3 +346,39 @@ def test_a_rebound_state_reset_to_none_stays_keyed() -> None:
             m.h = e.h = None  # the user resets it between calls
         _same(jm(x), e(x))
         _same(m.h, e.h)
+
+
+def _record(mod: nn.Module, value: float) -> None:
+    mod.seen = value  # written outside forward's own code: learned from the epilogue
+
+
+class Helper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sum()
+        _record(self, y.item())
+        return y
+
+
+def test_traces_per_first_compile(monkeypatch: Any) -> None:
+    """A name ``forward`` assigns is watched from the first trace; one written elsewhere is
+    learned from the epilogue, and the first compile traces again watching it (one trace
+    more). Either way one program serves every later call. (``.item()`` makes every
+    first compile trace twice: the first trace meets the data-dependent number.)"""
+    from thunder_ir.stages.compiler import Compiler
+
+    traces = [0]
+    trace = Compiler._trace
+
+    def counted(self: Any, *a: Any, **k: Any) -> Any:
+        traces[0] += 1
+        return trace(self, *a, **k)
+
+    monkeypatch.setattr(Compiler, "_trace", counted)
+    for make, want in ((Item, 2), (Helper, 3)):
+        traces[0] = 0
+        jm = _run(make, ["last"] if make is Item else ["seen"], _xs())
+        assert thunder_ir.cache_misses(jm) == 1 and traces[0] == want, (make, traces)
