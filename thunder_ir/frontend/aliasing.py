@@ -421,6 +421,14 @@ def _renew(ctx: TraceContext, v: SSAValue, renewed: dict[SSAValue, SSAValue]) ->
         r = _replay(ctx, op, parent, new_parent, index)
         if v in ctx.aliases.data_cuts:  # ``x.data`` after the write is still one
             ctx.aliases.data_cuts.add(r)
+        if isinstance(op, StopGradientOp) and v in ctx.active:
+            # a detached alias that took a gradient of its own (``d = x.detach();
+            # d.add_(s)``): the new values, its own place in the autograd graph
+            how, cut = ctx.aliases.view_parent[r], r in ctx.aliases.data_cuts
+            r = ctx.writes.keep_identity(v, r)
+            ctx.aliases.view_parent[r] = how
+            if cut:
+                ctx.aliases.data_cuts.add(r)
     ctx.note_layout(r, ctx.layout_of(v))
     renewed[v] = r
     return r
