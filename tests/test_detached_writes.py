@@ -478,3 +478,19 @@ def test_a_detached_alias_with_a_gradient_of_its_own_sees_a_later_write(
         for a, b in zip(j[:2] + j[3:], e[:2] + e[3:], strict=True):
             assert a is None if b is None else torch.allclose(a, b)
     assert thunder_ir.cache_misses(jf) == 1
+
+
+def test_a_returned_detached_alias_is_a_new_tensor() -> None:
+    """``return x.detach()`` of an argument that does not require grad: eager returns a
+    new tensor sharing ``x``'s memory, not ``x`` (its ``requires_grad_()`` leaves ``x``
+    as it was)."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.detach()
+
+    jf = thunder_ir.jit(f)
+    for impl in (f, jf, jf):
+        x = torch.zeros(3)
+        y = impl(x)
+        assert y is not x and y.data_ptr() == x.data_ptr()
+        y.requires_grad_()
+        assert not x.requires_grad

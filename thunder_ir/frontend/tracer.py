@@ -516,11 +516,13 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         elif is_proxy(leaf):
             strides_at[len(outputs)] = _dense_strides(leaf)
             base = leaf._base_proxy
-            if (leaf._value not in ctx.active and base is not None and base.requires_grad
-                    and ctx.build.is_leaf(base._value) and _cut(ctx, leaf._value, base._value)):
+            if (leaf._value not in ctx.active and base is not None
+                    and (not base.requires_grad or ctx.build.is_leaf(base._value))
+                    and _cut(ctx, leaf._value, base._value)):
                 # A detached alias of an input that requires grad (x.detach().view(-1)): run
                 # without its detach, it would come out as a view requiring grad. (A view
                 # made under no_grad, x.t(), requires grad in eager, as the program's does.)
+                # Of one that does not (x.detach()), it would be the caller's tensor itself.
                 detach_outputs.append(len(outputs))
             if ctx.aliases.made_by_a_write(leaf._value):
                 written.append(len(outputs))
