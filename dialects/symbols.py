@@ -474,10 +474,10 @@ def known_positive(s: Any) -> bool:
     unbacked size or where the range does not tell. Kept per compilation by expression."""
     if type(s) is int:
         return s > 0
-    return _lower(s) >= 1
+    return least_value(s) >= 1
 
 
-def _lower(s: Any) -> Any:
+def least_value(s: Any) -> Any:
     """A backed ``SymInt``'s least value by its expression's range (no guard; kept per
     compilation by expression); ``-inf`` where unbacked or not a ``SymInt``."""
     if not isinstance(s, torch.SymInt) or s.node.hint is None:
@@ -591,7 +591,7 @@ def range_len(lo: Any, hi: Any, step: int) -> Any:
     n = (hi - lo + step - 1) // step
     if unbacked(n):  # (a bound over unbacked symbols: a max expression, no guard)
         return torch.sym_max(n, 0)
-    if type(n) is not int and _lower(n) >= 0:  # (``s0 - 2``: no decision needed)
+    if type(n) is not int and least_value(n) >= 0:  # (``s0 - 2``: no decision needed)
         return n
     return n if n > 0 else 0
 

@@ -502,14 +502,14 @@ def permuted_dense(op: Operation, layouts: Sequence[Layout | None]) -> Layout | 
     if not isinstance(out, TensorType) or not out.symbolic:
         return None
     rank, out_sizes = out.rank, out.sizes
-    if any(type(n) is not int and symbols._lower(n) < 2 for n in out_sizes):
+    if any(type(n) is not int and symbols.least_value(n) < 2 for n in out_sizes):
         return None
     for v, lay in zip(op.operands, layouts):
         if lay is None:
             continue
         sizes, strides = v.type.sizes, lay[0]  # type: ignore[attr-defined]
         if len(sizes) > rank or any(type(st) is not int for st in strides) \
-                or any(type(n) is not int and symbols._lower(n) < 2 for n in sizes):
+                or any(type(n) is not int and symbols.least_value(n) < 2 for n in sizes):
             return None
         seen = set()
         for n, st in zip(sizes, strides):
