@@ -382,3 +382,57 @@ def test_traces_per_first_compile(monkeypatch: Any) -> None:
         traces[0] = 0
         jm = _run(make, ["last"] if make is Item else ["seen"], _xs())
         assert thunder_ir.cache_misses(jm) == 1 and traces[0] == want, (make, traces)
+
+
+class ReadsThroughAnotherReference(nn.Module):
+    """Reads ``last`` through a reference to the user's module that is not ``self`` (a
+    closure or a global holding the model), before writing it through ``self``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.last = 1.0
+        self.peek: Callable[[], float] = lambda: 0.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sum() * self.peek()
+        self.last = y.item() * 0.5 + 1.0
+        return y
+
+
+_MODEL: nn.Module | None = None
+
+
+def _read_global() -> float:
+    assert _MODEL is not None
+    return _MODEL.last  # type: ignore[return-value]
+
+
+def _closure_over(model: nn.Module) -> Callable[[], float]:
+    return lambda: model.last  # type: ignore[return-value]
+
+
+def test_a_read_through_a_closure_or_a_global_is_a_read() -> None:
+    """The user's module itself (not the traced copy) records reads while a trace runs:
+    the value read through a closure or a global stays keyed, each call as eager's, and
+    the module's class is its own again after every call."""
+    global _MODEL
+    for how in ("closure", "global"):
+        torch.manual_seed(0)
+        m = ReadsThroughAnotherReference()
+        e = copy.deepcopy(m)
+        if how == "closure":
+            m.peek = _closure_over(m)
+            e.peek = _closure_over(e)
+        else:
+            m.peek = e.peek = _read_global
+        jm = thunder_ir.jit(m)
+        for args in _xs(4):
+            _MODEL = m
+            got = jm(*args)
+            _MODEL = e
+            _same(got, e(*args))
+            _same_attr(m, e, "last")
+            assert type(m) is ReadsThroughAnotherReference
+        assert thunder_ir.cache_misses(jm) == 4  # read first: each value a program
+    _MODEL = None

@@ -19,8 +19,11 @@ self.last`` record a write. Reading the copy's ``__dict__`` (``vars(self)``,
 as reading every watched name not written yet. What is not seen is counted as read: a
 class that cannot be subclassed leaves its names read. Recording happens only while the
 user's code runs (`AttrLog.active`); the tracer's own reads of the copy do not count.
-Not seen: a read through another reference to the user's module (a closure or a global
-holding the model rather than ``self``), which reads the user's object, not the copy.
+A read through another reference to the user's module (a closure or a global holding
+the model rather than ``self``) reads the user's object, not the copy: while the user's
+code runs, each original with watched names is an instance of the same watching class
+(`originals_watched`, its own class put back after, failure or not), and any read of a
+watched name there counts as read first.
 """
 
 from __future__ import annotations
@@ -52,26 +55,36 @@ class AttrLog:
         read: id of a module copy -> the names it read before writing them.
     """
 
-    __slots__ = ("read", "watched", "written")
+    __slots__ = ("read", "stands_for", "watched", "written")
 
     def __init__(self) -> None:
         self.watched: dict[int, frozenset[str]] = {}
         self.written: dict[int, set[str]] = {}
         self.read: dict[int, set[str]] = {}
+        self.stands_for: dict[int, int] = {}  # an original's id -> its copy's
 
     def note_read(self, obj: Any, name: str) -> None:
-        """``obj.name`` was read: a read first unless written before."""
+        """``obj.name`` was read: a read first unless written before (through the copy;
+        a read of the user's original, another reference, always counts)."""
         k = id(obj)
-        if name not in self.written.get(k, ()):
+        copy = self.stands_for.get(k)
+        if copy is not None:
+            self.read.setdefault(copy, set()).add(name)
+        elif name not in self.written.get(k, ()):
             self.read.setdefault(k, set()).add(name)
 
     def note_write(self, obj: Any, name: str) -> None:
         """``obj.name`` was written or deleted."""
-        self.written.setdefault(id(obj), set()).add(name)
+        k = id(obj)
+        self.written.setdefault(self.stands_for.get(k, k), set()).add(name)
 
     def note_all(self, obj: Any) -> None:
         """``obj``'s ``__dict__`` was exposed: every watched name not written, read."""
         k = id(obj)
+        if k in self.stands_for:
+            k = self.stands_for[k]
+            self.read.setdefault(k, set()).update(self.watched.get(k, frozenset()))
+            return
         done = self.written.get(k, set())
         self.read.setdefault(k, set()).update(self.watched.get(k, frozenset()) - done)
 
@@ -213,4 +226,35 @@ def watch_copy(copy: Any, cls: type, names: frozenset[str], log: AttrLog) -> Any
     return copy
 
 
-__all__ = ["AttrLog", "watch_copy", "watchable", "watching_class"]
+@contextmanager
+def originals_watched(log: AttrLog, originals: Mapping[int, Any],
+                      copies: Mapping[int, Any]) -> Iterator[None]:
+    """While the block runs, each user's module whose copy is watched (``originals``: a
+    copy's id -> the original; ``copies``: an original's id -> the copy) is an instance
+    of the copy's watching class, so that a read through another reference to it is seen
+    (see the module doc); its own class is put back after, whatever happens."""
+    swapped: list[tuple[Any, type]] = []
+    try:
+        for k in list(log.watched):
+            original = originals.get(k)
+            copy = copies.get(id(original)) if original is not None else None
+            if copy is None or id(copy) != k:
+                continue
+            cls, watching = type(original), type(copy)
+            if cls is watching or not issubclass(watching, cls):
+                continue
+            _SET_CLASS(original, watching)
+            swapped.append((original, cls))
+            log.stands_for[id(original)] = k
+        yield
+    finally:
+        for original, cls in reversed(swapped):
+            _SET_CLASS(original, cls)  # (the watching class's ``__class__`` is read-only)
+            log.stands_for.pop(id(original), None)
+
+
+_SET_CLASS: Any = object.__dict__["__class__"].__set__
+"""Sets an object's class past a ``__class__`` property of its class."""
+
+
+__all__ = ["AttrLog", "originals_watched", "watch_copy", "watchable", "watching_class"]
