@@ -62,7 +62,7 @@ from xdsl.traits import EffectInstance, MemoryEffect
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp, from_attr, to_attr
 from thunder_ir.dialects.construct import new_op
-from thunder_ir.dialects.modes import neutral
+from thunder_ir.dialects.modes import mode_key, neutral
 from thunder_ir.dialects.traits import Opaque
 from thunder_ir.dialects.types import (
     HandleType,
@@ -433,10 +433,11 @@ def _compilation_memo(callee: str, operands: Sequence[Any], metas: Sequence[Any]
     (``torch.group_norm`` of each block of a model: a fake run decides dozens of symbolic
     expressions, and the guards the first recorded hold for the next), and this call's key
     in it: the callee, its operands' types, its stand-ins' layouts (``SymInt``s by
-    expression), its other arguments, which operands require grad, the grad mode and the
-    default dtype. Key None (no memo): a static compilation, a factory, a callee of user
-    code (it may read state of its own), sizes over unbacked symbols, unhashable
-    arguments."""
+    expression), its other arguments, which operands require grad and every global mode
+    that changes a torch call's answer (`mode_key`: grad, inference, autocast, default
+    dtype and device, deterministic algorithms). Key None (no memo): a static
+    compilation, a factory, a callee of user code (it may read state of its own), sizes
+    over unbacked symbols, unhashable arguments."""
     table = symbols.current()
     if table is None or factory or not callee.startswith("torch."):
         return {}, None
@@ -457,7 +458,7 @@ def _compilation_memo(callee: str, operands: Sequence[Any], metas: Sequence[Any]
         key = (callee, types, layouts, props["args"],
                None if kwargs is None else tuple(sorted(kwargs.data.items())),  # type: ignore[attr-defined]
                None if requires_grad is None else tuple(requires_grad),
-               torch.is_grad_enabled(), torch.get_default_dtype())
+               mode_key())
         hash(key)
     except (TypeError, RuntimeError):
         return memo, None
