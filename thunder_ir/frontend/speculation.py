@@ -21,7 +21,8 @@ boolean mask over leading dims), the count checked.
 In a compilation with a symbol table those sizes are unbacked symbols instead
 (`thunder_ir.frontend.unbacked`), and so is ``.item()`` of an integer (its sign
 speculated; its value where sizes are speculated) and of a float (an unbacked
-``SymFloat``: returned, it is each call's number; a decision on it is speculated);
+``SymFloat``: returned, it is each call's number; Python arithmetic on it is computed in
+the program, `thunder_ir.frontend.python_floats`; a decision on it is speculated);
 these routes speculate the count only where that compile failed. ``int(t)`` of an integer
 tensor is speculated as ``int(t.item())`` is (`thunder_ir.frontend.value_reads`). Other
 value reads (``.tolist()``, ``float(t)``) still raise `DataDependentError`: a program
@@ -91,7 +92,7 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
             if i < last and order[i].results and order[i].results[0] not in env:
                 _slice(ctx, order[i].results[0], needed)
     ops = [op for op in order if op in needed]
-    sizes = _CallSymbols(env) if symbols.current() is not None else None
+    sizes = _CallSymbols(env, ctx) if symbols.current() is not None else None
     saved = _rng_get()
     try:
         with torch.no_grad():
@@ -158,11 +159,12 @@ class _CallSymbols(Mapping[str, int]):
     far that has it (a result with a dimension of exactly that size, or the number an
     ``.item()`` marked with it returned), as the generated code binds them."""
 
-    def __init__(self, env: dict[SSAValue, Any]) -> None:
+    def __init__(self, env: dict[SSAValue, Any], ctx: TraceContext) -> None:
         self.env = env
+        self.ctx = ctx
         table = symbols.current()
         assert table is not None
-        self.known: dict[str, int] = table.hints()
+        self.known: dict[str, Any] = table.hints()
 
     def __getitem__(self, name: str) -> int:
         if name not in self.known:
@@ -179,7 +181,7 @@ class _CallSymbols(Mapping[str, int]):
             named = op.attributes.get(symbols.UNBACKED_RESULT) \
                 if isinstance(op, Operation) else None
             if isinstance(named, StringAttr) and named.data == name:
-                self.known[name] = int(real)
+                self.known[name] = real if type(real) is float else int(real)
                 return
             if isinstance(v.type, TensorType) and v.type.symbolic \
                     and isinstance(real, torch.Tensor):
@@ -187,6 +189,12 @@ class _CallSymbols(Mapping[str, int]):
                 if name in dims:
                     self.known[name] = int(real.shape[dims.index(name)])
                     return
+        for op in self.ctx.build.program.block.ops:  # (an .item() nothing computed yet:
+            named = op.attributes.get(symbols.UNBACKED_RESULT)  # a number operand's text)
+            if isinstance(named, StringAttr) and named.data == name:
+                real = concrete(self.ctx, op.results[0])
+                self.known[name] = real if type(real) is float else int(real)
+                return
         raise KeyError(name)
 
     def __iter__(self) -> Iterator[str]:

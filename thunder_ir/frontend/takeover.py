@@ -38,7 +38,7 @@ import torch
 
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import type_of_tensor
-from thunder_ir.frontend import symbolic_numbers
+from thunder_ir.frontend import python_floats, symbolic_numbers
 from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
 from thunder_ir.frontend.table import TRACING_CONTEXTS
@@ -143,6 +143,8 @@ TRACING_CONTEXTS.insert(0, patched)
 
 # str(n), isinstance(n, int) of a symbolic number in user code: as eager
 while_traced(lambda: symbolic_numbers.install(tracing_now))
+# arithmetic on a float .item(): Python's, in the program, in eager's order
+while_traced(python_floats.swaps)
 
 
 # --------------------------------------------------------------------------- RNG state

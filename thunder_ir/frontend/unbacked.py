@@ -185,6 +185,10 @@ def symbol_tensor(ctx: TraceContext, name: str) -> TensorProxy | None:
         return src()
     if kind == "count":
         return ctx.run_python(lambda m: (m != 0).sum(), (src,), {})
+    if kind == "number":  # Python arithmetic on a float .item() (`python_floats`)
+        from thunder_ir.frontend.python_floats import number_tensor
+
+        return number_tensor(ctx, src)
     if src.dtype.is_floating_point:  # (a float's decisions in double, as Python's)
         return ctx.run_python(lambda t: t.reshape(()).to(torch.float64), (src,), {})
     return ctx.run_python(lambda t: t.reshape(()), (src,), {})

@@ -1,0 +1,124 @@
+"""Python numbers read from traced tensors (``thunder_ir/frontend/python_floats.py``,
+``value_reads.py``, ``int_sizes.py``), against eager, with the programs they compile counted.
+
+Arithmetic on a float ``.item()`` is Python's own, computed in the program in the order the
+user's code runs it (sympy would reorder it: ``(s + 1e16) - 1e16`` is not ``s``); the
+result is each call's number wherever it goes (an operand, an output, module state), one
+program for every value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import thunder_ir
+
+
+def _same(a: Any, b: Any) -> None:
+    """``a`` and ``b`` equal as eager's results: tensors by value, numbers by type and value
+    (NaN as NaN), containers item by item."""
+    if isinstance(b, torch.Tensor):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    elif isinstance(b, list | tuple):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same(x, y)
+    else:
+        assert type(a) is type(b), (a, b)
+        assert a == b or (a != a and b != b), (a, b)
+
+
+def _twins(cls: type[torch.nn.Module]) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    m = cls()
+    e = cls()
+    e.load_state_dict(m.state_dict())
+    return m, e
+
+
+def _state(m: torch.nn.Module) -> dict[str, Any]:
+    """The module's plain attributes (what forward may write), parameters aside."""
+    return {k: v for k, v in vars(m).items() if not k.startswith("_") and k != "training"}
+
+
+def _run(cls: type[torch.nn.Module], inputs: list[torch.Tensor], backward: bool = True
+         ) -> Any:
+    """Each input through a jitted module and its eager twin: outputs, module state after
+    each call and (``backward``) gradients of the inputs and parameters equal eager's.
+    Returns the jitted module."""
+    m, e = _twins(cls)
+    jm = thunder_ir.jit(m)
+    for x in inputs:
+        xj = x.detach().clone().requires_grad_(backward)
+        xe = x.detach().clone().requires_grad_(backward)
+        out, ref = jm(xj), e(xe)
+        _same(out, ref)
+        sj, se = _state(m), _state(e)
+        assert sj.keys() == se.keys()
+        for k in se:
+            _same(sj[k], se[k])
+        if backward:
+            first = out[0] if isinstance(out, tuple) else out
+            (first * torch.arange(first.numel()).reshape(first.shape)).sum().backward()
+            first_e = ref[0] if isinstance(ref, tuple) else ref
+            (first_e * torch.arange(first_e.numel()).reshape(first_e.shape)).sum().backward()
+            torch.testing.assert_close(xj.grad, xe.grad)
+            for (n, p), q in zip(m.named_parameters(), e.parameters(), strict=True):
+                torch.testing.assert_close(p.grad, q.grad, msg=n)
+    return jm
+
+
+# --------------------------------------------------------------------------- float .item()
+
+
+class _Arith(torch.nn.Module):
+    """Float arithmetic sympy would reorder: cancellation, mixed with an integer
+    ``.item()`` and the batch size, unary ops, ``%``, ``//``, an integer power."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.stat: Any = None
+
+    def forward(self, x: torch.Tensor) -> Any:
+        y = self.lin(x)
+        s = y.detach().abs().sum().item()
+        n = (x > 0).sum().item()
+        t = (s + 1e16) - 1e16 + n * 0.5 - x.shape[0] / 3 + (-s) ** 2 % 7.0 // 1.5
+        self.stat = abs(t * 3.0 - t)
+        return y * t - s, t, s / x.shape[0], 1 - s
+
+
+def test_float_item_arithmetic_is_eagers_over_every_value() -> None:
+    inputs = [torch.randn(b, 3) * 10 for b in (2, 3, 4, 5, 3, 2)]
+    jm = _run(_Arith, inputs)
+    assert thunder_ir.cache_misses(jm) <= 2
+    assert "operator.add" in str(thunder_ir.last_traces(jm)[-1])
+
+
+def test_float_item_cancellation_is_not_simplified() -> None:
+    """``(s + 1e16) - 1e16``: eager rounds to a multiple of 2; sympy's ``s`` would not."""
+    def f(x: torch.Tensor) -> Any:
+        s = x.sum().item()
+        t = (s + 1e16) - 1e16
+        return x * t, t, s * 3.0 - s
+
+    jf = thunder_ir.jit(f)
+    for v in ([1.0, 2.0], [3.0, 0.25], [5.0, 7.5], [0.1, 0.2]):
+        x = torch.tensor(v, dtype=torch.float64)
+        _same(jf(x), f(x))
+    assert thunder_ir.cache_misses(jf) == 1
+
+
+def test_decision_on_float_arithmetic_is_speculated() -> None:
+    def f(x: torch.Tensor) -> Any:
+        s = x.sum().item() * 2.0 - 1.0
+        return x * 2 if s > 0 else x - s
+
+    jf = thunder_ir.jit(f)
+    for v in ([1.0, 2.0], [-3.0, 1.0], [0.5, 0.25], [-1.0, -1.0], [0.2, 0.3]):
+        x = torch.tensor(v)
+        _same(jf(x), f(x))
+    assert thunder_ir.cache_misses(jf) == 2
