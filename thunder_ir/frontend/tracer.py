@@ -64,7 +64,7 @@ from thunder_ir.frontend import (
     torch_map_nn,
     value_reads,
 )
-from thunder_ir.frontend.attr_reads import AttrLog, originals_watched, watch_copy
+from thunder_ir.frontend.attr_reads import AttrLog, watch_copy, watching
 from thunder_ir.frontend.context import (
     TraceContext,
     TracedProgram,
@@ -479,8 +479,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
             drawn = random.getstate()
             if log.watched:
                 stack.enter_context(log.active())
-                stack.enter_context(originals_watched(log, ctx.reads.originals,
-                                                      ctx.reads.copies))
+                stack.enter_context(watching(log, ctx.reads.originals, ctx.reads.copies))
             out = call(*p_args, **p_kwargs)
             if random.getstate() != drawn:  # `from random import random`: not refused by name
                 random.setstate(drawn)
