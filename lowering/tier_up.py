@@ -126,12 +126,20 @@ class TierUp:
         return False
 
     def watch(self, entry: Entry, fused: Callable[[], Entry], name: str) -> None:
-        """Makes ``entry`` time its calls (`Watch`); ``fused()`` lowers its trace with
-        the tiered executor when it is hot."""
-        entry.fn = Watch(self, entry, fused, name)
+        """Makes ``entry`` time its calls (`Watch`; a program that holds collectives: an
+        `thunder_ir.lowering.tier_up_ranks.AgreedWatch`, whose processes swap together);
+        ``fused()`` lowers its trace with the tiered executor when it is hot."""
+        from thunder_ir.lowering.tier_up_ranks import watch_for
+
+        watch = watch_for(self, entry, fused, name)
+        if watch is not None:
+            entry.fn = watch
 
 
-_COUNTING, _PRIMING, _WAITING, _KEPT = range(4)
+COUNTING, PRIMING, WAITING, KEPT = 0, 1, 2, 3
+"""A `Watch`'s states: timing the calls; the fused program's first call is next; its
+kernels compile; done (swapped, or kept unfused)."""
+_COUNTING, _PRIMING, _WAITING, _KEPT = COUNTING, PRIMING, WAITING, KEPT
 
 
 class Watch:
@@ -267,5 +275,5 @@ def status_of(callables: list[Any], wait: float | None) -> dict[str, Any]:
     return out
 
 
-__all__ = ["AFTER_ENV", "HOT_CALLS", "HOT_SECONDS", "MIN_OPS", "TIER_ENV", "TierUp", "Watch",
-           "hot_seconds", "status_of"]
+__all__ = ["AFTER_ENV", "COUNTING", "HOT_CALLS", "HOT_SECONDS", "KEPT", "MIN_OPS", "PRIMING",
+           "TIER_ENV", "WAITING", "TierUp", "Watch", "hot_seconds", "status_of"]

@@ -173,7 +173,6 @@ class Compiler:
         fn = self.fn if self.module is None else self.module.__call__
         assert fn is not None
         under_autocast = policies.autocast.under()
-        dp = data_parallel(self.module)
         attrs = keyer.attrs
         with TRACING:  # never beside a tiered background compile's make_fx
             rebound = keyer.rebound
@@ -208,8 +207,8 @@ class Compiler:
         traces = [Trace(frozen, "trace", t_trace)]
         entry = self.lower(traced, module, pro, state, traces, under_autocast, ctx)
         tier = policies.tier_up
-        if tier is not None and dynamic is None and not traced.speculative and dp is None \
-                and tier.worth(entry, state, args, kwargs):
+        if tier is not None and dynamic is None and tier.worth(entry, state, args, kwargs):
+            # (speculative and data-parallel programs too: `thunder_ir.lowering.tier_up_ranks`)
             first, light = traces[0], replace(traced, module=ModuleOp([]))
 
             def fused() -> Entry:  # the same trace, lowered with the tiered executor
