@@ -295,7 +295,7 @@ class Split:
 
 def split(joint: Joint, policy: Any = None) -> Split:
     """Splits a joint program into forward and backward, with a remat plan."""
-    from thunder_ir.passes.remat import plan_remat
+    from thunder_ir.passes.remat import note_plan, plan_remat
 
     fn = main_function(joint.module)
     block = fn.body.block
@@ -310,6 +310,7 @@ def split(joint: Joint, policy: Any = None) -> Split:
 
     bwd_ops = live_ops(bwd_ops, grads)
     plan = plan_remat(fwd_args, fwd_ops, bwd_ops, grads, policy)
+    note_plan(plan)  # (`thunder_ir.examine` reports it)
 
     # The joint's ops move into the new functions (the joint is dropped): the forward's
     # into @forward (DCE later drops those nothing needs), the live backward's into

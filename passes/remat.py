@@ -23,12 +23,15 @@ bytes); inside a fused kernel the recomputation is nearly free.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from xdsl.ir import Operation, SSAValue
 
+from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.traits import (
     RESHAPE,
     RESTRIDE,
@@ -113,6 +116,30 @@ class RematPlan:
 
     def saved_bytes(self) -> int:
         return sum(nbytes(v) for v in self.saved)
+
+
+_NOTED: contextvars.ContextVar[list[tuple[int, list[tuple[str, str]]]] | None] = \
+    contextvars.ContextVar("thunder_ir_remat_noted", default=None)
+
+
+@contextlib.contextmanager
+def plans_noted() -> Iterator[list[tuple[int, list[tuple[str, str]]]]]:
+    """While open, each plan a split follows (`note_plan`) is noted as ``(saved bytes,
+    [(op name, user's line) per recomputed op])`` (what `thunder_ir.examine` reports)."""
+    noted: list[tuple[int, list[tuple[str, str]]]] = []
+    token = _NOTED.set(noted)
+    try:
+        yield noted
+    finally:
+        _NOTED.reset(token)
+
+
+def note_plan(plan: RematPlan) -> None:
+    """Notes ``plan`` where `plans_noted` is open (else nothing)."""
+    noted = _NOTED.get()
+    if noted is not None:
+        noted.append((plan.saved_bytes(),
+                      [(op.name, location_text(op)) for op in plan.recompute]))
 
 
 def plan_remat(fwd_args: Sequence[SSAValue], fwd_ops: Sequence[Operation],

@@ -35,7 +35,10 @@ _EXPORTS = {
     "ThunderModule": "thunder_ir.api",
     "cache_hits": "thunder_ir.api",
     "cache_misses": "thunder_ir.api",
+    "compile_reasons": "thunder_ir.api",
     "compile_status": "thunder_ir.api",
+    "examine": "thunder_ir.examination",
+    "Examination": "thunder_ir.examination",
     "jit": "thunder_ir.api",
     "last_backward_traces": "thunder_ir.api",
     "last_prologue_traces": "thunder_ir.api",
@@ -108,6 +111,7 @@ if TYPE_CHECKING:
         ThunderModule,
         cache_hits,
         cache_misses,
+        compile_reasons,
         compile_status,
         jit,
         last_backward_traces,
@@ -115,6 +119,7 @@ if TYPE_CHECKING:
         last_traces,
         transform,
     )
+    from thunder_ir.examination import Examination, examine
     from thunder_ir.frontend import DataDependentError, TensorProxy, ThunderTraceError
     from thunder_ir.lowering.executors import (
         get_all_executors,
@@ -131,10 +136,13 @@ __all__ = [
     "TensorProxy",
     "ThunderModule",
     "ThunderTraceError",
+    "Examination",
     "Trace",
     "cache_hits",
     "cache_misses",
+    "compile_reasons",
     "compile_status",
+    "examine",
     "extend",
     "get_all_executors",
     "get_default_executors",

@@ -384,6 +384,16 @@ def cache_misses(f: Any) -> int:
     return sum(c.cache.stats.misses for c in _with_generate(f))
 
 
+def compile_reasons(f: Any) -> list[str]:
+    """Why each compile after the first compiled, newest last (a jitted module's
+    ``generate`` steps' after its own): what differed from the closest program compiled
+    before, in the user's terms (``argument 'x' dim 1: 64 -> 80 (now symbolic)``,
+    ``self.cfg.scale changed 2.0 -> 3.0``, ``grad mode: enabled -> disabled``, ``autocast``,
+    a speculated condition that came out otherwise). Each is also logged, as it happens, on
+    the ``thunder_ir.recompiles`` logger (`thunder_ir.stages.reasons`)."""
+    return [r for c in _with_generate(f) for r in c.programs.reasons.log]
+
+
 def compile_status(f: Any, wait: float | None = 0.0) -> dict[str, Any]:
     """A jitted callable's background compiles (``jit(fn, tiered=...)``): kernels
     ``pending``, ``compiled`` and ``failed``, compile ``seconds``, ``ready`` (none
@@ -405,5 +415,6 @@ def compile_status(f: Any, wait: float | None = 0.0) -> dict[str, Any]:
 
 
 __all__ = ["STAGES", "ThunderModule", "ThunderTraceError", "UserTransform",
-           "transform", "cache_hits", "cache_misses", "compile_status", "jit",
+           "transform", "cache_hits", "cache_misses", "compile_reasons", "compile_status",
+           "jit",
            "last_backward_traces", "last_prologue_traces", "last_traces"]

@@ -72,6 +72,7 @@ from thunder_ir.frontend.errors import (
     user_location,
     where,
 )
+from thunder_ir.frontend.examining import went_on
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.grad_tracking import GradTracking
 from thunder_ir.frontend.inplace import InPlace
@@ -517,10 +518,15 @@ class TraceMode(TorchFunctionMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         recorder = self.ctx.reads.settrace_hook
         if recorder is None:
-            return self._dispatch(func, args, kwargs or {})
+            try:
+                return self._dispatch(func, args, kwargs or {})
+            except ThunderTraceError as e:  # `thunder_ir.examine` goes on past it
+                return went_on(self.ctx, e, func, args, kwargs or {})
         sys.settrace(None)  # thunder_ir's own code reads no user globals: not recorded
         try:
             return self._dispatch(func, args, kwargs or {})
+        except ThunderTraceError as e:
+            return went_on(self.ctx, e, func, args, kwargs or {})
         finally:
             sys.settrace(recorder)
 

@@ -34,6 +34,7 @@ from thunder_ir.stages.compiler import Compiler
 from thunder_ir.stages.keyer import Keyer
 from thunder_ir.stages.policies import NOT_TAKEN, FastPath, Policies
 from thunder_ir.stages.programs import ProgramCache
+from thunder_ir.stages.reasons import speculation_reason
 from thunder_ir.trace import Trace
 
 _function_modes = torch._C._len_torch_function_stack
@@ -150,10 +151,11 @@ class Dispatcher:
                 outs = entry.fn(*entry.gather(leaves))
                 self.cache.last = entry
                 return entry, outs
-            except SpeculationFailed:
+            except SpeculationFailed as e:
                 if rng is not None:
                     _put_rng_states(rng)
                 tried += 1
+                failed = e
             entry, nxt = next_variant(entry, lambda: keyer.with_attrs({}, leaves)[1],
                                       compiler.name(), failures)
             if nxt is not None:
@@ -176,6 +178,9 @@ class Dispatcher:
                             raise
                     if variant is not None:  # (a symbolic one that failed: run eagerly)
                         self.cache.stats.misses += 1
+                        self.programs.reasons.record(
+                            variant, compiler.name(), [speculation_reason(
+                                failed.where, failed.expected)], pending=False)
                         self.programs.compiles += 1
                         entry.variant = variant
             if variant is None:
@@ -210,6 +215,10 @@ class Dispatcher:
                 unblanked = programs.unblanked(pro, key, dynamic)
                 if unblanked:  # (why each size compiles: `symbolic_failures` says)
                     self.policies.dynamic.note_key(unblanked, compiler.name())
+            if programs.compiles:  # why it compiles again (`thunder_ir.compile_reasons`)
+                programs.reasons.explain(pro.labels, key, self.cache.entries, self.guards,
+                                         keyer.names(args, kwargs, len(leaves)),
+                                         compiler.module or compiler.fn)
             if keyer.free is not None:  # a module attribute's value made it miss: say so
                 self.policies.dynamic.failures += keyer.free.miss(keyer.guards[0],
                                                                   compiler.name())
@@ -229,6 +238,7 @@ class Dispatcher:
             if entry.shape_guard is not None:  # one that fixes a varying size: say so
                 self.policies.dynamic.note_pins(spec, entry.shape_guard, compiler.name())
             keyer.rebind(traced)  # state it rebinds: read and keyed by metadata from now on
+            programs.reasons.snapshot(self.guards)  # (what the next miss compares with)
             return entry
 
     def write_back(self, entry: Entry, leaves: Sequence[Any], outs: Any,

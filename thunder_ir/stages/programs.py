@@ -18,6 +18,7 @@ from thunder_ir.runtime.cache import CACHE_CAPACITY, RECOMPILE_LIMIT, Cache, Ent
 from thunder_ir.runtime.dynamic import Dynamic, dynamic_key, holding
 from thunder_ir.runtime.pins import key_difference
 from thunder_ir.runtime.prologue import Prologue
+from thunder_ir.stages.reasons import Reasons
 
 
 class ProgramCache:
@@ -37,6 +38,8 @@ class ProgramCache:
         self.shape_entries: dict[Any, list[Entry]] = {}
         self.compiles = 0
         self.warned = False
+        self.reasons = Reasons()
+        """Why each compile after the first compiled (`thunder_ir.compile_reasons`)."""
 
     def without_layouts(self, pro: Prologue, key: Any, leaves: list[Any]) -> Entry | None:
         """A program whose trace read no layout, for a call that missed by layout alone
@@ -81,6 +84,8 @@ class ProgramCache:
             if len(self.layout_free) >= CACHE_CAPACITY:
                 self.layout_free.clear()
             self.layout_free[pro.layout_free(leaves)] = entry
+        if self.compiles:  # (a reason `explain` found for this miss; none for the first)
+            self.reasons.record(entry, name)
         self.compiles += 1
         if self.compiles > RECOMPILE_LIMIT and not self.warned:
             self.warn_recompiles(key, pro, name)
@@ -89,16 +94,19 @@ class ProgramCache:
     def warn_recompiles(self, key: Any, pro: Prologue, name: str) -> None:
         """Warns, once, that ``name`` keeps compiling, naming the key part that changed."""
         self.warned = True
-        what = "its inputs or the state it reads"
+        what = "of a change in its inputs or the state it reads"
         prev = next(reversed(self.cache.entries), None)
-        if isinstance(prev, tuple) and len(prev) == len(key):
+        if self.reasons.log:  # the last compile's reason (`thunder_ir.compile_reasons`)
+            what = f"of this change: {self.reasons.log[-1]}"
+        elif isinstance(prev, tuple) and len(prev) == len(key):
             for label, old, new in zip(pro.labels, prev, key):
                 if old != new:
-                    what = f"{label} ({_shown(old)} -> {_shown(new)})"
+                    what = f"of a change in {label} ({_shown(old)} -> {_shown(new)})"
                     break
         warnings.warn(
             f"thunder_ir.jit: {name} has compiled {self.compiles} programs; the last one "
-            f"because of a change in {what}. A value that changes on every call, such as a "
+            f"because {what} (thunder_ir.compile_reasons lists every "
+            "compile's). A value that changes on every call, such as a "
             "step counter passed as a Python number, compiles a new program each time where "
             "it cannot be symbolic (cache='static', or a use of it that fixes its value; "
             "see symbolic_failures): pass it as a tensor (torch.tensor(step)) instead. The "
