@@ -52,8 +52,10 @@ from thunder_ir.runtime import (
     attention,
     autograd_fallback,
     cache,
+    custom_backward,
     hooks,
     layout,
+    seeds,
     speculation,
     writes,
 )
@@ -233,6 +235,7 @@ for _fn in (no_grad, autograd_fallback.call_with_grad, autograd_fallback.handle_
             autograd_fallback.call_on_copies, autograd_fallback.no_derivative,
             autograd_fallback.inplace_on_copy, attention.sdpa_dropout_forward,
             hooks.run_tensor_hook, hooks.run_output_hooks, hooks.run_input_hooks,
+            custom_backward.run_custom_backward, seeds.draw_seed,
             cache.tensor_meta, cache.aliases, layout.restride, speculation.assume,
             writes.setitem, writes.scatter_strided, writes.strided_view, writes.resized):
     register(_fn.__name__, _fn)

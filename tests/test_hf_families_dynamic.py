@@ -47,12 +47,24 @@ def _switch() -> nn.Module:
         num_sparse_decoder_layers=1, decoder_start_token_id=0, pad_token_id=0))
 
 
-def _reformer() -> nn.Module:
+def _reformer(**config: Any) -> nn.Module:
     return T.ReformerModelWithLMHead(T.ReformerConfig(
         vocab_size=V, hidden_size=32, num_attention_heads=2, attention_head_size=16,
         attn_layers=["local", "lsh"], feed_forward_size=64, axial_pos_embds=False,
         max_position_embeddings=64, local_attn_chunk_length=4, lsh_attn_chunk_length=4,
-        num_buckets=4, num_hashes=1, is_decoder=True, pad_token_id=0))
+        num_buckets=4, num_hashes=1, is_decoder=True, pad_token_id=0, **config))
+
+
+def _reformer_repeatable() -> nn.Module:
+    """Reformer in training reseeds each layer with ``torch.seed()`` on every call (a
+    nondeterministic seed: eager's own training steps do not repeat), then draws its
+    dropout masks and its LSH rotations from it; with no dropout and a fixed hash seed
+    (``hash_seed``: the rotations), eager's steps repeat, so jit's are compared with them.
+    The seeds are still drawn, stored on the layers and read back by the reversible
+    layers' backward (``tests/test_opaque_backward_and_seed.py`` checks the draw)."""
+    return _reformer(hash_seed=3, hidden_dropout_prob=0.0,
+                     local_attention_probs_dropout_prob=0.0,
+                     lsh_attention_probs_dropout_prob=0.0)
 
 
 def _longformer() -> nn.Module:
@@ -78,6 +90,10 @@ FAMILIES: dict[str, Callable[[], nn.Module]] = {
     "reformer": _reformer,
     "bigbird": _bigbird,
 }
+TRAINING_FAMILIES: dict[str, Callable[[], nn.Module]] = {**FAMILIES,
+                                                        "reformer": _reformer_repeatable}
+"""The models the training test builds (where eager's steps would not repeat, a config
+with which they do)."""
 LENGTHS: dict[str, tuple[int, ...]] = {  # Longformer and Reformer: multiples of 4
     "dbrx": (12, 16, 20, 16),
     "switch_transformers": (20, 24, 28, 24),  # every expert gets tokens (see below)
@@ -94,19 +110,7 @@ XFAIL: dict[str, str] = {
         "(ThunderTraceError: torch.tensor got a NumPy array ... computed in Python while "
         "tracing)"),
 }
-XFAIL_TRAINING: dict[str, str] = {
-    "reformer": (
-        "Reformer in training reseeds each layer with torch.seed() on every call "
-        "(_init_attention_seed, modeling_reformer.py:1514: a nondeterministic seed, so "
-        "eager's own training steps do not repeat): thunder_ir refuses it naming the "
-        "line rather than freeze one seed into the program (ThunderTraceError: "
-        "torch.seed() draws a nondeterministic seed). Past that, its reversible layers' "
-        "custom backward (_ReversibleFunction.backward, modeling_reformer.py:1743) "
-        "recomputes each layer and calls res_hidden_states.backward(...) inside it "
-        "(modeling_reformer.py:1612), accumulating the parameters' gradients and reading "
-        "next_attn_output.grad: thunder_ir traces a custom backward as a region of ops and "
-        "has no Tensor.backward inside one"),
-}
+XFAIL_TRAINING: dict[str, str] = {}
 """Expected failures of the training test only (the inference test passes)."""
 
 
@@ -188,7 +192,7 @@ def test_family_trains_as_eager_over_lengths_one_program(family: str) -> None:
     """SGD steps over lengths (routings and sizes change): eager's logits, losses,
     gradients and parameters; at most two programs."""
     torch.manual_seed(0)
-    jm = _train_as_eager(FAMILIES[family]().train(), LENGTHS[family])
+    jm = _train_as_eager(TRAINING_FAMILIES[family]().train(), LENGTHS[family])
     assert thunder_ir.cache_misses(jm) <= 2, thunder_ir.compile_status(jm)["static"]
 
 
@@ -206,6 +210,45 @@ def test_switch_a_new_set_of_experts_is_a_speculated_variant() -> None:
             kw = _inputs(n, step)
             _close(jm(**kw).logits, model(**kw).logits, f"logits at length {n}")
     assert thunder_ir.cache_misses(jm) == 3
+
+
+def test_reformer_trains_with_dropout_on_the_seeds_it_draws() -> None:
+    """Reformer with dropout on: each jitted step draws a new seed per layer and part
+    (``torch.seed()``, a new one every call) and stores it on the layer; the reversible
+    backward reseeds with them to recompute the forward. Eager run with those seeds
+    (its ``torch.seed()`` handed the program's draws, in its order) gives the same
+    logits, loss, gradients and parameters; at most two programs."""
+    from unittest import mock
+
+    torch.manual_seed(0)
+    model = _reformer(hash_seed=3, hidden_dropout_prob=0.2,
+                      local_attention_probs_dropout_prob=0.2,
+                      lsh_attention_probs_dropout_prob=0.2).train()
+    mine = copy.deepcopy(model)
+    jm = thunder_ir.jit(mine)
+    opt_e = torch.optim.SGD(model.parameters(), lr=LR)
+    opt_j = torch.optim.SGD(mine.parameters(), lr=LR)
+    seen: set[int] = set()
+    for step, n in enumerate((12, 16, 20)):
+        kw = _inputs(n, step)
+        torch.manual_seed(step)
+        out_j = jm(**kw)
+        seeds = [s for layer in mine.reformer.encoder.layers
+                 for s in (layer.attention_seed, layer.feed_forward_seed)]
+        assert all(type(s) is int for s in seeds) and not seen & set(seeds)
+        seen.update(seeds)
+        torch.manual_seed(step)
+        with mock.patch("torch.seed", side_effect=seeds):
+            out_e = model(**kw)
+        _close(out_j.logits, out_e.logits, f"training logits at step {step}")
+        _close(out_j.loss, out_e.loss, f"loss at step {step}")
+        out_e.loss.backward()
+        out_j.loss.backward()
+        _same_grads(mine, model)
+        opt_e.step(), opt_j.step()
+        opt_e.zero_grad(set_to_none=True), opt_j.zero_grad(set_to_none=True)
+        _params_close(mine, model)
+    assert thunder_ir.cache_misses(jm) <= 2, thunder_ir.compile_status(jm)["static"]
 
 
 def test_bigbird_numpy_random_blocks_are_refused_naming_the_line() -> None:

@@ -278,23 +278,33 @@ def test_pythons_random_inside_traced_code_is_refused_with_the_line() -> None:
 
 @pytest.mark.parametrize("seed", [lambda: torch.seed(), lambda: torch.random.seed()],
                          ids=["torch.seed", "torch.random.seed"])
-def test_torch_seed_inside_traced_code_is_refused_with_the_line(
+def test_torch_seed_inside_traced_code_reseeds_on_every_call(
         seed: Callable[[], int]) -> None:
     """``torch.seed()`` reseeds with a nondeterministic number, a new one on every eager
     call (Reformer's training: ``torch.manual_seed(int(torch.seed() % sys.maxsize))``):
-    traced, that one number would reseed every call. Refused naming the line, the
-    generator left as it was."""
+    the program draws it on every call (`thunder_ir.frontend.seeds`). Each call's result
+    is ``randn(3)`` after ``manual_seed(k)`` for some ``k < 1000``, and the generator is
+    left as that reseeding and draw leave it; the calls draw different seeds; one
+    program."""
     def reseeded(x: torch.Tensor) -> torch.Tensor:
         torch.manual_seed(seed() % 1000)
         return x + torch.randn(3)
 
-    torch.manual_seed(7)
-    state = torch.get_rng_state()
-    with pytest.raises(thunder_ir.ThunderTraceError,
-                       match=r"test_python_state\.py:\d+: torch\.seed\(\) draws a "
-                             r"nondeterministic seed"):
-        thunder_ir.jit(reseeded)(torch.zeros(3))
-    assert torch.equal(torch.get_rng_state(), state)
+    def draws(k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(k)
+        return torch.randn(3), torch.get_rng_state()
+
+    expected = [draws(k) for k in range(1000)]
+    jf = thunder_ir.jit(reseeded)
+    found = []
+    for _ in range(3):
+        y = jf(torch.zeros(3))
+        after = torch.get_rng_state()
+        k = next(k for k, (d, _) in enumerate(expected) if torch.equal(d, y))
+        assert torch.equal(after, expected[k][1])
+        found.append(k)
+    assert len(set(found)) > 1
+    assert thunder_ir.cache_misses(jf) == 1
     assert isinstance(torch.seed(), int)  # the real one again, outside the trace
     torch.manual_seed(0)
 

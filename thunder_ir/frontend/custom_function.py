@@ -30,6 +30,10 @@ eager's forward gives nothing a gradient (its outputs do not require grad, the w
 layer's parameters get ``None``, with eager's warning), so the call is traced under
 ``no_grad``.
 
+A backward that calls ``.backward()`` or ``torch.autograd.grad`` inside (it recomputes
+part of the forward with grad enabled: Reformer's reversible layers) cannot be traced so:
+it runs at run time, as eager runs it (`thunder_ir.frontend.opaque_backward`).
+
 ``Function.apply`` is taken over once (`thunder_ir.frontend.takeover`), on the first trace; outside
 a trace (and in other threads) it runs the original code.
 """
@@ -46,6 +50,7 @@ from xdsl.ir import Block, SSAValue
 
 from thunder_ir.dialects.autograd import make_function
 from thunder_ir.dialects.types import TensorType
+from thunder_ir.frontend import opaque_backward
 from thunder_ir.frontend.autocast import autocast_off
 from thunder_ir.frontend.context import TraceContext
 from thunder_ir.frontend.errors import where
@@ -131,19 +136,24 @@ def trace_apply(ctx: TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
         return out
     values = [outs[i]._value for i in diff_pos]
     name = cls.__name__
-    body = Block(arg_types=[v.type for v in values])
-    # The backward runs when ``.backward()`` is called, outside autocast as a rule (a
-    # ``custom_bwd`` backward sets the forward's autocast state itself): traced so.
-    with torch.no_grad(), ctx.build.into(body), autocast_off():
-        cts: list[Any] = [None] * len(outs)
-        for k, i in enumerate(diff_pos):
-            cts[i] = TensorProxy(body.args[k])
-        for i, o in enumerate(outs):
-            if cts[i] is None and is_proxy(o):  # eager hands zeros for the other tensors
-                cts[i] = torch.zeros_like(o)
-        grads = cls.backward(fctx, *cts)
-        grads = grads if isinstance(grads, tuple) else (grads,)
-        primals, mask, yielded = _check_grads(ctx, name, args, needs, grads)
+    if cls in opaque_backward.OPAQUE:  # it calls .backward() inside: run as eager runs it
+        body, primals, mask, yielded = opaque_backward.region(ctx, cls, fctx, args, needs,
+                                                              outs, diff_pos)
+    else:
+        body = Block(arg_types=[v.type for v in values])
+        # The backward runs when ``.backward()`` is called, outside autocast as a rule (a
+        # ``custom_bwd`` backward sets the forward's autocast state itself): traced so.
+        with torch.no_grad(), ctx.build.into(body), autocast_off(), \
+                opaque_backward.tracing_backward(cls):
+            cts: list[Any] = [None] * len(outs)
+            for k, i in enumerate(diff_pos):
+                cts[i] = TensorProxy(body.args[k])
+            for i, o in enumerate(outs):
+                if cts[i] is None and is_proxy(o):  # eager hands zeros for the other tensors
+                    cts[i] = torch.zeros_like(o)
+            grads = cls.backward(fctx, *cts)
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            primals, mask, yielded = _check_grads(ctx, name, args, needs, grads)
     op = make_function(name, primals, values, mask, body, yielded)
     results = ctx.record(op)
     for t in fctx.to_save:  # eager checks these tensors' versions when the backward runs

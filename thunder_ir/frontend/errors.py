@@ -68,10 +68,22 @@ def speculating_sizes() -> bool:
     return _SPECULATE_SIZES.get()
 
 
+class Refused(ThunderTraceError):
+    """A construct no compile of the call takes (with symbols or without): the compiler
+    passes it on rather than compiling again another way."""
+
+
 class UseFallback(Exception):
     """Raised by a handler that cannot express a call as its ltorch op (a tensor where the
     op takes a Python number, an argument it does not model): the tracer records the call
     as an opaque ``torch.call`` instead, which torch computes and differentiates."""
+
+
+class TraceAgain(BaseException):
+    """The trace learned something that changes how it traces (a custom ``Function``
+    whose backward must run at run time: `thunder_ir.frontend.opaque_backward`): it
+    starts over. A ``BaseException``, so that user code's ``except Exception`` between
+    the point it is raised and `thunder_ir.frontend.tracer.trace_program` lets it pass."""
 
 
 DATA_HINT = ("its value is not known while tracing. Keep the computation in tensors (for "
@@ -150,6 +162,8 @@ def where(loc: str) -> str:
 # --------------------------------------------------------------------------- program state
 
 
-__all__ = ["DATA_HINT", "DataDependentError", "NeedsSymbols", "ThunderTraceError", "UseFallback",
+__all__ = ["DATA_HINT", "DataDependentError", "NeedsSymbols", "Refused", "ThunderTraceError",
+           "TraceAgain",
+           "UseFallback",
            "dtype_name", "sizes_speculated", "skip", "speculating_sizes", "user_location",
            "where"]

@@ -18,10 +18,12 @@ tracing, torch.compile included, always meets torch as it is.
 The RNG state functions become ``torch.call`` ops with effects, in program order, so a
 function that seeds or saves and restores the generator (``torch.testing``'s
 ``freeze_rng_state``, ``torch.random.fork_rng``) draws what eager draws on every call.
-Python's ``random`` functions (``random.random()``, ``random.choice``...) and
-``torch.seed()`` (a nondeterministic seed) raise a clear error naming the line: their draw
-would be frozen into the program (code that imported them by name, ``from random import
-random``, holds the originals and is not seen). They are wrapped only while a trace runs.
+Python's ``random`` functions (``random.random()``, ``random.choice``...) raise a clear
+error naming the line: their draw would be frozen into the program (code that imported
+them by name, ``from random import random``, holds the originals and is not seen). They
+are wrapped only while a trace runs. ``torch.seed()`` (a nondeterministic seed) is drawn
+by the program on every call (`thunder_ir.frontend.seeds`); ``torch.manual_seed`` of the
+number it gives reseeds with each call's.
 """
 
 from __future__ import annotations
@@ -60,8 +62,13 @@ def while_traced(factory: Callable[[], list[Swap]]) -> Callable[[], list[Swap]]:
     return factory
 
 
-def _in_user_code() -> bool:
+def in_user_code() -> bool:
+    """Whether this thread traces user code now (the tracer's mode is on the stack: not
+    during its own meta runs)."""
     return tracing_now() and torch._C._len_torch_function_stack() > 0
+
+
+_in_user_code = in_user_code
 
 
 def take_over(owner: Any, name: str, handler: Handler) -> None:
@@ -169,6 +176,10 @@ def _not_user_code(handler: Handler) -> Handler:
 
 
 def _manual_seed(ctx: TraceContext, seed: Any) -> Any:
+    if isinstance(seed, torch.SymInt):  # a number the program computes (a traced
+        # torch.seed()'s: `thunder_ir.frontend.seeds`): each call's
+        _record(ctx, "torch.random.manual_seed", [], [seed], [])
+        return torch.default_generator
     if not isinstance(seed, int):
         raise ThunderTraceError(f"{where(ctx.loc)}: torch.manual_seed needs "
                                         f"an int seed while traced, got {type(seed).__name__}")
@@ -222,17 +233,9 @@ _RANDOM_WHY = ("inside a jitted function would draw once, while traced, and the 
                "and pass the value in.")
 
 
-_SEED_WHY = ("draws a nondeterministic seed and reseeds torch's generator with it: inside a "
-             "jitted function it would draw once, while traced, and the compiled program "
-             "would reseed with that one number on every call (eager draws a new seed on "
-             "every call). Seed outside the jitted function (torch.manual_seed), or draw "
-             "with torch's random functions, which the program draws on every call.")
-
 _REFUSED: list[tuple[Any, str, Callable[..., Any]]] = [
     *((random, n, _refusal(f"Python's random.{n}()", _RANDOM_WHY)) for n in _PY_RANDOM
       if callable(getattr(random, n, None))),
-    # (Reformer's training reseeds every layer so: int(torch.seed() % sys.maxsize))
-    *((owner, "seed", _refusal("torch.seed()", _SEED_WHY)) for owner in (torch, torch.random)),
 ]
 
 
@@ -279,4 +282,4 @@ def _teach_is_compiling() -> list[Swap]:
             (fn, "__code__", lambda _: _is_compiling_code.__code__)]
 
 
-__all__ = ["Swap", "installed", "patched", "take_over", "while_traced"]
+__all__ = ["Swap", "in_user_code", "installed", "patched", "take_over", "while_traced"]

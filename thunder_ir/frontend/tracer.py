@@ -56,7 +56,9 @@ from thunder_ir.frontend import (
     custom_function,
     einsum,
     hops,
+    opaque_backward,
     repeat,
+    seeds,
     setitem,
     speculation,
     takeover,
@@ -72,7 +74,7 @@ from thunder_ir.frontend.context import (
     current,
     recording,
 )
-from thunder_ir.frontend.errors import SITE, ThunderTraceError, skip
+from thunder_ir.frontend.errors import SITE, ThunderTraceError, TraceAgain, skip
 from thunder_ir.frontend.guard_sites import attach as attach_guard_sites
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
@@ -95,7 +97,8 @@ from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
 from thunder_ir.runtime.writes import JOIN, PLAIN, QUIET
 
 HANDLER_MODULES = (torch_map, torch_map_nn, einsum, setitem, repeat, custom_function,
-                   takeover, backward_hooks, speculation, value_reads, hops)
+                   opaque_backward, takeover, seeds, backward_hooks, speculation, value_reads,
+                   hops)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
 
 def arg_names(fn: Callable[..., Any], n_args: int, kwargs: dict[str, Any]) -> list[str]:
@@ -349,16 +352,27 @@ def _global_state_kept() -> Iterator[None]:
 
 
 def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-                  module: torch.nn.Module | None = None,
-                  state: dict[str, torch.Tensor] | None = None,
-                  method: Callable[..., Any] | None = None,
-                  unshard: Callable[[TraceContext, dict[str, TensorProxy]],
-                                    dict[str, TensorProxy]] | None = None,
-                  dynamic: Mapping[int, tuple[int, ...]] | None = None,
-                  attrs: Sequence[SymbolicAttr] = (),
-                  rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = (),
-                  watch: Mapping[int, frozenset[str]] | None = None
-                  ) -> TracedProgram:
+                  *rest: Any, **options: Any) -> TracedProgram:
+    """`trace_once`, again where the trace learned something that changes how it traces
+    (`TraceAgain`: a custom ``Function`` whose backward runs at run time)."""
+    while True:
+        try:
+            return trace_once(fn, args, kwargs, *rest, **options)
+        except TraceAgain:
+            continue
+
+
+def trace_once(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+               module: torch.nn.Module | None = None,
+               state: dict[str, torch.Tensor] | None = None,
+               method: Callable[..., Any] | None = None,
+               unshard: Callable[[TraceContext, dict[str, TensorProxy]],
+                                 dict[str, TensorProxy]] | None = None,
+               dynamic: Mapping[int, tuple[int, ...]] | None = None,
+               attrs: Sequence[SymbolicAttr] = (),
+               rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = (),
+               watch: Mapping[int, frozenset[str]] | None = None
+               ) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR.
 

@@ -29,7 +29,7 @@ from thunder_ir.dialects import symbols
 from thunder_ir.dialects.program import BACKWARD, FORWARD, prologue_function
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend import TracedProgram, trace_program
-from thunder_ir.frontend.errors import NeedsSymbols, sizes_speculated
+from thunder_ir.frontend.errors import NeedsSymbols, Refused, sizes_speculated
 from thunder_ir.frontend.tracer import hooks_as_now, hooks_kept
 from thunder_ir.lowering.codegen import CODEGEN, CompiledProgram, generate
 from thunder_ir.lowering.tiered import TRACING
@@ -153,6 +153,8 @@ class Compiler:
             ctx = self.ctx.with_symbols()
             with compiling(ctx), hooks_kept(self.module):
                 return self._compile(args, kwargs, spec, n, pro, exact, None, ctx)
+        except Refused:  # (no compile would take it)
+            raise
         except Exception as e:
             if STRICT_SYMBOLIC:
                 raise

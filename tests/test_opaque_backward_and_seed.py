@@ -1,0 +1,196 @@
+"""A custom ``autograd.Function`` whose backward cannot be traced, and ``torch.seed()``
+(issue 52: Reformer's reversible layers train under ``jit``).
+
+- A backward that recomputes part of the forward with grad enabled and calls
+  ``.backward()`` / ``torch.autograd.grad`` / ``torch.autograd.backward`` inside runs at
+  run time, as eager's engine runs it: on the real cotangents, with a ``ctx`` holding the
+  forward's real tensors and the user's modules; the gradients it accumulates into
+  parameters and the ones it returns are eager's.
+- ``torch.seed()`` is drawn by the program on every call: the module attribute it is
+  stored in holds each call's Python ``int``, reseeding with which reproduces the call's
+  draws; the generator is left as eager's; one program for every call.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import thunder_ir
+
+
+class _Recompute(torch.autograd.Function):
+    """Saves only its input (detached) and recomputes ``lin`` in its backward, calling
+    ``.backward()`` there (the parameters' gradients accumulate straight into ``.grad``);
+    ``how`` picks ``.backward()``, ``torch.autograd.grad`` or ``torch.autograd.backward``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, lin: nn.Module, how: str) -> torch.Tensor:
+        ctx.save_for_backward(x.detach())
+        ctx.parts = (lin, [x.detach() * 2])  # a module and a tensor inside containers
+        ctx.how = how
+        return torch.tanh(lin(x))
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        (x,) = ctx.saved_tensors
+        lin, (x2,) = ctx.parts
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            y = torch.tanh(lin(x)) + 0 * x2
+            if ctx.how == "grad":
+                (gx,) = torch.autograd.grad(y, x, g)
+                return gx, None, None
+            if ctx.how == "autograd.backward":
+                torch.autograd.backward(y, g)
+            else:
+                y.backward(g)
+        return x.grad, None, None
+
+
+class _Model(nn.Module):
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.pre = nn.Linear(4, 4)
+        self.lin = nn.Linear(4, 4)
+        self.how = how
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Recompute.apply(self.pre(x) * 2, self.lin, self.how).square().sum()
+
+
+def _grads(m: nn.Module) -> list[torch.Tensor | None]:
+    return [p.grad for p in m.parameters()]
+
+
+@pytest.mark.parametrize("how", ["backward", "grad", "autograd.backward"])
+def test_custom_backward_calling_backward_runs_as_eager(how: str) -> None:
+    """Loss, input and parameter gradients (accumulated over two calls without zeroing,
+    and None for ``lin`` under ``torch.autograd.grad``, as eager), the parameters after
+    SGD steps: eager's; one program."""
+    torch.manual_seed(0)
+    model = _Model(how)
+    mine = copy.deepcopy(model)
+    jm = thunder_ir.jit(mine)
+    opt_e = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_j = torch.optim.SGD(mine.parameters(), lr=0.1)
+    for step in range(3):
+        x = torch.randn(3, 4, requires_grad=True)
+        xj = x.detach().clone().requires_grad_(True)
+        for _ in range(2):  # (gradients accumulate)
+            le, lj = model(x), jm(xj)
+            torch.testing.assert_close(lj, le)
+            le.backward()
+            lj.backward()
+        torch.testing.assert_close(xj.grad, x.grad)
+        for ge, gj in zip(_grads(model), _grads(mine), strict=True):
+            assert (ge is None) == (gj is None), step
+            if ge is not None:
+                torch.testing.assert_close(gj, ge)
+        opt_e.step(), opt_j.step()
+        opt_e.zero_grad(), opt_j.zero_grad()
+        for p, q in zip(mine.parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(p, q)
+    if how == "grad":
+        assert mine.lin.weight.grad is None and model.lin.weight.grad is None
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_custom_backward_ctx_holding_a_tensor_in_an_object_is_refused() -> None:
+    """A tensor inside a plain object on ``ctx`` cannot be rebuilt with each call's
+    values: refused naming the line."""
+
+    class Box:
+        def __init__(self, t: torch.Tensor) -> None:
+            self.t = t
+
+    class F(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            ctx.box = Box(x * 2)
+            return x * 3
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+            with torch.enable_grad():
+                t = ctx.box.t.detach().requires_grad_(True)
+                (t * 3).sum().backward()
+            return g * 3
+
+    jf = thunder_ir.jit(lambda x: F.apply(x))
+    with pytest.raises(thunder_ir.ThunderTraceError, match=r"test_opaque_backward_and_seed"):
+        jf(torch.randn(2, requires_grad=True))
+
+
+class _Seeded(nn.Module):
+    """Reformer's form: a seed drawn with ``torch.seed()`` each call, kept on the module,
+    the generator reseeded with it, then random draws."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.seed: int | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seed = int(torch.seed() % sys.maxsize)
+        torch.manual_seed(self.seed)
+        return nn.functional.dropout(self.lin(x), 0.5) + torch.rand(x.shape)
+
+
+def test_torch_seed_is_drawn_on_every_call() -> None:
+    """The attribute holds each call's Python int (a new one each call); reseeding eager
+    with it reproduces the call's result, and the generator state after the call is the
+    one eager leaves after that reseeding and those draws; one program."""
+    m = _Seeded()
+    jm = thunder_ir.jit(m)
+    x = torch.randn(3, 4)
+    seen = set()
+    for _ in range(4):
+        y = jm(x)
+        after = torch.get_rng_state()
+        s = m.seed
+        assert type(s) is int and 0 <= s < sys.maxsize
+        seen.add(s)
+        torch.manual_seed(s)
+        with torch.no_grad():
+            expected = nn.functional.dropout(m.lin(x), 0.5) + torch.rand(x.shape)
+        torch.testing.assert_close(y, expected)
+        assert torch.equal(torch.get_rng_state(), after)
+    assert len(seen) == 4
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_torch_seed_int_used_otherwise_is_refused_leaving_the_generator() -> None:
+    """``int()`` of a seed that is not stored on a module at once would keep this call's
+    seed: refused naming the line; the generator is as it was."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        s = int(torch.seed() % 1000)
+        torch.manual_seed(s + 1)
+        return x + torch.rand(x.shape)
+
+    torch.manual_seed(5)
+    x = torch.randn(3)
+    before = torch.get_rng_state()
+    jf = thunder_ir.jit(f)
+    with pytest.raises(thunder_ir.ThunderTraceError,
+                       match=r"test_opaque_backward_and_seed\.py:\d+: int\(\) of a number "
+                             r"computed from torch\.seed\(\)"):
+        jf(x)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_torch_seed_without_int_reseeds_each_call() -> None:
+    """``torch.manual_seed(torch.seed())``: the program reseeds with each call's draw
+    (two calls draw differently; the result is a fresh draw of ``rand``)."""
+    jf = thunder_ir.jit(lambda x: (torch.manual_seed(torch.seed()), x + torch.rand(x.shape))[1])
+    x = torch.zeros(1000)
+    a, b = jf(x), jf(x)
+    assert not torch.equal(a, b)
+    assert 0.4 < float(a.mean()) < 0.6
+    assert thunder_ir.cache_misses(jf) == 1

@@ -1,0 +1,177 @@
+"""``torch.seed()`` while traced: a nondeterministic seed drawn by the program on every call.
+
+Eager's ``torch.seed()`` reseeds torch's generators with a nondeterministic seed and
+returns it; models keep it to replay their dropout later (Reformer's reversible layers:
+``self.attention_seed = int(torch.seed() % sys.maxsize)``, then
+``torch.manual_seed(self.attention_seed)``, again in the backward). A trace must not draw
+it: the program would reseed with that one number on every call.
+
+So the traced call records ``tir.draw_seed()`` (an op with effects, in program order: it
+calls ``torch.seed()``, so the generators are reseeded as eager's, and returns the seed as
+a 0-d ``uint64`` tensor) and its ``.item()``, a new unbacked ``SymInt`` of the
+compilation's symbol table (a trace without one asks for one: `NeedsSymbols`), as
+``.item()`` of an integer tensor is (`thunder_ir.frontend.unbacked.item`). User code's
+arithmetic on it stays symbolic; ``torch.manual_seed`` of it reseeds with each call's
+number; stored on a module, the epilogue writes each call's Python ``int``.
+
+``int()`` of such a number must return an ``int``, which a trace does not have. Where the
+caller stores the result on a module at once (``self.seed = int(torch.seed() % m)``:
+the next instructions load the module and ``STORE_ATTR``), ``int()`` notes it and the
+module's ``__setattr__`` (wrapped while traced) stores the symbolic number instead, as
+eager would store that ``int``; the module then holds each call's number. Anywhere else
+an ``int()`` of a seed is refused naming the line (the program would keep one seed).
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import threading
+from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from thunder_ir.dialects import symbols
+from thunder_ir.dialects.torch import make_call, runtime_callee
+from thunder_ir.dialects.types import tensor_type
+from thunder_ir.frontend import int_sizes, unbacked
+from thunder_ir.frontend.context import current, tracing_now
+from thunder_ir.frontend.errors import (
+    NeedsSymbols,
+    Refused,
+    ThunderTraceError,
+    skip,
+    speculating_sizes,
+    user_location,
+    where,
+)
+from thunder_ir.frontend.takeover import Swap, in_user_code, take_over, while_traced
+
+if TYPE_CHECKING:
+    from thunder_ir.frontend.context import TraceContext
+
+
+def _seed(ctx: TraceContext) -> Any:
+    """``torch.seed()`` / ``torch.random.seed()`` while traced (see the module doc)."""
+    ctx.loc = user_location()
+    if ctx.build.in_region():
+        raise Refused(f"{where(ctx.loc)}: torch.seed() inside a traced custom backward is "
+                      "not supported")
+    if symbols.current() is None:
+        if speculating_sizes():  # (the compile with a symbol table failed)
+            raise ThunderTraceError(
+                f"{where(ctx.loc)}: torch.seed() draws a new seed on every call, which the "
+                "program computes as an unbacked symbol, but this call's compile with "
+                "symbols failed (thunder_ir.compile_status(fn)['static'] says why)")
+        raise NeedsSymbols(f"{where(ctx.loc)}: torch.seed() draws a new number each call")
+    t = tensor_type((), torch.uint64, "cpu")
+    (drawn,) = ctx.record(make_call(runtime_callee("draw_seed"), [], [], result_types=[t]))
+    n = unbacked.item(ctx, ctx.wrap(drawn), True)
+    ctx.build.counts[("seed", str(n.node.expr))] = True
+    return n
+
+
+@dataclass
+class _Pending:
+    """An ``int()`` of ``number`` returned ``value`` for the ``STORE_ATTR`` at ``offset``
+    of ``frame``."""
+
+    frame: FrameType
+    offset: int
+    value: int
+    number: torch.SymInt
+
+
+class _State(threading.local):
+    pending: _Pending | None = None
+
+
+_STATE = _State()
+
+
+def is_seed(n: Any) -> bool:
+    """Whether ``n`` is a symbolic number this thread's trace computed from a traced
+    ``torch.seed()``."""
+    if not isinstance(n, torch.SymInt) or not tracing_now():
+        return False
+    counts = current().build.counts
+    return any(("seed", str(s)) in counts for s in n.node.expr.free_symbols)
+
+
+_LOADS = frozenset(("LOAD_FAST", "LOAD_DEREF", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"))
+
+
+def _stored_on(frame: FrameType) -> tuple[int, Any] | None:
+    """Where the call ``frame`` is in stores its result: the offset of the ``STORE_ATTR``
+    that takes it next and the object it stores on (loaded by name just before), or
+    None."""
+    after = [i for i in dis.get_instructions(frame.f_code) if i.offset > frame.f_lasti
+             and i.opname not in ("CACHE", "EXTENDED_ARG", "NOP")]
+    if len(after) < 2 or after[0].opname not in _LOADS or after[1].opname != "STORE_ATTR":
+        return None
+    name = after[0].argval
+    owner = frame.f_locals.get(name, _MISSING)
+    return None if owner is _MISSING else (after[1].offset, owner)
+
+
+_MISSING = object()
+
+
+def _user_frame() -> FrameType | None:
+    f: Any = sys._getframe(2)
+    while f is not None and skip(f.f_code.co_filename):
+        f = f.f_back
+    return f  # type: ignore[no-any-return]
+
+
+def _int_of_seed(n: torch.SymInt) -> int:
+    """``int(n)`` of a seed's number, from user code (see the module doc)."""
+    frame = _user_frame()
+    at = _stored_on(frame) if frame is not None else None
+    if at is None or not isinstance(at[1], torch.nn.Module):
+        raise Refused(
+            f"{where(user_location())}: int() of a number computed from torch.seed() is "
+            "supported where it is stored on a module at once (self.seed = int(...)): "
+            "used otherwise, the program would keep this call's seed")
+    assert frame is not None
+    _STATE.pending = _Pending(frame, at[0], 0, n)
+    return 0
+
+
+def _int_wrapper(original: Any) -> Any:
+    def __int__(self: Any) -> int:
+        if in_user_code() and is_seed(self):
+            return _int_of_seed(self)
+        return original(self)  # type: ignore[no-any-return]
+
+    return __int__
+
+
+def _setattr_wrapper(original: Any) -> Any:
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        p = _STATE.pending
+        if p is not None and type(value) is int and value == p.value:
+            f: Any = sys._getframe(1)
+            while f is not None and f is not p.frame:
+                f = f.f_back
+            if f is not None and f.f_lasti == p.offset:
+                _STATE.pending = None
+                value = p.number
+        original(self, name, value)
+
+    return __setattr__
+
+
+@while_traced
+def _swaps() -> list[Swap]:
+    return [(torch.nn.Module, "__setattr__", _setattr_wrapper),
+            (torch.SymInt, "__int__", _int_wrapper)]
+
+
+for _owner in (torch, torch.random):
+    take_over(_owner, "seed", _seed)
+int_sizes.WRAPPERS.add(__file__)  # (its ``__int__`` wrapper calls int_sizes')
+
+__all__ = ["is_seed"]
