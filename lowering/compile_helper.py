@@ -65,6 +65,8 @@ class Request:
         path: where to write the output code.
         env: the parent's `CACHE_ENV` variables when it asked (those it had not set are
             absent): the helper compiles into the caches the parent would.
+        symbols: a region of a symbolic program: its symbols' values and guards (its
+            ``inputs`` are then `symbolic_regions.SymbolicMeta`), compiled for every size.
     """
 
     name: str
@@ -77,6 +79,7 @@ class Request:
     options: dict[str, Any] | None
     path: str
     env: tuple[tuple[str, str], ...] = ()
+    symbols: Any = None
 
 
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
@@ -123,6 +126,8 @@ class Compiled:
         attrs: the graph's constants, set on the module.
         realign: inputs whose alignment the call checks (as Inductor's ``post_compile``).
         mutated: inputs the graph writes.
+        checks: a symbolic region's decisions on sizes beyond its program's guards
+            (`symbolic_regions.guarded`).
     """
 
     path: str
@@ -131,6 +136,7 @@ class Compiled:
     attrs: dict[str, Any]
     realign: list[int]
     mutated: list[int]
+    checks: tuple[str, ...] = ()
 
 
 def compile_request(req: Request) -> Compiled:
@@ -145,7 +151,13 @@ def compile_request(req: Request) -> Compiled:
             os.environ[key] = given[key]
         else:
             os.environ.pop(key, None)
-    mode, fake = fake_from_metadata(list(req.inputs))
+    if req.symbols is not None:
+        from thunder_ir.lowering.symbolic_regions import symbolic_fakes
+
+        mode, fake, new_guards = symbolic_fakes(req.inputs, req.symbols)
+    else:
+        mode, fake = fake_from_metadata(list(req.inputs))
+        new_guards = tuple
     graph = compile_graph(_function(req), mode, fake, req.single, req.options)
     with open(req.path, "w") as f:
         f.write(graph.source_code)
@@ -156,7 +168,7 @@ def compile_request(req: Request) -> Compiled:
     return Compiled(req.path, graph.cache_key, list(graph.cache_linemap or []),
                     {**(graph.constants or {}),
                      **getattr(graph, "opaque_value_type_classes", {})},
-                    realign, mutated)
+                    realign, mutated, new_guards())
 
 
 def _die_with_parent(parent: int | None) -> None:

@@ -46,6 +46,7 @@ from thunder_ir.dialects import ltorch_core as C
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects import prims as P
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
 from thunder_ir.dialects.prims import ConstantOp
@@ -69,6 +70,13 @@ from thunder_ir.lowering.compile_helper import (
     op_class_names,
 )
 from thunder_ir.lowering.executors import Executor, register_executor
+from thunder_ir.lowering.symbolic_regions import (
+    Plan,
+    SymbolicCall,
+    guarded,
+    symbolic_fakes,
+)
+from thunder_ir.lowering.symbolic_regions import plan as symbolic_plan
 from thunder_ir.lowering.tiered import (
     HELPER_ENV,
     BackgroundCompiler,
@@ -295,10 +303,16 @@ class InductorExecutor(Executor):
         dynamic = any(isinstance(t, TensorType) and t.symbolic
                       for t in (*(v.type for v in region.operands),
                                 *(r.type for r in region.results)))
+        # Over the program's own symbols where its inputs' sizes name them all
+        # (`thunder_ir.lowering.symbolic_regions`); else a symbol per dimension.
+        plan = symbolic_plan([v.type for v in region.operands], symbols.current()) \
+            if dynamic else None
 
         def compile_for(args: tuple[Any, ...]) -> Callable[..., Any]:
             try:
-                compiled = _inductor_compile(fn, args, single, options, dynamic)
+                compiled = (_symbolic_compile(fn, plan, args, single, options)
+                            if plan is not None
+                            else _inductor_compile(fn, args, single, options, dynamic))
             except Exception as e:  # make_fx or Inductor could not compile this region
                 warnings.warn(
                     f"{self.name}: compiling {name} failed, it runs eagerly "
@@ -315,24 +329,31 @@ class InductorExecutor(Executor):
         def in_background(sig: tuple[Any, ...], args: tuple[Any, ...]) -> Callable[..., Any]:
             """Runs unfused now; the kernel replaces ``fn`` once compiled."""
             assert background is not None
-            if dynamic:  # symbolic fake sizes need the tensors themselves: on this thread
+            symbolic: SymbolicCall | None = None
+            meta: Any = ()
+            made: Any = None
+            if plan is not None:  # metadata: the helper compiles it as a static region
+                meta, symbolic = plan.call(args)
+            elif dynamic:  # a symbol per dimension needs the tensors themselves: here
                 made = _fake_inputs(args, dynamic)
-                fake_inputs: Callable[[], tuple[Any, list[Any]]] = lambda: made  # noqa: E731
             else:  # only the metadata: the fake mode is made on the compiling thread
                 meta = [TensorMeta(tuple(a.shape), a.stride(), a.dtype, a.device)
                         if isinstance(a, torch.Tensor) else a for a in args]
-                fake_inputs = lambda: fake_from_metadata(meta)  # noqa: E731
 
-            def compile() -> Callable[..., Any]:
-                mode, fake = fake_inputs()
+            def compile() -> Callable[..., Any]:  # (from metadata: ``args`` are not kept)
+                if plan is not None and symbolic is not None:
+                    mode, fake, new_guards = symbolic_fakes(meta, symbolic)
+                    kernel = _compile_graph(fn, mode, fake, single, options)
+                    return guarded(kernel, fn, plan.at, new_guards())
+                mode, fake = made if dynamic else fake_from_metadata(meta)
                 return _compile_graph(fn, mode, fake, single, options)
 
             request = None
-            if imports is not None and not dynamic \
+            if imports is not None and (not dynamic or plan is not None) \
                     and os.environ.get(HELPER_ENV, "process") != "thread":
                 request = Request(name, source, sanitize(name), *imports, tuple(meta),
                                   single, options, shared_helper().artifact_path(name),
-                                  cache_env())
+                                  cache_env(), symbolic)
 
             def install(impl: Callable[..., Any]) -> None:
                 variants[sig] = impl
@@ -342,17 +363,21 @@ class InductorExecutor(Executor):
                 if compiled is not None:  # timed against ``fn`` at its first call
                     install(measured(name, compiled, fn, install, background.status))
 
-            background.submit(name, compile, done, request,
-                              lambda compiled: _load_kernel(compiled, single), _warm_loading)
+            def load(compiled: Compiled) -> Callable[..., Any]:
+                kernel = _load_kernel(compiled, single)
+                return kernel if plan is None else guarded(kernel, fn, plan.at,
+                                                           compiled.checks)
+
+            background.submit(name, compile, done, request, load, _warm_loading)
             return fn
 
         def kernel(*args: Any) -> Any:
             # (dynamic: per contiguity, and per which sizes are 0 or 1, which the fake
             # inputs specialize: an unbacked count is 1 on one call and 3 on the next)
-            sig = tuple([(a.is_contiguous() or a.stride(), tuple(n if n < 2 else 2
-                                                                   for n in a.shape))
-                         if dynamic else a.stride()
-                         if isinstance(a, torch.Tensor) else None for a in args])
+            sig = plan.key(args) if plan is not None else tuple([
+                (a.is_contiguous() or a.stride(), tuple(n if n < 2 else 2 for n in a.shape))
+                if dynamic else a.stride()
+                if isinstance(a, torch.Tensor) else None for a in args])
             impl = variants.get(sig)
             if impl is None:
                 impl = variants[sig] = (compile_for(args) if background is None
@@ -379,6 +404,17 @@ def _inductor_compile(
     list of inputs; the returned callable takes them positionally."""
     mode, fake = _fake_inputs(args, dynamic)
     return _compile_graph(fn, mode, fake, single, options)
+
+
+def _symbolic_compile(fn: Callable[..., Any], plan: Plan, args: tuple[Any, ...],
+                      single: bool, options: dict[str, Any] | None) -> Callable[..., Any]:
+    """`_inductor_compile` of a region of a symbolic program over the program's symbols
+    (`thunder_ir.lowering.symbolic_regions`), at the call of ``args``: the kernel checks
+    the decisions the compile took beyond the program's guards (`guarded`)."""
+    meta, call = plan.call(args)
+    mode, fake, new_guards = symbolic_fakes(meta, call)
+    kernel = _compile_graph(fn, mode, fake, single, options)
+    return guarded(kernel, fn, plan.at, new_guards())
 
 
 def _fake_inputs(args: tuple[Any, ...], dynamic: bool) -> tuple[Any, list[Any]]:

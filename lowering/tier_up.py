@@ -20,9 +20,14 @@ first call. `Watch` times the program's calls; once they have taken `HOT_SECONDS
 
 A forward run before the swap keeps its own backward (its autograd node holds it), so a
 swap in the middle of gradient accumulation adds the same gradients. A kernel that fails
-to compile keeps the unfused program, with a warning. Not tiered up: programs with
-symbolic sizes, speculative programs, data-parallel training, tensors off the CPU,
-programs under `MIN_OPS` ops, and calls made while ``torch.use_deterministic_algorithms``
+to compile keeps the unfused program, with a warning. A program that holds collectives
+(data-parallel training) swaps on every process of its group at the same call
+(`thunder_ir.lowering.tier_up_ranks`); a speculative program keeps its checks between
+the fused regions. A symbolic program (variable lengths) is lowered over its own
+symbols, so one fused program serves every size its shape guard admits
+(`TierUp.lowered`, `thunder_ir.lowering.symbolic_regions`). Not tiered up: a
+speculative program that holds collectives, tensors off the CPU, programs under
+`MIN_OPS` ops, and calls made while ``torch.use_deterministic_algorithms``
 is on (the swap's call depends on the compile's timing, and Inductor's kernels round
 otherwise than eager's). ``jit(fn, tiered=False)`` or ``THUNDER_IR_TIER_UP=0`` turns it
 off; ``tiered=True`` fuses from the first call. The compile helper is ended once nothing
@@ -38,12 +43,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
 
 from thunder_ir.lowering.tiered import LOG, BackgroundCompiler, stop_idle_helper
+from thunder_ir.passes.context import compiling
 from thunder_ir.runtime.cache import Entry
 
 TIER_ENV = "THUNDER_IR_TIER_UP"
@@ -106,6 +113,26 @@ class TierUp:
     def background(self) -> BackgroundCompiler | None:
         """The background compiler of the fused programs (None before the first)."""
         return None if self._ctx is None else self._ctx.executors[0].background
+
+    def lowered(self, ctx: Any, lower: Callable[[Any], Entry]) -> Entry:
+        """``lower(fctx)``: a program's trace lowered again with `context` (``ctx``: the
+        compile context of the program's own compile). A symbolic program's (``ctx``
+        holds its `SymbolTable`) is lowered with that table open, so its sizes stay the
+        program's symbols and its regions compile for every size (Inductor's dynamic
+        shapes); a lowering that would add a shape guard the program's `ShapeGuard` does
+        not check raises (the program then stays unfused)."""
+        table = getattr(ctx, "symbols", None)
+        if table is None:
+            return lower(self.context())
+        fctx = replace(self.context(), symbols=table)
+        before = set(table.guards())
+        with compiling(fctx):
+            entry = lower(fctx)
+        added = [g for g in table.guards() if g not in before]
+        if added:
+            raise RuntimeError("lowering it with the Inductor executor added shape guards "
+                               f"its program does not check: {', '.join(added)}")
+        return entry
 
     def worth(self, entry: Entry, state: dict[str, torch.Tensor], args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> bool:

@@ -209,13 +209,14 @@ class Compiler:
         traces = [Trace(frozen, "trace", t_trace)]
         entry = self.lower(traced, module, pro, state, traces, under_autocast, ctx)
         tier = policies.tier_up
-        if tier is not None and dynamic is None and tier.worth(entry, state, args, kwargs):
+        if tier is not None and tier.worth(entry, state, args, kwargs):
             # (speculative and data-parallel programs too: `thunder_ir.lowering.tier_up_ranks`)
             first, light = traces[0], replace(traced, module=ModuleOp([]))
 
-            def fused() -> Entry:  # the same trace, lowered with the tiered executor
-                e = self.lower(light, frozen.thaw(), pro, state, [first], under_autocast,
-                               tier.context())
+            def fused() -> Entry:  # the same trace, lowered with the tiered executor (a
+                # symbolic one's with its symbol table: `TierUp.lowered`)
+                e = tier.lowered(ctx, lambda fctx: self.lower(
+                    light, frozen.thaw(), pro, state, [first], under_autocast, fctx))
                 check_layouts(e, light.output_strides, self.name())
                 return e
 

@@ -1,0 +1,137 @@
+"""Tier-up of symbolic programs (issue 53): a callable trained over several lengths runs a
+symbolic program from the second length on; once hot, that program is lowered again with
+the Inductor executor over its own symbols, one fused program serves every length, and
+each result is eager's."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import thunder_ir
+from thunder_ir.lowering import inductor_executor
+from thunder_ir.lowering import symbolic_regions as sr
+from thunder_ir.lowering import tier_up as tu
+
+needs_inductor = pytest.mark.skipif(
+    not inductor_executor.InductorExecutor().is_available(),
+    reason="the Inductor executor needs a C++ compiler on the CPU")
+
+
+class _Tagger(nn.Module):
+    """A token tagger: (batch, length, 32) -> (batch, length, 8)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(32, 48)
+        self.norm = nn.LayerNorm(48)
+        self.b = nn.Linear(48, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(nn.functional.gelu(self.a(x)))
+        return self.b(torch.tanh(h) * h.amax(-1, keepdim=True))
+
+
+def _programs(jm: Any) -> list[Any]:
+    """The distinct programs of a jitted module (a symbolic one is also found under
+    each length's key)."""
+    out: list[Any] = []
+    for e in jm._compiled.cache.entries.values():
+        if all(e is not o for o in out):
+            out.append(e)
+    return out
+
+
+@needs_inductor
+def test_a_variable_length_training_program_swaps_in_one_fused_program(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tu.AFTER_ENV, "0")
+    monkeypatch.delenv(tu.TIER_ENV, raising=False)
+    torch.manual_seed(0)
+    model = _Tagger()
+    ref = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+    lengths = (5, 7, 9, 12)
+    steps = [0]
+
+    def step() -> None:
+        n = lengths[steps[0] % len(lengths)]
+        steps[0] += 1
+        x, y = torch.randn(3, n, 32), torch.randn(3, n, 8)
+        losses = []
+        for m, o in ((jm, opt), (ref, opt_ref)):
+            o.zero_grad()
+            loss = nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            losses.append(loss)
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            assert type(p.grad) is torch.Tensor
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+        opt.step()
+        opt_ref.step()
+
+    # The first length's static program and the symbolic one of the others: both swap.
+    for _ in range(12 * tu.HOT_CALLS):
+        step()
+        status = thunder_ir.compile_status(jm)
+        if status["swapped"] == 2:
+            break
+        if status["pending"]:
+            thunder_ir.compile_status(jm, wait=None)
+    status = thunder_ir.compile_status(jm)
+    assert status["swapped"] == 2 and status["failed"] == 0 and not status["kept"], status
+    compiled = status["compiled"]
+    assert compiled == 4, status  # each program's forward and backward region, once
+    programs = _programs(jm)
+    assert len(programs) == 2 and thunder_ir.cache_misses(jm) == 2
+    symbolic = [e for e in programs if e.shape_guard is not None]
+    assert len(symbolic) == 1
+    for _ in range(2 * len(lengths)):  # every length again: no compile, no program more
+        step()
+    if steps[0] % len(lengths) == 1:  # (the first length's static program ran last)
+        step()
+    status = thunder_ir.compile_status(jm)
+    assert status["compiled"] == compiled and status["pending"] == 0, status
+    assert thunder_ir.cache_misses(jm) == 2
+    assert steps[0] % len(lengths) != 1  # the last call ran the symbolic program
+    assert jm._compiled.cache.last is symbolic[0]
+    forward = str(thunder_ir.last_traces(jm)[-1])
+    assert "inductorFusion" in forward and "s1" in forward  # fused, over the symbols
+    assert "inductorFusion" in str(thunder_ir.last_backward_traces(jm)[-1])
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+
+
+@needs_inductor
+def test_a_decision_on_a_size_the_program_does_not_check_is_checked_by_the_kernel() -> None:
+    """A symbolic region's compile over the program's symbols: a decision its trace takes
+    on this call's size (``n > 4``) comes back as a check, and the kernel runs only where
+    it holds (the region's function otherwise); a transposed input keeps its order for
+    every size."""
+
+    def region(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        scale = 2.0 if x.shape[0] > 4 else 3.0  # (a region of a program never does this)
+        return torch.tanh(x * scale) @ w
+
+    call = sr.SymbolicCall(hints=(("s0", 6),), guards=("s0 >= 2",))
+    cpu = torch.device("cpu")
+    meta = (sr.SymbolicMeta(("s0", 16), (1, 0), torch.float32, cpu),
+            sr.SymbolicMeta((16, 4), None, torch.float32, cpu))
+    mode, fake, new_guards = sr.symbolic_fakes(meta, call)
+    assert fake[0].stride()[0] == 1  # transposed, as the layout said
+    graph = inductor_executor.compile_graph(region, mode, fake, True, None)
+    checks = new_guards()
+    assert checks and all("s0" in c for c in checks), checks
+    kernel = sr.guarded(lambda *xs: graph(list(xs))[0], region, {"s0": (0, 0)}, checks)
+    w = torch.randn(16, 4)
+    for n in (3, 6, 11):
+        x = torch.randn(16, n).t()
+        assert sr.layout_of(x) == (1, 0)
+        torch.testing.assert_close(kernel(x, w), region(x, w), rtol=1e-5, atol=1e-5)
