@@ -310,7 +310,8 @@ def _first_line(owners: Sequence[Any], needles: Sequence[str]) -> str | None:
     import inspect
 
     for needle in needles:
-        word = re.compile(re.escape(needle) + r"(?![\w])(?!\s*=[^=])")  # (not written)
+        word = re.compile(r"(?<![\w.])" + re.escape(needle)
+                          + r"(?![\w])(?!\s*=[^=])")  # (a read, not a write)
         for o in owners:
             try:
                 lines, start = inspect.getsourcelines(o)
