@@ -46,6 +46,7 @@ from thunder_ir.frontend.examining import Noted, examining
 from thunder_ir.frontend.speculation import ASSUME, concrete
 from thunder_ir.passes.remat import plans_noted
 from thunder_ir.runtime.cache import Entry, flatten_args
+from thunder_ir.runtime.dynamic import EVERY
 from thunder_ir.stages.reasons import read_site
 
 _WHERE = re.compile(r"^(.+?:\d+): ")
@@ -95,8 +96,9 @@ class Examination:
         name: what was examined.
         native: how many ops of the traced program thunder_ir lowers itself.
         fallbacks: the ops torch runs opaquely (`Fallback`), most frequent first.
-        fused: per executor, how many ops its fusion regions hold (``kernels``: regions).
-        kernels: per executor, how many fusion regions it made.
+        fused: per executor, how many ops (prims) its fusion regions hold, in the final
+            forward and backward programs.
+        kernels: per executor, how many fusion regions it made there.
         points: data-dependent reads, refused constructs and speculated conditions, in
             trace order (`Point`).
         stopped: where the trace stopped (a refused construct it could not go on past),
@@ -160,8 +162,8 @@ class Examination:
                          "not examined")
         lines.append(f"ops: {total} traced, {self.native} by thunder_ir, "
                      f"{self.fallback_count} run by torch as fallbacks"
-                     + "".join(f", {n} fused by {ex} into {self.kernels.get(ex, 0)} kernels"
-                               for ex, n in self.fused.items()))
+                     + "".join(f"; {self.kernels.get(ex, 0)} {ex} kernels fuse {n} prims "
+                               "(forward and backward)" for ex, n in self.fused.items()))
         for f in self.fallbacks:
             lines.append(f"  fallback {f.name} x{f.count} at {', '.join(f.lines[:4])}"
                          + (f" and {len(f.lines) - 4} more" if len(f.lines) > 4 else ""))
@@ -240,11 +242,21 @@ def examine(fn_or_module: Any, *args: Any, **kwargs: Any) -> Examination:
             report.saved_bytes = _saved_bytes(entry)
             report.recomputed = [r for _, ops in plans for r in ops]
     report.points.sort(key=_line_order)
-    report.dynamic = [f"{names[leaf]} dim {d}" if leaf < len(names) else f"leaf {leaf}"
-                      for leaf, dims in sorted(dynamic.items()) for d in (dims or ("*",))]
+    every = [*names, *keyer.attr_names()]
+    report.dynamic = [d for leaf, dims in sorted(dynamic.items())
+                      for d in _dims(every[leaf] if leaf < len(every) else f"leaf {leaf}",
+                                     dims)]
     _state(report, compiled)
     report.recompiles_on = _recompiles_on(report, compiled, names)
     return report
+
+
+def _dims(name: str, dims: tuple[Any, ...]) -> list[str]:
+    """A leaf's symbolic sizes, as the report names them."""
+    if not dims:
+        return [f"{name} (its value)"]
+    return [f"every size inside {name}" if d == EVERY else
+            f"{name} dim {d}" if isinstance(d, int) else f"{name} field {d}" for d in dims]
 
 
 def _target(f: Any) -> tuple[Any, dict[str, Any]]:

@@ -36,6 +36,10 @@ happen, as ``TORCH_LOGS=recompiles`` does for torch.compile."""
 MAX_REASONS = 64
 """How many reasons a callable keeps (the oldest go first)."""
 
+MAX_SNAPSHOTS = 256
+"""How many guard states' checks a callable keeps (a state older than that is explained
+by its token alone)."""
+
 MAX_CHANGES = 6
 """How many changed lines of one guard a reason names (then "and N more")."""
 
@@ -65,6 +69,8 @@ class Reasons:
         for i, g in enumerate(guards):
             if (i, g.tok) not in self._checks:
                 self._checks[(i, g.tok)] = g.render()
+        while len(self._checks) > MAX_SNAPSHOTS:  # (the oldest states go first)
+            del self._checks[next(iter(self._checks))]
 
     def explain(self, labels: Sequence[str], key: tuple[Any, ...],
                 stored: Iterable[Any], guards: Sequence[StateGuard],
