@@ -194,3 +194,36 @@ def test_torch_seed_without_int_reseeds_each_call() -> None:
     assert not torch.equal(a, b)
     assert 0.4 < float(a.mean()) < 0.6
     assert thunder_ir.cache_misses(jf) == 1
+
+
+def test_torch_seed_int_stored_around_module_setattr_is_refused() -> None:
+    """A module class whose own ``__setattr__`` stores the seed without
+    ``nn.Module.__setattr__`` would keep the traced ``int``: refused naming the line,
+    the module and the generator as they were."""
+
+    class Own(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seed: int | None = None
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "seed":
+                object.__setattr__(self, name, value)
+            else:
+                super().__setattr__(name, value)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.seed = int(torch.seed() % sys.maxsize)
+            torch.manual_seed(self.seed)
+            return x + torch.rand(x.shape)
+
+    m = Own()
+    x = torch.zeros(3)
+    before = torch.get_rng_state()
+    with pytest.raises(thunder_ir.ThunderTraceError,
+                       match=r"test_opaque_backward_and_seed\.py:\d+: int\(\) of a number "
+                             r"computed from torch\.seed\(\) is stored on a module whose "
+                             r"__setattr__"):
+        thunder_ir.jit(m)(x)
+    assert m.seed is None
+    assert torch.equal(torch.get_rng_state(), before)

@@ -19,14 +19,18 @@ caller stores the result on a module at once (``self.seed = int(torch.seed() % m
 the next instructions load the module and ``STORE_ATTR``), ``int()`` notes it and the
 module's ``__setattr__`` (wrapped while traced) stores the symbolic number instead, as
 eager would store that ``int``; the module then holds each call's number. Anywhere else
-an ``int()`` of a seed is refused naming the line (the program would keep one seed).
+an ``int()`` of a seed is refused naming the line (the program would keep one seed), and
+so is one a module class's own ``__setattr__`` kept from ``nn.Module.__setattr__``
+(checked when the trace ends: `stored_checked`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -47,6 +51,7 @@ from thunder_ir.frontend.errors import (
     user_location,
     where,
 )
+from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.frontend.takeover import Swap, in_user_code, take_over, while_traced
 
 if TYPE_CHECKING:
@@ -82,6 +87,7 @@ class _Pending:
     offset: int
     value: int
     number: torch.SymInt
+    where: str
 
 
 class _State(threading.local):
@@ -126,8 +132,39 @@ def _user_frame() -> FrameType | None:
     return f  # type: ignore[no-any-return]
 
 
+def _check_stored() -> None:
+    """Refuses an ``int()`` of a seed whose result was not stored on the module through
+    ``nn.Module.__setattr__`` (a class's own ``__setattr__`` that bypasses it): the
+    module would keep the ``int`` the trace returned."""
+    p = _STATE.pending
+    if p is not None:
+        _STATE.pending = None
+        raise Refused(f"{p.where}: int() of a number computed from torch.seed() is stored "
+                      "on a module whose __setattr__ does not reach nn.Module.__setattr__: "
+                      "the program would keep this call's seed")
+
+
+@contextlib.contextmanager
+def stored_checked() -> Iterator[None]:
+    """Around user code being traced: every ``int()`` of a seed was stored as its number
+    (`_check_stored`), checked when the trace ends."""
+    _STATE.pending = None
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        if ok:
+            _check_stored()
+        _STATE.pending = None
+
+
+TRACING_CONTEXTS.append(stored_checked)
+
+
 def _int_of_seed(n: torch.SymInt) -> int:
     """``int(n)`` of a seed's number, from user code (see the module doc)."""
+    _check_stored()
     frame = _user_frame()
     at = _stored_on(frame) if frame is not None else None
     if at is None or not isinstance(at[1], torch.nn.Module):
@@ -136,7 +173,7 @@ def _int_of_seed(n: torch.SymInt) -> int:
             "supported where it is stored on a module at once (self.seed = int(...)): "
             "used otherwise, the program would keep this call's seed")
     assert frame is not None
-    _STATE.pending = _Pending(frame, at[0], 0, n)
+    _STATE.pending = _Pending(frame, at[0], 0, n, where(user_location()))
     return 0
 
 
@@ -174,4 +211,4 @@ for _owner in (torch, torch.random):
     take_over(_owner, "seed", _seed)
 int_sizes.WRAPPERS.add(__file__)  # (its ``__int__`` wrapper calls int_sizes')
 
-__all__ = ["is_seed"]
+__all__ = ["is_seed", "stored_checked"]
