@@ -189,6 +189,7 @@ def test_refused_construct_and_what_follows() -> None:
     assert [(p.kind, p.where, p.went_on) for p in stops.points] == [
         ("refused", _at("refused-stops"), False)]
     assert "not examined" in str(stops)
+    assert stops.native == 1 and stops.fallbacks == []  # (x.relu(), traced before it)
     with pytest.raises(thunder_ir.ThunderTraceError, match=_at("refused-stops")):
         thunder_ir.jit(RefusedStops())(x)
 

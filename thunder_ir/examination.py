@@ -30,10 +30,12 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from xdsl.ir import Operation
 
 from thunder_ir.api import CompiledCallable, ThunderModule, build
 from thunder_ir.dialects.fusion import RegionOp
@@ -102,7 +104,7 @@ class Examination:
         points: data-dependent reads, refused constructs and speculated conditions, in
             trace order (`Point`).
         stopped: where the trace stopped (a refused construct it could not go on past),
-            else None: the ops, state and training figures cover the code before it.
+            else None: the ops cover the code before it (no fusion or training figures).
         guarded: the Python state the programs are guarded on (a check per line:
             ``self.cfg.scale == 2.0``).
         read_at: per guarded check whose value the user's code reads (by its subject,
@@ -228,6 +230,8 @@ def examine(fn_or_module: Any, *args: Any, **kwargs: Any) -> Examination:
     finally:
         _put_random_states(states)
     report.points = [_point(n) for n in book.noted]
+    if entry is None and book.trace is not None:  # what the trace recorded before it stopped
+        _ops(report, book.trace.build.program.block.ops)
     if stop is not None:
         where = _where(str(stop))
         if not any(p.where == where and not p.went_on for p in report.points):
@@ -236,7 +240,9 @@ def examine(fn_or_module: Any, *args: Any, **kwargs: Any) -> Examination:
                                        went_on=False))
         report.stopped = where
     if entry is not None:
-        _ops(report, entry)
+        _ops(report, main_function(entry.traces[0].ir).body.block.ops)
+        for trace in (entry.traces[-1], *(entry.backward_traces[-1:])):
+            _regions(report, trace.ir)
         report.training = bool(entry.backward_traces)
         if report.training:
             report.saved_bytes = _saved_bytes(entry)
@@ -312,13 +318,11 @@ def _point(n: Noted) -> Point:
                  n.went_on)
 
 
-def _ops(report: Examination, entry: Entry) -> None:
-    """The traced program's ops by how they run, its speculated conditions, and the
-    final program's fusion regions."""
-    traced = entry.traces[0].ir
+def _ops(report: Examination, ops: Iterable[Operation]) -> None:
+    """The traced program's ops by how they run, and its speculated conditions."""
     fallbacks: dict[str, list[str]] = {}
     counts: Counter[str] = Counter()
-    for op in main_function(traced).body.block.ops:
+    for op in ops:
         if op.name == "func.return":
             continue
         if isinstance(op, CallOp):
@@ -342,8 +346,6 @@ def _ops(report: Examination, entry: Entry) -> None:
             continue
         report.native += 1
     report.fallbacks = [Fallback(n, c, fallbacks[n]) for n, c in counts.most_common()]
-    for trace in (entry.traces[-1], *(entry.backward_traces[-1:])):
-        _regions(report, trace.ir)
 
 
 def _regions(report: Examination, module: Any) -> None:

@@ -57,6 +57,9 @@ class Notebook:
 
     concrete: Callable[[Any, Any], Any]
     noted: list[Noted] = field(default_factory=list)
+    trace: Any = None
+    """The last call trace begun (its `TraceContext`): what a trace that stopped had
+    recorded."""
 
     def note(self, item: Noted) -> None:
         """Adds ``item`` unless the same place and message was noted before."""
@@ -85,6 +88,13 @@ def notebook() -> Notebook | None:
     return _NOTEBOOK.get()
 
 
+def tracing(ctx: Any) -> None:
+    """A call trace begins with ``ctx``: the open notebook keeps it (else nothing)."""
+    book = _NOTEBOOK.get()
+    if book is not None:
+        book.trace = ctx
+
+
 def went_on(ctx: Any, error: ThunderTraceError, func: Any, args: Any, kwargs: Any) -> Any:
     """With a notebook open: notes ``error`` (raised by the trace mode's handling of
     ``func``) and returns ``func`` run on this call's real values; without one, or where
@@ -109,4 +119,4 @@ def went_on(ctx: Any, error: ThunderTraceError, func: Any, args: Any, kwargs: An
     return out
 
 
-__all__ = ["Notebook", "Noted", "examining", "notebook", "went_on"]
+__all__ = ["Notebook", "Noted", "examining", "notebook", "tracing", "went_on"]
