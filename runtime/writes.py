@@ -10,7 +10,7 @@ runs as it is in a fresh process.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -47,19 +47,48 @@ PLAIN, JOIN, QUIET = 0, 1, 2
 no-grad; copied with grad mode on (an input that did not require grad written with a value
 that does: eager leaves it requiring grad, no longer a leaf, its ``grad_fn`` passing the
 gradient on to the program's node); copied through ``.data`` (written only through
-``x.data``, which does not bump eager's version counter)."""
+``x.data``, which does not bump eager's version counter). A write-back's mode is that in
+its low two bits, and above them (``mode >> 2``) how many more times its copy bumps the
+tensor's version counter (`with_bumps`)."""
+
+_SET_VERSION = torch._C._autograd._unsafe_set_version_counter
+
+
+def with_bumps(modes: Sequence[int], storages: Sequence[int],
+               writes: Mapping[int, int]) -> list[int]:
+    """The write-backs' modes, each storage's first with the version bumps eager's writes
+    made (``writes``: per storage, its in-place writes that bump the version) beyond the
+    one each copy into it makes (``storages``: each write-back's), so that the caller's
+    version counter ends where eager's does (``x.add_(1); x.mul_(2)``: 2)."""
+    out = list(modes)
+    copies: dict[int, int] = {}
+    for s, m in zip(storages, modes, strict=True):
+        copies[s] = copies.get(s, 0) + (m != QUIET)
+    first: set[int] = set()
+    for i, s in enumerate(storages):
+        if s in first:
+            continue
+        first.add(s)
+        extra = writes.get(s, 0) - copies[s]
+        if extra > 0:
+            out[i] |= extra << 2
+    return out
 
 
 def write_back(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
                modes: Sequence[int]) -> None:
-    """Writes each value into its target, in order, each as its mode says (`PLAIN`...)."""
+    """Writes each value into its target, in order, each as its mode says (`PLAIN`...),
+    then bumps its version counter as many more times as the mode says."""
     grad = torch.is_grad_enabled()
-    for t, v, mode in zip(targets, values, modes, strict=True):
+    for t, v, code in zip(targets, values, modes, strict=True):
+        mode = code & 3
         if mode == JOIN and grad and v.requires_grad:
             t.copy_(v)
-            continue
-        with torch.no_grad():
-            (t.data if mode == QUIET else t).copy_(v)
+        else:
+            with torch.no_grad():
+                (t.data if mode == QUIET else t).copy_(v)
+        if code >> 2 and not t.is_inference():  # (an inference tensor has no counter)
+            _SET_VERSION((t,), (t._version + (code >> 2),))
 
 
 def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
@@ -75,4 +104,4 @@ def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
 
 
 __all__ = ["JOIN", "PLAIN", "QUIET", "resized", "scatter_strided", "setitem", "strided_view",
-           "write_back"]
+           "with_bumps", "write_back"]

@@ -111,9 +111,11 @@ class AliasTracking:
         written: values an in-place write made (laid out as the tensor written, not as the
             op computing them lays its result out).
         data_cuts: values of ``x.data`` aliases (and their replays after a write).
-        quiet, versioned: storages written through a ``.data`` alias (or by ``t.data =``),
-            which does not bump eager's version counter, and storages written otherwise:
-            an argument written only quietly is written back without a bump.
+        quiet: storages written through a ``.data`` alias (or by ``t.data =``), which
+            does not bump eager's version counter: an argument written only quietly is
+            written back without a bump.
+        versioned: storages written otherwise, each with the number of such writes (the
+            bumps of eager's version counter, `thunder_ir.runtime.writes.with_bumps`).
         joined: storages written with grad mode on with a value that requires grad, not
             through a detached alias: the caller's tensor takes the write's history (its
             write-back runs with grad mode on).
@@ -135,7 +137,7 @@ class AliasTracking:
         self.written: set[SSAValue] = set()
         self.data_cuts: set[SSAValue] = set()
         self.quiet: set[int] = set()
-        self.versioned: set[int] = set()
+        self.versioned: dict[int, int] = {}
         self.joined: set[int] = set()
 
     def cut_from_root(self, v: SSAValue, root: SSAValue) -> str | None:
@@ -299,20 +301,20 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
     if root is target:
         new_root = new
     else:
-        if torch.is_grad_enabled() and old_root in ctx.active and target._value in ctx.active \
-                and argument_tensor(ctx, root) is not None \
-                and ctx.aliases.cut_from_root(target._value, old_root) is None:
-            raise ThunderTraceError(
-                f"{where(ctx.loc)}: an in-place write through a view of an argument that "
-                "requires grad and is not a leaf (it has a grad_fn) is not supported by "
-                "thunder_ir (the write's backward would need the caller's tensor as it was "
-                "before the write-back). Write the argument itself (x.add_(...)), pass "
-                "`x.clone()`, or write out of place.")
         t_shape, t_strides, t_off = proxy_layout(target)
         _, r_strides, r_off = proxy_layout(root)
+        base = _stand_in(ctx, old_root)
+        if torch.is_grad_enabled() and old_root in ctx.active and _inputs_memory(ctx, root):
+            # (an argument or state that requires grad, not a leaf): the opaque scatter's
+            # recorded graph keeps the tensor it differentiates for, which would share the
+            # caller's version counter and so fail the backward after the write-back;
+            # eager's CopySlices needs none of the old values
+            from thunder_ir.dialects.ltorch import OPS
+
+            base = _stand_in(ctx, ctx.emit(OPS["clone"], old_root))
         out = fallback(ctx, scatter_strided,
-                       (_stand_in(ctx, old_root), _stand_in(ctx, new), r_strides, t_shape,
-                        t_strides, t_off - r_off), {})
+                       (base, _stand_in(ctx, new), r_strides, t_shape, t_strides,
+                        t_off - r_off), {})
         new_root = out._value
         ctx.note_layout(new_root, (r_strides, r_off))
     grad = torch.is_grad_enabled()
@@ -350,6 +352,12 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
             aliases.data_cuts.add(new)
         return new
     return out
+
+
+def _inputs_memory(ctx: TraceContext, root: TensorProxy) -> bool:
+    """Whether ``root``'s value is memory the caller passed in (an input's storage, not
+    yet replaced by a value the program made)."""
+    return any(p._storage == root._storage for p, _, _ in ctx.build.input_proxies)
 
 
 def _forbid_after_write(ctx: TraceContext, old: SSAValue, new: SSAValue) -> None:

@@ -182,12 +182,15 @@ class InPlace(Writes):
     def _note_version(self, target: TensorProxy, opname: str) -> bool:
         """Notes whether the write bumps the written storage's version counter in eager
         (not through an ``x.data`` alias, nor by ``t.data = ...``: those are quiet, and
-        the result is True)."""
+        the result is True), counting the bumps."""
         aliases = self.ctx.aliases
         root = target._base_proxy
         quiet = opname == DATA_ASSIGNMENT or (root is not None and aliases.cut_from_root(
             target._value, root._value) == "data")
-        (aliases.quiet if quiet else aliases.versioned).add(target._storage)
+        if quiet:
+            aliases.quiet.add(target._storage)
+        else:
+            aliases.versioned[target._storage] = aliases.versioned.get(target._storage, 0) + 1
         return quiet
 
     def note_data_alias(self, v: SSAValue) -> None:

@@ -95,7 +95,7 @@ from thunder_ir.runtime.origins import (
 from thunder_ir.runtime.pystate import Action, path_text, plain_object
 from thunder_ir.runtime.rebound import ReboundTensor
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
-from thunder_ir.runtime.writes import JOIN, PLAIN, QUIET
+from thunder_ir.runtime.writes import JOIN, PLAIN, QUIET, with_bumps
 
 HANDLER_MODULES = (torch_map, torch_map_nn, einsum, setitem, repeat, custom_function,
                    opaque_backward, takeover, seeds, backward_hooks, speculation, value_reads,
@@ -552,6 +552,7 @@ def trace_once(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
             out_leaves.append(("value", leaf))
     writebacks = []
     modes = []  # how each is written back (`thunder_ir.runtime.writes`)
+    written_storages = []
     aliases = ctx.aliases
     replaced = {id(p) for p in ctx.reads.data_replaced}
     for p, original, kind in ctx.build.input_proxies:
@@ -563,7 +564,9 @@ def trace_once(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
                 original not in ctx.active or p._storage in aliases.joined)
                          else QUIET if p._storage in aliases.quiet
                          and p._storage not in aliases.versioned else PLAIN)
+            written_storages.append(p._storage)
             outputs.append(p._value)
+    modes = with_bumps(modes, written_storages, aliases.versioned)  # eager's version counts
     epilogue = rec.epilogue() + rec.globals_written(ctx.reads.global_writes) + [
         Action(("obj", state[k.name]), "setattr", "data", rec.template(p, f"{k.name}.data"),
                f"{k.name}.data")  # `Module.to(dtype)` in forward: the tensor's new data
