@@ -227,3 +227,24 @@ def test_torch_seed_int_stored_around_module_setattr_is_refused() -> None:
         thunder_ir.jit(m)(x)
     assert m.seed is None
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("reseed", [lambda: torch.default_generator.seed(),
+                                    lambda: torch.default_generator.manual_seed(1234)],
+                         ids=["seed", "manual_seed"])
+def test_reseeding_a_generator_object_is_refused(reseed: Any) -> None:
+    """``Generator.seed()`` / ``.manual_seed()`` on the default generator object (a C
+    method: Reformer calls ``torch.cuda.default_generators[i].seed()`` where CUDA is
+    present) would reseed once, while traced: refused, the generator as it was."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        reseed()
+        return x + torch.rand(x.shape)
+
+    torch.manual_seed(3)
+    x = torch.zeros(3)
+    before = torch.get_rng_state()
+    with pytest.raises(thunder_ir.ThunderTraceError, match=r"reseeded through its own methods"):
+        thunder_ir.jit(f)(x)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.default_generator.initial_seed() == 3

@@ -22,6 +22,11 @@ eager would store that ``int``; the module then holds each call's number. Anywhe
 an ``int()`` of a seed is refused naming the line (the program would keep one seed), and
 so is one a module class's own ``__setattr__`` kept from ``nn.Module.__setattr__``
 (checked when the trace ends: `stored_checked`).
+
+A generator object's own ``seed()`` / ``manual_seed()`` (``torch.default_generator``,
+``torch.cuda.default_generators[i]``: Reformer's path where CUDA is present) are methods
+of a C type that cannot be taken over: they would reseed once, at trace time. A trace
+after which a default generator's seed changed is refused (`generators_unseeded`).
 """
 
 from __future__ import annotations
@@ -162,6 +167,36 @@ def stored_checked() -> Iterator[None]:
 TRACING_CONTEXTS.append(stored_checked)
 
 
+def _initial_seeds() -> tuple[int, ...]:
+    """The seeds torch's default generators were last seeded with (CUDA's where CUDA is
+    initialized)."""
+    seeds = [torch.default_generator.initial_seed()]
+    if torch.cuda.is_initialized():
+        seeds += [g.initial_seed() for g in torch.cuda.default_generators]
+    return tuple(seeds)
+
+
+@contextlib.contextmanager
+def generators_unseeded() -> Iterator[None]:
+    """Around user code being traced: a default generator reseeded through its own methods
+    (``torch.default_generator.seed()``, Reformer's CUDA path
+    ``torch.cuda.default_generators[i].seed()``: methods of a C type, which cannot be taken
+    over) was reseeded once, at trace time, and the program would keep that seed: refused
+    when the trace ends (the CPU generator's state is put back by the tracer)."""
+    before = _initial_seeds()
+    yield
+    if _initial_seeds()[:len(before)] != before:
+        raise Refused(
+            f"{where(user_location())}: a torch generator was reseeded through its own "
+            "methods while traced (Generator.seed() or Generator.manual_seed() on "
+            "torch.default_generator or torch.cuda.default_generators[i]): the program would "
+            "keep that one seed on every call. Call torch.seed() or torch.manual_seed(), "
+            "which the program runs on every call, or seed outside the jitted function.")
+
+
+TRACING_CONTEXTS.append(generators_unseeded)
+
+
 def _int_of_seed(n: torch.SymInt) -> int:
     """``int(n)`` of a seed's number, from user code (see the module doc)."""
     _check_stored()
@@ -211,4 +246,4 @@ for _owner in (torch, torch.random):
     take_over(_owner, "seed", _seed)
 int_sizes.WRAPPERS.add(__file__)  # (its ``__int__`` wrapper calls int_sizes')
 
-__all__ = ["is_seed", "stored_checked"]
+__all__ = ["generators_unseeded", "is_seed", "stored_checked"]
