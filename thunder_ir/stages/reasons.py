@@ -68,7 +68,10 @@ class Reasons:
         """After a compile: each guard's checks for its token now (once per token)."""
         for i, g in enumerate(guards):
             if (i, g.tok) not in self._checks:
-                self._checks[(i, g.tok)] = g.render()
+                try:
+                    self._checks[(i, g.tok)] = g.render()
+                except Exception:  # (a reason is never worth a failed call)
+                    continue
         while len(self._checks) > MAX_SNAPSHOTS:  # (the oldest states go first)
             del self._checks[next(iter(self._checks))]
 
@@ -81,6 +84,15 @@ class Reasons:
         whose source names the line that reads a changed attribute or global)."""
         self.pending = []
         self._owner = owner
+        try:
+            self._explain(labels, key, stored, guards, names)
+        except Exception as e:  # (a reason is never worth a failed call)
+            self.pending = [(f"the cache key changed (no reason found: {type(e).__name__})",
+                             None, None)]
+
+    def _explain(self, labels: Sequence[str], key: tuple[Any, ...],
+                 stored: Iterable[Any], guards: Sequence[StateGuard],
+                 names: Sequence[str]) -> None:
         best: list[tuple[int, int | None]] | None = None
         closest: tuple[Any, ...] = ()
         for k in reversed(list(stored)):
