@@ -375,3 +375,15 @@ _SCALE = [1.0]
 
 def _scaled(x: torch.Tensor) -> torch.Tensor:
     return x * _SCALE[0]  # global-read
+
+
+def test_reasons_for_another_call_structure() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return x if y is None else x + y
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(3)
+    for args, kwargs in (((x,), {}), ((x, x), {}), ((x,), {"y": x})):
+        torch.testing.assert_close(jf(*args, **kwargs), f(*args, **kwargs))
+    assert thunder_ir.compile_reasons(jf) == [
+        "another call structure (the arguments' count, keywords or nesting)"] * 2

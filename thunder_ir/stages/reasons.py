@@ -43,6 +43,7 @@ by its token alone)."""
 MAX_CHANGES = 6
 """How many changed lines of one guard a reason names (then "and N more")."""
 
+_STRUCTURE = "another call structure (the arguments' count, keywords or nesting)"
 _SHAPE = re.compile(r"^the shape of (.+)$")
 _META = re.compile(r"^(?:the )?(dtype|device|requires_grad|memory layout \(strides\)) of (.+)$")
 _CHECK = re.compile(r"^(.*?) (==|is) (.*)$")
@@ -102,6 +103,8 @@ class Reasons:
             if diff and (best is None or len(diff) < len(best)):
                 best, closest = diff, k
         if best is None:
+            if any(isinstance(k, tuple) for k in stored):  # (keys of other lengths only)
+                self.pending = [(_STRUCTURE, None, None)]
             return
         for i, j in best:
             label = labels[i] if i < len(labels) else f"part {i} of the key"
@@ -136,7 +139,7 @@ class Reasons:
     def _state(self, j: int, old: Any, new: Any, guards: Sequence[StateGuard]) -> list[str]:
         """The changes behind guard token part ``j`` (0: the argument structure)."""
         if j == 0:
-            return ["the arguments' structure (another count, keywords or nesting)"]
+            return [_STRUCTURE]
         g = guards[j - 1] if j - 1 < len(guards) else None
         if g is None:
             return [f"guarded state ({old} -> {new})"]
