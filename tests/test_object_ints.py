@@ -298,6 +298,16 @@ def _tiny(family: str) -> Any:
     if family == "mistral":
         model = transformers.MistralForCausalLM(
             transformers.MistralConfig(**common, sliding_window=4))
+    elif family == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+            **common, sliding_window=4, use_sliding_window=True, max_window_layers=1))
+    elif family == "phi3":
+        model = transformers.Phi3ForCausalLM(transformers.Phi3Config(
+            **common, sliding_window=4, pad_token_id=0, eos_token_id=2))
+    elif family == "cohere2":
+        model = transformers.Cohere2ForCausalLM(transformers.Cohere2Config(
+            **common, sliding_window=4, eos_token_id=2,
+            layer_types=["sliding_attention", "full_attention"]))
     elif family == "gemma2":
         model = transformers.Gemma2ForCausalLM(
             transformers.Gemma2Config(**common, head_dim=8, sliding_window=4))
@@ -319,9 +329,12 @@ def _tiny(family: str) -> Any:
 def test_a_sliding_window_cache_decodes_without_a_compile_per_call(family: str) -> None:
     """A decode loop over a ``DynamicCache`` whose sliding-window layers count the tokens
     seen (``cumulative_length``): eager's logits, and the cache object holds what eager's
-    does after every call; the prefill, then at most two decode programs (the first decode
-    step reads the cache the prefill left, whose window is a slice of a longer tensor: its
-    layout differs from every later step's)."""
+    does after every call; the prefill, then one decode program (the first decode step
+    reads the cache the prefill left, whose window is a slice of a longer tensor: its
+    strides differ from every later step's, but the program reads them by class only,
+    `thunder_ir.runtime.layout_key`). RecurrentGemma's convolution state is a transposed
+    tensor after the prefill and a contiguous one after a decode step, and its program
+    reads that: one decode program more."""
     from transformers import DynamicCache
 
     model = _tiny(family)
@@ -345,21 +358,23 @@ def test_a_sliding_window_cache_decodes_without_a_compile_per_call(family: str) 
     _same_object(caches[0], caches[1], "past_key_values")
     assert {layer.cumulative_length for layer in caches[0].layers
             if hasattr(layer, "cumulative_length")} == {18}
-    assert _misses(jm) <= 3
+    assert _misses(jm) == (3 if family == "recurrent_gemma" else 2)
     static = " ".join(thunder_ir.compile_status(jm)["static"])
     assert "cumulative_length" not in static, static
 
 
-@pytest.mark.parametrize("family", ["mistral", "gemma2", "recurrent_gemma"])
+@pytest.mark.parametrize("family", ["mistral", "gemma2", "gemma3", "qwen2", "phi3", "cohere2",
+                                    "recurrent_gemma"])
 def test_generate_with_a_sliding_window_cache(family: str) -> None:
-    """``generate()`` of 12 tokens: eager's tokens; the same loop again compiles nothing."""
+    """``generate()`` of 12 tokens: eager's tokens from the prefill and one decode program
+    (RecurrentGemma: two, see above); the same loop again compiles nothing."""
     model = _tiny(family)
     ids = torch.randint(3, 128, (1, 6), generator=torch.Generator().manual_seed(2))
     kw = {"max_new_tokens": 12, "min_new_tokens": 12, "do_sample": False}
     ref = model.generate(ids, **kw)
     jm = thunder_ir.jit(copy.deepcopy(model))
     assert torch.equal(jm.generate(ids, **kw), ref)
-    assert _misses(jm) <= 3
+    assert _misses(jm) == (3 if family == "recurrent_gemma" else 2)
     before = _misses(jm)
     assert torch.equal(jm.generate(ids, **kw), ref)
     assert _misses(jm) == before

@@ -156,10 +156,12 @@ class Builder(ABC):
         a write through an alias can re-derive it)."""
 
     @abstractmethod
-    def read_layout(self) -> None:
+    def read_layout(self, *values: Any) -> None:
         """The program being built depends on its inputs' layouts (a decision was made by
         strides: ``x.is_contiguous()`` asked, a ``view`` checked, a write through a view):
-        it may not be reused for another layout."""
+        it may not be reused for another layout of the inputs ``values`` (proxies or SSA
+        values) come from, or of any input where none is named
+        (`thunder_ir.frontend.layout_reads`)."""
 
     @abstractmethod
     def remember(self, p: TensorProxy) -> TensorProxy:

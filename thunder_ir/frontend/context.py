@@ -99,6 +99,7 @@ from thunder_ir.frontend.table import (
     library_handler,
 )
 from thunder_ir.passes.context import overlays
+from thunder_ir.runtime.layout_key import LayoutReads
 from thunder_ir.runtime.origins import Captured, Origin
 
 _SUMS = (SumOp, ProdOp, CumsumOp)
@@ -159,6 +160,9 @@ class TracedProgram:
         attr_reads: per module (by id), the plain attributes the trace watched (some
             earlier epilogue wrote them) and those it read before writing them
             (`thunder_ir.frontend.attr_reads`, `thunder_ir.runtime.free_attrs`).
+        layout_reads: whose layouts (which inputs', exactly or by class) the decisions
+            that made ``layout_read`` read (`thunder_ir.frontend.layout_reads`); None:
+            every input's.
     """
 
     module: ModuleOp
@@ -181,6 +185,7 @@ class TracedProgram:
     symbols: Callable[[Sequence[Any]], dict[str, Any]] | None = None
     writeback_modes: tuple[int, ...] = ()
     attr_reads: dict[int, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    layout_reads: LayoutReads | None = None
 
 
 def _is_complex(v: SSAValue) -> bool:
@@ -365,8 +370,17 @@ class TraceContext(Builder):
     def note_layout(self, v: SSAValue, layout: Layout) -> None:
         self.aliases.layouts[v] = layout
 
-    def read_layout(self) -> None:
+    def read_layout(self, *values: Any) -> None:
         self.reads.layout_read = True
+        seen = [v._value if is_proxy(v) else v for v in values
+                if is_proxy(v) or isinstance(v, SSAValue)]
+        if not values:  # (no value named: every input's layout counts)
+            self.reads.layout_deps.read_all()
+        elif seen:
+            aliases = self.aliases
+            self.reads.layout_deps.read(self.build.program.block, self.build.input_kinds,
+                                        aliases.layouts, aliases.view_parent.__contains__,
+                                        seen)
 
     def layout_of(self, v: SSAValue, view: bool = False) -> Layout:
         """Eager's layout of the tensor ``v`` stands for: known for arguments and proxies,
@@ -393,7 +407,7 @@ class TraceContext(Builder):
         tensors = [r for r in op.results if isinstance(r.type, TensorType)]
         if view or _views_its_operand(op):
             if getattr(type(op), "LAYOUT_FN", None) is not None:
-                self.reads.layout_read = True  # eager's view works or raises by layout
+                self.read_layout(*_tensor_operands(op))  # eager's view works or raises by layout
             try:
                 found = view_layouts(op, operands)
             except LayoutError as e:
@@ -402,7 +416,7 @@ class TraceContext(Builder):
             copied = [r for r, (_, is_view) in zip(tensors, found) if not is_view]
             if copied:  # a reshape that copied: nothing aliases its result
                 self.aliases.not_views.update(copied)
-                self.reads.layout_read = True
+                self.read_layout(*_tensor_operands(op))
         else:
             outs = fresh_layouts(op, operands)
         for r, lay in zip(tensors, outs):
@@ -427,6 +441,10 @@ class TraceContext(Builder):
             out = fn(*args, **kwargs)
         self.build.call_start = start
         return out
+
+
+def _tensor_operands(op: Operation) -> list[SSAValue]:
+    return [o for o in op.operands if isinstance(o.type, TensorType)]
 
 
 def _views_its_operand(op: Operation) -> bool:
@@ -542,7 +560,7 @@ class TraceMode(TorchFunctionMode):
                 "tensors cannot be wrapped. Apply the transform outside the jitted function "
                 "(torch.func.vmap(jitted_fn) works), or run this part eagerly.")
         if func in LAYOUT_READS:
-            ctx.reads.layout_read = True
+            ctx.read_layout(*[a for a in args if is_proxy(a)] or [None])
             if func in EXACT_LAYOUT_READS:
                 ctx.reads.exact_layout = True
         if h is not None:

@@ -142,7 +142,7 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
         r = ctx.record(op, view=result_view is not None)[0]
         if result_view is not None:
             ctx.note_view(r, operands[0], op, 0)
-            ctx.read_layout()
+            ctx.read_layout(operands[0])
         return ctx.wrap(r, None if result_view is None else root_proxy(result_view[0]))
     layouts = [ctx.layout_of(v) if isinstance(v.type, TensorType) else None
                for v in operands]
@@ -197,7 +197,7 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
     for k, (r, i) in enumerate(zip(results, meta.views, strict=True)):
         if i is not None:  # (an opaque view: whether eager can make it may be by layout)
             ctx.note_view(r, operands[i], op, k)
-            ctx.read_layout()
+            ctx.read_layout(operands[i])
     return meta.rebuild([ctx.wrap(r, None if i is None else root_proxy(passed[i]))
                          for r, i in zip(results, meta.views, strict=True)])
 

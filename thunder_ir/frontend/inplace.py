@@ -117,7 +117,7 @@ class InPlace(Writes):
                                     "not traced; pass it as an argument instead")
         members = live_members(target)
         if members:
-            ctx.reads.layout_read = True  # the write reaches aliases by their strides
+            ctx.read_layout()  # the write reaches aliases by their strides
             check_writable(ctx, target, opname)
         quiet = self._note_version(target, opname)
         old = target._value
@@ -312,7 +312,7 @@ class InPlace(Writes):
                                    f"in an in-place operation.\n  at {where(ctx.loc)}")
         t = new.type
         assert isinstance(t, TensorType)
-        ctx.reads.layout_read = True
+        ctx.read_layout()
         strides, offset = ctx.layout_of(new)
         target.set_layout(t.sizes, strides, offset)
         target._value = new

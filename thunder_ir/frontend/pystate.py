@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from thunder_ir.frontend.errors import ThunderTraceError
+from thunder_ir.frontend.layout_reads import LayoutDeps
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 
 if TYPE_CHECKING:
@@ -87,10 +88,12 @@ class StateReads:
             holds them).
         layout_read: some decision of the trace depended on layout
             (`thunder_ir.frontend.builder.Builder.read_layout`).
+        layout_deps: whose layouts (which program inputs') those decisions read
+            (`thunder_ir.frontend.layout_reads.LayoutDeps`).
     """
 
     __slots__ = ("copies", "data_replaced", "exact_layout", "global_reads", "global_writes",
-                 "layout_read", "originals", "replays", "settrace_hook")
+                 "layout_deps", "layout_read", "originals", "replays", "settrace_hook")
 
     def __init__(self) -> None:
         self.global_reads: dict[int, tuple[dict[str, Any], set[str]]] = {}
@@ -102,6 +105,7 @@ class StateReads:
         self.data_replaced: list[TensorProxy] = []
         self.exact_layout = False
         self.layout_read = False
+        self.layout_deps = LayoutDeps()
 
 
 # --------------------------------------------------------------------------- recording

@@ -99,7 +99,7 @@ def _value_fits(x: Any, value: Any, view: tuple[int, ...]) -> int | None:
 
 def _read_overlap(ctx: Builder, x: Any, value: Any, box: Box, lead: int,
                   view: tuple[int, ...]) -> bool:
-    ctx.read_layout()  # the answer depends on the strides: another layout, another trace
+    ctx.read_layout(x, value)  # the answer depends on the strides: another layout, another trace
     return _partial_overlap(x, value, box, lead, view)
 
 

@@ -490,7 +490,7 @@ def _resize_(ctx: Builder, self: Any, *size: Any, memory_format: Any = None) -> 
         raise UseFallback
     if self.requires_grad:
         raise RuntimeError(f"cannot resize variables that require grad\n  at {where(ctx.loc)}")
-    ctx.read_layout()
+    ctx.read_layout(self)
     with torch._C.DisableTorchFunction():
         contiguous = self.is_contiguous()
     if not contiguous:
@@ -510,7 +510,7 @@ def _contiguous(ctx: Builder, self: Any, memory_format: Any = torch.contiguous_f
     if not is_proxy(self) or not isinstance(memory_format, torch.memory_format) \
             or memory_format is torch.preserve_format:
         raise UseFallback  # torch's own error
-    ctx.read_layout()
+    ctx.read_layout(self)
     with torch._C.DisableTorchFunction():
         if self.is_contiguous(memory_format=memory_format):
             return self

@@ -338,9 +338,7 @@ def _no_overlap(ctx: Builder, self: Any, other: Any) -> None:
     storage whose elements intersect, eager's error."""
     if not is_proxy(other) or other._storage != self._storage:
         return
-    reads = getattr(ctx, "reads", None)
-    if reads is not None:
-        reads.layout_read = True  # (the answer depends on the two layouts)
+    ctx.read_layout(self, other)  # (the answer depends on the two layouts)
     a, b = _dense_range(self), _dense_range(other)
     if a is not None and b is not None and a[0] < b[1] and b[0] < a[1]:
         raise RuntimeError(

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_int
 from torch.utils import _pytree as pytree
 from xdsl.ir import Operation, SSAValue
 
@@ -594,7 +595,8 @@ def trace_once(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
                          reads.exact_layout, reads.layout_read, epilogue, build.speculative,
                          build.speculative and speculation.may_draw(ir), reader,
                          writeback_modes=tuple(modes) if any(modes) else (),
-                         attr_reads=log.result(reads.originals))
+                         attr_reads=log.result(reads.originals),
+                         layout_reads=reads.layout_deps.result())
 
 
 @dataclass(frozen=True)
@@ -748,7 +750,7 @@ def _returned_argument(ctx: TraceContext, leaf: TensorProxy,
     if not all(type(n) is int for n in (*view[0], *view[1], view[2])):
         raise symbols.SymbolicError("a returned view of an argument written in place has "
                                     "symbolic sizes (made again per call from its layout)")
-    ctx.reads.layout_read = True  # the view is made by its strides
+    ctx.read_layout()  # the view is made by its strides
     return ("argview", (hit[0], *view))
 
 
@@ -840,13 +842,20 @@ def _dense_strides(p: TensorProxy) -> tuple[int, ...] | None:
 def _symbolic_inputs(ctx: TraceContext, table: symbols.SymbolTable
                      ) -> Callable[[torch.Tensor, str, Any], TensorProxy]:
     """``make_input`` for an argument object whose tensors' sizes are all dynamic (a
-    ``DynamicCache`` that grows by a token a call)."""
+    ``DynamicCache`` that grows by a token a call). A tensor that is not contiguous (a
+    sliding window's keys, a slice of a longer tensor) keeps its sizes, which the shape
+    guard then checks (the dynamic key blanks every size of such an object)."""
     def make(tensor: torch.Tensor, name: str, kind: Any) -> TensorProxy:
         leaf, steps = (kind.leaf, kind.steps) if isinstance(kind, ArgPath) else (-1, ())
-        if leaf < 0 or not tensor.is_contiguous() or tensor.storage_offset():
+        if leaf < 0:
             return ctx.tensor_input(tensor, name, kind)
         sizes = [table.size(n, SymbolSource(leaf, i, tuple(steps)))
                  for i, n in enumerate(tensor.shape)]
+        if not tensor.is_contiguous() or tensor.storage_offset():
+            for s in sizes:  # (each a symbol fixed to its value: ``s3 == 3`` in the guard)
+                if isinstance(s, torch.SymInt):
+                    guard_int(s)
+            return ctx.tensor_input(tensor, name, kind)
         return ctx.tensor_input(tensor, name, kind, sizes)
 
     return make

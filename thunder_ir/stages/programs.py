@@ -15,7 +15,8 @@ from typing import Any
 
 from thunder_ir.frontend import TracedProgram
 from thunder_ir.runtime.cache import CACHE_CAPACITY, RECOMPILE_LIMIT, Cache, Entry
-from thunder_ir.runtime.dynamic import Dynamic, dynamic_key, holding
+from thunder_ir.runtime.dynamic import Dynamic, dynamic_key, holding, key_positions
+from thunder_ir.runtime.layout_key import Mask, mask_of, relax, state_loc
 from thunder_ir.runtime.pins import key_difference
 from thunder_ir.runtime.prologue import Prologue
 from thunder_ir.stages.reasons import Reasons
@@ -36,20 +37,47 @@ class ProgramCache:
         self.cache = Cache()
         self.layout_free: dict[Any, Entry] = {}
         self.shape_entries: dict[Any, list[Entry]] = {}
+        self.masks: list[Mask] = []
+        """The layouts each program read (`thunder_ir.runtime.layout_key`), one each."""
+        self.relaxed: dict[Any, list[Entry]] = {}
+        """Programs by ``(mask, key)``, the key (for a symbolic one, its dynamic key) with
+        the layouts its trace did not read relaxed."""
         self.compiles = 0
         self.warned = False
         self.reasons = Reasons()
         """Why each compile after the first compiled (`thunder_ir.compile_reasons`)."""
 
     def without_layouts(self, pro: Prologue, key: Any, leaves: list[Any]) -> Entry | None:
-        """A program whose trace read no layout, for a call that missed by layout alone
-        (entered under ``key`` when found)."""
-        if not self.layout_free:
-            return None
-        entry = self.layout_free.get(pro.layout_free(leaves))
-        if entry is not None:  # the same program: its trace read no layout
+        """A program whose trace read no layout, or not the layouts that differ, for a
+        call that missed by layout alone (entered under ``key`` when found)."""
+        entry = self.layout_free.get(pro.layout_free(leaves)) if self.layout_free else None
+        if entry is None and self.masks:
+            found = [e for mask in self.masks
+                     for e in self.relaxed.get((mask, self._relax(pro, key, mask)), ())
+                     if e.shape_guard is None]
+            entry = found[0] if found else None
+        if entry is not None:  # the same program: its trace read no layout that differs
             self.cache.insert(key, entry, alias=True)
         return entry
+
+    def _add_relaxed(self, key: Any, entry: Entry, pro: Prologue, dynamic: Dynamic,
+                     mask: Mask) -> None:
+        """Enters a program under its key relaxed by the layouts its trace read."""
+        if mask not in self.masks:
+            if len(self.masks) >= MAX_MASKS:  # (a miss tries each: a few)
+                return
+            self.masks.append(mask)
+        if len(self.relaxed) >= CACHE_CAPACITY:
+            self.relaxed.clear()
+        relaxed = self._relax(pro, key, mask)
+        if entry.shape_guard is not None:
+            relaxed = dynamic_key(pro, dynamic, relaxed)
+        self.relaxed.setdefault((mask, relaxed), []).append(entry)
+
+    def _relax(self, pro: Prologue, key: Any, mask: Mask) -> Any:
+        if pro.positions is None:
+            pro.positions = key_positions(pro.ir)
+        return relax(key, pro.positions, mask, _state_leaves(pro))
 
     def symbolic(self, pro: Prologue, key: Any, dynamic: Dynamic, leaves: list[Any],
                  name: str, failures: list[str]) -> Entry | None:
@@ -57,6 +85,12 @@ class ProgramCache:
         (one whose guard cannot be evaluated is dropped, with a warning)."""
         found = self.shape_entries.get(dynamic_key(pro, dynamic, key), [])
         entry: Entry | None = holding(found, leaves, name, failures)
+        for mask in self.masks if entry is None else ():
+            found = self.relaxed.get(
+                (mask, dynamic_key(pro, dynamic, self._relax(pro, key, mask))), [])
+            entry = holding(found, leaves, name, failures)
+            if entry is not None:
+                break
         return entry
 
     def unblanked(self, pro: Prologue, key: Any, dynamic: Dynamic) -> list[str]:
@@ -80,10 +114,14 @@ class ProgramCache:
         if entry.shape_guard is not None:
             assert dynamic
             self.shape_entries.setdefault(dynamic_key(pro, dynamic, key), []).append(entry)
-        if not traced.layout_read and not _restrides(entry):
+        restrides = _restrides(entry)
+        if not traced.layout_read and not restrides:
             if len(self.layout_free) >= CACHE_CAPACITY:
                 self.layout_free.clear()
             self.layout_free[pro.layout_free(leaves)] = entry
+        reads = traced.layout_reads
+        if reads is not None and not reads.every and not restrides and not entry.speculative:
+            self._add_relaxed(key, entry, pro, dynamic, mask_of(reads, traced.input_kinds))
         if self.compiles:  # (a reason `explain` found for this miss; none for the first)
             self.reasons.record(entry, name)
         self.compiles += 1
@@ -113,6 +151,10 @@ class ProgramCache:
             f"cache keeps the {CACHE_CAPACITY} most recently used programs.", stacklevel=5)
 
 
+MAX_MASKS = 8
+"""The most sets of layout reads a callable's programs are relaxed by (each costs a miss a
+lookup)."""
+
 _NOT_SIZES = frozenset({"grad mode", "inference mode", "the default dtype",
                         "deterministic algorithms", "the default device", "autocast"})
 """Key parts that change by a mode, never with the sizes."""
@@ -123,6 +165,23 @@ an ``int``'s value 0 or 1, a module ``int`` attribute's, the guards' tokens. (A 
 inside an argument object, ``argument 'cache' .scale``, is reported: an object's sizes
 are dynamic, and so are its ``int`` fields that change, `thunder_ir.runtime.object_ints`,
 but not its other numbers.)"""
+
+
+def _state_leaves(pro: Prologue) -> dict[int, Any]:
+    """The leaves the prologue numbers after the arguments for the rebound states whose
+    metadata it reads (`key_positions`), as `state_loc`s."""
+    from thunder_ir.dialects import guard as G
+    from thunder_ir.dialects.program import prologue_function
+
+    fn = prologue_function(pro.ir)
+    if fn is None:
+        return {}
+    block = fn.body.block
+    n = len(block.args)
+    return {n + op.index.value.data: state_loc(pro.modules[op.index.value.data], op.attr.data,
+                                               op.buffer is not None,
+                                               op.item.data if op.item is not None else None)
+            for op in block.ops if isinstance(op, G.AttrMetaOp)}
 
 
 def _restrides(entry: Entry) -> bool:
