@@ -212,24 +212,23 @@ def test_switch_a_new_set_of_experts_is_a_speculated_variant() -> None:
     assert thunder_ir.cache_misses(jm) == 3
 
 
-def test_reformer_trains_with_dropout_on_the_seeds_it_draws() -> None:
-    """Reformer with dropout on: each jitted step draws a new seed per layer and part
-    (``torch.seed()``, a new one every call) and stores it on the layer; the reversible
-    backward reseeds with them to recompute the forward. Eager run with those seeds
-    (its ``torch.seed()`` handed the program's draws, in its order) gives the same
-    logits, loss, gradients and parameters; at most two programs."""
+def test_reformer_trains_on_the_seeds_it_draws() -> None:
+    """Reformer as configured (dropout on, LSH rotations drawn from the layer's seed):
+    each jitted step draws a new seed per layer and part (``torch.seed()``, a new one
+    every call) and stores it on the layer; the reversible backward reseeds with them to
+    recompute the forward. Eager run with those seeds (its ``torch.seed()`` handed the
+    program's draws, in its order) gives the same logits, loss, gradients and
+    parameters; at most two programs."""
     from unittest import mock
 
     torch.manual_seed(0)
-    model = _reformer(hash_seed=3, hidden_dropout_prob=0.2,
-                      local_attention_probs_dropout_prob=0.2,
-                      lsh_attention_probs_dropout_prob=0.2).train()
+    model = _reformer().train()
     mine = copy.deepcopy(model)
     jm = thunder_ir.jit(mine)
     opt_e = torch.optim.SGD(model.parameters(), lr=LR)
     opt_j = torch.optim.SGD(mine.parameters(), lr=LR)
     seen: set[int] = set()
-    for step, n in enumerate((12, 16, 20)):
+    for step, n in enumerate(LENGTHS["reformer"]):
         kw = _inputs(n, step)
         torch.manual_seed(step)
         out_j = jm(**kw)
