@@ -357,6 +357,8 @@ def _more_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
             for alpha in (1, 2, -0.5, True):
                 cases.append((I.IndexAddOp, [t(x, dx), t(index, di), t(source, ds)],
                               {"dim": dim, "alpha": alpha}))
+            cases.append((I.IndexCopyOp, [t(x, dx), t(index, di), t(source, ds)],
+                          {"dim": dim}))
     for start, end, step in ((0, 5, 1), (2, 10, 3), (10, 0, -2), (5, 0, 1), (0, 5, 0),
                              (0.5, 3, 1), (0, 0, 1), (3, None, 1), (-7, 7, 4)):
         for dtype in (None, i64, f32):
