@@ -36,14 +36,9 @@ happen, as ``TORCH_LOGS=recompiles`` does for torch.compile."""
 MAX_REASONS = 64
 """How many reasons a callable keeps (the oldest go first)."""
 
-MAX_SNAPSHOTS = 256
-"""How many guard states' checks a callable keeps (a state older than that is explained
-by its token alone)."""
-
 MAX_CHANGES = 6
 """How many changed lines of one guard a reason names (then "and N more")."""
 
-_STRUCTURE = "another call structure (the arguments' count, keywords or nesting)"
 _SHAPE = re.compile(r"^the shape of (.+)$")
 _META = re.compile(r"^(?:the )?(dtype|device|requires_grad|memory layout \(strides\)) of (.+)$")
 _CHECK = re.compile(r"^(.*?) (==|is) (.*)$")
@@ -69,12 +64,7 @@ class Reasons:
         """After a compile: each guard's checks for its token now (once per token)."""
         for i, g in enumerate(guards):
             if (i, g.tok) not in self._checks:
-                try:
-                    self._checks[(i, g.tok)] = g.render()
-                except Exception:  # (a reason is never worth a failed call)
-                    continue
-        while len(self._checks) > MAX_SNAPSHOTS:  # (the oldest states go first)
-            del self._checks[next(iter(self._checks))]
+                self._checks[(i, g.tok)] = g.render()
 
     def explain(self, labels: Sequence[str], key: tuple[Any, ...],
                 stored: Iterable[Any], guards: Sequence[StateGuard],
@@ -85,15 +75,6 @@ class Reasons:
         whose source names the line that reads a changed attribute or global)."""
         self.pending = []
         self._owner = owner
-        try:
-            self._explain(labels, key, stored, guards, names)
-        except Exception as e:  # (a reason is never worth a failed call)
-            self.pending = [(f"the cache key changed (no reason found: {type(e).__name__})",
-                             None, None)]
-
-    def _explain(self, labels: Sequence[str], key: tuple[Any, ...],
-                 stored: Iterable[Any], guards: Sequence[StateGuard],
-                 names: Sequence[str]) -> None:
         best: list[tuple[int, int | None]] | None = None
         closest: tuple[Any, ...] = ()
         for k in reversed(list(stored)):
@@ -103,8 +84,6 @@ class Reasons:
             if diff and (best is None or len(diff) < len(best)):
                 best, closest = diff, k
         if best is None:
-            if any(isinstance(k, tuple) for k in stored):  # (keys of other lengths only)
-                self.pending = [(_STRUCTURE, None, None)]
             return
         for i, j in best:
             label = labels[i] if i < len(labels) else f"part {i} of the key"
@@ -139,7 +118,7 @@ class Reasons:
     def _state(self, j: int, old: Any, new: Any, guards: Sequence[StateGuard]) -> list[str]:
         """The changes behind guard token part ``j`` (0: the argument structure)."""
         if j == 0:
-            return [_STRUCTURE]
+            return ["the arguments' structure (another count, keywords or nesting)"]
         g = guards[j - 1] if j - 1 < len(guards) else None
         if g is None:
             return [f"guarded state ({old} -> {new})"]
@@ -331,8 +310,7 @@ def _first_line(owners: Sequence[Any], needles: Sequence[str]) -> str | None:
     import inspect
 
     for needle in needles:
-        word = re.compile(r"(?<![\w.])" + re.escape(needle)
-                          + r"(?![\w])(?!\s*=[^=])")  # (a read, not a write)
+        word = re.compile(re.escape(needle) + r"(?![\w])(?!\s*=[^=])")  # (not written)
         for o in owners:
             try:
                 lines, start = inspect.getsourcelines(o)
