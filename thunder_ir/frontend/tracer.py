@@ -23,6 +23,7 @@ whenever a program can be traced.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import inspect
 import logging
@@ -33,7 +34,7 @@ import threading
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec
 
 import torch
 from torch.fx.experimental.symbolic_shapes import guard_int
@@ -352,28 +353,37 @@ def _global_state_kept() -> Iterator[None]:
             torch._C._set_grad_enabled(grad)
 
 
+_P = ParamSpec("_P")
+
+
+def _traced_again(trace: Callable[_P, TracedProgram]) -> Callable[_P, TracedProgram]:
+    """``trace``, again where the trace learned something that changes how it traces
+    (`TraceAgain`: a custom ``Function`` whose backward runs at run time; it starts over
+    with nothing of the attempt kept)."""
+
+    @functools.wraps(trace)
+    def again(*args: _P.args, **kwargs: _P.kwargs) -> TracedProgram:
+        while True:
+            try:
+                return trace(*args, **kwargs)
+            except TraceAgain:
+                continue
+
+    return again
+
+
+@_traced_again
 def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-                  *rest: Any, **options: Any) -> TracedProgram:
-    """`trace_once`, again where the trace learned something that changes how it traces
-    (`TraceAgain`: a custom ``Function`` whose backward runs at run time)."""
-    while True:
-        try:
-            return trace_once(fn, args, kwargs, *rest, **options)
-        except TraceAgain:
-            continue
-
-
-def trace_once(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-               module: torch.nn.Module | None = None,
-               state: dict[str, torch.Tensor] | None = None,
-               method: Callable[..., Any] | None = None,
-               unshard: Callable[[TraceContext, dict[str, TensorProxy]],
-                                 dict[str, TensorProxy]] | None = None,
-               dynamic: Mapping[int, tuple[int, ...]] | None = None,
-               attrs: Sequence[SymbolicAttr] = (),
-               rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = (),
-               watch: Mapping[int, frozenset[str]] | None = None
-               ) -> TracedProgram:
+                  module: torch.nn.Module | None = None,
+                  state: dict[str, torch.Tensor] | None = None,
+                  method: Callable[..., Any] | None = None,
+                  unshard: Callable[[TraceContext, dict[str, TensorProxy]],
+                                    dict[str, TensorProxy]] | None = None,
+                  dynamic: Mapping[int, tuple[int, ...]] | None = None,
+                  attrs: Sequence[SymbolicAttr] = (),
+                  rebound: Sequence[tuple[ReboundTensor, torch.Tensor]] = (),
+                  watch: Mapping[int, frozenset[str]] | None = None
+                  ) -> TracedProgram:
     """Traces ``fn(*args, **kwargs)`` (or ``module`` called, with ``state``; or its
     ``method``, a function of its class, on it) into IR.
 
