@@ -221,9 +221,8 @@ def test_torch_seed_int_stored_around_module_setattr_is_refused() -> None:
     x = torch.zeros(3)
     before = torch.get_rng_state()
     with pytest.raises(thunder_ir.ThunderTraceError,
-                       match=r"test_opaque_backward_and_seed\.py:\d+: int\(\) of a number "
-                             r"computed from torch\.seed\(\) is stored on a module whose "
-                             r"__setattr__"):
+                       match=r"test_opaque_backward_and_seed\.py:\d+: .*number computed "
+                             r"from torch\.seed\(\) is stored on a module whose __setattr__"):
         thunder_ir.jit(m)(x)
     assert m.seed is None
     assert torch.equal(torch.get_rng_state(), before)
