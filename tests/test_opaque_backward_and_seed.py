@@ -247,3 +247,32 @@ def test_reseeding_a_generator_object_is_refused(reseed: Any) -> None:
         thunder_ir.jit(f)(x)
     assert torch.equal(torch.get_rng_state(), before)
     assert torch.default_generator.initial_seed() == 3
+
+
+def test_torch_seed_returned_or_stored_is_each_calls_number() -> None:
+    """``torch.seed()`` returned, or stored on a module without ``int()``: each call's
+    Python int (up to ``2**64 - 1``, as eager's: half of them do not fit an int64),
+    reseeding with which reproduces the call's draws; one program each."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        s = torch.seed()
+        return x + torch.rand(3), s
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.s = torch.seed()
+            return x + torch.rand(3)
+
+    jf = thunder_ir.jit(f)
+    m = M()
+    jm = thunder_ir.jit(m)
+    for _ in range(6):
+        y, s = jf(torch.zeros(3))
+        assert type(s) is int and 0 <= s < 2**64
+        torch.manual_seed(s)
+        assert torch.equal(y, torch.rand(3))
+        y = jm(torch.zeros(3))
+        assert type(m.s) is int
+        torch.manual_seed(m.s)
+        assert torch.equal(y, torch.rand(3))
+    assert thunder_ir.cache_misses(jf) == 1 and thunder_ir.cache_misses(jm) == 1
