@@ -187,8 +187,8 @@ def generators_unseeded() -> Iterator[None]:
     yield
     if _initial_seeds()[:len(before)] != before:
         raise Refused(
-            f"{where(user_location())}: a torch generator was reseeded through its own "
-            "methods while traced (Generator.seed() or Generator.manual_seed() on "
+            f"{where(user_location())}: while this call was traced, a torch generator was "
+            "reseeded through its own methods (Generator.seed() or Generator.manual_seed() on "
             "torch.default_generator or torch.cuda.default_generators[i]): the program would "
             "keep that one seed on every call. Call torch.seed() or torch.manual_seed(), "
             "which the program runs on every call, or seed outside the jitted function.")
