@@ -126,6 +126,22 @@ def _over_unbacked(types: Any) -> bool:
 
 _INFER_CACHE: dict[Any, Any] = {}
 
+_SYMBOLIC_PARAM = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _symbol_free(frozen: Any) -> bool:
+    """Whether a frozen key (`_freeze`'s) holds no symbolic size: no tensor type with one
+    and no ``SymInt`` param. Such an op types alike in a symbolic compile and a static
+    one (the attention mask a Swin block builds from its static window sizes)."""
+    t = type(frozen)
+    if t is TensorType:
+        return not frozen.symbolic
+    if t is tuple:
+        if len(frozen) == 2 and frozen[0] in _SYMBOLIC_PARAM:
+            return False
+        return all(_symbol_free(x) for x in frozen)
+    return True
+
 
 def alike_tensors(operand_types: Any, numbers: bool
                   ) -> tuple[TensorType, list[tuple[int, ...]]] | None:
@@ -222,6 +238,10 @@ class LtorchOp(ThunderOp):
         key = (cls, _freeze(operand_types),
                _freeze(sorted(params.items())) if params else (),
                torch.get_default_dtype())
+        if not static and _symbol_free(key[1:3]):
+            # (no symbol among its types and params: typed as in a static compile, by
+            # the process's cache; the fake kernel would answer the same)
+            static, cache = True, _INFER_CACHE
         try:
             hit = cache.get(key)
         except TypeError:  # unhashable param: skip the cache

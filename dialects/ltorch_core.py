@@ -891,7 +891,7 @@ class TransposeOp(ShapeOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim0", "dim1")
 
 
-@ltorch_op(torch.Tensor.contiguous)
+@ltorch_op(torch.Tensor.contiguous, type_rule=R.same_type, symbolic=True)
 class ContiguousOp(ShapeOp):
     """`%y = ltorch.contiguous %input {memory_format}`: the identity on values, laid out in
     ``memory_format`` (absent: row-major). Tracing records it only where eager copies (an
@@ -904,7 +904,7 @@ class ContiguousOp(ShapeOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "memory_format")
 
 
-@ltorch_op(torch.clone)
+@ltorch_op(torch.clone, type_rule=R.same_type, symbolic=True)
 class CloneOp(ShapeOp):
     """`%y = ltorch.clone %input {memory_format}`: the identity on values, in a new tensor
     laid out as ``memory_format`` says (absent: the input's layout, where it is dense)"""
@@ -916,7 +916,7 @@ class CloneOp(ShapeOp):
     SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "memory_format")
 
 
-@ltorch_op(torch.flatten)
+@ltorch_op(torch.flatten, type_rule=R.flatten, symbolic=True)
 class FlattenOp(ShapeOp):
     """`%y = ltorch.flatten %input {start_dim, end_dim}`"""
 
@@ -952,7 +952,7 @@ class SqueezeOp(ShapeOp):
     DEFAULTS: ClassVar[dict[str, Any]] = {"dim": None}
 
 
-@ltorch_op(torch.Tensor.expand)
+@ltorch_op(torch.Tensor.expand, type_rule=R.expand, symbolic=True)
 class ExpandOp(ShapeOp):
     """`%y = ltorch.expand %input {size}`: -1 keeps a dim's size"""
 
@@ -1004,7 +1004,7 @@ class MultiResultOp(CoreOp):
         return args, _non_none(params)
 
 
-@ltorch_op(torch.split)
+@ltorch_op(torch.split, type_rule=R.split, symbolic=True)
 class SplitOp(MultiResultOp):
     """`%a, %b = ltorch.split %tensor {split_size_or_sections, dim}` (an int or a tuple)"""
 

@@ -40,6 +40,7 @@ from thunder_ir.dialects.symbols import (
     nonempty,
     proved_broadcast,
     proved_equal,
+    proved_order,
     proved_same,
     range_len,
     same_sizes,
@@ -462,6 +463,82 @@ def unsqueeze(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | N
     return tensor_type((*sizes[:d], 1, *sizes[d:]), x.dtype, x.dev)
 
 
+def same_type(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``clone``/``contiguous`` in the contiguous or preserved memory format: the operand's
+    type (another format may be refused by rank: the meta kernel's way)."""
+    (x,) = operands
+    if type(x) is not TensorType or params.get("memory_format") not in (
+            None, torch.contiguous_format, torch.preserve_format):
+        return None
+    return x
+
+
+def flatten(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``flatten`` of dims ``start_dim..end_dim`` (in range, in order) of a tensor of rank
+    1 or more: their sizes' product in their place."""
+    (x,) = operands
+    if type(x) is not TensorType or x.rank == 0:
+        return None
+    start = _dim(params.get("start_dim", 0), x.rank)
+    end = _dim(params.get("end_dim", -1), x.rank)
+    if start is None or end is None or start > end:
+        return None
+    sizes = x.sizes
+    return tensor_type((*sizes[:start], _numel(sizes[start:end + 1]), *sizes[end + 1:]),
+                       x.dtype, x.dev)
+
+
+def expand(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``expand(size)`` as ATen's ``inferExpandGeometry`` sizes it: -1 keeps a dim, a dim
+    of size 1 takes the new size, another must equal it (proved from the expressions: no
+    decision); new leading dims take theirs (not -1)."""
+    (x,) = operands
+    target: Any = params.get("size")
+    if type(x) is not TensorType or type(target) not in (tuple, list) \
+            or len(target) < x.rank:
+        return None
+    sizes = x.sizes
+    lead = len(target) - x.rank
+    out: list[Any] = []
+    for i, want in enumerate(target):
+        if type(want) is int and want < 0:
+            if want != -1 or i < lead:
+                return None
+            out.append(sizes[i - lead])
+        elif i < lead or (type(sizes[i - lead]) is int and sizes[i - lead] == 1) \
+                or proved_order(sizes[i - lead], want) == 0:
+            out.append(want)  # (a new dim; a broadcast one; or the same size)
+        else:
+            return None
+    return tensor_type(tuple(out), x.dtype, x.dev)
+
+
+def split(operands: Sequence[Any], params: dict[str, Any]) -> list[TensorType] | None:
+    """``split`` along a dim of static positive size (other dims may be symbols): by an
+    int size (the last piece the rest), or by int sections summing to it."""
+    (x,) = operands
+    if type(x) is not TensorType or x.rank == 0:
+        return None
+    d = _dim(params.get("dim", 0), x.rank)
+    how: Any = params.get("split_size_or_sections")
+    if d is None:
+        return None
+    n = x.sizes[d]
+    if type(n) is not int or n <= 0:
+        return None
+    if type(how) is int:
+        if how <= 0:
+            return None
+        pieces = [how] * (n // how) + ([n % how] if n % how else [])
+    elif type(how) in (tuple, list) and all(type(k) is int and k >= 0 for k in how) \
+            and sum(how) == n:
+        pieces = list(how)
+    else:
+        return None
+    sizes = x.sizes
+    return [tensor_type((*sizes[:d], k, *sizes[d + 1:]), x.dtype, x.dev) for k in pieces]
+
+
 _ALL = slice(None, None, None)
 
 
@@ -663,8 +740,9 @@ def float_preserving() -> dict[type[LtorchOp], Callable[[dict[str, Any]], bool]]
 
 
 __all__ = ["alpha", "approximate", "arange", "batch_norm", "cat", "comparison",
-           "convolution", "cross_entropy", "decimals", "embedding", "float_preserving",
+           "convolution", "cross_entropy", "decimals", "embedding", "expand", "flatten",
+           "float_preserving",
            "getitem", "layer_norm", "layer_norm_backward", "linear", "masked_fill",
            "matmul", "max_pool2d", "native_layer_norm", "nll_loss_backward",
            "nll_loss_forward", "reduction", "rounding_mode", "same_as_first", "softmax",
-           "softmax_backward", "softplus", "type_rules", "where"]
+           "softmax_backward", "softplus", "same_type", "split", "type_rules", "where"]

@@ -229,13 +229,19 @@ class SymbolTable:
 
     @property
     def fake_mode(self) -> Any:
-        """torch's ``FakeTensorMode`` over this table's ``ShapeEnv``."""
+        """torch's ``FakeTensorMode`` over this table's ``ShapeEnv``, without its dispatch
+        cache: over symbolic sizes a cache entry costs more than its hits save (building
+        it synthesizes the output again from the entry, a second round of symbolic stride
+        arithmetic per op: an opaque ``F.normalize`` or ``group_norm`` run took twice as
+        long with it), and what repeats in a compilation is kept by its own memos (types,
+        layouts and opaque meta runs, by expression)."""
         mode = self.__dict__.get("_fake_mode")
         if mode is None:
             from torch._subclasses.fake_tensor import FakeTensorMode
 
             mode = self.__dict__["_fake_mode"] = FakeTensorMode(
                 shape_env=self.env, allow_non_fake_inputs=True)
+            mode.cache_enabled = False
         return mode
 
     def meta(self, sizes: Any, dtype: torch.dtype, strides: Any = None) -> torch.Tensor:
@@ -468,6 +474,44 @@ def proved_equal(a: Any, b: Any) -> bool:
     return bool(sympy.expand(ea - eb) == 0)
 
 
+def proved_order(a: Any, b: Any) -> int | None:
+    """The sign of ``a - b`` for sizes (-1, 0 or 1), proved from their expressions and the
+    symbols' value ranges alone: no guard recorded, no ``ShapeEnv`` decision (the range
+    bounds are kept per compilation by expression). None where that does not tell (the
+    sign may differ between values of the symbols) or a side is unbacked and the
+    difference is not a number. What a closed-form rule uses where torch's kernel would
+    compare symbolic sizes (a view's strides)."""
+    if type(a) is int and type(b) is int:
+        return (a > b) - (a < b)
+    import sympy
+
+    sa, sb = isinstance(a, torch.SymInt), isinstance(b, torch.SymInt)
+    ea = a.node.expr if sa else sympy.Integer(a)
+    eb = b.node.expr if sb else sympy.Integer(b)
+    if ea == eb:
+        return 0
+    diff = sympy.expand(ea - eb)
+    if diff.is_number:
+        return (diff > 0) - (diff < 0)
+    node = a.node if sa else b.node
+    if unbacked(a, b):
+        return None
+    table = _ACTIVE.get()
+    memo = table.__dict__.setdefault("_bounds", {}) if table is not None else {}
+    bounds = memo.get(diff)
+    if bounds is None:
+        r = node.shape_env.bound_sympy(diff)
+        bounds = memo[diff] = (r.lower, r.upper)
+    low, high = bounds
+    if low > 0:
+        return 1
+    if high < 0:
+        return -1
+    if low == 0 and high == 0:
+        return 0
+    return None
+
+
 def known_positive(s: Any) -> bool:
     """``s >= 1`` for a size, known from its expression's value range alone (a dynamic
     size is at least 2; ``s0 // 4`` may be 0): no guard, no decision; False for an
@@ -691,6 +735,7 @@ __all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_FREE", "SYMBOL_NAME", "UNBAC
            "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
            "check_static_region", "current", "detached", "hint", "hinted", "hints", "proved_equal",
+           "proved_order",
            "range_len",
            "same_sizes", "same_types", "slice_indices", "stand_in_mode",
            "sym_exprs", "sym_text", "sym_value", "may_differ", "must_equal", "unbacked"]

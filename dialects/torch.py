@@ -356,8 +356,12 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
     metas = list(stand_ins) if stand_ins is not None else [meta_value(v.type)
                                                              for v in operands]
     memo, key = _compilation_memo(callee, operands, metas, props, requires_grad, factory)
-    if key is not None and key in memo:
-        return memo[key]  # type: ignore[no-any-return]
+    if key is not None:
+        hit = memo.get(key)
+        if hit is None:  # (the same call at another storage offset: q and k of one qkv)
+            hit = memo.get(_offsets_left_out(key))
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
     if symbols.current() is not None:
         unbound = unbind_call(callee, operands, args, kwargs, metas, requires_grad)
         if unbound is not None:
@@ -381,6 +385,9 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
         nograd = _operands_without_gradient(metas, requires_grad,
                                             [o for o, f in zip(results, rg) if f])
     bases = {id(m): i for i, m in enumerate(metas) if isinstance(m, torch.Tensor)}
+    for i, m in enumerate(metas):  # (a symbolic stand-in past offset 0 views a storage of
+        if isinstance(m, torch.Tensor) and m._base is not None:  # its own: its views'
+            bases.setdefault(id(m._base), i)                     # base is that one)
     views = tuple(bases.get(id(o._base)) if isinstance(o, torch.Tensor) and o._base is not None
                   else None for o in results)
     strides = tuple((tuple(o.stride()), _offset(o)) if isinstance(o, torch.Tensor)
@@ -390,7 +397,22 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
                      tuple(sorted(spy.written)), views, strides)
     if key is not None:
         memo[key] = found
+        if not any(v is not None for v in views) and not spy.written and all(
+                type(off) is int and off == 0 for _, off in strides) and not any(
+                o is m for o in results for m in metas):
+            memo[_offsets_left_out(key)] = found
     return found
+
+
+def _offsets_left_out(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A `_compilation_memo` key without its stand-ins' storage offsets: the key of an
+    answer whose results were all fresh allocations (none an operand, none viewing one,
+    each at offset 0), where nothing was written. An allocation's layout is computed from
+    sizes and strides (TensorIterator's, ``empty_like``'s); an operand's storage offset
+    reaches only results that view it, or it itself: those answers keep their offsets."""
+    callee, types, layouts, *rest = key
+    return ("fresh", callee, types,
+            tuple(None if lay is None else (lay[0], None) for lay in layouts), *rest)
 
 
 def unbind_call(callee: str, operands: Sequence[Any], args: Sequence[Any],

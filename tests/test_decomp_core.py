@@ -451,6 +451,19 @@ def _shape_type_rule_cases() -> list[tuple[Any, list[Any], dict[str, Any]]]:
             cases.append((L.TransposeOp, [t(shape, f32)], {"dim0": d0, "dim1": d1}))
         for d in range(-rank - 2, rank + 2):
             cases.append((L.UnsqueezeOp, [t(shape, i64)], {"dim": d}))
+        for fmt in (None, torch.contiguous_format, torch.preserve_format, torch.channels_last):
+            cases.append((L.CloneOp, [t(shape, f32)], {"memory_format": fmt}))
+            cases.append((L.ContiguousOp, [t(shape, i64)], {"memory_format": fmt}))
+        for start, end in ((0, -1), (1, 2), (0, 0), (2, 1), (-2, -1), (0, 3)):
+            cases.append((L.FlattenOp, [t(shape, f32)], {"start_dim": start, "end_dim": end}))
+        for split in (1, 2, 3, 0, (1, 2), (2, 1, 1), (4,), (0, 3), (-1, 4)):
+            for d in (0, 1, -1, 3):
+                cases.append((L.SplitOp, [t(shape, f32)],
+                              {"split_size_or_sections": split, "dim": d}))
+    for shape in ((1, 3), (2, 1, 4), (3,), (), (0, 3)):
+        for size in ((2, 3), (4, -1), (2, 2, 4), (2, -1, 4), (-1, 2, 3), (5, 2, 1, 4), (3, 3),
+                     (2, 0, 3), (1, 3), (4,), ()):
+            cases.append((L.ExpandOp, [t(shape, f32)], {"size": size}))
     return cases
 
 

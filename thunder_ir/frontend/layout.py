@@ -9,7 +9,11 @@ therefore gives each proxy eager's strides and storage offset:
 * an argument's are the real tensor's (the cache key holds them:
   `thunder_ir.runtime.cache.layout_token`);
 * a view's come from torch itself: the view function runs on a *meta* stand-in with the
-  operand's layout (`view_layouts`; torch's C++ view kernels, a microsecond or two);
+  operand's layout (`view_layouts`; torch's C++ view kernels, a microsecond or two); in a
+  symbolic compilation, where the stand-ins are fake tensors over symbols and a kernel
+  decides dozens of expressions, the common views' layouts are ATen's own rules written
+  over the symbols (`_reshape_of_contiguous`, `thunder_ir.frontend.view_rules`), and an op
+  with no symbol in its types, layouts or arguments shares the static memo;
 * any other result (`fresh_layouts`) is contiguous when every tensor operand is: that is
   TensorIterator's fast setup, and the layout every fresh result of an ltorch op gets on
   contiguous inputs (``tests/test_eager_semantics.py`` and the OpInfo sweep hold it),
@@ -30,8 +34,9 @@ therefore gives each proxy eager's strides and storage offset:
   ``inference_mode`` (where a view of a new tensor has no ``_base``) must not decide what
   later calls get.
 
-Nothing here is written again from torch: the rules of our own are the contiguous cases
-above, and tests hold them.
+The rules of our own are the contiguous cases above (`CONTIGUOUS_RESULTS` among them)
+and, in symbolic compilations, ATen's view algorithms over symbols (`view_rules`); tests
+hold them against eager's kernels and torch's fake kernels.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from thunder_ir.dialects.traits import (
     ViewLike,
 )
 from thunder_ir.dialects.types import NumberType, TensorType
+from thunder_ir.frontend.view_rules import expand_layout, split_layouts, view_strides
 
 Strides = tuple[int, ...]
 Layout = tuple[Strides, int]
@@ -197,7 +203,7 @@ def view_layouts(op: Operation, layouts: Sequence[Layout | None]
     """
     table = symbols.current()
     try:  # (a symbolic compilation's layouts hold its own SymInts: never shared)
-        key = _signature(op, layouts) if table is None else None
+        key = _signature(op, layouts) if table is None or symbol_free(op, layouts) else None
         hash(key)
     except TypeError:
         key = None
@@ -223,11 +229,24 @@ _VIEWS: dict[Any, tuple[tuple[Layout, bool], ...] | str] = {}
 
 def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
                            ) -> tuple[tuple[Layout, bool], ...] | None:
-    """In a symbolic compilation, the layout of a reshape or view of a contiguous tensor of
-    backed sizes (heads split and merged, windows partitioned): a view with contiguous
-    strides at the same offset, which is what torch's view kernel gives; without running
-    that kernel, which decides dozens of symbolic expressions for each. None: run it."""
-    if not isinstance(op, ThunderOp) or len(op.operands) != 1 or len(op.results) != 1:
+    """In a symbolic compilation, the layout of a view op in closed form, without running
+    torch's view kernel over the symbols (which decides dozens of symbolic expressions for
+    each): a reshape, view or flatten of a contiguous tensor of backed sizes (heads split
+    and merged, windows partitioned) is a view with contiguous strides at the same offset;
+    of another layout, ATen's ``computeStride`` decides (`view_rules.view_strides`, from
+    the expressions and ranges alone): a view with its strides, or ``reshape``'s copy into
+    a contiguous tensor (a window partition of a permuted tensor); ``expand``, ``split``,
+    a basic index, ``permute``, ``transpose`` and ``unsqueeze`` move the strides and
+    offset as their kernels do. None: run the kernel."""
+    if not isinstance(op, ThunderOp) or len(op.operands) != 1:
+        return None
+    if op.name == "ltorch.split" and symbols.current() is not None:
+        src = op.operands[0].type
+        if not isinstance(src, TensorType):
+            return None
+        return split_layouts(op, layouts[0] if layouts and layouts[0] is not None
+                             else contiguous_layout(src))
+    if len(op.results) != 1:
         return None
     if op.name == "ltorch.getitem":  # (a basic index: no index tensor among the operands)
         src = op.operands[0].type
@@ -251,10 +270,17 @@ def _reshape_of_contiguous(op: Operation, layouts: Sequence[Layout | None]
         return None
     layout = layouts[0] if layouts else None
     strides, offset = layout if layout is not None else contiguous_layout(src)
-    if not all(symbols.proved_equal(a, b) for a, b in zip(strides, contiguous_strides(sizes),
-                                                 strict=True)):
-        return None
-    return (((contiguous_strides(new), offset), True),)
+    if all(symbols.proved_equal(a, b) for a, b in zip(strides, contiguous_strides(sizes),
+                                                      strict=True)):
+        return (((contiguous_strides(new), offset), True),)
+    if op.name == "ltorch.flatten" and out.rank == src.rank:
+        return None  # (flatten of one dim returns its operand itself, strides as they are)
+    viewed = view_strides(sizes, strides, new)
+    if viewed is None or (viewed is False and op.name == "ltorch.view"):
+        return None  # (not proved; or eager's view raises: the kernel's run says how)
+    if not isinstance(viewed, tuple):  # reshape copies, into a contiguous tensor
+        return (((contiguous_strides(new), 0), False),)
+    return (((viewed, offset), True),)
 
 
 def basic_index_layout(sizes: Sequence[Any], strides: Sequence[Any], offset: Any,
@@ -304,6 +330,12 @@ def _restrided(op: ThunderOp, src: TensorType, layout: Layout | None
     the next dim's size times stride, or 1 at the end), the same offset, a view."""
     strides, offset = layout if layout is not None else contiguous_layout(src)
     rank, params = src.rank, op.params()
+    if op.name == "ltorch.expand":
+        size = params.get("size")
+        if type(size) not in (tuple, list):
+            return None
+        expanded = expand_layout(src.sizes, strides, offset, size)
+        return None if expanded is None else ((expanded, True),)
     if op.name == "ltorch.permute":
         dims = params.get("dims")
         if type(dims) not in (tuple, list) or len(dims) != rank:
@@ -398,6 +430,22 @@ def _compilation_memo(name: str, op: Operation, layouts: Sequence[Layout | None]
     return memo, key
 
 
+def symbol_free(op: Operation, layouts: Sequence[Layout | None]) -> bool:
+    """Whether ``op`` has no symbolic size in its operands' types and layouts nor in its
+    static arguments: in a symbolic compilation it is laid out as in a static one (the
+    attention mask a Swin block builds from its static window sizes), so the process's
+    memo of layouts per signature serves it."""
+    for v in op.operands:
+        t = v.type
+        if isinstance(t, TensorType) and t.symbolic:
+            return False
+    for lay in layouts:
+        if lay is not None and (type(lay[1]) is not int
+                                or any(type(st) is not int for st in lay[0])):
+            return False
+    return next(symbols.sym_exprs(op.properties.values()), None) is None
+
+
 def _signature(op: Operation, layouts: Sequence[Layout | None]) -> Any:
     return (op.name, tuple(op.properties.items()), tuple(o.type for o in op.operands),
             tuple(layouts), op._segment_sizes() if isinstance(op, ThunderOp) else None)
@@ -420,13 +468,23 @@ def _device(op: Operation) -> str:
     return next((o.type.dev for o in op.operands if isinstance(o.type, TensorType)), "cpu")
 
 
+CONTIGUOUS_RESULTS = frozenset({"ltorch.softmax", "ltorch.log_softmax", "ltorch.layer_norm",
+                                "ltorch.contiguous"})
+"""Ops whose kernels allocate their result contiguous whatever the operand's layout, on
+every device: ``_softmax``/``_log_softmax`` (structured meta functions asking the
+legacy contiguous format), ``native_layer_norm`` (its CPU and CUDA kernels make the input
+contiguous and allocate the output like it, as its meta kernel does) and ``contiguous``
+without a memory format (recorded only where eager copies)."""
+
+
 def _contiguous_kernel(op: Operation) -> bool:
     """Whether ``op``'s kernel lays its result out contiguously whatever its operands'
-    layouts: ``bmm`` (ATen's structured kernel allocates it so, as its meta kernel does),
+    layouts: `CONTIGUOUS_RESULTS`, ``bmm`` (ATen's structured kernel allocates it so, as
+    its meta kernel does),
     and ``matmul`` with the first operand of rank at least the second's (a product by
     ``mm``, ``mv`` or ``bmm``, viewed back to the result's shape; it is the other way
     round that ``matmul`` transposes, to fold the larger operand into ``mm``)."""
-    if op.name == "ltorch.bmm":
+    if op.name == "ltorch.bmm" or op.name in CONTIGUOUS_RESULTS:
         return True
     if op.name != "ltorch.matmul":
         return False
@@ -564,7 +622,8 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
     LAPACK's and pocketfft's CPU layouts.
     """
     try:  # (a symbolic compilation's layouts hold its own SymInts: never shared)
-        key = (fake, _signature(op, layouts)) if symbols.current() is None else None
+        key = (fake, _signature(op, layouts)) \
+            if symbols.current() is None or symbol_free(op, layouts) else None
         hash(key)
     except TypeError:
         key = None

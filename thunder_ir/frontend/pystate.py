@@ -226,14 +226,6 @@ class Recorder:
             copy = blank(t)
             self._made[id(value)] = copy
             copy.__dict__.update((k, inner(k, v, "attr")) for k, v in vars(value).items())
-        elif t is tuple and len(value) <= MAX_ITEMS and ref[0] == "path":
-            # an argument object's tuple: a new tuple of its items' shadows (its tensors
-            # and symbolic ints inputs read through it); nothing to record, it cannot change
-            items = tuple(inner(i, v, "item") for i, v in enumerate(value))
-            if all(a is b for a, b in zip(items, value)):
-                return value
-            self._made[id(value)] = items
-            return items
         else:
             return value
         self._record(copy, ref, where)

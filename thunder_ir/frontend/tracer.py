@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec
 
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_int
 from torch.utils import _pytree as pytree
 from xdsl.ir import Operation, SSAValue
 
@@ -859,8 +860,6 @@ def _symbolic_inputs(ctx: TraceContext, table: symbols.SymbolTable
         sizes = [table.size(n, SymbolSource(leaf, i, tuple(steps)))
                  for i, n in enumerate(tensor.shape)]
         if not tensor.is_contiguous() or tensor.storage_offset():
-            from torch.fx.experimental.symbolic_shapes import guard_int
-
             for s in sizes:  # (each a symbol fixed to its value: ``s3 == 3`` in the guard)
                 if isinstance(s, torch.SymInt):
                     guard_int(s)
