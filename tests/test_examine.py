@@ -54,8 +54,8 @@ class DataDependent(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.lin(x)
-        a = float(y.sum())  # data-1
-        b = y.tolist()  # data-2
+        a = float(y.detach().numpy().sum())  # data-1
+        b = [y.data_ptr()]  # data-2
         if y.mean() > 0:  # speculated
             y = y * 2
         return y * a + len(b)
@@ -65,7 +65,7 @@ class Refused(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         t = torch.tensor(np.ones((2, 4)) * 3)  # refused-went-on
         y = x * t
-        z = float(y.sum())  # data-after-refused
+        z = complex(y.sum()).real  # data-after-refused
         return y + z
 
 
@@ -128,6 +128,34 @@ def test_fallback_ops_are_named_counted_with_lines() -> None:
     torch.testing.assert_close(thunder_ir.jit(m)(x), m(x))  # (and jit runs it as eager)
 
 
+def test_fusion_regions_are_counted_by_executor() -> None:
+    pytest.importorskip("triton")
+
+    class Chain(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            return (y.sin() * 2 + y.cos()).tanh()
+
+    m = Chain()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        jm = thunder_ir.jit(m, executors=["triton"])
+        report = thunder_ir.examine(jm, x)
+        torch.testing.assert_close(jm(x), m(x))
+    from thunder_ir.dialects.fusion import RegionOp
+
+    regions = [op for op in thunder_ir.last_traces(jm)[-1].ir.walk()
+               if isinstance(op, RegionOp)]
+    assert regions and report.kernels == {"triton": len(regions)}
+    assert report.fused["triton"] == sum(
+        len([o for o in r.body.block.ops if o.name != "fusion.yield"]) for r in regions)
+    assert "triton kernels fuse" in str(report)
+
+
 def test_data_dependent_points_found_in_one_run() -> None:
     m = DataDependent()
     x = torch.randn(2, 4)
@@ -137,8 +165,8 @@ def test_data_dependent_points_found_in_one_run() -> None:
     assert not report.compiles
     assert [(p.where, p.went_on) for p in report.data_dependent] == [
         (_at("data-1"), True), (_at("data-2"), True)]
-    assert "float(tensor)" in report.data_dependent[0].message
-    assert ".tolist()" in report.data_dependent[1].message
+    assert ".numpy()" in report.data_dependent[0].message
+    assert ".data_ptr()" in report.data_dependent[1].message
     assert "Keep the computation in tensors" in report.data_dependent[0].message
     speculated = [p.where for p in report.points if p.kind == "speculated"]
     assert speculated == [_at("speculated")]
@@ -161,6 +189,7 @@ def test_refused_construct_and_what_follows() -> None:
     assert [(p.kind, p.where, p.went_on) for p in stops.points] == [
         ("refused", _at("refused-stops"), False)]
     assert "not examined" in str(stops)
+    assert stops.native == 1 and stops.fallbacks == []  # (x.relu(), traced before it)
     with pytest.raises(thunder_ir.ThunderTraceError, match=_at("refused-stops")):
         thunder_ir.jit(RefusedStops())(x)
 
@@ -177,6 +206,8 @@ def test_guarded_state_names_the_lines_that_read_it() -> None:
     x = torch.randn(2, 4)
     thunder_ir.mark_dynamic(x, 0)
     assert thunder_ir.examine(m, x).dynamic == ["x dim 0"]
+    every = thunder_ir.jit(m, cache="symbolic values")
+    assert thunder_ir.examine(every, torch.randn(2, 4)).dynamic == ["x dim 0", "x dim 1"]
 
 
 def test_training_report() -> None:
@@ -295,6 +326,11 @@ def test_reasons_name_each_change_in_the_users_terms(caplog: pytest.LogCaptureFi
         reasons[4],
     ]
     assert reasons[4].startswith("autocast: off -> ")
+    static = thunder_ir.jit(Configured(), cache="static")
+    for n in (2, 3, 4):
+        static(torch.randn(n, 4))
+    assert thunder_ir.compile_reasons(static) == ["argument 'x' dim 0: 2 -> 3",
+                                                  "argument 'x' dim 0: 3 -> 4"]
     assert thunder_ir.cache_misses(jm) == 6
     logged = [r.getMessage() for r in caplog.records if r.name == "thunder_ir.recompiles"]
     assert logged == [f"Configured compiled again: {r}" for r in reasons]
@@ -339,3 +375,33 @@ _SCALE = [1.0]
 
 def _scaled(x: torch.Tensor) -> torch.Tensor:
     return x * _SCALE[0]  # global-read
+
+
+def test_reasons_for_another_call_structure() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        return x if y is None else x + y
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(3)
+    for args, kwargs in (((x,), {}), ((x, x), {}), ((x,), {"y": x})):
+        torch.testing.assert_close(jf(*args, **kwargs), f(*args, **kwargs))
+    assert thunder_ir.compile_reasons(jf) == [
+        "another call structure (the arguments' count, keywords or nesting)"] * 2
+
+
+def _branch_on_size(x: torch.Tensor) -> torch.Tensor:
+    if x.shape[1] == 64:  # size-branch
+        return x * 2
+    return x + 1
+
+
+def test_reasons_name_the_shape_guard_a_new_size_fails() -> None:
+    jf = thunder_ir.jit(_branch_on_size)
+    for n in (16, 32, 64):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(jf(x), _branch_on_size(x))
+    reasons = thunder_ir.compile_reasons(jf)
+    assert reasons[0] == "argument 'x' dim 1: 16 -> 32 (now symbolic)"
+    assert reasons[1].startswith("argument 'x' dim 1: 32 -> 64")
+    assert "the symbolic program's guard Ne(s1, 64) fails" in reasons[1]
+    assert _at("size-branch") in reasons[1]

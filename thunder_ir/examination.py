@@ -9,8 +9,8 @@ an `Examination`:
 * the ops by how they run: ``ltorch``/``prims`` ops thunder_ir lowers itself, the ops
   inside an executor's fusion regions, and the ``torch.call`` fallbacks (torch runs them
   opaquely), each fallback named, counted and with the user's lines;
-* every place a compile stops or speculates: a data-dependent read (``float(t)``,
-  ``t.tolist()``) or a refused construct, each with its line and what to do. The trace goes
+* every place a compile stops or speculates: a data-dependent read (``t.numpy()``,
+  ``t.data_ptr()``) or a refused construct, each with its line and what to do. The trace goes
   on past them where it can (the call that stopped it is run on this call's real values,
   `thunder_ir.frontend.examining`), so one examination finds them all; one it cannot go on
   past ends the trace there, and the report says the code after it was not examined. A
@@ -30,10 +30,12 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from xdsl.ir import Operation
 
 from thunder_ir.api import CompiledCallable, ThunderModule, build
 from thunder_ir.dialects.fusion import RegionOp
@@ -46,6 +48,7 @@ from thunder_ir.frontend.examining import Noted, examining
 from thunder_ir.frontend.speculation import ASSUME, concrete
 from thunder_ir.passes.remat import plans_noted
 from thunder_ir.runtime.cache import Entry, flatten_args
+from thunder_ir.runtime.dynamic import EVERY
 from thunder_ir.stages.reasons import read_site
 
 _WHERE = re.compile(r"^(.+?:\d+): ")
@@ -95,12 +98,13 @@ class Examination:
         name: what was examined.
         native: how many ops of the traced program thunder_ir lowers itself.
         fallbacks: the ops torch runs opaquely (`Fallback`), most frequent first.
-        fused: per executor, how many ops its fusion regions hold (``kernels``: regions).
-        kernels: per executor, how many fusion regions it made.
+        fused: per executor, how many ops (prims) its fusion regions hold, in the final
+            forward and backward programs.
+        kernels: per executor, how many fusion regions it made there.
         points: data-dependent reads, refused constructs and speculated conditions, in
             trace order (`Point`).
         stopped: where the trace stopped (a refused construct it could not go on past),
-            else None: the ops, state and training figures cover the code before it.
+            else None: the ops cover the code before it (no fusion or training figures).
         guarded: the Python state the programs are guarded on (a check per line:
             ``self.cfg.scale == 2.0``).
         read_at: per guarded check whose value the user's code reads (by its subject,
@@ -160,8 +164,8 @@ class Examination:
                          "not examined")
         lines.append(f"ops: {total} traced, {self.native} by thunder_ir, "
                      f"{self.fallback_count} run by torch as fallbacks"
-                     + "".join(f", {n} fused by {ex} into {self.kernels.get(ex, 0)} kernels"
-                               for ex, n in self.fused.items()))
+                     + "".join(f"; {self.kernels.get(ex, 0)} {ex} kernels fuse {n} prims "
+                               "(forward and backward)" for ex, n in self.fused.items()))
         for f in self.fallbacks:
             lines.append(f"  fallback {f.name} x{f.count} at {', '.join(f.lines[:4])}"
                          + (f" and {len(f.lines) - 4} more" if len(f.lines) > 4 else ""))
@@ -226,6 +230,8 @@ def examine(fn_or_module: Any, *args: Any, **kwargs: Any) -> Examination:
     finally:
         _put_random_states(states)
     report.points = [_point(n) for n in book.noted]
+    if entry is None and book.trace is not None:  # what the trace recorded before it stopped
+        _ops(report, book.trace.build.program.block.ops)
     if stop is not None:
         where = _where(str(stop))
         if not any(p.where == where and not p.went_on for p in report.points):
@@ -234,17 +240,29 @@ def examine(fn_or_module: Any, *args: Any, **kwargs: Any) -> Examination:
                                        went_on=False))
         report.stopped = where
     if entry is not None:
-        _ops(report, entry)
+        _ops(report, main_function(entry.traces[0].ir).body.block.ops)
+        for trace in (entry.traces[-1], *(entry.backward_traces[-1:])):
+            _regions(report, trace.ir)
         report.training = bool(entry.backward_traces)
         if report.training:
             report.saved_bytes = _saved_bytes(entry)
             report.recomputed = [r for _, ops in plans for r in ops]
     report.points.sort(key=_line_order)
-    report.dynamic = [f"{names[leaf]} dim {d}" if leaf < len(names) else f"leaf {leaf}"
-                      for leaf, dims in sorted(dynamic.items()) for d in (dims or ("*",))]
+    every = [*names, *keyer.attr_names()]
+    report.dynamic = [d for leaf, dims in sorted(dynamic.items())
+                      for d in _dims(every[leaf] if leaf < len(every) else f"leaf {leaf}",
+                                     dims)]
     _state(report, compiled)
     report.recompiles_on = _recompiles_on(report, compiled, names)
     return report
+
+
+def _dims(name: str, dims: tuple[Any, ...]) -> list[str]:
+    """A leaf's symbolic sizes, as the report names them."""
+    if not dims:
+        return [f"{name} (its value)"]
+    return [f"every size inside {name}" if d == EVERY else
+            f"{name} dim {d}" if isinstance(d, int) else f"{name} field {d}" for d in dims]
 
 
 def _target(f: Any) -> tuple[Any, dict[str, Any]]:
@@ -300,13 +318,11 @@ def _point(n: Noted) -> Point:
                  n.went_on)
 
 
-def _ops(report: Examination, entry: Entry) -> None:
-    """The traced program's ops by how they run, its speculated conditions, and the
-    final program's fusion regions."""
-    traced = entry.traces[0].ir
+def _ops(report: Examination, ops: Iterable[Operation]) -> None:
+    """The traced program's ops by how they run, and its speculated conditions."""
     fallbacks: dict[str, list[str]] = {}
     counts: Counter[str] = Counter()
-    for op in main_function(traced).body.block.ops:
+    for op in ops:
         if op.name == "func.return":
             continue
         if isinstance(op, CallOp):
@@ -330,8 +346,6 @@ def _ops(report: Examination, entry: Entry) -> None:
             continue
         report.native += 1
     report.fallbacks = [Fallback(n, c, fallbacks[n]) for n, c in counts.most_common()]
-    for trace in (entry.traces[-1], *(entry.backward_traces[-1:])):
-        _regions(report, trace.ir)
 
 
 def _regions(report: Examination, module: Any) -> None:

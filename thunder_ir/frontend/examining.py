@@ -1,6 +1,6 @@
 """Tracing on past what stops a compile: the notebook of `thunder_ir.examine`.
 
-A compile stops at the first data-dependent read (``float(t)``, ``t.tolist()``) or refused
+A compile stops at the first data-dependent read (``t.numpy()``, ``t.data_ptr()``) or refused
 construct (NumPy arithmetic on a tensor, an op torch cannot run on meta tensors), so a model
 with three such places takes three runs to find them. While `examining` is open, the
 trace mode (`thunder_ir.frontend.context.TraceMode`) hands such an error to `went_on`
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,12 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from thunder_ir.frontend.errors import DataDependentError, NeedsSymbols, ThunderTraceError
+from thunder_ir.frontend.errors import (
+    DataDependentError,
+    NeedsSymbols,
+    ThunderTraceError,
+    skip,
+)
 from thunder_ir.frontend.proxy import is_proxy
 
 
@@ -57,6 +63,9 @@ class Notebook:
 
     concrete: Callable[[Any, Any], Any]
     noted: list[Noted] = field(default_factory=list)
+    trace: Any = None
+    """The last call trace begun (its `TraceContext`): what a trace that stopped had
+    recorded."""
 
     def note(self, item: Noted) -> None:
         """Adds ``item`` unless the same place and message was noted before."""
@@ -85,13 +94,20 @@ def notebook() -> Notebook | None:
     return _NOTEBOOK.get()
 
 
+def tracing(ctx: Any) -> None:
+    """A call trace begins with ``ctx``: the open notebook keeps it (else nothing)."""
+    book = _NOTEBOOK.get()
+    if book is not None:
+        book.trace = ctx
+
+
 def went_on(ctx: Any, error: ThunderTraceError, func: Any, args: Any, kwargs: Any) -> Any:
     """With a notebook open: notes ``error`` (raised by the trace mode's handling of
     ``func``) and returns ``func`` run on this call's real values; without one, or where
     it cannot run so (a `NeedsSymbols`, which the compiler answers by tracing with a
     symbol table; a call whose inputs cannot be computed), raises ``error``."""
     book = _NOTEBOOK.get()
-    if book is None or isinstance(error, NeedsSymbols):
+    if book is None or isinstance(error, NeedsSymbols) or not _called_by_user(sys._getframe(2)):
         raise error
     where = str(getattr(ctx, "loc", "") or "")
     data = isinstance(error, DataDependentError)
@@ -109,4 +125,20 @@ def went_on(ctx: Any, error: ThunderTraceError, func: Any, args: Any, kwargs: An
     return out
 
 
-__all__ = ["Notebook", "Noted", "examining", "notebook", "went_on"]
+def _called_by_user(f: Any) -> bool:
+    """Whether the torch call the trace mode was handling (``f``: the frame that called
+    it) was made by the user's code, not by thunder_ir's (a handler tracing through
+    torch's Python under autocast, which falls back to an opaque call on an error): the
+    first frame outward that is neither torch's nor the standard library's is not
+    thunder_ir's."""
+    while f is not None:
+        name = f.f_globals.get("__name__", "")
+        if name == "thunder_ir" or name.startswith("thunder_ir."):
+            return False
+        if not skip(f.f_code.co_filename):
+            return True
+        f = f.f_back
+    return False
+
+
+__all__ = ["Notebook", "Noted", "examining", "notebook", "tracing", "went_on"]

@@ -77,6 +77,7 @@ from thunder_ir.frontend.context import (
     recording,
 )
 from thunder_ir.frontend.errors import SITE, ThunderTraceError, TraceAgain, skip
+from thunder_ir.frontend.examining import tracing
 from thunder_ir.frontend.guard_sites import attach as attach_guard_sites
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
@@ -501,6 +502,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                 stack.enter_context(factory())
             stack.enter_context(_global_reads_recorded(ctx, module))
             stack.enter_context(TraceMode(ctx))
+            tracing(ctx)  # (`thunder_ir.examine` reads what a trace that stopped recorded)
             drawn = random.getstate()
             if log.watched:
                 stack.enter_context(log.active())

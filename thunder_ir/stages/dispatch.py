@@ -24,7 +24,7 @@ from thunder_ir.frontend.context import tracing_now
 from thunder_ir.frontend.speculation import MAX_VARIANTS
 from thunder_ir.frontend.tracer import traced_copy
 from thunder_ir.runtime.cache import Entry, flatten_args, unflatten_outputs
-from thunder_ir.runtime.dynamic import next_variant
+from thunder_ir.runtime.dynamic import dynamic_key, next_variant
 from thunder_ir.runtime.origins import ArgLeaf, ArgPath, ModuleTensor
 from thunder_ir.runtime.pystate import apply as apply_epilogue
 from thunder_ir.runtime.pystate import resolve, written_before
@@ -219,6 +219,9 @@ class Dispatcher:
                 programs.reasons.explain(pro.labels, key, self.cache.entries, self.guards,
                                          keyer.names(args, kwargs, len(leaves)),
                                          compiler.module or compiler.fn)
+                if dynamic:  # symbolic programs whose guards these sizes fail: which
+                    programs.reasons.shape_guards(programs.shape_entries.get(
+                        dynamic_key(pro, dynamic, key), []), ext)
             if keyer.free is not None:  # a module attribute's value made it miss: say so
                 self.policies.dynamic.failures += keyer.free.miss(keyer.guards[0],
                                                                   compiler.name())

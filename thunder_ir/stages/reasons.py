@@ -36,9 +36,14 @@ happen, as ``TORCH_LOGS=recompiles`` does for torch.compile."""
 MAX_REASONS = 64
 """How many reasons a callable keeps (the oldest go first)."""
 
+MAX_SNAPSHOTS = 256
+"""How many guard states' checks a callable keeps (a state older than that is explained
+by its token alone)."""
+
 MAX_CHANGES = 6
 """How many changed lines of one guard a reason names (then "and N more")."""
 
+_STRUCTURE = "another call structure (the arguments' count, keywords or nesting)"
 _SHAPE = re.compile(r"^the shape of (.+)$")
 _META = re.compile(r"^(?:the )?(dtype|device|requires_grad|memory layout \(strides\)) of (.+)$")
 _CHECK = re.compile(r"^(.*?) (==|is) (.*)$")
@@ -64,7 +69,12 @@ class Reasons:
         """After a compile: each guard's checks for its token now (once per token)."""
         for i, g in enumerate(guards):
             if (i, g.tok) not in self._checks:
-                self._checks[(i, g.tok)] = g.render()
+                try:
+                    self._checks[(i, g.tok)] = g.render()
+                except Exception:  # (a reason is never worth a failed call)
+                    continue
+        while len(self._checks) > MAX_SNAPSHOTS:  # (the oldest states go first)
+            del self._checks[next(iter(self._checks))]
 
     def explain(self, labels: Sequence[str], key: tuple[Any, ...],
                 stored: Iterable[Any], guards: Sequence[StateGuard],
@@ -75,6 +85,15 @@ class Reasons:
         whose source names the line that reads a changed attribute or global)."""
         self.pending = []
         self._owner = owner
+        try:
+            self._explain(labels, key, stored, guards, names)
+        except Exception as e:  # (a reason is never worth a failed call)
+            self.pending = [(f"the cache key changed (no reason found: {type(e).__name__})",
+                             None, None)]
+
+    def _explain(self, labels: Sequence[str], key: tuple[Any, ...],
+                 stored: Iterable[Any], guards: Sequence[StateGuard],
+                 names: Sequence[str]) -> None:
         best: list[tuple[int, int | None]] | None = None
         closest: tuple[Any, ...] = ()
         for k in reversed(list(stored)):
@@ -84,6 +103,8 @@ class Reasons:
             if diff and (best is None or len(diff) < len(best)):
                 best, closest = diff, k
         if best is None:
+            if any(isinstance(k, tuple) for k in stored):  # (keys of other lengths only)
+                self.pending = [(_STRUCTURE, None, None)]
             return
         for i, j in best:
             label = labels[i] if i < len(labels) else f"part {i} of the key"
@@ -93,6 +114,19 @@ class Reasons:
                                                                       guards)]
             else:
                 self.pending += _part(label, old, new, names)
+
+    def shape_guards(self, entries: Sequence[Any], leaves: Sequence[Any]) -> None:
+        """Where symbolic programs were compiled under the missed call's dynamic key
+        (``entries``) but none holds for its sizes (``leaves``, the module's symbolic
+        ``int`` attributes after the call's own): the guards of theirs these sizes fail,
+        each with where it was recorded (the traced op and the user's line), join the
+        pending reason."""
+        try:
+            failed = _failing(entries, leaves)
+        except Exception:  # (a reason is never worth a failed call)
+            failed = []
+        self.pending += [(f"the symbolic program's guard {g} fails ({where})", None, None)
+                         for g, where in failed]
 
     def record(self, entry: Any, who: str, also: Sequence[str] = (),
                pending: bool = True) -> str | None:
@@ -118,7 +152,7 @@ class Reasons:
     def _state(self, j: int, old: Any, new: Any, guards: Sequence[StateGuard]) -> list[str]:
         """The changes behind guard token part ``j`` (0: the argument structure)."""
         if j == 0:
-            return ["the arguments' structure (another count, keywords or nesting)"]
+            return [_STRUCTURE]
         g = guards[j - 1] if j - 1 < len(guards) else None
         if g is None:
             return [f"guarded state ({old} -> {new})"]
@@ -135,6 +169,28 @@ class Reasons:
             site = read_site(self._owner, text[len(prefix):].split(" ", 1)[0], bool(prefix))
             out.append(text if site is None else f"{text} (read at {site})")
         return out
+
+
+def _failing(entries: Sequence[Any], leaves: Sequence[Any]) -> list[tuple[str, str]]:
+    """The shape guards of ``entries`` that sizes ``leaves`` fail, with their sites."""
+    if not entries:
+        return []
+    import sympy
+
+    from thunder_ir.runtime.dynamic import sizes_of
+    from thunder_ir.runtime.pins import previous_values
+
+    sizes = sizes_of(leaves)
+    out: list[tuple[str, str]] = []
+    for e in entries:
+        g = e.shape_guard
+        values = previous_values(g.sources, sizes)
+        for expr, where in g.sites:
+            subs = {x: sympy.Integer(values[str(x)]) for x in expr.free_symbols
+                    if str(x) in values}
+            if subs and expr.xreplace(subs) is sympy.false and (str(expr), where) not in out:
+                out.append((str(expr), where))
+    return out[:MAX_CHANGES]
 
 
 def _differences(old: tuple[Any, ...], new: tuple[Any, ...]) -> list[tuple[int, int | None]]:
@@ -310,7 +366,8 @@ def _first_line(owners: Sequence[Any], needles: Sequence[str]) -> str | None:
     import inspect
 
     for needle in needles:
-        word = re.compile(re.escape(needle) + r"(?![\w])(?!\s*=[^=])")  # (not written)
+        word = re.compile(r"(?<![\w.])" + re.escape(needle)
+                          + r"(?![\w])(?!\s*=[^=])")  # (a read, not a write)
         for o in owners:
             try:
                 lines, start = inspect.getsourcelines(o)
