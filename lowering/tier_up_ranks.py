@@ -30,7 +30,10 @@ group) keeps that mode and makes each change of it a collective decision:
   kernel was not asked for yet runs unfused until its own compiles, which changes no
   collective). A program compiled later runs fused from its first call.
 * *failed*: a lowering or a kernel failed on some process: every process keeps its
-  unfused programs for good, and exchanges nothing more.
+  unfused programs for good, and exchanges nothing more. (A program first lowered at the
+  priming call, or after the swap, whose lowering fails runs unfused at that call, with a
+  warning: the same trace fails alike on every process, but where the processes' programs
+  differ that call may pair a fused program's collectives with an unfused one's.)
 
 The fused program keeps the bucketed collectives and their overlap: no fusion region
 holds a collective (their ops carry memory effects), so the regions run between them, in
@@ -133,7 +136,7 @@ class Ranks:
                     w.swap()
             stop_idle_helper()
 
-    def end(self, called: AgreedWatch) -> None:
+    def end(self) -> None:
         """At a call's end (it completed): counts it; starts the next exchange if due."""
         self.calls += 1
         if self.mode in (FUSED, KEPT) or self.calls < HOT_CALLS \
@@ -193,10 +196,10 @@ class AgreedWatch:
             out = self.swap()(*args)
         elif mode == PRIMING:
             program = self.lowered()
-            out = (self.unfused if program is None else program.fn)(*args)
             bg = ranks.tier.background
             ranks.failed = 0 if bg is None else bg.status.failed
             ranks.mode, ranks.primed_at = PRIMED, ranks.calls + 1
+            out = (self.unfused if program is None else program.fn)(*args)
         elif mode == UNFUSED:
             start = time.perf_counter()
             out = self.unfused(*args)
@@ -205,8 +208,10 @@ class AgreedWatch:
             if self.program is None and self.hot():  # lowered here, as `Watch` does
                 self.lowered()
         else:
+            if mode == KEPT:  # (a program compiled after its group kept the unfused ones)
+                self.entry.fn = self.unfused
             out = self.unfused(*args)
-        ranks.end(self)
+        ranks.end()
         return out
 
     def hot(self) -> bool:
