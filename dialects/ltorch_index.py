@@ -1,4 +1,4 @@
-"""ltorch ops, indexing by a tensor of positions: ``index_add``.
+"""ltorch ops, indexing by a tensor of positions: ``index_add``, ``index_copy``.
 
 ``index_add`` adds slices of ``source`` into ``input`` at the positions ``index`` names
 along ``dim`` (positions may repeat: their slices sum). A mixture of experts adds each
@@ -11,6 +11,13 @@ symbol), the meta kernel (eager's errors) otherwise. Eager runs the op as one li
 kernel (``Library`` kind); its decomposition is ``prims.index_add`` of the source scaled
 by ``alpha``, and its VJP is eager's (the cotangent for ``input``, the cotangent's slices
 at ``index`` times ``alpha`` for ``source``), with the same symbols.
+
+``index_copy`` replaces those slices instead (a KV cache written at the input positions:
+``k_cache.index_copy_(2, input_pos, k)``). Its type rule is the same with no ``alpha``;
+it decomposes to ``prims.index_copy`` (eager's kernel, so among repeated positions it
+keeps the slice eager keeps), and its VJP is eager's: the cotangent with the copied slices
+zeroed for ``input`` (an ``index_copy`` of zeros), the cotangent's slices at ``index`` for
+``source``.
 
 Conventions as in `thunder_ir.dialects.ltorch_core`: operands are the tensor arguments,
 params are named as torch names them, and the reference is ``TORCH_FN(*operands,
@@ -33,6 +40,15 @@ from thunder_ir.dialects.prims_base import Int, Number
 from thunder_ir.dialects.symbols import proved_equal
 from thunder_ir.dialects.traits import Library
 from thunder_ir.dialects.types import TensorType, is_float
+
+
+def index_copy_type(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
+    """``index_copy``: `index_add_type`'s rule, with no ``alpha`` and an int64 index (eager
+    refuses int32 here)."""
+    index = operands[1]
+    if type(index) is not TensorType or index.dtype is not torch.int64:
+        return None
+    return index_add_type(operands, {"dim": params.get("dim"), "alpha": None})
 
 
 def index_add_type(operands: Sequence[Any], params: dict[str, Any]) -> TensorType | None:
@@ -98,4 +114,32 @@ class IndexAddOp(CoreOp):
         return [x, params["dim"], index, source], kw
 
 
-__all__ = ["IndexAddOp", "index_add_type"]
+@ltorch_op(torch.index_copy, type_rule=index_copy_type, symbolic=True)
+class IndexCopyOp(CoreOp):
+    """`%y = ltorch.index_copy %input, %index, %source {dim}`: ``input`` with its slices
+    at ``index[i]`` along ``dim`` replaced by ``source[..., i, ...]`` (out of place)"""
+
+    name = "ltorch.index_copy"
+
+    input = operand_def(TensorType)
+    index = operand_def(TensorType)
+    source = operand_def(TensorType)
+    dim = prop_def(Int)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+    SIGNATURE: ClassVar[tuple[str, ...]] = ("input", "dim", "index", "source")
+
+    @classmethod
+    def ref(cls, input: Any, index: Any, source: Any, **params: Any) -> Any:
+        """``torch.index_copy(input, dim, index, source)``."""
+        return torch.index_copy(input, params["dim"], index, source)
+
+    @classmethod
+    def torch_call(cls, op: Any, args: list[Any], params: dict[str, Any]
+                   ) -> tuple[list[Any], dict[str, Any]] | None:
+        """The call in torch's order: ``(input, dim, index, source)``."""
+        x, index, source = args
+        return [x, params["dim"], index, source], {}
+
+
+__all__ = ["IndexAddOp", "IndexCopyOp", "index_add_type", "index_copy_type"]

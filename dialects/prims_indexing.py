@@ -1,5 +1,5 @@
-"""Indexing prims: ``take``, ``gather``, ``index_add``, ``scatter_add`` (``Library``: the
-gather/scatter kernels).
+"""Indexing prims: ``take``, ``gather``, ``index_add``, ``index_copy``, ``scatter_add``
+(``Library``: the gather/scatter kernels).
 """
 
 from __future__ import annotations
@@ -89,6 +89,23 @@ class GatherOp(ThunderOp):
         return torch.gather(x, dim, index.to(torch.int64))
 
 
+def _slices_at_index(name: str, x: Any, index: Any, source: Any, dim: int) -> TensorType:
+    """The type of ``index_add``/``index_copy``: ``x``'s, where ``source`` has its dtype
+    and its sizes but along ``dim``, where it has the 1-D index's length."""
+    x, idx = tensor_operand(name, x), _index_tensor(name, index)
+    src = tensor_operand(name, source, "source")
+    check_same_device(name, x, idx, src)
+    check_dims(name, (dim,), x.rank)
+    expected = list(x.sizes)
+    if idx.rank != 1:
+        raise shape_err(name, f"index must be 1-D, got {idx.sizes}")
+    expected[dim] = idx.sizes[0]
+    if list(src.sizes) != expected or src.dtype != x.dtype:
+        raise shape_err(name, f"source {src.pretty()} does not fit input {x.pretty()} and "
+                              f"index {idx.sizes} along dim {dim}")
+    return x
+
+
 @prim()
 class IndexAddOp(ThunderOp):
     """`%y = prims.index_add %x, %index, %source {dim}`: out-of-place ``index_add``."""
@@ -104,23 +121,37 @@ class IndexAddOp(ThunderOp):
 
     @classmethod
     def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
-        x, idx = tensor_operand(cls.name, x), _index_tensor(cls.name, index)
-        src = tensor_operand(cls.name, source, "source")
-        check_same_device(cls.name, x, idx, src)
-        check_dims(cls.name, (dim,), x.rank)
-        expected = list(x.sizes)
-        if idx.rank != 1:
-            raise shape_err(cls.name, f"index must be 1-D, got {idx.sizes}")
-        expected[dim] = idx.sizes[0]
-        if list(src.sizes) != expected or src.dtype != x.dtype:
-            raise shape_err(cls.name, f"source {src.pretty()} does not fit input {x.pretty()} and "
-                                 f"index {idx.sizes} along dim {dim}")
-        return x
+        return _slices_at_index(cls.name, x, index, source, dim)
 
     @classmethod
     def ref(cls, x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, *, dim: int
             ) -> torch.Tensor:
         return torch.index_add(x, dim, index, source)
+
+
+@prim()
+class IndexCopyOp(ThunderOp):
+    """`%y = prims.index_copy %x, %index, %source {dim}`: out-of-place ``index_copy``
+    (``x`` with its slices at ``index`` along ``dim`` replaced by ``source``'s; eager's
+    kernel, whose choice among repeated positions it keeps)."""
+
+    name = "prims.index_copy"
+
+    x = operand_def(TensorType)
+    index = operand_def(TensorType)
+    source = operand_def(TensorType)
+    dim = prop_def(IntegerAttr | SymExprAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+    @classmethod
+    def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
+        return _slices_at_index(cls.name, x, index, source, dim)
+
+    @classmethod
+    def ref(cls, x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, *, dim: int
+            ) -> torch.Tensor:
+        return torch.index_copy(x, dim, index.to(torch.int64), source)
 
 
 @prim()

@@ -421,7 +421,7 @@ not_fusible("it draws from torch's default generator as eager's dropout does; nv
             "Philox would draw other numbers", P.BernoulliOp, P.BernoulliLikeOp)
 not_fusible("indexing ops are not translated (index_select/gather semantics differ in "
             "bounds and index dtypes); they run in torch",
-            P.TakeOp, P.GatherOp, P.IndexAddOp, P.ScatterAddOp)
+            P.TakeOp, P.GatherOp, P.IndexAddOp, P.IndexCopyOp, P.ScatterAddOp)
 not_fusible("nvFuser's Python frontend has no argmax/argmin reduction", P.ArgmaxOp,
             P.ArgminOp)
 not_fusible("nvFuser's Python frontend has no flip", P.FlipOp)

@@ -592,6 +592,14 @@ def index_add(d: Decomposer, x: SSAValue, index: SSAValue, source: SSAValue, dim
     return d.prims.index_add(x, index, source, dim=ax)
 
 
+@decomposes(I.IndexCopyOp)
+def index_copy(d: Decomposer, x: SSAValue, index: SSAValue, source: SSAValue, dim: int
+               ) -> SSAValue:
+    """``prims.index_copy`` (eager's kernel): sizes, the index's unbacked length included,
+    stay as they are."""
+    return d.prims.index_copy(x, index, source, dim=norm_dim(dim, ttype(x).rank))
+
+
 # --------------------------------------------------------------------------- shape ops
 
 

@@ -1,6 +1,6 @@
 """VJP rules of ltorch's core ops (`thunder_ir.dialects.ltorch_core`: elementwise, reduction
-and shape ops, ``topk``; ``cumsum``; ``index_add``), and the helpers every ltorch rule
-module shares.
+and shape ops, ``topk``; ``cumsum``; ``index_add``, ``index_copy``), and the helpers every
+ltorch rule module shares.
 
 Why direct rules: these ops' decompositions are chains of prims (``broadcast_in_dim``,
 ``reshape``, ``slice``, ``pad``, ``convert_element_type``…) whose cotangents are more such
@@ -416,6 +416,22 @@ def index_add(g: Grad, out: Outs, ct: Cts, x: SSAValue, index: SSAValue, source:
     if alpha is not None and alpha != 1:
         dsrc = g.ltorch.mul(dsrc, g.const(alpha))
     return [grad_as(g, dy, x), None, grad_as(g, dsrc, source)]
+
+
+@vjp(I.IndexCopyOp)
+def index_copy(g: Grad, out: Outs, ct: Cts, x: SSAValue, index: SSAValue, source: SSAValue,
+               dim: int) -> Grads:
+    """Eager's: ``input`` gets the cotangent with the copied slices zeroed (an
+    ``index_copy`` of zeros: no arithmetic touches the rest, NaNs and infinities
+    included), ``source`` the cotangent's slices at ``index``, the index none."""
+    if not is_differentiable_value(x):
+        return [None, None, None]
+    dy = _ct0(ct)
+    d = dim % ttype(x).rank
+    st = ttype(source)
+    zeros = g.prims.full(shape=st.sizes, fill_value=0.0, device=st.dev, dtype=ttype(dy).dtype)
+    dx = g.prims.index_copy(dy, index, zeros, dim=d)
+    return [grad_as(g, dx, x), None, grad_as(g, g.prims.take(dy, index, dim=d), source)]
 
 
 def reshape_back(g: Grad, out: Outs, ct: Cts, x: SSAValue, **_shape: Any) -> Grads:

@@ -643,6 +643,18 @@ def index_add(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, index: SSAValu
     return [ct[0], None, g.prims.take(ct[0], index, dim=dim)]
 
 
+@vjp(P.IndexCopyOp)
+def index_copy(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, index: SSAValue,
+               source: SSAValue, *, dim: int) -> list[Any]:
+    """``x`` gets ``ct`` with the copied slices zeroed; ``source`` the cotangent's slices
+    at the indices."""
+    if not _d(x):
+        return [None, None, None]
+    zeros = _full(g, _ttype(source), 0.0)
+    return [g.prims.index_copy(ct[0], index, zeros, dim=dim), None,
+            g.prims.take(ct[0], index, dim=dim)]
+
+
 @vjp(P.ScatterAddOp)
 def scatter_add(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, index: SSAValue,
                 src: SSAValue, *, dim: int) -> list[Any]:

@@ -142,13 +142,89 @@ def test_write_through_a_detached_alias_with_a_value_that_requires_grad(
     assert thunder_ir.cache_misses(jf) == 1
 
 
-def test_a_saved_tensor_written_through_data_is_refused_clearly() -> None:
+def _saved_then_data_mul(x: torch.Tensor) -> torch.Tensor:
+    y = x * x
+    x.data.add_(1)
+    return y
+
+
+def _saved_then_data_sin(x: torch.Tensor) -> torch.Tensor:
+    y = x.sin()
+    x.data.mul_(2)
+    return y * 3
+
+
+def _saved_view_then_data(x: torch.Tensor) -> torch.Tensor:
+    y = x[1:] * x[1:]
+    x.data.add_(1)
+    return y
+
+
+def _saved_result_then_data(x: torch.Tensor) -> torch.Tensor:
+    y = x.exp()  # saves its result, not x
+    x.data.add_(1)
+    return y + torch.tanh(x) * x
+
+
+class _DataEma(nn.Module):
+    """Uses its parameter, then moves it through ``.data`` in the same forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.w * x * self.w
+        self.w.data.mul_(0.5)
+        return y
+
+
+@pytest.mark.parametrize("fn", [_saved_then_data_mul, _saved_then_data_sin,
+                                _saved_view_then_data, _saved_result_then_data],
+                         ids=lambda f: f.__name__)
+def test_a_saved_argument_written_through_data(fn: Callable[..., Any]) -> None:
     """``y = x * x; x.data.add_(1)``: eager's backward silently uses the written values
-    (``.data`` bumps no version); the program's backward raises, naming both lines and
-    saying so, rather than give other gradients."""
+    (``.data`` bumps no version, the saved ``x`` is the same memory); so does the
+    program's, whose residual is the caller's tensor that the write-back changes."""
+    out = []
+    impls = (fn, thunder_ir.jit(fn))
+    for impl in (*impls, impls[1]):
+        torch.manual_seed(0)
+        x = torch.randn(4, requires_grad=True)
+        y = impl(x)
+        y.sum().backward()
+        out.append((y.detach(), x.detach().clone(), x.grad, x._version))
+    for got in out[1:]:
+        for a, b in zip(got, out[0], strict=True):
+            if isinstance(b, torch.Tensor):
+                torch.testing.assert_close(a, b)
+            else:
+                assert a == b
+
+
+def test_a_saved_parameter_written_through_data_in_training() -> None:
+    torch.manual_seed(0)
+    m = _DataEma()
+    e = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for _ in range(3):
+        x = torch.randn(3)
+        for mod in (jm, e):
+            mod(x).sum().backward()
+        torch.testing.assert_close(m.w.grad, e.w.grad)
+        torch.testing.assert_close(m.w.detach(), e.w.detach())
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_a_saved_intermediate_written_through_data_is_refused_clearly() -> None:
+    """``h = x * 2; y = h * h; h.data.add_(1)``: eager's backward uses ``h``'s new
+    values; the program saved ``h`` as it was (a value it made, not the caller's
+    memory), so its backward raises, naming both lines and saying so, rather than give
+    other gradients."""
     def f(x: torch.Tensor) -> torch.Tensor:
-        y = x * x
-        x.data.add_(1)
+        h = x * 2
+        y = h * h
+        h.data.add_(1)
         return y
 
     x = torch.randn(3, requires_grad=True)

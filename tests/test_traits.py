@@ -98,7 +98,7 @@ TRITON_UNSUPPORTED = frozenset({
     prims.Atan2Op, prims.SliceOp, prims.PadOp, prims.CatOp, prims.FlipOp, prims.ProdOp,
     prims.ArgmaxOp, prims.ArgminOp, prims.MatmulOp, prims.LinearOp, prims.IotaOp,
     prims.BernoulliOp, prims.BernoulliLikeOp, prims.TakeOp, prims.GatherOp,
-    prims.IndexAddOp, prims.ScatterAddOp,
+    prims.IndexAddOp, prims.IndexCopyOp, prims.ScatterAddOp,
 })
 
 

@@ -184,6 +184,7 @@ def _rule_samples(dt: torch.dtype) -> dict[type[ThunderOp], tuple[list[Any], dic
     s[P.TakeOp] = ([x, idx], {"dim": 1})
     s[P.GatherOp] = ([x, idx[None, :].expand(2, 3).contiguous()], {"dim": 0})
     s[P.IndexAddOp] = ([x, idx, y], {"dim": 1})
+    s[P.IndexCopyOp] = ([x, torch.tensor([2, 0, 1]), y], {"dim": 1})
     s[P.ScatterAddOp] = ([x, idx[None, :].expand(2, 3).contiguous(), y], {"dim": 0})
     return s
 

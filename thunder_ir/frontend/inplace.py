@@ -43,7 +43,8 @@ DATA_ASSIGNMENT = ".data assignment"
 
 _QUIET_NOTE = (" through `.data`. Eager does not detect this (a write through `.data` does "
                "not bump the version counter) and its backward silently uses the written "
-               "values; thunder_ir refuses rather than differ. Use a clone of the tensor "
+               "values; the program saved this tensor, which it made, as it was, so "
+               "thunder_ir refuses rather than differ. Use a clone of the tensor "
                "where the backward needs its value before the write (`x.clone()`), or make "
                "the write after the backward.")
 
@@ -65,17 +66,25 @@ class InPlace(Writes):
         stay: see `Writes.assign`); a tensor of that storage they read as another operand
         (``x.mul_(x)``'s ``other``) eager saves as it is, and the write modifies it. A
         ``quiet`` write (through ``x.data``) eager does not detect: its backward uses the
-        written values; the program's raises, saying so."""
+        written values. So does the program's where the saved tensor is the caller's
+        memory (an argument or state as passed in, or a view of it: `_callers_memory`),
+        which the write-back changes through ``.data`` before the backward runs (the
+        record stays, for a later write that eager does detect); elsewhere (a value the
+        program made) it raises, saying so."""
         ctx = self.ctx
         ctx.autograd.resolve_saved()
         saved, saved_operands = ctx.autograd.saved, ctx.autograd.saved_operands
         inputs = None
         for v in ctx.aliases.members.get(target._storage, ()):
             ops = saved.pop(v, ())
+            spared = quiet and bool(ops) and self._callers_memory(v)
             kept = [op for op in ops if op in skip] if keep_saved else []
+            kept += [op for op in ops if op not in skip] if spared else []
             if kept:
                 saved[v] = kept
             for op in ops:
+                if spared and op not in skip:
+                    continue
                 if op in skip and (keep_saved or not any(
                         i > 0 and op.operands[i] is v for i in saved_operands.get(op, ()))):
                     if not keep_saved:
@@ -161,6 +170,17 @@ class InPlace(Writes):
             new = write_through(ctx, target, new, members)
         ctx.aliases.rebind(target, new)
         return target
+
+    def _callers_memory(self, v: SSAValue) -> bool:
+        """Whether ``v`` is, at run time, memory the caller passed in: an input's value as
+        passed (or a chain of views of it), not one an in-place write made."""
+        aliases = self.ctx.aliases
+        if aliases.made_by_a_write(v):
+            return False
+        parents = aliases.view_parent
+        while v in parents:
+            v = parents[v][0]
+        return any(original is v for _, original, _ in self.ctx.build.input_proxies)
 
     def _save_a_copy(self, op: Operation, v: SSAValue) -> None:
         """``op`` (an in-place op's functional form) reads ``v``, a value of an input's

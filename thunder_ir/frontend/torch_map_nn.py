@@ -290,28 +290,73 @@ for _fn in (F.hardtanh, F.relu6, F.leaky_relu, F.rrelu, F.elu, F.selu, F.celu, F
 # --------------------------------------------------------------------------- index_add, scatter_add
 
 _index_add_op = op_handler("index_add")
+_index_copy_op = op_handler("index_copy")
+
+
+def _slices_by_index(ctx: Builder, input: Any, dim: Any, index: Any, source: Any,
+                     indices: tuple[torch.dtype, ...]) -> Any:
+    """The index of a traced ``index_add``/``index_copy`` (a 0-d one as the 1-D index of
+    one position it is to eager), where the call is the op's plain form: a traced input
+    of rank >= 1, an index of rank <= 1 of a dtype of ``indices``, a source of the
+    input's dtype and rank, neither bool nor complex; None otherwise (the fallback then
+    runs eager's kernel, its checks and errors)."""
+    if (not is_proxy(input) or not is_proxy(index) or not is_proxy(source)
+            or type(dim) is not int or input.dim() == 0 or index.dim() > 1
+            or index.dtype not in indices
+            or source.dim() != input.dim() or source.dtype != input.dtype
+            or input.dtype == torch.bool or input.dtype.is_complex):
+        return None
+    if index.dim() == 0:
+        return ctx.run_python(lambda i: i.reshape(1), (index,), {})
+    return index
+
+
+def _out_fits(out: Any, input: Any, *operands: Any) -> bool:
+    """Whether ``out=`` can be written as an in-place copy of the result: a traced tensor
+    of ``input``'s shape, dtype and device, with no gradient asked of any tensor."""
+    if out is None:
+        return True
+    return (is_proxy(out) and tuple(out.shape) == tuple(input.shape)
+            and out.dtype == input.dtype and out.device == input.device
+            and not (torch.is_grad_enabled()
+                     and any(t.requires_grad for t in (out, input, *operands))))
 
 
 def _index_add(ctx: Builder, input: Any, dim: Any, index: Any, source: Any, *,
                alpha: Any = 1, out: Any = None) -> Any:
     """``torch.index_add`` and ``Tensor.index_add``: ``ltorch.index_add`` for the plain
-    case (a traced input of rank >= 1, a 1-D int32/int64 index, a source of the input's
-    dtype and rank, a number ``alpha``), whatever the index's length (an unbacked count
-    of routed tokens included). ``out=``, 0-d and bool tensors, mixed dtypes and other
-    arguments take the fallback (eager's kernel, checks and errors). Eager's kernels cast
-    ``alpha`` to the tensors' dtype (``alpha=0.5`` on integers adds nothing, where the
-    meta kernel refuses it): so does this."""
-    if (out is not None or _index_add_op is None or not is_proxy(input)
-            or not isinstance(index, torch.Tensor) or not isinstance(source, torch.Tensor)
-            or type(dim) is not int or type(alpha) not in (bool, int, float)
-            or input.dim() == 0 or index.dim() != 1
-            or index.dtype not in (torch.int32, torch.int64)
-            or source.dim() != input.dim() or source.dtype != input.dtype
-            or input.dtype == torch.bool or input.dtype.is_complex
-            or (type(alpha) is float and not math.isfinite(alpha))):
+    case (`_slices_by_index`: an int32/int64 index of rank <= 1; a number ``alpha``),
+    whatever the index's length (an unbacked count of routed tokens included);
+    ``out=`` of the result's shape and dtype with no gradient asked is the result copied
+    into it. 0-d, bool and complex tensors, mixed dtypes, an ``out=`` eager resizes or
+    refuses and other arguments take the fallback (eager's kernel, checks and errors).
+    Eager's kernels cast ``alpha`` to the tensors' dtype (``alpha=0.5`` on integers adds
+    nothing, where the meta kernel refuses it): so does this."""
+    idx = _slices_by_index(ctx, input, dim, index, source, (torch.int32, torch.int64))
+    if (_index_add_op is None or idx is None or type(alpha) not in (bool, int, float)
+            or (type(alpha) is float and not math.isfinite(alpha))
+            or not _out_fits(out, input, source)):
         raise UseFallback
     alpha = alpha if input.dtype.is_floating_point and type(alpha) is float else int(alpha)
-    return _index_add_op(ctx, input, dim, index, source, alpha=alpha)
+    result = _index_add_op(ctx, input, dim, idx, source, alpha=alpha)
+    if out is None:
+        return result
+    return ctx.writes.assign(out, result._value, "index_add(out=)")
+
+
+def _index_copy(ctx: Builder, input: Any, dim: Any, index: Any, source: Any, *,
+                out: Any = None) -> Any:
+    """``torch.index_copy`` and ``Tensor.index_copy``: ``ltorch.index_copy`` for the plain
+    case (`_slices_by_index`, an int64 index as eager requires), whatever the index's
+    length; ``out=`` as `_index_add`'s. The rest (a 0-d source of a 1-D input, bool and
+    complex tensors) takes the fallback: eager's kernel, checks and errors."""
+    idx = _slices_by_index(ctx, input, dim, index, source, (torch.int64,))
+    if _index_copy_op is None or idx is None or not _out_fits(out, input, source):
+        raise UseFallback
+    result = _index_copy_op(ctx, input, dim, idx, source)
+    if out is None:
+        return result
+    return ctx.writes.assign(out, result._value, "index_copy(out=)")
 
 
 def _dense_range(p: Any) -> tuple[int, int] | None:
@@ -358,8 +403,19 @@ def _index_add_inplace(ctx: Builder, self: Any, dim: Any, index: Any, source: An
     return ctx.writes.assign(self, out._value, "index_add_")
 
 
+def _index_copy_inplace(ctx: Builder, self: Any, dim: Any, index: Any, source: Any) -> Any:
+    """``Tensor.index_copy_``: `_index_copy`, and ``self`` standing for the result (a KV
+    cache written at the input positions, through a view of it included)."""
+    if is_proxy(self):
+        _no_overlap(ctx, self, source)
+    out = _index_copy(ctx, self, dim, index, source)
+    return ctx.writes.assign(self, out._value, "index_copy_")
+
+
 register_handlers([torch.index_add, torch.Tensor.index_add], _index_add)
 register_handlers([torch.Tensor.index_add_], _index_add_inplace)
+register_handlers([torch.index_copy, torch.Tensor.index_copy], _index_copy)
+register_handlers([torch.Tensor.index_copy_], _index_copy_inplace)
 
 
 def _scatter_add(ctx: Builder, input: Any, dim: Any, index: Any, src: Any, *,

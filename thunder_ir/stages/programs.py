@@ -60,6 +60,20 @@ class ProgramCache:
             self.cache.insert(key, entry, alias=True)
         return entry
 
+    def _add_relaxed(self, key: Any, entry: Entry, pro: Prologue, dynamic: Dynamic,
+                     mask: Mask) -> None:
+        """Enters a program under its key relaxed by the layouts its trace read."""
+        if mask not in self.masks:
+            if len(self.masks) >= MAX_MASKS:  # (a miss tries each: a few)
+                return
+            self.masks.append(mask)
+        if len(self.relaxed) >= CACHE_CAPACITY:
+            self.relaxed.clear()
+        relaxed = self._relax(pro, key, mask)
+        if entry.shape_guard is not None:
+            relaxed = dynamic_key(pro, dynamic, relaxed)
+        self.relaxed.setdefault((mask, relaxed), []).append(entry)
+
     def _relax(self, pro: Prologue, key: Any, mask: Mask) -> Any:
         if pro.positions is None:
             pro.positions = key_positions(pro.ir)
@@ -107,15 +121,7 @@ class ProgramCache:
             self.layout_free[pro.layout_free(leaves)] = entry
         reads = traced.layout_reads
         if reads is not None and not reads.every and not restrides and not entry.speculative:
-            mask = mask_of(reads, traced.input_kinds)
-            if mask not in self.masks:
-                self.masks.append(mask)
-            if len(self.relaxed) >= CACHE_CAPACITY:
-                self.relaxed.clear()
-            relaxed = self._relax(pro, key, mask)
-            if entry.shape_guard is not None:
-                relaxed = dynamic_key(pro, dynamic, relaxed)
-            self.relaxed.setdefault((mask, relaxed), []).append(entry)
+            self._add_relaxed(key, entry, pro, dynamic, mask_of(reads, traced.input_kinds))
         if self.compiles:  # (a reason `explain` found for this miss; none for the first)
             self.reasons.record(entry, name)
         self.compiles += 1
@@ -144,6 +150,10 @@ class ProgramCache:
             "see symbolic_failures): pass it as a tensor (torch.tensor(step)) instead. The "
             f"cache keeps the {CACHE_CAPACITY} most recently used programs.", stacklevel=5)
 
+
+MAX_MASKS = 8
+"""The most sets of layout reads a callable's programs are relaxed by (each costs a miss a
+lookup)."""
 
 _NOT_SIZES = frozenset({"grad mode", "inference mode", "the default dtype",
                         "deterministic algorithms", "the default device", "autocast"})

@@ -341,6 +341,16 @@ def index_tensor(draw: st.DrawFn, shape: Sequence[int], bound: int) -> torch.Ten
     return values(draw, shape, dtype, 0, bound - 1)
 
 
+def distinct_positions(draw: st.DrawFn, bound: int, most: int = 4) -> torch.Tensor:
+    """A 1-D int64 index of distinct positions in ``[0, bound)``, 1 to ``most`` of them
+    (none where ``bound`` is 0): ``index_copy``'s, whose result eager leaves undefined
+    for repeats."""
+    if bound == 0:
+        return torch.zeros((0,), dtype=torch.int64)
+    n = draw(st.integers(1, min(most, bound)))
+    return torch.tensor(draw(st.permutations(range(bound)))[:n], dtype=torch.int64)
+
+
 def dim_subset(draw: st.DrawFn, n: int) -> tuple[int, ...]:
     """Distinct dims of a rank-n tensor, in drawn order."""
     dims = [d for d in range(n) if draw(st.booleans())]

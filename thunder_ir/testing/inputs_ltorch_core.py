@@ -1,5 +1,5 @@
 """Input strategies of the core ltorch ops (`thunder_ir.dialects.ltorch_core`) and of
-``index_add`` (`thunder_ir.dialects.ltorch_index`)."""
+``index_add`` and ``index_copy`` (`thunder_ir.dialects.ltorch_index`)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from thunder_ir.testing.inputs import (
     binary_pair,
     broadcast_of,
     dims_of,
+    distinct_positions,
     domain_tensor,
     draw_data,
     draw_p_number,
@@ -296,6 +297,21 @@ def _lt_index_add(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     ops = [values(draw, shape, dtype), index_tensor(draw, (n,), shape[dim]),
            values(draw, src, dtype)]
     return OpSample(ops, {"dim": dim, "alpha": alpha})
+
+
+@register_inputs(I.IndexCopyOp)
+def _lt_index_copy(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """A float or integer input of rank 1 to 3, a dim in either sign, an int64 index of 1
+    to 4 distinct positions (eager leaves repeats undefined) and a source of the input's
+    dtype."""
+    dtype = spec.dtype(draw, NUMERIC_KIND)
+    shape = spec.shape(draw, min_rank=1, min_side=1)
+    dim = draw(st.integers(-len(shape), len(shape) - 1))
+    index = distinct_positions(draw, shape[dim])
+    src = list(shape)
+    src[dim] = index.shape[0]
+    return OpSample([values(draw, shape, dtype), index, values(draw, src, dtype)],
+                    {"dim": dim})
 
 
 # --------------------------------------------------------------------------- ltorch: shape ops

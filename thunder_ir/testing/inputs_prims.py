@@ -23,6 +23,7 @@ from thunder_ir.testing.inputs import (
     accepted_dtypes,
     binary_pair,
     dim_subset,
+    distinct_positions,
     domain_tensor,
     draw_p_number,
     index_tensor,
@@ -319,6 +320,21 @@ def _p_index_add(draw: st.DrawFn, spec: InputSpec) -> OpSample:
     ops = [values(draw, shape, dtype), index_tensor(draw, (n,), shape[dim]),
            values(draw, src, dtype)]
     return OpSample(ops, {"dim": dim})
+
+
+@register_inputs(P.IndexCopyOp)
+def _p_index_copy(draw: st.DrawFn, spec: InputSpec) -> OpSample:
+    """``index_add``'s inputs with distinct positions (eager leaves repeats undefined)."""
+    op = spec.op
+    dtype = spec.dtype(draw, accepted_dtypes(
+        op, lambda d: op.infer(shaped((1,), d), shaped((1,), torch.int64), shaped((1,), d), dim=0)))
+    shape = spec.shape(draw, min_rank=1, min_side=smallest_side(spec))
+    dim = draw(st.integers(0, len(shape) - 1))
+    index = distinct_positions(draw, shape[dim])
+    src = list(shape)
+    src[dim] = index.shape[0]
+    return OpSample([values(draw, shape, dtype), index, values(draw, src, dtype)],
+                    {"dim": dim})
 
 
 @register_inputs(P.ScatterAddOp)
