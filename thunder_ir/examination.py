@@ -176,8 +176,9 @@ class Examination:
                 lines.append(f"  {p.kind} at {p.where}{tail}: {_after_where(p.message)}")
         if self.read_at:
             lines.append("Python state read (a change compiles again):")
-            lines += [f"  {c} (read at {self.read_at[_subject(c)]})" for c in self.guarded
-                      if _subject(c) in self.read_at]
+            read = [f"  {c} (read at {self.read_at[_subject(c)]})" for c in self.guarded
+                    if _subject(c) in self.read_at]
+            lines += read[:16] + ([f"  and {len(read) - 16} more"] if len(read) > 16 else [])
         rest = [c for c in self.guarded if _subject(c) not in self.read_at]
         if rest:
             lines.append("also guarded: " + "; ".join(rest[:8])

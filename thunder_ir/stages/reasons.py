@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+import types
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -335,9 +336,10 @@ def _shown(v: Any) -> str:
 def read_site(owner: Any, subject: str, bare: bool = False) -> str | None:
     """The user's ``file:line`` that reads ``subject`` (``self.cfg.scale``, a path from
     the jitted module ``owner``; with ``bare``, a global or closure name read by the
-    jitted function or module's ``forward``): the first line of the owning class's source
-    (or the function's) that names it, the longest path first. None where no line does
-    (the source is not available, or the read is elsewhere)."""
+    jitted function or module's ``forward``): the first line of the owning class's methods
+    (``forward`` first, ``__init__`` not; or of the function) that reads it by its path
+    (``self.cfg.scale``), or a config field by its name (``cfg.scale``, through a local).
+    None where no line does (the source is not available, or the read is elsewhere)."""
     if owner is None:
         return None
     parts = _INDEX.sub("", subject).split(".")
@@ -351,12 +353,14 @@ def read_site(owner: Any, subject: str, bare: bool = False) -> str | None:
     while i < len(parts) - 1 and (sub := m._modules.get(parts[i])) is not None:
         m = sub
         i += 1
-    rest = parts[i:]
-    needles = [f"self.{'.'.join(rest[:k])}" for k in range(len(rest), 0, -1)]
+    rest = parts[i:]  # (a field of a config object: its own name, read through a local)
+    needles = [f"self.{'.'.join(rest)}", *([f".{rest[-1]}"] if len(rest) > 1 else [])]
     classes = [c for c in type(m).__mro__ if not c.__module__.startswith("torch")
                and c is not object]
-    return _first_line([*(c.__dict__["forward"] for c in classes if "forward" in c.__dict__),
-                        *classes], needles)
+    methods = [f for c in classes for name, f in vars(c).items()  # (not __init__'s)
+               if isinstance(f, types.FunctionType) and name != "__init__"]
+    methods.sort(key=lambda f: f.__name__ != "forward")
+    return _first_line(methods, needles)
 
 
 _INDEX = re.compile(r"\[[^\]]*\]")
@@ -366,7 +370,8 @@ def _first_line(owners: Sequence[Any], needles: Sequence[str]) -> str | None:
     import inspect
 
     for needle in needles:
-        word = re.compile(r"(?<![\w.])" + re.escape(needle)
+        left = r"(?<=\w)" if needle[0] == "." else r"(?<![\w.])"
+        word = re.compile(left + re.escape(needle)
                           + r"(?![\w])(?!\s*=[^=])")  # (a read, not a write)
         for o in owners:
             try:
