@@ -405,3 +405,23 @@ def test_reasons_name_the_shape_guard_a_new_size_fails() -> None:
     assert reasons[1].startswith("argument 'x' dim 1: 32 -> 64")
     assert "the symbolic program's guard Ne(s1, 64) fails" in reasons[1]
     assert _at("size-branch") in reasons[1]
+
+
+def test_reasons_for_a_closure_variable_and_examine_of_a_function() -> None:
+    scale = 2.0
+
+    def f(x: torch.Tensor, *, bias: float = 0.0) -> torch.Tensor:
+        return torch.special.bessel_j0(x) * scale + bias  # closure-read
+
+    jf = thunder_ir.jit(f)
+    x = torch.randn(3)
+    report = thunder_ir.examine(jf, x, bias=1.0)
+    assert report.fallbacks[0].lines == [_at("closure-read")]
+    assert "closure scale == 2.0" in report.guarded
+    assert report.read_at["closure scale"] == _at("closure-read")
+    assert thunder_ir.cache_misses(jf) == 0
+    torch.testing.assert_close(jf(x, bias=1.0), f(x, bias=1.0))
+    scale = 3.0
+    torch.testing.assert_close(jf(x, bias=1.0), f(x, bias=1.0))
+    assert thunder_ir.compile_reasons(jf) == [
+        f"closure variable scale changed 2.0 -> 3.0 (read at {_at('closure-read')})"]
