@@ -128,6 +128,7 @@ class Compiled:
         mutated: inputs the graph writes.
         checks: a symbolic region's decisions on sizes beyond its program's guards
             (`symbolic_regions.guarded`).
+        cache_hit: Inductor found the graph in its FX graph cache (`fx_cache_hits`).
     """
 
     path: str
@@ -137,6 +138,17 @@ class Compiled:
     realign: list[int]
     mutated: list[int]
     checks: tuple[str, ...] = ()
+    cache_hit: bool = False
+
+
+def fx_cache_hits() -> int:
+    """How many graphs Inductor has found in its FX graph cache in this process (its
+    ``fxgraph_cache_hit`` counter; 0 before Inductor is loaded)."""
+    if "torch._dynamo.utils" not in sys.modules:
+        return 0
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"])
 
 
 def compile_request(req: Request) -> Compiled:
@@ -158,6 +170,7 @@ def compile_request(req: Request) -> Compiled:
     else:
         mode, fake = fake_from_metadata(list(req.inputs))
         new_guards = tuple
+    hits = fx_cache_hits()
     graph = compile_graph(_function(req), mode, fake, req.single, req.options)
     with open(req.path, "w") as f:
         f.write(graph.source_code)
@@ -168,7 +181,7 @@ def compile_request(req: Request) -> Compiled:
     return Compiled(req.path, graph.cache_key, list(graph.cache_linemap or []),
                     {**(graph.constants or {}),
                      **getattr(graph, "opaque_value_type_classes", {})},
-                    realign, mutated, new_guards())
+                    realign, mutated, new_guards(), fx_cache_hits() > hits)
 
 
 def _die_with_parent(parent: int | None) -> None:
@@ -215,6 +228,10 @@ def main() -> None:
         os.nice(NICENESS)
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything a compile prints must not corrupt the replies
+    with contextlib.suppress(Exception):  # what every compile imports, before the first
+        # request: a helper started ahead (`tier_up_memory.prestart`) is ready sooner
+        importlib.import_module("torch._inductor.compile_fx")
+        importlib.import_module("thunder_ir.lowering.inductor_executor")
     serve(sys.stdin.buffer, out)
 
 
@@ -225,4 +242,4 @@ if __name__ == "__main__":  # run the module's own copy: requests pickle its cla
 
 
 __all__ = ["CACHE_ENV", "Compiled", "Request", "TensorMeta", "cache_env", "compile_request",
-           "op_class_names", "serve"]
+           "fx_cache_hits", "op_class_names", "serve"]

@@ -25,7 +25,10 @@ to compile keeps the unfused program, with a warning. A program that holds colle
 (`thunder_ir.lowering.tier_up_ranks`); a speculative program keeps its checks between
 the fused regions. A symbolic program (variable lengths) is lowered over its own
 symbols, so one fused program serves every size its shape guard admits
-(`TierUp.lowered`, `thunder_ir.lowering.symbolic_regions`). Not tiered up: a
+(`TierUp.lowered`, `thunder_ir.lowering.symbolic_regions`). A program that tiered up in
+an earlier process (the same script run again) is hot after `HOT_CALLS` calls, and its
+kernels load from Inductor's on-disk cache (`thunder_ir.lowering.tier_up_memory`). Not
+tiered up: a
 speculative program that holds collectives, tensors off the CPU, programs under
 `MIN_OPS` ops, and calls made while ``torch.use_deterministic_algorithms``
 is on (the swap's call depends on the compile's timing, and Inductor's kernels round
@@ -49,6 +52,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
+from thunder_ir.lowering.tier_up_memory import prestart, remember, was_hot
 from thunder_ir.lowering.tiered import LOG, BackgroundCompiler, stop_idle_helper
 from thunder_ir.passes.context import compiling
 from thunder_ir.runtime.cache import Entry
@@ -183,6 +187,9 @@ class Watch:
         self.calls = 0
         self.spent = 0.0
         self.hot_s = hot_seconds()
+        if os.environ.get(AFTER_ENV) is None and was_hot(entry):  # (an earlier process's)
+            self.hot_s = 0.0
+            prestart()
         self.program: Entry | None = None
         self.failed = 0  # the background's failures when the fused program was made
         self.waited = 0  # calls since the fused program's first
@@ -251,6 +258,8 @@ class Watch:
             self._keep(f"{failed} of its kernels failed to compile")
         else:
             program, entry = self.program, self.entry
+            if os.environ.get(AFTER_ENV) is None:  # hot by the default threshold: a
+                remember(entry)  # later process's program of this trace is hot at once
             fn = program.fn
             entry.traces, entry.backward_traces = program.traces, program.backward_traces
             entry.fn = program.fn
@@ -292,7 +301,7 @@ def status_of(callables: list[Any], wait: float | None) -> dict[str, Any]:
         for b in backgrounds:
             b.wait(wait)
     out: dict[str, Any] = {"pending": 0, "compiled": 0, "failed": 0, "seconds": 0.0,
-                           "unfused": 0, "timings": []}
+                           "unfused": 0, "cache_hits": 0, "timings": []}
     for b in backgrounds:
         for k in out:
             out[k] += getattr(b.status, k)

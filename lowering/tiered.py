@@ -68,7 +68,7 @@ from typing import Any
 
 import torch
 
-from thunder_ir.lowering.compile_helper import Compiled, Request
+from thunder_ir.lowering.compile_helper import Compiled, Request, fx_cache_hits
 
 LOG = logging.getLogger("thunder_ir.tiered")
 
@@ -96,6 +96,8 @@ class Status:
         unfused: compiled kernels that lost to their region's unfused function when both
             were timed on the region's real inputs (`measured`): that region stays unfused.
         timings: ``(kernel, fused_ms, unfused_ms)`` of each region timed so far.
+        cache_hits: kernels Inductor found in its FX graph cache (an earlier process, or
+            an earlier compile of the same graph, compiled it: no code generation).
     """
 
     pending: int = 0
@@ -104,6 +106,7 @@ class Status:
     seconds: float = 0.0
     unfused: int = 0
     timings: list[tuple[str, float, float]] = field(default_factory=list)
+    cache_hits: int = 0
 
     @property
     def ready(self) -> bool:
@@ -423,9 +426,18 @@ class BackgroundCompiler:
                 LOG.warning("tiered: %s; compiling on a thread instead", e)
             else:
                 with TRACING:  # (the output code stays, for tracebacks, until exit)
-                    return job.load(compiled)
+                    kernel = job.load(compiled)
+                if compiled.cache_hit:
+                    with self._lock:
+                        self.status.cache_hits += 1
+                return kernel
         with TRACING:
-            return job.compile()
+            hits = fx_cache_hits()
+            kernel = job.compile()
+            if fx_cache_hits() > hits:
+                with self._lock:
+                    self.status.cache_hits += 1
+            return kernel
 
     def take_warnings(self) -> list[str]:
         """The failures not reported yet (the caller warns on its own thread)."""

@@ -398,7 +398,8 @@ def compile_status(f: Any, wait: float | None = 0.0) -> dict[str, Any]:
     """A jitted callable's background compiles (``jit(fn, tiered=...)``): kernels
     ``pending``, ``compiled`` and ``failed``, compile ``seconds``, ``ready`` (none
     pending), the compiled kernels kept ``unfused`` because their region ran faster
-    without them, ``timings``: ``(kernel, fused_ms, unfused_ms)`` per region timed;
+    without them, ``timings``: ``(kernel, fused_ms, unfused_ms)`` per region timed,
+    ``cache_hits``: the kernels Inductor loaded from its FX graph cache;
     under ``tiered="auto"``, ``swapped``: the hot programs whose fused version replaced
     them, and ``kept``: why others kept their unfused version; ``static``: why a call
     structure compiles a program per size instead of one symbolic program for every size
