@@ -18,6 +18,7 @@ its key in the IR.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,14 @@ class Slot:
     index: int
 
 
+@dataclass(frozen=True)
+class ModuleRef:
+    """Where a ``ctx`` template holds a module (the user's): weakly, so that a program's
+    registered state does not keep the model alive."""
+
+    ref: weakref.ref[Any]
+
+
 @dataclass
 class CustomBackward:
     """One traced ``Function.apply`` whose backward runs at run time.
@@ -48,7 +57,8 @@ class CustomBackward:
         inputs: per argument of ``apply``, whether it is a tensor.
         needs: eager's ``ctx.needs_input_grad``.
         saved: what ``ctx.saved_tensors`` holds (`Slot`s for the tensors).
-        attrs: the other attributes the forward set on ``ctx`` (`Slot`s for tensors).
+        attrs: the other attributes the forward set on ``ctx`` (`Slot`s for tensors,
+            `ModuleRef`s for modules).
     """
 
     cls: Any
@@ -86,6 +96,11 @@ def _fill(template: Any, tensors: Sequence[torch.Tensor]) -> Any:
     """``template`` with each `Slot` replaced by its tensor (tuples, lists, dicts)."""
     if isinstance(template, Slot):
         return tensors[template.index]
+    if isinstance(template, ModuleRef):
+        module = template.ref()
+        if module is None:
+            raise RuntimeError("a custom backward's ctx holds a module that no longer exists")
+        return module
     t = type(template)
     if t is tuple or t is list:
         return t(_fill(v, tensors) for v in template)
@@ -152,4 +167,4 @@ def run_custom_backward(*tensors: torch.Tensor, key: int) -> list[torch.Tensor]:
     return out
 
 
-__all__ = ["BackwardCtx", "CustomBackward", "Slot", "keep", "run_custom_backward"]
+__all__ = ["BackwardCtx", "CustomBackward", "ModuleRef", "Slot", "keep", "run_custom_backward"]

@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import copy
+import gc
 import sys
+import weakref
 from typing import Any
 
 import pytest
@@ -99,6 +101,18 @@ def test_custom_backward_calling_backward_runs_as_eager(how: str) -> None:
     if how == "grad":
         assert mine.lin.weight.grad is None and model.lin.weight.grad is None
     assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_a_custom_backwards_state_does_not_keep_the_model_alive() -> None:
+    """The state a program's run-time backward keeps (the user's modules its ``ctx``
+    holds) does not keep the model alive once the jitted module is dropped."""
+    m = _Model("backward")
+    jm = thunder_ir.jit(m)
+    jm(torch.randn(3, 4, requires_grad=True)).backward()
+    ref = weakref.ref(m.lin)
+    del m, jm
+    gc.collect()
+    assert ref() is None
 
 
 def test_custom_backward_ctx_holding_a_tensor_in_an_object_is_refused() -> None:

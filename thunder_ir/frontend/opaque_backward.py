@@ -42,7 +42,7 @@ from thunder_ir.frontend.errors import ThunderTraceError, TraceAgain, UseFallbac
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.table import register_handlers
 from thunder_ir.frontend.takeover import take_over
-from thunder_ir.runtime.custom_backward import CustomBackward, Slot, keep
+from thunder_ir.runtime.custom_backward import CustomBackward, ModuleRef, Slot, keep
 
 if TYPE_CHECKING:
     from thunder_ir.frontend.context import TraceContext
@@ -127,7 +127,7 @@ def _template(ctx: TraceContext, v: Any, held: list[SSAValue]) -> Any:
         held.append(ctx.value_of(v))
         return Slot(len(held) - 1)
     if isinstance(v, torch.nn.Module):
-        return ctx.reads.originals.get(id(v), v)
+        return ModuleRef(weakref.ref(ctx.reads.originals.get(id(v), v)))
     t = type(v)
     if t is tuple or t is list:
         return t(_template(ctx, x, held) for x in v)
