@@ -59,6 +59,7 @@ class CustomBackward:
         saved: what ``ctx.saved_tensors`` holds (`Slot`s for the tensors).
         attrs: the other attributes the forward set on ``ctx`` (`Slot`s for tensors,
             `ModuleRef`s for modules).
+        metas: the dtype and device of each input that needs a gradient.
     """
 
     cls: Any
@@ -68,6 +69,7 @@ class CustomBackward:
     needs: tuple[bool, ...]
     saved: tuple[Any, ...]
     attrs: dict[str, Any]
+    metas: tuple[tuple[torch.dtype, torch.device], ...]
 
 
 def keep(state: CustomBackward) -> int:
@@ -111,38 +113,40 @@ def _fill(template: Any, tensors: Sequence[torch.Tensor]) -> Any:
     return template
 
 
-def _conform(name: str, i: int, g: Any, primal: torch.Tensor) -> torch.Tensor:
-    """A gradient as autograd's engine takes it for an input like ``primal``: summed to
-    its shape where it broadcasts to it, cast to its dtype; eager's error otherwise."""
+def _conform(name: str, i: int, g: Any, shape: torch.Size, dtype: torch.dtype
+             ) -> torch.Tensor:
+    """A gradient as autograd's engine takes it for an input of ``shape`` and ``dtype``:
+    summed to the shape where it broadcasts to it, cast to the dtype; eager's error
+    otherwise."""
     if not isinstance(g, torch.Tensor):
         raise TypeError(f"function {name}Backward returned {type(g).__name__} as the "
                         f"gradient at position {i + 1}; expected a tensor or None")
-    if g.shape != primal.shape:
+    if g.shape != shape:
         try:
-            ok = torch.broadcast_shapes(primal.shape, g.shape) == g.shape
+            ok = torch.broadcast_shapes(shape, g.shape) == g.shape
         except RuntimeError:
             ok = False
         if not ok:
             raise RuntimeError(f"Function {name}Backward returned an invalid gradient at "
                                f"index {i} - got {list(g.shape)} but expected shape "
-                               f"compatible with {list(primal.shape)}")
-        g = g.sum_to_size(primal.shape)
-    if g.dtype != primal.dtype:
-        g = g.to(primal.dtype)
+                               f"compatible with {list(shape)}")
+        g = g.sum_to_size(shape)
+    if g.dtype != dtype:
+        g = g.to(dtype)
     return g
 
 
-def run_custom_backward(*tensors: torch.Tensor, key: int) -> list[torch.Tensor]:
+def run_custom_backward(*tensors: torch.Tensor, key: int, shapes: Sequence[Sequence[int]]
+                        ) -> list[torch.Tensor]:
     """The user's ``backward`` of call site ``key``: ``tensors`` are the cotangents of
-    its tensor outputs, then the inputs that need gradients, then the tensors its ``ctx``
-    holds (`Slot` order). Returns the gradients of the inputs that need them (zeros where
-    ``backward`` returns ``None``, as the traced path gives)."""
+    its tensor outputs, then the tensors its ``ctx`` holds (`Slot` order); ``shapes``:
+    this call's shapes of the inputs that need gradients (the inputs themselves are not
+    kept for it). Returns their gradients (zeros where ``backward`` returns ``None``,
+    as the traced path gives)."""
     st = _STATE[key]
     n_out = sum(st.outputs)
-    n_in = sum(st.needs)
     cts = iter(tensors[:n_out])
-    primals = tensors[n_out:n_out + n_in]
-    held = tensors[n_out + n_in:]
+    held = tensors[n_out:]
     ctx = BackwardCtx(st.needs, _fill(st.saved, held))
     for k, v in st.attrs.items():
         setattr(ctx, k, _fill(v, held))
@@ -153,7 +157,7 @@ def run_custom_backward(*tensors: torch.Tensor, key: int) -> list[torch.Tensor]:
         raise RuntimeError(f"function {st.name}Backward returned an incorrect number of "
                            f"gradients (expected {n}, got {len(grads)})")
     out: list[torch.Tensor] = []
-    p = iter(primals)
+    metas = iter(zip(shapes, st.metas, strict=True))
     for i, (is_tensor, need) in enumerate(zip(st.inputs, st.needs, strict=True)):
         g = grads[i]
         if not is_tensor and g is not None:
@@ -162,8 +166,10 @@ def run_custom_backward(*tensors: torch.Tensor, key: int) -> list[torch.Tensor]:
                                "forward input was not a Variable")
         if not need:
             continue
-        primal = next(p)
-        out.append(torch.zeros_like(primal) if g is None else _conform(st.name, i, g, primal))
+        sizes, (dtype, device) = next(metas)
+        shape = torch.Size(sizes)
+        out.append(torch.zeros(shape, dtype=dtype, device=device) if g is None
+                   else _conform(st.name, i, g, shape, dtype))
     return out
 
 

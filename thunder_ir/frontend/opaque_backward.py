@@ -168,13 +168,15 @@ def region(ctx: TraceContext, cls: Any, fctx: Any, args: Sequence[Any],
     primals = [a._value for a in primal_args]
     tensor_needs = [n for a, n in zip(args, needs, strict=True) if is_proxy(a)]
     mask = [j for j, n in enumerate(tensor_needs) if n]
-    needed = [primals[j] for j in mask]
+    needed = [primal_args[j] for j in mask]
     state = CustomBackward(cls, cls.__name__, tuple(is_proxy(o) for o in outs),
-                           tuple(is_proxy(a) for a in args), tuple(needs), saved, attrs)
-    operands = [*ct_values, *needed, *held]
+                           tuple(is_proxy(a) for a in args), tuple(needs), saved, attrs,
+                           tuple((a.dtype, a.device) for a in needed))
+    operands = [*ct_values, *held]  # (the inputs' shapes only: the inputs are not kept)
     call = make_call(runtime_callee("run_custom_backward"), operands,
-                     [OperandRef(i) for i in range(len(operands))], {"key": keep(state)},
-                     result_types=[v.type for v in needed], layout=True)
+                     [OperandRef(i) for i in range(len(operands))],
+                     {"key": keep(state), "shapes": [tuple(a.shape) for a in needed]},
+                     result_types=[a._value.type for a in needed], layout=True)
     body.add_op(call)
     return body, primals, mask, list(call.results)
 
