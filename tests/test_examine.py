@@ -402,7 +402,8 @@ def test_reasons_name_the_shape_guard_a_new_size_fails() -> None:
         torch.testing.assert_close(jf(x), _branch_on_size(x))
     reasons = thunder_ir.compile_reasons(jf)
     assert reasons[0] == "argument 'x' dim 1: 16 -> 32 (now symbolic)"
-    assert reasons[1].startswith("argument 'x' dim 1: 32 -> 64")
+    assert reasons[1].startswith(
+        "argument 'x' dim 1: 32 -> 64 (symbolic, but fixed by its guard Eq(s1, 64))")
     assert "the symbolic program's guard Ne(s1, 64) fails" in reasons[1]
     assert _at("size-branch") in reasons[1]
 

@@ -137,7 +137,7 @@ class Reasons:
         if not pending:
             self.pending = []
         dynamic = entry.dynamic if getattr(entry, "shape_guard", None) is not None else None
-        parts = [text + (" (now symbolic)" if dynamic and leaf is not None and (
+        parts = [text + (_symbolic(entry, leaf, dim) if dynamic and leaf is not None and (
             dim is None or dim in dynamic.get(leaf, ()) or -1 in dynamic.get(leaf, ()))
             and leaf in dynamic else "") for text, leaf, dim in self.pending]
         parts += also
@@ -170,6 +170,24 @@ class Reasons:
             site = read_site(self._owner, text[len(prefix):].split(" ", 1)[0], bool(prefix))
             out.append(text if site is None else f"{text} (read at {site})")
         return out
+
+
+def _symbolic(entry: Any, leaf: int, dim: int | None) -> str:
+    """How a reason names a size the program ``entry`` compiled for it keeps symbolic:
+    ``(now symbolic)``, or, where one of its guards fixes that size to one value (a pin:
+    ``Eq(s1, 64)``), that guard."""
+    try:
+        g = entry.shape_guard
+        names = {n for n, src in g.sources.items()
+                 if src.leaf == leaf and src.dim == dim and not src.steps}
+        for expr, _ in g.sites:
+            free = getattr(expr, "free_symbols", ())
+            if (type(expr).__name__ == "Equality" and len(free) == 1
+                    and str(next(iter(free))) in names):
+                return f" (symbolic, but fixed by its guard {expr})"
+    except Exception:  # (a reason is never worth a failed call)
+        pass
+    return " (now symbolic)"
 
 
 def _failing(entries: Sequence[Any], leaves: Sequence[Any]) -> list[tuple[str, str]]:
