@@ -290,3 +290,37 @@ def test_torch_seed_returned_or_stored_is_each_calls_number() -> None:
         torch.manual_seed(m.s)
         assert torch.equal(y, torch.rand(3))
     assert thunder_ir.cache_misses(jf) == 1 and thunder_ir.cache_misses(jm) == 1
+
+
+def test_custom_backward_at_run_time_conforms_gradients_as_eager() -> None:
+    """A run-time backward's gradient of another shape that the input broadcasts to is
+    summed to it, and one of another dtype cast, as eager's engine does; over lengths
+    (the shapes the call takes are each call's)."""
+
+    class Widen(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            ctx.save_for_backward(x)
+            return x * w
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
+            (x,) = ctx.saved_tensors
+            with torch.enable_grad():
+                t = x.detach().requires_grad_(True)
+                (t * 2).sum().backward()
+            return (g * x * t.grad / 2).float(), None  # [n, 4] float32 for w: [4] float64
+
+    def f(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return Widen.apply(w, x).sum()
+
+    jf = thunder_ir.jit(f)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 4, dtype=torch.float64)
+        w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+        wj = w.detach().clone().requires_grad_(True)
+        f(w, x).backward()
+        jf(wj, x).backward()
+        assert wj.grad is not None and wj.grad.dtype == torch.float64
+        torch.testing.assert_close(wj.grad, w.grad)
+    assert thunder_ir.cache_misses(jf) <= 2
