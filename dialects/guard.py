@@ -279,7 +279,10 @@ class AttrMetaOp(GuardOp):
         if self.buffer is not None:
             return f"{base}._buffers[{name!r}]"
         read = f"{base}.{name}" if name.isidentifier() else f"{base}.__dict__[{name!r}]"
-        return read if self.item is None else f"{read}[{self.item.data}]"
+        if self.item is None:
+            return read
+        item = self.item.data  # (``.h``: a field of the plain object the attribute holds)
+        return f"{read}{item}" if item.startswith(".") else f"{read}[{item}]"
 
     def python(self, operands: Sequence[str]) -> list[str]:
         return [m.format(self._read()) for m in _meta(self)]

@@ -134,6 +134,7 @@ class Ranks:
             for w in self.watches:  # (the others at their next call: lowered then)
                 if w.program is not None:
                     w.swap()
+            self.watches = [w for w in self.watches if w.entry.fn is w]
             stop_idle_helper()
 
     def end(self) -> None:
@@ -156,6 +157,7 @@ class Ranks:
         self.mode = KEPT
         for w in self.watches:
             w.keep(why)
+        self.watches = []
 
 
 _RANKS: weakref.WeakKeyDictionary[Any, dict[str, Ranks]] = weakref.WeakKeyDictionary()
@@ -186,7 +188,8 @@ class AgreedWatch:
         self.hot_s = hot_seconds()
         self.program: Entry | None = None
         self.failed = False  # its lowering failed
-        ranks.watches.append(self)
+        if ranks.mode not in (FUSED, KEPT):  # (later ones swap or keep at their first call)
+            ranks.watches.append(self)
 
     def __call__(self, *args: Any) -> Any:
         ranks = self.ranks

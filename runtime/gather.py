@@ -28,6 +28,7 @@ from thunder_ir.runtime.origins import (
     ArgLeaf,
     ArgPath,
     Captured,
+    Field,
     ModuleAttr,
     ModuleTensor,
     Origin,
@@ -43,10 +44,11 @@ LEAVES = "L"
 def tensor_steps(kind: ModuleTensor) -> tuple[tuple[str, str], ...]:
     """Where a `ModuleTensor` lies in its module: ``_buffers[name]`` for a buffer (not
     through ``nn.Module.__getattr__``), the attribute ``name`` otherwise, then the entry
-    of the dict or list it holds (``item``)."""
+    of the dict or list it holds, or the field of the plain object it holds (``item``)."""
     if kind.buffer:
         return (("attr", "_buffers"), ("item", kind.name))
-    return (("attr", kind.name), *(("item", k) for k in kind.item))
+    return (("attr", kind.name), *(("attr", k.name) if type(k) is Field else ("item", k)
+                                   for k in kind.item))
 
 
 def gather_function(origins: Sequence[Origin], state: Mapping[str, torch.Tensor]

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from thunder_ir.runtime.origins import Field
+
 # ---- dict versions
 
 
@@ -166,8 +168,9 @@ class _Walk:
                  containers: Mapping[int, frozenset[Any]] | None = None) -> None:
         self.keep, self.watched, self.lists = keep, watched, lists
         self.containers = containers or {}
-        """Id of a dict or list -> the keys of its entries that ``forward`` rebinds to
-        tensors (`thunder_ir.runtime.rebound`): fingerprinted by type (`rebound_key`)."""
+        """Id of a dict, list or plain object -> the keys (`Field` s of an object) of its
+        entries that ``forward`` rebinds to tensors (`thunder_ir.runtime.rebound`):
+        fingerprinted by type (`rebound_key`)."""
         self.seen: set[int] = set()
         self.budget = MAX_FIELDS
         self.stopped: list[str] = []
@@ -246,7 +249,10 @@ def _value(walk: _Walk, v: Any, path: str, depth: int) -> Hashable:
                                       r if k in rebound and (r := rebound_key(x)) is not None
                                       else _value(walk, x, f"{path}[{k!r}]", depth + 1))
                                      for k, x in v.items()))
-    return (t, id(v), _fields(walk, v.__dict__, frozenset(), frozenset(), path, depth + 1))
+    # (a plain object's fields that ``forward`` rebinds to tensors: `Field` entries)
+    fields = frozenset(k.name for k in rebound if type(k) is Field) if rebound else frozenset()
+    return (t, id(v), _fields(walk, v.__dict__, frozenset(), frozenset(), path, depth + 1,
+                              fields))
 
 
 class StateGuard:

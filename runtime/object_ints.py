@@ -21,8 +21,10 @@ and then:
   by the epilogue from this call's values (`thunder_ir.runtime.pystate` ``("sym", ...)``
   templates), as eager computes it.
 
-Fields are followed through plain objects, lists and dicts (the containers tracing shadows),
-not tuples (a tuple's items cannot be replaced in a shadow), and never ``bool``s.
+Fields are followed through plain objects, lists, dicts and tuples (the containers tracing
+shadows: a tuple's shadow is a new tuple of its items' shadows,
+`thunder_ir.frontend.pystate.Recorder`), never through ``bool``s or named tuples (keyed by
+identity).
 """
 
 from __future__ import annotations
@@ -52,9 +54,9 @@ def _fields(key: Any) -> list[tuple[Step, Any]] | None:
             and type(key[1]) is tuple):
         return None
     t, items = key
-    if t is list:
+    if t is list or t is tuple:
         return [(("item", i), v) for i, v in enumerate(items)]
-    if t is tuple or t in (int, float, bool, str, bytes, complex):
+    if t in (int, float, bool, str, bytes, complex):
         return None
     if not all(type(p) is tuple and len(p) == 2 for p in items):
         return None
@@ -73,7 +75,7 @@ def changed_ints(old: Any, new: Any, at: Path = ()) -> list[Path]:
     a, b = _fields(old), _fields(new)
     if a is None or b is None or old[0] is not new[0]:
         return []
-    theirs = dict(b) if old[0] is not list else dict(b[:len(a)])
+    theirs = dict(b) if old[0] is not list and old[0] is not tuple else dict(b[:len(a)])
     out: list[Path] = []
     for step, v in a:
         w = theirs.get(step)
@@ -101,13 +103,13 @@ def _blank_at(key: Any, path: Path, every: bool) -> Any:
     if fields is None:
         return key
     step, rest = path[0], path[1:]
-    if key[0] is list:
+    if key[0] is list or key[0] is tuple:
         i = step[1]
         if step[0] != "item" or type(i) is not int or not 0 <= i < len(key[1]):
             return key
         items = list(key[1])
         items[i] = _blank_at(items[i], rest, every)
-        return (list, tuple(items))
+        return (key[0], tuple(items))
     kind = "item" if key[0] is dict else "attr"
     return (key[0], tuple((k, _blank_at(v, rest, every))
                           if (type(k) is str or type(k) is int) and (kind, k) == step

@@ -68,6 +68,17 @@ class ModuleAttr:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class Field:
+    """Attribute ``name`` of a plain object a module attribute holds, as the entry of a
+    `ModuleTensor` (``self.state.h``); shown as ``.name``, the text that reads it."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f".{self.name}"
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class ModuleTensor:
     """A tensor that ``forward`` rebinds on every call (``self.avg = self.avg * 0.9 + ...``,
@@ -80,13 +91,17 @@ class ModuleTensor:
     buffer: bool
     item: tuple[Any, ...] = ()
     """An entry of the dict or list the attribute holds (``self.cache["k"]``,
-    ``self.states[0]``): ``(key,)``; ``()`` for the attribute itself."""
+    ``self.states[0]``): ``(key,)``, or a field of the plain object it holds
+    (``self.state.h``): ``(Field("h"),)``; ``()`` for the attribute itself."""
 
     def read(self) -> Any:
         """The tensor the module holds there now."""
         d = self.module.__dict__
         v = d["_buffers"][self.name] if self.buffer else d[self.name]
-        return v[self.item[0]] if self.item else v
+        if not self.item:
+            return v
+        k = self.item[0]
+        return v.__dict__[k.name] if type(k) is Field else v[k]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,5 +112,6 @@ class Cotangent:
 Origin = ArgLeaf | ArgPath | StateEntry | Captured | ModuleAttr | ModuleTensor | Cotangent
 """Where a program argument comes from."""
 
-__all__ = ["ArgLeaf", "ArgPath", "Captured", "Cotangent", "ModuleAttr", "ModuleTensor", "Origin",
+__all__ = ["ArgLeaf", "ArgPath", "Captured", "Cotangent", "Field", "ModuleAttr", "ModuleTensor",
+           "Origin",
            "StateEntry"]

@@ -53,6 +53,14 @@ keyed by metadata (``m1.cache['k']`` in the prologue), written back by the epilo
 every call, a rebound one as any tensor of its type (`thunder_ir.runtime.guards`); a
 dict's write is recognised (`rebinds`) and keeps the guard's token as is: a cached call
 does not re-read the module tree.
+
+So are the tensor fields of a plain (non-Module) object a module attribute holds that
+``forward`` rebinds (``self.mem.h = ...``): the entry is ``(Field("h"),)``
+(`thunder_ir.runtime.origins.Field`), read as ``m1.mem.h``, the object's shadow holds the
+input there, the guard fingerprints that field of the object by type (`by_container`, by
+the object's id) and the epilogue's ``setattr`` on the object keeps its token. An object
+the user puts on the module in place of the old one is learnt by the compile that first
+meets it (`new_container`), which traces again at once: one compile more.
 """
 
 from __future__ import annotations
@@ -64,8 +72,8 @@ from typing import Any, Protocol
 import torch
 
 from thunder_ir.runtime.dynamic import Dynamic, changed, merge
-from thunder_ir.runtime.origins import ModuleTensor
-from thunder_ir.runtime.pystate import Action
+from thunder_ir.runtime.origins import Field, ModuleTensor
+from thunder_ir.runtime.pystate import Action, plain_object
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +88,8 @@ class ReboundTensor:
     origin: ModuleTensor
     item: tuple[Any, ...] = ()
     """``(key,)``: an entry of the dict or list attribute ``name`` holds
-    (``self.cache["k"] = ...``, ``self.states[i] = ...``); ``()``: the attribute."""
+    (``self.cache["k"] = ...``, ``self.states[i] = ...``), or ``(Field(f),)``: field
+    ``f`` of the plain object it holds (``self.state.h = ...``); ``()``: the attribute."""
 
     def value(self) -> torch.Tensor | None:
         """The tensor it holds now (not a parameter), or None."""
@@ -98,7 +107,10 @@ class ReboundTensor:
 
 
 def _entry(container: Any, key: Any) -> Any:
-    """``container[key]`` of a plain dict or list, or None."""
+    """``container[key]`` of a plain dict or list (``container.name`` of a plain object,
+    ``key`` a `Field`), or None."""
+    if type(key) is Field:
+        return vars(container).get(key.name) if plain_object(container) else None
     if type(container) is dict:
         return container.get(key)
     if type(container) is list and type(key) is int and 0 <= key < len(container):
@@ -143,6 +155,9 @@ class ReboundState:
         """Each state's shape at the last miss (or at the compile that found it)."""
         self.grown: dict[tuple[int, str, tuple[Any, ...]], tuple[int, ...]] = {}
         """Each state's dims that changed between misses: symbolic from then on."""
+        self.new_container = False
+        """Whether the last `learn` found a known state in a container it had not seen (a
+        dict, list or plain object the user put on the module in place of the old one)."""
 
     def learn(self, epilogue: Sequence[Action]) -> bool:
         """After a compile: the module tensors its epilogue rebinds become rebound state.
@@ -154,12 +169,13 @@ class ReboundState:
         wanted += [(a, i) for a in epilogue if a.target[0] == "obj" and a.op == "assign"
                    and type(a.value) is tuple and a.value[0] == "list"
                    for i, v in enumerate(a.value[1]) if _rebinding_template(v)]
+        self.new_container = False
         if not wanted:
             return False
         paths = {id(m): p for p, m in self.root.named_modules(prefix="self")}
         owners = {id(m.__dict__.get("_buffers")): m for m in self.root.modules()}
         held = {id(v): (m, k) for m in self.root.modules() for k, v in m.__dict__.items()
-                if type(v) in (dict, list)}  # a module's dict or list attribute
+                if type(v) in (dict, list) or plain_object(v)}  # a module's container
         new = False
         containers = dict(self.by_container)
         for a, key in wanted:
@@ -169,8 +185,13 @@ class ReboundState:
                 module, name, buffer = obj, key, False
             elif a.op == "setitem" and id(obj) in owners and type(key) is str:
                 module, name, buffer = owners[id(obj)], key, True
-            elif id(obj) in held and (type(obj) is list) == (a.op == "assign"):
+            elif id(obj) in held and type(obj) in (dict, list) \
+                    and (type(obj) is list) == (a.op == "assign"):
                 (module, name), buffer, item = held[id(obj)], False, (key,)
+            elif id(obj) in held and a.op == "setattr" and type(key) is str \
+                    and key.isidentifier() and plain_object(obj):
+                (module, name), buffer, item = held[id(obj)], False, (Field(key),)
+                key = item[0]
             else:
                 continue
             if item:  # (a container the attribute holds anew is learnt again)
@@ -180,14 +201,16 @@ class ReboundState:
             if (id(module), name, item) in self._known:
                 continue
             self._known.add((id(module), name, item))
-            label = f"{paths[id(module)]}.{name}" + (f"[{key!r}]" if item else "")
+            label = f"{paths[id(module)]}.{name}" + (
+                "" if not item else repr(key) if type(key) is Field else f"[{key!r}]")
             self.tensors.append(ReboundTensor(module, name, buffer, label,
                                               ModuleTensor(module, name, buffer, item), item))
             if not item:
                 self.by_module[id(module)] = self.by_module.get(id(module), frozenset()) \
                     | {name}
             new = True
-        return new or containers != self.by_container
+        self.new_container = containers != self.by_container
+        return new or self.new_container
 
     def note_shapes(self) -> None:
         """Records the shapes the states hold now (the sizes a later miss compares)."""
@@ -260,8 +283,12 @@ class ReboundState:
         if a.target[0] != "obj" or type(a.value) is not tuple or a.value[0] != "out":
             return False
         obj = a.target[1]
-        if a.op == "setattr":
+        if a.op == "setattr" and isinstance(obj, torch.nn.Module):
             return (id(obj), a.key, ()) in read
+        if a.op == "setattr":  # a field of a plain object a module attribute holds
+            return type(a.key) is str and any(
+                r.item == (Field(a.key),) and (id(r.module), r.name, r.item) in read
+                and r.container() is obj for r in self.tensors)
         if a.op == "setitem":
             return any((r.buffer and r.name == a.key and (id(r.module), r.name, ()) in read
                         and r.module.__dict__.get("_buffers") is obj)

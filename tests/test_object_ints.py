@@ -70,7 +70,10 @@ def test_changed_ints_finds_the_fields_that_changed_and_blank_ints_blanks_them()
     a, b = object_key(_Box(3, 5)), object_key(_Box(4, 5))
     path = (("attr", "layers"), ("item", 0), ("attr", "n"))
     assert changed_ints(a, b) == [path]
-    assert changed_ints(a, object_key(_Box(3, 5, 3))) == []  # not a tuple's items
+    pair = (("attr", "meta"), ("item", "pair"))
+    assert changed_ints(a, object_key(_Box(3, 5, 3))) == [(*pair, ("item", 0)),
+                                                          (*pair, ("item", 1))]
+    assert value_at(blank_ints(a, [(*pair, ("item", 1))]), (*pair, ("item", 1))) is None
     c, d = _Box(3, 5), _Box(3, 5)
     c.meta[(1, 2)], d.meta[(1, 2)] = 4, 5  # a key the generated code would not spell
     assert changed_ints(object_key(c), object_key(d)) == []
@@ -284,6 +287,52 @@ def test_a_long_decode_does_not_evict_the_prefill() -> None:
             torch.testing.assert_close(jf(x, mine), f(x, theirs))
         _same_object(mine, theirs)
     assert _misses(jf) == 2  # the prefill, one decode program for every position
+
+
+class Spans:
+    """Counters and a tensor inside tuples: a ``(start, stop)`` span rebound on every call,
+    a tuple of (tensor, count) pairs in a list, and a fixed tuple."""
+
+    def __init__(self, start: int, w: torch.Tensor) -> None:
+        self.span = (start, start + 3)
+        self.pairs = [(w, 2), (w.detach() * 2, 5)]
+        self.fixed = ("name", 7)
+
+
+def spans(x: torch.Tensor, st: Spans) -> torch.Tensor:
+    a, b = st.span
+    out = x[a:b].sum(0) * st.pairs[0][1] + st.pairs[1][0] * st.fixed[1]
+    st.span = (b, b + st.pairs[1][1] - 2)
+    st.pairs[0] = (st.pairs[0][0], st.pairs[0][1] + 1)
+    return out * st.pairs[0][0]
+
+
+def test_ints_and_tensors_inside_tuples_of_an_argument_object() -> None:
+    """The ``int``s of tuples inside an argument object are symbolic numbers as any other
+    field (a program for the first values, one for every later value), the tensors in
+    them program inputs read through the tuple (a new tensor there is read, not a new
+    program); training through them as eager, and the object after each call eager's."""
+    w = torch.randn(4, requires_grad=True)
+    we = w.detach().clone().requires_grad_()
+    jf = thunder_ir.jit(spans)
+    mine, theirs = Spans(0, w), Spans(0, we)
+    for i in range(6):
+        x = torch.randn(40, 4, generator=torch.Generator().manual_seed(i))
+        a, b = jf(x, mine), spans(x, theirs)
+        torch.testing.assert_close(a, b)
+        a.sum().backward()
+        b.sum().backward()
+        torch.testing.assert_close(w.grad, we.grad)
+        _same_object(mine, theirs)
+        assert type(mine.span[0]) is int and mine.span == theirs.span
+    assert _misses(jf) == 2
+    assert thunder_ir.compile_status(jf)["static"] == []
+    v = torch.randn(4)  # a new tensor in the tuple: read from it, no compile
+    mine.pairs[1], theirs.pairs[1] = (v, 5), (v, 5)
+    x = torch.randn(40, 4)
+    torch.testing.assert_close(jf(x, mine), spans(x, theirs))
+    _same_object(mine, theirs)
+    assert _misses(jf) == 2
 
 
 # ------------------------------------------------------------------ Hugging Face caches

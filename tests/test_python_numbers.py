@@ -122,3 +122,78 @@ def test_decision_on_float_arithmetic_is_speculated() -> None:
         x = torch.tensor(v)
         _same(jf(x), f(x))
     assert thunder_ir.cache_misses(jf) == 2
+
+
+# --------------------------------------------------------------------------- int(), float()
+
+
+class _Stored(torch.nn.Module):
+    """``int()``/``float()`` of values stored on the module at once, then read back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.count: Any = 0
+        self.first: Any = None
+        self.loss: Any = None
+
+    def forward(self, x: torch.Tensor) -> Any:
+        y = self.lin(x)
+        self.count = int((x > 0).sum().item())
+        self.first = int(x.detach().argmax())
+        self.loss = float(y.detach().sum())
+        return y * self.count + self.loss, self.first - self.count
+
+
+def test_int_and_float_stored_on_the_module_are_each_calls_value() -> None:
+    """``self.count = int(n.item())``, ``int(t)``, ``float(t)`` stored at once: the module
+    holds each call's Python number, with no speculation: one program for every value."""
+    inputs = [torch.randn(4, 3) for _ in range(5)]
+    jm = _run(_Stored, inputs)
+    assert thunder_ir.cache_misses(jm) == 1
+    assert "torch.eq(" not in str(thunder_ir.last_traces(jm)[-1])  # (signs checked only)
+
+
+def test_float_of_a_tensor_used_as_data_is_checked_every_call() -> None:
+    """``x * float(t)``: Python's ``float()`` must return a float, so its value is this
+    call's, checked on every call (NaN as NaN): a new value compiles a variant."""
+    def f(x: torch.Tensor) -> Any:
+        return x * float(x.sum()), float(x[0])
+
+    jf = thunder_ir.jit(f)
+    for v in ([1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [float("nan"), 1.0], [float("nan"), 2.0]):
+        x = torch.tensor(v)
+        _same(jf(x), f(x))
+    assert thunder_ir.cache_misses(jf) == 3
+
+
+# --------------------------------------------------------------------------- tolist()
+
+
+def test_tolist_used_as_data_is_one_program() -> None:
+    """Integers as a slice bound, an operand and an output; floats summed by Python (in
+    eager's order) and returned; a 2-D list and a 0-d tensor's number."""
+    def f(x: torch.Tensor, t: torch.Tensor) -> Any:
+        ints = t.tolist()
+        floats = x.detach().tolist()
+        total = sum(floats)
+        return (x[: ints[0]] * ints[1], total, floats, ints, x.reshape(2, -1).tolist(),
+                t[2].tolist() - 1)
+
+    jf = thunder_ir.jit(f)
+    for k in range(5):
+        x = torch.randn(6, dtype=torch.float64)
+        t = torch.tensor([k + 1, 3 - 2 * k, -k])
+        _same(jf(x, t), f(x, t))
+    assert thunder_ir.cache_misses(jf) <= 2
+
+
+def test_tolist_of_a_bool_tensor_is_speculated() -> None:
+    def f(x: torch.Tensor, m: torch.Tensor) -> Any:
+        return [x * 2 if b else x for b in m.tolist()]
+
+    jf = thunder_ir.jit(f)
+    for m in ([True, False], [True, False], [False, False]):
+        x = torch.randn(3)
+        _same(jf(x, torch.tensor(m)), f(x, torch.tensor(m)))
+    assert thunder_ir.cache_misses(jf) == 2

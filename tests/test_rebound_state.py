@@ -804,3 +804,99 @@ def test_a_growing_states_size_used_as_a_number(in_dict: bool) -> None:
         assert n == m and type(n) is int
         assert model.pos == eager.pos
     assert thunder_ir.cache_misses(jm) <= 2
+
+
+# ------------------------------------------------------------------ plain objects on a module
+
+
+class Memory:
+    """A plain (non-Module) object a module holds: a state tensor rebound on every call,
+    a count of the calls, and a tensor never rebound."""
+
+    def __init__(self) -> None:
+        self.h = torch.zeros(4)
+        self.scale = torch.full((4,), 0.5)
+        self.calls = 0
+
+
+class WithMemory(nn.Module):
+    """``self.mem.h = ...``: a tensor field of a plain object rebound on every call."""
+
+    def __init__(self, detach: bool = True) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.mem = Memory()
+        self.detach = detach
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x) + self.mem.h * self.mem.scale
+        h = y.mean(0)
+        self.mem.h = h.detach() if self.detach else h
+        return y
+
+
+def _same_memory(a: Memory, b: Memory) -> None:
+    """The jitted module's object holds what eager's does, field by field."""
+    assert vars(a).keys() == vars(b).keys()
+    for k, v in vars(b).items():
+        w = vars(a)[k]
+        assert type(w) is type(v), k
+        if isinstance(v, torch.Tensor):
+            assert (w.shape, w.dtype, w.requires_grad, w.stride()) == \
+                (v.shape, v.dtype, v.requires_grad, v.stride()), k
+            _same(w, v)
+        else:
+            assert w == v, k
+
+
+def test_a_tensor_field_of_a_plain_object_on_a_module_is_state() -> None:
+    """The object's field is read from it on each call and keyed by metadata (it compiled
+    a program per call: the module guard held the tensor by identity); the object after
+    each call is eager's; a tensor the user sets there between calls is read; one of
+    another shape compiles once more."""
+    torch.manual_seed(0)
+    m = WithMemory()
+    eager = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for i in range(6):
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
+        _same(jm(x), eager(x))
+        _same_memory(m.mem, eager.mem)
+    assert thunder_ir.cache_misses(jm) == 1
+    m.mem.h, eager.mem.h = torch.ones(4), torch.ones(4)  # set by the user: read, no compile
+    x = torch.randn(2, 4)
+    _same(jm(x), eager(x))
+    _same_memory(m.mem, eager.mem)
+    assert thunder_ir.cache_misses(jm) == 1
+    m.mem.scale = eager.mem.scale = torch.full((4,), 2.0)  # never rebound: a new program
+    _same(jm(x), eager(x))
+    _same_memory(m.mem, eager.mem)
+    m.mem.h, eager.mem.h = torch.ones(1), torch.ones(1)  # another shape: one more program
+    for _ in range(2):
+        _same(jm(x), eager(x))
+        _same_memory(m.mem, eager.mem)
+    assert thunder_ir.cache_misses(jm) == 3
+
+
+def test_training_with_a_plain_objects_state_gives_eagers_parameters() -> None:
+    torch.manual_seed(0)
+    m = WithMemory()
+    jm, errs, eager_errs = _train(m, 5)
+    assert errs == eager_errs == [None] * 5
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_a_plain_object_replaced_by_the_user_is_read_anew() -> None:
+    """The user gives the module a new object: its state is followed from the next call
+    (one compile more), with eager's values."""
+    torch.manual_seed(0)
+    m = WithMemory()
+    eager = copy.deepcopy(m)
+    jm = thunder_ir.jit(m)
+    for i in range(6):
+        if i == 3:
+            m.mem, eager.mem = Memory(), Memory()
+        x = torch.randn(2, 4, generator=torch.Generator().manual_seed(i))
+        _same(jm(x), eager(x))
+        _same_memory(m.mem, eager.mem)
+    assert thunder_ir.cache_misses(jm) == 2

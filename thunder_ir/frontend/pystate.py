@@ -45,7 +45,7 @@ from thunder_ir.dialects.symbols import SYMBOL_NAME, SYMBOLIC_NUMBERS, sym_text
 from thunder_ir.dialects.symbols import current as symbols_current
 from thunder_ir.runtime.dynamic import symbolic_value
 from thunder_ir.runtime.guards import MODULE_FIELDS
-from thunder_ir.runtime.origins import ArgPath
+from thunder_ir.runtime.origins import ArgPath, Field
 from thunder_ir.runtime.pystate import (
     MAX_DEPTH,
     MAX_ITEMS,
@@ -225,7 +225,18 @@ class Recorder:
         elif plain_object(value) and len(vars(value)) <= MAX_ITEMS:
             copy = blank(t)
             self._made[id(value)] = copy
-            copy.__dict__.update((k, inner(k, v, "attr")) for k, v in vars(value).items())
+            inputs = self.inputs  # (a field ``forward`` rebinds: the input read from it)
+            copy.__dict__.update((k, inner(k, v, "attr") if not inputs or (
+                made := inputs.get((id(value), Field(k)))) is None else made)
+                for k, v in vars(value).items())
+        elif t is tuple and len(value) <= MAX_ITEMS and ref[0] == "path":
+            # an argument object's tuple: a new tuple of its items' shadows (its tensors
+            # and symbolic ints inputs read through it); nothing to record, it cannot change
+            items = tuple(inner(i, v, "item") for i, v in enumerate(value))
+            if all(a is b for a, b in zip(items, value)):
+                return value
+            self._made[id(value)] = items
+            return items
         else:
             return value
         self._record(copy, ref, where)

@@ -11,7 +11,7 @@ So while user code is traced, the arithmetic dunders of ``SymFloat`` (and those 
 operation becomes a ``torch.call`` of Python's own operator (``operator.add(t1, 1e16)``)
 in the program, in the order the user's code runs it, and its result a new unbacked
 ``SymFloat`` bound to that call (`made`). Later ops take it as their operand; a returned
-or stored one is computed from it (`thunder_ir.frontend.unbacked.symbol_tensor`); a
+or stored one is computed from it (`thunder_ir.frontend.unbacked.number_tensor`); a
 decision on it is speculated as any decision on an ``.item()`` is. Nothing is simplified:
 each call computes eager's Python floats.
 
@@ -32,7 +32,7 @@ from xdsl.dialects.builtin import StringAttr
 from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call, name_callee, torch_name
-from thunder_ir.dialects.types import number_type, tensor_type
+from thunder_ir.dialects.types import number_type
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -88,15 +88,6 @@ def made(ctx: TraceContext, fn: Callable[..., Any], args: tuple[Any, ...]) -> An
     ctx.build.numbers[(torch.SymFloat, str(table.text(f)))] = v
     ctx.build.counts[("of", name)] = ("number", v)
     return f
-
-
-def number_tensor(ctx: TraceContext, v: SSAValue) -> Any:
-    """A 0-d float64 tensor holding program number ``v`` (a Python float: exactly), for a
-    check or an output computed from it."""
-    op = make_call(torch_name(torch.scalar_tensor), [v], [OperandRef(0)],
-                   {"dtype": torch.float64},
-                   result_types=[tensor_type((), torch.float64, "cpu")], pure=True)
-    return ctx.wrap(ctx.record(op)[0])
 
 
 def _tracing() -> TraceContext | None:
@@ -155,4 +146,4 @@ def swaps() -> list[tuple[Any, str, Callable[[Any], Any]]]:
     return out
 
 
-__all__ = ["made", "number_tensor", "swaps"]
+__all__ = ["made", "swaps"]

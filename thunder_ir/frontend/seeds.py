@@ -35,7 +35,7 @@ import contextlib
 import dis
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -86,13 +86,15 @@ def _seed(ctx: TraceContext) -> Any:
 @dataclass
 class _Pending:
     """An ``int()`` of ``number`` returned ``value`` for the ``STORE_ATTR`` at ``offset``
-    of ``frame``."""
+    of ``frame`` (``float()`` of a tensor: a float ``value``); ``what``: the number's
+    origin, for the refusal."""
 
     frame: FrameType
     offset: int
-    value: int
-    number: torch.SymInt
+    value: int | float
+    number: Any
     where: str
+    what: str = "torch.seed()"
 
 
 class _State(threading.local):
@@ -144,9 +146,9 @@ def _check_stored() -> None:
     p = _STATE.pending
     if p is not None:
         _STATE.pending = None
-        raise Refused(f"{p.where}: int() of a number computed from torch.seed() is stored "
+        raise Refused(f"{p.where}: a number computed from {p.what} is stored "
                       "on a module whose __setattr__ does not reach nn.Module.__setattr__: "
-                      "the program would keep this call's seed")
+                      "the program would keep this call's value")
 
 
 @contextlib.contextmanager
@@ -212,10 +214,43 @@ def _int_of_seed(n: torch.SymInt) -> int:
     return 0
 
 
+def stored_at_once(number: Callable[[], Any], placeholder: int | float, what: str) -> bool:
+    """Where user code's ``int()`` / ``float()`` being traced now (of ``number()``, a
+    symbolic number this trace computes from ``what``, made only then) stores its result
+    on a module at once (``self.count = int(n.item())``: the next instructions load the
+    module and ``STORE_ATTR``): notes it, so that the module's ``__setattr__`` (wrapped
+    while traced) stores the number in place of ``placeholder``, the value the caller
+    returns; the module then holds each call's number, with no speculation. False
+    otherwise, or where ``number()`` is None (it cannot be made)."""
+    _check_stored()
+    frame = _user_frame()
+    at = _stored_on(frame) if frame is not None else None
+    if at is None or not isinstance(at[1], torch.nn.Module):
+        return False
+    assert frame is not None
+    made = number()
+    if made is None:
+        return False
+    _STATE.pending = _Pending(frame, at[0], placeholder, made, where(user_location()), what)
+    return True
+
+
+def is_item(n: Any) -> bool:
+    """Whether ``n`` is a symbolic number of this thread's trace made only of unbacked
+    symbols the trace computed from values (``.item()``, a count)."""
+    if not isinstance(n, torch.SymInt | torch.SymFloat) or not tracing_now():
+        return False
+    counts = current().build.counts
+    names = n.node.expr.free_symbols
+    return bool(names) and all(("of", str(s)) in counts for s in names)
+
+
 def _int_wrapper(original: Any) -> Any:
     def __int__(self: Any) -> int:
         if in_user_code() and is_seed(self):
             return _int_of_seed(self)
+        if in_user_code() and is_item(self) and stored_at_once(lambda: self, 0, ".item()"):
+            return 0
         return original(self)  # type: ignore[no-any-return]
 
     return __int__
@@ -224,7 +259,7 @@ def _int_wrapper(original: Any) -> Any:
 def _setattr_wrapper(original: Any) -> Any:
     def __setattr__(self: Any, name: str, value: Any) -> None:
         p = _STATE.pending
-        if p is not None and type(value) is int and value == p.value:
+        if p is not None and type(value) is type(p.value) and value == p.value:
             f: Any = sys._getframe(1)
             while f is not None and f is not p.frame:
                 f = f.f_back
@@ -246,4 +281,4 @@ for _owner in (torch, torch.random):
     take_over(_owner, "seed", _seed)
 int_sizes.WRAPPERS.add(__file__)  # (its ``__int__`` wrapper calls int_sizes')
 
-__all__ = ["generators_unseeded", "is_seed", "stored_checked"]
+__all__ = ["generators_unseeded", "is_item", "is_seed", "stored_at_once", "stored_checked"]

@@ -24,9 +24,9 @@ speculated; its value where sizes are speculated) and of a float (an unbacked
 ``SymFloat``: returned, it is each call's number; Python arithmetic on it is computed in
 the program, `thunder_ir.frontend.python_floats`; a decision on it is speculated);
 these routes speculate the count only where that compile failed. ``int(t)`` of an integer
-tensor is speculated as ``int(t.item())`` is (`thunder_ir.frontend.value_reads`). Other
-value reads (``.tolist()``, ``float(t)``) still raise `DataDependentError`: a program
-specialized to a number would rarely hold again.
+tensor is speculated as ``int(t.item())`` is, ``float(t)`` too, unless stored on a
+module at once, and ``.tolist()`` gives ``.item()`` numbers
+(`thunder_ir.frontend.value_reads`).
 """
 
 from __future__ import annotations

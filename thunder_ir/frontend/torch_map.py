@@ -1118,6 +1118,9 @@ def _tensor(ctx: Builder, data: Any, *, dtype: torch.dtype | None = None,
             dtype = (torch.bool if type(data) is bool else torch.int64 if type(data) is int
                      else torch.get_default_dtype())
         return HANDLERS[torch.full](ctx, (), data, dtype=dtype, device=device)
+    if isinstance(data, list | tuple) and any(
+            type(x) in (torch.SymInt, torch.SymFloat) for x in pytree.tree_leaves(data)):
+        return _tensor_of_numbers(ctx, data, dtype, device)
     if not isinstance(data, list | tuple) or not all(
             type(x) in (bool, int, float) for x in pytree.tree_leaves(data)):
         raise UseFallback
@@ -1125,6 +1128,34 @@ def _tensor(ctx: Builder, data: Any, *, dtype: torch.dtype | None = None,
         value = torch.tensor(data, dtype=dtype, device=device)
     # a fresh tensor on every call, as eager's (the constant itself is never handed out)
     return HANDLERS[torch.clone](ctx, ctx.lift_constant(value))
+
+
+def _tensor_of_numbers(ctx: Builder, data: Any, dtype: torch.dtype | None,
+                       device: Any) -> Any:
+    """``torch.tensor(data)`` of (nested) lists holding symbolic numbers (a ``.tolist()``'s
+    items, arithmetic on them): eager's dtype and shape (its rules and errors, asked of
+    ``torch.tensor`` on numbers of the same Python types), each element a 0-d tensor of
+    that number computed in the program, stacked."""
+    from thunder_ir.dialects.torch import make_call, torch_name
+
+    leaves, spec = pytree.tree_flatten(data)
+    plain = [0 if type(x) is torch.SymInt else 0.0 if type(x) is torch.SymFloat else x
+             for x in leaves]
+    with torch._C.DisableTorchFunction():
+        like = torch.tensor(pytree.tree_unflatten(plain, spec), dtype=dtype, device=device)
+    dev = canonical_device(like.device)
+    parts = []
+    for x in leaves:
+        if type(x) in (torch.SymInt, torch.SymFloat):
+            op = make_call(torch_name(torch.scalar_tensor), [ctx.value_of(x)],
+                           [OperandRef(0)], {"dtype": like.dtype, "device": like.device},
+                           result_types=[tensor_type((), like.dtype, dev)], pure=True)
+            parts.append(ctx.wrap(ctx.record(op)[0]))
+        else:
+            parts.append(HANDLERS[torch.full](ctx, (), x, dtype=like.dtype,
+                                              device=like.device))
+    shape = tuple(like.shape)
+    return ctx.run_python(lambda *ts: torch.stack(ts).reshape(shape), tuple(parts), {})
 
 
 register_handlers([torch.tensor], _tensor)

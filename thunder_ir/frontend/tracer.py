@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec
 
 import torch
-from torch.fx.experimental.symbolic_shapes import guard_int
 from torch.utils import _pytree as pytree
 from xdsl.ir import Operation, SSAValue
 
@@ -83,6 +82,7 @@ from thunder_ir.frontend.proxy import TensorProxy, is_proxy
 from thunder_ir.frontend.pystate import Recorder, contains_proxy, escaped
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.runtime.dynamic import EVERY, symbol_reader
+from thunder_ir.runtime.gather import tensor_steps
 from thunder_ir.runtime.guards import MODULE_FIELDS
 from thunder_ir.runtime.object_ints import paths
 from thunder_ir.runtime.origins import (
@@ -862,6 +862,8 @@ def _symbolic_inputs(ctx: TraceContext, table: symbols.SymbolTable
         sizes = [table.size(n, SymbolSource(leaf, i, tuple(steps)))
                  for i, n in enumerate(tensor.shape)]
         if not tensor.is_contiguous() or tensor.storage_offset():
+            from torch.fx.experimental.symbolic_shapes import guard_int
+
             for s in sizes:  # (each a symbol fixed to its value: ``s3 == 3`` in the guard)
                 if isinstance(s, torch.SymInt):
                     guard_int(s)
@@ -935,9 +937,7 @@ def _symbol_reader(table: symbols.SymbolTable | None, used: set[str], first: int
             raise symbols.SymbolicError(f"the symbol {name} written back has no source")
         if src.leaf >= first + len(attrs):  # a size of a rebound state tensor
             r = rebound[src.leaf - first - len(attrs)][0]
-            steps = (("attr", "_buffers"), ("item", r.name)) if r.buffer else \
-                (("attr", r.name), *(("item", k) for k in r.item))
-            sources[name] = (r.module, steps, src.dim)
+            sources[name] = (r.module, tensor_steps(r.origin), src.dim)
         elif src.leaf >= first:
             a = attrs[src.leaf - first]
             sources[name] = (a.module, (("attr", a.name),), None)

@@ -134,11 +134,12 @@ def masked_select(ctx: TraceContext, x: Any, mask: TensorProxy) -> TensorProxy:
         (x, idx), {})
 
 
-def item(ctx: TraceContext, t: TensorProxy, nonnegative: bool) -> Any:
+def item(ctx: TraceContext, t: TensorProxy, nonnegative: bool | None) -> Any:
     """``t.item()`` of a one-element integer tensor: a new unbacked ``SymInt`` (``u0``),
-    a size if ``nonnegative`` (the caller checks the sign on every call), else known
-    negative; the program computes it (``torch.Tensor.item``, whose number result the
-    generated code binds the symbol to: `symbols.UNBACKED_RESULT`)."""
+    a size if ``nonnegative`` (the caller checks the sign on every call), known negative
+    if False, with no fact on its sign if None; the program computes it
+    (``torch.Tensor.item``, whose number result the generated code binds the symbol to:
+    `symbols.UNBACKED_RESULT`)."""
     from torch.fx.experimental.symbolic_shapes import _constrain_range_for_size
 
     table = symbols.current()
@@ -146,7 +147,7 @@ def item(ctx: TraceContext, t: TensorProxy, nonnegative: bool) -> Any:
     n = table.env.create_unbacked_symint()
     if nonnegative:
         _constrain_range_for_size(n)
-    else:
+    elif nonnegative is not None:
         torch._check(n < 0)
     name = table.text(n)
     ctx.build.counts[("of", str(name))] = ("item", t)
@@ -186,12 +187,20 @@ def symbol_tensor(ctx: TraceContext, name: str) -> TensorProxy | None:
     if kind == "count":
         return ctx.run_python(lambda m: (m != 0).sum(), (src,), {})
     if kind == "number":  # Python arithmetic on a float .item() (`python_floats`)
-        from thunder_ir.frontend.python_floats import number_tensor
-
         return number_tensor(ctx, src)
     if src.dtype.is_floating_point:  # (a float's decisions in double, as Python's)
         return ctx.run_python(lambda t: t.reshape(()).to(torch.float64), (src,), {})
     return ctx.run_python(lambda t: t.reshape(()), (src,), {})
+
+
+def number_tensor(ctx: TraceContext, v: Any) -> TensorProxy:
+    """A 0-d float64 tensor holding program number ``v`` (a Python float: exactly), for a
+    check or an output computed from it."""
+    op = make_call(torch_name(torch.scalar_tensor), [v], [OperandRef(0)],
+                   {"dtype": torch.float64},
+                   result_types=[tensor_type((), torch.float64, "cpu")], pure=True)
+    out: TensorProxy = ctx.wrap(ctx.record(op)[0])
+    return out
 
 
 def returned_number(ctx: TraceContext, v: Any, outputs: list[Any], sizes: set[str]) -> Any:
@@ -253,5 +262,6 @@ def item_float(ctx: TraceContext, t: TensorProxy) -> Any:
 
 
 __all__ = ["count", "item", "item_float", "mask_index", "masked_select", "new_size", "nonzero",
+           "number_tensor",
            "nonzero_tuple", "returned_number", "symbol_tensor", "value_function",
            "value_size"]

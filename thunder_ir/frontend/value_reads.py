@@ -10,7 +10,13 @@
 - ``int(t)`` of a one-element integer or bool tensor: Python's ``__int__`` must return an
   ``int``, so the value is speculated as ``int(t.item())`` is: this call's value, checked
   on every call (`thunder_ir.frontend.speculation`); a float tensor's value is refused
-  (a program fixed to a float would rarely hold again).
+  (a program fixed to a float would rarely hold again). Stored on a module at once
+  (``self.count = int(n)``), it is the unbacked ``.item()`` instead, each call's number
+  (`thunder_ir.frontend.seeds.stored_at_once`).
+- ``float(t)``: the same: stored on a module at once, each call's number; else this
+  call's value, checked on every call.
+- ``t.tolist()``: eager's nested lists, each element an ``.item()`` (an unbacked number;
+  a bool speculated): one program for any values.
 - ``torch.tensor_split(x, t, dim)`` with a tensor ``t`` (eager reads it as Python ints on
   the CPU): a 1-D ``t`` holds the split indices; each piece is eager's ``at::slice`` of
   ``x`` (bounds wrapped from the end, clamped, an end before its start empty), computed
@@ -40,6 +46,7 @@ from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.number_tensors import number_value
 from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.speculation import (
+    concrete,
     speculate,
     speculate_count,
     unbacked_item,
@@ -94,7 +101,9 @@ def _one_hot(ctx: TraceContext, input: Any, num_classes: Any = -1) -> Any:
 
 
 def _int(ctx: TraceContext, self: Any) -> int:
-    """``int(t)``: its value this call, checked on every call (as ``int(t.item())``)."""
+    """``int(t)``: stored on a module at once (``self.count = int(n)``), each call's
+    number (`seeds.stored_at_once`); else its value this call, checked on every call (as
+    ``int(t.item())``)."""
     n = number_value(self._value)
     if type(n) is int:
         return n
@@ -106,7 +115,91 @@ def _int(ctx: TraceContext, self: Any) -> int:
                                  f"its value, but {DATA_HINT}")
     if self.dtype is torch.bool:
         return int(speculate(ctx, self))
+    from thunder_ir.frontend.seeds import stored_at_once
+
+    def number() -> Any:  # (without a table, NeedsSymbols: traced again with one)
+        if not unbacked_sizes(ctx, "int(tensor)"):
+            return None
+        return unbacked.item(ctx, self, speculate(
+            ctx, ctx.run_python(lambda t: t >= 0, (self,), {})))
+
+    if stored_at_once(number, 0, "int(tensor)"):
+        return 0
     return speculate_count(ctx, self)
+
+
+def _float(ctx: TraceContext, self: Any) -> float:
+    """``float(t)`` of a one-element tensor: Python's ``__float__`` must return a
+    ``float``. Stored on a module at once (``self.loss = float(loss)``), each call's
+    number (`seeds.stored_at_once`); else this call's value, checked on every call (NaN
+    as NaN): a call with another value compiles a variant, as a decision does."""
+    n = number_value(self._value)
+    if type(n) in (int, float, bool):
+        return float(n)
+    if self.numel() != 1:
+        raise ValueError("only one element tensors can be converted to Python scalars\n"
+                         f"  at {where(ctx.loc)}")
+    if self.dtype.is_complex:
+        raise UseFallback  # (eager's error or warning)
+    if ctx.build.in_region():
+        raise DataDependentError(f"{where(ctx.loc)}: float(tensor) inside a custom "
+                                 f"backward needs its value, but {DATA_HINT}")
+    from thunder_ir.frontend.seeds import stored_at_once
+
+    def number() -> Any:  # (without a table, NeedsSymbols: traced again with one)
+        if not self.dtype.is_floating_point or not unbacked_sizes(ctx, "float(tensor)"):
+            return None
+        return unbacked.item_float(ctx, self)
+
+    if stored_at_once(number, 0.0, "float(tensor)"):
+        return 0.0
+    wide = ctx.run_python(lambda t: t.reshape(()).to(torch.float64), (self,), {})
+    f = float(concrete(ctx, wide._value))
+    speculate(ctx, ctx.run_python(lambda t: t == f if f == f else t != t, (wide,), {}))
+    return f
+
+
+MAX_TOLIST = 1024
+"""The most elements ``t.tolist()`` reads as symbolic numbers (one ``.item()`` each);
+beyond, refused naming the line."""
+
+
+def _tolist(ctx: TraceContext, self: Any) -> Any:
+    """``t.tolist()``: eager's nested lists of Python numbers, each element an ``.item()``
+    (`thunder_ir.frontend.unbacked`): of an integer tensor an unbacked ``SymInt`` (no fact
+    on its sign: a decision on it is speculated), of a float one an unbacked ``SymFloat``
+    (Python arithmetic on it computed in the program, `python_floats`), of a bool one
+    speculated; used as data (an operand, a size, returned or stored) one program for
+    any values. A 0-d tensor gives its number, as eager's."""
+    if not is_proxy(self) or self.dtype.is_complex or any(type(n) is not int
+                                                           for n in self.shape):
+        raise UseFallback
+    if self.numel() > MAX_TOLIST:
+        raise DataDependentError(
+            f"{where(ctx.loc)}: .tolist() of {self.numel()} elements (more than "
+            f"{MAX_TOLIST}) reads each as a traced number, but {DATA_HINT}")
+    if self.dtype is not torch.bool and not unbacked_sizes(ctx, ".tolist()"):
+        raise DataDependentError(f"{where(ctx.loc)}: .tolist() needs a traced tensor's "
+                                 f"values, but {DATA_HINT}")
+    flat = ctx.run_python(lambda t: t.detach().reshape(-1), (self,), {})
+
+    def element(k: int) -> Any:
+        one = ctx.run_python(lambda t: t[k], (flat,), {})
+        if self.dtype is torch.bool:
+            return speculate(ctx, one)
+        if self.dtype.is_floating_point:
+            return unbacked.item_float(ctx, one)
+        return unbacked.item(ctx, one, None)
+
+    def nest(shape: tuple[int, ...], start: int) -> Any:
+        if not shape:
+            return element(start)
+        step = 1
+        for n in shape[1:]:
+            step *= n
+        return [nest(shape[1:], start + i * step) for i in range(shape[0])]
+
+    return nest(tuple(self.shape), 0)
 
 
 def _tensor_split(ctx: TraceContext, input: Any, indices_or_sections: Any, dim: Any = 0
@@ -175,6 +268,8 @@ register_handlers([torch.histogramdd], _histogramdd)
 register_handlers([torch.bincount, _T.bincount], _bincount)
 register_handlers([F.one_hot, torch._C._nn.one_hot], _one_hot)
 register_handlers([_T.__int__], _int)
+register_handlers([_T.__float__], _float)
+register_handlers([_T.tolist], _tolist)
 register_handlers([torch.tensor_split, _T.tensor_split], _tensor_split)
 
 __all__: list[str] = []

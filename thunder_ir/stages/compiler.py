@@ -183,7 +183,7 @@ class Compiler:
             traced = self._trace(fn, args, kwargs, state, dynamic)
             once = exact and dynamic is None and symbols.current() is None
             again = once and rebound is not None and keyer.rebind(traced) \
-                and len(rebound.current()) > read
+                and (len(rebound.current()) > read or rebound.new_container)
             # It rebinds module state that holds a tensor now (`thunder_ir.runtime
             # .rebound`), or writes a plain attribute it did not watch for reads
             # (`thunder_ir.runtime.free_attrs`): traced again, with that state read from
