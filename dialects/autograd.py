@@ -21,9 +21,16 @@ Tracing records what PyTorch's autograd would do around a value, not only the va
         "autograd.yield"(%ct) : (...) -> ()
       }) : (...) -> !prims.tensor<3xf32, cpu>
 
-Both are markers for autodiff: the ``strip-autograd`` pass forwards them to their values
-once the backward is built (or at once, when nothing is differentiated), so no executor
-ever sees them.
+* ``autograd.saved_as`` says that the op that made ``%y`` saved ``%x`` for its backward,
+  which the traced code then changed without eager noticing (through ``x.data``): eager's
+  backward reads the memory as it is then, so the op's backward reads ``%x2``, the value
+  after the write, in place of ``%x`` (its gradient still goes to ``%x``)::
+
+      "autograd.saved_as"(%y, %x, %x2) : (...) -> ()
+
+All three are markers for autodiff: the ``strip-autograd`` pass forwards them to their
+values (the last one it drops) once the backward is built (or at once, when nothing is
+differentiated), so no executor ever sees them.
 """
 
 from __future__ import annotations
@@ -139,6 +146,19 @@ class FunctionOp(ThunderOp):
             if not 0 <= i < len(self.primals) or v.type != self.primals[i].type:
                 raise VerifyException(f"{self.name} {self.fn_name.data}: gradient {i} does "
                                       "not match its primal's type")
+
+
+@irdl_op_definition
+class SavedAsOp(IRDLOperation):
+    """`"autograd.saved_as"(%made, %saved, %now)`: the op whose result ``made`` is saved
+    ``saved`` for its backward, which reads ``now`` in its place (see the module doc)."""
+
+    name = "autograd.saved_as"
+
+    made = operand_def(AnyValue)
+    saved = operand_def(AnyValue)
+    now = operand_def(AnyValue)
+    traits = traits_def(Marker())
 
 
 def make_function(name: str, primals: Sequence[SSAValue], values: Sequence[SSAValue],
@@ -330,8 +350,8 @@ class BackwardLayoutAttr(_Layout, ParametrizedAttribute):
 
 AUTOGRAD_OPS: list[type[ThunderOp]] = [StopGradientOp, FunctionOp]
 
-Autograd = Dialect("autograd", [StopGradientOp, FunctionOp, YieldOp],
+Autograd = Dialect("autograd", [StopGradientOp, FunctionOp, YieldOp, SavedAsOp],
                    [JointLayoutAttr, BackwardLayoutAttr])
 
 __all__ = ["AUTOGRAD_OPS", "LAYOUT", "Autograd", "BackwardLayoutAttr", "FunctionOp",
-           "JointLayoutAttr", "StopGradientOp", "YieldOp", "make_function"]
+           "JointLayoutAttr", "SavedAsOp", "StopGradientOp", "YieldOp", "make_function"]

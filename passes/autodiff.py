@@ -43,6 +43,7 @@ from thunder_ir.dialects.autograd import (
     BackwardLayoutAttr,
     FunctionOp,
     JointLayoutAttr,
+    SavedAsOp,
     StopGradientOp,
 )
 from thunder_ir.dialects.base import Emitter
@@ -94,8 +95,8 @@ class _DecomposeWithoutRule(RewritePattern):
 
         if not isinstance(op, LtorchOp) or type(op) in self.vjps or type(op) not in self.rules:
             return False
-        if "saved_modified" in op.attributes:  # its backward raises: keep it whole
-            return False
+        if "saved_modified" in op.attributes or "saved_as" in op.attributes:
+            return False  # its backward raises, or reads a later value: keep it whole
         if has_no_derivative(op):
             return False
         # (an executor in use may differentiate it whole)
@@ -149,6 +150,25 @@ class Joint:
     grad_inputs: list[int]
     ct_outputs: list[int]
     reaches: list[tuple[int, ...]] = field(default_factory=list)
+
+
+def _saved_as(ops: Sequence[Operation]) -> dict[Operation, dict[SSAValue, SSAValue]]:
+    """Per op, the values its backward reads in place of its operands
+    (``autograd.saved_as``, a later note for the same saved tensor winning: written twice
+    through ``.data``); the notes are erased."""
+    out: dict[Operation, dict[SSAValue, SSAValue]] = {}
+    for op in ops:
+        if isinstance(op, SavedAsOp):
+            made = op.made.owner
+            if isinstance(made, Operation):
+                seen = out.setdefault(made, {})
+                for k, v in seen.items():  # x -> x1 and now x1 -> x2: x -> x2
+                    if v is op.saved:
+                        seen[k] = op.now
+                seen.setdefault(op.saved, op.now)
+            op.detach()
+            op.erase()
+    return out
 
 
 def _active(fn_ops: Sequence[Operation], sources: Sequence[SSAValue]) -> dict[SSAValue, int]:
@@ -223,6 +243,8 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
         prog.block.add_op(op)
     for a in block.args:
         a.replace_all_uses_with(vm[a])
+    saved_as = _saved_as(ops)
+    ops = [op for op in ops if op.parent is not None]
     n_forward_ops = len(ops)
     g = Grad(prog.emitter)
 
@@ -251,7 +273,7 @@ def build_joint(module: ModuleOp, requires_grad: Sequence[bool],
                                 "differentiate through it; register one with "
                                 "thunder_ir.passes.vjp.vjp")
         g.emitter.loc = op.location
-        backpropagate(g, op, rule, cts, active_new.__contains__)
+        backpropagate(g, op, rule, cts, active_new.__contains__, saved_as.get(op))
     g.emitter.loc = None
     grads_out: list[SSAValue] = []
     for i in grad_inputs:

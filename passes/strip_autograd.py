@@ -3,8 +3,8 @@
 Why: ``autograd.stop_gradient`` and ``autograd.function`` tell autodiff where eager's
 autograd cuts or replaces a gradient (``detach``, ``no_grad``, custom ``Function``s).
 Once the backward is built, or when nothing is differentiated, they compute nothing: the
-first is its operand, the second its ``values``. Stripping them before claiming keeps every
-executor, fusion and remat decision free of them.
+first is its operand, the second its ``values``; ``autograd.saved_as`` goes. Stripping
+them before claiming keeps every executor, fusion and remat decision free of them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from xdsl.pattern_rewriter import (
     op_type_rewrite_pattern,
 )
 
-from thunder_ir.dialects.autograd import FunctionOp, StopGradientOp
+from thunder_ir.dialects.autograd import FunctionOp, SavedAsOp, StopGradientOp
 from thunder_ir.passes.change import ReportsChange
 
 
@@ -41,20 +41,29 @@ class ForwardFunction(RewritePattern):
         rewriter.replace(op, [], list(op.values))
 
 
+class DropSavedAs(RewritePattern):
+    """``autograd.saved_as`` (a note for autodiff alone) goes."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: SavedAsOp, rewriter: PatternRewriter) -> None:
+        rewriter.erase_op(op)
+
+
 def strip_autograd(module: ModuleOp) -> bool:
     """Forwards every autograd marker in ``module`` to its values (one walk); False if
     there was none."""
     if not any(type(op) in _MARKERS for op in module.walk()):
         return False  # (a type test per op: a tenth of the walker's visit)
     PatternRewriteWalker(
-        GreedyRewritePatternApplier([ForwardStopGradient(), ForwardFunction()],
+        GreedyRewritePatternApplier([ForwardStopGradient(), ForwardFunction(),
+                                     DropSavedAs()],
                                     dce_enabled=False),
         apply_recursively=False,
     ).rewrite_module(module)
     return True
 
 
-_MARKERS = (StopGradientOp, FunctionOp)
+_MARKERS = (StopGradientOp, FunctionOp, SavedAsOp)
 
 
 @dataclass(frozen=True)

@@ -142,15 +142,22 @@ class Cotangents(dict[SSAValue, SSAValue]):
 
 
 def backpropagate(g: Grad, op: Operation, rule: VjpRule, cts: Cotangents,
-                  wants: Callable[[SSAValue], bool]) -> None:
+                  wants: Callable[[SSAValue], bool],
+                  saved_as: Mapping[SSAValue, SSAValue] | None = None) -> None:
     """One reverse-mode step: runs ``rule`` on the cotangents of ``op``'s results and adds
-    each operand's cotangent to ``cts`` where ``wants(operand)``."""
+    each operand's cotangent to ``cts`` where ``wants(operand)``. ``saved_as``: operands
+    the rule reads as other values (``autograd.saved_as``: what eager's backward finds in
+    the saved tensor's memory then), their cotangents still the operands'."""
     if isinstance(op, ThunderOp):
         grouped: list[Any] = op.grouped_operands()
         params = op.params()
     else:
         grouped, params = list(op.operands), {}
-    grads = rule(g, list(op.results), [cts.get(r) for r in op.results], *grouped, **params)
+    read = grouped
+    if saved_as:
+        read = [[saved_as.get(v, v) for v in vs] if isinstance(vs, list)
+                else saved_as.get(vs, vs) if vs is not None else None for vs in grouped]
+    grads = rule(g, list(op.results), [cts.get(r) for r in op.results], *read, **params)
     for vals, grs in zip(grouped, grads):
         if vals is None or grs is None:
             continue

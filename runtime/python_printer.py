@@ -75,7 +75,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.irdl import VariadicDef
 
-from thunder_ir.dialects.autograd import FunctionOp
+from thunder_ir.dialects.autograd import FunctionOp, SavedAsOp
 from thunder_ir.dialects.autograd import YieldOp as AutogradYieldOp
 from thunder_ir.dialects.base import OperandRef, ThunderOp, from_attr
 from thunder_ir.dialects.fusion import RegionOp, YieldOp
@@ -570,6 +570,11 @@ class _PythonPrinter:
         """Appends the lines of one op: a statement, or a comment inside a fusion body."""
         if isinstance(op, ConstantOp):
             self.exprs[op.results[0]] = py_literal(op.params()["value"])
+            return
+        if isinstance(op, SavedAsOp):  # a note for autodiff: computes nothing
+            made, saved, now = (self.expr(v) for v in op.operands)
+            self.lines.append(f"{indent}# {op.name}: the backward of the op making {made} "
+                              f"reads {now} for {saved}")
             return
         if isinstance(op, GuardOp):  # a read of the call or the thread: inlined
             operands = [self.expr(v) for v in op.operands]

@@ -119,11 +119,13 @@ class AliasTracking:
         joined: storages written with grad mode on with a value that requires grad, not
             through a detached alias: the caller's tensor takes the write's history (its
             write-back runs with grad mode on).
+        renewed: the last write through a view's old values of its storage's members, each
+            with its value after the write (`write_through`).
     """
 
     __slots__ = ("arg_groups", "data_cuts", "forbidden", "joined", "layouts", "members",
-                 "not_views", "quiet", "storage", "versioned", "view_meta", "view_parent",
-                 "written")
+                 "not_views", "quiet", "renewed", "storage", "versioned", "view_meta",
+                 "view_parent", "written")
 
     def __init__(self) -> None:
         self.storage: dict[SSAValue, int] = {}
@@ -139,6 +141,7 @@ class AliasTracking:
         self.quiet: set[int] = set()
         self.versioned: dict[int, int] = {}
         self.joined: set[int] = set()
+        self.renewed: dict[SSAValue, SSAValue] = {}
 
     def cut_from_root(self, v: SSAValue, root: SSAValue) -> str | None:
         """How ``v``, an alias of ``root``, was cut from it on the way up its views:
@@ -328,6 +331,7 @@ def write_through(ctx: TraceContext, target: TensorProxy, new: SSAValue,
         # that does: the alias requires grad in eager, the tensor still does not
         new_root = ctx.grad.stop_gradient(new_root)
     renewed: dict[SSAValue, SSAValue] = {old_root: new_root}
+    ctx.aliases.renewed = renewed
     for m in members:
         if m is not root:
             old = m._value
@@ -358,6 +362,16 @@ def _inputs_memory(ctx: TraceContext, root: TensorProxy) -> bool:
     """Whether ``root``'s value is memory the caller passed in (an input's storage, not
     yet replaced by a value the program made)."""
     return any(p._storage == root._storage for p, _, _ in ctx.build.input_proxies)
+
+
+def renewed_value(ctx: TraceContext, v: SSAValue) -> SSAValue | None:
+    """``v``, an old value of the storage the last write through a view wrote, re-derived
+    from that write's new values (its view ops replayed, as `write_through` renews the
+    members: ``ctx.aliases.renewed``); None where its chain of views does not lead there."""
+    try:
+        return _renew_member(ctx, v, ctx.aliases.renewed, torch.is_grad_enabled())
+    except ThunderTraceError:
+        return None
 
 
 def _forbid_after_write(ctx: TraceContext, old: SSAValue, new: SSAValue) -> None:
@@ -454,4 +468,4 @@ def _replay(ctx: TraceContext, op: Operation, parent: SSAValue, new_parent: SSAV
 
 
 __all__ = ["NO_GRAD", "VIEW_OF_LEAF", "argument_tensor", "check_writable", "live_members",
-           "span_root", "views_a_leaf", "write_through"]
+           "renewed_value", "span_root", "views_a_leaf", "write_through"]

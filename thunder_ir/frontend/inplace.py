@@ -13,18 +13,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from xdsl.dialects.builtin import StringAttr
+from xdsl.dialects.builtin import StringAttr, UnitAttr
 from xdsl.ir import Block, Operation, SSAValue
 
-from thunder_ir.dialects.autograd import make_function
+from thunder_ir.dialects.autograd import FunctionOp, SavedAsOp, make_function
 from thunder_ir.dialects.base import to_attr
 from thunder_ir.dialects.location import location_text
+from thunder_ir.dialects.torch import CallOp
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend.aliasing import (
     VIEW_OF_LEAF,
     argument_tensor,
     check_writable,
     live_members,
+    renewed_value,
     views_a_leaf,
     write_through,
 )
@@ -43,8 +45,9 @@ DATA_ASSIGNMENT = ".data assignment"
 
 _QUIET_NOTE = (" through `.data`. Eager does not detect this (a write through `.data` does "
                "not bump the version counter) and its backward silently uses the written "
-               "values; the program saved this tensor, which it made, as it was, so "
-               "thunder_ir refuses rather than differ. Use a clone of the tensor "
+               "values; the program's backward cannot read them here (a saved result, or "
+               "an op differentiated through its decomposition), so thunder_ir refuses "
+               "rather than differ. Use a clone of the tensor "
                "where the backward needs its value before the write (`x.clone()`), or make "
                "the write after the backward.")
 
@@ -52,10 +55,12 @@ _QUIET_NOTE = (" through `.data`. Eager does not detect this (a write through `.
 class InPlace(Writes):
     """The in-place writes of one trace (see the module doc): ``ctx`` is the trace."""
 
-    __slots__ = ("ctx",)
+    __slots__ = ("ctx", "pending")
 
     def __init__(self, ctx: TraceContext) -> None:
         self.ctx = ctx
+        self.pending: list[tuple[Operation, SSAValue]] = []
+        """(op, saved operand) changed by the write being made through ``.data``."""
 
     def _written(self, target: TensorProxy, skip: set[Operation],
                  keep_saved: bool = False, quiet: bool = False) -> None:
@@ -69,8 +74,10 @@ class InPlace(Writes):
         written values. So does the program's where the saved tensor is the caller's
         memory (an argument or state as passed in, or a view of it: `_callers_memory`),
         which the write-back changes through ``.data`` before the backward runs (the
-        record stays, for a later write that eager does detect); elsewhere (a value the
-        program made) it raises, saying so."""
+        record stays, for a later write that eager does detect). Elsewhere (a value the
+        program made) the op's backward reads the value after the write in its place
+        (`_saved_as`), or, where that cannot be said (an opaque call, a saved result), it
+        raises, saying so."""
         ctx = self.ctx
         ctx.autograd.resolve_saved()
         saved, saved_operands = ctx.autograd.saved, ctx.autograd.saved_operands
@@ -93,14 +100,47 @@ class InPlace(Writes):
                         if target._storage in inputs:
                             self._save_a_copy(op, v)
                     continue
-                if "saved_modified" not in op.attributes:
-                    t = v.type
-                    assert isinstance(t, TensorType)
-                    op.attributes["saved_modified"] = StringAttr(
-                        "one of the variables needed for gradient computation has been "
-                        f"modified by an inplace operation: [{t.pretty()}], saved for the "
-                        f"backward of {op.name} at {where(location_text(op))}, written in place at "
-                        f"{where(ctx.loc)}" + (_QUIET_NOTE if quiet else ""))
+                if quiet and not isinstance(op, CallOp | FunctionOp) \
+                        and v not in op.results and "saved_modified" not in op.attributes:
+                    self.pending.append((op, v))  # (`_saved_as`, once the write is made)
+                    continue
+                self._mark_modified(op, v, quiet)
+
+    def _mark_modified(self, op: Operation, v: SSAValue, quiet: bool) -> None:
+        """``op``'s backward raises eager's error (its saved ``v`` was written since)."""
+        if "saved_modified" not in op.attributes:
+            t = v.type
+            assert isinstance(t, TensorType)
+            op.attributes["saved_modified"] = StringAttr(
+                "one of the variables needed for gradient computation has been "
+                f"modified by an inplace operation: [{t.pretty()}], saved for the "
+                f"backward of {op.name} at {where(location_text(op))}, written in place at "
+                f"{where(self.ctx.loc)}" + (_QUIET_NOTE if quiet else ""))
+
+    def _saved_as(self, now: dict[SSAValue, SSAValue]) -> None:
+        """After a write through ``.data``: each op whose saved operand it changed (a value
+        the program made, `pending`) reads, in its backward, the value after the write
+        (``now``: each old value's new one), as eager's backward reads the memory then: an
+        ``autograd.saved_as`` note after the write (the op kept whole for autodiff). A
+        value with no new one known raises at backward, as before."""
+        from thunder_ir.passes.vjp import load_vjp_rules
+
+        saved, rules = self.ctx.autograd.saved, load_vjp_rules()
+        pending, self.pending = self.pending, []
+        for op, v in pending:
+            n = now.get(v)
+            if n is None and self.ctx.aliases.renewed:  # a view no proxy holds now
+                n = renewed_value(self.ctx, v)
+            if n is None or op.parent is None or type(op) not in rules:
+                # (an op without a rule of its own is differentiated through its
+                # decomposition, whose ops this note could not follow)
+                self._mark_modified(op, v, True)
+                continue
+            if "saved_modified" in op.attributes:
+                continue
+            self.ctx.build.block.add_op(SavedAsOp.create(operands=[op.results[0], v, n]))
+            op.attributes["saved_as"] = UnitAttr()
+            saved.setdefault(n, []).append(op)  # a later write to it is seen
 
     def assign(self, target: Any, new: SSAValue, opname: str, keep_saved: bool = False
                ) -> TensorProxy:
@@ -169,6 +209,10 @@ class InPlace(Writes):
         if members:  # the other aliases see the write (`thunder_ir.frontend.aliasing`)
             new = write_through(ctx, target, new, members)
         ctx.aliases.rebind(target, new)
+        if self.pending:
+            if not members:
+                ctx.aliases.renewed = {}
+            self._saved_as({**ctx.aliases.renewed, old: new})
         return target
 
     def _callers_memory(self, v: SSAValue) -> bool:
