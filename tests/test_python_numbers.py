@@ -197,3 +197,70 @@ def test_tolist_of_a_bool_tensor_is_speculated() -> None:
         x = torch.randn(3)
         _same(jf(x, torch.tensor(m)), f(x, torch.tensor(m)))
     assert thunder_ir.cache_misses(jf) == 2
+
+
+# --------------------------------------------------------------------------- printing
+
+
+class _Printing(torch.nn.Module):
+    """Prints a loss and a count each call (f-string with a spec, ``str()``, the numbers
+    themselves, ``sep``/``end``), keeps an integer count and returns its own text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.steps: Any = None
+
+    def forward(self, x: torch.Tensor) -> Any:
+        y = self.lin(x)
+        loss = y.detach().square().mean().item()
+        n = (x > 0).sum().item()
+        print(f"loss {loss:.3f} n={n}", str(loss / 2), loss, sep=" | ")
+        print("count", n * 2, end=";\n")
+        self.steps = n
+        return y * loss
+
+
+def _printed(run: Any, capsys: Any) -> str:
+    run()
+    return str(capsys.readouterr().out)
+
+
+def test_printed_numbers_are_each_calls_as_eager(capsys: Any) -> None:
+    """Each call prints its own values (as eager: no print while tracing, none twice), the
+    text formatted as eager's; one program for every value."""
+    m, e = _twins(_Printing)
+    jm = thunder_ir.jit(m)
+    for _ in range(4):
+        x = torch.randn(4, 3)
+        xj, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out: list[Any] = []
+        got = _printed(lambda: out.append(jm(xj)), capsys)
+        want = _printed(lambda: out.append(e(xe)), capsys)
+        assert got == want and got.count("loss") == 1, (got, want)
+        _same(out[0], out[1])
+        assert m.steps == e.steps and type(m.steps) is int
+        out[0].sum().backward()
+        out[1].sum().backward()
+        torch.testing.assert_close(xj.grad, xe.grad)
+    assert thunder_ir.cache_misses(jm) == 1
+    assert "print_values" in str(thunder_ir.last_traces(jm)[-1])
+
+
+def test_text_used_otherwise_is_checked_and_prints_once(capsys: Any) -> None:
+    """``f"{s:.2f}"`` returned is this call's text (its value checked on every call: a new
+    value compiles again); a print before that check is printed once per call."""
+    def f(x: torch.Tensor) -> Any:
+        s = x.sum().item()
+        print("s is", s)
+        return x * 2, f"{s:.2f}", format(s, "e")
+
+    jf = thunder_ir.jit(f)
+    for v in ([1.0, 2.0], [1.0, 2.0], [3.0, -0.25]):
+        x = torch.tensor(v)
+        out: list[Any] = []
+        got = _printed(lambda: out.append(jf(x)), capsys)
+        want = _printed(lambda: out.append(f(x)), capsys)
+        assert got == want, (got, want)
+        _same(out[0], out[1])
+    assert thunder_ir.cache_misses(jf) == 2

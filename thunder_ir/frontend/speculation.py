@@ -65,6 +65,7 @@ MAX_VARIANTS = 4
 whose conditions match none run eagerly."""
 
 ASSUME = runtime_callee("assume")
+_PRINT = runtime_callee("print_values")  # (`thunder_ir.frontend.printing`: no draw)
 
 _T = torch.Tensor
 
@@ -137,7 +138,7 @@ def _draws(op: Operation) -> bool:
     from xdsl.traits import is_side_effect_free
 
     return not is_side_effect_free(op) and not (
-        isinstance(op, CallOp) and op.callee.data == ASSUME)
+        isinstance(op, CallOp) and op.callee.data in (ASSUME, _PRINT))
 
 
 def _rng_get() -> tuple[Any, ...]:
