@@ -69,8 +69,16 @@ class Observed(Base):
                 isinstance(self, Observed), type(self) in {Observed: 1},
                 REGISTRY[cls.__name__] is cls, self.scale(), super(Observed, self).scale(),  # noqa: UP008
                 pickle.loads(pickle.dumps(cls)) is cls, type(copy.copy(cls)) is type(cls),
-                type(cls) is Meta]
+                type(cls) is Meta, not hasattr(cls, "last"), _class_read(cls)]
         return y * self.scale(), seen
+
+
+def _class_read(cls: type) -> str:
+    """What reading a watched name on the class itself says (eager: no such attribute)."""
+    try:
+        return repr(cls.last)  # type: ignore[attr-defined]
+    except AttributeError as e:
+        return f"{e} {e.name}"
 
 
 def _class_state(cls: type) -> dict[str, Any]:

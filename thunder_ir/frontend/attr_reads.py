@@ -159,8 +159,9 @@ class _Watched:
         self.name = name
 
     def __get__(self, obj: Any, owner: Any = None) -> Any:
-        if obj is None:  # the class has no such attribute (`watchable`)
-            raise AttributeError(self.name)
+        if obj is None:  # the class has no such attribute (`watchable`): Python's words
+            raise AttributeError(f"type object '{getattr(owner, '__name__', owner)}' has no "
+                                 f"attribute '{self.name}'", name=self.name, obj=owner)
         log = _log()
         if log is not None:
             log.note_read(obj, self.name)
