@@ -607,6 +607,10 @@ def slice_indices(s: slice, n: Any) -> tuple[Any, Any, Any]:
         if unbacked(b):  # (``.item()``: its sign known, its size not: min/max, no guard)
             return _unbacked_bound(b, n)
         if b < 0:
+            if type(b) is int and type(n) is not int:
+                # ``x[-w:]`` of a symbolic length: ``max(n - w, 0)``, no decision (a
+                # window that fills and one that is full: one program)
+                return torch.sym_max(b + n, 0)
             b = b + n
             return 0 if b < 0 else b
         return n if b > n else b

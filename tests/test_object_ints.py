@@ -335,6 +335,30 @@ def test_ints_and_tensors_inside_tuples_of_an_argument_object() -> None:
     assert _misses(jf) == 2
 
 
+class Tail:
+    def __init__(self) -> None:
+        self.buf = torch.zeros(1, 3)
+
+
+def tail(x: torch.Tensor, st: Tail) -> torch.Tensor:
+    full = torch.cat([st.buf, x])
+    st.buf = full[-4:]  # the last four rows: all of them until there are more
+    return full.sum(0) * full.shape[0]
+
+
+def test_a_window_that_fills_then_slides_is_one_program() -> None:
+    """``full[-4:]`` of a symbolic length is ``full[max(n - 4, 0):]`` without a decision
+    (`thunder_ir.dialects.symbols.slice_indices`): the lengths below the window and from
+    it on run one program (the length equal to the window compiled one of its own)."""
+    jf = thunder_ir.jit(tail)
+    mine, theirs = Tail(), Tail()
+    for i in range(7):
+        x = torch.randn(1, 3, generator=torch.Generator().manual_seed(i))
+        torch.testing.assert_close(jf(x, mine), tail(x, theirs))
+        _same_object(mine, theirs)
+    assert _misses(jf) == 2  # length 1 (a program of its own), then every length
+
+
 # ------------------------------------------------------------------ Hugging Face caches
 
 
@@ -427,6 +451,30 @@ def test_generate_with_a_sliding_window_cache(family: str) -> None:
     before = _misses(jm)
     assert torch.equal(jm.generate(ids, **kw), ref)
     assert _misses(jm) == before
+
+
+def test_generate_with_a_window_longer_than_the_prompt() -> None:
+    """A window of 16 over a prompt of 6 fills while 12 tokens are generated: eager's
+    tokens in 4 programs (it took 5): the prefill; the steps while the window fills (its
+    slice ``[-15:]`` no longer decides whether the window is full,
+    `test_a_window_that_fills_then_slides_is_one_program`); the step at 15 tokens, where
+    Hugging Face's ``get_mask_sizes`` takes ``max(n - 15, 0)`` by its first branch while
+    ``n >= 16`` is still false (Python's ``max`` of two numbers decides, so only 15 is in
+    that range); the full window from then on (its keys a slice of a longer tensor, read by
+    class only, as the first steps' contiguous ones)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        sliding_window=16)).eval()
+    model.generation_config.pad_token_id = 0
+    ids = torch.randint(3, 128, (1, 6), generator=torch.Generator().manual_seed(2))
+    kw = {"max_new_tokens": 12, "min_new_tokens": 12, "do_sample": False}
+    ref = model.generate(ids, **kw)
+    jm = thunder_ir.jit(copy.deepcopy(model))
+    assert torch.equal(jm.generate(ids, **kw), ref)
+    assert _misses(jm) == 4
 
 
 @pytest.mark.parametrize("family", ["mistral", "gemma2"])

@@ -84,14 +84,28 @@ class ProgramCache:
         """A symbolic program whose shape guard holds for this call, if one was compiled
         (one whose guard cannot be evaluated is dropped, with a warning)."""
         found = self.shape_entries.get(dynamic_key(pro, dynamic, key), [])
+        before = list(found)
         entry: Entry | None = holding(found, leaves, name, failures)
+        dropped = [e for e in before if e not in found]  # (a guard that cannot answer)
+        self._purge(dropped)
         for mask in self.masks if entry is None else ():
             found = self.relaxed.get(
                 (mask, dynamic_key(pro, dynamic, self._relax(pro, key, mask))), [])
+            before = list(found)
             entry = holding(found, leaves, name, failures)
+            self._purge([e for e in before if e not in found])
             if entry is not None:
                 break
         return entry
+
+    def _purge(self, dropped: list[Entry]) -> None:
+        """Takes programs whose shape guard cannot answer out of every list that holds
+        them (a program is under its dynamic key and under its relaxed one)."""
+        if not dropped:
+            return
+        for lists in (self.shape_entries, self.relaxed):
+            for found in lists.values():
+                found[:] = [e for e in found if not any(e is d for d in dropped)]
 
     def unblanked(self, pro: Prologue, key: Any, dynamic: Dynamic) -> list[str]:
         """Where a call found no symbolic program under its dynamic key but one is stored
