@@ -80,8 +80,8 @@ def _train(rank: int) -> dict[str, dict[str, Any]]:
     compares, by mode.
     Until the swap rank 0 waits for its own kernels after each step (after it, those of
     its program that was not primed compile meanwhile); rank 1 never waits, and its
-    kernels start compiling 2 s after they are asked for: rank 0 is ready first, and must
-    wait for rank 1 to swap with it."""
+    kernels start compiling 2 s after they are asked for: the processes have their
+    kernels at different steps."""
     if rank == 1:
         tiering.QUIET_S = 2.0
     jms = {mode: thunder_ir.jit(_wrap(_model(), mode), cache="static") for mode in MODES}
@@ -108,10 +108,12 @@ def _train(rank: int) -> dict[str, dict[str, Any]]:
             status = thunder_ir.compile_status(jm)
             if status["swapped"] and res["swapped_at"] is None:
                 res["swapped_at"] = step
-            if rank == 0 and status["pending"] and res["swapped_at"] is None:
-                thunder_ir.compile_status(jm, wait=None)
-                if res["ready_at"] is None:
-                    res["ready_at"] = step
+            if status["pending"]:
+                res["asked"] = True
+                if rank == 0 and res["swapped_at"] is None:
+                    status = thunder_ir.compile_status(jm, wait=None)
+            if res.get("asked") and not status["pending"] and res["ready_at"] is None:
+                res["ready_at"] = step  # (this process has every kernel it asked for)
             if mode == "ddp_failing":
                 if status["kept"] and res["swapped_at"] is None:
                     res["swapped_at"] = step  # (here: when it was kept)
@@ -199,8 +201,8 @@ def test_ddp_and_fsdp_programs_swap_at_the_same_step_and_train_as_eager(
             assert g["misses"] == programs, mode
         at = [g["swapped_at"] for g in got]
         assert at[0] is not None and at[0] == at[1], (mode, at)  # the same step on both
-        # rank 0 had its kernels first and ran unfused until rank 1 had its own
-        assert tu.HOT_CALLS <= got[0]["ready_at"] < at[0] - 2, (mode, got[0]["ready_at"], at)
+        for g in got:  # only once each process had its kernels
+            assert tu.HOT_CALLS <= g["ready_at"] < at[0], (mode, g["ready_at"], at)
         g0 = got[0]
         for k, v in want["params"].items():
             torch.testing.assert_close(g0["params"][k], v, rtol=1e-5, atol=1e-6,
