@@ -198,6 +198,26 @@ def test_a_strided_tensor_of_a_growing_object_keeps_its_sizes() -> None:
     assert _misses(jf) <= 3
 
 
+def test_a_3d_cat_reads_no_layout_of_its_operands() -> None:
+    """A convolution state transposed on the first call and contiguous on later ones (as
+    RecurrentGemma's after its prefill) reaches the program only through a 3-d ``cat``,
+    whose result is contiguous whatever its operands' layouts: one program, and eager's
+    error where a layout that is read differs."""
+    def conv(x: torch.Tensor, st: Window) -> torch.Tensor:
+        full = torch.cat([st.k, x], -1)
+        st.k = full[:, :, 1:]
+        return (full * 2).reshape(-1)  # (a reshape: reads full's layout)
+
+    jf = thunder_ir.jit(conv)
+    mine, theirs = Window(), Window()
+    mine.k = theirs.k = torch.randn(1, 3, 4).transpose(1, 2)  # (1, 4, 3), transposed
+    for i in range(4):
+        x = torch.randn(1, 4, 1, generator=torch.Generator().manual_seed(i))
+        _same(jf(x, mine), conv(x, theirs))
+        _same(mine, theirs)
+    assert _misses(jf) == 1
+
+
 class Recurrent(torch.nn.Module):
     """State rebound on every call as a slice of a longer tensor (a window of the last
     three columns: other strides than the first state's)."""

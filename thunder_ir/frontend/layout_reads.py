@@ -10,7 +10,8 @@ A decision that depends on a value's layout (a ``view`` that works or raises by 
   is keyed as it is, so it counts as no input's;
 * an op's results take their layouts from their tensor operands' (a view's from its
   base, an opaque call's as its kernel lays them out): the union of theirs;
-* but ``bmm`` and ``matmul`` lay their results out contiguously whatever their operands,
+* but ``bmm``, ``matmul`` and ``cat`` (but of 4-d and 5-d tensors, which may be channels
+  last) lay their results out contiguously whatever their operands,
   and an op that computes a fresh result (not a view; not an opaque call, whose kernel
   may read exact strides) lays it out from `ordered` operands as from contiguous ones
   (`thunder_ir.runtime.layout_key.ordered`): where each operand is a program input so
@@ -136,8 +137,10 @@ def _combine(op: Operation, v: SSAValue, operands: list[SSAValue], deps: list[_D
     exact = frozenset().union(*(d[0] for d in deps if d is not None))
     classes = frozenset().union(*(d[1] for d in deps if d is not None))
     if op.name == "ltorch.bmm" or (op.name == "ltorch.matmul" and len(operands) == 2
-                                   and _rank(operands[0]) >= _rank(operands[1])):
-        return _NONE  # (laid out contiguously whatever its operands)
+                                   and _rank(operands[0]) >= _rank(operands[1])) or (
+            op.name == "ltorch.cat" and _rank(v) not in (4, 5)):
+        return _NONE  # (laid out contiguously whatever its operands: ``cat`` suggests a
+        # memory format only for 4-d and 5-d tensors, channels last)
     if exact and _fresh(op, v, g) and all(
             _ordered(o, g.layouts) and (not d[0] or _view_of_input(o, g))
             for o, d in zip(operands, deps) if d is not None):
