@@ -84,10 +84,11 @@ def context() -> Context:
     from thunder_ir.dialects.guard import Guard
     from thunder_ir.dialects.ltorch import Ltorch
     from thunder_ir.dialects.prims import Prims
+    from thunder_ir.dialects.quant import Quant
     from thunder_ir.dialects.torch import Torch
 
     ctx = Context()
-    for d in (Builtin, func.Func, Prims, Ltorch, Torch, Fusion, Autograd, Guard, Dist):
+    for d in (Builtin, func.Func, Prims, Ltorch, Torch, Fusion, Autograd, Guard, Dist, Quant):
         ctx.load_dialect(d)
     return ctx
 

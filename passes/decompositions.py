@@ -96,7 +96,8 @@ def load_rules() -> Mapping[type[ThunderOp], Rule]:
     thread's compilation uses (`rules`)."""
     import thunder_ir.passes.decomp_backward
     import thunder_ir.passes.decomp_core
-    import thunder_ir.passes.decomp_nn  # noqa: F401
+    import thunder_ir.passes.decomp_nn
+    import thunder_ir.passes.quant_rules  # noqa: F401
 
     return rules()
 

@@ -52,6 +52,7 @@ _BUILTINS: dict[str, str] = {
     "fsdp-grad-scale": "thunder_ir.passes.fsdp:FSDPGradScalePass",
     "fsdp-zero3": "thunder_ir.passes.fsdp:Zero3Pass",
     "schedule-collectives": "thunder_ir.passes.collectives:ScheduleCollectivesPass",
+    "quantize-weights": "thunder_ir.passes.quantize:QuantizeWeightsPass",
 }
 """This package's passes, imported on first use. The lowering registers its own
 (``lower-claimed``, ``lower-to-torch``, ``del-last-used``) by name when any of its modules

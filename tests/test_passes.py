@@ -110,8 +110,8 @@ def test_unknown_pass_lists_the_available_ones() -> None:
     assert "unknown pass 'cs'" in msg and "Did you mean 'cse'" in msg
     assert ("autodiff, canonicalize, claim, cse, dce, ddp-allreduce, decompose-for-grad, "
             "decompose-ltorch, del-last-used, fsdp-grad-scale, fsdp-zero3, fuse, "
-            "join-padded-sums, lower-claimed, lower-to-torch, remat-split, restride-outputs, "
-            "schedule-collectives, strip-autograd") in msg
+            "join-padded-sums, lower-claimed, lower-to-torch, quantize-weights, remat-split, "
+            "restride-outputs, schedule-collectives, strip-autograd") in msg
 
 
 def test_register_pass_by_call() -> None:

@@ -64,6 +64,25 @@ def transform(pass_or_patterns: ModulePass | Sequence[RewritePattern], stage: st
     return UserTransform(cls(patterns), stage)
 
 
+def QuantizeWeights(bits: int = 8, group_size: int = 32,
+                    modules: Sequence[str] = ()) -> UserTransform:
+    """Weight-only quantization of linears, as a transform for ``jit`` (the
+    ``quantize-weights`` pass at the ``ltorch`` stage; ``docs/quantization.md``)::
+
+        jm = thunder_ir.jit(model, transforms=[QuantizeWeights(bits=8)])
+
+    Args:
+        bits: 8 (symmetric int8 per output channel) or 4 (asymmetric int4 per group).
+        group_size: input columns per int4 scale and zero: 32, 64, 128 or 256.
+        modules: the modules whose linears are quantized: qualified names or parts of
+            them (``"q_proj"``, ``"layers.0"``); empty: every linear on a module weight.
+    """
+    from thunder_ir.passes.quantize import QuantizeWeightsPass
+
+    return UserTransform(QuantizeWeightsPass(bits=bits, group_size=group_size,
+                                             modules=tuple(modules)), "ltorch")
+
+
 def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePass]]:
     out: dict[str, list[ModulePass]] = {s: [] for s in STAGES}
     for t in transforms or ():
@@ -72,4 +91,5 @@ def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePa
     return out
 
 
-__all__ = ["STAGES", "PatternsPass", "UserTransform", "transform", "user_transforms"]
+__all__ = ["STAGES", "PatternsPass", "QuantizeWeights", "UserTransform", "transform",
+           "user_transforms"]

@@ -1,0 +1,360 @@
+"""The ``quant`` dialect: weight-only quantized linears on quantized storage.
+
+The ops the ``quantize-weights`` pass (`thunder_ir.passes.quantize`) puts in place of
+``ltorch.linear`` on a selected weight. Each scheme is a pair: an op that quantizes the
+weight into typed storage, and a linear on that storage.
+
+* int8, symmetric per output channel (torchao's ``int8_weight_only``)::
+
+      %q, %scale = quant.quantize_int8 %w          : f32[N, K] -> i8[N, K], f32[N]
+      %y = quant.int8_linear %x, %q, %scale[, %b]  : ``x @ (q * scale[:, None]).T + b``
+
+  ``scale = max(amax(|w|, row) / 127.5, eps)``, ``q = clamp(round(w / scale), -128, 127)``.
+* int4, asymmetric per group of ``group_size`` input columns (torchao's
+  ``int4_weight_only``, tinygemm's convention)::
+
+      %codes, %sz = quant.quantize_int4 %w {group_size = 32}
+                                   : f32[N, K] -> u8[N, K / 2], f32[K / g, N, 2]
+      %y = quant.int4_linear %x, %codes, %sz[, %b] {group_size = 32}
+
+  ``codes`` holds two 4-bit codes a byte (column ``2j`` in the low nibble, ``2j + 1`` in
+  the high one); ``sz[g, n] = (scale, zero)``; the weight is ``(code - 8) * scale + zero``.
+
+The ops are ltorch-level (`LtorchOp`: the torch executor claims them whole, so
+``decompose-ltorch`` leaves them) with their own shape rules (``SHAPE_RULE``, declared
+with the op by `quant_op`). Their Python calls are
+this module's kernels, which generated code calls as ``tir.quantize_int8`` and so on:
+
+* ``quantize_*`` are computed once per weight: the result is kept beside the weight
+  (`QUANTIZED`, weakly keyed by the weight tensor and checked against its version
+  counter, so an in-place update of the weight quantizes again); a cached call pays a
+  dictionary look-up.
+* ``int8_linear`` is ``torch.ops.aten._weight_int8pack_mm``; ``int4_linear`` is
+  ``aten._weight_int4pack_mm_for_cpu`` on the codes converted once into the kernel's
+  packed layout (``aten._convert_weight_to_int4pack_for_cpu``, kept beside the codes).
+  Elsewhere (another device, a dtype the kernel does not take) they dequantize and call
+  ``F.linear``.
+
+Decompositions (dequantize, then ``linear``) and VJP rules are
+`thunder_ir.passes.quant_rules`'.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import torch
+import torch.nn.functional as F
+from xdsl.dialects.builtin import IntegerAttr
+from xdsl.ir import Attribute, Dialect, Operation
+from xdsl.irdl import (
+    irdl_op_definition,
+    operand_def,
+    opt_operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
+from xdsl.traits import Pure
+
+from thunder_ir.dialects.base import ShapeError
+from thunder_ir.dialects.ltorch_base import LtorchOp
+from thunder_ir.dialects.traits import Library
+from thunder_ir.dialects.types import TensorType, tensor_type
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+"""Weight and activation dtypes the quantized linears take."""
+
+INT4_GROUP_SIZES = (32, 64, 128, 256)
+"""Group sizes of the int4 scheme (those of torch's int4 CPU kernel)."""
+
+
+# --------------------------------------------------------------------------- schemes
+
+
+def int8_qparams(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8 quantization of a 2-D weight: ``(q, scale)``, ``q`` int8,
+    ``scale`` of ``w``'s dtype (computed in float32, as torchao does)."""
+    wf = w.detach().float()
+    amax = wf.abs().amax(dim=1)
+    scale = (amax / 127.5).clamp(min=torch.finfo(torch.float32).eps)
+    q = (wf / scale[:, None]).round().clamp(-128, 127).to(torch.int8)
+    return q, scale.to(w.dtype)
+
+
+def int8_dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The weight an int8 pair stands for: ``q * scale[:, None]`` in ``scale``'s dtype."""
+    return q.to(scale.dtype) * scale[:, None]
+
+
+def int4_qparams(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric int4 quantization of a 2-D weight per group of ``group_size`` columns:
+    ``(codes, sz)``, ``codes`` uint8 ``[N, K / 2]`` (two codes a byte, the even column
+    low), ``sz`` ``[K / group_size, N, 2]`` of ``w``'s dtype (scale, zero), computed in
+    float32 (torchao's ``int4_weight_only`` with its float zero point)."""
+    n, k = w.shape
+    wf = w.detach().float().reshape(n, k // group_size, group_size)
+    lo = wf.amin(dim=2).clamp(max=0.0)
+    hi = wf.amax(dim=2).clamp(min=0.0)
+    scale = ((hi - lo) / 15).clamp(min=torch.finfo(torch.float32).eps)
+    zero = lo + scale * 8
+    codes = ((wf - lo[..., None]) / scale[..., None]).round().clamp(0, 15).to(torch.uint8)
+    codes = codes.reshape(n, k)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    sz = torch.stack([scale.t(), zero.t()], dim=2).contiguous()
+    return packed, sz.to(w.dtype)
+
+
+def int4_dequantize(codes: torch.Tensor, sz: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The weight an int4 pair stands for: ``(code - 8) * scale + zero`` per group, in
+    ``sz``'s dtype."""
+    n = codes.shape[0]
+    each = torch.stack([codes & 15, codes >> 4], dim=2).reshape(n, -1).to(sz.dtype)
+    scale = sz[:, :, 0].t().repeat_interleave(group_size, dim=1)
+    zero = sz[:, :, 1].t().repeat_interleave(group_size, dim=1)
+    return (each - 8) * scale + zero
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+class Quantized:
+    """Results computed once per source tensor: ``get(src, key, make)`` returns
+    ``make(src)``'s result, kept while ``src`` lives and its version counter (bumped by
+    every in-place write) is unchanged."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[Any, ...]] = {}
+
+    def get(self, src: torch.Tensor, key: Any, make: Callable[[torch.Tensor], Any]) -> Any:
+        """The kept result of ``make(src)`` under ``key``, made now if missing or stale."""
+        hit = self.entries.get(id(src))
+        version = src._version
+        if hit is not None and hit[0]() is src and hit[1] == version and hit[2] == key:
+            return hit[3]
+        with torch.no_grad():
+            out = make(src)
+        ident = id(src)
+        entries = self.entries
+
+        def forget(_ref: weakref.ref[torch.Tensor]) -> None:  # src died: drop its results
+            entries.pop(ident, None)
+
+        self.entries[ident] = (weakref.ref(src, forget), version, key, out)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def clear(self) -> None:
+        """Forgets every kept result."""
+        self.entries.clear()
+
+
+QUANTIZED = Quantized()
+"""The quantized weights (and kernel layouts) of this process, kept beside their
+weights."""
+
+
+def _quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return QUANTIZED.get(w, "int8", int8_qparams)  # type: ignore[no-any-return]
+
+
+def _quantize_int4(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def make(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return int4_qparams(t, group_size)
+
+    return QUANTIZED.get(w, ("int4", group_size), make)  # type: ignore[no-any-return]
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])
+
+
+def _int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+    if x.device.type == "cpu" and not x.requires_grad:
+        y = torch.ops.aten._weight_int8pack_mm(_rows(x), q, scale)
+        y = y.reshape(*x.shape[:-1], q.shape[0])
+        return y if bias is None else y + bias
+    return F.linear(x, int8_dequantize(q, scale), bias)
+
+
+def int4_kernel_layout(codes: torch.Tensor) -> torch.Tensor:
+    """``codes`` (two per byte, the even column low) in the layout of torch's int4 CPU
+    kernel (``_convert_weight_to_int4pack_for_cpu``)."""
+    n = codes.shape[0]
+    each = torch.stack([codes & 15, codes >> 4], dim=2).reshape(n, -1).to(torch.int32)
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(each, 1)
+
+
+def _int4_linear(x: torch.Tensor, codes: torch.Tensor, sz: torch.Tensor,
+                 bias: torch.Tensor | None = None, group_size: int = 32) -> torch.Tensor:
+    if x.device.type == "cpu" and not x.requires_grad:
+        packed = QUANTIZED.get(codes, "int4-cpu", int4_kernel_layout)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(_rows(x), packed, group_size, sz)
+        y = y.reshape(*x.shape[:-1], codes.shape[0])
+        return y if bias is None else y + bias
+    return F.linear(x, int4_dequantize(codes, sz, group_size), bias)
+
+
+# --------------------------------------------------------------------------- shape rules
+
+
+def _weight_2d(name: str, w: Any) -> TensorType:
+    if not isinstance(w, TensorType) or w.rank != 2 or w.dtype not in FLOATS:
+        raise ShapeError(f"{name}: takes a 2-D float32, bfloat16 or float16 weight, got {w}")
+    return w
+
+
+def _linear_result(name: str, x: Any, n: int, k: int, dtype: torch.dtype,
+                   bias: Any) -> TensorType:
+    if not isinstance(x, TensorType) or x.rank < 1 or x.sizes[-1] != k:
+        raise ShapeError(f"{name}: input {x} does not end in the weight's {k} columns")
+    if x.dtype != dtype:
+        raise ShapeError(f"{name}: input dtype {x.dtype} differs from the scales' {dtype}")
+    if bias is not None and (not isinstance(bias, TensorType) or bias.sizes != (n,)
+                             or bias.dtype != dtype):
+        raise ShapeError(f"{name}: bias {bias} is not a [{n}] {dtype} tensor")
+    return tensor_type((*x.sizes[:-1], n), dtype, x.dev)
+
+
+def _quantize_int8_rule(types: list[Any], params: dict[str, Any]) -> list[Attribute]:
+    w = _weight_2d("quant.quantize_int8", types[0])
+    n, k = w.sizes
+    return [tensor_type((n, k), torch.int8, w.dev), tensor_type((n,), w.dtype, w.dev)]
+
+
+def _int8_linear_rule(types: list[Any], params: dict[str, Any]) -> Attribute:
+    x, q, scale, bias = types
+    if not isinstance(q, TensorType) or q.rank != 2 or q.dtype != torch.int8:
+        raise ShapeError(f"quant.int8_linear: the weight is a 2-D int8 tensor, got {q}")
+    n, k = q.sizes
+    if not isinstance(scale, TensorType) or scale.sizes != (n,) or scale.dtype not in FLOATS:
+        raise ShapeError(f"quant.int8_linear: scales {scale} are not [{n}] floats")
+    return _linear_result("quant.int8_linear", x, n, k, scale.dtype, bias)
+
+
+def _check_group(name: str, k: int, group_size: int) -> None:
+    if group_size not in INT4_GROUP_SIZES or k % group_size:
+        raise ShapeError(f"{name}: group_size {group_size} must be one of "
+                         f"{INT4_GROUP_SIZES} and divide the {k} columns")
+
+
+def _quantize_int4_rule(types: list[Any], params: dict[str, Any]) -> list[Attribute]:
+    w = _weight_2d("quant.quantize_int4", types[0])
+    n, k = w.sizes
+    g = params["group_size"]
+    _check_group("quant.quantize_int4", k, g)
+    return [tensor_type((n, k // 2), torch.uint8, w.dev),
+            tensor_type((k // g, n, 2), w.dtype, w.dev)]
+
+
+def _int4_linear_rule(types: list[Any], params: dict[str, Any]) -> Attribute:
+    x, codes, sz, bias = types
+    if not isinstance(codes, TensorType) or codes.rank != 2 or codes.dtype != torch.uint8:
+        raise ShapeError(f"quant.int4_linear: the codes are a 2-D uint8 tensor, got {codes}")
+    n, k = codes.sizes[0], codes.sizes[1] * 2
+    g = params["group_size"]
+    _check_group("quant.int4_linear", k, g)
+    if not isinstance(sz, TensorType) or sz.sizes != (k // g, n, 2) or sz.dtype not in FLOATS:
+        raise ShapeError(f"quant.int4_linear: scales and zeros {sz} are not "
+                         f"[{k // g}, {n}, 2] floats")
+    return _linear_result("quant.int4_linear", x, n, k, sz.dtype, bias)
+
+
+# --------------------------------------------------------------------------- ops
+
+
+_Op = TypeVar("_Op", bound=type[LtorchOp])
+
+
+def quant_op(kernel: Callable[..., Any], rule: Callable[..., Any]) -> Callable[[_Op], _Op]:
+    """Declares a quant op: IRDL definition, its kernel (``TORCH_FN``, what the torch
+    executor calls) and its shape rule (``SHAPE_RULE``, for static and symbolic sizes
+    alike: plain arithmetic on the sizes, no meta kernel)."""
+
+    def wrap(cls: _Op) -> _Op:
+        op = irdl_op_definition(cls)
+        op.TORCH_FN = staticmethod(kernel)  # type: ignore[attr-defined]
+        op.SHAPE_RULE = staticmethod(rule)  # type: ignore[attr-defined]
+        return op  # type: ignore[return-value]
+
+    return wrap
+
+
+class QuantOp(LtorchOp):
+    """Base of the quant ops: pure, run by a library kernel, typed by their own rule."""
+
+    SHAPE_RULE: ClassVar[Callable[[list[Any], dict[str, Any]], Any]]
+
+    @classmethod
+    def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
+        return cls.SHAPE_RULE(list(operand_types), params)  # type: ignore[no-any-return]
+
+
+@quant_op(_quantize_int8, _quantize_int8_rule)
+class QuantizeInt8Op(QuantOp):
+    """`%q, %scale = quant.quantize_int8 %w`: symmetric per-row int8 quantization"""
+
+    name = "quant.quantize_int8"
+
+    weight = operand_def(TensorType)
+    qweight = result_def(TensorType)
+    scale = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+
+@quant_op(_int8_linear, _int8_linear_rule)
+class Int8LinearOp(QuantOp):
+    """`%y = quant.int8_linear %x, %q, %scale[, %bias]`: ``x @ (q * scale[:, None]).T + bias``"""
+
+    name = "quant.int8_linear"
+
+    input = operand_def(TensorType)
+    qweight = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+
+@quant_op(_quantize_int4, _quantize_int4_rule)
+class QuantizeInt4Op(QuantOp):
+    """`%codes, %sz = quant.quantize_int4 %w {group_size}`: asymmetric int4 per group"""
+
+    name = "quant.quantize_int4"
+
+    weight = operand_def(TensorType)
+    group_size = prop_def(IntegerAttr)
+    codes = result_def(TensorType)
+    scales_and_zeros = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+
+@quant_op(_int4_linear, _int4_linear_rule)
+class Int4LinearOp(QuantOp):
+    """`%y = quant.int4_linear %x, %codes, %sz[, %bias] {group_size}`: ``x @ W.T + bias``,
+    ``W = (code - 8) * scale + zero`` per group"""
+
+    name = "quant.int4_linear"
+
+    input = operand_def(TensorType)
+    codes = operand_def(TensorType)
+    scales_and_zeros = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
+    group_size = prop_def(IntegerAttr)
+    out = result_def(TensorType)
+    traits = traits_def(Pure(), Library())
+
+
+QUANT_OPS: list[type[Operation]] = [QuantizeInt8Op, Int8LinearOp, QuantizeInt4Op, Int4LinearOp]
+
+Quant = Dialect("quant", QUANT_OPS, [])
+
+__all__ = ["FLOATS", "quant_op", "INT4_GROUP_SIZES", "QUANTIZED", "QUANT_OPS", "Int4LinearOp",
+           "Int8LinearOp", "Quant", "QuantOp", "Quantized", "QuantizeInt4Op",
+           "QuantizeInt8Op", "int4_dequantize", "int4_kernel_layout", "int4_qparams",
+           "int8_dequantize", "int8_qparams"]

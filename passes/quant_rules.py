@@ -1,0 +1,156 @@
+"""Decompositions and VJP rules of the ``quant`` dialect (`thunder_ir.dialects.quant`).
+
+Decompositions say what the ops compute, in ltorch ops: quantizing is the scheme's
+arithmetic (``amax``, ``div``, ``round``, ``clamp``, a conversion), a quantized linear is
+its weight dequantized, then ``linear``. ``decompose-ltorch`` uses them where no executor
+claims the op (an executor without the kernels; ``claim{executors=...}`` narrowed), and
+the property tests check the kernels against them.
+
+VJP rules (QLoRA-style fine-tuning): the quantized base is frozen, so the quantize ops
+give the weight no gradient, and a quantized linear gives its input the gradient of a
+linear on the dequantized weight (``dx = dy @ W``) and its bias ``sum(dy)``. Adapters
+beside it (LoRA's low-rank product) are ordinary ops and differentiate as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from xdsl.ir import SSAValue
+
+from thunder_ir.dialects import quant as Q
+from thunder_ir.dialects.types import ttype
+from thunder_ir.passes.decompositions import Decomposer, decomposes
+from thunder_ir.passes.vjp import Grad, is_differentiable_value, vjp
+from thunder_ir.passes.vjp_ltorch_core import Cts, Grads, Outs, sum_to_shape
+
+# --------------------------------------------------------------------------- dequantize
+
+
+def _num(d: Any, value: float | int) -> SSAValue:
+    return d.prims.constant(value=value)  # type: ignore[no-any-return]
+
+
+def dequant_int8(b: Any, q: SSAValue, scale: SSAValue) -> SSAValue:
+    """``q * scale[:, None]`` in ``scale``'s dtype, built with ``b.ltorch`` (a `Decomposer`
+    runs the rules inline; a `Grad` builds ltorch ops)."""
+    wq = b.ltorch.to_dtype(q, dtype=ttype(scale).dtype)
+    return b.ltorch.mul(wq, b.ltorch.unsqueeze(scale, dim=1))  # type: ignore[no-any-return]
+
+
+def dequant_int4(b: Any, codes: SSAValue, sz: SSAValue, group_size: int) -> SSAValue:
+    """``(code - 8) * scale + zero`` per group, in ``sz``'s dtype."""
+    n, half = ttype(codes).sizes
+    k = 2 * half
+    dtype = ttype(sz).dtype
+    low = b.ltorch.bitwise_and(codes, _num(b, 15))
+    high = b.ltorch.floor_divide(codes, _num(b, 16))
+    each = b.ltorch.reshape(b.ltorch.stack([low, high], dim=2), shape=(n, k // group_size,
+                                                                         group_size))
+    centered = b.ltorch.sub(b.ltorch.to_dtype(each, dtype=dtype), _num(b, 8))
+    per_row = b.ltorch.permute(sz, dims=(1, 0, 2))  # [N, G, 2]
+    scale, zero = b.ltorch.chunk(per_row, chunks=2, dim=2)  # [N, G, 1] each
+    w = b.ltorch.add(b.ltorch.mul(centered, scale), zero)
+    return b.ltorch.reshape(w, shape=(n, k))  # type: ignore[no-any-return]
+
+
+# --------------------------------------------------------------------------- decompositions
+
+
+@decomposes(Q.QuantizeInt8Op)
+def quantize_int8(d: Decomposer, w: SSAValue) -> list[SSAValue]:
+    """`thunder_ir.dialects.quant.int8_qparams` in ltorch ops."""
+    dtype = ttype(w).dtype
+    wf = d.ltorch.to_dtype(w, dtype=torch.float32)
+    amax = d.ltorch.amax(d.ltorch.abs(wf), dim=(1,), keepdim=False)
+    scale = d.ltorch.clamp(d.ltorch.div(amax, _num(d, 127.5)),
+                           min=torch.finfo(torch.float32).eps)
+    scaled = d.ltorch.div(wf, d.ltorch.unsqueeze(scale, dim=1))
+    q = d.ltorch.to_dtype(d.ltorch.clamp(d.ltorch.round(scaled), min=-128, max=127),
+                          dtype=torch.int8)
+    return [q, d.ltorch.to_dtype(scale, dtype=dtype)]
+
+
+@decomposes(Q.QuantizeInt4Op)
+def quantize_int4(d: Decomposer, w: SSAValue, group_size: int) -> list[SSAValue]:
+    """`thunder_ir.dialects.quant.int4_qparams` in ltorch ops."""
+    n, k = ttype(w).sizes
+    dtype = ttype(w).dtype
+    groups = k // group_size
+    wf = d.ltorch.reshape(d.ltorch.to_dtype(w, dtype=torch.float32),
+                          shape=(n, groups, group_size))
+    lo = d.ltorch.clamp(d.ltorch.amin(wf, dim=(2,), keepdim=True), max=0.0)
+    hi = d.ltorch.clamp(d.ltorch.amax(wf, dim=(2,), keepdim=True), min=0.0)
+    scale = d.ltorch.clamp(d.ltorch.div(d.ltorch.sub(hi, lo), _num(d, 15)),
+                           min=torch.finfo(torch.float32).eps)
+    zero = d.ltorch.add(lo, d.ltorch.mul(scale, _num(d, 8)))
+    codes = d.ltorch.clamp(d.ltorch.round(d.ltorch.div(d.ltorch.sub(wf, lo), scale)),
+                           min=0, max=15)
+    codes = d.ltorch.reshape(codes, shape=(n, k // 2, 2))
+    low, high = d.ltorch.chunk(codes, chunks=2, dim=2)
+    packed = d.ltorch.add(low, d.ltorch.mul(high, _num(d, 16)))
+    packed = d.ltorch.to_dtype(d.ltorch.reshape(packed, shape=(n, k // 2)), dtype=torch.uint8)
+    sz = d.ltorch.cat([scale, zero], dim=2)  # [N, G, 2]
+    sz = d.ltorch.permute(sz, dims=(1, 0, 2))
+    return [packed, d.ltorch.to_dtype(sz, dtype=dtype)]
+
+
+@decomposes(Q.Int8LinearOp)
+def int8_linear(d: Decomposer, x: SSAValue, q: SSAValue, scale: SSAValue,
+                bias: SSAValue | None) -> SSAValue:
+    return d.ltorch.linear(x, dequant_int8(d, q, scale), bias)  # type: ignore[no-any-return]
+
+
+@decomposes(Q.Int4LinearOp)
+def int4_linear(d: Decomposer, x: SSAValue, codes: SSAValue, sz: SSAValue,
+                bias: SSAValue | None, group_size: int) -> SSAValue:
+    return d.ltorch.linear(  # type: ignore[no-any-return]
+        x, dequant_int4(d, codes, sz, group_size), bias)
+
+
+# --------------------------------------------------------------------------- VJP rules
+
+
+@vjp(Q.QuantizeInt8Op)
+def quantize_int8_vjp(g: Grad, out: Outs, ct: Cts, w: SSAValue) -> Grads:
+    """The quantized base is frozen: no gradient to the weight."""
+    return [None]
+
+
+@vjp(Q.QuantizeInt4Op)
+def quantize_int4_vjp(g: Grad, out: Outs, ct: Cts, w: SSAValue, group_size: int) -> Grads:
+    """The quantized base is frozen: no gradient to the weight."""
+    return [None]
+
+
+def _linear_grads(g: Grad, ct: Cts, x: SSAValue, w: Any, bias: SSAValue | None,
+                  n: int) -> tuple[SSAValue | None, SSAValue | None]:
+    dy = ct[0]
+    assert dy is not None
+    dx = g.ltorch.matmul(dy, w()) if is_differentiable_value(x) else None
+    db = sum_to_shape(g, dy, (n,)) if bias is not None and is_differentiable_value(bias) \
+        else None
+    return dx, db
+
+
+@vjp(Q.Int8LinearOp)
+def int8_linear_vjp(g: Grad, out: Outs, ct: Cts, x: SSAValue, q: SSAValue, scale: SSAValue,
+                    bias: SSAValue | None) -> Grads:
+    """``dx = dy @ (q * scale[:, None])``, ``dbias = sum(dy)``; none to the storage."""
+    dx, db = _linear_grads(g, ct, x, lambda: dequant_int8(g, q, scale), bias,
+                           ttype(q).sizes[0])
+    return [dx, None, None, db]
+
+
+@vjp(Q.Int4LinearOp)
+def int4_linear_vjp(g: Grad, out: Outs, ct: Cts, x: SSAValue, codes: SSAValue, sz: SSAValue,
+                    bias: SSAValue | None, group_size: int) -> Grads:
+    """``dx = dy @ W`` (W dequantized), ``dbias = sum(dy)``; none to the storage."""
+    dx, db = _linear_grads(g, ct, x, lambda: dequant_int4(g, codes, sz, group_size), bias,
+                           ttype(codes).sizes[0])
+    return [dx, None, None, db]
+
+
+__all__ = ["dequant_int4", "dequant_int8", "int4_linear", "int8_linear", "quantize_int4",
+           "quantize_int8"]

@@ -1,0 +1,296 @@
+"""`thunder_ir.transforms.QuantizeWeights` (issue 55): weight-only int8/int4 linears.
+
+Every check compares against eager PyTorch on a *dequantized* copy of the model (the
+weights replaced by what their quantized storage stands for, computed here with the
+scheme's functions), the contract of a weight-only quantization.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import thunder_ir
+from thunder_ir.dialects import quant as Q
+from thunder_ir.lowering.torch_executor import TorchExecutor
+from thunder_ir.transforms import QuantizeWeights
+
+
+def dequantized(w: torch.Tensor, bits: int, group_size: int = 32) -> torch.Tensor:
+    if bits == 8:
+        return Q.int8_dequantize(*Q.int8_qparams(w))
+    return Q.int4_dequantize(*Q.int4_qparams(w, group_size), group_size)
+
+
+def dequantized_copy(m: torch.nn.Module, bits: int, group_size: int = 32,
+                     only: str = "") -> torch.nn.Module:
+    ref = copy.deepcopy(m)
+    with torch.no_grad():
+        for name, mod in ref.named_modules():
+            if isinstance(mod, torch.nn.Linear) and only in name:
+                mod.weight.copy_(dequantized(mod.weight, bits, group_size))
+    return ref
+
+
+class LoRA(torch.nn.Module):
+    """A frozen base linear plus a trainable low-rank adapter."""
+
+    def __init__(self, base: torch.nn.Linear, r: int = 4) -> None:
+        super().__init__()
+        self.base = base
+        self.a = torch.nn.Linear(base.in_features, r, bias=False)
+        self.b = torch.nn.Linear(r, base.out_features, bias=False)
+        torch.nn.init.normal_(self.b.weight)
+        base.weight.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.b(self.a(x))
+
+
+def mlp(k: int = 64, n: int = 32) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(k, n), torch.nn.GELU(), torch.nn.Linear(n, 16))
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_forward_equals_dequantized_model(bits: int) -> None:
+    m = mlp()
+    ref = dequantized_copy(m, bits)
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits)])
+    x = torch.randn(2, 5, 64)
+    with torch.no_grad():
+        y = jm(x)
+        torch.testing.assert_close(y, ref(x), atol=1e-5, rtol=1e-5)
+        assert (y - m(x)).abs().max() > 0  # quantized, not the float weights
+        torch.testing.assert_close(jm(x), y, atol=0, rtol=0)  # the cached program
+    trace = str(thunder_ir.last_traces(jm)[-1])
+    assert f"tir.quantize_int{bits}(" in trace and f"tir.int{bits}_linear(" in trace
+    assert "torch.nn.functional.linear" not in trace
+
+
+def test_quantized_once_per_weight() -> None:
+    m = mlp()
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        jm(x)
+        q1 = Q.QUANTIZED.entries[id(m[0].weight)][3][0]
+        jm(x)
+        assert Q.QUANTIZED.entries[id(m[0].weight)][3][0] is q1  # not quantized again
+        m[0].weight.mul_(2.0)  # an in-place update: quantized again, as eager sees it
+        ref = dequantized_copy(m, 8)
+        torch.testing.assert_close(jm(x), ref(x), atol=1e-5, rtol=1e-5)
+        assert Q.QUANTIZED.entries[id(m[0].weight)][3][0] is not q1
+
+
+def test_modules_selects_weights() -> None:
+    m = mlp()
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["0"])])
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), dequantized_copy(m, 8, only="0")(x),
+                                   atol=1e-5, rtol=1e-5)
+    trace = str(thunder_ir.last_traces(jm)[-1])
+    assert trace.count("tir.int8_linear(") == 1 and trace.count("functional.linear(") == 1
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_decomposition_without_the_kernel(bits: int) -> None:
+    """An executor that does not claim the quant ops: they decompose (dequantize, then
+    linear), and the program still equals the dequantized model."""
+    m = mlp()
+    ref = dequantized_copy(m, bits)
+    ex = TorchExecutor(claims=lambda op: not isinstance(op, Q.QuantOp)
+                       and getattr(type(op), "TORCH_FN", None) is not None)
+    jm = thunder_ir.jit(m, executors=[ex], transforms=[QuantizeWeights(bits=bits)])
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), ref(x), atol=1e-5, rtol=1e-5)
+    trace = str(thunder_ir.last_traces(jm)[-1])
+    assert "quantize_int" not in trace and "int8_linear" not in trace
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_lora_gradients_equal_eager_on_dequantized(bits: int) -> None:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(LoRA(torch.nn.Linear(64, 32)), torch.nn.ReLU(),
+                            LoRA(torch.nn.Linear(32, 16)))
+    ref = dequantized_copy(m, bits, only="base")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits, modules=["base"])])
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.01)
+    for _ in range(3):
+        x = torch.randn(3, 64, requires_grad=True)
+        xr = x.detach().clone().requires_grad_()
+        c = torch.randn(3, 16)  # a loss linear in the output: the gradients do not
+        (jm(x) * c).sum().backward()  # depend on the kernel's forward rounding
+        (ref(xr) * c).sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad, atol=1e-4, rtol=1e-4)
+        for (name, p), pr in zip(m.named_parameters(), ref.parameters()):
+            if pr.grad is None:
+                assert p.grad is None, name
+            else:
+                torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4)
+        opt.step()
+        opt_ref.step()
+        opt.zero_grad()
+        opt_ref.zero_grad()
+    assert m[0].base.weight.grad is None
+
+
+def test_peft_lora_gradients() -> None:
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = torch.nn.Linear(64, 32)
+            self.out = torch.nn.Linear(32, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(torch.relu(self.q(x)))
+
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q", "out"], lora_dropout=0.0,
+                          init_lora_weights=False)
+    m = peft.get_peft_model(Net(), cfg)
+    ref = dequantized_copy(m, 8, only="base_layer")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["base_layer"])])
+    x = torch.randn(5, 64)
+    y, yr = jm(x), ref(x)
+    torch.testing.assert_close(y, yr, atol=1e-5, rtol=1e-5)
+    y.sum().backward()
+    yr.sum().backward()
+    for (name, p), pr in zip(m.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (pr.grad is None), name
+        if p.grad is not None:
+            assert "lora" in name
+            torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-5)
+    assert "tir.int8_linear(" in str(thunder_ir.last_traces(jm)[-1])
+
+
+def test_state_dict_round_trip() -> None:
+    m = mlp()
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        jm(x)
+    sd = jm.state_dict()
+    assert sd.keys() == m.state_dict().keys()
+    for k, v in m.state_dict().items():
+        assert torch.equal(sd[k], v) and sd[k].dtype == torch.float32
+    other = mlp(64, 32)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1.0)
+    jm.load_state_dict(other.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), dequantized_copy(other, 8)(x), atol=1e-5, rtol=1e-5)
+
+
+def test_bfloat16_int8() -> None:
+    m = mlp().to(torch.bfloat16)
+    ref = dequantized_copy(m, 8)
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), ref(x), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_generate_greedy_tokens_equal_dequantized(cache: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=128, max_position_embeddings=64, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.generation_config.pad_token_id = 0
+    ref = dequantized_copy(model, 8)
+    prompt = torch.randint(1, 128, (1, 6))
+    kw: dict = {"max_new_tokens": 8, "do_sample": False}
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    want = ref.generate(prompt, **kw)
+    Q.QUANTIZED.clear()
+    jm = thunder_ir.jit(model, transforms=[QuantizeWeights(bits=8)])
+    got = jm.generate(prompt, **kw)
+    assert torch.equal(got, want)
+    assert thunder_ir.cache_misses(jm) >= 2  # the prefill and the decode step
+    linears = [mod.weight for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
+    assert all(id(w) in Q.QUANTIZED.entries for w in linears)  # every linear ran quantized
+
+
+def test_bad_options() -> None:
+    with pytest.raises(ValueError, match="bits is 8 or 4"):
+        QuantizeWeights(bits=3)
+    with pytest.raises(ValueError, match="group_size"):
+        QuantizeWeights(bits=4, group_size=48)
+
+
+# --------------------------------------------------------------------------- properties
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 48), k=st.integers(1, 96), mag=st.sampled_from([1e-6, 1e-2, 1.0, 1e3]),
+       seed=st.integers(0, 2**16))
+def test_int8_scheme_properties(n: int, k: int, mag: float, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * mag
+    q, scale = Q.int8_qparams(w)
+    assert q.dtype == torch.int8 and scale.shape == (n,)
+    err = (Q.int8_dequantize(q, scale) - w).abs()
+    # half a step, plus float32 rounding of the dequantized value (a few ulps of |w|)
+    assert bool((err <= scale[:, None] * 0.5 + 4e-7 * w.abs()).all())
+    x = torch.randn(3, k, generator=g)
+    got = torch.ops.aten._weight_int8pack_mm(x, q, scale)
+    torch.testing.assert_close(got, x @ Q.int8_dequantize(q, scale).T, atol=1e-4 * mag * k,
+                               rtol=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n16=st.integers(1, 3), groups=st.integers(1, 3), gs=st.sampled_from(Q.INT4_GROUP_SIZES),
+       mag=st.sampled_from([1e-3, 1.0, 1e2]), shift=st.sampled_from([0.0, 1.0, -3.0]),
+       seed=st.integers(0, 2**16))
+def test_int4_scheme_properties(n16: int, groups: int, gs: int, mag: float, shift: float,
+                                seed: int) -> None:
+    n, k = 16 * n16, gs * groups
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) + shift) * mag
+    codes, sz = Q.int4_qparams(w, gs)
+    assert codes.shape == (n, k // 2) and sz.shape == (k // gs, n, 2)
+    scale = sz[:, :, 0].t().repeat_interleave(gs, dim=1)
+    err = (Q.int4_dequantize(codes, sz, gs) - w).abs()
+    assert bool((err <= scale * 0.5 + 4e-7 * (w.abs() + scale * 16)).all())
+    x = torch.randn(2, k, generator=g)
+    packed = Q.int4_kernel_layout(codes)
+    got = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, gs, sz)
+    want = x @ Q.int4_dequantize(codes, sz, gs).T
+    torch.testing.assert_close(got, want, atol=1e-4 * mag * k, rtol=1e-4)
+
+
+@pytest.mark.parametrize("bits,shape", [(8, (24, 40)), (8, (1, 7)), (4, (32, 64)),
+                                        (4, (16, 256))])
+def test_decomposed_quantize_equals_scheme(bits: int, shape: tuple[int, int]) -> None:
+    """The quantize ops' decompositions (run by the reference interpreter) give the
+    scheme's storage bit for bit."""
+    from thunder_ir.dialects.program import Program
+    from thunder_ir.dialects.types import tensor_type
+    from thunder_ir.passes import Pipeline
+    from thunder_ir.runtime.interpreter import run
+
+    w = torch.randn(*shape) * 3
+    prog = Program("forward", [tensor_type(shape, torch.float32)], ["w"])
+    op = Q.QuantizeInt8Op if bits == 8 else Q.QuantizeInt4Op
+    params = {} if bits == 8 else {"group_size": 32 if shape[1] == 64 else 128}
+    outs = prog.emitter.emit(op, prog.args[0], **params)
+    module = prog.finish(list(outs))
+    Pipeline(("decompose-ltorch",), verify=True).run(module)
+    assert "quant." not in str(module)
+    got = run(module, w)
+    want = Q.int8_qparams(w) if bits == 8 else Q.int4_qparams(w, **params)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and torch.equal(a, b)
