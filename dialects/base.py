@@ -53,6 +53,7 @@ from xdsl.dialects.builtin import (
     NoneAttr,
     NoneType,
     StringAttr,
+    UnitAttr,
     f64,
     i1,
     i32,
@@ -295,6 +296,8 @@ def from_attr(attr: Attribute) -> Any:
         return {k: from_attr(v) for k, v in attr.data.items()}  # type: ignore[attr-defined]
     if cls is NoneAttr or cls is NoneType:  # `none` parses back as the builtin type
         return None
+    if cls is UnitAttr:  # a flag property that is present (``torch.call``'s ``pure``)
+        return True
     if cls is BytesAttr:  # non-ASCII strings parse back as bytes
         return attr.data.decode("utf-8")  # type: ignore[attr-defined]
     if cls is SliceAttr:

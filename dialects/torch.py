@@ -93,6 +93,22 @@ class UnnamedCallableError(ValueError):
     """A callable has no import path a ``torch.call`` could name."""
 
 
+PURE_CALLEES: frozenset[str] = frozenset({
+    "torch.nn.functional.interpolate", "torch.nn.functional.upsample",
+    "torch.nn.functional.avg_pool1d", "torch.nn.functional.avg_pool2d",
+    "torch.nn.functional.avg_pool3d", "torch.nn.functional.adaptive_avg_pool2d",
+    "torch.nn.functional.normalize", "torch.group_norm", "torch.nn.functional.group_norm",
+    "torch.nn.functional.instance_norm", "torch.instance_norm",
+    "torch.nn.functional.grid_sample", "torch.diff", "torch.cdist", "torch.unbind",
+    "torch.Tensor.unbind", "torch.sort", "torch.Tensor.sort", "torch.einsum",
+    "torch.histc", "torch.Tensor.histc",
+})
+"""Torch functions whose opaque calls the frontend marks ``pure`` where they write into
+no operand and return no view: deterministic, no random draws, no side effects, fresh
+results, and no error that depends on the values. (``one_hot`` is not: eager checks its
+indices' range.) A fusion region may hold such a call (the Inductor executor's regions
+do: ``thunder_ir.lowering.traced_calls``)."""
+
 RUNTIME_NAMESPACE = "thunder_ir.runtime.namespace"
 """The one module whose callables generated code calls besides torch's (as ``tir.<name>``):
 `thunder_ir.runtime.namespace`, where whoever defines such a callable registers it."""
@@ -676,7 +692,8 @@ def output_strides(fn: Operation) -> list[tuple[int, ...] | None] | None:
 
 Torch = Dialect("torch", [CallOp], [OutputStridesAttr])
 
-__all__ = ["OUTPUT_STRIDES", "RUNTIME_NAMESPACE", "WRITTEN_OUTPUTS", "CallOp", "MetaCall",
-           "OutputStridesAttr", "Torch", "make_call", "meta_call", "meta_value", "name_callee",
+__all__ = ["OUTPUT_STRIDES", "PURE_CALLEES", "RUNTIME_NAMESPACE", "WRITTEN_OUTPUTS", "CallOp",
+           "MetaCall", "OutputStridesAttr", "Torch", "make_call", "meta_call", "meta_value",
+           "name_callee",
            "output_strides", "resolve_callee", "runtime_callee", "set_output_strides",
            "set_written_outputs", "substitute", "type_of_meta", "written_outputs"]

@@ -62,6 +62,7 @@ from thunder_ir.dialects.traits import (
     side_effect_free,
 )
 from thunder_ir.dialects.types import NumberType, TensorType
+from thunder_ir.lowering import traced_calls
 from thunder_ir.lowering.compile_helper import (
     Compiled,
     Request,
@@ -100,7 +101,7 @@ LIBRARY_OPS: tuple[type[Operation], ...] = (
     N.ConvolutionOp, N.ConvolutionBackwardOp, N.NativeBatchNormOp, N.NativeBatchNormBackwardOp,
     N.MaxPool2dWithIndicesOp, N.MaxPool2dWithIndicesBackwardOp,
     N.LayerNormOp, N.NativeLayerNormOp, N.NllLossForwardOp, N.NativeGroupNormOp,
-    N.NativeGroupNormBackwardOp,
+    N.NativeGroupNormBackwardOp, C.TopkOp, P.GatherOp, P.ScatterAddOp,
 )
 """`Library` ops Inductor schedules around (see the module doc): ``make_fx`` turns them into
 the ATen calls eager makes, and Inductor calls the same kernels (matmuls, attention,
@@ -111,8 +112,10 @@ and their backward; max pooling); ``cumsum`` is one of Inductor's scans. Taking 
 ops took ResNet's tiered step from 1.30x to 1.04x torch.compile's, and layer norm's
 forward made Falcon's and Whisper's forwards one region each (``docs/performance.md``). A
 rule of this executor, keyed by op class: which library kernels it takes is its own
-choice, not a fact of the op. Other library ops (gather, scatter_add, cross entropy,
-``grouped_mm``, whose group sizes are read when it runs) run eagerly."""
+choice, not a fact of the op. ``topk``, ``gather`` and ``scatter_add`` (a router's choice
+of experts, its weights, and ``topk``'s backward) keep a mixture-of-experts layer's
+regions whole. Other library ops (cross entropy, ``grouped_mm``, whose group sizes are
+read when it runs) run eagerly."""
 
 KEPT_OUT: tuple[type[Operation], ...] = (C.ArangeOp, C.EmptyOp, C.MaxOp, C.MinOp)
 """Ops of a fused kind that this executor leaves to eager torch: ``arange`` and ``empty``
@@ -259,7 +262,7 @@ class InductorExecutor(Executor):
         of a real device, reading only tensors and constant numbers (a traced number would
         specialize the kernel)."""
         if not _fused_op(type(op)) and not (
-            isinstance(op, CallOp) and op.callee.data in FUSIBLE_CALLS
+            isinstance(op, CallOp) and (op.callee.data in FUSIBLE_CALLS or traced_calls.takes(op))
         ):
             return False
         if not side_effect_free(op):
@@ -275,6 +278,12 @@ class InductorExecutor(Executor):
             elif not isinstance(t, TensorType):
                 return False
         return True
+
+    def vjp_rule(self, op: Operation) -> Callable[..., Any] | None:
+        """For a call of `thunder_ir.lowering.traced_calls.TRACED_CALLS` (``F.interpolate``,
+        ``avg_pool2d``, ...): a pure forward and a pure ``torch.func.vjp`` backward that
+        this executor's regions hold, where ``call_with_grad`` would split them."""
+        return traced_calls.rule_for(op)
 
     def fuses_claimed(self, op: Operation, claimer: str) -> bool:
         """True for the claims of `FUSIBLE_CLAIMS` (attention claimed by the SDPA executor)."""

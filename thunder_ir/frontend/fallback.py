@@ -19,6 +19,7 @@ from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef, to_attr
 from thunder_ir.dialects.modes import neutral
 from thunder_ir.dialects.torch import (
+    PURE_CALLEES,
     UnnamedCallableError,
     make_call,
     meta_call,
@@ -184,7 +185,8 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
             return meta.rebuild(list(out))
         return result
     op = make_call(name, operands, enc_args, enc_kwargs, result_types=meta.result_types,
-                   layout=meta.layout, nograd=meta.nograd)
+                   layout=meta.layout, nograd=meta.nograd,
+                   pure=name in PURE_CALLEES and all(i is None for i in meta.views))
     tensors = [r for r in op.results if isinstance(r.type, TensorType)]
     views = [i for r, i in zip(op.results, meta.views, strict=True)
              if isinstance(r.type, TensorType)]
