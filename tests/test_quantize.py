@@ -294,3 +294,47 @@ def test_decomposed_quantize_equals_scheme(bits: int, shape: tuple[int, int]) ->
     want = Q.int8_qparams(w) if bits == 8 else Q.int4_qparams(w, **params)
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def test_tier_up_keeps_the_kernels_and_trains_as_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tier-up (Inductor regions around the other ops): the quantized linears stay kernel
+    calls between regions, the backward's dequantized product is fused, and values and
+    adapter gradients remain eager's on the dequantized model."""
+    from thunder_ir.lowering import inductor_executor
+    from thunder_ir.lowering import tier_up as tu
+
+    if not inductor_executor.InductorExecutor().is_available():
+        pytest.skip("the Inductor executor needs a C++ compiler on the CPU")
+    monkeypatch.setenv(tu.AFTER_ENV, "0")
+    monkeypatch.delenv(tu.TIER_ENV, raising=False)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(LoRA(torch.nn.Linear(64, 32)), torch.nn.GELU(),
+                            LoRA(torch.nn.Linear(32, 16)))
+    ref = dequantized_copy(m, 8, only="base")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["base"])])
+    x = torch.randn(3, 64)
+
+    def check() -> None:
+        m.zero_grad()
+        ref.zero_grad()
+        y, want = jm(x), ref(x)
+        torch.testing.assert_close(y, want, atol=1e-4, rtol=1e-4)
+        y.sum().backward()
+        want.sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters(), strict=True):
+            assert (p.grad is None) == (q.grad is None)
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+
+    for _ in range(3 * tu.HOT_CALLS):
+        check()
+        status = thunder_ir.compile_status(jm)
+        if status["swapped"]:
+            break
+        if status["pending"]:
+            thunder_ir.compile_status(jm, wait=None)
+    status = thunder_ir.compile_status(jm)
+    assert status["swapped"] == 1 and status["failed"] == 0, status
+    check()
+    fwd = str(thunder_ir.last_traces(jm)[-1])
+    assert "inductorFusion" in fwd and fwd.count("tir.int8_linear(") == 2
