@@ -30,8 +30,10 @@ Part (3), ``--compile-cost``: what a symbolic compile costs against a static one
 family (vision blocks and models with windows, shifted windows and unfolding, and a tiny
 Hugging Face Llama) is jitted and called at batch 2 (the first, static compile) and then
 at batch 3 (the second size: the symbolic compile that serves every later batch); the
-table gives both compile times (the call's seconds), their ratio, and the programs made
-after a third size (which must reuse the symbolic one). Outputs are checked against
+table gives both compile times (the call's seconds), their ratio, the same in this
+process's CPU seconds (``time.process_time``, which other load on a shared machine does
+not inflate), and the programs made after a third size (which must reuse the symbolic
+one). Outputs are checked against
 eager's. The families run after a warm-up compile, so that neither pays a first import.
 Usage::
 
@@ -224,7 +226,8 @@ def compile_cost(only: list[str]) -> None:
     print(f"symbolic compile cost: batch 2 (static), then 3 (symbolic), then 5; torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads, "
           f"{platform.processor() or platform.machine()}")
-    print(f"{'family':18} {'first s':>8} {'second s':>9} {'second/first':>13} {'programs':>9}")
+    print(f"{'family':18} {'first s':>8} {'second s':>9} {'second/first':>13} "
+          f"{'first cpu s':>12} {'second cpu s':>13} {'cpu ratio':>10} {'programs':>9}")
     for name, (make, shape) in families.items():
         if only and name not in only:
             continue
@@ -232,18 +235,20 @@ def compile_cost(only: list[str]) -> None:
         model = make().eval()
         jm = thunder_ir.jit(model, tiered=False)
 
-        times = []
+        times, cpu = [], []
         with torch.no_grad():
             for n in (2, 3, 5):
                 x = (torch.randint(0, 256, (n, -shape[0])) if shape[0] < 0
                      else torch.randn(n, *shape))
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 out = jm(x)
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
                 ref = model(x)
                 got, want = (out.logits, ref.logits) if hasattr(ref, "logits") else (out, ref)
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         print(f"{name:18} {times[0]:8.2f} {times[1]:9.2f} {times[1] / times[0]:13.1f} "
+              f"{cpu[0]:12.3f} {cpu[1]:13.3f} {cpu[1] / cpu[0]:10.1f} "
               f"{thunder_ir.cache_misses(jm):>9}")
 
 

@@ -279,3 +279,39 @@ def test_symbolic_compile_of_normalized_views_matches_eager() -> None:
             torch.testing.assert_close(g, w)
             assert g.stride() == w.stride() and g.storage_offset() == w.storage_offset()
     assert thunder_ir.cache_misses(jm) == 2
+
+
+def test_proxies_of_one_layout_share_torchs_storage_size() -> None:
+    """In a symbolic compile a proxy's storage size (bytes) is the one torch computed for
+    the first proxy of the same sizes, strides, offset and dtype: the same ``SymInt``,
+    equal to torch's own computation for each proxy; in-place metadata ops on such proxies
+    (bounds-checked against it) give eager's results."""
+    from thunder_ir.frontend.proxy import TensorProxy
+
+    table = SymbolTable()
+    with table.active():
+        b = table.size(6, SymbolSource(0, 0))
+        block = func.FuncOp("f", ([tensor_type([b, 4, 8], torch.float32)] * 2, []))
+        a1, a2 = block.body.block.args
+        with torch._C.DisableTorchFunction():
+            p1 = TensorProxy(a1, strides=(32, 1, 4), offset=0)
+            p2 = TensorProxy(a2, strides=(32, 1, 4), offset=0)
+            p3 = TensorProxy(a2, strides=(64, 8, 1), offset=3)
+            n1, n2, n3 = (torch.Tensor.untyped_storage(p).nbytes() for p in (p1, p2, p3))
+        assert proved_equal(n1, n2) and proved_equal(n1, 4 * (32 * b))
+        assert len(table.__dict__["_storage_bytes"]) == 2  # (two layouts: two computed)
+        assert proved_equal(n3, 4 * (3 + 1 + 64 * (b - 1) + 3 * 8 + 7))
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y.t_()
+        z = (y + 1).unsqueeze_(0)
+        return z.transpose_(0, 1)
+
+    jf = thunder_ir.jit(f)
+    for n in (2, 3, 5):
+        x = torch.randn(n, 4)
+        got, want = jf(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+    assert thunder_ir.cache_misses(jf) == 2

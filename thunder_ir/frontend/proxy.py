@@ -27,8 +27,36 @@ from typing import Any
 import torch
 from xdsl.ir import Block, SSAValue
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.types import TensorType, canonical_device, tensor_type
 from thunder_ir.frontend.numpy_values import ARRAY_OPERATORS, array_operator
+
+
+def _storage_memo(t: TensorType, sizes: Sequence[Any], strides: Sequence[Any] | None,
+                  offset: Any) -> tuple[dict[Any, Any], Any]:
+    """A symbolic compilation's memo of proxies' storage sizes (bytes), and the key of one
+    of symbolic sizes in it: its sizes', strides' and offset's expressions and its dtype.
+    torch computes a wrapper tensor's storage size from its sizes and strides, over
+    ``SymInt``s nine symbolic operations (97% of a proxy's making); the layouts repeat
+    layer after layer, so the size torch computed for the first proxy of a layout is
+    handed to the next (the same ``SymInt``: later bounds checks decide as they would).
+    Key None: static sizes (torch's C++ computes it in no time), or no symbol table."""
+    if not t.symbolic:
+        return _NO_MEMO, None
+    table = symbols.current()
+    if table is None:
+        return _NO_MEMO, None
+
+    def expr(x: Any) -> Any:
+        return x.node.expr if isinstance(x, torch.SymInt) else x
+
+    key = (tuple(expr(n) for n in sizes),
+           None if strides is None else (tuple(expr(st) for st in strides), expr(offset)),
+           t.dtype)
+    return table.__dict__.setdefault("_storage_bytes", {}), key
+
+
+_NO_MEMO: dict[Any, Any] = {}
 
 
 class TensorProxy(torch.Tensor):
@@ -63,11 +91,17 @@ class TensorProxy(torch.Tensor):
                     strides, offset = tuple(like.stride()), int(like.storage_offset())
         t = value.type
         assert isinstance(t, TensorType)
+        sizes = t.sizes
+        memo, key = _storage_memo(t, sizes, strides, offset)
         r = torch.Tensor._make_wrapper_subclass(  # type: ignore[attr-defined]
-            cls, t.sizes, strides=strides, storage_offset=None if strides is None else offset,
+            cls, sizes, strides=strides, storage_offset=None if strides is None else offset,
             dtype=t.dtype,
             device=_DEVICES.get(t.dev) or _device(t.dev), requires_grad=requires_grad,
+            storage_size=None if key is None else memo.get(key),
         )
+        if key is not None and key not in memo:
+            with torch._C.DisableTorchFunction():
+                memo[key] = torch.Tensor.untyped_storage(r).nbytes()
         r._value = value
         r._base_proxy = base
         r._views = None
