@@ -9,7 +9,8 @@ weight into typed storage, and a linear on that storage.
       %q, %scale = quant.quantize_int8 %w          : f32[N, K] -> i8[N, K], f32[N]
       %y = quant.int8_linear %x, %q, %scale[, %b]  : ``x @ (q * scale[:, None]).T + b``
 
-  ``scale = max(amax(|w|, row) / 127.5, eps)``, ``q = clamp(round(w / scale), -128, 127)``.
+  ``scale = max(amax(|w|, row) / 127.5, eps)``,
+  ``q = clamp(round(w * (1 / scale)), -128, 127)`` (torchao's arithmetic, bit for bit).
 * int4, asymmetric per group of ``group_size`` input columns (torchao's
   ``int4_weight_only``, tinygemm's convention)::
 
@@ -80,7 +81,7 @@ def int8_qparams(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     wf = w.detach().float()
     amax = wf.abs().amax(dim=1)
     scale = (amax / 127.5).clamp(min=torch.finfo(torch.float32).eps)
-    q = (wf / scale[:, None]).round().clamp(-128, 127).to(torch.int8)
+    q = (wf * (1.0 / scale)[:, None]).round().clamp(-128, 127).to(torch.int8)
     return q, scale.to(w.dtype)
 
 

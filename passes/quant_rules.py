@@ -66,7 +66,8 @@ def quantize_int8(d: Decomposer, w: SSAValue) -> list[SSAValue]:
     amax = d.ltorch.amax(d.ltorch.abs(wf), dim=(1,), keepdim=False)
     scale = d.ltorch.clamp(d.ltorch.div(amax, _num(d, 127.5)),
                            min=torch.finfo(torch.float32).eps)
-    scaled = d.ltorch.div(wf, d.ltorch.unsqueeze(scale, dim=1))
+    inverse = d.ltorch.div(_num(d, 1.0), scale)
+    scaled = d.ltorch.mul(wf, d.ltorch.unsqueeze(inverse, dim=1))
     q = d.ltorch.to_dtype(d.ltorch.clamp(d.ltorch.round(scaled), min=-128, max=127),
                           dtype=torch.int8)
     return [q, d.ltorch.to_dtype(scale, dtype=dtype)]

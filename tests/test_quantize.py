@@ -338,3 +338,43 @@ def test_tier_up_keeps_the_kernels_and_trains_as_eager(monkeypatch: pytest.Monke
     check()
     fwd = str(thunder_ir.last_traces(jm)[-1])
     assert "inductorFusion" in fwd and fwd.count("tir.int8_linear(") == 2
+
+
+def _torchao() -> object:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pytest.importorskip("torchao.quantization",
+                                   reason="torchao is not installed (scripts/setup.sh)")
+
+
+def test_int8_agrees_with_torchao() -> None:
+    """torchao's ``Int8WeightOnlyConfig`` on the same model: the same int8 storage and
+    scales bit for bit, and outputs within the kernels' rounding."""
+    tq = _torchao()
+    m = mlp(256, 128)
+    ao = copy.deepcopy(m)
+    tq.quantize_(ao, tq.Int8WeightOnlyConfig())  # type: ignore[attr-defined]
+    for mod, amod in ((m[0], ao[0]), (m[2], ao[2])):
+        q, scale = Q.int8_qparams(mod.weight)
+        assert torch.equal(amod.weight.qdata, q)
+        assert torch.equal(amod.weight.scale.flatten(), scale)
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), ao(x), atol=1e-5, rtol=1e-5)
+
+
+def test_int4_against_torchao() -> None:
+    tq = _torchao()
+    m = mlp(64, 32)
+    ao = copy.deepcopy(m)
+    try:
+        tq.quantize_(ao, tq.Int4WeightOnlyConfig(group_size=32))  # type: ignore[attr-defined]
+    except ImportError as e:  # 0.18 on the CPU: "Requires mslk >= 1.0.0"
+        pytest.skip(f"torchao's int4 weight-only does not run on this CPU install: {e}")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=4)])
+    x = torch.randn(4, 64)
+    with torch.no_grad():  # (the same asymmetric scheme with a float zero point)
+        torch.testing.assert_close(jm(x), ao(x).to(x.dtype), atol=1e-3, rtol=1e-3)
