@@ -455,6 +455,35 @@ def test_failure_while_tracing_leaves_module_untouched() -> None:
         assert not isinstance(v, thunder_ir.TensorProxy)
 
 
+def test_a_condition_whose_computation_fails_raises_eagers_error() -> None:
+    """A speculated condition (``if y.sum() > 0``) computed on the call's tensors fails
+    where eager fails (a float64 input to a float32 Linear): eager's own error, not a
+    DataDependentError; a later valid call compiles and runs as eager."""
+    class Branch(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            if y.sum() > 0:
+                return y * 2
+            return y
+
+    m = Branch()
+    jm = thunder_ir.jit(m)
+    bad = torch.randn(2, 3, dtype=torch.float64)
+    with pytest.raises(RuntimeError) as eager:
+        m(bad)
+    for _ in range(2):
+        with pytest.raises(RuntimeError) as ours:
+            jm(bad)
+        assert type(ours.value) is type(eager.value)
+        assert str(ours.value) == str(eager.value)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(jm(x), m(x))
+
+
 # --------------------------------------------------------------------------- in-place
 
 

@@ -42,6 +42,7 @@ from thunder_ir.frontend.layout import call_layouts, meta_stand_in
 from thunder_ir.frontend.meta_rules import RULES as META_RULES
 from thunder_ir.frontend.number_tensors import as_sizes
 from thunder_ir.frontend.numpy_values import NDARRAY, array_argument
+from thunder_ir.frontend.program_build import unbacked_float
 from thunder_ir.frontend.proxy import is_proxy, root_proxy
 from thunder_ir.frontend.python_calls import NOT_PLAIN, plain_call
 
@@ -113,6 +114,10 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
             return OperandRef(k)
         if isinstance(x, list | tuple | torch.Size):
             return tuple(encode(e) for e in as_sizes(x, mixed=True))
+        if unbacked_float(x):  # a float .item(): the program's value (never text)
+            operands.append(ctx.value_of(x))
+            passed.append(x)
+            return OperandRef(len(operands) - 1)
         if NDARRAY is not None and isinstance(x, NDARRAY):
             raise array_argument(where(ctx.loc), name, x)
         try:

@@ -22,6 +22,7 @@ from thunder_ir.dialects.base import Emitter
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import FORWARD, Program
 from thunder_ir.dialects.symbols import SYMBOLIC_NUMBERS, sym_text
+from thunder_ir.dialects.symbols import current as current_table
 from thunder_ir.frontend.errors import DATA_HINT, DataDependentError
 from thunder_ir.frontend.proxy import TensorProxy
 from thunder_ir.runtime.origins import Origin
@@ -29,6 +30,17 @@ from thunder_ir.runtime.origins import Origin
 _UNBACKED_FLOAT = re.compile(r"\bzuf\d+\b")
 """An unbacked float's name (a float ``.item()``, `thunder_ir.frontend.unbacked.item_float`)
 in expression text: the program has its value as the ``item`` call's result, never as text."""
+
+
+def unbacked_float(value: Any) -> bool:
+    """Whether ``value`` is a ``SymFloat`` holding an unbacked float (a float ``.item()``,
+    or arithmetic on one): the program has it as a value (`ProgramBuild.number`), so an op
+    takes it as an operand, never in a static argument's text (which names no variable
+    of the generated code)."""
+    if type(value) is not torch.SymFloat or current_table() is None:
+        return False
+    text = sym_text(value)
+    return isinstance(text, str) and _UNBACKED_FLOAT.search(text) is not None
 
 
 class ProgramBuild:
@@ -154,4 +166,4 @@ class ProgramBuild:
             self.block, self.emitter, self.numbers = saved
 
 
-__all__ = ["ProgramBuild"]
+__all__ = ["ProgramBuild", "unbacked_float"]

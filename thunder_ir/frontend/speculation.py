@@ -109,10 +109,22 @@ def concrete(ctx: TraceContext, v: SSAValue) -> Any:
     except DataDependentError:
         raise
     except Exception as e:
+        if _torchs_own_error(e):  # (eager fails there too, as the program would)
+            raise
         raise _cannot(ctx, f"computing it on this call's tensors failed ({e})") from None
     finally:
         _rng_set(saved)
     return env[v]
+
+
+def _torchs_own_error(e: Exception) -> bool:
+    """Whether an op run on the call's real tensors failed with torch's (or Python's) own
+    error, the error eager raises at that op (a float64 input to a float32 ``nn.Linear``:
+    ``mat1 and mat2 must have the same dtype``), rather than with thunder_ir's (a trace or
+    symbolic error, an op the interpreter cannot run: NotImplementedError)."""
+    root = type(e).__module__.partition(".")[0]
+    return root in ("builtins", "torch") and not isinstance(
+        e, NotImplementedError | AssertionError | KeyError | AttributeError)
 
 
 def _slice(ctx: TraceContext, v: SSAValue, needed: set[Operation]) -> set[Operation]:

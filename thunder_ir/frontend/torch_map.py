@@ -39,6 +39,7 @@ from thunder_ir.frontend.errors import (
 )
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.number_tensors import as_sizes
+from thunder_ir.frontend.program_build import unbacked_float
 from thunder_ir.frontend.proxy import TensorProxy, is_proxy, root_proxy
 from thunder_ir.frontend.table import (
     HANDLERS,
@@ -122,8 +123,9 @@ def emit_bound(ctx: Builder, op: type[ThunderOp], bound: dict[str, Any],
         v = bound.get(n, MISSING)
         if v is MISSING:
             v = defaults.get(n)
-        if isinstance(v, torch.Tensor):
-            raise UseFallback  # a tensor where the op takes a number (clamp(x, min=t))
+        if isinstance(v, torch.Tensor) or any(unbacked_float(x) for x in pytree.tree_leaves(v)):
+            raise UseFallback  # a tensor where the op takes a number (clamp(x, min=t)), or
+            # a float .item(): the opaque call takes it as an operand
         if isinstance(v, torch.Size):
             v = tuple(v)
         v = as_sizes(v)  # (a size computed as a tensor from numbers: Longformer's chunks)
