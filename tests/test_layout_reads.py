@@ -201,8 +201,8 @@ def test_a_strided_tensor_of_a_growing_object_keeps_its_sizes() -> None:
 def test_a_3d_cat_reads_no_layout_of_its_operands() -> None:
     """A convolution state transposed on the first call and contiguous on later ones (as
     RecurrentGemma's after its prefill) reaches the program only through a 3-d ``cat``,
-    whose result is contiguous whatever its operands' layouts: one program, and eager's
-    error where a layout that is read differs."""
+    whose result is contiguous whatever its operands' layouts: one program, whose
+    reshape of the product reads no layout of the state."""
     def conv(x: torch.Tensor, st: Window) -> torch.Tensor:
         full = torch.cat([st.k, x], -1)
         st.k = full[:, :, 1:]
