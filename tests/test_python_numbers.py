@@ -264,3 +264,20 @@ def test_text_used_otherwise_is_checked_and_prints_once(capsys: Any) -> None:
         assert got == want, (got, want)
         _same(out[0], out[1])
     assert thunder_ir.cache_misses(jf) == 2
+
+
+def test_sizes_printed_and_formatted_as_eager(capsys: Any) -> None:
+    """A size printed is each call's (no guard: one symbolic program); a size's text in
+    user code (f-string, ``str()``, ``torch.Size``) is eager's, never the symbol's name."""
+    def f(x: torch.Tensor) -> Any:
+        print("size", x.shape[0], x.shape[0] * 2, x.shape)
+        return x * 2, f"{x.shape[0]}", str(x.shape[0] + 1), f"{x.shape[0]:03d}"
+
+    jf = thunder_ir.jit(f)
+    for b in (2, 3, 4, 5):
+        x = torch.randn(b)
+        out: list[Any] = []
+        got = _printed(lambda: out.append(jf(x)), capsys)
+        want = _printed(lambda: out.append(f(x)), capsys)
+        assert got == want, (got, want)
+        _same(out[0], out[1])

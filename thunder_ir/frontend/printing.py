@@ -8,7 +8,8 @@ So while user code is traced with a symbol table, a number this trace read from 
 (an ``.item()``, ``.tolist()``'s items, Python arithmetic on them: symbols the trace made,
 `thunder_ir.frontend.seeds.is_item`) is *printed by the program*:
 
-- ``print(..., n, ...)`` (the number itself an argument, or text holding it) records
+- ``print(..., n, ...)`` (the number itself an argument, or text holding it; a size
+  given as an argument too, each call's with no guard) records
   ``tir.print_values`` in the program, in program order: each call prints its own
   numbers to that call's ``sys.stdout``, with ``sep``, ``end`` and ``flush`` as given;
   nothing is printed while tracing;
@@ -46,6 +47,7 @@ from thunder_ir.dialects.torch import make_call
 from thunder_ir.frontend.context import current, tracing_now
 from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.seeds import is_item
+from thunder_ir.frontend.symbolic_numbers import WRAPPERS, caller, from_user_code
 from thunder_ir.frontend.table import TRACING_CONTEXTS
 from thunder_ir.frontend.takeover import Swap, in_user_code, while_traced
 from thunder_ir.runtime import namespace
@@ -158,6 +160,9 @@ def _calls_print(ins: list[dis.Instruction], k: int, frame: FrameType) -> bool:
 # ---- the swaps
 
 
+_NUMBERS = (torch.SymInt, torch.SymFloat)
+
+
 def _ours(n: Any) -> bool:
     return type(n) in (torch.SymInt, torch.SymFloat) and is_item(n)
 
@@ -167,15 +172,31 @@ def _value(n: Any) -> Any:
     return float(n) if type(n) is torch.SymFloat else int(n)
 
 
+def _user_frame() -> FrameType | None:
+    """The frame that called the swapped method (past this module's `print`), where it is
+    user code being traced."""
+    if not tracing_now():
+        return None
+    f: FrameType = caller(2)
+    return f if from_user_code(f.f_code.co_filename) else None
+
+
+def _concrete(n: Any) -> Any:
+    """The value of a symbolic number user code formats (a guard, as its ``repr`` asks:
+    `thunder_ir.frontend.symbolic_numbers`)."""
+    return {torch.SymInt: int, torch.SymFloat: float}.get(type(n), bool)(n)
+
+
 def _format(original: Callable[[Any, str], str]) -> Callable[[Any, str], str]:
     def __format__(self: Any, spec: str) -> str:
-        if not (in_user_code() and _ours(self)):
+        f = _user_frame()
+        if f is None:
             return original(self, spec)
-        if printed_only(sys._getframe(1)):
+        if in_user_code() and _ours(self) and printed_only(f):
             texts = _texts()
             texts.append((self, spec, "format"))
             return _MARK.format(len(texts) - 1)
-        return format(_value(self), spec)
+        return format(_concrete(self), spec)  # (eager's text of this call's number)
 
     __format__.__wrapped__ = original  # type: ignore[attr-defined]
     return __format__
@@ -183,13 +204,14 @@ def _format(original: Callable[[Any, str], str]) -> Callable[[Any, str], str]:
 
 def _str(original: Callable[[Any], str]) -> Callable[[Any], str]:
     def __str__(self: Any) -> str:
-        if not (in_user_code() and _ours(self)):
+        f = _user_frame()
+        if f is None:
             return original(self)
-        if printed_only(sys._getframe(1)):
+        if in_user_code() and _ours(self) and printed_only(f):
             texts = _texts()
             texts.append((self, "", "str"))
             return _MARK.format(len(texts) - 1)
-        return str(_value(self))
+        return repr(_concrete(self))  # (as the symbolic number's repr answers user code)
 
     __str__.__wrapped__ = original  # type: ignore[attr-defined]
     return __str__
@@ -226,19 +248,19 @@ def _print(original: Callable[..., None]) -> Callable[..., None]:
     def print(*args: Any, sep: Any = " ", end: Any = "\n", file: Any = None,
               flush: bool = False) -> None:
         if not tracing_now() or not in_user_code() or any(map(is_proxy, args)) or not any(
-                _ours(a) or (type(a) is str and _OPEN in a) for a in args):
+                type(a) in _NUMBERS or (type(a) is str and _OPEN in a) for a in args):
             return original(*args, sep=sep, end=end, file=file, flush=flush)
         if (file is not None and file is not sys.stdout) or any(
                 type(s) is str and _OPEN in s for s in (sep, end)):
             args = tuple(_concrete_text(a) if type(a) is str else
-                         str(_value(a)) if _ours(a) else a for a in args)
+                         str(_value(a)) if type(a) in _NUMBERS else a for a in args)
             return original(*args, sep=sep, end=end, file=file, flush=flush)
         ctx = current()
         texts = _texts()
         numbers: list[Any] = []
         template: list[tuple[Any, ...]] = []
         for a in args:
-            if _ours(a):
+            if type(a) in _NUMBERS:  # (a size too: each call's, no guard)
                 numbers.append(a)
                 template.append((("n", len(numbers) - 1, "", "str"),))
             elif type(a) is str:
@@ -279,6 +301,7 @@ def prints_last() -> Iterator[None]:
 
 
 TRACING_CONTEXTS.append(prints_last)
+WRAPPERS.add(__file__)  # (user code's print and text of a number reach torch's through us)
 
 
 @while_traced

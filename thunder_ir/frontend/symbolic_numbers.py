@@ -75,12 +75,30 @@ def _from_user_code(filename: str) -> bool:
     return user
 
 
+from_user_code = _from_user_code
+"""Whether code of file ``filename`` is user code (neither torch's nor thunder_ir's)."""
+
+WRAPPERS: set[str] = set()
+"""Files of wrappers that stand between user code and a symbolic number's text (the
+traced ``print`` and ``__str__``/``__format__``: `thunder_ir.frontend.printing`): the
+caller is the frame before theirs."""
+
+
+def caller(depth: int) -> Any:
+    """The frame ``depth`` levels up from the caller of this function, past the frames of
+    `WRAPPERS`."""
+    f = sys._getframe(depth + 1)
+    while f.f_code.co_filename in WRAPPERS and f.f_back is not None:
+        f = f.f_back
+    return f
+
+
 def _repr(cls: type, tracing_now: Callable[[], bool], original: Callable[[Any], str]
           ) -> Callable[[Any], str]:
     concrete = _CONCRETE[cls]
 
     def __repr__(self: Any) -> str:
-        if tracing_now() and _from_user_code(sys._getframe(1).f_code.co_filename):
+        if tracing_now() and _from_user_code(caller(1).f_code.co_filename):
             return repr(concrete(self))  # asks the ShapeEnv: a guard on the value
         return original(self)
 
@@ -146,4 +164,4 @@ def classes_as_eager() -> Iterator[None]:
                         delattr(cls, "__getattribute__")
 
 
-__all__ = ["classes_as_eager", "install"]
+__all__ = ["WRAPPERS", "caller", "classes_as_eager", "from_user_code", "install"]
