@@ -156,7 +156,7 @@ def symbolic_fakes(inputs: Sequence[Any], call: SymbolicCall
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from thunder_ir.dialects.symbols import SymbolSource, SymbolTable
-    from thunder_ir.runtime.symbolic_names import symbolic_scope
+    from thunder_ir.runtime.dynamic import symbolic_value
 
     table = SymbolTable()
     scope: dict[str, Any] = {}
@@ -165,11 +165,10 @@ def symbolic_fakes(inputs: Sequence[Any], call: SymbolicCall
         value = table.size(hint, SymbolSource(k, 0))
         scope[name] = value
         rename[str(table.text(value))] = name
-    symbolic_scope(scope)
     for guard in call.guards:  # what the program knows, known here (a guard that
         # does not evaluate is not known: a decision it implies is checked on each call)
         with contextlib.suppress(Exception):
-            bool(eval(guard, scope))  # (the program's own printed guards)
+            bool(symbolic_value(guard)(scope))  # (the program's own printed guards)
     seeded = set(table.guards())
     mode = FakeTensorMode(shape_env=table.env)
     fake: list[Any] = []
@@ -178,7 +177,7 @@ def symbolic_fakes(inputs: Sequence[Any], call: SymbolicCall
             if not isinstance(m, SymbolicMeta):
                 fake.append(m)
                 continue
-            sizes = [s if isinstance(s, int) else eval(s, scope) for s in m.sizes]
+            sizes = [s if isinstance(s, int) else symbolic_value(s)(scope) for s in m.sizes]
             if m.layout is None:
                 t = torch.empty(sizes, dtype=m.dtype, device=m.device)
             elif m.layout[0] == "strides":
