@@ -370,7 +370,9 @@ class TraceContext(Builder):
     def note_layout(self, v: SSAValue, layout: Layout) -> None:
         self.aliases.layouts[v] = layout
 
-    def read_layout(self, *values: Any) -> None:
+    def read_layout(self, *values: Any, exact: bool = False) -> None:
+        """See `Builder.read_layout`; ``exact``: the decision read exact strides (a size-1
+        dim's too), which a layout's class does not fix."""
         self.reads.layout_read = True
         seen = [v._value if is_proxy(v) else v for v in values
                 if is_proxy(v) or isinstance(v, SSAValue)]
@@ -380,7 +382,7 @@ class TraceContext(Builder):
             aliases = self.aliases
             self.reads.layout_deps.read(self.build.program.block, self.build.input_kinds,
                                         aliases.layouts, aliases.view_parent.__contains__,
-                                        seen)
+                                        seen, exact)
 
     def layout_of(self, v: SSAValue, view: bool = False) -> Layout:
         """Eager's layout of the tensor ``v`` stands for: known for arguments and proxies,
@@ -560,7 +562,8 @@ class TraceMode(TorchFunctionMode):
                 "tensors cannot be wrapped. Apply the transform outside the jitted function "
                 "(torch.func.vmap(jitted_fn) works), or run this part eagerly.")
         if func in LAYOUT_READS:
-            ctx.read_layout(*[a for a in args if is_proxy(a)] or [None])
+            ctx.read_layout(*[a for a in args if is_proxy(a)] or [None],
+                            exact=func in EXACT_LAYOUT_READS)
             if func in EXACT_LAYOUT_READS:
                 ctx.reads.exact_layout = True
         if h is not None:

@@ -60,10 +60,13 @@ class LayoutDeps:
         self._memo: dict[SSAValue, _Deps] = {}
 
     def read(self, block: Block, kinds: Sequence[Any], layouts: dict[SSAValue, Any],
-             is_view: Callable[[SSAValue], bool], values: Iterable[SSAValue]) -> None:
+             is_view: Callable[[SSAValue], bool], values: Iterable[SSAValue],
+             exact: bool = False) -> None:
         """A decision read the layouts of ``values`` (the program's inputs are ``block``'s
         arguments, ``kinds`` their origins; ``layouts``: eager's layout of each value, as
-        tracing knows it; ``is_view``: whether a value is a view of its op's operand)."""
+        tracing knows it; ``is_view``: whether a value is a view of its op's operand).
+        ``exact``: it read exact strides (``stride()``, ``as_strided``), a size-1 dim's
+        too, which an input's class does not fix: the inputs behind them count exactly."""
         if self.every:
             return
         for v in values:
@@ -72,7 +75,10 @@ class LayoutDeps:
                 self.every = True
                 return
             self.exact |= d[0]
-            self.classes |= d[1]
+            if exact:
+                self.exact |= d[1]
+            else:
+                self.classes |= d[1]
 
     def read_all(self) -> None:
         """A decision that cannot say whose layout it read: every input's counts."""
