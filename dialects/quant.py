@@ -21,6 +21,11 @@ weight into typed storage, and a linear on that storage.
   ``codes`` holds two 4-bit codes a byte (column ``2j`` in the low nibble, ``2j + 1`` in
   the high one); ``sz[g, n] = (scale, zero)``; the weight is ``(code - 8) * scale + zero``.
 
+The scales' dtype is the dtype the product is computed in: the weight's by default
+(``dtype`` on the quantize op: another, ``QuantizeWeights(compute_dtype=torch.bfloat16)``,
+whose linears convert their input to it, run the kernel, and convert the result back;
+torch's CPU kernels are several times faster on bfloat16 activations).
+
 The ops are ltorch-level (`LtorchOp`: the torch executor claims them whole, so
 ``decompose-ltorch`` leaves them) with their own shape rules (``SHAPE_RULE``, declared
 with the op by `quant_op`). Their Python calls are
@@ -54,6 +59,7 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -75,14 +81,15 @@ INT4_GROUP_SIZES = (32, 64, 128, 256)
 # --------------------------------------------------------------------------- schemes
 
 
-def int8_qparams(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def int8_qparams(w: torch.Tensor, dtype: torch.dtype | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric per-row int8 quantization of a 2-D weight: ``(q, scale)``, ``q`` int8,
-    ``scale`` of ``w``'s dtype (computed in float32, as torchao does)."""
+    ``scale`` of ``dtype`` (default ``w``'s; computed in float32, as torchao does)."""
     wf = w.detach().float()
     amax = wf.abs().amax(dim=1)
     scale = (amax / 127.5).clamp(min=torch.finfo(torch.float32).eps)
     q = (wf * (1.0 / scale)[:, None]).round().clamp(-128, 127).to(torch.int8)
-    return q, scale.to(w.dtype)
+    return q, scale.to(dtype or w.dtype)
 
 
 def int8_dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -90,11 +97,12 @@ def int8_dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(scale.dtype) * scale[:, None]
 
 
-def int4_qparams(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def int4_qparams(w: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Asymmetric int4 quantization of a 2-D weight per group of ``group_size`` columns:
     ``(codes, sz)``, ``codes`` uint8 ``[N, K / 2]`` (two codes a byte, the even column
-    low), ``sz`` ``[K / group_size, N, 2]`` of ``w``'s dtype (scale, zero), computed in
-    float32 (torchao's ``int4_weight_only`` with its float zero point)."""
+    low), ``sz`` ``[K / group_size, N, 2]`` of ``dtype`` (default ``w``'s; scale, zero),
+    computed in float32 (torchao's ``int4_weight_only`` with its float zero point)."""
     n, k = w.shape
     wf = w.detach().float().reshape(n, k // group_size, group_size)
     lo = wf.amin(dim=2).clamp(max=0.0)
@@ -105,7 +113,7 @@ def int4_qparams(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.
     codes = codes.reshape(n, k)
     packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
     sz = torch.stack([scale.t(), zero.t()], dim=2).contiguous()
-    return packed, sz.to(w.dtype)
+    return packed, sz.to(dtype or w.dtype)
 
 
 def int4_dequantize(codes: torch.Tensor, sz: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -116,6 +124,15 @@ def int4_dequantize(codes: torch.Tensor, sz: torch.Tensor, group_size: int) -> t
     scale = sz[:, :, 0].t().repeat_interleave(group_size, dim=1)
     zero = sz[:, :, 1].t().repeat_interleave(group_size, dim=1)
     return (each - 8) * scale + zero
+
+
+def takes(bits: int, group_size: int, shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+    """Whether the scheme takes a weight of this shape and dtype: 2-D float32, bfloat16 or
+    float16; for int4, columns a multiple of ``group_size`` and rows of 16 (the CPU
+    kernel's packing)."""
+    if len(shape) != 2 or dtype not in FLOATS:
+        return False
+    return bits == 8 or (shape[1] % group_size == 0 and shape[0] % 16 == 0)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -159,28 +176,39 @@ QUANTIZED = Quantized()
 weights."""
 
 
-def _quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return QUANTIZED.get(w, "int8", int8_qparams)  # type: ignore[no-any-return]
-
-
-def _quantize_int4(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_int8(w: torch.Tensor, dtype: torch.dtype | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     def make(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return int4_qparams(t, group_size)
+        return int8_qparams(t, dtype)
 
-    return QUANTIZED.get(w, ("int4", group_size), make)  # type: ignore[no-any-return]
+    return QUANTIZED.get(w, ("int8", dtype), make)  # type: ignore[no-any-return]
+
+
+def _quantize_int4(w: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    def make(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return int4_qparams(t, group_size, dtype)
+
+    return QUANTIZED.get(w, ("int4", group_size, dtype), make)  # type: ignore[no-any-return]
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
 
 
+def _finish(y: torch.Tensor, x: torch.Tensor, n: int, bias: torch.Tensor | None
+            ) -> torch.Tensor:
+    y = y.reshape(*x.shape[:-1], n).to(x.dtype)
+    return y if bias is None else y + bias
+
+
 def _int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
                  bias: torch.Tensor | None = None) -> torch.Tensor:
+    xc = x.to(scale.dtype)  # (scales of another dtype: the compute dtype asked for)
     if x.device.type == "cpu" and not x.requires_grad:
-        y = torch.ops.aten._weight_int8pack_mm(_rows(x), q, scale)
-        y = y.reshape(*x.shape[:-1], q.shape[0])
-        return y if bias is None else y + bias
-    return F.linear(x, int8_dequantize(q, scale), bias)
+        return _finish(torch.ops.aten._weight_int8pack_mm(_rows(xc), q, scale), x,
+                       q.shape[0], bias)
+    return _finish(F.linear(xc, int8_dequantize(q, scale)), x, q.shape[0], bias)
 
 
 def int4_kernel_layout(codes: torch.Tensor) -> torch.Tensor:
@@ -193,12 +221,13 @@ def int4_kernel_layout(codes: torch.Tensor) -> torch.Tensor:
 
 def _int4_linear(x: torch.Tensor, codes: torch.Tensor, sz: torch.Tensor,
                  bias: torch.Tensor | None = None, group_size: int = 32) -> torch.Tensor:
+    xc = x.to(sz.dtype)
     if x.device.type == "cpu" and not x.requires_grad:
         packed = QUANTIZED.get(codes, "int4-cpu", int4_kernel_layout)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(_rows(x), packed, group_size, sz)
-        y = y.reshape(*x.shape[:-1], codes.shape[0])
-        return y if bias is None else y + bias
-    return F.linear(x, int4_dequantize(codes, sz, group_size), bias)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(_rows(xc), packed, group_size, sz)
+        return _finish(y, x, codes.shape[0], bias)
+    return _finish(F.linear(xc, int4_dequantize(codes, sz, group_size)), x, codes.shape[0],
+                   bias)
 
 
 # --------------------------------------------------------------------------- shape rules
@@ -210,22 +239,23 @@ def _weight_2d(name: str, w: Any) -> TensorType:
     return w
 
 
-def _linear_result(name: str, x: Any, n: int, k: int, dtype: torch.dtype,
-                   bias: Any) -> TensorType:
-    if not isinstance(x, TensorType) or x.rank < 1 or x.sizes[-1] != k:
-        raise ShapeError(f"{name}: input {x} does not end in the weight's {k} columns")
-    if x.dtype != dtype:
-        raise ShapeError(f"{name}: input dtype {x.dtype} differs from the scales' {dtype}")
+def _linear_result(name: str, x: Any, n: int, k: int, bias: Any) -> TensorType:
+    """The input's dtype (the scales' dtype is the one the product is computed in)."""
+    if not isinstance(x, TensorType) or x.rank < 1 or x.sizes[-1] != k \
+            or x.dtype not in FLOATS:
+        raise ShapeError(f"{name}: input {x} is not a float tensor ending in the weight's "
+                         f"{k} columns")
     if bias is not None and (not isinstance(bias, TensorType) or bias.sizes != (n,)
-                             or bias.dtype != dtype):
-        raise ShapeError(f"{name}: bias {bias} is not a [{n}] {dtype} tensor")
-    return tensor_type((*x.sizes[:-1], n), dtype, x.dev)
+                             or bias.dtype != x.dtype):
+        raise ShapeError(f"{name}: bias {bias} is not a [{n}] {x.dtype} tensor")
+    return tensor_type((*x.sizes[:-1], n), x.dtype, x.dev)
 
 
 def _quantize_int8_rule(types: list[Any], params: dict[str, Any]) -> list[Attribute]:
     w = _weight_2d("quant.quantize_int8", types[0])
     n, k = w.sizes
-    return [tensor_type((n, k), torch.int8, w.dev), tensor_type((n,), w.dtype, w.dev)]
+    dtype = params.get("dtype") or w.dtype
+    return [tensor_type((n, k), torch.int8, w.dev), tensor_type((n,), dtype, w.dev)]
 
 
 def _int8_linear_rule(types: list[Any], params: dict[str, Any]) -> Attribute:
@@ -235,7 +265,7 @@ def _int8_linear_rule(types: list[Any], params: dict[str, Any]) -> Attribute:
     n, k = q.sizes
     if not isinstance(scale, TensorType) or scale.sizes != (n,) or scale.dtype not in FLOATS:
         raise ShapeError(f"quant.int8_linear: scales {scale} are not [{n}] floats")
-    return _linear_result("quant.int8_linear", x, n, k, scale.dtype, bias)
+    return _linear_result("quant.int8_linear", x, n, k, bias)
 
 
 def _check_group(name: str, k: int, group_size: int) -> None:
@@ -250,7 +280,7 @@ def _quantize_int4_rule(types: list[Any], params: dict[str, Any]) -> list[Attrib
     g = params["group_size"]
     _check_group("quant.quantize_int4", k, g)
     return [tensor_type((n, k // 2), torch.uint8, w.dev),
-            tensor_type((k // g, n, 2), w.dtype, w.dev)]
+            tensor_type((k // g, n, 2), params.get("dtype") or w.dtype, w.dev)]
 
 
 def _int4_linear_rule(types: list[Any], params: dict[str, Any]) -> Attribute:
@@ -263,7 +293,7 @@ def _int4_linear_rule(types: list[Any], params: dict[str, Any]) -> Attribute:
     if not isinstance(sz, TensorType) or sz.sizes != (k // g, n, 2) or sz.dtype not in FLOATS:
         raise ShapeError(f"quant.int4_linear: scales and zeros {sz} are not "
                          f"[{k // g}, {n}, 2] floats")
-    return _linear_result("quant.int4_linear", x, n, k, sz.dtype, bias)
+    return _linear_result("quant.int4_linear", x, n, k, bias)
 
 
 # --------------------------------------------------------------------------- ops
@@ -298,11 +328,13 @@ class QuantOp(LtorchOp):
 
 @quant_op(_quantize_int8, _quantize_int8_rule)
 class QuantizeInt8Op(QuantOp):
-    """`%q, %scale = quant.quantize_int8 %w`: symmetric per-row int8 quantization"""
+    """`%q, %scale = quant.quantize_int8 %w [{dtype}]`: symmetric per-row int8 quantization
+    (scales of ``dtype``, default the weight's)"""
 
     name = "quant.quantize_int8"
 
     weight = operand_def(TensorType)
+    dtype = opt_prop_def(Attribute)
     qweight = result_def(TensorType)
     scale = result_def(TensorType)
     traits = traits_def(Pure(), Library())
@@ -324,12 +356,14 @@ class Int8LinearOp(QuantOp):
 
 @quant_op(_quantize_int4, _quantize_int4_rule)
 class QuantizeInt4Op(QuantOp):
-    """`%codes, %sz = quant.quantize_int4 %w {group_size}`: asymmetric int4 per group"""
+    """`%codes, %sz = quant.quantize_int4 %w {group_size[, dtype]}`: asymmetric int4 per
+    group (scales and zeros of ``dtype``, default the weight's)"""
 
     name = "quant.quantize_int4"
 
     weight = operand_def(TensorType)
     group_size = prop_def(IntegerAttr)
+    dtype = opt_prop_def(Attribute)
     codes = result_def(TensorType)
     scales_and_zeros = result_def(TensorType)
     traits = traits_def(Pure(), Library())
@@ -355,7 +389,7 @@ QUANT_OPS: list[type[Operation]] = [QuantizeInt8Op, Int8LinearOp, QuantizeInt4Op
 
 Quant = Dialect("quant", QUANT_OPS, [])
 
-__all__ = ["FLOATS", "quant_op", "INT4_GROUP_SIZES", "QUANTIZED", "QUANT_OPS", "Int4LinearOp",
+__all__ = ["FLOATS", "INT4_GROUP_SIZES", "QUANTIZED", "QUANT_OPS", "Int4LinearOp",
            "Int8LinearOp", "Quant", "QuantOp", "Quantized", "QuantizeInt4Op",
            "QuantizeInt8Op", "int4_dequantize", "int4_kernel_layout", "int4_qparams",
-           "int8_dequantize", "int8_qparams"]
+           "int8_dequantize", "int8_qparams", "quant_op", "takes"]

@@ -59,9 +59,10 @@ def dequant_int4(b: Any, codes: SSAValue, sz: SSAValue, group_size: int) -> SSAV
 
 
 @decomposes(Q.QuantizeInt8Op)
-def quantize_int8(d: Decomposer, w: SSAValue) -> list[SSAValue]:
+def quantize_int8(d: Decomposer, w: SSAValue, dtype: torch.dtype | None = None
+                  ) -> list[SSAValue]:
     """`thunder_ir.dialects.quant.int8_qparams` in ltorch ops."""
-    dtype = ttype(w).dtype
+    dtype = dtype or ttype(w).dtype
     wf = d.ltorch.to_dtype(w, dtype=torch.float32)
     amax = d.ltorch.amax(d.ltorch.abs(wf), dim=(1,), keepdim=False)
     scale = d.ltorch.clamp(d.ltorch.div(amax, _num(d, 127.5)),
@@ -74,10 +75,11 @@ def quantize_int8(d: Decomposer, w: SSAValue) -> list[SSAValue]:
 
 
 @decomposes(Q.QuantizeInt4Op)
-def quantize_int4(d: Decomposer, w: SSAValue, group_size: int) -> list[SSAValue]:
+def quantize_int4(d: Decomposer, w: SSAValue, group_size: int,
+                  dtype: torch.dtype | None = None) -> list[SSAValue]:
     """`thunder_ir.dialects.quant.int4_qparams` in ltorch ops."""
     n, k = ttype(w).sizes
-    dtype = ttype(w).dtype
+    dtype = dtype or ttype(w).dtype
     groups = k // group_size
     wf = d.ltorch.reshape(d.ltorch.to_dtype(w, dtype=torch.float32),
                           shape=(n, groups, group_size))
@@ -97,30 +99,42 @@ def quantize_int4(d: Decomposer, w: SSAValue, group_size: int) -> list[SSAValue]
     return [packed, d.ltorch.to_dtype(sz, dtype=dtype)]
 
 
+def _linear_in(b: Any, x: SSAValue, w: SSAValue, bias: SSAValue | None) -> SSAValue:
+    """``linear(x, w, bias)`` computed in ``w``'s dtype, the result in ``x``'s (the bias
+    added after the conversion back)."""
+    dtype = ttype(x).dtype
+    if ttype(w).dtype == dtype:
+        return b.ltorch.linear(x, w, bias)  # type: ignore[no-any-return]
+    y = b.ltorch.linear(b.ltorch.to_dtype(x, dtype=ttype(w).dtype), w, None)
+    y = b.ltorch.to_dtype(y, dtype=dtype)
+    return y if bias is None else b.ltorch.add(y, bias)  # type: ignore[no-any-return]
+
+
 @decomposes(Q.Int8LinearOp)
 def int8_linear(d: Decomposer, x: SSAValue, q: SSAValue, scale: SSAValue,
                 bias: SSAValue | None) -> SSAValue:
-    return d.ltorch.linear(x, dequant_int8(d, q, scale), bias)  # type: ignore[no-any-return]
+    return _linear_in(d, x, dequant_int8(d, q, scale), bias)
 
 
 @decomposes(Q.Int4LinearOp)
 def int4_linear(d: Decomposer, x: SSAValue, codes: SSAValue, sz: SSAValue,
                 bias: SSAValue | None, group_size: int) -> SSAValue:
-    return d.ltorch.linear(  # type: ignore[no-any-return]
-        x, dequant_int4(d, codes, sz, group_size), bias)
+    return _linear_in(d, x, dequant_int4(d, codes, sz, group_size), bias)
 
 
 # --------------------------------------------------------------------------- VJP rules
 
 
 @vjp(Q.QuantizeInt8Op)
-def quantize_int8_vjp(g: Grad, out: Outs, ct: Cts, w: SSAValue) -> Grads:
+def quantize_int8_vjp(g: Grad, out: Outs, ct: Cts, w: SSAValue,
+                      dtype: torch.dtype | None = None) -> Grads:
     """The quantized base is frozen: no gradient to the weight."""
     return [None]
 
 
 @vjp(Q.QuantizeInt4Op)
-def quantize_int4_vjp(g: Grad, out: Outs, ct: Cts, w: SSAValue, group_size: int) -> Grads:
+def quantize_int4_vjp(g: Grad, out: Outs, ct: Cts, w: SSAValue, group_size: int,
+                      dtype: torch.dtype | None = None) -> Grads:
     """The quantized base is frozen: no gradient to the weight."""
     return [None]
 
@@ -129,7 +143,12 @@ def _linear_grads(g: Grad, ct: Cts, x: SSAValue, w: Any, bias: SSAValue | None,
                   n: int) -> tuple[SSAValue | None, SSAValue | None]:
     dy = ct[0]
     assert dy is not None
-    dx = g.ltorch.matmul(dy, w()) if is_differentiable_value(x) else None
+    dx = None
+    if is_differentiable_value(x):
+        wx = w()
+        if ttype(wx).dtype != ttype(x).dtype:
+            wx = g.ltorch.to_dtype(wx, dtype=ttype(x).dtype)
+        dx = g.ltorch.matmul(dy, wx)
     db = sum_to_shape(g, dy, (n,)) if bias is not None and is_differentiable_value(bias) \
         else None
     return dx, db

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -74,19 +75,20 @@ class QuantizeLinear(RewritePattern):
         bits: 8 or 4.
         group_size: columns per scale and zero (int4).
         modules: which modules' weights (see `selected`).
+        compute_dtype: the dtype of the scales, which the product is computed in
+            (None: the weight's).
     """
 
-    def __init__(self, bits: int, group_size: int, modules: tuple[str, ...]) -> None:
+    def __init__(self, bits: int, group_size: int, modules: tuple[str, ...],
+                 compute_dtype: torch.dtype | None = None) -> None:
         self.bits, self.group_size, self.modules = bits, group_size, modules
+        self.compute_dtype = compute_dtype
 
     def applies(self, x: TensorType, w: TensorType) -> bool:
         """Whether the scheme takes a linear of ``x`` by ``w``."""
-        if w.rank != 2 or w.dtype not in Q.FLOATS or x.dtype != w.dtype or w.symbolic:
+        if x.dtype != w.dtype or w.symbolic:
             return False
-        n, k = w.sizes
-        if self.bits == 4:
-            return k % self.group_size == 0 and n % 16 == 0
-        return True
+        return Q.takes(self.bits, self.group_size, tuple(w.sizes), w.dtype)
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: LinearOp, rewriter: PatternRewriter) -> None:
@@ -100,10 +102,11 @@ class QuantizeLinear(RewritePattern):
             return
         new: list[Operation]
         if self.bits == 8:
-            qz = build(Q.QuantizeInt8Op, w)
+            qz = build(Q.QuantizeInt8Op, w, dtype=self.compute_dtype)
             lin = build(Q.Int8LinearOp, x, qz.results[0], qz.results[1], bias)
         else:
-            qz = build(Q.QuantizeInt4Op, w, group_size=self.group_size)
+            qz = build(Q.QuantizeInt4Op, w, group_size=self.group_size,
+                       dtype=self.compute_dtype)
             lin = build(Q.Int4LinearOp, x, qz.results[0], qz.results[1], bias,
                         group_size=self.group_size)
         new = [qz, lin]
@@ -122,6 +125,10 @@ class QuantizeWeightsPass(ModulePass):
         group_size: input columns per int4 scale and zero (32, 64, 128 or 256).
         modules: the modules whose weights are quantized (qualified names or parts of
             them); empty: every linear's.
+        compute_dtype: ``"bfloat16"`` or ``"float16"``: the linears compute in it (the
+            input converted, the result converted back; torch's CPU kernels are several
+            times faster on bfloat16); empty: in the weight's dtype, as eager on the
+            dequantized model.
     """
 
     name = "quantize-weights"
@@ -129,6 +136,7 @@ class QuantizeWeightsPass(ModulePass):
     bits: int = 8
     group_size: int = 32
     modules: tuple[str, ...] = ()
+    compute_dtype: str = ""
 
     def __post_init__(self) -> None:
         if self.bits not in (4, 8):
@@ -136,9 +144,13 @@ class QuantizeWeightsPass(ModulePass):
         if self.bits == 4 and self.group_size not in Q.INT4_GROUP_SIZES:
             raise ValueError(f"quantize-weights: group_size is one of {Q.INT4_GROUP_SIZES}, "
                              f"got {self.group_size}")
+        if self.compute_dtype not in ("", "bfloat16", "float16", "float32"):
+            raise ValueError("quantize-weights: compute_dtype is bfloat16, float16, float32 "
+                             f"or empty, got {self.compute_dtype!r}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        pattern = QuantizeLinear(self.bits, self.group_size, tuple(self.modules))
+        cd = getattr(torch, self.compute_dtype) if self.compute_dtype else None
+        pattern = QuantizeLinear(self.bits, self.group_size, tuple(self.modules), cd)
         PatternRewriteWalker(GreedyRewritePatternApplier([pattern]),
                              apply_recursively=False).rewrite_module(op)
 

@@ -192,6 +192,30 @@ def test_state_dict_round_trip() -> None:
         torch.testing.assert_close(jm(x), dequantized_copy(other, 8)(x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_bfloat16_compute_of_a_float32_model(bits: int) -> None:
+    """``compute_dtype=torch.bfloat16``: scales in bfloat16, the input converted to it, the
+    kernel's result converted back and the bias added, as computed here in eager."""
+    m = mlp()
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits,
+                                                       compute_dtype=torch.bfloat16)])
+    x = torch.randn(3, 64)
+
+    def linear(h: torch.Tensor, mod: torch.nn.Linear) -> torch.Tensor:
+        if bits == 8:
+            w = Q.int8_dequantize(*Q.int8_qparams(mod.weight, torch.bfloat16))
+        else:
+            w = Q.int4_dequantize(*Q.int4_qparams(mod.weight, 32, torch.bfloat16), 32)
+        return torch.nn.functional.linear(h.bfloat16(), w).float() + mod.bias
+
+    with torch.no_grad():
+        want = linear(torch.nn.functional.gelu(linear(x, m[0])), m[2])
+        got = jm(x)
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+    assert got.dtype == torch.float32
+    assert "dtype=torch.bfloat16" in str(thunder_ir.last_traces(jm)[-1])
+
+
 def test_bfloat16_int8() -> None:
     m = mlp().to(torch.bfloat16)
     ref = dequantized_copy(m, 8)

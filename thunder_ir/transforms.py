@@ -64,8 +64,8 @@ def transform(pass_or_patterns: ModulePass | Sequence[RewritePattern], stage: st
     return UserTransform(cls(patterns), stage)
 
 
-def QuantizeWeights(bits: int = 8, group_size: int = 32,
-                    modules: Sequence[str] = ()) -> UserTransform:
+def QuantizeWeights(bits: int = 8, group_size: int = 32, modules: Sequence[str] = (),
+                    compute_dtype: Any = None) -> UserTransform:
     """Weight-only quantization of linears, as a transform for ``jit`` (the
     ``quantize-weights`` pass at the ``ltorch`` stage; ``docs/quantization.md``)::
 
@@ -76,11 +76,18 @@ def QuantizeWeights(bits: int = 8, group_size: int = 32,
         group_size: input columns per int4 scale and zero: 32, 64, 128 or 256.
         modules: the modules whose linears are quantized: qualified names or parts of
             them (``"q_proj"``, ``"layers.0"``); empty: every linear on a module weight.
+        compute_dtype: None (default): the products are computed in the weight's dtype,
+            as eager computes them on the dequantized model; ``torch.bfloat16`` (or
+            ``"bfloat16"``): the quantized linears convert their input to it and their
+            result back (bfloat16 rounding of the activations; torch's CPU kernels are
+            several times faster on it).
     """
     from thunder_ir.passes.quantize import QuantizeWeightsPass
 
+    cd = str(compute_dtype).removeprefix("torch.") if compute_dtype is not None else ""
     return UserTransform(QuantizeWeightsPass(bits=bits, group_size=group_size,
-                                             modules=tuple(modules)), "ltorch")
+                                             modules=tuple(modules), compute_dtype=cd),
+                         "ltorch")
 
 
 def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePass]]:
