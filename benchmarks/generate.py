@@ -14,13 +14,30 @@ against eager's before its time counts):
 * ``eager static`` and ``torch.compile static``: the static cache under the other two, so
   that each thunder_ir row has a like-for-like reference.
 
+With ``--quantize 8`` (or ``4``, or ``8 4``), weight-only quantized variants too (issue 55),
+whose tokens are checked against an eager copy of the model with every linear weight
+replaced by its dequantized value (``eager dequantized int8``):
+
+* ``thunder_ir int8``: ``thunder_ir.jit(model, transforms=[QuantizeWeights(bits=8)])``,
+  dynamic cache (``int4``: ``bits=4``, ``--group-size``);
+* ``thunder_ir int8 bf16 compute``: ``QuantizeWeights(bits=8,
+  compute_dtype=torch.bfloat16)`` (its tokens are reported, not required, to equal the
+  dequantized model's: its activations are rounded to bfloat16);
+* ``torchao int8`` and ``torchao int8 + torch.compile``: torchao's ``Int8WeightOnlyConfig``
+  (same storage as ``QuantizeWeights(bits=8)``, bit for bit), where torchao imports.
+
+The linear weights' bytes are printed for each scheme (float32: the parameters; int8:
+the int8 storage and scales; int4: the packed codes, scales and zeros, and the CPU
+kernel's own copy of the codes).
+
 Each variant runs ``--runs`` times (default 1, as the issue asks: the first run includes
 every compile); the table gives the total seconds of each run and the per-token
 milliseconds of the last run (its decode steps only: total minus the first token's time,
 over the new tokens after the first), and the compiles thunder_ir made. Usage::
 
     python benchmarks/generate.py [--tokens 64] [--prompt 16] [--layers 2] [--embd 256]
-                                  [--runs 1] [--no-compile]
+                                  [--runs 1] [--no-compile] [--quantize 8 4]
+                                  [--group-size 32] [--only-quantized]
 """
 
 from __future__ import annotations
@@ -39,11 +56,13 @@ import torch
 import thunder_ir
 
 
-def tiny_llama(layers: int, embd: int) -> Any:
-    """A Llama with grouped-query attention (4 query heads per key/value head)."""
+def tiny_llama(layers: int, embd: int, multiple: int = 1) -> Any:
+    """A Llama with grouped-query attention (4 query heads per key/value head); its MLP
+    width ``8/3 embd`` rounded up to a ``multiple`` (Llama's own configs use 256)."""
     import transformers as T
 
-    cfg = T.LlamaConfig(hidden_size=embd, intermediate_size=embd * 8 // 3,
+    inter = -(-(embd * 8 // 3) // multiple) * multiple
+    cfg = T.LlamaConfig(hidden_size=embd, intermediate_size=inter,
                         num_hidden_layers=layers, num_attention_heads=8,
                         num_key_value_heads=2, vocab_size=1024,
                         max_position_embeddings=512, pad_token_id=0)
@@ -92,14 +111,20 @@ def main() -> None:
     ap.add_argument("--embd", type=int, default=256)
     ap.add_argument("--runs", type=int, default=1, help="generations per variant")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--quantize", type=int, nargs="*", default=[], choices=[8, 4],
+                    help="also weight-only quantized variants (QuantizeWeights)")
+    ap.add_argument("--group-size", type=int, default=32, help="int4 group size")
+    ap.add_argument("--only-quantized", action="store_true",
+                    help="of the float variants, eager and thunder_ir dynamic only")
     a = ap.parse_args()
     warnings.filterwarnings("ignore")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print(f"tiny Llama: {a.layers} layers, width {a.embd}, GQA 8/2 heads; prompt "
+    model = tiny_llama(a.layers, a.embd, 256 if a.quantize else 1)
+    print(f"tiny Llama: {a.layers} layers, width {a.embd} (MLP "
+          f"{model.config.intermediate_size}), GQA 8/2 heads; prompt "
           f"{a.prompt}, {a.tokens} new tokens, greedy, {a.runs} run(s) per variant")
 
-    model = tiny_llama(a.layers, a.embd)
     ids = torch.randint(1, 1024, (1, a.prompt), generator=torch.Generator().manual_seed(1))
 
     variants: dict[str, tuple[Callable[[], Callable[..., torch.Tensor]], bool]] = {
@@ -113,8 +138,11 @@ def main() -> None:
         return jitted[name].generate
 
     variants["thunder_ir dynamic"] = (lambda: thunder("thunder_ir dynamic"), False)
-    variants["thunder_ir static"] = (lambda: thunder("thunder_ir static"), True)
-    if not a.no_compile:
+    if a.only_quantized:
+        del variants["eager static"]
+    else:
+        variants["thunder_ir static"] = (lambda: thunder("thunder_ir static"), True)
+    if not a.no_compile and not a.only_quantized:
         def compiled() -> Callable[..., torch.Tensor]:
             torch._dynamo.reset()
             m = copy.deepcopy(model)
@@ -124,17 +152,25 @@ def main() -> None:
         variants["torch.compile"] = (compiled, False)
         variants["torch.compile static"] = (compiled, True)
 
-    ref: torch.Tensor | None = None
+    refs: dict[str, torch.Tensor] = {}
+    for bits in a.quantize:
+        add_quantized(variants, jitted, model, bits, a.group_size, a.no_compile)
+    print(f"linear weight bytes: {weight_bytes(model, 32, a.group_size) / 2**20:.1f} MiB "
+          "float32" + "".join(f", {weight_bytes(model, b, a.group_size) / 2**20:.1f} MiB "
+                              f"int{b}" for b in a.quantize))
     rows: dict[str, tuple[list[float], float]] = {}
     for name, (make, static) in variants.items():
         gen = make()
         totals, per_token = [], 0.0
+        scheme = next((s for s in ("int8", "int4") if s in name), "float")
         for _ in range(a.runs):
             out, total, first = run(gen, ids, a.tokens, static)
-            if ref is None:
-                ref = out
-            elif not torch.equal(out, ref):
-                raise SystemExit(f"{name}: tokens differ from eager's")
+            ref = refs.setdefault(scheme, out)
+            if not torch.equal(out, ref):
+                if "torchao" not in name and "bf16" not in name:
+                    raise SystemExit(f"{name}: tokens differ from eager's")
+                print(f"{name}: tokens differ from the dequantized model's (its kernels "
+                      "or its bfloat16 activations round otherwise)")
             totals.append(total)
             per_token = (total - first) / max(a.tokens - 1, 1)
         rows[name] = (totals, per_token)
@@ -154,12 +190,98 @@ def main() -> None:
                 f"per token {p / rp:.2f}x")
 
     print("ratios (below 1.00x is faster):")
+    for bits in a.quantize:
+        for r in ("eager", "thunder_ir dynamic", f"torchao int{bits} + torch.compile"):
+            for v in (f"thunder_ir int{bits}", f"thunder_ir int{bits} bf16 compute"):
+                line = ratio(v, r)
+                if line:
+                    print("  " + line)
     for name, refs in (("thunder_ir dynamic", ("eager", "torch.compile")),
                        ("thunder_ir static", ("eager static", "torch.compile static"))):
         for r in refs:
             line = ratio(name, r)
             if line:
                 print("  " + line)
+
+
+def weight_bytes(model: torch.nn.Module, bits: int, group_size: int) -> int:
+    """Bytes of the model's linear weights stored as ``bits`` (32: the float parameters;
+    8 and 4: what QuantizeWeights keeps, computed here with its scheme's functions)."""
+    from thunder_ir.dialects import quant as Q
+
+    total = 0
+    for mod in model.modules():
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        w = mod.weight
+        if bits == 32 or not Q.takes(bits, group_size, tuple(w.shape), w.dtype):
+            parts: tuple[torch.Tensor, ...] = (w,)
+        elif bits == 8:
+            parts = Q.int8_qparams(w)
+        else:
+            codes, sz = Q.int4_qparams(w, group_size)
+            parts = (codes, sz, Q.int4_kernel_layout(codes))
+        total += sum(p.numel() * p.element_size() for p in parts)
+    return total
+
+
+def add_quantized(variants: dict[str, Any], jitted: dict[str, Any], model: torch.nn.Module,
+                  bits: int, group_size: int, no_compile: bool) -> None:
+    """The variants of one weight-only scheme: its dequantized eager reference, thunder_ir
+    with `QuantizeWeights`, and (int8) torchao eager and under torch.compile."""
+    from thunder_ir.dialects import quant as Q
+    from thunder_ir.transforms import QuantizeWeights
+
+    tag = f"int{bits}"
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for mod in ref.modules():
+            if isinstance(mod, torch.nn.Linear) and Q.takes(bits, group_size,
+                                                            tuple(mod.weight.shape),
+                                                            mod.weight.dtype):
+                w = mod.weight
+                mod.weight.copy_(Q.int8_dequantize(*Q.int8_qparams(w)) if bits == 8 else
+                                 Q.int4_dequantize(*Q.int4_qparams(w, group_size), group_size))
+    variants[f"eager dequantized {tag}"] = (lambda: ref.generate, False)
+
+    def thunder() -> Callable[..., torch.Tensor]:
+        transform = QuantizeWeights(bits=bits, group_size=group_size)
+        jitted[f"thunder_ir {tag}"] = thunder_ir.jit(copy.deepcopy(model), tiered=False,
+                                                    transforms=[transform])
+        return jitted[f"thunder_ir {tag}"].generate  # type: ignore[no-any-return]
+
+    variants[f"thunder_ir {tag}"] = (thunder, False)
+
+    def thunder_bf16() -> Callable[..., torch.Tensor]:
+        transform = QuantizeWeights(bits=bits, group_size=group_size,
+                                    compute_dtype=torch.bfloat16)
+        name = f"thunder_ir {tag} bf16 compute"
+        jitted[name] = thunder_ir.jit(copy.deepcopy(model), tiered=False,
+                                      transforms=[transform])
+        return jitted[name].generate  # type: ignore[no-any-return]
+
+    variants[f"thunder_ir {tag} bf16 compute"] = (thunder_bf16, False)
+    if bits != 8:
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    except ImportError as e:
+        print(f"torchao variants skipped: {e}")
+        return
+
+    def torchao(compiled: bool) -> Callable[..., torch.Tensor]:
+        m = copy.deepcopy(model)
+        quantize_(m, Int8WeightOnlyConfig())
+        if compiled:
+            torch._dynamo.reset()
+            m.forward = torch.compile(m.forward)
+        return m.generate  # type: ignore[no-any-return]
+
+    variants["torchao int8"] = (lambda: torchao(False), False)
+    if not no_compile:
+        variants["torchao int8 + torch.compile"] = (lambda: torchao(True), False)
 
 
 if __name__ == "__main__":
