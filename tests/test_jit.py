@@ -455,6 +455,35 @@ def test_failure_while_tracing_leaves_module_untouched() -> None:
         assert not isinstance(v, thunder_ir.TensorProxy)
 
 
+def test_deepcopy_of_a_traced_tensor_is_refused_naming_the_line() -> None:
+    """``copy.deepcopy(self)`` in ``forward`` (eager: a twin module of new parameters) and
+    ``copy.deepcopy(x)`` of an argument: a clear error naming the line (it was an
+    AttributeError from torch's repr of the half-made copy); the module untouched."""
+    import copy
+
+    class Twin(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            twin = copy.deepcopy(self)
+            return self.lin(x) + twin.lin(x)
+
+    m = Twin()
+    x = torch.randn(2, 3, requires_grad=True)
+    torch.testing.assert_close(m(x), 2 * m.lin(x))  # eager runs it
+    ids = [id(p) for p in m.parameters()]
+    before = [p.detach().clone() for p in m.parameters()]
+    for f in (thunder_ir.jit(m), thunder_ir.jit(lambda x: copy.deepcopy(x) * 2)):
+        with pytest.raises(thunder_ir.ThunderTraceError,
+                           match=r"test_jit\.py:\d+: copy\.deepcopy of a traced tensor"):
+            f(x)
+    assert [id(p) for p in m.parameters()] == ids
+    for b, p in zip(before, m.parameters(), strict=True):
+        assert torch.equal(p, b) and not isinstance(p, thunder_ir.TensorProxy)
+
+
 def test_a_condition_whose_computation_fails_raises_eagers_error() -> None:
     """A speculated condition (``if y.sum() > 0``) computed on the call's tensors fails
     where eager fails (a float64 input to a float32 Linear): eager's own error, not a

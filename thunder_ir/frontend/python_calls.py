@@ -22,6 +22,9 @@ here too:
   is not known while tracing, so the check becomes a call in the program (eager's own
   ``torch._assert`` on the real tensor, which keeps it: it has effects), raising eager's
   ``AssertionError(message)`` when the condition is false at run time.
+- ``copy.deepcopy`` of a traced tensor (`deepcopy_`; ``copy.deepcopy(self)`` of a module in
+  its ``forward``) is refused, naming the line: eager's copies are new tensor objects the
+  user's objects hold, which a program cannot hand out.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from torch.utils import _pytree as pytree
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.frontend.builder import Builder
-from thunder_ir.frontend.errors import ThunderTraceError, where
+from thunder_ir.frontend.errors import Refused, ThunderTraceError, where
 from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.table import register_handlers
 
@@ -100,4 +103,22 @@ def assert_(ctx: Builder, condition: Any, message: Any) -> Any:
 
 register_handlers([torch._assert], assert_)
 
-__all__ = ["NOT_PLAIN", "assert_", "plain_call"]
+
+def deepcopy_(ctx: Builder, tensor: Any, memo: Any = None) -> Any:
+    """``copy.deepcopy`` of a traced tensor (``copy.deepcopy(self)`` of a module in its
+    ``forward``, which copies its parameters): eager makes new tensor objects (new leaves,
+    new storage, their ``__dict__`` copied) that the user's objects then hold; a program
+    cannot hand out such objects as eager does, so the copy is refused, naming the line,
+    before anything is copied (no half-made copy holds a proxy)."""
+    raise Refused(
+        f"{where(ctx.loc)}: copy.deepcopy of a traced tensor (a {tuple(tensor.shape)} "
+        f"{tensor.dtype} tensor: an argument, a module's parameter or buffer, or a value "
+        "computed from them) inside the jitted function is not supported: eager makes new "
+        "tensor objects that a compiled program cannot hand out. Copy outside the jitted "
+        "function (a module: in __init__ or before calling it), or use "
+        "tensor.detach().clone() inside it.")
+
+
+register_handlers([torch.Tensor.__deepcopy__], deepcopy_)
+
+__all__ = ["NOT_PLAIN", "assert_", "deepcopy_", "plain_call"]
