@@ -3,7 +3,10 @@ factory's value (``torch.tensor(a)``, ``torch.full``, ``new_tensor``), a number 
 (``clamp(max=a)``, ``add(alpha=a)``, ``fill_``). The program has such a number as a value
 (the ``item`` call's result), so the op takes it as an operand: the generated code once
 named the unbacked symbol (``zuf0``) it never defines (a NameError at the first call).
-Each against eager over several values, with and without grad, one program for all."""
+Also the two reads `test_jit.test_data_dependent_errors_are_clear` once listed as refused
+and now traces (arithmetic on a float ``.item()`` as an operand, ``torch.tensor`` of a
+``.tolist()``). Each against eager over several values, with and without grad, one program
+for all."""
 
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ CASES: dict[str, Callable[[torch.Tensor], Any]] = {
     "fill_": lambda x: x * torch.empty(3).fill_(x.mean().item()),
     "clamp": lambda x: torch.clamp(x, max=x.mean().item()),
     "add_alpha": lambda x: torch.add(x, x, alpha=x.mean().item()),
+    "operand_arith": lambda x: x + x.sum().item() * 2,  # (test_jit's refusals had it)
+    "tensor_of_tolist": lambda x: x * torch.tensor(x.tolist()),
     "int_full": lambda x: x * torch.full((3,), (x > 0).sum().item()),
     "int_new_tensor": lambda x: x * x.new_tensor((x > 0).sum().item()),
     "int_tensor_list": lambda x: x * torch.tensor([(x > 0).sum().item(), 2]).sum(),
