@@ -348,9 +348,12 @@ class MetaCall:
 def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
               kwargs: dict[str, Any] | None = None,
               requires_grad: Sequence[bool] | None = None,
-              stand_ins: Sequence[Any] | None = None) -> MetaCall:
+              stand_ins: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
+              layouts: Sequence[Any] | None = None) -> MetaCall:
     """Runs ``callee`` on meta stand-ins of ``operands`` (SSA values; ``stand_ins``: the
-    caller's, with the operands' layouts, else contiguous ones).
+    caller's, with the operands' layouts, else contiguous ones; or a function making them,
+    called only where a symbolic compilation's memo has no answer, which is keyed by
+    ``layouts``, the operands' strides and offsets, None for a number).
 
     With ``requires_grad`` (one flag per operand) the stand-ins of flagged operands
     require grad and the run records autograd in the caller's grad mode, so each result
@@ -369,15 +372,23 @@ def meta_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
                                    "args": ArrayAttr([to_attr(a) for a in args])}
     if kwargs:
         props["kwargs"] = DictionaryAttr({k: to_attr(v) for k, v in kwargs.items()})
-    metas = list(stand_ins) if stand_ins is not None else [meta_value(v.type)
-                                                             for v in operands]
-    memo, key = _compilation_memo(callee, operands, metas, props, requires_grad, factory)
+    if callable(stand_ins):  # (made on a miss only: over symbols each costs symbolic
+        assert layouts is not None  # storage arithmetic; the key reads ``layouts``)
+        memo, key = _compilation_memo(callee, operands, layouts, props, requires_grad,
+                                      factory, given=True)
+        metas: list[Any] = []
+    else:
+        metas = list(stand_ins) if stand_ins is not None else [meta_value(v.type)
+                                                                 for v in operands]
+        memo, key = _compilation_memo(callee, operands, metas, props, requires_grad, factory)
     if key is not None:
         hit = memo.get(key)
         if hit is None:  # (the same call at another storage offset: q and k of one qkv)
             hit = memo.get(_offsets_left_out(key))
         if hit is not None:
             return hit  # type: ignore[no-any-return]
+    if callable(stand_ins):
+        metas = list(stand_ins())
     if symbols.current() is not None:
         unbound = unbind_call(callee, operands, args, kwargs, metas, requires_grad)
         if unbound is not None:
@@ -466,7 +477,7 @@ def unbind_call(callee: str, operands: Sequence[Any], args: Sequence[Any],
 
 def _compilation_memo(callee: str, operands: Sequence[Any], metas: Sequence[Any],
                       props: dict[str, Attribute], requires_grad: Sequence[bool] | None,
-                      factory: bool) -> tuple[dict[Any, Any], Any]:
+                      factory: bool, given: bool = False) -> tuple[dict[Any, Any], Any]:
     """In a symbolic compilation, its memo of `meta_call` answers for torch's own functions
     (``torch.group_norm`` of each block of a model: a fake run decides dozens of symbolic
     expressions, and the guards the first recorded hold for the next), and this call's key
@@ -475,7 +486,8 @@ def _compilation_memo(callee: str, operands: Sequence[Any], metas: Sequence[Any]
     that changes a torch call's answer (`mode_key`: grad, inference, autocast, default
     dtype and device, deterministic algorithms). Key None (no memo): a static
     compilation, a factory, a callee of user code (it may read state of its own), sizes
-    over unbacked symbols, unhashable arguments."""
+    over unbacked symbols, unhashable arguments. ``given``: ``metas`` are the stand-ins'
+    layouts themselves (strides and offset, None for a number), not the stand-ins."""
     table = symbols.current()
     if table is None or factory or not callee.startswith("torch."):
         return {}, None
@@ -490,8 +502,10 @@ def _compilation_memo(callee: str, operands: Sequence[Any], metas: Sequence[Any]
     memo = table.__dict__.setdefault("_meta_calls", {})
     try:
         with torch._C.DisableTorchFunction():
-            layouts = tuple((tuple(expr(s) for s in m.stride()), expr(m.storage_offset()))
-                            if isinstance(m, torch.Tensor) else None for m in metas)
+            layouts = tuple(None if m is None else (tuple(expr(s) for s in m[0]), expr(m[1]))
+                            for m in metas) if given else tuple(
+                (tuple(expr(s) for s in m.stride()), expr(m.storage_offset()))
+                if isinstance(m, torch.Tensor) else None for m in metas)
         kwargs = props.get("kwargs")
         key = (callee, types, layouts, props["args"],
                None if kwargs is None else tuple(sorted(kwargs.data.items())),  # type: ignore[attr-defined]

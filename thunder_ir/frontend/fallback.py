@@ -154,10 +154,11 @@ def fallback(ctx: Builder, func: Any, args: Sequence[Any], kwargs: dict[str, Any
                for v in operands]
     try:
         with neutral():  # stand-ins made under inference_mode would be inference tensors
-            stand_ins = [meta_stand_in(v.type, lay) if lay is not None else meta_value(v.type)
-                         for v, lay in zip(operands, layouts, strict=True)]
             meta = meta_call(META_RULES.get(name, name), operands, enc_args, enc_kwargs,
-                             grad_mask, stand_ins)
+                             grad_mask, lambda: [
+                                 meta_stand_in(v.type, lay) if lay is not None
+                                 else meta_value(v.type)
+                                 for v, lay in zip(operands, layouts, strict=True)], layouts)
     except ThunderTraceError:
         raise
     except Exception as e:
