@@ -29,7 +29,9 @@ symbols, so one fused program serves every size its shape guard admits
 an earlier process (the same script run again) is hot after `HOT_CALLS` calls, and its
 kernels load from Inductor's on-disk cache (`thunder_ir.lowering.tier_up_memory`). Not
 tiered up: a
-speculative program that holds collectives, tensors off the CPU, programs under
+speculative program that holds collectives, tensors on several device types (CUDA
+programs tier up where a GPU is here: `tier_devices`; a launch-bound one may then replay
+a CUDA graph, `thunder_ir.lowering.cuda_graphs`), programs under
 `MIN_OPS` ops, and calls made while ``torch.use_deterministic_algorithms``
 is on (the swap's call depends on the compile's timing, and Inductor's kernels round
 otherwise than eager's). ``jit(fn, tiered=False)`` or ``THUNDER_IR_TIER_UP=0`` turns it
@@ -92,12 +94,38 @@ def _inductor_available() -> bool:
     return _INDUCTOR[0]
 
 
+def _triton_available() -> bool:
+    import importlib.util
+
+    return torch.cuda.is_available() and importlib.util.find_spec("triton") is not None
+
+
+def program_device(values: Any) -> str | None:
+    """The device type of every tensor among ``values`` (``"cpu"``, ``"cuda"``); None
+    where they are on several types (or there is none)."""
+    types = {t.device.type for t in values if isinstance(t, torch.Tensor)}
+    return types.pop() if len(types) == 1 else None
+
+
+def tier_devices(default_executors: Any, cuda_available: bool) -> frozenset[str]:
+    """The device types whose programs tier up, for ``jit(fn)`` with the default
+    executors: the CPU where no default executor fuses (a machine without a GPU: no
+    Triton executor), and CUDA where a GPU is here: its programs start on the Triton
+    executor's own regions and tier up to Inductor's (Triton) kernels."""
+    cpu = not any(getattr(e, "is_fusion", False) for e in default_executors)
+    return frozenset({"cpu"} if cpu else set()) | frozenset({"cuda"} if cuda_available
+                                                           else set())
+
+
 class TierUp:
     """A jitted callable's tier-up (``jit(fn)`` with ``tiered="auto"``): the executors
     its fused programs are lowered with (one tiered Inductor executor, whose background
     compiler every program of the callable shares), and what happened so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, devices: frozenset[str] = frozenset({"cpu"})) -> None:
+        self.devices = devices
+        """The device types whose programs tier up (`tier_devices`)."""
+        self.cuda = "cuda" in devices
         self._ctx: Any = None
         self.swapped = 0
         """Programs whose fused version was swapped in."""
@@ -140,20 +168,21 @@ class TierUp:
 
     def worth(self, entry: Entry, state: dict[str, torch.Tensor], args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> bool:
-        """Whether ``entry``'s program may tier up: every tensor on the CPU, at least
-        `MIN_OPS` ops, a C++ compiler for Inductor, and no ``THUNDER_IR_TIER_UP=0``."""
+        """Whether ``entry``'s program may tier up: every tensor on one device type of
+        `devices` (`program_device`), at least `MIN_OPS` ops, what Inductor needs there,
+        and no ``THUNDER_IR_TIER_UP=0``."""
         if os.environ.get(TIER_ENV) == "0":
             return False
-        for t in (*state.values(), *tree_leaves((args, kwargs))):
-            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
-                return False
+        device = program_device((*state.values(), *tree_leaves((args, kwargs))))
+        if device not in self.devices:
+            return False
         finals = [entry.traces[-1], *entry.backward_traces[-1:]]  # a training step's both
         ops = 0
         for trace in finals:
             for _ in trace.ir.walk():
                 ops += 1
                 if ops >= MIN_OPS:
-                    return _inductor_available()
+                    return _inductor_available() if device == "cpu" else _triton_available()
         return False
 
     def watch(self, entry: Entry, fused: Callable[[], Entry], name: str) -> None:
@@ -210,7 +239,8 @@ class Watch:
             assert bg is not None and self.program is not None
             if self.waited and bg.status.pending == 0:
                 with self.lock:
-                    fn = self._swap_or_keep(bg) if self.state == _WAITING else self.unfused
+                    fn = self._swap_or_keep(bg, args) if self.state == _WAITING \
+                        else self.unfused
                 return fn(*args)
             self.waited += 1
             return self.unfused(*args)
@@ -248,9 +278,11 @@ class Watch:
             self.state = _PRIMING
             LOG.info("tiered: %s lowered in %.2f s", self.name, time.perf_counter() - start)
 
-    def _swap_or_keep(self, bg: BackgroundCompiler) -> Callable[..., Any]:
+    def _swap_or_keep(self, bg: BackgroundCompiler, args: tuple[Any, ...] = ()
+                      ) -> Callable[..., Any]:
         """Every kernel asked for is in: swaps the fused program in, unless one failed;
-        returns the function this call runs."""
+        returns the function this call runs. A CUDA program may then be captured as a
+        CUDA graph (`thunder_ir.lowering.cuda_graphs`; ``args``: this call's)."""
         assert self.program is not None
         failed = bg.status.failed - self.failed
         fn = self.unfused
@@ -261,8 +293,15 @@ class Watch:
             if os.environ.get(AFTER_ENV) is None:  # hot by the default threshold: a
                 remember(entry)  # later process's program of this trace is hot at once
             fn = program.fn
+            if self.tier.cuda:  # launch-bound: replayed as a CUDA graph where that pays
+                from thunder_ir.lowering.cuda_graphs import maybe_graphed
+
+                def install(f: Callable[..., Any]) -> None:
+                    entry.fn = f
+
+                fn = maybe_graphed(program, fn, self.name, install, args)
             entry.traces, entry.backward_traces = program.traces, program.backward_traces
-            entry.fn = program.fn
+            entry.fn = fn
             self.tier.swapped += 1
             self.state = _KEPT
             LOG.info("tiered: %s: the fused program runs from this call on (%d calls "
@@ -312,4 +351,5 @@ def status_of(callables: list[Any], wait: float | None) -> dict[str, Any]:
 
 
 __all__ = ["AFTER_ENV", "COUNTING", "HOT_CALLS", "HOT_SECONDS", "KEPT", "MIN_OPS", "PRIMING",
-           "TIER_ENV", "WAITING", "TierUp", "Watch", "hot_seconds", "status_of"]
+           "TIER_ENV", "WAITING", "TierUp", "Watch", "hot_seconds", "program_device",
+           "status_of", "tier_devices"]

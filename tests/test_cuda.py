@@ -561,3 +561,104 @@ def test_hugging_face_dropout_on_cuda(family: str) -> None:
             _agree(f"gradient of {k} at step {step}", p.grad, q.grad)
         model.zero_grad(set_to_none=True)
         eager.zero_grad(set_to_none=True)
+
+
+# ---------------------------------------------------------------- tier-up on CUDA (issue 53)
+
+needs_real_cuda = pytest.mark.skipif(
+    not (ON_CUDA and torch.cuda.is_available()),
+    reason="tier-up on CUDA and its CUDA-graph policy need a CUDA device (the CPU "
+    "rehearsal has none; tests/test_cuda_graph_policy.py covers their CPU parts)")
+
+
+def _until_swapped(jm: Any, step: Callable[[], Any], limit: int = 40) -> int:
+    from thunder_ir.lowering import tier_up as tu
+
+    for n in range(1, limit + 1):
+        step()
+        status = thunder_ir.compile_status(jm)
+        if status["swapped"]:
+            return n
+        if status["pending"]:
+            thunder_ir.compile_status(jm, wait=None)
+    raise AssertionError(f"not swapped after {limit} calls ({tu.HOT_CALLS} to be hot): "
+                         f"{thunder_ir.compile_status(jm)}")
+
+
+@needs_real_cuda
+def test_cuda_tier_up_swaps_in_inductor_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hot CUDA training program (its first calls on the Triton executor's regions) is
+    lowered again with the Inductor executor, whose Triton kernels compile in the helper;
+    losses and gradients are eager's before and after the swap."""
+    monkeypatch.setenv("THUNDER_IR_TIER_UP_AFTER", "0")
+    monkeypatch.delenv("THUNDER_IR_TIER_UP", raising=False)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.LayerNorm(128),
+                          nn.Linear(128, 64), nn.Tanh()).to(DEVICE)
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    x = torch.randn(32, 64, device=DEVICE)
+
+    def step() -> None:
+        for m in (model, eager):
+            m.zero_grad(set_to_none=True)
+        losses = [m(x).square().mean() for m in (jm, eager)]
+        _agree("loss", *losses)
+        for loss in losses:
+            loss.backward()
+        for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+            _agree("gradient", p.grad, q.grad)
+
+    _until_swapped(jm, step)
+    step()
+    status = thunder_ir.compile_status(jm)
+    assert status["failed"] == 0, status
+    assert "inductorFusion" in str(thunder_ir.last_traces(jm)[-1])
+    assert "inductorFusion" in str(thunder_ir.last_backward_traces(jm)[-1])
+
+
+@needs_real_cuda
+def test_cuda_graph_policy_replays_a_launch_bound_program_as_eager(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch-bound inference program (many small layers) after its swap: captured,
+    measured against its launches, and either replayed or kept by that measurement; every
+    call's output is eager's, an output kept by the caller is not overwritten by the next
+    replay, a parameter updated in place is read, and a new input layout still runs."""
+    from thunder_ir.lowering import cuda_graphs as cg
+
+    monkeypatch.setenv("THUNDER_IR_TIER_UP_AFTER", "0")
+    monkeypatch.delenv("THUNDER_IR_TIER_UP", raising=False)
+    monkeypatch.delenv(cg.GRAPHS_ENV, raising=False)
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(12):
+        layers += [nn.Linear(32, 32), nn.SiLU()]
+    model = nn.Sequential(*layers).to(DEVICE).eval()
+    eager = copy.deepcopy(model)
+    jm = thunder_ir.jit(model)
+    xs = [torch.randn(8, 32, device=DEVICE) for _ in range(4)]
+    calls = [0]
+
+    def call() -> torch.Tensor:
+        x = xs[calls[0] % len(xs)]
+        calls[0] += 1
+        with torch.no_grad():
+            out, want = jm(x), eager(x)
+        _agree("output", out, want)
+        return out
+
+    _until_swapped(jm, call)
+    kept = call()
+    kept_copy = kept.clone()
+    for _ in range(2 * cg.MEASURE_CALLS + 4):
+        call()
+    assert torch.equal(kept, kept_copy)  # a replay hands out copies
+    entry = jm._compiled.cache.last
+    assert not isinstance(entry.fn, cg.GraphTrial)  # measured and decided
+    with torch.no_grad():
+        for m in (model, eager):
+            m[0].weight.mul_(0.5)
+    call()
+    with torch.no_grad():
+        x = torch.randn(32, 8, device=DEVICE).t()
+        _agree("a transposed input", jm(x), eager(x))

@@ -94,7 +94,9 @@ class CompiledCallable(Dispatcher):
                 "transforms": transforms, "cache": cache,
                 "executors": None if executors is None else [executor_ref(e) for e in executors],
                 "remat_policy": remat, "wrapper": wrapper,
-                "tier_up": self.policies.tier_up is not None}
+                "tier_up": self.policies.tier_up is not None,
+                "tier_devices": None if self.policies.tier_up is None
+                else sorted(self.policies.tier_up.devices)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["fn"], state["module"], state["executors"],  # type: ignore[misc]
@@ -103,7 +105,7 @@ class CompiledCallable(Dispatcher):
         if state.get("tier_up"):
             from thunder_ir.lowering.tier_up import TierUp
 
-            self.policies.tier_up = TierUp()
+            self.policies.tier_up = TierUp(frozenset(state.get("tier_devices") or ("cpu",)))
         self.compiler.method = state.get("method")
         self.__dict__.update(state["wrapper"])
 
@@ -256,7 +258,8 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
             ``int`` argument symbolic from the first compile; module attributes as under
             ``"auto"``). `mark_dynamic` marks
             single dimensions. See `thunder_ir.runtime.dynamic`.
-        tiered: ``"auto"``: where the default executors fuse nothing (CPU), a program
+        tiered: ``"auto"``: where the default executors fuse nothing (CPU), and for
+            CUDA programs where a GPU is here, a program
             whose calls have taken a few seconds is lowered again with the Inductor
             executor, its kernels compile in the background, and the fused program
             replaces it at a call boundary once they are in (`thunder_ir.lowering
@@ -278,11 +281,12 @@ def jit(fn: Callable[..., Any] | torch.nn.Module, *, executors: Sequence[Any] | 
     out = build(fn, CompiledCallable, executors=executors, transforms=transforms, remat=remat,
                 cache=cache, **options)
     compiled = _compiled_of(out)
-    if tiered == "auto" and executors is None and not any(
-            getattr(e, "is_fusion", False) for e in compiled.executors):
-        from thunder_ir.lowering.tier_up import TierUp
+    if tiered == "auto" and executors is None:
+        from thunder_ir.lowering.tier_up import TierUp, tier_devices
 
-        compiled.policies.tier_up = TierUp()
+        devices = tier_devices(compiled.executors, torch.cuda.is_available())
+        if devices:
+            compiled.policies.tier_up = TierUp(devices)
     return out
 
 
