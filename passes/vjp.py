@@ -211,6 +211,7 @@ def load_vjp_rules() -> Mapping[type[ThunderOp], VjpRule]:
     """Imports every VJP rule module (registering its rules) and returns the rules this
     thread's compilation uses: its context's own
     (`thunder_ir.passes.context.CompileContext.vjp_rules`) ahead of the built-in table."""
+    import thunder_ir.passes.quant_rules
     import thunder_ir.passes.vjp_autograd
     import thunder_ir.passes.vjp_dist
     import thunder_ir.passes.vjp_ltorch

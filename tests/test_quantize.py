@@ -402,3 +402,22 @@ def test_int4_against_torchao() -> None:
     x = torch.randn(4, 64)
     with torch.no_grad():  # (the same asymmetric scheme with a float zero point)
         torch.testing.assert_close(jm(x), ao(x).to(x.dtype), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("op", Q.QUANT_OPS, ids=lambda op: op.name)
+def test_every_quant_op_has_its_rules(op: type[Q.QuantOp]) -> None:
+    """Coverage of the rule tables: every quant op has a shape rule, a kernel, a
+    decomposition and a VJP rule, is pure, parses in the opt tool's context, and says
+    its IR in its docstring."""
+    from xdsl.traits import Pure
+
+    from thunder_ir.dialects.program import context
+    from thunder_ir.passes.decompositions import load_rules
+    from thunder_ir.passes.vjp import load_vjp_rules
+
+    assert op in load_rules(), f"{op.name} has no decomposition"
+    assert op in load_vjp_rules(), f"{op.name} has no VJP rule"
+    assert callable(op.SHAPE_RULE) and callable(op.TORCH_FN)
+    assert op.has_trait(Pure)
+    assert op.__doc__ and op.__doc__.startswith("`%")
+    assert context().get_optional_op(op.name) is op
