@@ -281,3 +281,17 @@ def test_sizes_printed_and_formatted_as_eager(capsys: Any) -> None:
         want = _printed(lambda: out.append(f(x)), capsys)
         assert got == want, (got, want)
         _same(out[0], out[1])
+
+
+def test_plain_print_in_forward_prints_every_call(capsys: Any) -> None:
+    """``print("step", 3)`` in ``forward``: eager prints on every call (cache hits
+    included); a tensor printed is left to eager's text at trace time (not followed)."""
+    def f(x: torch.Tensor) -> Any:
+        print("step", 3, 0.5, None, True, sep=",", end=".\n")
+        return x * 2
+
+    jf = thunder_ir.jit(f)
+    for _ in range(3):
+        x = torch.randn(2)
+        assert _printed(lambda: jf(x), capsys) == _printed(lambda: f(x), capsys)
+    assert thunder_ir.cache_misses(jf) == 1

@@ -9,7 +9,8 @@ So while user code is traced with a symbol table, a number this trace read from 
 `thunder_ir.frontend.seeds.is_item`) is *printed by the program*:
 
 - ``print(..., n, ...)`` (the number itself an argument, or text holding it; a size
-  given as an argument too, each call's with no guard) records
+  given as an argument too, each call's with no guard; and a ``print`` of plain text and
+  Python numbers alone, which eager prints on every call too) records
   ``tir.print_values`` in the program, in program order: each call prints its own
   numbers to that call's ``sys.stdout``, with ``sep``, ``end`` and ``flush`` as given;
   nothing is printed while tracing;
@@ -45,7 +46,6 @@ from xdsl.ir import Block, Operation
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.frontend.context import current, tracing_now
-from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.seeds import is_item
 from thunder_ir.frontend.symbolic_numbers import WRAPPERS, caller, from_user_code
 from thunder_ir.frontend.table import TRACING_CONTEXTS
@@ -161,6 +161,9 @@ def _calls_print(ins: list[dis.Instruction], k: int, frame: FrameType) -> bool:
 
 
 _NUMBERS = (torch.SymInt, torch.SymFloat)
+_PLAIN = (str, int, float, bool, type(None))
+"""What a ``print`` the program makes may print besides numbers: values whose text is the
+same on every call."""
 
 
 def _ours(n: Any) -> bool:
@@ -247,8 +250,10 @@ def _concrete_text(text: str) -> str:
 def _print(original: Callable[..., None]) -> Callable[..., None]:
     def print(*args: Any, sep: Any = " ", end: Any = "\n", file: Any = None,
               flush: bool = False) -> None:
-        if not tracing_now() or not in_user_code() or any(map(is_proxy, args)) or not any(
-                type(a) in _NUMBERS or (type(a) is str and _OPEN in a) for a in args):
+        if not tracing_now() or not in_user_code() or not from_user_code(
+                caller(1).f_code.co_filename) or not all(
+                type(a) in _PLAIN or type(a) in _NUMBERS for a in args) or not all(
+                type(s) in (str, type(None)) for s in (sep, end)):
             return original(*args, sep=sep, end=end, file=file, flush=flush)
         if (file is not None and file is not sys.stdout) or any(
                 type(s) is str and _OPEN in s for s in (sep, end)):
