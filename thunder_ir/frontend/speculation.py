@@ -256,14 +256,14 @@ def speculate(ctx: TraceContext, p: TensorProxy) -> bool:
 
 
 def may_draw(module: Any) -> bool:
-    """Whether a traced program has an op with effects besides its checks (a random draw
-    among them, possibly)."""
+    """Whether a traced program has an op with effects besides its checks and prints (a
+    random draw among them, possibly)."""
     from xdsl.traits import is_side_effect_free
 
     from thunder_ir.dialects.program import main_function
 
     for op in main_function(module).body.block.ops:
-        if isinstance(op, CallOp) and op.callee.data == ASSUME:
+        if isinstance(op, CallOp) and op.callee.data in (ASSUME, _PRINT):
             continue
         if not is_side_effect_free(op) and op.name != "func.return":
             return True
