@@ -163,15 +163,17 @@ def compile_request(req: Request) -> Compiled:
             os.environ[key] = given[key]
         else:
             os.environ.pop(key, None)
+    options = req.options
     if req.symbols is not None:
-        from thunder_ir.lowering.symbolic_regions import symbolic_fakes
+        from thunder_ir.lowering.symbolic_regions import symbolic_fakes, symbolic_options
 
         mode, fake, new_guards = symbolic_fakes(req.inputs, req.symbols)
+        options = symbolic_options(options)
     else:
         mode, fake = fake_from_metadata(list(req.inputs))
         new_guards = tuple
     hits = fx_cache_hits()
-    graph = compile_graph(_function(req), mode, fake, req.single, req.options)
+    graph = compile_graph(_function(req), mode, fake, req.single, options)
     with open(req.path, "w") as f:
         f.write(graph.source_code)
     realign = list(graph.inputs_to_check)

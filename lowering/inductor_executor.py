@@ -72,10 +72,12 @@ from thunder_ir.lowering.compile_helper import (
 )
 from thunder_ir.lowering.executors import Executor, register_executor
 from thunder_ir.lowering.symbolic_regions import (
+    KERNELS_PER_LAYOUT,
     Plan,
     SymbolicCall,
     guarded,
     symbolic_fakes,
+    symbolic_options,
 )
 from thunder_ir.lowering.symbolic_regions import plan as symbolic_plan
 from thunder_ir.lowering.tiered import (
@@ -317,9 +319,29 @@ class InductorExecutor(Executor):
         plan = symbolic_plan([v.type for v in region.operands], symbols.current()) \
             if dynamic else None
 
-        def compile_for(args: tuple[Any, ...]) -> Callable[..., Any]:
+        def otherwise(sig: Any, depth: int) -> Callable[..., Any]:
+            """What a symbolic kernel of variant ``sig`` runs where its checks fail:
+            another kernel, compiled at such a call (a decision the other way), up to
+            `KERNELS_PER_LAYOUT`; then the unfused function."""
+            if depth >= KERNELS_PER_LAYOUT:
+                return fn
+            key = (sig, depth)
+
+            def call(*args: Any) -> Any:
+                impl = variants.get(key)
+                if impl is None:
+                    impl = variants[key] = (compile_for(args, key, depth)
+                                            if background is None
+                                            else in_background(key, args, depth))
+                return impl(*args)
+
+            return call
+
+        def compile_for(args: tuple[Any, ...], sig: Any = None, depth: int = 0
+                        ) -> Callable[..., Any]:
             try:
-                compiled = (_symbolic_compile(fn, plan, args, single, options)
+                compiled = (_symbolic_compile(fn, plan, args, single, options,
+                                              otherwise(sig, depth + 1))
                             if plan is not None
                             else _inductor_compile(fn, args, single, options, dynamic))
             except Exception as e:  # make_fx or Inductor could not compile this region
@@ -335,7 +357,8 @@ class InductorExecutor(Executor):
         background = self.background
         imports = _helper_imports(region) if background is not None else None
 
-        def in_background(sig: tuple[Any, ...], args: tuple[Any, ...]) -> Callable[..., Any]:
+        def in_background(sig: Any, args: tuple[Any, ...], depth: int = 0
+                          ) -> Callable[..., Any]:
             """Runs unfused now; the kernel replaces ``fn`` once compiled."""
             assert background is not None
             symbolic: SymbolicCall | None = None
@@ -352,8 +375,10 @@ class InductorExecutor(Executor):
             def compile() -> Callable[..., Any]:  # (from metadata: ``args`` are not kept)
                 if plan is not None and symbolic is not None:
                     mode, fake, new_guards = symbolic_fakes(meta, symbolic)
-                    kernel = _compile_graph(fn, mode, fake, single, options)
-                    return guarded(kernel, fn, plan.at, new_guards())
+                    kernel = _compile_graph(fn, mode, fake, single,
+                                            symbolic_options(options))
+                    return guarded(kernel, otherwise(sig, depth + 1), plan.at,
+                                   new_guards())
                 mode, fake = made if dynamic else fake_from_metadata(meta)
                 return _compile_graph(fn, mode, fake, single, options)
 
@@ -374,8 +399,8 @@ class InductorExecutor(Executor):
 
             def load(compiled: Compiled) -> Callable[..., Any]:
                 kernel = _load_kernel(compiled, single)
-                return kernel if plan is None else guarded(kernel, fn, plan.at,
-                                                           compiled.checks)
+                return kernel if plan is None else guarded(
+                    kernel, otherwise(sig, depth + 1), plan.at, compiled.checks)
 
             background.submit(name, compile, done, request, load, _warm_loading)
             return fn
@@ -416,14 +441,16 @@ def _inductor_compile(
 
 
 def _symbolic_compile(fn: Callable[..., Any], plan: Plan, args: tuple[Any, ...],
-                      single: bool, options: dict[str, Any] | None) -> Callable[..., Any]:
+                      single: bool, options: dict[str, Any] | None,
+                      otherwise: Callable[..., Any]) -> Callable[..., Any]:
     """`_inductor_compile` of a region of a symbolic program over the program's symbols
     (`thunder_ir.lowering.symbolic_regions`), at the call of ``args``: the kernel checks
-    the decisions the compile took beyond the program's guards (`guarded`)."""
+    the decisions the compile took beyond the program's guards, and runs ``otherwise``
+    where one fails (`guarded`)."""
     meta, call = plan.call(args)
     mode, fake, new_guards = symbolic_fakes(meta, call)
-    kernel = _compile_graph(fn, mode, fake, single, options)
-    return guarded(kernel, fn, plan.at, new_guards())
+    kernel = _compile_graph(fn, mode, fake, single, symbolic_options(options))
+    return guarded(kernel, otherwise, plan.at, new_guards())
 
 
 def _fake_inputs(args: tuple[Any, ...], dynamic: bool) -> tuple[Any, list[Any]]:

@@ -14,7 +14,11 @@ The program's own shape guards over those symbols are evaluated first in the com
 there. A guard that the compile still records beyond them is a decision on this call's
 sizes that the program does not check: its text comes back with the kernel
 (`compile_helper.Compiled.checks`), and the kernel runs only on calls where it holds,
-the region's unfused function otherwise (`guarded`).
+another kernel otherwise, compiled at the first such call (`guarded`: Inductor's C++
+code generation decides per reduction whether its length exceeds 4,096, so a Llama
+backward compiled at a few hundred tokens checks ``s0*s1 <= 4096``, and a call of more
+than 4,096 tokens gets the kernel of the other decision), at most `KERNELS_PER_LAYOUT` per input
+layout; past them, the region's unfused function.
 
 Everything here is metadata (`SymbolicCall`, `SymbolicMeta`: size texts, the symbols'
 values on the call, each input's layout), so the compile helper process can compile
@@ -32,6 +36,10 @@ from typing import Any
 import torch
 
 _SYMBOL = re.compile(r"\b([a-z])(\d+)\b")
+
+KERNELS_PER_LAYOUT = 3
+"""Kernels a symbolic region compiles for one layout of its inputs, each for the calls
+where the earlier ones' size decisions fail (`guarded`); past them it runs unfused."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,15 @@ def plan(operand_types: Sequence[Any], table: Any) -> Plan | None:
     return Plan(tuple(sizes), dict(sorted(at.items())), guards)
 
 
+def symbolic_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """Inductor's options for a symbolic region's compile: ``options`` with its FX graph
+    cache off. That cache keeps a graph's guards over its ``SymInt`` inputs only; a
+    region's graph takes tensors, so a cached kernel would come back without the checks
+    its compile recorded and serve sizes on the other side of its decisions. (The C++ of
+    its kernels is still found in Inductor's code cache.)"""
+    return {**(options or {}), "fx_graph_cache": False}
+
+
 def symbolic_fakes(inputs: Sequence[Any], call: SymbolicCall
                    ) -> tuple[Any, list[Any], Callable[[], tuple[str, ...]]]:
     """A fake mode and fake tensors of ``inputs`` (`SymbolicMeta`, or values) whose sizes
@@ -197,7 +214,8 @@ def guarded(kernel: Callable[..., Any], fn: Callable[..., Any], at: dict[str, tu
             checks: Sequence[str]) -> Callable[..., Any]:
     """``kernel``, which a compile specialized by ``checks`` (Python text over the
     program's symbols, which ``at`` locates in the inputs): on a call where one does not
-    hold, the region's unfused ``fn`` runs instead. ``kernel`` itself without checks."""
+    hold, ``fn`` runs instead (the region's unfused function, or what compiles another
+    kernel for such calls). ``kernel`` itself without checks."""
     if not checks:
         return kernel
     from thunder_ir.runtime.python_printer import load_python
@@ -213,5 +231,5 @@ def guarded(kernel: Callable[..., Any], fn: Callable[..., Any], at: dict[str, tu
     return checked
 
 
-__all__ = ["Plan", "SymbolicCall", "SymbolicMeta", "guarded", "layout_of", "plan",
-           "symbolic_fakes"]
+__all__ = ["KERNELS_PER_LAYOUT", "Plan", "SymbolicCall", "SymbolicMeta", "guarded",
+           "layout_of", "plan", "symbolic_fakes", "symbolic_options"]

@@ -8,7 +8,9 @@ same key (`was_hot`) makes it hot after `tier_up.HOT_CALLS` calls, however short
 starts the compile helper at once (`prestart`: it imports Inductor meanwhile); its
 kernels then load from Inductor's FX graph cache in the same directory (the compile
 helper still traces each region, but Inductor's code generation and the C++ compiler
-are skipped: ``compile_status(jm)["cache_hits"]``). With ``THUNDER_IR_TIER_UP_AFTER``
+are skipped: ``compile_status(jm)["cache_hits"]``; a symbolic program's regions compile
+again, their C++ from Inductor's code cache: `symbolic_regions.symbolic_options`). With
+``THUNDER_IR_TIER_UP_AFTER``
 set, the memory is neither read nor written: the threshold is the user's (and a program
 forced hot says nothing of how long it runs).
 

@@ -126,7 +126,7 @@ def test_a_decision_on_a_size_the_program_does_not_check_is_checked_by_the_kerne
             sr.SymbolicMeta((16, 4), None, torch.float32, cpu))
     mode, fake, new_guards = sr.symbolic_fakes(meta, call)
     assert fake[0].stride()[0] == 1  # transposed, as the layout said
-    graph = inductor_executor.compile_graph(region, mode, fake, True, None)
+    graph = inductor_executor.compile_graph(region, mode, fake, True, sr.symbolic_options(None))
     checks = new_guards()
     assert checks and all("s0" in c for c in checks), checks
     kernel = sr.guarded(lambda *xs: graph(list(xs))[0], region, {"s0": (0, 0)}, checks)
@@ -135,3 +135,33 @@ def test_a_decision_on_a_size_the_program_does_not_check_is_checked_by_the_kerne
         x = torch.randn(16, n).t()
         assert sr.layout_of(x) == (1, 0)
         torch.testing.assert_close(kernel(x, w), region(x, w), rtol=1e-5, atol=1e-5)
+
+
+@needs_inductor
+def test_a_kernel_whose_decision_fails_gets_another_compiled_for_the_other_side() -> None:
+    """Inductor's C++ code generation decides per reduction whether it is longer than
+    4,096 (``s0 <= 4096``, a check of the kernel compiled at 2,000 rows): a call of
+    6,000 rows compiles the kernel of the other decision once, and both serve every
+    length on their side."""
+    import torch._inductor.compile_fx as compile_fx
+
+    compiles = []
+    inner = compile_fx.compile_fx_inner
+
+    def counted(*args: object, **kwargs: object) -> object:
+        compiles.append(1)
+        return inner(*args, **kwargs)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * 2 + 1).sum(0)
+
+    jf = thunder_ir.jit(f, executors=["torch_compile"])
+    compile_fx.compile_fx_inner = counted
+    try:
+        for n in (1000, 2000, 3000, 6000, 9000, 2500, 7000):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(jf(x), f(x), rtol=1e-5, atol=1e-4)
+    finally:
+        compile_fx.compile_fx_inner = inner
+    assert thunder_ir.cache_misses(jf) == 2  # the first length's program, the symbolic one
+    assert len(compiles) == 3  # the first program's kernel, then one per decision
