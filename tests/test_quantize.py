@@ -421,3 +421,15 @@ def test_every_quant_op_has_its_rules(op: type[Q.QuantOp]) -> None:
     assert op.has_trait(Pure)
     assert op.__doc__ and op.__doc__.startswith("`%")
     assert context().get_optional_op(op.name) is op
+
+
+@pytest.mark.parametrize("rows", [1, 7])
+def test_float32_path_dequantizes_in_row_blocks(rows: int) -> None:
+    """The float32 int8 path (`quant.dequantized_mm`, blocks of `DEQUANTIZE_ROWS` rows,
+    the last one partial) equals eager's linear on the dequantized weight."""
+    n = Q.DEQUANTIZE_ROWS * 2 + 40
+    w = torch.randn(n, 96)
+    q, scale = Q.int8_qparams(w)
+    x = torch.randn(rows, 96)
+    want = torch.nn.functional.linear(x, Q.int8_dequantize(q, scale))
+    torch.testing.assert_close(Q.dequantized_mm(x, q, scale), want, atol=1e-6, rtol=1e-6)
