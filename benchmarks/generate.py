@@ -159,6 +159,7 @@ def main() -> None:
           "float32" + "".join(f", {weight_bytes(model, b, a.group_size) / 2**20:.1f} MiB "
                               f"int{b}" for b in a.quantize))
     rows: dict[str, tuple[list[float], float]] = {}
+    run(model.generate, ids, a.tokens, False)  # a warm-up, so that eager's row is not a cold one
     for name, (make, static) in variants.items():
         gen = make()
         totals, per_token = [], 0.0
