@@ -221,9 +221,10 @@ class _Printing(torch.nn.Module):
         return y * loss
 
 
-def _printed(run: Any, capsys: Any) -> str:
-    run()
-    return str(capsys.readouterr().out)
+def _printed(capsys: Any, fn: Any, *args: Any) -> tuple[Any, str]:
+    """``fn(*args)`` and what it printed."""
+    out = fn(*args)
+    return out, str(capsys.readouterr().out)
 
 
 def test_printed_numbers_are_each_calls_as_eager(capsys: Any) -> None:
@@ -234,14 +235,13 @@ def test_printed_numbers_are_each_calls_as_eager(capsys: Any) -> None:
     for _ in range(4):
         x = torch.randn(4, 3)
         xj, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
-        out: list[Any] = []
-        got = _printed(lambda: out.append(jm(xj)), capsys)
-        want = _printed(lambda: out.append(e(xe)), capsys)
+        rj, got = _printed(capsys, jm, xj)
+        re, want = _printed(capsys, e, xe)
         assert got == want and got.count("loss") == 1, (got, want)
-        _same(out[0], out[1])
+        _same(rj, re)
         assert m.steps == e.steps and type(m.steps) is int
-        out[0].sum().backward()
-        out[1].sum().backward()
+        rj.sum().backward()
+        re.sum().backward()
         torch.testing.assert_close(xj.grad, xe.grad)
     assert thunder_ir.cache_misses(jm) == 1
     assert "print_values" in str(thunder_ir.last_traces(jm)[-1])
@@ -258,11 +258,10 @@ def test_text_used_otherwise_is_checked_and_prints_once(capsys: Any) -> None:
     jf = thunder_ir.jit(f)
     for v in ([1.0, 2.0], [1.0, 2.0], [3.0, -0.25]):
         x = torch.tensor(v)
-        out: list[Any] = []
-        got = _printed(lambda: out.append(jf(x)), capsys)
-        want = _printed(lambda: out.append(f(x)), capsys)
+        rj, got = _printed(capsys, jf, x)
+        re, want = _printed(capsys, f, x)
         assert got == want, (got, want)
-        _same(out[0], out[1])
+        _same(rj, re)
     assert thunder_ir.cache_misses(jf) == 2
 
 
@@ -276,11 +275,10 @@ def test_sizes_printed_and_formatted_as_eager(capsys: Any) -> None:
     jf = thunder_ir.jit(f)
     for b in (2, 3, 4, 5):
         x = torch.randn(b)
-        out: list[Any] = []
-        got = _printed(lambda: out.append(jf(x)), capsys)
-        want = _printed(lambda: out.append(f(x)), capsys)
+        rj, got = _printed(capsys, jf, x)
+        re, want = _printed(capsys, f, x)
         assert got == want, (got, want)
-        _same(out[0], out[1])
+        _same(rj, re)
 
 
 def test_plain_print_in_forward_prints_every_call(capsys: Any) -> None:
@@ -293,5 +291,5 @@ def test_plain_print_in_forward_prints_every_call(capsys: Any) -> None:
     jf = thunder_ir.jit(f)
     for _ in range(3):
         x = torch.randn(2)
-        assert _printed(lambda: jf(x), capsys) == _printed(lambda: f(x), capsys)
+        assert _printed(capsys, jf, x)[1] == _printed(capsys, f, x)[1]
     assert thunder_ir.cache_misses(jf) == 1
