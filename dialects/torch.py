@@ -99,15 +99,16 @@ PURE_CALLEES: frozenset[str] = frozenset({
     "torch.nn.functional.avg_pool3d", "torch.nn.functional.adaptive_avg_pool2d",
     "torch.nn.functional.normalize", "torch.group_norm", "torch.nn.functional.group_norm",
     "torch.nn.functional.instance_norm", "torch.instance_norm",
-    "torch.nn.functional.grid_sample", "torch.diff", "torch.cdist", "torch.unbind",
-    "torch.Tensor.unbind", "torch.sort", "torch.Tensor.sort", "torch.einsum",
+    "torch.nn.functional.grid_sample", "torch.diff", "torch.cdist", "torch.sort",
+    "torch.Tensor.sort", "torch.einsum",
     "torch.histc", "torch.Tensor.histc",
 })
 """Torch functions whose opaque calls the frontend marks ``pure`` where they write into
 no operand and return no view: deterministic, no random draws, no side effects, fresh
 results, and no error that depends on the values. (``one_hot`` is not: eager checks its
-indices' range.) A fusion region may hold such a call (the Inductor executor's regions
-do: ``thunder_ir.lowering.traced_calls``)."""
+indices' range; nor ``unbind``, whose results are views of its operand.) A fusion
+region may hold such a call (the Inductor executor's regions do:
+``thunder_ir.lowering.traced_calls``)."""
 
 RUNTIME_NAMESPACE = "thunder_ir.runtime.namespace"
 """The one module whose callables generated code calls besides torch's (as ``tir.<name>``):

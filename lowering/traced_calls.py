@@ -2,7 +2,7 @@
 
 The frontend runs torch functions it has no ltorch op for (``F.interpolate``,
 ``avg_pool2d``, ``F.normalize``, ``group_norm`` in fp16/bf16, ``grid_sample``,
-``instance_norm``, ``diff``, ``cdist``, ``unbind``, ``sort``) as opaque ``torch.call``
+``instance_norm``, ``diff``, ``cdist``, ``sort``, ``histc``) as opaque ``torch.call``
 ops. Differentiated, such a call becomes `call_with_grad` (it records torch's autograd
 graph and returns a handle) and its backward `handle_vjp` (cotangents through that graph):
 neither is pure, so a fusion region stops at each, and the tier-up program of a BEiT
@@ -110,9 +110,11 @@ def takes(op: Operation) -> bool:
 
 
 def rule_for(op: Operation) -> Any:
-    """The VJP rule of a call of `TRACED_CALLS` whose operands and results are tensors
-    (None for any other op: the table's rule applies)."""
-    if not isinstance(op, CallOp) or op.callee.data not in TRACED_CALLS or op.nograd:
+    """The VJP rule of a call of `TRACED_CALLS` that the frontend marked pure (it returns
+    no view of an operand) and whose operands and results are tensors (None for any other
+    op: the table's rule applies)."""
+    if not isinstance(op, CallOp) or op.callee.data not in TRACED_CALLS or op.nograd \
+            or "pure" not in op.properties:  # (a call returning views is not: unbind's)
         return None
     types = [*(v.type for v in op.operands), *(r.type for r in op.results)]
     if not types or not all(isinstance(t, TensorType) for t in types):

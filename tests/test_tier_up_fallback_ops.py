@@ -1,6 +1,6 @@
 """Tier-up of programs that use torch functions thunder_ir runs as opaque calls
 (``F.interpolate`` with its backward, ``avg_pool2d``, ``F.normalize``, ``group_norm`` in
-bf16, ``instance_norm``, ``grid_sample``, ``diff``, ``cdist``, ``unbind``, ``sort``,
+bf16, ``instance_norm``, ``grid_sample``, ``diff``, ``cdist``, ``sort``, ``histc``,
 ``einsum``): the fused program's regions hold them (`thunder_ir.lowering.traced_calls`),
 so no region splits at one, and its values and gradients are eager's."""
 
@@ -44,7 +44,7 @@ class Vision(nn.Module):
         s = F.grid_sample(h, grid, align_corners=False)
         d = torch.diff(s, dim=-1)
         dist = torch.cdist(d.flatten(2), d.flatten(2) * 0.5)
-        a, b, *_ = h.unbind(1)
+        a, b = h[:, 0], h[:, 1]  # (unbind returns views: it stays an opaque call)
         top = torch.sort(a.flatten(1) * b.flatten(1), dim=-1).values[:, -3:]
         gn = F.group_norm((h * self.gn[:, None, None]).to(torch.bfloat16), 2)
         loss = (dist.square().mean() + top.sum() + s.sin().sum()

@@ -33,7 +33,6 @@ from thunder_ir.dialects import symbols
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call, name_callee, torch_name
 from thunder_ir.dialects.types import number_type
-from thunder_ir.frontend.context import current, tracing_now
 
 if TYPE_CHECKING:
     from xdsl.ir import SSAValue
@@ -94,6 +93,8 @@ def made(ctx: TraceContext, fn: Callable[..., Any], args: tuple[Any, ...]) -> An
 def _tracing() -> TraceContext | None:
     """This thread's trace, while user code (not a handler) is traced with a symbol
     table."""
+    from thunder_ir.frontend.context import current, tracing_now
+
     if not tracing_now() or torch._C._len_torch_function_stack() == 0 \
             or symbols.current() is None:
         return None
@@ -104,8 +105,6 @@ def _binary(fn: Callable[[Any, Any], Any], reflected: bool
             ) -> Callable[[Callable[[Any, Any], Any]], Callable[[Any, Any], Any]]:
     def make(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         def method(self: Any, other: Any) -> Any:
-            if type(self) is torch.SymInt and type(other) is not torch.SymFloat:
-                return original(self, other)  # (sizes' arithmetic: torch's, at once)
             ctx = _tracing()
             if ctx is not None and type(other) in (int, float, bool, torch.SymInt,
                                                    torch.SymFloat) \
