@@ -712,9 +712,36 @@ def test_the_basic_index_layout_agrees_with_torch_views_over_symbols() -> None:
                         answered += 1
                         want = (tuple(view.stride()), view.storage_offset())
                         assert len(got[0]) == len(want[0]), (shape, order, index)
-                        for a, b in zip((*got[0], got[1]), (*want[0], want[1])):
-                            assert proved_equal(a, b), (shape, order, index, got, want)
+                        if not all(proved_equal(a, b) for a, b in zip(
+                                (*got[0], got[1]), (*want[0], want[1]))):
+                            # (the kernel decided with a guard, x[-3:] at s1 >= 3; the
+                            # closed form may hold for every size, max(s1 - 3, 0): it must
+                            # be eager's layout at each size, those the guard excludes too)
+                            _index_layout_at_sizes(sizes, strides, offset, index, got)
     assert answered > 100, answered
+
+
+def _index_layout_at_sizes(sizes: Any, strides: Any, offset: Any, index: Any,
+                           got: Any) -> None:
+    """``got`` (a basic index's layout over symbols) evaluated at sizes 2..9 of each
+    symbol is the layout of eager's ``x[index]`` of a tensor of those sizes."""
+    symbolic = [n.node.expr for n in sizes if isinstance(n, torch.SymInt)]
+
+    def at(x: Any, values: dict[Any, int]) -> int:
+        return x if type(x) is int else int(x.node.expr.xreplace(values))
+
+    for k in range(2, 10):
+        values = dict.fromkeys(symbolic, k)
+        dims = [at(n, values) for n in sizes]
+        steps = [at(st, values) for st in strides]
+        start = at(offset, values)
+        n = start + sum((d - 1) * st for d, st in zip(dims, steps)) + 1
+        try:
+            view = torch.empty(n, device="meta").as_strided(dims, steps, start)[index]
+        except IndexError:  # (an int index out of range at this size: eager's error)
+            continue
+        layout = (tuple(at(st, values) for st in got[0]), at(got[1], values))
+        assert layout == (view.stride(), view.storage_offset()), (dims, index, got)
 
 
 def test_the_closed_form_unbind_agrees_with_its_meta_run_over_symbols() -> None:
