@@ -14,6 +14,11 @@ therefore gives each proxy eager's strides and storage offset:
   decides dozens of expressions, the common views' layouts are ATen's own rules written
   over the symbols (`_reshape_of_contiguous`, `thunder_ir.frontend.view_rules`), and an op
   with no symbol in its types, layouts or arguments shares the static memo;
+* a fresh result of an elementwise op, ``clone`` or ``zeros_like``/``empty_like`` whose
+  operand has a size-1 dim with a stride other than ``torch.empty``'s (``k.t()`` of a
+  ``(4, 1)`` tensor) gets eager's TensorIterator or ``empty_like`` strides from ATen's
+  algorithm (`unit_dim_layout`, `thunder_ir.frontend.iterator_layout`): torch's meta
+  kernels treat those strides as insignificant and differ from eager there;
 * any other result (`fresh_layouts`) is contiguous when every tensor operand is: that is
   TensorIterator's fast setup, and the layout every fresh result of an ltorch op gets on
   contiguous inputs (``tests/test_eager_semantics.py`` and the OpInfo sweep hold it),
@@ -60,6 +65,7 @@ from thunder_ir.dialects.traits import (
     ViewLike,
 )
 from thunder_ir.dialects.types import NumberType, TensorType
+from thunder_ir.frontend.iterator_layout import iterator_strides, like_strides
 from thunder_ir.frontend.view_rules import expand_layout, split_layouts, view_strides
 
 Strides = tuple[int, ...]
@@ -460,6 +466,54 @@ def _all_contiguous(op: Operation, layouts: Sequence[Layout | None]) -> bool:
     return True
 
 
+WRAPPED_NUMBERS = frozenset({"ltorch.where"})
+"""Elementwise ops besides the `BinaryOp`s whose number operands torch wraps as 0-d
+tensors (TensorIterator operands: they take it off its fast setup)."""
+
+
+def unit_dim_layout(op: Operation, layouts: Sequence[Layout | None]) -> Layout | None:
+    """The layout of ``op``'s one fresh result where a tensor operand of static layout
+    has a dim of size 1 whose stride is not the one ``torch.empty`` gives it (``k.t()``
+    of a ``(4, 1)`` tensor: ``(1, 4)`` with strides ``(1, 1)``): there torch's meta
+    kernels, and the contiguous rule, differ from eager's TensorIterator and
+    ``empty_like`` (`thunder_ir.frontend.iterator_layout`), which compute it here for
+    elementwise ops, ``clone`` and ``zeros_like``/``empty_like``. None: the other rules."""
+    from thunder_ir.dialects.ltorch_core import BinaryOp
+
+    if not isinstance(op, ThunderOp) or len(op.results) != 1 \
+            or "memory_format" in op.properties or op.get_trait(DeviceLayout) is not None:
+        return None
+    out = op.results[0].type
+    if not isinstance(out, TensorType) or any(type(n) is not int for n in out.sizes):
+        return None
+    operands: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    odd = False
+    for v, lay in zip(op.operands, layouts):
+        t = v.type
+        if isinstance(t, TensorType):
+            strides = (lay if lay is not None else contiguous_layout(t))[0]
+            sizes = t.sizes
+            if any(type(n) is not int for n in (*sizes, *strides)):
+                return None
+            odd = odd or any(n == 1 and st != c for n, st, c in
+                             zip(sizes, strides, contiguous_strides(sizes)))
+            operands.append((tuple(sizes), tuple(strides)))
+        elif isinstance(t, NumberType) and (isinstance(op, BinaryOp)
+                                            or op.name in WRAPPED_NUMBERS):
+            operands.append(((), ()))
+        else:
+            return None
+    if not odd:
+        return None
+    if op.name in ("ltorch.clone", "ltorch.zeros_like") and len(operands) == 1:
+        found = like_strides(*operands[0])
+    elif op.has_trait(Elementwise) and operands:
+        found = iterator_strides(out.sizes, operands)
+    else:
+        return None
+    return None if found is None else (found, 0)
+
+
 def _tensor_results(op: Operation) -> list[TensorType]:
     return [r.type for r in op.results if isinstance(r.type, TensorType)]
 
@@ -527,6 +581,9 @@ def _in_order(op: Operation, layouts: Sequence[Layout | None]) -> bool:
 def fresh_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layout]:
     """The layouts of the results of ``op``, an op whose results are fresh tensors, given
     its operands' (``None`` for numbers)."""
+    unit = unit_dim_layout(op, layouts)
+    if unit is not None:
+        return [unit]
     by_device = op.get_trait(DeviceLayout)
     always = by_device is not None and _device(op).split(":")[0] in by_device.always
     if not always and "memory_format" not in op.properties and (
