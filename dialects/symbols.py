@@ -734,11 +734,20 @@ def hints(sizes: Any) -> tuple[int, ...]:
     return tuple(hint(d) for d in sizes)
 
 
+def count_number(value: Any) -> Any:
+    """An element count as the number a mean divides by: ``float(n)`` for a static
+    ``n``; a symbolic ``n`` (``s1``, ``2*s1``) stays a ``torch.SymInt`` (dividing a
+    tensor by the ``int`` gives eager's values too), since ``float(n)`` would make a
+    guard ``Eq(s1, 7)`` and the symbolic program would serve that one length."""
+    return value if type(value) is torch.SymInt else float(value)
+
+
 __all__ = ["INT_ARRAY", "SYMBOLIC_NUMBERS", "SYMBOL_FREE", "SYMBOL_NAME", "UNBACKED_NAME",
            "UNBACKED_RESULT",
            "IntArrayConstraint",
            "SymExprAttr", "SymText", "SymbolSource", "SymbolTable", "SymbolicError",
-           "check_static_region", "current", "detached", "hint", "hinted", "hints", "proved_equal",
+           "check_static_region", "count_number", "current", "detached", "hint", "hinted",
+           "hints", "proved_equal",
            "proved_order",
            "range_len",
            "same_sizes", "same_types", "slice_indices", "stand_in_mode",

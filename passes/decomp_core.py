@@ -21,7 +21,7 @@ from thunder_ir.dialects import ltorch_index as I
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import OperandRef, ShapeError, ThunderOp
 from thunder_ir.dialects.prims import ConstantOp, broadcast_shapes
-from thunder_ir.dialects.symbols import range_len, same_sizes, slice_indices
+from thunder_ir.dialects.symbols import count_number, range_len, same_sizes, slice_indices
 from thunder_ir.dialects.types import (
     NumberType,
     TensorType,
@@ -384,7 +384,7 @@ def mean(d: Decomposer, x: SSAValue, dim: Any = None, keepdim: bool | None = Non
     dims = reduce_dims(t.rank, dim)
     n = math.prod(t.sizes[i] for i in dims)
     y = d.prims.sum(to_dtype(d, to_dtype(d, x, out_dtype), opmath(out_dtype)), dims=dims)
-    y = d.prims.div(y, const(d, float(n)))
+    y = d.prims.div(y, const(d, count_number(n)))
     return keep_dims(d, to_dtype(d, y, out_dtype), t.sizes, dims, keepdim)
 
 

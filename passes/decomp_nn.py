@@ -21,6 +21,7 @@ from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_nn as N
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.prims import broadcast_shapes
+from thunder_ir.dialects.symbols import count_number
 from thunder_ir.dialects.types import TensorType, compute_dtype, is_float, ttype
 from thunder_ir.passes.decompositions import Decomposer, decomposes
 from thunder_ir.passes.promotion import expand_to, to_dtype
@@ -35,7 +36,7 @@ def _result(op: type[N.NNOp], *operands: Any, **params: Any) -> TensorType:
     return out
 
 
-def number_const(d: Decomposer, value: bool | int | float) -> SSAValue:
+def number_const(d: Decomposer, value: bool | int | float | torch.SymInt) -> SSAValue:
     return d.prims.constant(value=value)
 
 
@@ -643,7 +644,7 @@ def _reduce(d: Decomposer, loss: SSAValue, reduction: str, denom: SSAValue | Non
     if reduction == "sum":
         return total
     if denom is None:
-        denom = number_const(d, float(ttype(loss).numel()))
+        denom = number_const(d, count_number(ttype(loss).numel()))
     return d.prims.div(total, denom)
 
 
@@ -753,7 +754,7 @@ def _ce_probabilities(d: Decomposer, logp: SSAValue, target: SSAValue, w: SSAVal
     if w is not None:
         terms = d.prims.mul(terms, _channel_weight(d, w, lt.sizes, cdim))
     loss = d.prims.neg(d.prims.sum(terms, dims=[cdim]))
-    return _reduce(d, loss, red, number_const(d, float(lt.numel() // max(classes, 1))))
+    return _reduce(d, loss, red, number_const(d, count_number(lt.numel() // max(classes, 1))))
 
 
 @decomposes(N.MseLossOp)

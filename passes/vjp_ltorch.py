@@ -772,7 +772,9 @@ def cross_entropy(g: Grad, out: Outs, ct: Cts, x: SSAValue, target: SSAValue,
                                               g.const(ls / classes))
         a = tprime if wb is None else lt.mul(tprime, wb)
         if red == "mean":
-            c = lt.div(c, g.const(float(max(xt.numel() // max(classes, 1), 1))))
+            rows = xt.numel() // max(classes, 1)  # symbolic: at least 1 (no guard)
+            c = lt.div(c, g.const(rows if type(rows) is torch.SymInt
+                                  else float(max(rows, 1))))
     else:
         ignore = -100 if ignore_index is None else ignore_index
         arange = lt.arange(end=classes, dtype=torch.int64, device=xt.dev)

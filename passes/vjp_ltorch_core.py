@@ -25,6 +25,7 @@ from thunder_ir.dialects import ltorch_index as I
 from thunder_ir.dialects import ltorch_scan as S
 from thunder_ir.dialects.base import ThunderOp
 from thunder_ir.dialects.symbols import (
+    count_number,
     may_differ,
     must_equal,
     same_sizes,
@@ -369,7 +370,8 @@ def mean(g: Grad, out: Outs, ct: Cts, x: SSAValue, dim: Any = None, keepdim: Any
         return [None]
     xt = ttype(x)
     n = math.prod(xt.sizes[d] for d in _reduced_dims(xt.rank, dim))
-    dy = g.ltorch.div(_ct0(ct), g.const(float(n))) if n != 1 else _ct0(ct)
+    one = type(n) is int and n == 1  # a symbolic count is never decided (no guard)
+    dy = _ct0(ct) if one else g.ltorch.div(_ct0(ct), g.const(count_number(n)))
     return [grad_as(g, _unreduce(g, dy, x, dim, keepdim), x)]
 
 

@@ -15,10 +15,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import prims as P
-from thunder_ir.dialects.symbols import same_sizes
+from thunder_ir.dialects.symbols import count_number, same_sizes
 from thunder_ir.dialects.types import NumberType, TensorType
 from thunder_ir.passes.vjp import Grad, is_differentiable_value, vjp
 
@@ -549,10 +550,18 @@ def var(g: Grad, out: list[SSAValue], ct: Cts, x: SSAValue, *, dims: Sequence[in
         return [None]
     shape = _ttype(x).sizes
     n = math.prod(shape[d] for d in dims)
-    scale = 2.0 / (n - correction) if n != correction else math.inf
-    mean = g.prims.div(g.prims.sum(x, dims=dims), g.const(float(n)))
+    mean = g.prims.div(g.prims.sum(x, dims=dims), g.const(count_number(n)))
     centered = g.prims.sub(x, _restore(g, mean, shape, dims))
-    cts = _restore(g, g.prims.mul(ct[0], g.const(scale)), shape, dims)
+    if type(n) is torch.SymInt and float(correction).is_integer():
+        # ``2 / (n - correction)`` as a number would be decided (``float(n)``: a guard
+        # ``Eq(s1, 7)``, one program per length): the tensor is divided by the symbolic
+        # count instead (the same value, rounded once more)
+        scaled = g.prims.div(g.prims.mul(ct[0], g.const(2.0)),
+                             g.const(n - int(correction)))
+    else:
+        scale = 2.0 / (n - correction) if n != correction else math.inf
+        scaled = g.prims.mul(ct[0], g.const(scale))
+    cts = _restore(g, scaled, shape, dims)
     return [g.prims.mul(cts, centered)]
 
 
