@@ -82,3 +82,18 @@ def test_reduction_over_length_compiles_at_most_twice(name: str) -> None:
             torch.testing.assert_close(b, c)
     assert thunder_ir.cache_misses(jm) <= 2
     assert thunder_ir.compile_status(jm)["static"] == []
+
+
+def test_a_count_a_rule_decides_names_the_rules_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A guard a rule of thunder_ir records after tracing (here the mean VJP made to turn
+    its count into a ``float`` again, as it did) is reported with that rule's line, not
+    the table's ``ShapeEnv`` frame."""
+    from thunder_ir.passes import vjp_ltorch_core
+
+    monkeypatch.setattr(vjp_ltorch_core, "count_number", float)
+    jm = thunder_ir.jit(_Reduce(REDUCTIONS["mean_dim1"]))
+    for length in LENGTHS[:3]:
+        jm(torch.randn(2, length, 4, requires_grad=True)).sum().backward()
+    static = thunder_ir.compile_status(jm)["static"]
+    assert len(static) == 1 and "Eq(s1, " in static[0], static
+    assert "vjp_ltorch_core.py:" in static[0] and " in mean)" in static[0], static

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from thunder_ir.dialects import symbols
 from thunder_ir.dialects.symbols import SymbolTable
 from thunder_ir.frontend import context, int_sizes
 from thunder_ir.frontend.context import tracing_now
@@ -25,6 +26,9 @@ from thunder_ir.frontend.errors import user_location
 _ATTACHED = "_thunder_ir_guard_sites"
 _CONTEXT_FILE = context.__file__
 """Where the tracer's ``TraceMode._dispatch`` is (its frame holds the torch function)."""
+_SYMBOLS_FILE = symbols.__file__
+"""Where the table's ``ShapeEnv.evaluate_expr`` is: a frame of torch's machinery, not
+the step that decided a size."""
 
 
 def attach(table: SymbolTable) -> None:
@@ -64,10 +68,11 @@ def site() -> str | None:
 
 def _framework_frame() -> str:
     """torch's ``framework_loc`` as torch finds it (the innermost frame outside torch),
-    but outside this module too: ``path:line in function``."""
+    but outside this module and the table's ``ShapeEnv`` too (a decision made by a rule of
+    thunder_ir, ``float(n)`` in a VJP, names that rule's line): ``path:line in function``."""
     from torch.fx.experimental.symbolic_shapes import uninteresting_files
 
-    skip = uninteresting_files()
+    skip = uninteresting_files() | {_SYMBOLS_FILE}
     f: Any = sys._getframe(2)
     while f is not None and f.f_code.co_filename in skip:
         f = f.f_back
