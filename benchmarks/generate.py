@@ -264,7 +264,10 @@ def add_quantized(variants: dict[str, Any], jitted: dict[str, Any], model: torch
     variants[f"thunder_ir {tag} bf16 compute"] = (thunder_bf16, False)
     if bits != 8:
         return
-    try:
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".venv", "torchao"))
+    try:  # (scripts/setup.sh installs torchao there, out of transformers' way)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from torchao.quantization import Int8WeightOnlyConfig, quantize_

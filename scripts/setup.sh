@@ -23,8 +23,12 @@ python -m pip install -q -e '.[test,examples]'
 python -m pip uninstall -q -y torchvision timm 2>/dev/null || true
 python -m pip install -q --no-deps --upgrade --target .venv/vision torchvision==0.28.0 \
   timm==1.0.31
-# torchao (tests/test_quantize.py: QuantizeWeights against torchao's int8_weight_only),
-# without dependencies: its wheel's Python ops run on the CPU torch (its CUDA extensions
-# fail to load, which it reports and skips); its int4 CPU path needs mslk, not installed.
-python -m pip install -q --no-deps torchao==0.18.0
+# torchao (tests/test_quantize.py: QuantizeWeights against torchao's int8 weight-only;
+# benchmarks/generate.py --quantize), without dependencies and in a folder of its own,
+# .venv/torchao, that only those put on sys.path (the test in a subprocess): transformers
+# imports torchao at every import of a model class when it finds it, which loads its
+# extensions and registers pytree nodes in torch. Its wheel's Python ops run on the CPU
+# torch (its CUDA extensions fail to load, which it reports); its int4 CPU path needs
+# mslk, not installed.
+python -m pip install -q --no-deps --upgrade --target .venv/torchao torchao==0.18.0
 python -c "import torch, xdsl, thunder_ir; print('thunder_ir', thunder_ir.__version__, '| torch', torch.__version__, '| xdsl', xdsl.__version__ if hasattr(xdsl, '__version__') else '0.74.0')"
