@@ -22,6 +22,7 @@ from xdsl.ir import SSAValue
 
 from thunder_ir.dialects import ltorch_activation as A
 from thunder_ir.dialects import ltorch_nn as N
+from thunder_ir.dialects.symbols import count_number
 from thunder_ir.dialects.types import TensorType, compute_dtype, ttype
 from thunder_ir.passes.decomp_nn import number_const, per_channel, unfold
 from thunder_ir.passes.decompositions import Decomposer, decomposes
@@ -301,8 +302,8 @@ def native_batch_norm_backward(d: Decomposer, dy: SSAValue, x: SSAValue,
         scale = invstd if weight is None else lt.mul(invstd, weight)
         inner = dy
         if training:
-            mean_dy = per_channel(d, lt.div(sum_dy, number_const(d, float(count))), rank)
-            mean_dy_xhat = lt.div(sum_dy_xhat, number_const(d, float(count)))
+            mean_dy = per_channel(d, lt.div(sum_dy, number_const(d, count_number(count))), rank)
+            mean_dy_xhat = lt.div(sum_dy_xhat, number_const(d, count_number(count)))
             inner = lt.sub(lt.sub(dy, mean_dy), lt.mul(xhat, per_channel(d, mean_dy_xhat, rank)))
         grads.append(lt.mul(inner, per_channel(d, scale, rank)))
     if output_mask[1]:
