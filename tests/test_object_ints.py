@@ -458,10 +458,11 @@ def test_generate_with_a_window_longer_than_the_prompt() -> None:
     tokens in 4 programs (it took 5): the prefill; the steps while the window fills (its
     slice ``[-15:]`` no longer decides whether the window is full,
     `test_a_window_that_fills_then_slides_is_one_program`); the step at 15 tokens, where
-    Hugging Face's ``get_mask_sizes`` takes ``max(n - 15, 0)`` by its first branch while
-    ``n >= 16`` is still false (Python's ``max`` of two numbers decides, so only 15 is in
-    that range); the full window from then on (its keys a slice of a longer tensor, read by
-    class only, as the first steps' contiguous ones)."""
+    Hugging Face's ``_ignore_causal_mask_sdpa`` branches on ``kv_length >= 16``
+    (``n + 1``) while ``get_mask_sizes``'s ``is_full`` (``n >= 16``) is still false: user
+    control flow that only 15 satisfies (its ``max(n - 15, 0)`` no longer decides:
+    `thunder_ir.frontend.symbolic_minmax`); the full window from then on (its keys a slice
+    of a longer tensor, read by class only, as the first steps' contiguous ones)."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     model = transformers.MistralForCausalLM(transformers.MistralConfig(

@@ -40,7 +40,7 @@ import torch
 
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.dialects.types import type_of_tensor
-from thunder_ir.frontend import python_floats, symbolic_numbers
+from thunder_ir.frontend import python_floats, symbolic_minmax, symbolic_numbers
 from thunder_ir.frontend.context import TraceContext, current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
 from thunder_ir.frontend.table import TRACING_CONTEXTS
@@ -152,6 +152,8 @@ TRACING_CONTEXTS.insert(0, patched)
 while_traced(lambda: symbolic_numbers.install(tracing_now))
 # arithmetic on a float .item(): Python's, in the program, in eager's order
 while_traced(python_floats.swaps)
+# builtin max/min of sizes in user code: torch.sym_max/sym_min, no decision
+while_traced(symbolic_minmax.swaps)
 
 
 # --------------------------------------------------------------------------- RNG state
