@@ -254,6 +254,61 @@ def test_generate_greedy_tokens_equal_dequantized(cache: str) -> None:
     assert all(id(w) in Q.QUANTIZED.entries for w in linears)  # every linear ran quantized
 
 
+def test_free_float_weights_keeps_generating() -> None:
+    """`free_float_weights` after the first generation: the quantized linears' float
+    storage is gone (a tied weight another module reads stays), and generation goes on
+    with the dequantized model's tokens, a new prompt length included."""
+    from thunder_ir.transforms import free_float_weights
+
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=128, max_position_embeddings=64, pad_token_id=0,
+                                   tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.generation_config.pad_token_id = 0
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    ref = dequantized_copy(model, 8)
+    with torch.no_grad():  # (the tied lm_head's quantization is the reference's too)
+        ref.model.embed_tokens.weight.copy_(model.model.embed_tokens.weight)
+    ref.lm_head.weight = torch.nn.Parameter(dequantized(model.lm_head.weight, 8))
+    kw = {"max_new_tokens": 6, "do_sample": False}
+    jm = thunder_ir.jit(model, transforms=[QuantizeWeights(bits=8)])
+    first = torch.randint(1, 128, (1, 6))
+    assert torch.equal(jm.generate(first, **kw), ref.generate(first, **kw))
+    proj = model.model.layers[0].self_attn.q_proj.weight
+    freed = free_float_weights(jm)
+    assert freed == sum(m.weight.numel() * 4 for m in model.modules()
+                        if isinstance(m, torch.nn.Linear) and m is not model.lm_head)
+    assert proj.untyped_storage().nbytes() == 0 and proj.shape == (64, 64)
+    assert model.lm_head.weight.untyped_storage().nbytes() > 0  # tied: the embedding reads it
+    for prompt in (first, torch.randint(1, 128, (1, 9))):
+        assert torch.equal(jm.generate(prompt, **kw), ref.generate(prompt, **kw))
+    assert free_float_weights(jm) == 0
+
+
+def test_free_float_weights_keeps_training_adapters() -> None:
+    from thunder_ir.transforms import free_float_weights
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(LoRA(torch.nn.Linear(64, 32)), torch.nn.ReLU(),
+                            LoRA(torch.nn.Linear(32, 16)))
+    ref = dequantized_copy(m, 8, only="base")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["base"])])
+    for step in range(2):
+        x = torch.randn(3, 64)
+        c = torch.randn(3, 16)
+        (jm(x) * c).sum().backward()
+        (ref(x) * c).sum().backward()
+        for (name, p), pr in zip(m.named_parameters(), ref.parameters()):
+            assert (p.grad is None) == (pr.grad is None), name
+            if p.grad is not None:
+                torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4)
+        if step == 0:
+            assert free_float_weights(jm) == (32 * 64 + 16 * 32) * 4
+
+
 def test_bad_options() -> None:
     with pytest.raises(ValueError, match="bits is 8 or 4"):
         QuantizeWeights(bits=3)

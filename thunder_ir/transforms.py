@@ -90,6 +90,48 @@ def QuantizeWeights(bits: int = 8, group_size: int = 32, modules: Sequence[str] 
                          "ltorch")
 
 
+def free_float_weights(model: Any) -> int:
+    """Frees the float storage of the weights `QuantizeWeights` has quantized, where the
+    user asks (after the jitted model's first call): each such weight of an
+    ``nn.Linear`` that no other parameter or buffer shares (a tied ``lm_head`` stays)
+    keeps its shape, dtype and strides, so the program's guards still hold and its
+    quantized storage (kept under the weight, which is unchanged) is still found, but its
+    data is gone (``untyped_storage().resize_(0)``). Irreversible: the module's own
+    forward, its ``state_dict`` values and a transform needing the float values no
+    longer work for those weights; the jitted module keeps generating and fine-tuning
+    its adapters.
+
+    Args:
+        model: the jitted module or the module it wraps.
+
+    Returns:
+        The bytes freed.
+    """
+    import torch
+
+    from thunder_ir.dialects.quant import QUANTIZED
+
+    module = getattr(model, "_model", model)
+    counts: dict[int, int] = {}
+    for _, t in [*module.named_parameters(remove_duplicate=False),
+                 *module.named_buffers(remove_duplicate=False)]:
+        if t.device.type != "meta" and t.untyped_storage().nbytes():
+            key = t.untyped_storage().data_ptr()
+            counts[key] = counts.get(key, 0) + 1
+    freed = 0
+    for mod in module.modules():
+        w = getattr(mod, "weight", None)
+        if not isinstance(mod, torch.nn.Linear) or not isinstance(w, torch.Tensor) \
+                or id(w) not in QUANTIZED.entries:
+            continue
+        storage = w.untyped_storage()
+        if not storage.nbytes() or counts.get(storage.data_ptr(), 0) != 1:
+            continue  # freed already, or shared (a tied weight another module reads)
+        freed += storage.nbytes()
+        storage.resize_(0)
+    return freed
+
+
 def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePass]]:
     out: dict[str, list[ModulePass]] = {s: [] for s in STAGES}
     for t in transforms or ():
@@ -98,5 +140,5 @@ def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePa
     return out
 
 
-__all__ = ["STAGES", "PatternsPass", "QuantizeWeights", "UserTransform", "transform",
-           "user_transforms"]
+__all__ = ["STAGES", "PatternsPass", "QuantizeWeights", "UserTransform", "free_float_weights",
+           "transform", "user_transforms"]
