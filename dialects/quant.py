@@ -154,7 +154,10 @@ class Quantized:
         version = src._version
         if hit is not None and hit[0]() is src and hit[1] == version and hit[2] == key:
             return hit[3]
-        with torch.no_grad():
+        # Made outside inference mode and autocast: the same tensors serve every later
+        # call, in any mode (a training step saves them for its backward).
+        with torch.inference_mode(False), torch.no_grad(), \
+                torch.autocast("cpu", enabled=False):
             out = make(src)
         ident = id(src)
         entries = self.entries

@@ -92,6 +92,24 @@ def test_quantized_once_per_weight() -> None:
         assert Q.QUANTIZED.entries[id(m[0].weight)][3][0] is not q1
 
 
+def test_storage_made_in_inference_mode_serves_training() -> None:
+    """The first call under ``torch.inference_mode()``, then a training step: the kept
+    storage is made outside inference mode, so the backward can save it."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(LoRA(torch.nn.Linear(64, 32)))
+    ref = dequantized_copy(m, 8, only="base")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["base"])])
+    x = torch.randn(3, 64)
+    with torch.inference_mode():
+        torch.testing.assert_close(jm(x), ref(x), atol=1e-5, rtol=1e-5)
+    xg = x.clone().requires_grad_()
+    xr = x.clone().requires_grad_()
+    jm(xg).sum().backward()
+    ref(xr).sum().backward()
+    torch.testing.assert_close(xg.grad, xr.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m[0].a.weight.grad, ref[0].a.weight.grad, atol=1e-4, rtol=1e-4)
+
+
 def test_modules_selects_weights() -> None:
     m = mlp()
     jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["0"])])
