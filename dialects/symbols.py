@@ -492,7 +492,7 @@ def proved_order(a: Any, b: Any) -> int | None:
         return 0
     diff = sympy.expand(ea - eb)
     if diff.is_number:
-        return (diff > 0) - (diff < 0)
+        return int(bool(diff > 0)) - int(bool(diff < 0))  # (sympy answers BooleanAtoms)
     node = a.node if sa else b.node
     if unbacked(a, b):
         return None

@@ -97,3 +97,48 @@ def test_a_count_a_rule_decides_names_the_rules_line(monkeypatch: pytest.MonkeyP
     static = thunder_ir.compile_status(jm)["static"]
     assert len(static) == 1 and "Eq(s1, " in static[0], static
     assert "vjp_ltorch_core.py:" in static[0] and " in mean)" in static[0], static
+
+
+class _ShiftedLM(nn.Module):
+    """An embedding, causal ``nn.MultiheadAttention`` and a head, trained as a causal LM
+    called with ``labels=``: cross entropy of the logits but the last against the labels
+    but the first (a view of ``2*(L-1)`` rows over a symbolic length)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(11, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 11)
+
+    def forward(self, idx: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        n = idx.shape[1]
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
+        logits = self.head(self.attn(x, x, x, attn_mask=mask)[0])
+        return F.cross_entropy(logits[:, :-1].reshape(-1, 11), labels[:, 1:].reshape(-1))
+
+
+def test_a_causal_lm_with_labels_compiles_at_most_twice() -> None:
+    """Four lengths, loss and every parameter's gradient against eager, an ignored label
+    in each batch; at most two compiles and no size kept static (the reshape of the
+    shifted logits compared its symbolic strides with a sympy answer that could not be
+    subtracted, and the symbolic compile failed: one program per length)."""
+    torch.manual_seed(0)
+    model = _ShiftedLM()
+    jm = thunder_ir.jit(model)
+    for length in LENGTHS:
+        idx = torch.randint(0, 11, (2, length))
+        labels = idx.clone()
+        labels[0, -1] = -100
+        loss = jm(idx, labels)
+        loss.backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        ref = model(idx, labels)
+        ref.backward()
+        torch.testing.assert_close(loss, ref)
+        for g, p in zip(got, model.parameters(), strict=True):
+            torch.testing.assert_close(g, p.grad)
+        model.zero_grad(set_to_none=True)
+    assert thunder_ir.cache_misses(jm) <= 2
+    assert thunder_ir.compile_status(jm)["static"] == []
