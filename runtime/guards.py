@@ -161,12 +161,17 @@ class _Walk:
     """One fingerprint's walk: the dicts to watch, the lists to compare on each call, the
     objects kept alive, the values seen (cycles), a budget, and where it stopped."""
 
-    __slots__ = ("budget", "containers", "keep", "lists", "seen", "stopped", "watched")
+    __slots__ = ("budget", "containers", "ints", "keep", "lists", "seen", "stopped",
+                 "watched")
 
     def __init__(self, keep: list[Any], watched: list[dict[Any, Any]] | None,
                  lists: list[tuple[list[Any], tuple[Any, ...]]] | None,
-                 containers: Mapping[int, frozenset[Any]] | None = None) -> None:
+                 containers: Mapping[int, frozenset[Any]] | None = None,
+                 ints: Mapping[int, frozenset[str]] | None = None) -> None:
         self.keep, self.watched, self.lists = keep, watched, lists
+        self.ints = ints or {}
+        """Id of a plain object -> its fields whose ``int`` values are symbolic
+        (`thunder_ir.runtime.symbolic_attrs`): fingerprinted by type (`SYMBOLIC_INT`)."""
         self.containers = containers or {}
         """Id of a dict, list or plain object -> the keys (`Field` s of an object) of its
         entries that ``forward`` rebinds to tensors (`thunder_ir.runtime.rebound`):
@@ -182,7 +187,8 @@ def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]]
                ints: frozenset[str] = frozenset(), path: str = "",
                stopped: list[str] | None = None, seen: set[int] | None = None,
                tensors: frozenset[str] = frozenset(),
-               containers: Mapping[int, frozenset[Any]] | None = None) -> Hashable:
+               containers: Mapping[int, frozenset[Any]] | None = None,
+               object_ints: Mapping[int, frozenset[str]] | None = None) -> Hashable:
     """The fingerprint of a dict of fields. With ``watched``, a config-like value's own
     fields, a plain dict's items and (with ``lists``) a list's items are fingerprinted too,
     down to `MAX_DEPTH` levels (``self.cfg.inner.gain[1]``): dicts and objects' field
@@ -192,8 +198,9 @@ def fields_key(d: dict[Any, Any], keep: list[Any], watched: list[dict[Any, Any]]
     hold a tensor, are fingerprinted by its type alone (`rebound_key`). ``path`` names ``d`` and
     ``stopped`` collects where the walk gave up (too deep, too much state). ``seen``: the
     objects already followed by the caller's other calls (a config every layer holds is
-    walked and watched once per fingerprint)."""
-    walk = _Walk(keep, watched, lists, containers)
+    walked and watched once per fingerprint). ``object_ints``: ``ints`` of the plain
+    objects inside, by their ids."""
+    walk = _Walk(keep, watched, lists, containers, object_ints)
     if seen is not None:
         walk.seen = seen
     out = _fields(walk, d, skip, ints, path, 0, tensors)
@@ -251,8 +258,8 @@ def _value(walk: _Walk, v: Any, path: str, depth: int) -> Hashable:
                                      for k, x in v.items()))
     # (a plain object's fields that ``forward`` rebinds to tensors: `Field` entries)
     fields = frozenset(k.name for k in rebound if type(k) is Field) if rebound else frozenset()
-    return (t, id(v), _fields(walk, v.__dict__, frozenset(), frozenset(), path, depth + 1,
-                              fields))
+    return (t, id(v), _fields(walk, v.__dict__, frozenset(), walk.ints.get(id(v), frozenset()),
+                              path, depth + 1, fields))
 
 
 class StateGuard:
@@ -470,7 +477,7 @@ def module_guard(root: torch.nn.Module,
                                            _SKIP_FIELDS | mine if mine else _SKIP_FIELDS,
                                            guard.lists,
                                            ints.get(id(m), none), path, guard.unguarded,
-                                           seen, rebound, containers)]
+                                           seen, rebound, containers, ints)]
             for name in _MODULE_DICTS:
                 d = md.get(name)
                 if d is None:

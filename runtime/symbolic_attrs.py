@@ -22,6 +22,14 @@ whose value changed between two calls that missed the cache is *symbolic* from t
   epilogue from this call's values (`thunder_ir.runtime.pystate` ``("sym", ...)``
   templates), not a constant of the trace.
 
+An ``int`` field of a plain object a module of the tree holds (one level:
+``self.mem.calls += 1``) is such an attribute too (`int_attrs`, labelled
+``self.mem.calls``): its object stands where the module would (the prologue reads it
+there); the module guard fingerprints the field by its type inside the object's
+fingerprint (`thunder_ir.runtime.guards.fields_key`'s ``object_ints``); tracing puts the
+``SymInt`` in the object's shadow (`thunder_ir.frontend.pystate.Recorder.inputs`); the
+epilogue writes the field back. The object is held by identity: a new one compiles again.
+
 Values 0 and 1 stay in the key (a program of their own each, as for sizes and ``int``
 arguments), and so do negative values. ``cache="static"`` keeps every attribute a guarded
 constant. A compile that cannot be symbolic falls back to one for the call's values, keyed
@@ -37,7 +45,7 @@ from typing import Any
 import torch
 
 from thunder_ir.runtime.guards import MODULE_FIELDS
-from thunder_ir.runtime.pystate import Action
+from thunder_ir.runtime.pystate import Action, plain_object
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,6 +66,21 @@ def int_attrs(root: torch.nn.Module) -> dict[tuple[int, str], tuple[SymbolicAttr
         for k, v in m.__dict__.items():
             if type(v) is int and k not in MODULE_FIELDS:
                 out[(id(m), k)] = (SymbolicAttr(m, k, f"{path}.{k}"), v)
+            elif k not in MODULE_FIELDS and plain_object(v):
+                for f, n in vars(v).items():  # (a plain object it holds: one level)
+                    if type(n) is int and type(f) is str:
+                        out.setdefault((id(v), f), (SymbolicAttr(v, f, f"{path}.{k}.{f}"), n))
+    return out
+
+
+def holders(root: torch.nn.Module) -> set[int]:
+    """The ids of the modules of ``root``'s tree and of the plain objects they hold (whose
+    ``int`` fields may be symbolic too)."""
+    out: set[int] = set()
+    for m in root.modules():
+        out.add(id(m))
+        out.update(id(v) for k, v in m.__dict__.items()
+                   if k not in MODULE_FIELDS and plain_object(v))
     return out
 
 
@@ -132,10 +155,10 @@ class SymbolicAttrs:
         if not self.attrs:
             return []
         if tree_token < 0 or self._tree[0] != tree_token:
-            self._tree = (tree_token, {id(m) for m in self.root.modules()})
+            self._tree = (tree_token, holders(self.root))
         tree = self._tree[1]
         return [a.module.__dict__.get(a.name) if id(a.module) in tree else None
                 for a in self.attrs]
 
 
-__all__ = ["SymbolicAttr", "SymbolicAttrs", "int_attrs"]
+__all__ = ["SymbolicAttr", "SymbolicAttrs", "holders", "int_attrs"]

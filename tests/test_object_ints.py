@@ -491,3 +491,49 @@ def test_generate_with_a_static_sliding_window_cache(family: str) -> None:
     jm = thunder_ir.jit(copy.deepcopy(model))
     assert torch.equal(jm.generate(ids, **kw), ref)
     assert _misses(jm) <= 2
+
+
+class _Memo:
+    """A plain object a module holds, with counters ``forward`` bumps."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+        self.rows = calls
+        self.name = "memo"
+
+
+class _Counting(torch.nn.Module):
+    def __init__(self, start: int) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.mem = _Memo(start)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mem.calls += 1
+        self.mem.rows += x.shape[0]
+        return self.lin(x) * self.mem.calls + self.mem.rows
+
+
+def test_a_counter_in_a_plain_object_of_the_module_is_one_symbolic_program() -> None:
+    """``self.mem.calls += 1``, an ``int`` field of a plain object the module holds (one
+    level), is symbolic as the module's own ``int`` attributes are: eager's values and
+    fields after each call, 2 programs over 6 calls (it compiled one per value); a field
+    set from outside is read on the next call; a new object compiles again, correctly."""
+    torch.manual_seed(0)
+    mine, ref = _Counting(10), _Counting(10)
+    ref.load_state_dict(mine.state_dict())
+    jm = thunder_ir.jit(mine)
+    for _ in range(6):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(jm(x), ref(x))
+        assert vars(mine.mem) == vars(ref.mem)
+    assert _misses(jm) <= 2
+    mine.mem.calls = ref.mem.calls = 50
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(jm(x), ref(x))
+    assert vars(mine.mem) == vars(ref.mem) and _misses(jm) <= 2
+    mine.mem, ref.mem = _Memo(7), _Memo(7)
+    for _ in range(3):
+        x = torch.randn(3, 4)
+        torch.testing.assert_close(jm(x), ref(x))
+        assert vars(mine.mem) == vars(ref.mem)

@@ -89,6 +89,7 @@ from thunder_ir.runtime.origins import (
     ArgLeaf,
     ArgPath,
     Captured,
+    Field,
     ModuleAttr,
     ModuleTensor,
     Origin,
@@ -451,6 +452,11 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
         proxied_top.append(rebuilt)
     overrides = _symbolic_attrs(ctx, table, attrs, leaf_index, dynamic, symbol_args) \
         if attrs and table is not None else {}
+    for a in attrs or ():  # (a plain object's field: its shadow holds the input there)
+        sym = overrides.get(id(a.module), {}).get(a.name) \
+            if not isinstance(a.module, torch.nn.Module) else None
+        if sym is not None:
+            rec.inputs[(id(a.module), Field(a.name))] = sym
     p_args = proxied_top[:len(args)]
     p_kwargs = dict(zip(kwargs, proxied_top[len(args):]))
     params = {id(v) for v in module.parameters()} if module is not None else set()
