@@ -149,9 +149,11 @@ class Quantized:
         self.entries: dict[int, tuple[Any, ...]] = {}
 
     def get(self, src: torch.Tensor, key: Any, make: Callable[[torch.Tensor], Any]) -> Any:
-        """The kept result of ``make(src)`` under ``key``, made now if missing or stale."""
+        """The kept result of ``make(src)`` under ``key``, made now if missing or stale
+        (another version, or other data: ``src.data = ...`` swaps the data of the same
+        tensor object)."""
         hit = self.entries.get(id(src))
-        version = src._version
+        version = (src._version, src.data_ptr(), src.dtype, src.shape)
         if hit is not None and hit[0]() is src and hit[1] == version and hit[2] == key:
             return hit[3]
         # Made outside inference mode and autocast: the same tensors serve every later
@@ -167,6 +169,14 @@ class Quantized:
 
         self.entries[ident] = (weakref.ref(src, forget), version, key, out)
         return out
+
+    def moved(self, src: torch.Tensor) -> None:
+        """``src``'s data moved on purpose (its float storage freed) while its kept result
+        stays valid: the result is kept under the new location."""
+        hit = self.entries.get(id(src))
+        if hit is not None and hit[0]() is src:
+            version = (src._version, src.data_ptr(), src.dtype, src.shape)
+            self.entries[id(src)] = (hit[0], version, hit[2], hit[3])
 
     def __len__(self) -> int:
         return len(self.entries)

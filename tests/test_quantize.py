@@ -110,6 +110,18 @@ def test_storage_made_in_inference_mode_serves_training() -> None:
     torch.testing.assert_close(m[0].a.weight.grad, ref[0].a.weight.grad, atol=1e-4, rtol=1e-4)
 
 
+def test_weight_data_swapped_is_quantized_again() -> None:
+    """``weight.data = other`` keeps the tensor object (and may keep its version count):
+    the kept storage is for the old data, so it is made again."""
+    m = mlp()
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        jm(x)
+        m[0].weight.data = torch.randn(32, 64)
+        torch.testing.assert_close(jm(x), dequantized_copy(m, 8)(x), atol=1e-5, rtol=1e-5)
+
+
 def test_modules_selects_weights() -> None:
     m = mlp()
     jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["0"])])

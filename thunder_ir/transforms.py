@@ -129,6 +129,7 @@ def free_float_weights(model: Any) -> int:
             continue  # freed already, or shared (a tied weight another module reads)
         freed += storage.nbytes()
         storage.resize_(0)
+        QUANTIZED.moved(w)
     return freed
 
 
