@@ -134,17 +134,24 @@ def test_modules_selects_weights() -> None:
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_decomposition_without_the_kernel(bits: int) -> None:
+@pytest.mark.parametrize("compute", [None, torch.bfloat16])
+def test_decomposition_without_the_kernel(bits: int, compute: torch.dtype | None) -> None:
     """An executor that does not claim the quant ops: they decompose (dequantize, then
-    linear), and the program still equals the dequantized model."""
+    linear), and the program equals the dequantized model (float32 compute), or the
+    kernels' program (bfloat16 compute)."""
     m = mlp()
     ref = dequantized_copy(m, bits)
     ex = TorchExecutor(claims=lambda op: not isinstance(op, Q.QuantOp)
                        and getattr(type(op), "TORCH_FN", None) is not None)
-    jm = thunder_ir.jit(m, executors=[ex], transforms=[QuantizeWeights(bits=bits)])
+    transform = QuantizeWeights(bits=bits, compute_dtype=compute)
+    jm = thunder_ir.jit(m, executors=[ex], transforms=[transform])
     x = torch.randn(4, 64)
     with torch.no_grad():
-        torch.testing.assert_close(jm(x), ref(x), atol=1e-5, rtol=1e-5)
+        if compute is None:
+            torch.testing.assert_close(jm(x), ref(x), atol=1e-5, rtol=1e-5)
+        else:
+            kernels = thunder_ir.jit(m, transforms=[transform])
+            torch.testing.assert_close(jm(x), kernels(x), atol=2e-2, rtol=2e-2)
     trace = str(thunder_ir.last_traces(jm)[-1])
     assert "quantize_int" not in trace and "int8_linear" not in trace
 
