@@ -31,7 +31,15 @@ Rules (see ``docs/fusion.md``):
 * A region needs ``min_size`` ops that compute (views and copies, the ops whose trait is
   ``ViewLike``, such as reshape and broadcast, do not count); smaller groups stay unfused.
 * A region's inputs are the values defined outside and used inside; its outputs are the
-  values defined inside and used outside (or returned). ``prims.constant`` numbers used
+  values defined inside and used outside (or returned).
+* A **returned view stays out** (`returned_views`): a value the caller sees (not a
+  residual a forward saves for its backward, nor a gradient: `user_results`) that a
+  view op made (``ViewLike`` but a copy, or a ``Movement`` op such as ``getitem`` or
+  ``split``), and the view ops that made its operand back to the first op that computes,
+  run unfused. Eager returns such a value as a view of its base (``_base``, storage,
+  strides, storage offset, a write through it seen in the base); a region's output is a
+  tensor the kernel made, at best sharing the memory but no view of the caller's tensor.
+  The region's consumers of the view read it as an input. ``prims.constant`` numbers used
   inside are cloned into the region instead of being passed in.
 
 Cost: building the graph, the levels and the union-find is linear in ops and uses; the
@@ -53,12 +61,13 @@ from xdsl.passes import ModulePass
 from xdsl.traits import IsTerminator
 from xdsl.utils.arg_spec import ArgSpec
 
+from thunder_ir.dialects.autograd import LAYOUT, BackwardLayoutAttr, JointLayoutAttr
 from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp, claimed_by
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import program_functions
-from thunder_ir.dialects.traits import computes_nothing, side_effect_free
+from thunder_ir.dialects.traits import Movement, ViewLike, computes_nothing, side_effect_free
 from thunder_ir.passes.context import resolve, spec_with_names
 
 FALLBACK_EXECUTOR = "torch"
@@ -89,8 +98,9 @@ class FusePass(ModulePass):
         executors = tuple(e for e in resolve(ctx, self.executors) if e.is_fusion)
         if not executors:
             return
-        for fn in program_functions(op):
-            fuse_block(fn.body.block, executors, self.min_size)
+        fns = program_functions(op)
+        for fn in fns:
+            fuse_block(fn.body.block, executors, self.min_size, user_results(fn, fns))
 
     def spec(self, *, include_default: bool = False) -> ArgSpec:
         return spec_with_names(self, include_default=include_default)
@@ -147,8 +157,52 @@ class _Groups:
         self.size[a] += self.size[b]
 
 
+def may_view(op: Operation) -> bool:
+    """Whether ``op``'s results may be views of its operand (eager returns a view):
+    ``ViewLike`` ops but copies, and ``Movement`` ops (``getitem`` with basic indices,
+    ``split``, ``chunk``; the others copy, and staying unfused only costs them a kernel)."""
+    view = op.get_trait(ViewLike)
+    if view is not None:
+        return view.free
+    return op.has_trait(Movement)
+
+
+def user_results(fn: Operation, fns: Sequence[Operation]) -> int | None:
+    """How many of ``fn``'s results lead to the caller's outputs (None: all): none of a
+    backward's (gradients), the forward outputs (`n_outputs` of the program's autograd
+    layout) of a forward or joint function, whose residuals follow."""
+    lay = fn.attributes.get(LAYOUT)
+    if isinstance(lay, BackwardLayoutAttr):
+        return 0
+    if isinstance(lay, JointLayoutAttr):
+        return lay.n_outputs
+    for other in fns:
+        lay = other.attributes.get(LAYOUT)
+        if isinstance(lay, BackwardLayoutAttr):
+            return lay.n_outputs
+    return None
+
+
+def returned_views(term: Operation | None, n_returned: int | None = None) -> set[Operation]:
+    """The view ops that must run unfused for the values ``term`` returns to the caller
+    (its first ``n_returned`` operands; None: all) to be eager's views: the op that made
+    each returned value where it `may_view`, then the one that made its first operand, and
+    so on up to the first op that computes (or an argument)."""
+    keep: set[Operation] = set()
+    if term is None:
+        return keep
+    returned = term.operands if n_returned is None else term.operands[:n_returned]
+    for v in returned:
+        op = v.owner
+        while isinstance(op, Operation) and op not in keep and may_view(op) and op.operands:
+            keep.add(op)
+            op = op.operands[0].owner
+    return keep
+
+
 def plan_groups(
-    ops: Sequence[Operation], executors: Sequence[Any], min_size: int = 2
+    ops: Sequence[Operation], executors: Sequence[Any], min_size: int = 2,
+    keep_out: set[Operation] | frozenset[Operation] = frozenset(),
 ) -> tuple[list[list[int]], list[int], list[list[int]]]:
     """Decides the regions of a straight-line list of ops (see the module doc).
 
@@ -156,6 +210,7 @@ def plan_groups(
         ops: the ops of a block in program order, without its terminator.
         executors: fusion executors in priority order.
         min_size: a region needs this many ops that compute.
+        keep_out: ops that stay unfused whatever their executors say (`returned_views`).
 
     Returns:
         ``(groups, colors, preds)``: each group is a list of op indices in program order
@@ -168,7 +223,7 @@ def plan_groups(
         for r in op.results:
             index[r] = i
     is_const = [isinstance(op, ConstantOp) for op in ops]
-    colors = [_color(op, executors) for op in ops]
+    colors = [-1 if op in keep_out else _color(op, executors) for op in ops]
     preds: list[list[int]] = []
     seg = [0] * n
     barriers = 0
@@ -344,15 +399,19 @@ def _has_outputs(members: Sequence[Operation]) -> bool:
     return any(u.operation not in inside for op in members for r in op.results for u in r.uses)
 
 
-def fuse_block(block: Block, executors: Sequence[Any], min_size: int = 2) -> list[RegionOp]:
+def fuse_block(block: Block, executors: Sequence[Any], min_size: int = 2,
+               n_returned: int | None = None) -> list[RegionOp]:
     """Forms the fusion regions of a straight-line block in place (see the module doc).
+    ``n_returned``: how many of the block's results the caller sees (`user_results`;
+    None: all), whose views stay unfused (`returned_views`).
 
     Returns:
         The new ``fusion.region`` ops, in program order.
     """
     ops = list(block.ops)
     term = ops.pop() if ops and ops[-1].has_trait(IsTerminator) else None
-    groups, colors, preds = plan_groups(ops, executors, min_size)
+    groups, colors, preds = plan_groups(ops, executors, min_size,
+                                          returned_views(term, n_returned))
     if not groups:
         return []
     # Regions that would return nothing (dead code) are left to DCE.
@@ -475,5 +534,8 @@ __all__ = [
     "FALLBACK_EXECUTOR",
     "FusePass",
     "fuse_block",
+    "may_view",
     "plan_groups",
+    "returned_views",
+    "user_results",
 ]
