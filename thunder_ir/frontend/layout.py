@@ -14,7 +14,7 @@ therefore gives each proxy eager's strides and storage offset:
   decides dozens of expressions, the common views' layouts are ATen's own rules written
   over the symbols (`_reshape_of_contiguous`, `thunder_ir.frontend.view_rules`), and an op
   with no symbol in its types, layouts or arguments shares the static memo;
-* a fresh result of an elementwise op, ``clone`` or ``zeros_like``/``empty_like`` whose
+* a fresh result of an elementwise op, ``clone``, a ``*_like`` factory or ``.to(dtype)`` whose
   operand has a size-1 dim with a stride other than ``torch.empty``'s (``k.t()`` of a
   ``(4, 1)`` tensor) gets eager's TensorIterator or ``empty_like`` strides from ATen's
   algorithm (`unit_dim_layout`, `thunder_ir.frontend.iterator_layout`): torch's meta
@@ -471,13 +471,19 @@ WRAPPED_NUMBERS = frozenset({"ltorch.where"})
 tensors (TensorIterator operands: they take it off its fast setup)."""
 
 
+LIKE_RESULTS = frozenset({"ltorch.clone", "ltorch.zeros_like", "ltorch.ones_like",
+                          "ltorch.full_like", "ltorch.to_dtype"})
+"""Ops whose result eager allocates by ``empty_like`` with ``preserve_format`` (``clone``,
+the ``*_like`` factories, ``.to(dtype)``'s ``_to_copy``)."""
+
+
 def unit_dim_layout(op: Operation, layouts: Sequence[Layout | None]) -> Layout | None:
     """The layout of ``op``'s one fresh result where a tensor operand of static layout
     has a dim of size 1 whose stride is not the one ``torch.empty`` gives it (``k.t()``
     of a ``(4, 1)`` tensor: ``(1, 4)`` with strides ``(1, 1)``): there torch's meta
     kernels, and the contiguous rule, differ from eager's TensorIterator and
     ``empty_like`` (`thunder_ir.frontend.iterator_layout`), which compute it here for
-    elementwise ops, ``clone`` and ``zeros_like``/``empty_like``. None: the other rules."""
+    elementwise ops and `LIKE_RESULTS`. None: the other rules."""
     from thunder_ir.dialects.ltorch_core import BinaryOp
 
     if not isinstance(op, ThunderOp) or len(op.results) != 1 \
@@ -505,7 +511,7 @@ def unit_dim_layout(op: Operation, layouts: Sequence[Layout | None]) -> Layout |
             return None
     if not odd:
         return None
-    if op.name in ("ltorch.clone", "ltorch.zeros_like") and len(operands) == 1:
+    if op.name in LIKE_RESULTS and len(operands) == 1:
         found = like_strides(*operands[0])
     elif op.has_trait(Elementwise) and operands:
         found = iterator_strides(out.sizes, operands)
