@@ -31,7 +31,8 @@ Rules (see ``docs/fusion.md``):
 * A region needs ``min_size`` ops that compute (views and copies, the ops whose trait is
   ``ViewLike``, such as reshape and broadcast, do not count); smaller groups stay unfused.
 * A region's inputs are the values defined outside and used inside; its outputs are the
-  values defined inside and used outside (or returned).
+  values defined inside and used outside (or returned). ``prims.constant`` numbers used
+  inside are cloned into the region instead of being passed in.
 * A **returned view stays out** (`returned_views`): a value the caller sees (not a
   residual a forward saves for its backward, nor a gradient: `user_results`) that a
   view op made (``ViewLike`` but a copy, or a ``Movement`` op such as ``getitem`` or
@@ -39,8 +40,7 @@ Rules (see ``docs/fusion.md``):
   run unfused. Eager returns such a value as a view of its base (``_base``, storage,
   strides, storage offset, a write through it seen in the base); a region's output is a
   tensor the kernel made, at best sharing the memory but no view of the caller's tensor.
-  The region's consumers of the view read it as an input. ``prims.constant`` numbers used
-  inside are cloned into the region instead of being passed in.
+  The region's consumers of the view read it as an input.
 
 Cost: building the graph, the levels and the union-find is linear in ops and uses; the
 final order is a topological sort with a heap, O(n log n).
