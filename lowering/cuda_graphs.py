@@ -195,6 +195,7 @@ class GraphTrial:
         assert self.first is not None
         same = [a is b for a, b in zip(args, self.first, strict=False)] \
             if len(args) == len(self.first) else [False] * len(args)
+        self.first = []  # (the first call's tensors are not kept alive)
         inputs = StaticInputs(args, same)
         if not inputs.load(args):
             return self._give_up("its inputs changed between the first calls", args)
