@@ -291,11 +291,18 @@ def test_batch_norm_in_bfloat16_runs_through_the_fallback() -> None:
     _train_as_eager(lambda: nn.BatchNorm2d(3), (2, 3, 4, 4), torch.bfloat16, steps=2)
 
 
-def test_batch_norm_with_a_cumulative_average_is_refused_clearly() -> None:
+def test_batch_norm_with_a_cumulative_average_runs_as_eager() -> None:
     """``momentum=None`` makes ``nn.BatchNorm`` read its step count as a Python number
-    (``float(num_batches_tracked)``), a value no static program knows: a clear error."""
-    with pytest.raises(thunder_ir.DataDependentError, match=r"float\(tensor\)"):
-        thunder_ir.jit(nn.BatchNorm2d(3, momentum=None))(torch.randn(2, 3, 4, 4))
+    (``float(num_batches_tracked)``): each call's value, checked on every call (a program
+    per value; it was refused), so outputs and running statistics are eager's."""
+    bn = nn.BatchNorm2d(3, momentum=None)
+    eager = copy.deepcopy(bn)
+    jm = thunder_ir.jit(bn)
+    for i in range(4):
+        x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(i))
+        torch.testing.assert_close(jm(x), eager(x))
+        for name, buf in eager.named_buffers():
+            torch.testing.assert_close(getattr(bn, name), buf)
 
 
 def test_batch_norm_checks_are_eagers() -> None:
