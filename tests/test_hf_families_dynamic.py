@@ -321,3 +321,18 @@ def test_einsum_and_speculation_in_a_symbolic_compile() -> None:
 
     jf = _lengths_as_eager(f, lambda n: (torch.randn(2, n, 3), torch.randn(2, 3, n)))
     assert thunder_ir.cache_misses(jf) <= 2, thunder_ir.compile_status(jf)["static"]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_bigbird_numpy_blocks_are_refused_naming_the_line(training: bool) -> None:
+    """BigBird builds its random blocks with NumPy from each call (the issue allows a
+    refusal naming the line): the error names Hugging Face's line, and the model is left
+    as it was (its parameters, its mode)."""
+    torch.manual_seed(0)
+    model = _bigbird().train(training)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(thunder_ir.ThunderTraceError, match=r"modeling_big_bird\.py:\d+"):
+        thunder_ir.jit(model)(**_inputs(16, 0))
+    assert model.training is training
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
