@@ -93,7 +93,7 @@ from thunder_ir.runtime.python_printer import sanitize
 FUSED_KINDS: tuple[type[OpKind], ...] = (Elementwise, ViewLike, Movement, Creation, Reduction)
 """The kinds of op (`thunder_ir.dialects.traits`) this executor fuses: pointwise math, views
 and copies, data movement, creation and reductions to values (``Reduction(indices=True)``,
-argmax and the like, stay out). RNG (never fused) and opaque calls stay out; the torch
+argmax and the like, stay out but for `INDEX_REDUCTIONS`). RNG (never fused) and opaque calls stay out; the torch
 executor runs them."""
 
 LIBRARY_OPS: tuple[type[Operation], ...] = (
@@ -103,7 +103,7 @@ LIBRARY_OPS: tuple[type[Operation], ...] = (
     N.ConvolutionOp, N.ConvolutionBackwardOp, N.NativeBatchNormOp, N.NativeBatchNormBackwardOp,
     N.MaxPool2dWithIndicesOp, N.MaxPool2dWithIndicesBackwardOp,
     N.LayerNormOp, N.NativeLayerNormOp, N.NllLossForwardOp, N.NativeGroupNormOp,
-    N.NativeGroupNormBackwardOp, C.TopkOp, P.GatherOp, P.ScatterAddOp,
+    N.NativeGroupNormBackwardOp, P.GatherOp, P.ScatterAddOp,
 )
 """`Library` ops Inductor schedules around (see the module doc): ``make_fx`` turns them into
 the ATen calls eager makes, and Inductor calls the same kernels (matmuls, attention,
@@ -118,6 +118,11 @@ choice, not a fact of the op. ``topk``, ``gather`` and ``scatter_add`` (a router
 of experts, its weights, and ``topk``'s backward) keep a mixture-of-experts layer's
 regions whole. Other library ops (cross entropy, ``grouped_mm``, whose group sizes are
 read when it runs) run eagerly."""
+
+INDEX_REDUCTIONS: tuple[type[Operation], ...] = (C.TopkOp,)
+"""Reductions with indices this executor takes (other reductions with indices run eagerly):
+``topk`` (a router's choice of experts), which ``make_fx`` turns into ``aten.topk`` and
+Inductor runs as its kernel inside the region, so the region does not split there."""
 
 KEPT_OUT: tuple[type[Operation], ...] = (C.ArangeOp, C.EmptyOp, C.MaxOp, C.MinOp)
 """Ops of a fused kind that this executor leaves to eager torch: ``arange`` and ``empty``
@@ -220,7 +225,7 @@ def _fused_op(cls: type[Operation]) -> bool:
     if not isinstance(kind, FUSED_KINDS) or issubclass(cls, KEPT_OUT):
         return False
     if isinstance(kind, Reduction):
-        return not kind.indices
+        return not kind.indices or issubclass(cls, INDEX_REDUCTIONS)
     return not cls.has_trait(ConstantLike)  # number constants are cloned into regions
 
 
@@ -568,6 +573,7 @@ def tiered_executors(executors: Any) -> list[Any]:
     return [InductorExecutor(tiered=True), *rest]
 
 
-__all__ = ["FUSED_KINDS", "FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "KEPT_OUT", "LIBRARY_OPS",
+__all__ = ["FUSED_KINDS", "FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "INDEX_REDUCTIONS", "KEPT_OUT",
+           "LIBRARY_OPS",
            "InductorExecutor", "compile_graph", "fake_from_metadata", "region_function",
            "region_function_and_source", "region_program", "tiered_executors"]

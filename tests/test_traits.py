@@ -122,6 +122,9 @@ def test_triton_tables_cover_every_prim() -> None:
 def test_inductor_tables_hold_what_they_say() -> None:
     for cls in IE.LIBRARY_OPS:
         assert cls.has_trait(T.Library), cls.name
+    for cls in IE.INDEX_REDUCTIONS:
+        kind = T.kind_of(cls)
+        assert isinstance(kind, T.Reduction) and kind.indices, cls.name
     for cls in IE.KEPT_OUT:
         assert isinstance(T.kind_of(cls), IE.FUSED_KINDS), cls.name
     for _, cls in IE.FUSIBLE_CLAIMS:
