@@ -283,7 +283,7 @@ def test_sizes_printed_and_formatted_as_eager(capsys: Any) -> None:
 
 def test_plain_print_in_forward_prints_every_call(capsys: Any) -> None:
     """``print("step", 3)`` in ``forward``: eager prints on every call (cache hits
-    included); a tensor printed is left to eager's text at trace time (not followed)."""
+    included); tensors printed: tests/test_print_tensors.py."""
     def f(x: torch.Tensor) -> Any:
         print("step", 3, 0.5, None, True, sep=",", end=".\n")
         return x * 2

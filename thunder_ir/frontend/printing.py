@@ -25,8 +25,14 @@ So while user code is traced with a symbol table, a number this trace read from 
 The program prints after its checks (`prints_last`: a call whose check fails runs again
 another way, and must not have printed yet), so a runtime error of the program after a
 ``print`` (an index out of range) stops it before that print, where eager printed first.
-A ``print`` to a ``file=`` other than ``sys.stdout``, or with a placeholder in ``sep`` or
-``end``, prints at trace time, with each number's value checked on every call.
+A traced tensor printed (an argument, or in a tuple or list: torch's ``repr`` of each
+call's tensor, as ``str`` of it and of the container give in eager) is printed by the
+program the same way. ``file=sys.stderr`` (or ``sys.stdout``) is named, so each call prints
+to that call's stream. A tensor that requires grad is refused naming the line (eager's text
+names its ``grad_fn`` or ``requires_grad=True``, which the program's tensor has not), as is
+a tensor in another container, or printed to another file. A ``print`` of numbers to
+another ``file=``, or with a placeholder in ``sep`` or ``end``, prints at trace time, with
+each number's value checked on every call. ``logging`` calls: `thunder_ir.frontend.logged`.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from xdsl.ir import Block, Operation
 from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.frontend.context import current, tracing_now
+from thunder_ir.frontend.errors import ThunderTraceError
+from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.seeds import is_item
 from thunder_ir.frontend.symbolic_numbers import WRAPPERS, caller, from_user_code
 from thunder_ir.frontend.table import TRACING_CONTEXTS
@@ -166,8 +174,17 @@ _PLAIN = (str, int, float, bool, type(None))
 same on every call."""
 
 
-def _ours(n: Any) -> bool:
+def ours(n: Any) -> bool:
+    """Whether ``n`` is a number this trace read from values (an ``.item()``)."""
     return type(n) in (torch.SymInt, torch.SymFloat) and is_item(n)
+
+
+def record_print(ctx: Any, op: Operation) -> None:
+    """Records ``op`` (a ``print_values``) in ``ctx``'s program, among those `prints_last`
+    moves to the end."""
+    ctx.record(op)
+    if _STATE.prints is not None and not ctx.build.in_region():
+        _STATE.prints.append(op)
 
 
 def _value(n: Any) -> Any:
@@ -195,7 +212,7 @@ def _format(original: Callable[[Any, str], str]) -> Callable[[Any, str], str]:
         f = _user_frame()
         if f is None:
             return original(self, spec)
-        if in_user_code() and _ours(self) and printed_only(f):
+        if in_user_code() and ours(self) and printed_only(f):
             texts = _texts()
             texts.append((self, spec, "format"))
             return _MARK.format(len(texts) - 1)
@@ -210,7 +227,7 @@ def _str(original: Callable[[Any], str]) -> Callable[[Any], str]:
         f = _user_frame()
         if f is None:
             return original(self)
-        if in_user_code() and _ours(self) and printed_only(f):
+        if in_user_code() and ours(self) and printed_only(f):
             texts = _texts()
             texts.append((self, "", "str"))
             return _MARK.format(len(texts) - 1)
@@ -247,16 +264,79 @@ def _concrete_text(text: str) -> str:
         for p in pieces)
 
 
+def _has_proxy(a: Any, depth: int = 0) -> bool:
+    """Whether ``a`` is a traced tensor or holds one (in a tuple, list, set or dict)."""
+    if is_proxy(a):
+        return True
+    if depth > 8:
+        return False
+    if type(a) in (tuple, list, set, frozenset):
+        return any(_has_proxy(b, depth + 1) for b in a)
+    if type(a) is dict:
+        return any(_has_proxy(b, depth + 1) for kv in a.items() for b in kv)
+    return False
+
+
+def _printable(a: Any) -> bool:
+    """Whether the program can print ``a`` each call: plain values, numbers, traced tensors
+    and tuples/lists of them."""
+    if type(a) in _PLAIN or type(a) in _NUMBERS or is_proxy(a):
+        return True
+    return type(a) in (tuple, list) and all(_printable(b) for b in a)
+
+
+def _repr_pieces(a: Any, numbers: list[Any]) -> list[Any]:
+    """The pieces of ``repr(a)`` (a tuple or list's items' reprs, each traced tensor and
+    number this call's, rendered by the program)."""
+    if type(a) in _NUMBERS or is_proxy(a):
+        numbers.append(a)
+        return [("n", len(numbers) - 1, "", "repr")]
+    if type(a) in (tuple, list):
+        out: list[Any] = ["(" if type(a) is tuple else "["]
+        for k, b in enumerate(a):
+            out += ([", "] if k else []) + _repr_pieces(b, numbers)
+        out.append(",)" if type(a) is tuple and len(a) == 1 else
+                   ")" if type(a) is tuple else "]")
+        return out
+    return [repr(a)]
+
+
+def _refuse(why: str) -> None:
+    """A clear error naming the user's line that called ``print``."""
+    f = caller(2)
+    raise ThunderTraceError(f"{f.f_code.co_filename}:{f.f_lineno}: {why}")
+
+
+_STREAMS = ("stdout", "stderr")
+
+
 def _print(original: Callable[..., None]) -> Callable[..., None]:
     def print(*args: Any, sep: Any = " ", end: Any = "\n", file: Any = None,
               flush: bool = False) -> None:
         if not tracing_now() or not in_user_code() or not from_user_code(
                 caller(1).f_code.co_filename) or not all(
-                type(a) in _PLAIN or type(a) in _NUMBERS for a in args) or not all(
                 type(s) in (str, type(None)) for s in (sep, end)):
             return original(*args, sep=sep, end=end, file=file, flush=flush)
-        if (file is not None and file is not sys.stdout) or any(
-                type(s) is str and _OPEN in s for s in (sep, end)):
+        tensors = any(_has_proxy(a) for a in args)
+        if tensors and not all(_printable(a) for a in args):
+            _refuse("print of a traced tensor inside a "
+                    f"{next(type(a).__name__ for a in args if not _printable(a))}: only "
+                    "tensors, numbers, text and tuples/lists of them are printed each call")
+        if not tensors and not all(type(a) in _PLAIN or type(a) in _NUMBERS for a in args):
+            return original(*args, sep=sep, end=end, file=file, flush=flush)
+        stream = next((n for n in _STREAMS if file is getattr(sys, n)), None)
+        if file is None:
+            stream = "stdout"
+        if tensors and (stream is None or any(
+                type(s) is str and _OPEN in s for s in (sep, end))):
+            _refuse("print of a traced tensor to a file other than sys.stdout/sys.stderr "
+                    "(or with a formatted number in sep/end): the program cannot print it "
+                    "each call")
+        if tensors and any(getattr(t, "requires_grad", False) for t in _proxies(args)):
+            _refuse("print of a traced tensor that requires grad: eager's text names its "
+                    "grad_fn (or requires_grad=True), which the program cannot reproduce; "
+                    "print t.detach() (or t.item())")
+        if stream is None or any(type(s) is str and _OPEN in s for s in (sep, end)):
             args = tuple(_concrete_text(a) if type(a) is str else
                          str(_value(a)) if type(a) in _NUMBERS else a for a in args)
             return original(*args, sep=sep, end=end, file=file, flush=flush)
@@ -270,19 +350,28 @@ def _print(original: Callable[..., None]) -> Callable[..., None]:
                 template.append((("n", len(numbers) - 1, "", "str"),))
             elif type(a) is str:
                 template.append(tuple(_pieces(a, texts, numbers)))
+            elif tensors and type(a) not in _PLAIN:  # (str of a tensor is its repr)
+                template.append(tuple(_repr_pieces(a, numbers)))
             else:
                 template.append((str(a),))
         refs = [OperandRef(k) for k in range(len(numbers))]
-        kwargs = {"sep": sep, "end": end, "flush": flush}
+        kwargs = {"sep": sep, "end": end, "flush": flush, "file": stream}
         op = make_call(PRINT, [ctx.value_of(n) for n in numbers],
                        [tuple(template), *refs], kwargs, result_types=[])
-        ctx.record(op)
-        if _STATE.prints is not None and not ctx.build.in_region():
-            _STATE.prints.append(op)
+        record_print(ctx, op)
         return None
 
     print.__wrapped__ = original  # type: ignore[attr-defined]
     return print
+
+
+def _proxies(a: Any) -> Iterator[Any]:
+    """The traced tensors ``a`` holds (in tuples and lists)."""
+    if is_proxy(a):
+        yield a
+    elif type(a) in (tuple, list):
+        for b in a:
+            yield from _proxies(b)
 
 
 @contextlib.contextmanager
@@ -316,4 +405,4 @@ def _swaps() -> list[Swap]:
             *((cls, "__str__", _str) for cls in (torch.SymFloat, torch.SymInt))]
 
 
-__all__ = ["PRINT", "printed_only"]
+__all__ = ["PRINT", "ours", "printed_only", "record_print"]

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from thunder_ir.dialects.types import canonical_device, tensor_type
-from thunder_ir.frontend import printing, unbacked
+from thunder_ir.frontend import logged, printing, unbacked
 from thunder_ir.frontend.errors import DATA_HINT, DataDependentError, UseFallback, where
 from thunder_ir.frontend.fallback import fallback
 from thunder_ir.frontend.number_tensors import number_value
@@ -273,4 +273,4 @@ register_handlers([_T.tolist], _tolist)
 register_handlers([torch.tensor_split, _T.tensor_split], _tensor_split)
 
 __all__: list[str] = []
-_ = printing  # (its import registers the swaps that print a traced number on each call)
+_ = printing, logged  # (their imports register the swaps that print and log traced values)

@@ -1,0 +1,134 @@
+"""``print`` and ``logging`` of traced tensors and numbers in traced code: each call prints
+(logs) its own values, after the program's checks, in order with its other prints, as
+eager's text; one program; nothing printed while tracing (issue 52)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+import thunder_ir
+from thunder_ir.frontend.errors import ThunderTraceError
+
+_LOG = logging.getLogger("tests.print_tensors")
+
+
+def _printer(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    print(y)
+    print("loss", y.sum(), (y[0], [1, "a", None]), (y,), sep="|", end="!\n",
+          file=sys.stderr)
+    y.add_(1)  # (the print before shows the value before)
+    print("after", y, f"{y.sum().item():.2f}", flush=True)
+    return y
+
+
+def _outputs(capsys: Any, fn: Any, x: torch.Tensor) -> tuple[torch.Tensor, str, str]:
+    out = fn(x)
+    got = capsys.readouterr()
+    return out, got.out, got.err
+
+
+def test_print_tensors_each_call_as_eager(capsys: Any) -> None:
+    """Tensors (alone, in tuples/lists, to ``sys.stderr``, with sep/end/flush) print each
+    call's values, the text eager's (torch's repr); one program; nothing while tracing."""
+    jf = thunder_ir.jit(_printer)
+    for k in range(4):
+        x = torch.randn(3) * (k + 1)
+        rj, oj, ej = _outputs(capsys, jf, x)
+        re, oe, ee = _outputs(capsys, _printer, x)
+        assert (oj, ej) == (oe, ee) and oj.count("tensor") == 2 and ee, (oj, ej, oe, ee)
+        assert "Proxy" not in oj + ej
+        torch.testing.assert_close(rj, re)
+    assert thunder_ir.cache_misses(jf) == 1
+    assert "print_values" in str(thunder_ir.last_traces(jf)[-1])
+
+
+def test_print_of_tensor_requiring_grad_is_refused_naming_the_line() -> None:
+    """Eager's text names the ``grad_fn``, which the program cannot reproduce: refused,
+    naming the line (nothing printed); ``print(t.detach())`` prints as eager."""
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x * w
+        print("y", y)
+        return y
+
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(ThunderTraceError, match=r"test_print_tensors.py:\d+: print of a "
+                       "traced tensor that requires grad"):
+        thunder_ir.jit(f)(torch.randn(3), w)
+    assert w.grad is None and w.requires_grad
+
+
+def test_print_detached_in_training_as_eager(capsys: Any) -> None:
+    """``print(loss.detach())`` in a training forward: each call's value, gradients eager's."""
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        loss = (x * w).sum()
+        print("loss", loss.detach())
+        return loss
+
+    jf = thunder_ir.jit(f)
+    w1 = torch.randn(3, requires_grad=True)
+    w2 = w1.detach().clone().requires_grad_()
+    for _ in range(3):
+        x = torch.randn(3)
+        lj, oj, _ = (jf(x, w1), *capsys.readouterr())
+        le, oe, _ = (f(x, w2), *capsys.readouterr())
+        assert oj == oe and "loss tensor(" in oj
+        lj.backward()
+        le.backward()
+    torch.testing.assert_close(w1.grad, w2.grad)
+    assert thunder_ir.cache_misses(jf) == 1
+
+
+def _logs(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    loss = y.sum().item()
+    _LOG.info("loss %s %.3f", y, loss)
+    _LOG.debug("dbg %s", (y[0], 1))
+    _LOG.log(logging.WARNING, "n=%d", y.shape[0])
+    print("p", y)
+    return y
+
+
+def test_logging_of_traced_values_each_call_as_eager(capsys: Any,
+                                                      caplog: Any) -> None:
+    """A logger call whose arguments hold a traced tensor or number makes its record on
+    each call (level checked then: a level set later shows the debug line), with eager's
+    message, level, file, line and function; one program."""
+    jf = thunder_ir.jit(_logs)
+    _LOG.setLevel(logging.INFO)
+    try:
+        for k in range(4):
+            if k == 2:
+                _LOG.setLevel(logging.DEBUG)
+            x = torch.randn(3)
+            caplog.clear()
+            with caplog.at_level(_LOG.level, logger=_LOG.name):
+                jf(x)
+                got = [(r.levelno, r.getMessage(), r.filename, r.lineno, r.funcName)
+                       for r in caplog.records]
+                pj = capsys.readouterr().out
+                caplog.clear()
+                _logs(x)
+                want = [(r.levelno, r.getMessage(), r.filename, r.lineno, r.funcName)
+                        for r in caplog.records]
+                pe = capsys.readouterr().out
+            assert got == want and pj == pe, (got, want)
+            assert len(want) == (2 if k < 2 else 3)
+    finally:
+        _LOG.setLevel(logging.NOTSET)
+    assert thunder_ir.cache_misses(jf) == 1
+
+
+def test_logging_with_other_arguments_is_refused() -> None:
+    """``exc_info``/``extra`` with a traced value: refused naming the line."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        _LOG.warning("x %s", x, extra={"a": 1})
+        return x + 1
+
+    with pytest.raises(ThunderTraceError, match=r"test_print_tensors.py:\d+: logging"):
+        thunder_ir.jit(f)(torch.randn(2))
