@@ -132,3 +132,44 @@ def test_logging_with_other_arguments_is_refused() -> None:
 
     with pytest.raises(ThunderTraceError, match=r"test_print_tensors.py:\d+: logging"):
         thunder_ir.jit(f)(torch.randn(2))
+
+
+def test_print_under_no_grad_of_module_output_as_eager(capsys: Any) -> None:
+    """Under ``torch.no_grad()`` a module's output has no ``grad_fn``: printed as eager."""
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            print("y", y, [y.sum()])
+            return y
+
+    m = M()
+    jm = thunder_ir.jit(m)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2)
+            _, oj, _ = _outputs(capsys, jm, x)
+            _, oe, _ = _outputs(capsys, m, x)
+            assert oj == oe and oj.count("tensor(") == 2, (oj, oe)
+    assert thunder_ir.cache_misses(jm) == 1
+
+
+def test_traced_tensor_in_a_dict_is_refused(capsys: Any) -> None:
+    """A traced tensor in a dict (``OrderedDict`` too), printed or logged: refused naming the
+    line (no proxy's text ever printed or logged)."""
+    def p(x: torch.Tensor) -> torch.Tensor:
+        print({"a": x})
+        return x
+
+    def q(x: torch.Tensor) -> torch.Tensor:
+        _LOG.warning("%(a)s", {"a": x})
+        return x
+
+    for fn, what in ((p, "print"), (q, "logging")):
+        with pytest.raises(ThunderTraceError, match=rf"test_print_tensors.py:\d+: {what}"):
+            thunder_ir.jit(fn)(torch.randn(2))
+    out = capsys.readouterr()
+    assert "Proxy" not in out.out + out.err

@@ -33,7 +33,7 @@ from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.frontend.context import current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError
-from thunder_ir.frontend.printing import PRINT, ours, record_print
+from thunder_ir.frontend.printing import PRINT, holds, ours, record_print
 from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.symbolic_numbers import WRAPPERS, from_user_code
 from thunder_ir.frontend.takeover import Swap, in_user_code, while_traced
@@ -44,10 +44,9 @@ _METHODS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WAR
 
 
 def _traced(a: Any) -> bool:
-    """Whether ``a`` is, or holds in tuples/lists, a traced tensor or number."""
-    if is_proxy(a) or ours(a):
-        return True
-    return type(a) in (tuple, list) and any(_traced(b) for b in a)
+    """Whether ``a`` is, or holds in tuples, lists, sets or dicts, a traced tensor or
+    number."""
+    return holds(a, lambda b: is_proxy(b) or ours(b))
 
 
 def _spec(a: Any, values: list[Any]) -> Any:

@@ -264,16 +264,17 @@ def _concrete_text(text: str) -> str:
         for p in pieces)
 
 
-def _has_proxy(a: Any, depth: int = 0) -> bool:
-    """Whether ``a`` is a traced tensor or holds one (in a tuple, list, set or dict)."""
-    if is_proxy(a):
+def holds(a: Any, traced: Callable[[Any], bool], depth: int = 0) -> bool:
+    """Whether ``traced(a)``, or ``a`` holds such a value (in a tuple, list, set or dict,
+    their subclasses too)."""
+    if traced(a):
         return True
     if depth > 8:
         return False
-    if type(a) in (tuple, list, set, frozenset):
-        return any(_has_proxy(b, depth + 1) for b in a)
-    if type(a) is dict:
-        return any(_has_proxy(b, depth + 1) for kv in a.items() for b in kv)
+    if isinstance(a, (tuple, list, set, frozenset)):
+        return any(holds(b, traced, depth + 1) for b in a)
+    if isinstance(a, dict):
+        return any(holds(b, traced, depth + 1) for kv in a.items() for b in kv)
     return False
 
 
@@ -317,7 +318,7 @@ def _print(original: Callable[..., None]) -> Callable[..., None]:
                 caller(1).f_code.co_filename) or not all(
                 type(s) in (str, type(None)) for s in (sep, end)):
             return original(*args, sep=sep, end=end, file=file, flush=flush)
-        tensors = any(_has_proxy(a) for a in args)
+        tensors = any(holds(a, is_proxy) for a in args)
         if tensors and not all(_printable(a) for a in args):
             _refuse("print of a traced tensor inside a "
                     f"{next(type(a).__name__ for a in args if not _printable(a))}: only "
@@ -405,4 +406,4 @@ def _swaps() -> list[Swap]:
             *((cls, "__str__", _str) for cls in (torch.SymFloat, torch.SymInt))]
 
 
-__all__ = ["PRINT", "ours", "printed_only", "record_print"]
+__all__ = ["PRINT", "holds", "ours", "printed_only", "record_print"]
