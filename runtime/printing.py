@@ -30,6 +30,8 @@ def rebuild(spec: Any, values: tuple[Any, ...]) -> Any:
         return spec[1]
     if kind == "none":
         return None
+    if kind == "text":
+        return "".join(_piece(p, values) for p in spec[1])
     items = [rebuild(s, values) for s in spec[1]]
     return tuple(items) if kind == "tuple" else items
 

@@ -110,12 +110,12 @@ def test_logging_of_traced_values_each_call_as_eager(capsys: Any,
             with caplog.at_level(_LOG.level, logger=_LOG.name):
                 jf(x)
                 got = [(r.levelno, r.getMessage(), r.filename, r.lineno, r.funcName)
-                       for r in caplog.records]
+                       for r in _mine(caplog)]
                 pj = capsys.readouterr().out
                 caplog.clear()
                 _logs(x)
                 want = [(r.levelno, r.getMessage(), r.filename, r.lineno, r.funcName)
-                        for r in caplog.records]
+                        for r in _mine(caplog)]
                 pe = capsys.readouterr().out
             assert got == want and pj == pe, (got, want)
             assert len(want) == (2 if k < 2 else 3)
@@ -173,3 +173,51 @@ def test_traced_tensor_in_a_dict_is_refused(capsys: Any) -> None:
             thunder_ir.jit(fn)(torch.randn(2))
     out = capsys.readouterr()
     assert "Proxy" not in out.out + out.err
+
+
+def _mine(caplog: Any) -> list[logging.LogRecord]:
+    """The records of this file's logger (torch's own debug records aside)."""
+    return [r for r in caplog.records if r.name == _LOG.name]
+
+
+def _fstring_logs(x: torch.Tensor) -> torch.Tensor:
+    loss = (x * 2).sum().item()
+    _LOG.warning(f"loss {loss:.3f} {loss}")
+    logging.getLogger("tests.print_tensors").warning(f"held {loss:.2f}")  # (checked)
+    return x * loss
+
+
+def test_logged_fstring_of_item_each_call_one_program(caplog: Any) -> None:
+    """``logger.warning(f"{loss:.3f}")`` of a global logger: each call's text, one
+    program (the text reached otherwise is this call's, its value checked: a program per
+    value, still eager's records)."""
+    jf = thunder_ir.jit(_fstring_logs)
+    for _ in range(3):
+        x = torch.randn(3)
+        caplog.clear()
+        jf(x)
+        got = [(r.getMessage(), r.lineno) for r in _mine(caplog)]
+        caplog.clear()
+        _fstring_logs(x)
+        want = [(r.getMessage(), r.lineno) for r in _mine(caplog)]
+        assert got == want and len(want) == 2, (got, want)
+    assert "print_values" in str(thunder_ir.last_traces(jf)[-1])
+
+
+def test_logged_fstring_alone_is_one_program(caplog: Any) -> None:
+    """Only the global logger's f-string: one program for every value."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        loss = x.sum().item()
+        _LOG.warning(f"loss {loss:.4f}")
+        return x + 1
+
+    jf = thunder_ir.jit(f)
+    for _ in range(3):
+        x = torch.randn(3)
+        caplog.clear()
+        jf(x)
+        got = [r.getMessage() for r in _mine(caplog)]
+        caplog.clear()
+        f(x)
+        assert got == [r.getMessage() for r in _mine(caplog)] and got
+    assert thunder_ir.cache_misses(jf) == 1

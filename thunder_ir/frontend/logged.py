@@ -15,8 +15,11 @@ the line. A call given only text, Python numbers and None (a size of a static tr
 recorded the same way, as eager logs it on every call; one given another object and no
 traced value runs as it is, at trace time (its record's line the user's).
 
-Not followed: an f-string of an ``.item()`` passed as the message (its text is this call's,
-its value checked on every call, as any text of a number used other than by ``print``).
+An f-string (``format``, ``str``) of an ``.item()`` given straight to such a call of a
+global logger (``logger.info(f"{l:.3f}")``, ``logging.info(...)``) is each call's text, as
+for ``print`` (`thunder_ir.frontend.printing.printed_only`); given otherwise (a logger
+reached through ``self``, the text stored first) it is this call's text, its value checked
+on every call.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from thunder_ir.dialects.base import OperandRef
 from thunder_ir.dialects.torch import make_call
 from thunder_ir.frontend.context import current, tracing_now
 from thunder_ir.frontend.errors import ThunderTraceError
-from thunder_ir.frontend.printing import PRINT, holds, ours, record_print
+from thunder_ir.frontend.printing import (
+    MARK_OPEN,
+    PRINT,
+    holds,
+    ours,
+    pieces,
+    placeholders,
+    record_print,
+)
 from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.symbolic_numbers import WRAPPERS, from_user_code
 from thunder_ir.frontend.takeover import Swap, in_user_code, while_traced
@@ -46,7 +57,7 @@ _METHODS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WAR
 def _traced(a: Any) -> bool:
     """Whether ``a`` is, or holds in tuples, lists, sets or dicts, a traced tensor or
     number."""
-    return holds(a, lambda b: is_proxy(b) or ours(b))
+    return holds(a, lambda b: is_proxy(b) or ours(b) or (type(b) is str and MARK_OPEN in b))
 
 
 def _spec(a: Any, values: list[Any]) -> Any:
@@ -57,6 +68,8 @@ def _spec(a: Any, values: list[Any]) -> Any:
         return ("v", len(values) - 1)
     if a is None:
         return ("none",)
+    if type(a) is str and MARK_OPEN in a:  # (an f-string of a number: `printed_only`)
+        return ("text", tuple(pieces(a, placeholders(), values)))
     if type(a) in _PLAIN:
         return ("c", a)
     if type(a) in (tuple, list):

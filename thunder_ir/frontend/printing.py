@@ -40,6 +40,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dis
+import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -68,6 +69,8 @@ _MARK = "\ue000{}\ue001"
 """A placeholder for number ``k``'s text (private-use characters no text of eager's
 holds), in text that goes only into ``print``."""
 _OPEN, _CLOSE = "\ue000", "\ue001"
+MARK_OPEN = _OPEN
+"""What starts a placeholder."""
 
 
 class _State(threading.local):
@@ -79,7 +82,7 @@ class _State(threading.local):
 _STATE = _State()
 
 
-def _texts() -> list[tuple[Any, str, str]]:
+def placeholders() -> list[tuple[Any, str, str]]:
     """This trace's placeholders (a new trace starts a new list)."""
     ctx = current()
     if _STATE.trace is not ctx or _STATE.texts is None:
@@ -146,11 +149,18 @@ def _calls_print(ins: list[dis.Instruction], k: int, frame: FrameType) -> bool:
     that a ``LOAD_GLOBAL print`` before it pushed."""
     call = ins[k] if ins[k].opname == "CALL" else next(
         (i for i in ins[k + 1:] if i.opname == "CALL"), None)
-    if call is None or frame.f_globals.get("print", builtins.print) is not builtins.print:
+    if call is None:
         return False
     for j in range(k - 1, -1, -1):
         g = ins[j]
-        if g.opname != "LOAD_GLOBAL" or g.argval != "print":
+        if g.opname != "LOAD_GLOBAL":
+            continue
+        if g.argval == "print":
+            if frame.f_globals.get("print", builtins.print) is not builtins.print:
+                return False
+        elif _logs(frame, g, ins[j + 1]):
+            j += 1  # (the method's load: method and self, as the NULL and print)
+        else:
             continue
         above = 1 if sys.version_info >= (3, 13) else 0  # (the NULL pushed after it)
         for nxt in ins[j + 1:]:
@@ -163,6 +173,21 @@ def _calls_print(ins: list[dis.Instruction], k: int, frame: FrameType) -> bool:
             above += dis.stack_effect(nxt.opcode, nxt.arg, jump=False)
         return False
     return False
+
+
+LOG_METHODS = frozenset(("debug", "info", "warning", "error", "critical", "log"))
+"""The ``logging.Logger`` methods `thunder_ir.frontend.logged` records."""
+
+
+def _logs(frame: FrameType, g: dis.Instruction, method: dis.Instruction) -> bool:
+    """Whether ``g`` (a ``LOAD_GLOBAL``) then ``method`` load a logging method: one of
+    `LOG_METHODS` of a global ``logging.Logger`` or of the ``logging`` module."""
+    if method.opname not in ("LOAD_METHOD", "LOAD_ATTR") or method.argval not in LOG_METHODS:
+        return False
+    if sys.version_info < (3, 12) and g.arg is not None and g.arg & 1:
+        return False  # (it pushed a NULL: not a method's owner)
+    owner = frame.f_globals.get(g.argval, None)
+    return isinstance(owner, logging.Logger) or owner is logging
 
 
 # ---- the swaps
@@ -213,7 +238,7 @@ def _format(original: Callable[[Any, str], str]) -> Callable[[Any, str], str]:
         if f is None:
             return original(self, spec)
         if in_user_code() and ours(self) and printed_only(f):
-            texts = _texts()
+            texts = placeholders()
             texts.append((self, spec, "format"))
             return _MARK.format(len(texts) - 1)
         return format(_concrete(self), spec)  # (eager's text of this call's number)
@@ -228,7 +253,7 @@ def _str(original: Callable[[Any], str]) -> Callable[[Any], str]:
         if f is None:
             return original(self)
         if in_user_code() and ours(self) and printed_only(f):
-            texts = _texts()
+            texts = placeholders()
             texts.append((self, "", "str"))
             return _MARK.format(len(texts) - 1)
         return repr(_concrete(self))  # (as the symbolic number's repr answers user code)
@@ -237,7 +262,7 @@ def _str(original: Callable[[Any], str]) -> Callable[[Any], str]:
     return __str__
 
 
-def _pieces(text: str, texts: list[tuple[Any, str, str]], numbers: list[Any]) -> list[Any]:
+def pieces(text: str, texts: list[tuple[Any, str, str]], numbers: list[Any]) -> list[Any]:
     """``text`` split at its placeholders: literal pieces and ``("n", k, spec, how)``."""
     out: list[Any] = []
     rest = text
@@ -256,12 +281,12 @@ def _pieces(text: str, texts: list[tuple[Any, str, str]], numbers: list[Any]) ->
 
 def _concrete_text(text: str) -> str:
     """``text`` with each placeholder replaced by this call's text (values checked)."""
-    texts = _texts()
+    texts = placeholders()
     numbers: list[Any] = []
-    pieces = _pieces(text, texts, numbers)
+    parts = pieces(text, texts, numbers)
     return "".join(p if isinstance(p, str) else (
         format(_value(numbers[p[1]]), p[2]) if p[3] == "format" else str(_value(numbers[p[1]])))
-        for p in pieces)
+        for p in parts)
 
 
 def holds(a: Any, traced: Callable[[Any], bool], depth: int = 0) -> bool:
@@ -342,7 +367,7 @@ def _print(original: Callable[..., None]) -> Callable[..., None]:
                          str(_value(a)) if type(a) in _NUMBERS else a for a in args)
             return original(*args, sep=sep, end=end, file=file, flush=flush)
         ctx = current()
-        texts = _texts()
+        texts = placeholders()
         numbers: list[Any] = []
         template: list[tuple[Any, ...]] = []
         for a in args:
@@ -350,7 +375,7 @@ def _print(original: Callable[..., None]) -> Callable[..., None]:
                 numbers.append(a)
                 template.append((("n", len(numbers) - 1, "", "str"),))
             elif type(a) is str:
-                template.append(tuple(_pieces(a, texts, numbers)))
+                template.append(tuple(pieces(a, texts, numbers)))
             elif tensors and type(a) not in _PLAIN:  # (str of a tensor is its repr)
                 template.append(tuple(_repr_pieces(a, numbers)))
             else:
@@ -406,4 +431,5 @@ def _swaps() -> list[Swap]:
             *((cls, "__str__", _str) for cls in (torch.SymFloat, torch.SymInt))]
 
 
-__all__ = ["PRINT", "holds", "ours", "printed_only", "record_print"]
+__all__ = ["LOG_METHODS", "MARK_OPEN", "PRINT", "holds", "ours", "pieces", "placeholders",
+           "printed_only", "record_print"]
