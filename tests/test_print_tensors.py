@@ -221,3 +221,19 @@ def test_logged_fstring_alone_is_one_program(caplog: Any) -> None:
         f(x)
         assert got == [r.getMessage() for r in _mine(caplog)] and got
     assert thunder_ir.cache_misses(jf) == 1
+
+
+def test_print_of_tolist_each_call_one_program(capsys: Any) -> None:
+    """``print(t.tolist())`` and a tuple of an ``.item()``: each call's numbers (Python's
+    ``repr`` of them in the container, as eager), one program for every value."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        print("v", x.tolist(), (x.sum().item(), 2), sep=":")
+        return x + 1
+
+    jf = thunder_ir.jit(f)
+    for _ in range(4):
+        x = torch.randn(2)
+        _, oj, _ = _outputs(capsys, jf, x)
+        _, oe, _ = _outputs(capsys, f, x)
+        assert oj == oe and oj.startswith("v:["), (oj, oe)
+    assert thunder_ir.cache_misses(jf) == 1

@@ -27,7 +27,8 @@ another way, and must not have printed yet), so a runtime error of the program a
 ``print`` (an index out of range) stops it before that print, where eager printed first.
 A traced tensor printed (an argument, or in a tuple or list: torch's ``repr`` of each
 call's tensor, as ``str`` of it and of the container give in eager) is printed by the
-program the same way. ``file=sys.stderr`` (or ``sys.stdout``) is named, so each call prints
+program the same way, as is a tuple or list holding such numbers (``t.tolist()``: the
+``repr`` of each call's numbers). ``file=sys.stderr`` (or ``sys.stdout``) is named, so each call prints
 to that call's stream. A tensor that requires grad is refused naming the line (eager's text
 names its ``grad_fn`` or ``requires_grad=True``, which the program's tensor has not), as is
 a tensor in another container, or printed to another file. A ``print`` of numbers to
@@ -344,6 +345,9 @@ def _print(original: Callable[..., None]) -> Callable[..., None]:
                 type(s) in (str, type(None)) for s in (sep, end)):
             return original(*args, sep=sep, end=end, file=file, flush=flush)
         tensors = any(holds(a, is_proxy) for a in args)
+        numbered = not tensors and all(_printable(a) for a in args) and any(
+            type(a) in (tuple, list) and holds(a, ours) for a in args)  # (a .tolist())
+        tensors = tensors or numbered
         if tensors and not all(_printable(a) for a in args):
             _refuse("print of a traced tensor inside a "
                     f"{next(type(a).__name__ for a in args if not _printable(a))}: only "
@@ -353,7 +357,7 @@ def _print(original: Callable[..., None]) -> Callable[..., None]:
         stream = next((n for n in _STREAMS if file is getattr(sys, n)), None)
         if file is None:
             stream = "stdout"
-        if tensors and (stream is None or any(
+        if tensors and not numbered and (stream is None or any(
                 type(s) is str and _OPEN in s for s in (sep, end))):
             _refuse("print of a traced tensor to a file other than sys.stdout/sys.stderr "
                     "(or with a formatted number in sep/end): the program cannot print it "
