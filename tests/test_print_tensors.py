@@ -89,7 +89,7 @@ def _logs(x: torch.Tensor) -> torch.Tensor:
     loss = y.sum().item()
     _LOG.info("loss %s %.3f", y, loss)
     _LOG.debug("dbg %s", (y[0], 1))
-    _LOG.log(logging.WARNING, "n=%d", y.shape[0])
+    _LOG.log(logging.WARNING, "n=%d", y[0].gt(0).sum().item())
     print("p", y)
     return y
 
@@ -177,20 +177,19 @@ def test_traced_tensor_in_a_dict_is_refused(capsys: Any) -> None:
 
 def _mine(caplog: Any) -> list[logging.LogRecord]:
     """The records of this file's logger (torch's own debug records aside)."""
-    return [r for r in caplog.records if r.name == _LOG.name]
+    return [r for r in caplog.records if r.name in (_LOG.name, "root")]
 
 
 def _fstring_logs(x: torch.Tensor) -> torch.Tensor:
     loss = (x * 2).sum().item()
     _LOG.warning(f"loss {loss:.3f} {loss}")
-    logging.getLogger("tests.print_tensors").warning(f"held {loss:.2f}")  # (checked)
+    logging.warning(f"root {loss:.2f}")
     return x * loss
 
 
 def test_logged_fstring_of_item_each_call_one_program(caplog: Any) -> None:
-    """``logger.warning(f"{loss:.3f}")`` of a global logger: each call's text, one
-    program (the text reached otherwise is this call's, its value checked: a program per
-    value, still eager's records)."""
+    """``logger.warning(f"{loss:.3f}")`` of a global logger and ``logging.warning(f"...")``:
+    each call's text, in order, one program."""
     jf = thunder_ir.jit(_fstring_logs)
     for _ in range(3):
         x = torch.randn(3)
@@ -201,7 +200,7 @@ def test_logged_fstring_of_item_each_call_one_program(caplog: Any) -> None:
         _fstring_logs(x)
         want = [(r.getMessage(), r.lineno) for r in _mine(caplog)]
         assert got == want and len(want) == 2, (got, want)
-    assert "print_values" in str(thunder_ir.last_traces(jf)[-1])
+    assert thunder_ir.cache_misses(jf) == 1
 
 
 def test_logged_fstring_alone_is_one_program(caplog: Any) -> None:

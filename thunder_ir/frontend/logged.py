@@ -11,9 +11,10 @@ run time as ``Logger._log`` does (the logger's level checked then, its handlers 
 formatting eager's; the file, line and function the user's call's), with that call's tensors
 and numbers. Anything else such a call is given (``exc_info``, ``extra``, ``stack_info``,
 ``stacklevel``, an argument of another type holding a traced value) is refused naming
-the line. A call given only text, Python numbers and None (a size of a static trace) is
-recorded the same way, as eager logs it on every call; one given another object and no
-traced value runs as it is, at trace time (its record's line the user's).
+the line. A call with no traced value runs as it is, at trace time (its record's line
+the user's), once per program, where eager logs on every call: recording it would log
+every call where a caching wrapper (Hugging Face's ``logger.warning_once``, an
+``lru_cache``) logs once in eager, and this wrapper cannot tell them apart.
 
 An f-string (``format``, ``str``) of an ``.item()`` given straight to such a call of a
 global logger (``logger.info(f"{l:.3f}")``, ``logging.info(...)``) is each call's text, as
@@ -92,8 +93,9 @@ def _user_frame() -> FrameType | None:
 
 def _through(original: Callable[..., Any], logger: logging.Logger, a: tuple[Any, ...],
              kw: dict[str, Any]) -> Any:
-    """The logging method itself, its record naming the frame past this wrapper's."""
-    kw = {**kw, "stacklevel": kw.get("stacklevel", 1) + 1}
+    """The logging method itself, its record naming the frame past this wrapper's (two
+    frames: the swapped method's and this one's)."""
+    kw = {**kw, "stacklevel": kw.get("stacklevel", 1) + 2}
     return original(logger, *a, **kw)
 
 
@@ -108,8 +110,8 @@ def _wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         traced = any(_traced(x) for x in rest)
         values: list[Any] = []
         specs = [_spec(x, values) for x in rest]
-        if not traced and (kw or any(s is None for s in specs)):
-            return _through(original, self, a, kw)  # (at trace time, as before)
+        if not traced:  # (at trace time: see the module doc)
+            return _through(original, self, a, kw)
         line = f"{f.f_code.co_filename}:{f.f_lineno}"
         if kw:
             raise ThunderTraceError(

@@ -19,7 +19,7 @@ So while user code is traced with a symbol table, a number this trace read from 
   return a placeholder text (`_MARK`) only where the caller's bytecode shows the text
   goes straight into a call of the builtin ``print`` (through f-string assembly:
   `printed_only`); the ``print`` then renders it on each call. The text used anywhere
-  else (stored, returned, logged, compared) is this call's text, its number's value
+  else (stored, returned, compared) is this call's text, its number's value
   checked on every call (speculated, as any Python read of the value is).
 
 The program prints after its checks (`prints_last`: a call whose check fails runs again
@@ -28,12 +28,15 @@ another way, and must not have printed yet), so a runtime error of the program a
 A traced tensor printed (an argument, or in a tuple or list: torch's ``repr`` of each
 call's tensor, as ``str`` of it and of the container give in eager) is printed by the
 program the same way, as is a tuple or list holding such numbers (``t.tolist()``: the
-``repr`` of each call's numbers). ``file=sys.stderr`` (or ``sys.stdout``) is named, so each call prints
-to that call's stream. A tensor that requires grad is refused naming the line (eager's text
-names its ``grad_fn`` or ``requires_grad=True``, which the program's tensor has not), as is
-a tensor in another container, or printed to another file. A ``print`` of numbers to
-another ``file=``, or with a placeholder in ``sep`` or ``end``, prints at trace time, with
-each number's value checked on every call. ``logging`` calls: `thunder_ir.frontend.logged`.
+``repr`` of each call's numbers). ``file=sys.stderr`` (or ``sys.stdout``) is named, so
+each call prints to that call's stream. A tensor that requires grad is refused naming
+the line (eager's text names its ``grad_fn`` or ``requires_grad=True``, which the
+program's tensor has not), as is a tensor in another container, or printed to another
+file. A ``print`` of numbers to another ``file=``, or with a placeholder in ``sep`` or
+``end``, prints at trace time, with each number's value checked on every call.
+
+``logging`` calls (`thunder_ir.frontend.logged`): the text also goes straight into a
+logging method of a global logger or of the ``logging`` module (`LOG_METHODS`).
 """
 
 from __future__ import annotations
@@ -185,8 +188,8 @@ def _logs(frame: FrameType, g: dis.Instruction, method: dis.Instruction) -> bool
     `LOG_METHODS` of a global ``logging.Logger`` or of the ``logging`` module."""
     if method.opname not in ("LOAD_METHOD", "LOAD_ATTR") or method.argval not in LOG_METHODS:
         return False
-    if sys.version_info < (3, 12) and g.arg is not None and g.arg & 1:
-        return False  # (it pushed a NULL: not a method's owner)
+    if sys.version_info < (3, 12) and bool((g.arg or 0) & 1) != (method.opname == "LOAD_ATTR"):
+        return False  # (two entries: NULL and the attribute, or the method and its owner)
     owner = frame.f_globals.get(g.argval, None)
     return isinstance(owner, logging.Logger) or owner is logging
 
