@@ -93,8 +93,8 @@ from thunder_ir.runtime.python_printer import sanitize
 FUSED_KINDS: tuple[type[OpKind], ...] = (Elementwise, ViewLike, Movement, Creation, Reduction)
 """The kinds of op (`thunder_ir.dialects.traits`) this executor fuses: pointwise math, views
 and copies, data movement, creation and reductions to values (``Reduction(indices=True)``,
-argmax and the like, stay out but for `INDEX_REDUCTIONS`). RNG (never fused) and opaque calls stay out; the torch
-executor runs them."""
+argmax and the like, stay out but for `INDEX_REDUCTIONS`). RNG (never fused) and opaque
+calls stay out; the torch executor runs them."""
 
 LIBRARY_OPS: tuple[type[Operation], ...] = (
     P.LinearOp, P.MatmulOp, P.TakeOp, P.IndexAddOp,
