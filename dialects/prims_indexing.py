@@ -106,11 +106,9 @@ def _slices_at_index(name: str, x: Any, index: Any, source: Any, dim: int) -> Te
     return x
 
 
-@prim()
-class IndexAddOp(ThunderOp):
-    """`%y = prims.index_add %x, %index, %source {dim}`: out-of-place ``index_add``."""
-
-    name = "prims.index_add"
+class IndexSlicesOp(ThunderOp):
+    """Family base of ``%y = prims.<op> %x, %index, %source {dim}``: ``x`` with its slices at
+    ``index`` along ``dim`` combined with ``source``'s (a result of ``x``'s type)."""
 
     x = operand_def(TensorType)
     index = operand_def(TensorType)
@@ -122,6 +120,13 @@ class IndexAddOp(ThunderOp):
     @classmethod
     def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
         return _slices_at_index(cls.name, x, index, source, dim)
+
+
+@prim()
+class IndexAddOp(IndexSlicesOp):
+    """`%y = prims.index_add %x, %index, %source {dim}`: out-of-place ``index_add``."""
+
+    name = "prims.index_add"
 
     @classmethod
     def ref(cls, x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, *, dim: int
@@ -130,23 +135,12 @@ class IndexAddOp(ThunderOp):
 
 
 @prim()
-class IndexCopyOp(ThunderOp):
+class IndexCopyOp(IndexSlicesOp):
     """`%y = prims.index_copy %x, %index, %source {dim}`: out-of-place ``index_copy``
     (``x`` with its slices at ``index`` along ``dim`` replaced by ``source``'s; eager's
     kernel, whose choice among repeated positions it keeps)."""
 
     name = "prims.index_copy"
-
-    x = operand_def(TensorType)
-    index = operand_def(TensorType)
-    source = operand_def(TensorType)
-    dim = prop_def(IntegerAttr | SymExprAttr)
-    out = result_def(TensorType)
-    traits = traits_def(Pure(), Library())
-
-    @classmethod
-    def infer(cls, x: Any, index: Any, source: Any, *, dim: int) -> TensorType:
-        return _slices_at_index(cls.name, x, index, source, dim)
 
     @classmethod
     def ref(cls, x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, *, dim: int

@@ -54,7 +54,7 @@ from thunder_ir.frontend import opaque_backward
 from thunder_ir.frontend.autocast import autocast_off
 from thunder_ir.frontend.context import TraceContext
 from thunder_ir.frontend.errors import where
-from thunder_ir.frontend.proxy import TensorProxy, is_proxy
+from thunder_ir.frontend.proxy import is_proxy
 from thunder_ir.frontend.takeover import take_over
 
 
@@ -145,13 +145,7 @@ def trace_apply(ctx: TraceContext, cls: Any, *args: Any, **kwargs: Any) -> Any:
         # ``custom_bwd`` backward sets the forward's autocast state itself): traced so.
         with torch.no_grad(), ctx.build.into(body), autocast_off(), \
                 opaque_backward.tracing_backward(cls):
-            cts: list[Any] = [None] * len(outs)
-            for k, i in enumerate(diff_pos):
-                cts[i] = TensorProxy(body.args[k])
-            for i, o in enumerate(outs):
-                if cts[i] is None and is_proxy(o):  # eager hands zeros for the other tensors
-                    cts[i] = torch.zeros_like(o)
-            grads = cls.backward(fctx, *cts)
+            grads = cls.backward(fctx, *opaque_backward.cotangents(body, outs, diff_pos))
             grads = grads if isinstance(grads, tuple) else (grads,)
             primals, mask, yielded = _check_grads(ctx, name, args, needs, grads)
     op = make_function(name, primals, values, mask, body, yielded)

@@ -144,6 +144,19 @@ def _template(ctx: TraceContext, v: Any, held: list[SSAValue]) -> Any:
     return v
 
 
+def cotangents(body: Block, outs: Sequence[Any], diff_pos: Sequence[int]) -> list[Any]:
+    """The gradients a custom ``backward`` gets for ``outs``, built in ``body`` (traced inside
+    it, under no grad): the block's arguments for the differentiable results at
+    ``diff_pos``, zeros for the other tensors (as eager hands them), ``None`` for the rest."""
+    cts: list[Any] = [None] * len(outs)
+    for k, i in enumerate(diff_pos):
+        cts[i] = TensorProxy(body.args[k])
+    for i, o in enumerate(outs):
+        if cts[i] is None and is_proxy(o):
+            cts[i] = torch.zeros_like(o)
+    return cts
+
+
 def region(ctx: TraceContext, cls: Any, fctx: Any, args: Sequence[Any],
            needs: Sequence[bool], outs: Sequence[Any], diff_pos: Sequence[int]
            ) -> tuple[Block, list[SSAValue], list[int], list[SSAValue]]:
@@ -157,12 +170,7 @@ def region(ctx: TraceContext, cls: Any, fctx: Any, args: Sequence[Any],
              if k not in _CTX_FIELDS}
     body = Block(arg_types=[outs[i]._value.type for i in diff_pos])
     with torch.no_grad(), ctx.build.into(body), autocast_off():
-        cts: list[Any] = [None] * len(outs)
-        for k, i in enumerate(diff_pos):
-            cts[i] = TensorProxy(body.args[k])
-        for i, o in enumerate(outs):
-            if cts[i] is None and is_proxy(o):  # eager hands zeros for the other tensors
-                cts[i] = torch.zeros_like(o)
+        cts = cotangents(body, outs, diff_pos)
         ct_values = [ctx.value_of(c) for c in cts if c is not None]
     primal_args = [a for a in args if is_proxy(a)]
     primals = [a._value for a in primal_args]
@@ -181,4 +189,4 @@ def region(ctx: TraceContext, cls: Any, fctx: Any, args: Sequence[Any],
     return body, primals, mask, list(call.results)
 
 
-__all__ = ["OPAQUE", "region", "tracing_backward"]
+__all__ = ["OPAQUE", "cotangents", "region", "tracing_backward"]
