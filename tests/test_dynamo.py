@@ -321,9 +321,9 @@ def test_jit_writes_in_place_to_a_non_leaf_argument_as_eager() -> None:
 
 def test_data_dependent_error_points_at_the_backend() -> None:
     def route(x: torch.Tensor) -> torch.Tensor:
-        return x * (x.abs().max().item() * 0.5)  # arithmetic on a float read from the
-        # data, used as an operand (the float itself, or a size, would be a symbol:
-        # tests/test_data_dependent.py, tests/test_value_reads.py)
+        return x * float(x.abs().max().numpy())  # a NumPy read of the data (an ``.item()``,
+        # its arithmetic or a size would be a symbol: tests/test_data_dependent.py,
+        # tests/test_value_reads.py, tests/test_float_item_operands.py)
 
     with pytest.raises(thunder_ir.DataDependentError,
                        match=r"backend=thunder_ir.dynamo.ThunderCompiler\(\)"):
