@@ -45,10 +45,13 @@ class EagerAutograd:
             which operands of each: an in-place write to a saved value makes eager's
             backward through that op raise, and so does thunder_ir's. Read them after
             `resolve_saved`: what each op saves is worked out when first needed.
+        saved_written: (op, saved operand) pairs a write through ``.data`` being made
+            changes (`thunder_ir.frontend.inplace`: their backwards read the value after
+            the write, eager's memory then).
     """
 
     __slots__ = ("_unresolved", "active", "grad_leaves", "inference", "leaf_proxies",
-                 "nonleaf_inputs", "pending", "saved", "saved_operands")
+                 "nonleaf_inputs", "pending", "saved", "saved_operands", "saved_written")
 
     def __init__(self) -> None:
         self.active: set[SSAValue] = set()
@@ -59,6 +62,7 @@ class EagerAutograd:
         self.grad_leaves: set[SSAValue] = set()
         self.saved: dict[SSAValue, list[Operation]] = {}
         self.saved_operands: dict[Operation, tuple[int, ...]] = {}
+        self.saved_written: list[tuple[Operation, SSAValue]] = []
         # (op, its operands, which were active, its results), as `note_saved` saw them
         self._unresolved: list[tuple[Operation, tuple[SSAValue, ...], list[bool],
                                      list[SSAValue]]] = []

@@ -55,12 +55,10 @@ _QUIET_NOTE = (" through `.data`. Eager does not detect this (a write through `.
 class InPlace(Writes):
     """The in-place writes of one trace (see the module doc): ``ctx`` is the trace."""
 
-    __slots__ = ("ctx", "pending")
+    __slots__ = ("ctx",)
 
     def __init__(self, ctx: TraceContext) -> None:
         self.ctx = ctx
-        self.pending: list[tuple[Operation, SSAValue]] = []
-        """(op, saved operand) changed by the write being made through ``.data``."""
 
     def _written(self, target: TensorProxy, skip: set[Operation],
                  keep_saved: bool = False, quiet: bool = False) -> None:
@@ -102,7 +100,7 @@ class InPlace(Writes):
                     continue
                 if quiet and not isinstance(op, CallOp | FunctionOp) \
                         and v not in op.results and "saved_modified" not in op.attributes:
-                    self.pending.append((op, v))  # (`_saved_as`, once the write is made)
+                    self.ctx.autograd.saved_written.append((op, v))  # (`_saved_as`, once made)
                     continue
                 self._mark_modified(op, v, quiet)
 
@@ -119,14 +117,16 @@ class InPlace(Writes):
 
     def _saved_as(self, now: dict[SSAValue, SSAValue]) -> None:
         """After a write through ``.data``: each op whose saved operand it changed (a value
-        the program made, `pending`) reads, in its backward, the value after the write
-        (``now``: each old value's new one), as eager's backward reads the memory then: an
-        ``autograd.saved_as`` note after the write (the op kept whole for autodiff). A
+        the program made, the autograd part's ``saved_written``) reads, in its backward,
+        the value after the write (``now``: each old value's new one), as eager's backward
+        reads the memory then: an ``autograd.saved_as`` note after the write (the op kept
+        whole for autodiff). A
         value with no new one known raises at backward, as before."""
         from thunder_ir.passes.vjp import load_vjp_rules
 
         saved, rules = self.ctx.autograd.saved, load_vjp_rules()
-        pending, self.pending = self.pending, []
+        pending = self.ctx.autograd.saved_written
+        self.ctx.autograd.saved_written = []
         for op, v in pending:
             n = now.get(v)
             if n is None and self.ctx.aliases.renewed:  # a view no proxy holds now
@@ -209,7 +209,7 @@ class InPlace(Writes):
         if members:  # the other aliases see the write (`thunder_ir.frontend.aliasing`)
             new = write_through(ctx, target, new, members)
         ctx.aliases.rebind(target, new)
-        if self.pending:
+        if ctx.autograd.saved_written:
             if not members:
                 ctx.aliases.renewed = {}
             self._saved_as({**ctx.aliases.renewed, old: new})
