@@ -492,6 +492,26 @@ def count_sharded(counter: Counter) -> None:
         setattr(dist, name, wrapped)
 
 
+def sgd_step(fn: Callable[..., Any], params: Any, idx: Any, tgt: Any) -> Callable[[], float]:
+    """A training step of ``fn`` (a language model): forward on the token tensor ``idx``,
+    cross entropy against ``tgt``, backward and an SGD step on ``params``; returns the
+    loss. (torch is imported in the worker processes, as everywhere in this script.)"""
+    import torch
+    import torch.nn.functional as F
+
+    opt = torch.optim.SGD(params, lr=LR)
+
+    def step() -> float:
+        logits = fn(idx)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    return step
+
+
 def interleaved(steps: dict[str, Callable[[], Any]], n_rounds: int, n_steps: int,
                 barrier: Callable[[], Any],
                 each: Callable[[str, Any, float], None] | None = None
@@ -519,7 +539,6 @@ def interleaved(steps: dict[str, Callable[[], Any]], n_rounds: int, n_steps: int
 def fsdp_worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from models import LlamaGPT
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -547,17 +566,7 @@ def fsdp_worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
             return LlamaGPT(cfg)
 
         def make(fn: Callable[..., Any], params: Any) -> Callable[[], float]:
-            opt = torch.optim.SGD(params, lr=LR)
-
-            def step() -> float:
-                logits = fn(idx)
-                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                return float(loss.detach())
-
-            return step
+            return sgd_step(fn, params, idx, tgt)
 
         steps: dict[str, Callable[[], float]] = {}
         mesh = init_device_mesh("cpu", (WORLD,))

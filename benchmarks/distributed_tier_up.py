@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from distributed import LR, VOCAB, WORLD, free_port, interleaved  # noqa: E402
+from distributed import VOCAB, WORLD, free_port, interleaved, sgd_step  # noqa: E402
 from harness import llama_config, pin_malloc  # noqa: E402
 
 TORCH_DDP = "torch DDP"
@@ -53,7 +53,6 @@ OURS_UNFUSED = "thunder_ir ddp, tiered=False"
 def worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from models import LlamaGPT
     from torch.nn.parallel import DistributedDataParallel
 
@@ -79,17 +78,7 @@ def worker(rank: int, port: int, a: argparse.Namespace, out: str) -> None:
             return LlamaGPT(cfg)
 
         def make(fn: Any, params: Any) -> Any:
-            opt = torch.optim.SGD(params, lr=LR)
-
-            def step() -> float:
-                logits = fn(idx)
-                loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                return float(loss.detach())
-
-            return step
+            return sgd_step(fn, params, idx, tgt)
 
         steps: dict[str, Any] = {}
         ours = thunder_ir.jit(ddp(fresh(), bucket_size_in_mb=a.bucket_mb))
