@@ -8,7 +8,8 @@ the property tests check the kernels against them.
 
 VJP rules (QLoRA-style fine-tuning): the quantized base is frozen, so the quantize ops
 give the weight no gradient, and a quantized linear gives its input the gradient of a
-linear on the dequantized weight (``dx = dy @ W``) and its bias ``sum(dy)``. Adapters
+linear on the dequantized weight (``dx = dy @ W``) and its bias ``sum(dy)``; a weight that
+requires grad in a differentiated program is refused (`refuse_trainable_base`). Adapters
 beside it (LoRA's low-rank product) are ordinary ops and differentiate as usual.
 """
 
@@ -17,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects import quant as Q
+from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.types import ttype
 from thunder_ir.passes.decompositions import Decomposer, decomposes
 from thunder_ir.passes.vjp import Grad, is_differentiable_value, vjp
@@ -139,6 +141,33 @@ def quantize_int4_vjp(g: Grad, out: Outs, ct: Cts, w: SSAValue, group_size: int,
     return [None]
 
 
+class QuantizedBaseRequiresGrad(RuntimeError):
+    """A quantized linear's base weight requires grad in a program that is differentiated."""
+
+
+def refuse_trainable_base(g: Grad, out: Outs, storage: SSAValue) -> None:
+    """Raises `QuantizedBaseRequiresGrad` where the quantized weight behind ``storage``
+    (the scales: they require grad exactly when the weight does) requires grad here.
+
+    The quantized base is frozen (QLoRA): its weight gets no gradient, where eager on the
+    dequantized model would give it one (``dy^T x``), and differentiating through the
+    quantization (``round``) would give yet another. So a weight that requires grad is
+    refused, naming it and what to do, instead of any silent choice."""
+    if not g.active(storage):
+        return
+    qz = storage.owner
+    w = qz.operands[0] if isinstance(qz, Operation) and qz.operands else storage
+    hint = (w.name_hint or "").removeprefix("t_")
+    loc = location_text(out[0].owner) if isinstance(out[0].owner, Operation) else ""
+    raise QuantizedBaseRequiresGrad(
+        f"QuantizeWeights: the weight `{hint or '?'}` (its module path with '.' written "
+        f"'_'){f' of the linear at {loc}' if loc else ''} requires grad, but a quantized "
+        "base is frozen (QLoRA-style: it gets no gradient). Freeze it "
+        "(`module.weight.requires_grad_(False)`; peft's LoRA models do), leave its module "
+        "out of the transform (`QuantizeWeights(modules=[...])` naming the others), or run "
+        "the call under `torch.no_grad()` / `torch.inference_mode()` for inference.")
+
+
 def _linear_grads(g: Grad, ct: Cts, x: SSAValue, w: Any, bias: SSAValue | None,
                   n: int) -> tuple[SSAValue | None, SSAValue | None]:
     dy = ct[0]
@@ -157,7 +186,9 @@ def _linear_grads(g: Grad, ct: Cts, x: SSAValue, w: Any, bias: SSAValue | None,
 @vjp(Q.Int8LinearOp)
 def int8_linear_vjp(g: Grad, out: Outs, ct: Cts, x: SSAValue, q: SSAValue, scale: SSAValue,
                     bias: SSAValue | None) -> Grads:
-    """``dx = dy @ (q * scale[:, None])``, ``dbias = sum(dy)``; none to the storage."""
+    """``dx = dy @ (q * scale[:, None])``, ``dbias = sum(dy)``; none to the storage (a
+    weight that requires grad is refused: `refuse_trainable_base`)."""
+    refuse_trainable_base(g, out, scale)
     dx, db = _linear_grads(g, ct, x, lambda: dequant_int8(g, q, scale), bias,
                            ttype(q).sizes[0])
     return [dx, None, None, db]
@@ -166,11 +197,13 @@ def int8_linear_vjp(g: Grad, out: Outs, ct: Cts, x: SSAValue, q: SSAValue, scale
 @vjp(Q.Int4LinearOp)
 def int4_linear_vjp(g: Grad, out: Outs, ct: Cts, x: SSAValue, codes: SSAValue, sz: SSAValue,
                     bias: SSAValue | None, group_size: int) -> Grads:
-    """``dx = dy @ W`` (W dequantized), ``dbias = sum(dy)``; none to the storage."""
+    """``dx = dy @ W`` (W dequantized), ``dbias = sum(dy)``; none to the storage (a
+    weight that requires grad is refused: `refuse_trainable_base`)."""
+    refuse_trainable_base(g, out, sz)
     dx, db = _linear_grads(g, ct, x, lambda: dequant_int4(g, codes, sz, group_size), bias,
                            ttype(codes).sizes[0])
     return [dx, None, None, db]
 
 
-__all__ = ["dequant_int4", "dequant_int8", "int4_linear", "int8_linear", "quantize_int4",
-           "quantize_int8"]
+__all__ = ["QuantizedBaseRequiresGrad", "dequant_int4", "dequant_int8", "int4_linear",
+           "int8_linear", "quantize_int4", "quantize_int8", "refuse_trainable_base"]

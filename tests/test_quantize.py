@@ -184,6 +184,41 @@ def test_lora_gradients_equal_eager_on_dequantized(bits: int) -> None:
     assert m[0].base.weight.grad is None
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_trainable_base_is_refused_naming_it(bits: int) -> None:
+    """A quantized weight that requires grad in a differentiated call is refused naming it
+    and what to do (the base is frozen; eager on the dequantized model would give it a
+    gradient), leaving the model as it was; each remedy then gives eager's gradients on
+    the dequantized model."""
+    from thunder_ir.passes.quant_rules import QuantizedBaseRequiresGrad
+
+    m = mlp()
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits)])
+    x = torch.randn(3, 64)
+    with pytest.raises(QuantizedBaseRequiresGrad, match=r"`[02]_weight`.*requires_grad_"):
+        jm(x)
+    assert all(p.grad is None and p.requires_grad for p in m.parameters())
+    assert all(torch.equal(v, before[k]) for k, v in m.state_dict().items())
+    with torch.no_grad():  # inference: nothing is differentiated
+        torch.testing.assert_close(jm(x), dequantized_copy(m, bits)(x), atol=1e-5, rtol=1e-5)
+
+    # leave the trainable layer out: it trains as eager, the quantized one is frozen
+    m[0].weight.requires_grad_(False)
+    ref = dequantized_copy(m, bits, only="0")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits, modules=["0"])])
+    xg, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    c = torch.randn(3, 16)
+    (jm(xg) * c).sum().backward()
+    (ref(xr) * c).sum().backward()
+    torch.testing.assert_close(xg.grad, xr.grad, atol=1e-4, rtol=1e-4)
+    for (name, p), pr in zip(m.named_parameters(), ref.parameters(), strict=True):
+        assert (p.grad is None) == (pr.grad is None), name
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-4)
+    assert m[0].weight.grad is None and m[2].weight.grad is not None
+
+
 def test_peft_lora_gradients() -> None:
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)
@@ -202,16 +237,26 @@ def test_peft_lora_gradients() -> None:
     m = peft.get_peft_model(Net(), cfg)
     ref = dequantized_copy(m, 8, only="base_layer")
     jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8, modules=["base_layer"])])
-    x = torch.randn(5, 64)
-    y, yr = jm(x), ref(x)
-    torch.testing.assert_close(y, yr, atol=1e-5, rtol=1e-5)
-    y.sum().backward()
-    yr.sum().backward()
-    for (name, p), pr in zip(m.named_parameters(), ref.parameters()):
-        assert (p.grad is None) == (pr.grad is None), name
-        if p.grad is not None:
-            assert "lora" in name
-            torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-5)
+    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-2)
+    opt_ref = torch.optim.AdamW([p for p in ref.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(2):  # gradients, then the adapters after an optimizer step, as eager's
+        x = torch.randn(5, 64)
+        y, yr = jm(x), ref(x)
+        torch.testing.assert_close(y, yr, atol=1e-5, rtol=1e-5)
+        y.sum().backward()
+        yr.sum().backward()
+        for (name, p), pr in zip(m.named_parameters(), ref.parameters(), strict=True):
+            assert (p.grad is None) == (pr.grad is None), name
+            if p.grad is not None:
+                assert "lora" in name
+                torch.testing.assert_close(p.grad, pr.grad, atol=1e-4, rtol=1e-5)
+        opt.step()
+        opt_ref.step()
+        opt.zero_grad()
+        opt_ref.zero_grad()
+        for (name, p), pr in zip(m.named_parameters(), ref.parameters(), strict=True):
+            if "lora" in name:
+                torch.testing.assert_close(p, pr, atol=1e-5, rtol=1e-5)
     assert "tir.int8_linear(" in str(thunder_ir.last_traces(jm)[-1])
 
 
@@ -563,3 +608,37 @@ def test_float32_path_dequantizes_in_row_blocks(rows: int) -> None:
     x = torch.randn(rows, 96)
     want = torch.nn.functional.linear(x, Q.int8_dequantize(q, scale))
     torch.testing.assert_close(Q.dequantized_mm(x, q, scale), want, atol=1e-6, rtol=1e-6)
+
+
+def linear_error_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """How far two float32 sums of ``x_k w_k`` in different orders may be apart:
+    ``2 K 2^-24 sum_k |x_k w_k|`` per output (each is within ``K 2^-24`` of the exact sum,
+    relative to the sum of absolute values)."""
+    return 2 * x.shape[-1] * 2.0 ** -24 * (x.abs() @ w.abs().T)
+
+
+def test_float32_decode_row_is_fused_within_its_bound() -> None:
+    """One row of float32 activations on a weight of `FUSED_MIN_ELEMENTS` or more: the
+    fused product (Inductor's kernel, one pass over the int8 bytes) is within the stated
+    bound of eager's linear on the dequantized weight; two rows multiply a block at a
+    time."""
+    from thunder_ir.dialects import quant_cpu
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(640, 512)
+    with torch.no_grad():
+        m.weight.mul_(torch.linspace(0.01, 10, 512)[:, None])  # rows of other magnitudes
+    ref = dequantized_copy(m, 8)
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
+    before = len(quant_cpu.FUSED.kernels)
+    with torch.no_grad():
+        for x in (torch.randn(1, 1, 640), torch.randn(1, 640) * 100, torch.randn(2, 640)):
+            got, want = jm(x), ref(x)
+            bound = linear_error_bound(x, ref.weight) + 2.0 ** -24 * want.abs()  # (+ bias)
+            assert bool(((got - want).abs() <= bound).all())
+            assert got.shape == want.shape and got.dtype == want.dtype
+    if quant_cpu.FUSED.kernel(512, 640) is None:
+        pytest.skip("Inductor cannot compile here (no C++ compiler): the fused product "
+                    "was not used")
+    assert len(quant_cpu.FUSED.kernels) >= before and (512, 640, torch.get_num_threads()) \
+        in quant_cpu.FUSED.kernels
