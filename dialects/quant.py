@@ -49,7 +49,6 @@ Decompositions (dequantize, then ``linear``) and VJP rules are
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -69,7 +68,6 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
-from thunder_ir.dialects import quant_devices as QD
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.quant_cpu import FUSED
@@ -271,18 +269,8 @@ def _int4_linear(x: torch.Tensor, codes: torch.Tensor, sz: torch.Tensor,
         packed = QUANTIZED.get(codes, "int4-cpu", int4_kernel_layout)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(_rows(xc), packed, group_size, sz)
         return _finish(y, x, codes.shape[0], bias)
-    if x.device.type == "cuda" and not x.requires_grad and _tinygemm(x.device, sz.dtype):
-        y = QD.int4_linear_cuda(_rows(xc), codes, sz, group_size, QUANTIZED)
-        return _finish(y, x, codes.shape[0], bias)
     return _finish(F.linear(xc, int4_dequantize(codes, sz, group_size)), x, codes.shape[0],
                    bias)
-
-
-@functools.lru_cache(maxsize=None)
-def _tinygemm(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether an int4 linear on ``device`` computing in ``dtype`` runs tinygemm."""
-    dev = str(device)
-    return QD.linear_kernel(4, dev, dtype, QD.device_capability(dev)) == QD.TINYGEMM
 
 
 # --------------------------------------------------------------------------- shape rules
@@ -375,25 +363,10 @@ class QuantOp(LtorchOp):
     """Base of the quant ops: pure, run by a library kernel, typed by their own rule."""
 
     SHAPE_RULE: ClassVar[Callable[[list[Any], dict[str, Any]], Any]]
-    BITS: ClassVar[int | None] = None
-    """A quantized linear's scheme (8, 4); None for the quantize ops."""
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
         return cls.SHAPE_RULE(list(operand_types), params)  # type: ignore[no-any-return]
-
-    def runs_whole(self) -> bool:
-        """Whether the torch executor runs this op as its kernel on its device: a quantize
-        op always (its storage is made once); a linear where `quant_devices.LINEAR_KERNELS`
-        names a kernel. Otherwise it decomposes (dequantize, then linear), which the
-        fusion executors take (CUDA int8, for one)."""
-        x, scales = self.operands[0].type, self.operands[2].type
-        if self.BITS is None or not isinstance(x, TensorType) \
-                or not isinstance(scales, TensorType):
-            return True
-        dev = x.dev
-        kernel = QD.linear_kernel(self.BITS, dev, scales.dtype, QD.device_capability(dev))
-        return kernel != QD.DEQUANTIZE
 
 
 @quant_op(_quantize_int8, _quantize_int8_rule)
@@ -415,7 +388,6 @@ class Int8LinearOp(QuantOp):
     """`%y = quant.int8_linear %x, %q, %scale[, %bias]`: ``x @ (q * scale[:, None]).T + bias``"""
 
     name = "quant.int8_linear"
-    BITS: ClassVar[int | None] = 8
 
     input = operand_def(TensorType)
     qweight = operand_def(TensorType)
@@ -446,7 +418,6 @@ class Int4LinearOp(QuantOp):
     ``W = (code - 8) * scale + zero`` per group"""
 
     name = "quant.int4_linear"
-    BITS: ClassVar[int | None] = 4
 
     input = operand_def(TensorType)
     codes = operand_def(TensorType)
