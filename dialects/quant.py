@@ -18,8 +18,11 @@ weight into typed storage, and a linear on that storage.
                                    : f32[N, K] -> u8[N, K / 2], f32[K / g, N, 2]
       %y = quant.int4_linear %x, %codes, %sz[, %b] {group_size = 32}
 
-  ``codes`` holds two 4-bit codes a byte (column ``2j`` in the low nibble, ``2j + 1`` in
-  the high one); ``sz[g, n] = (scale, zero)``; the weight is ``(code - 8) * scale + zero``.
+  ``codes`` holds two 4-bit codes a byte: on the CPU in the layout torch's int4 kernel
+  takes (``aten._convert_weight_to_int4pack_for_cpu``'s, blocked over rows; see
+  `thunder_ir.dialects.quant_cpu`), its only copy; elsewhere plainly (column ``2j`` in the
+  low nibble, ``2j + 1`` in the high one, as `int4_qparams` returns them);
+  ``sz[g, n] = (scale, zero)``; the weight is ``(code - 8) * scale + zero``.
 
 The scales' dtype is the dtype the product is computed in: the weight's by default
 (``dtype`` on the quantize op: another, ``QuantizeWeights(compute_dtype=torch.bfloat16)``,
@@ -38,8 +41,7 @@ this module's kernels, which generated code calls as ``tir.quantize_int8`` and s
 * ``int8_linear`` is ``torch.ops.aten._weight_int8pack_mm`` (bfloat16 and float16
   activations; on float32 ones `dequantized_mm`, a few rows at a time, is 3-4x faster);
   ``int4_linear`` is
-  ``aten._weight_int4pack_mm_for_cpu`` on the codes converted once into the kernel's
-  packed layout (``aten._convert_weight_to_int4pack_for_cpu``, kept beside the codes).
+  ``aten._weight_int4pack_mm_for_cpu`` on the codes, kept in its packed layout.
   Elsewhere (another device, a dtype the kernel does not take) they dequantize and call
   ``F.linear``.
 
@@ -70,7 +72,7 @@ from xdsl.traits import Pure
 
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.ltorch_base import LtorchOp
-from thunder_ir.dialects.quant_cpu import FUSED
+from thunder_ir.dialects.quant_cpu import FUSED, int4_cpu_pack, int4_cpu_unpack
 from thunder_ir.dialects.traits import Library
 from thunder_ir.dialects.types import TensorType, tensor_type
 
@@ -203,7 +205,9 @@ def _quantize_int8(w: torch.Tensor, dtype: torch.dtype | None = None
 def _quantize_int4(w: torch.Tensor, group_size: int, dtype: torch.dtype | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     def make(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return int4_qparams(t, group_size, dtype)
+        codes, sz = int4_qparams(t, group_size, dtype)
+        # on the CPU, only the kernel's layout is kept (its one copy of the codes)
+        return (int4_kernel_layout(codes) if t.device.type == "cpu" else codes), sz
 
     return QUANTIZED.get(w, ("int4", group_size, dtype), make)  # type: ignore[no-any-return]
 
@@ -256,20 +260,27 @@ def _int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
 
 def int4_kernel_layout(codes: torch.Tensor) -> torch.Tensor:
     """``codes`` (two per byte, the even column low) in the layout of torch's int4 CPU
-    kernel (``_convert_weight_to_int4pack_for_cpu``)."""
+    kernel (``_convert_weight_to_int4pack_for_cpu``; `thunder_ir.dialects.quant_cpu`), what
+    ``quant.quantize_int4`` keeps on the CPU."""
     n = codes.shape[0]
-    each = torch.stack([codes & 15, codes >> 4], dim=2).reshape(n, -1).to(torch.int32)
-    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(each, 1)
+    return int4_cpu_pack(torch.stack([codes & 15, codes >> 4], dim=2).reshape(n, -1))
+
+
+def int4_plain_layout(packed: torch.Tensor) -> torch.Tensor:
+    """The codes of the CPU kernel's layout two per byte, the even column low (what
+    `int4_qparams` returns): the inverse of `int4_kernel_layout`."""
+    each = int4_cpu_unpack(packed)
+    return each[:, 0::2] | (each[:, 1::2] << 4)
 
 
 def _int4_linear(x: torch.Tensor, codes: torch.Tensor, sz: torch.Tensor,
                  bias: torch.Tensor | None = None, group_size: int = 32) -> torch.Tensor:
     xc = x.to(sz.dtype)
-    if x.device.type == "cpu" and not x.requires_grad:
-        packed = QUANTIZED.get(codes, "int4-cpu", int4_kernel_layout)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(_rows(xc), packed, group_size, sz)
+    if x.device.type == "cpu" and not x.requires_grad:  # (codes: the kernel's layout)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(_rows(xc), codes, group_size, sz)
         return _finish(y, x, codes.shape[0], bias)
-    return _finish(F.linear(xc, int4_dequantize(codes, sz, group_size)), x, codes.shape[0],
+    plain = int4_plain_layout(codes) if codes.device.type == "cpu" else codes
+    return _finish(F.linear(xc, int4_dequantize(plain, sz, group_size)), x, codes.shape[0],
                    bias)
 
 
@@ -434,5 +445,5 @@ Quant = Dialect("quant", QUANT_OPS, [])
 
 __all__ = ["FLOATS", "INT4_GROUP_SIZES", "QUANTIZED", "QUANT_OPS", "Int4LinearOp",
            "Int8LinearOp", "Quant", "QuantOp", "Quantized", "QuantizeInt4Op",
-           "QuantizeInt8Op", "int4_dequantize", "int4_kernel_layout", "int4_qparams",
-           "dequantized_mm", "int8_dequantize", "int8_qparams", "quant_op", "takes"]
+           "QuantizeInt8Op", "int4_dequantize", "int4_kernel_layout", "int4_plain_layout",
+           "int4_qparams", "dequantized_mm", "int8_dequantize", "int8_qparams", "quant_op", "takes"]

@@ -21,6 +21,7 @@ import torch
 from xdsl.ir import Operation, SSAValue
 
 from thunder_ir.dialects import quant as Q
+from thunder_ir.dialects import quant_cpu as QC
 from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.types import ttype
 from thunder_ir.passes.decompositions import Decomposer, decomposes
@@ -41,15 +42,62 @@ def dequant_int8(b: Any, q: SSAValue, scale: SSAValue) -> SSAValue:
     return b.ltorch.mul(wq, b.ltorch.unsqueeze(scale, dim=1))  # type: ignore[no-any-return]
 
 
+def _cpu_parts(b: Any, t: SSAValue, n: int) -> list[tuple[SSAValue, int, int, bool]]:
+    """``t``'s rows cut as the CPU int4 layout's parts: ``(rows of t, count, rows,
+    halves)`` (`thunder_ir.dialects.quant_cpu.int4_cpu_parts`)."""
+    parts = QC.int4_cpu_parts(n, *QC.int4_cpu_layout())
+    pieces = [t] if len(parts) == 1 else b.ltorch.split(
+        t, split_size_or_sections=tuple(c * r for c, r, _ in parts), dim=0)
+    return [(p, c, r, h) for p, (c, r, h) in zip(pieces, parts, strict=True)]
+
+
+def _cat(b: Any, parts: list[SSAValue]) -> SSAValue:
+    return parts[0] if len(parts) == 1 else b.ltorch.cat(parts, dim=0)  # type: ignore[no-any-return]
+
+
+def unpack_int4_cpu(b: Any, packed: SSAValue) -> SSAValue:
+    """The codes ``[N, K]`` (0..15, uint8) of the CPU kernel's packed ``[N, K / 2]``:
+    `thunder_ir.dialects.quant_cpu.int4_cpu_unpack` in ltorch ops."""
+    n, half = ttype(packed).sizes
+    out = []
+    for piece, count, rows, halves in _cpu_parts(b, packed, n):
+        by = b.ltorch.reshape(piece, shape=(count, 2 * half, rows // 2))
+        nib = b.ltorch.stack([b.ltorch.bitwise_and(by, _num(b, 15)),
+                              b.ltorch.floor_divide(by, _num(b, 16))], dim=3)
+        order = b.ltorch.permute(nib, dims=(0, 3, 2, 1) if halves else (0, 2, 3, 1))
+        out.append(b.ltorch.reshape(order, shape=(count * rows, 2 * half)))
+    return _cat(b, out)
+
+
+def pack_int4_cpu(b: Any, codes: SSAValue) -> SSAValue:
+    """Codes ``[N, K]`` (0..15, any dtype) in the CPU kernel's packed layout, uint8
+    ``[N, K / 2]``: the inverse of `unpack_int4_cpu`."""
+    n, k = ttype(codes).sizes
+    out = []
+    for piece, count, rows, halves in _cpu_parts(b, codes, n):
+        v = b.ltorch.reshape(piece, shape=(count, 2, rows // 2, k) if halves
+                             else (count, rows // 2, 2, k))
+        v = b.ltorch.permute(v, dims=(0, 3, 2, 1) if halves else (0, 3, 1, 2))
+        low, high = b.ltorch.chunk(v, chunks=2, dim=3)  # [count, K, rows / 2, 1] each
+        by = b.ltorch.add(low, b.ltorch.mul(high, _num(b, 16)))
+        out.append(b.ltorch.reshape(by, shape=(count * rows, k // 2)))
+    return b.ltorch.to_dtype(_cat(b, out), dtype=torch.uint8)  # type: ignore[no-any-return]
+
+
 def dequant_int4(b: Any, codes: SSAValue, sz: SSAValue, group_size: int) -> SSAValue:
-    """``(code - 8) * scale + zero`` per group, in ``sz``'s dtype."""
+    """``(code - 8) * scale + zero`` per group, in ``sz``'s dtype (the codes unpacked
+    from the CPU kernel's layout on the CPU)."""
     n, half = ttype(codes).sizes
     k = 2 * half
     dtype = ttype(sz).dtype
-    low = b.ltorch.bitwise_and(codes, _num(b, 15))
-    high = b.ltorch.floor_divide(codes, _num(b, 16))
-    each = b.ltorch.reshape(b.ltorch.stack([low, high], dim=2), shape=(n, k // group_size,
-                                                                         group_size))
+    if ttype(codes).dev == "cpu":
+        each = b.ltorch.reshape(unpack_int4_cpu(b, codes), shape=(n, k // group_size,
+                                                                   group_size))
+    else:
+        low = b.ltorch.bitwise_and(codes, _num(b, 15))
+        high = b.ltorch.floor_divide(codes, _num(b, 16))
+        each = b.ltorch.reshape(b.ltorch.stack([low, high], dim=2),
+                                shape=(n, k // group_size, group_size))
     centered = b.ltorch.sub(b.ltorch.to_dtype(each, dtype=dtype), _num(b, 8))
     per_row = b.ltorch.permute(sz, dims=(1, 0, 2))  # [N, G, 2]
     scale, zero = b.ltorch.chunk(per_row, chunks=2, dim=2)  # [N, G, 1] each
@@ -92,10 +140,14 @@ def quantize_int4(d: Decomposer, w: SSAValue, group_size: int,
     zero = d.ltorch.add(lo, d.ltorch.mul(scale, _num(d, 8)))
     codes = d.ltorch.clamp(d.ltorch.round(d.ltorch.div(d.ltorch.sub(wf, lo), scale)),
                            min=0, max=15)
-    codes = d.ltorch.reshape(codes, shape=(n, k // 2, 2))
-    low, high = d.ltorch.chunk(codes, chunks=2, dim=2)
-    packed = d.ltorch.add(low, d.ltorch.mul(high, _num(d, 16)))
-    packed = d.ltorch.to_dtype(d.ltorch.reshape(packed, shape=(n, k // 2)), dtype=torch.uint8)
+    if ttype(w).dev == "cpu":  # the kernel's layout (`_quantize_int4` keeps that one)
+        packed = pack_int4_cpu(d, d.ltorch.reshape(codes, shape=(n, k)))
+    else:
+        codes = d.ltorch.reshape(codes, shape=(n, k // 2, 2))
+        low, high = d.ltorch.chunk(codes, chunks=2, dim=2)
+        packed = d.ltorch.add(low, d.ltorch.mul(high, _num(d, 16)))
+        packed = d.ltorch.to_dtype(d.ltorch.reshape(packed, shape=(n, k // 2)),
+                                   dtype=torch.uint8)
     sz = d.ltorch.cat([scale, zero], dim=2)  # [N, G, 2]
     sz = d.ltorch.permute(sz, dims=(1, 0, 2))
     return [packed, d.ltorch.to_dtype(sz, dtype=dtype)]
@@ -206,4 +258,5 @@ def int4_linear_vjp(g: Grad, out: Outs, ct: Cts, x: SSAValue, codes: SSAValue, s
 
 
 __all__ = ["QuantizedBaseRequiresGrad", "dequant_int4", "dequant_int8", "int4_linear",
-           "int8_linear", "quantize_int4", "quantize_int8", "refuse_trainable_base"]
+           "int8_linear", "pack_int4_cpu", "quantize_int4", "quantize_int8",
+           "refuse_trainable_base", "unpack_int4_cpu"]

@@ -439,10 +439,11 @@ def test_int4_scheme_properties(n16: int, groups: int, gs: int, mag: float, shif
 
 
 @pytest.mark.parametrize("bits,shape", [(8, (24, 40)), (8, (1, 7)), (4, (32, 64)),
-                                        (4, (16, 256))])
+                                        (4, (16, 256)), (4, (208, 64))])
 def test_decomposed_quantize_equals_scheme(bits: int, shape: tuple[int, int]) -> None:
     """The quantize ops' decompositions (run by the reference interpreter) give the
-    scheme's storage bit for bit."""
+    scheme's storage bit for bit: for int4 on the CPU, the kernel's packed layout (208
+    rows: full blocks and a short one), which is also what the kernel keeps."""
     from thunder_ir.dialects.program import Program
     from thunder_ir.dialects.types import tensor_type
     from thunder_ir.passes import Pipeline
@@ -458,8 +459,10 @@ def test_decomposed_quantize_equals_scheme(bits: int, shape: tuple[int, int]) ->
     assert "quant." not in str(module)
     got = run(module, w)
     want = Q.int8_qparams(w) if bits == 8 else Q.int4_qparams(w, **params)
-    for a, b in zip(got, want):
-        assert a.dtype == b.dtype and torch.equal(a, b)
+    if bits == 4:
+        want = (Q.int4_kernel_layout(want[0]), want[1])
+    for a, b, kept in zip(got, want, op.TORCH_FN(w, **params), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b) and torch.equal(kept, b)
 
 
 def test_tier_up_keeps_the_kernels_and_trains_as_eager(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -641,3 +644,84 @@ def test_float32_decode_row_is_fused_within_its_bound() -> None:
     if quant_cpu.FUSED.kernels[key] is None:
         pytest.skip("Inductor cannot compile here (no C++ compiler): the fused product "
                     "was not used")
+
+
+# --------------------------------------------------------------------------- int4 storage
+
+
+@settings(max_examples=40, deadline=None)
+@given(n16=st.integers(1, 13), k2=st.integers(1, 80), low=st.integers(0, 15),
+       seed=st.integers(0, 2**16))
+def test_int4_cpu_layout_round_trip(n16: int, k2: int, low: int, seed: int) -> None:
+    """The kernel's packing (`quant_cpu.int4_cpu_pack`, torch's own) read back by
+    `int4_cpu_unpack` gives the codes, over row counts with and without a short block,
+    any even column count and code ranges (``low..15``); the plain layout round trips
+    through the kernel's."""
+    from thunder_ir.dialects import quant_cpu
+
+    n, k = 16 * n16, 2 * k2
+    g = torch.Generator().manual_seed(seed)
+    codes = torch.randint(low, 16, (n, k), generator=g, dtype=torch.uint8)
+    packed = quant_cpu.int4_cpu_pack(codes)
+    assert packed.shape == (n, k // 2) and packed.dtype == torch.uint8
+    assert torch.equal(quant_cpu.int4_cpu_unpack(packed), codes)
+    plain = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    assert torch.equal(Q.int4_kernel_layout(plain), packed)
+    assert torch.equal(Q.int4_plain_layout(packed), plain)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n16=st.integers(1, 9), groups=st.integers(1, 3), gs=st.sampled_from(Q.INT4_GROUP_SIZES),
+       mag=st.sampled_from([1e-3, 1.0, 1e2]), shift=st.sampled_from([0.0, 1.0, -3.0]),
+       seed=st.integers(0, 2**16))
+def test_int4_storage_is_one_copy_and_dequantizes(n16: int, groups: int, gs: int, mag: float,
+                                                  shift: float, seed: int) -> None:
+    """What `quant.quantize_int4` keeps for a CPU weight is the kernel's packed codes and
+    the scales and zeros, nothing else (N K / 2 + 8 N K / group_size bytes for float32);
+    the dequantization read from it (the kernel path's fallback) is the scheme's weight
+    within its error, and the kernel computes on it."""
+    n, k = 16 * n16, gs * groups
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) + shift) * mag
+    before = len(Q.QUANTIZED)
+    packed, sz = Q.QuantizeInt4Op.TORCH_FN(w, gs)
+    assert len(Q.QUANTIZED) == before + 1  # one entry: no second layout kept beside it
+    assert packed.numel() * packed.element_size() + sz.numel() * sz.element_size() \
+        == n * k // 2 + 8 * n * k // gs
+    codes, sz_ref = Q.int4_qparams(w, gs)
+    assert torch.equal(sz, sz_ref) and torch.equal(Q.int4_plain_layout(packed), codes)
+    w_deq = Q.int4_dequantize(codes, sz, gs)
+    x = torch.randn(3, k, generator=g)
+    want = x @ w_deq.T
+    with torch.enable_grad():  # (an input that requires grad: the dequantizing path)
+        y = Q.Int4LinearOp.TORCH_FN(x.clone().requires_grad_(), packed, sz, None, gs)
+    torch.testing.assert_close(y.detach(), want, atol=1e-5 * mag * k, rtol=1e-5)
+    got = Q.Int4LinearOp.TORCH_FN(x, packed, sz, None, gs)  # the kernel
+    torch.testing.assert_close(got, want, atol=1e-4 * mag * k, rtol=1e-4)
+
+
+@pytest.mark.parametrize("compute", [None, torch.bfloat16])
+def test_int4_decomposition_unpacks_full_and_short_blocks(compute: torch.dtype | None) -> None:
+    """An executor without the kernels: the int4 linear's decomposition unpacks the
+    kernel's layout in ltorch ops (208 rows: full blocks and a short one) and equals the
+    dequantized model; with an input that requires grad, its gradient too."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 208), torch.nn.ReLU(), torch.nn.Linear(208, 80))
+    ref = dequantized_copy(m, 4, only="0")  # (208 columns: no int4 groups of 32)
+    ex = TorchExecutor(claims=lambda op: not isinstance(op, Q.QuantOp)
+                       and getattr(type(op), "TORCH_FN", None) is not None)
+    for p in m.parameters():
+        p.requires_grad_(False)
+    transform = QuantizeWeights(bits=4, compute_dtype=compute, modules=["0"])
+    jm = thunder_ir.jit(m, executors=[ex], transforms=[transform])
+    kernels = thunder_ir.jit(m, transforms=[transform])
+    x = torch.randn(5, 64, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    y = jm(x)
+    want = ref(xr) if compute is None else kernels(xr)
+    tol = 1e-5 if compute is None else 2e-2
+    torch.testing.assert_close(y, want, atol=tol, rtol=tol)
+    y.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad, atol=tol, rtol=tol)
+    assert "quantize_int" not in str(thunder_ir.last_traces(jm)[-1])
