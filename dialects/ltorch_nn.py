@@ -23,11 +23,13 @@ Deviations from torch, on purpose:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
 from xdsl.dialects.builtin import FloatAttr, IntegerAttr, StringAttr
 from xdsl.ir import Attribute, Operation
 from xdsl.irdl import (
@@ -178,7 +180,10 @@ def grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor
     ``[M, K] x [E, K, N] -> [M, N]`` splits the rows of ``input`` (one ``weight[e]`` per
     group; rows past ``offs[-1]`` are zero), ``[K, M] x [M, N] -> [E, K, N]`` the shared
     dim. ``torch._grouped_mm`` where its dtype and layout rules hold, else a loop of
-    ``mm`` over the groups (transformers' ``grouped_mm_fallback``)."""
+    ``mm`` over the groups (transformers' ``grouped_mm_fallback``). On fake tensors (an
+    Inductor region traced by ``make_fx``) it is one call of `grouped_mm_op`."""
+    if isinstance(input, FakeTensor):
+        return grouped_mm_op()(input, weight, offs)
     if (input.dtype in (torch.float32, torch.bfloat16) and input.device.type != "meta"
             and hasattr(torch, "_grouped_mm") and _aligned(input) and _aligned(weight)):
         out = torch._grouped_mm(input, weight, offs=offs.to(torch.int32))
@@ -205,6 +210,19 @@ def grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor
     if not ends:
         return input.new_zeros(0, input.shape[0], weight.shape[1])
     return torch.stack([input[:, a:b] @ weight[a:b] for a, b in zip(starts, ends)])
+
+
+@functools.cache
+def grouped_mm_op() -> Any:
+    """`grouped_mm` as the torch custom op ``thunder_ir::grouped_mm`` (made on first use):
+    an Inductor region holds it as one call of this function on the real tensors, whose
+    group sizes it reads as it runs (the shapes do not depend on them), so the region
+    does not split there and its values are the unfused program's."""
+    op = torch.library.custom_op("thunder_ir::grouped_mm", mutates_args=(),
+                                 tags=(torch.Tag.needs_exact_strides,))(grouped_mm)
+    op.register_fake(lambda a, b, offs: a.new_empty(
+        (a.shape[0], b.shape[2]) if b.dim() == 3 else (offs.shape[0], a.shape[0], b.shape[1])))
+    return torch.ops.thunder_ir.grouped_mm.default
 
 
 @ltorch_op(grouped_mm)

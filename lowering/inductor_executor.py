@@ -103,7 +103,7 @@ LIBRARY_OPS: tuple[type[Operation], ...] = (
     N.ConvolutionOp, N.ConvolutionBackwardOp, N.NativeBatchNormOp, N.NativeBatchNormBackwardOp,
     N.MaxPool2dWithIndicesOp, N.MaxPool2dWithIndicesBackwardOp,
     N.LayerNormOp, N.NativeLayerNormOp, N.NllLossForwardOp, N.NativeGroupNormOp,
-    N.NativeGroupNormBackwardOp, P.GatherOp, P.ScatterAddOp,
+    N.NativeGroupNormBackwardOp, P.GatherOp, P.ScatterAddOp, N.GroupedMmOp,
 )
 """`Library` ops Inductor schedules around (see the module doc): ``make_fx`` turns them into
 the ATen calls eager makes, and Inductor calls the same kernels (matmuls, attention,
@@ -116,8 +116,10 @@ forward made Falcon's and Whisper's forwards one region each (``docs/performance
 rule of this executor, keyed by op class: which library kernels it takes is its own
 choice, not a fact of the op. ``topk``, ``gather`` and ``scatter_add`` (a router's choice
 of experts, its weights, and ``topk``'s backward) keep a mixture-of-experts layer's
-regions whole. Other library ops (cross entropy, ``grouped_mm``, whose group sizes are
-read when it runs) run eagerly."""
+regions whole, as does ``grouped_mm`` (the experts' products): ``make_fx`` records it as
+one call of the custom op `thunder_ir.dialects.ltorch_nn.grouped_mm_op`, which reads the
+group sizes when it runs (its result's shape does not depend on them), and Inductor calls
+it between its loops. Other library ops (cross entropy) run eagerly."""
 
 INDEX_REDUCTIONS: tuple[type[Operation], ...] = (C.TopkOp,)
 """Reductions with indices this executor takes (other reductions with indices run eagerly):
@@ -128,6 +130,15 @@ KEPT_OUT: tuple[type[Operation], ...] = (C.ArangeOp, C.EmptyOp, C.MaxOp, C.MinOp
 """Ops of a fused kind that this executor leaves to eager torch: ``arange`` and ``empty``
 (creation without a fill value) and the whole-tensor ``max``/``min`` were never given to
 Inductor; fusing them is a decision to measure first."""
+
+RANDOM_CALLS: frozenset[str] = frozenset({"torch.rand", "torch.randn"})
+"""Random factories whose calls this executor's regions hold (`InductorExecutor.fuses_draw`:
+drop-path's ``torch.rand``). Their regions compile with Inductor's ``fallback_random``,
+under which the kernel calls eager's ``aten.rand``/``aten.randn`` on the default
+generator, in program order (Inductor chains its random ops), so the draws and the
+generator's state after the call are eager's. ``*_like`` forms are not taken (Inductor's
+decompositions draw them in the result's order, eager in the operand's memory order),
+nor calls with a ``generator`` or ``out``."""
 
 FUSIBLE_CLAIMS: frozenset[tuple[str, type[Operation]]] = frozenset(
     {("sdpa", N.ScaledDotProductAttentionOp)}
@@ -286,6 +297,16 @@ class InductorExecutor(Executor):
                 return False
         return True
 
+    def fuses_draw(self, op: Operation) -> bool:
+        """A call of `RANDOM_CALLS` with static sizes (no operand) and no ``generator`` or
+        ``out``, making a tensor on a real device."""
+        if not (isinstance(op, CallOp) and op.callee.data in RANDOM_CALLS) or op.operands:
+            return False
+        if op.kwargs is not None and ({"generator", "out"} & set(op.kwargs.data)):
+            return False
+        return len(op.results) == 1 and isinstance(t := op.results[0].type, TensorType) \
+            and t.dev != "meta"
+
     def vjp_rule(self, op: Operation) -> Callable[..., Any] | None:
         """For a call of `thunder_ir.lowering.traced_calls.TRACED_CALLS` (``F.interpolate``,
         ``avg_pool2d``, ...): a pure forward and a pure ``torch.func.vjp`` backward that
@@ -309,11 +330,17 @@ class InductorExecutor(Executor):
         """
         if not isinstance(region, RegionOp):
             raise TypeError(f"{self.name} compiles fusion.region ops, got {region.name}")
+        if any(isinstance(op, N.GroupedMmOp) for op in region.walk()):
+            N.grouped_mm_op()  # (the kernel calls it by name: defined before it loads)
         fn, source = region_function_and_source(region)
         name = region.kernel.data
         single = len(region.results) == 1
         variants: dict[tuple[Any, ...], Callable[..., Any]] = {}
         options = self.options
+        # a region that draws (`fuses_draw`) calls eager's random ops in its kernel
+        draws = any(self.fuses_draw(op) for op in region.walk())
+        if draws:
+            options = {**(options or {}), "fallback_random": True}
         # A region of a symbolic program: one kernel for every size (Inductor's dynamic
         # shapes), per contiguity of the inputs rather than per strides.
         dynamic = any(isinstance(t, TensorType) and t.symbolic
@@ -400,7 +427,8 @@ class InductorExecutor(Executor):
             def done(compiled: Callable[..., Any] | None, error: BaseException | None
                      ) -> None:
                 if compiled is not None:  # timed against ``fn`` at its first call
-                    install(measured(name, compiled, fn, install, background.status))
+                    install(measured(name, compiled, fn, install, background.status,
+                                     draws=draws))
 
             def load(compiled: Compiled) -> Callable[..., Any]:
                 kernel = _load_kernel(compiled, single)
@@ -574,6 +602,6 @@ def tiered_executors(executors: Any) -> list[Any]:
 
 
 __all__ = ["FUSED_KINDS", "FUSIBLE_CALLS", "FUSIBLE_CLAIMS", "INDEX_REDUCTIONS", "KEPT_OUT",
-           "LIBRARY_OPS",
+           "LIBRARY_OPS", "RANDOM_CALLS",
            "InductorExecutor", "compile_graph", "fake_from_metadata", "region_function",
            "region_function_and_source", "region_program", "tiered_executors"]
