@@ -70,6 +70,7 @@ from xdsl.irdl import (
 )
 from xdsl.traits import Pure
 
+from thunder_ir.dialects import quant_devices as QD
 from thunder_ir.dialects.base import ShapeError
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.quant_cpu import FUSED, int4_cpu_pack, int4_cpu_unpack
@@ -279,6 +280,9 @@ def _int4_linear(x: torch.Tensor, codes: torch.Tensor, sz: torch.Tensor,
     if x.device.type == "cpu" and not x.requires_grad:  # (codes: the kernel's layout)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(_rows(xc), codes, group_size, sz)
         return _finish(y, x, codes.shape[0], bias)
+    if x.device.type == "cuda" and not x.requires_grad and QD.runs_tinygemm(x.device, sz.dtype):
+        y = QD.int4_linear_cuda(_rows(xc), codes, sz, group_size, QUANTIZED)
+        return _finish(y, x, codes.shape[0], bias)
     plain = int4_plain_layout(codes) if codes.device.type == "cpu" else codes
     return _finish(F.linear(xc, int4_dequantize(plain, sz, group_size)), x, codes.shape[0],
                    bias)
@@ -374,10 +378,26 @@ class QuantOp(LtorchOp):
     """Base of the quant ops: pure, run by a library kernel, typed by their own rule."""
 
     SHAPE_RULE: ClassVar[Callable[[list[Any], dict[str, Any]], Any]]
+    BITS: ClassVar[int | None] = None
+    """A quantized linear's scheme (8, 4); None for the quantize ops."""
 
     @classmethod
     def infer(cls, *operand_types: Any, **params: Any) -> Attribute | list[Attribute]:
         return cls.SHAPE_RULE(list(operand_types), params)  # type: ignore[no-any-return]
+
+    def runs_whole(self) -> bool:
+        """Whether the torch executor runs this op as its kernel on its device: a quantize
+        op always (its storage is made once); a linear where `quant_devices.LINEAR_KERNELS`
+        names a kernel. Otherwise it decomposes (dequantize, then linear), which the
+        fusion executors take (CUDA int8, for one)."""
+        if self.BITS is None:
+            return True
+        x, scales = self.operands[0].type, self.operands[2].type
+        if not isinstance(x, TensorType) or not isinstance(scales, TensorType):
+            return True
+        dev = x.dev
+        kernel = QD.linear_kernel(self.BITS, dev, scales.dtype, QD.device_capability(dev))
+        return kernel != QD.DEQUANTIZE
 
 
 @quant_op(_quantize_int8, _quantize_int8_rule)
@@ -399,6 +419,7 @@ class Int8LinearOp(QuantOp):
     """`%y = quant.int8_linear %x, %q, %scale[, %bias]`: ``x @ (q * scale[:, None]).T + bias``"""
 
     name = "quant.int8_linear"
+    BITS: ClassVar[int | None] = 8
 
     input = operand_def(TensorType)
     qweight = operand_def(TensorType)
@@ -429,6 +450,7 @@ class Int4LinearOp(QuantOp):
     ``W = (code - 8) * scale + zero`` per group"""
 
     name = "quant.int4_linear"
+    BITS: ClassVar[int | None] = 4
 
     input = operand_def(TensorType)
     codes = operand_def(TensorType)

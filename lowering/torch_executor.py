@@ -156,10 +156,16 @@ class TorchExecutor(Executor):
         self.claims = claims
 
     def can_claim(self, op: ThunderOp) -> bool:
-        """True for ltorch ops this executor runs with one torch call."""
+        """True for ltorch ops this executor runs with one torch call: those with a torch
+        function, unless the op says it does not run whole here (``runs_whole()``: a
+        quantized linear on a device without its kernel decomposes for the fusion
+        executors)."""
         if self.claims is not None:
             return self.claims(op)
-        return getattr(type(op), "TORCH_FN", None) is not None
+        if getattr(type(op), "TORCH_FN", None) is None:
+            return False
+        runs_whole = getattr(op, "runs_whole", None)
+        return runs_whole is None or bool(runs_whole())
 
 
 class _Lower(RewritePattern):
