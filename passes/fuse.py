@@ -64,11 +64,17 @@ from xdsl.utils.arg_spec import ArgSpec
 from thunder_ir.dialects.autograd import LAYOUT, BackwardLayoutAttr, JointLayoutAttr
 from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp, claimed_by
+from thunder_ir.dialects import prims as PC
 from thunder_ir.dialects.ltorch_base import LtorchOp
+from thunder_ir.dialects.ltorch_core import JoinOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import program_functions
 from thunder_ir.dialects.traits import Movement, ViewLike, computes_nothing, side_effect_free
 from thunder_ir.passes.context import resolve, spec_with_names
+
+FRESH_MOVES: tuple[type[Operation], ...] = (JoinOp, PC.CatOp, PC.PadOp, PC.FlipOp)
+"""``Movement`` ops whose result is never a view of an operand (``cat``, ``stack``,
+``pad``, ``flip``: eager copies): `may_view` is false for them."""
 
 FALLBACK_EXECUTOR = "torch"
 """The executor that runs what nobody else does. It comes last in priority, so a fusion
@@ -160,11 +166,13 @@ class _Groups:
 def may_view(op: Operation) -> bool:
     """Whether ``op``'s results may be views of its operand (eager returns a view):
     ``ViewLike`` ops but copies, and ``Movement`` ops (``getitem`` with basic indices,
-    ``split``, ``chunk``; the others copy, and staying unfused only costs them a kernel)."""
+    ``split``, ``chunk``; the others copy, and staying unfused only costs them a kernel)
+    but the joins, pads and flips, whose result eager always makes anew (`FRESH_MOVES`:
+    a returned cache's ``cat`` is fused)."""
     view = op.get_trait(ViewLike)
     if view is not None:
         return view.free
-    return op.has_trait(Movement)
+    return op.has_trait(Movement) and not isinstance(op, FRESH_MOVES)
 
 
 def user_results(fn: Operation, fns: Sequence[Operation]) -> int | None:

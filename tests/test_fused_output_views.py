@@ -47,12 +47,19 @@ def _view_of_result(x: torch.Tensor) -> Any:
     return t, v, (v + 3).sum()
 
 
+def _view_of_cat(x: torch.Tensor) -> Any:
+    c = torch.cat([x * 2, x + 1], dim=0)  # (a cache's cat: fused, its view returned)
+    v = c.permute(1, 0)[-1]
+    return c, v, (v * 3).sum()
+
+
 FORMS: list[tuple[Callable[..., Any], tuple[int, ...], int]] = [
     (_slice_expand, (2, 3, 4, 5), 0),
     (_slice, (2, 3, 4, 5), 0),
     (_transpose, (4, 5), 0),
     (_view_then_reduce, (4, 5), 1),
     (_view_of_result, (4, 5), 1),
+    (_view_of_cat, (4, 5), 1),
 ]
 
 
@@ -127,3 +134,18 @@ def test_parameter_view_returned() -> None:
     with torch.no_grad():
         e, j = m(x), jm(x)
         assert j[0]._base is m.w and j[0].stride() == e[0].stride()
+
+
+def test_returned_cat_is_fused() -> None:
+    """A returned ``cat`` (a key/value cache) is no view in eager: a region makes it, and
+    only the views of it stay out (`passes.fuse.FRESH_MOVES`)."""
+    jf = thunder_ir.jit(_view_of_cat, executors=["torch_compile"], tiered=False)
+    x = torch.randn(4, 5)
+    e, j = _view_of_cat(x), jf(x)
+    for a, b in zip(e, j):
+        _same_layout(a, b)
+    assert e[0]._base is None and j[0]._base is None
+    code = [line for line in str(thunder_ir.last_traces(jf)[-1]).splitlines()
+            if not line.lstrip().startswith("#")]
+    assert not any("cat(" in line for line in code), code
+    assert any("= inductorFusion" in line for line in code), code
