@@ -662,3 +662,122 @@ def test_cuda_graph_policy_replays_a_launch_bound_program_as_eager(
     with torch.no_grad():
         x = torch.randn(32, 8, device=DEVICE).t()
         _agree("a transposed input", jm(x), eager(x))
+
+
+# ---------------------------------------------------------------- QuantizeWeights (issue 55)
+
+needs_cuda_kernels = pytest.mark.skipif(
+    not (ON_CUDA and torch.cuda.is_available()),
+    reason="the quantized linears' CUDA lowering needs a CUDA device (the CPU rehearsal has "
+    "none; tests/test_quantize_devices.py checks its CPU parts)")
+
+_TORCHAO_CUDA = """
+import sys, warnings, torch
+warnings.simplefilter("ignore")
+sys.path.insert(0, sys.argv[1])
+import torchao.quantization as tq
+m = torch.load(sys.argv[2], weights_only=False)
+x = torch.load(sys.argv[3])
+tq.quantize_(m, tq.Int8WeightOnlyConfig() if sys.argv[4] == "8" else
+             tq.Int4WeightOnlyConfig(group_size=32, int4_packing_format="tile_packed_to_4d"))
+with torch.no_grad():
+    torch.save(m(x), sys.argv[5])
+"""
+
+
+def _quant_model(bits: int, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(256, 128), nn.GELU(), nn.Linear(128, 64)).to(dtype)
+    return m, torch.randn(4, 256, dtype=dtype)
+
+
+def _quant_tolerance(dtype: torch.dtype) -> dict[str, float]:
+    return {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else \
+        {"atol": 3e-2, "rtol": 3e-2}
+
+
+@needs_cuda_kernels
+@pytest.mark.parametrize("bits,dtype", [(8, torch.float32), (8, torch.bfloat16),
+                                        (4, torch.float32), (4, torch.bfloat16)])
+def test_quantized_linears_on_cuda(bits: int, dtype: torch.dtype) -> None:
+    """`QuantizeWeights` on a CUDA model: values as eager's on the dequantized model; the
+    program runs what `quant_devices.LINEAR_KERNELS` names (tinygemm for bfloat16 int4
+    on sm80+, dequantize then linear otherwise)."""
+    from test_quantize import dequantized_copy
+
+    from thunder_ir.dialects import quant_devices as QD
+    from thunder_ir.transforms import QuantizeWeights
+
+    m, x = _quant_model(bits, dtype)
+    m, x = m.to(DEVICE), x.to(DEVICE)
+    ref = dequantized_copy(m, bits)
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits)])
+    with torch.no_grad():
+        y = jm(x)
+        torch.testing.assert_close(y, ref(x), **_quant_tolerance(dtype))
+        torch.testing.assert_close(jm(x), y, atol=0, rtol=0)
+    trace = str(thunder_ir.last_traces(jm)[-1])
+    assert f"tir.quantize_int{bits}(" in trace
+    kernel = QD.linear_kernel(bits, str(x.device), dtype, QD.device_capability(str(x.device)))
+    if kernel == QD.DEQUANTIZE:
+        assert f"int{bits}_linear(" not in trace and "linear(" in trace
+    else:
+        assert f"tir.int{bits}_linear(" in trace
+
+
+@needs_cuda_kernels
+@pytest.mark.parametrize("bits", [8, 4])
+def test_cpu_quantized_model_moved_to_cuda(bits: int) -> None:
+    """Quantized on the CPU, then ``model.to("cuda")``: the storage is made again on the
+    GPU (none made for the CPU is used there), values as eager's on the dequantized model
+    on CUDA."""
+    from test_quantize import dequantized_copy
+
+    from thunder_ir.dialects import quant as Q
+    from thunder_ir.transforms import QuantizeWeights
+
+    m, x = _quant_model(bits, torch.bfloat16)
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits)])
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), dequantized_copy(m, bits)(x), atol=3e-2, rtol=3e-2)
+        m.to(DEVICE)
+        xc = x.to(DEVICE)
+        y = jm(xc)
+        assert y.device.type == "cuda"
+        torch.testing.assert_close(y, dequantized_copy(m, bits)(xc), atol=3e-2, rtol=3e-2)
+    storage = Q.QUANTIZED.entries[id(m[0].weight)][3]
+    assert all(t.device.type == "cuda" for t in storage)
+
+
+@needs_cuda_kernels
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_agrees_with_torchao_on_cuda(bits: int, tmp_path: Any) -> None:
+    """torchao's ``Int8WeightOnlyConfig`` / ``Int4WeightOnlyConfig`` (tinygemm's packing)
+    on the same CUDA model: outputs within the kernels' rounding. (int4: torchao's range
+    is the group's min..max, the scheme's includes 0; it computes the qparams in bfloat16
+    here, the scheme in float32.)"""
+    import subprocess
+    import sys
+
+    from test_quantize import TORCHAO
+
+    from thunder_ir.transforms import QuantizeWeights
+
+    if not (TORCHAO / "torchao").is_dir():
+        pytest.skip(f"torchao is not installed in {TORCHAO} (scripts/setup.sh)")
+    dtype = torch.float32 if bits == 8 else torch.bfloat16
+    m, x = _quant_model(bits, dtype)
+    m, x = m.to(DEVICE), x.to(DEVICE)
+    torch.save(m, tmp_path / "m.pt")
+    torch.save(x, tmp_path / "x.pt")
+    done = subprocess.run([sys.executable, "-c", _TORCHAO_CUDA, str(TORCHAO),
+                           str(tmp_path / "m.pt"), str(tmp_path / "x.pt"), str(bits),
+                           str(tmp_path / "y.pt")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    y_ao = torch.load(tmp_path / "y.pt")
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits)])
+    with torch.no_grad():
+        y = jm(x)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if bits == 8 else {"atol": 6e-2, "rtol": 6e-2}
+    torch.testing.assert_close(y.float(), y_ao.float(), **tol)
