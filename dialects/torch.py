@@ -102,6 +102,7 @@ PURE_CALLEES: frozenset[str] = frozenset({
     "torch.nn.functional.grid_sample", "torch.diff", "torch.cdist", "torch.sort",
     "torch.Tensor.sort", "torch.einsum",
     "torch.histc", "torch.Tensor.histc",
+    "thunder_ir.runtime.namespace.scatter_strided",
 })
 """Torch functions whose opaque calls the frontend marks ``pure`` where they write into
 no operand and return no view: deterministic, no random draws, no side effects, fresh

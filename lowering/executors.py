@@ -108,6 +108,13 @@ class Executor:
         the kernels the claimer would. The torch fallback's claims need no such consent."""
         return False
 
+    def fuses_draw(self, op: Operation) -> bool:
+        """True if ``op``, a random draw (not side-effect free), may join one of this
+        executor's regions: its kernel makes the same draw from the same generator, at the
+        region's place in the program. The fuse pass keeps one draw per region and the
+        regions in the draws' order (`thunder_ir.passes.fuse`)."""
+        return False
+
     def compile_region(self, region: Operation) -> Callable[..., Any]:
         """A callable computing a ``fusion.region`` of this executor: ``f(*inputs) -> outs``."""
         raise NotImplementedError(f"{self.name} does not compile fusion regions")

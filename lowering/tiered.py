@@ -461,19 +461,23 @@ class BackgroundCompiler:
 
 def measured(name: str, fused: Callable[..., Any], unfused: Callable[..., Any],
              install: Callable[[Callable[..., Any]], None], status: Status,
-             rounds: int = 3) -> Callable[..., Any]:
+             rounds: int = 3, *, draws: bool = False) -> Callable[..., Any]:
     """The kernel's first call: times the compiled kernel and the region's unfused
     function on the call's own inputs (``rounds`` each, alternating; the best of each),
     installs the faster for the region's later calls (``install``), and returns its
     result. A region where Inductor's kernel does not pay (a lone matmul, say) stays
-    unfused."""
+    unfused. A region that ``draws`` random numbers makes each run from the generators'
+    state at the call, so the call draws what one run would, and leaves them so."""
 
     def first_call(*args: Any) -> Any:
         cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
         best = {fused: float("inf"), unfused: float("inf")}
         outs: dict[Any, Any] = {}
+        states = _rng_states() if draws else None
         for _ in range(rounds):
             for f in (fused, unfused):
+                if states is not None:
+                    _set_rng_states(states)
                 if cuda:
                     torch.cuda.synchronize()
                 start = time.perf_counter()
@@ -491,6 +495,18 @@ def measured(name: str, fused: Callable[..., Any], unfused: Callable[..., Any],
         return outs[winner]
 
     return first_call
+
+
+def _rng_states() -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """The default CPU generator's state, and every CUDA device's where CUDA is in use."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_states(states: tuple[torch.Tensor, list[torch.Tensor] | None]) -> None:
+    torch.set_rng_state(states[0])
+    if states[1] is not None:
+        torch.cuda.set_rng_state_all(states[1])
 
 
 def warn_failures(compiler: BackgroundCompiler, executor: str) -> None:

@@ -120,12 +120,11 @@ def _color(op: Operation, executors: Sequence[Any]) -> int:
     if isinstance(op, ConstantOp | RegionOp) or op.regions or not op.results:
         return -1
     claimer = claimed_by(op)
-    if not side_effect_free(op):
-        return -1
+    pure = side_effect_free(op)
     for k, ex in enumerate(executors):
         if claimer not in (None, FALLBACK_EXECUTOR) and not ex.fuses_claimed(op, claimer):
             continue
-        if ex.can_fuse(op):
+        if ex.can_fuse(op) if pure else ex.fuses_draw(op):
             return k
     return -1
 
@@ -235,16 +234,22 @@ def plan_groups(
     preds: list[list[int]] = []
     seg = [0] * n
     barriers = 0
+    last_draw = -1
     for i, op in enumerate(ops):
         ps: list[int] = []
         for v in _uses_of(op):
             j = index.get(v)
             if j is not None and j != i and j not in ps:
                 ps.append(j)
-        preds.append(ps)
         seg[i] = barriers
         if not is_const[i] and not side_effect_free(op):
-            barriers += 1
+            if colors[i] < 0:
+                barriers += 1
+            else:  # a draw a region makes: after the one before it, as an operand would
+                if last_draw >= 0 and last_draw not in ps:
+                    ps.append(last_draw)
+                last_draw = i
+        preds.append(ps)
     if all(c < 0 for c in colors):
         return [], colors, preds
 

@@ -27,12 +27,32 @@ def scatter_strided(base: torch.Tensor, src: torch.Tensor, base_strides: Sequenc
                     size: Sequence[int], strides: Sequence[int], offset: int) -> torch.Tensor:
     """``base`` with ``src`` written into the elements of its view of ``size``, ``strides``
     and ``offset`` (relative to ``base``'s own, in eager's layout of ``base``: strides
-    ``base_strides``): the functional form of a write through a view."""
+    ``base_strides``): the functional form of a write through a view. Where ``base`` is
+    laid out so already (dense, at its storage's start) and no gradient is recorded, this
+    is ``as_strided_scatter`` (``base`` cloned, its strides kept), one functional op for a
+    fusion region to hold. (Not with gradients: torch 2.13's derivative of
+    ``as_strided_scatter`` gives ``base`` the cotangent inside the view, not outside.)"""
+    if tuple(base.stride()) == tuple(base_strides) and base.storage_offset() == 0 \
+            and _dense(base.shape, base_strides) and not (
+                torch.is_grad_enabled() and (base.requires_grad or src.requires_grad)):
+        return torch.as_strided_scatter(base, src, tuple(size), tuple(strides), offset)
     out = torch.empty_strided(base.shape, tuple(base_strides), dtype=base.dtype,
                               device=base.device)
     out.copy_(base)
     out.as_strided(tuple(size), tuple(strides), offset).copy_(src)
     return out
+
+
+def _dense(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether ``strides`` lay ``shape`` out densely with no overlap (a permutation of the
+    contiguous layout, size-1 dims at any stride)."""
+    expect = 1
+    for n, s in sorted(((n, s) for n, s in zip(shape, strides, strict=True) if n != 1),
+                       key=lambda p: p[1]):
+        if s != expect:
+            return False
+        expect *= n
+    return True
 
 
 def strided_view(x: torch.Tensor, size: Sequence[int], strides: Sequence[int],

@@ -56,6 +56,7 @@ from thunder_ir.frontend import (
     backward_hooks,
     custom_function,
     einsum,
+    grids,
     hops,
     opaque_backward,
     repeat,
@@ -100,7 +101,7 @@ from thunder_ir.runtime.rebound import ReboundTensor
 from thunder_ir.runtime.symbolic_attrs import SymbolicAttr
 from thunder_ir.runtime.writes import JOIN, PLAIN, QUIET, with_bumps
 
-HANDLER_MODULES = (torch_map, torch_map_nn, einsum, setitem, repeat, custom_function,
+HANDLER_MODULES = (torch_map, torch_map_nn, einsum, grids, setitem, repeat, custom_function,
                    opaque_backward, takeover, seeds, backward_hooks, speculation, value_reads,
                    hops)
 """The modules whose import fills `thunder_ir.frontend.table.HANDLERS`."""
