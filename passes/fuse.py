@@ -27,7 +27,10 @@ Rules (see ``docs/fusion.md``):
 * RNG and side effects keep their order. Non-``Pure`` ops (``prims.uniform``,
   ``ltorch.dropout``, ``torch.call``) are never fused, and they cut the program into
   segments: no op crosses one, since a region's ops all lie in one segment and the final
-  order emits every segment's ops before the op that closes it.
+  order emits every segment's ops before the op that closes it. But a draw a fusion
+  executor makes (``fuses_draw``: its kernel calls eager's random op) changes only the
+  generator: it cuts no segment, and each such draw reads the one before it (an
+  ordering edge), so the draws run in program order.
 * A region needs ``min_size`` ops that compute (views and copies, the ops whose trait is
   ``ViewLike``, such as reshape and broadcast, do not count); smaller groups stay unfused.
 * A region's inputs are the values defined outside and used inside; its outputs are the
@@ -61,10 +64,10 @@ from xdsl.passes import ModulePass
 from xdsl.traits import IsTerminator
 from xdsl.utils.arg_spec import ArgSpec
 
+from thunder_ir.dialects import prims as PC
 from thunder_ir.dialects.autograd import LAYOUT, BackwardLayoutAttr, JointLayoutAttr
 from thunder_ir.dialects.base import Emitter, ThunderOp
 from thunder_ir.dialects.fusion import RegionOp, YieldOp, claimed_by
-from thunder_ir.dialects import prims as PC
 from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.ltorch_core import JoinOp
 from thunder_ir.dialects.prims import ConstantOp

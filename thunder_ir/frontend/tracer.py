@@ -15,8 +15,8 @@ Under `TraceMode` each torch function, tensor method and operator goes to a hand
   file:line and what to do instead.
 
 This module imports every module that fills the handler table (`torch_map`,
-`torch_map_nn`, `einsum`, `setitem`, `repeat`, `custom_function`, `takeover`, `backward_hooks`,
-`speculation`, `value_reads`, `hops`), so the table is complete
+`torch_map_nn`, `einsum`, `grids`, `setitem`, `repeat`, `custom_function`, `takeover`,
+`backward_hooks`, `speculation`, `value_reads`, `hops`), so the table is complete
 whenever a program can be traced.
 """
 
