@@ -312,8 +312,9 @@ def test_bfloat16_int8() -> None:
         torch.testing.assert_close(jm(x), ref(x), atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
-def test_generate_greedy_tokens_equal_dequantized(cache: str) -> None:
+def test_generate_greedy_tokens_equal_dequantized(cache: str, bits: int) -> None:
     transformers = pytest.importorskip("transformers")
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2,
@@ -321,19 +322,55 @@ def test_generate_greedy_tokens_equal_dequantized(cache: str) -> None:
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).eval()
     model.generation_config.pad_token_id = 0
-    ref = dequantized_copy(model, 8)
+    ref = dequantized_copy(model, bits)
     prompt = torch.randint(1, 128, (1, 6))
     kw: dict = {"max_new_tokens": 8, "do_sample": False}
     if cache == "static":
         kw["cache_implementation"] = "static"
     want = ref.generate(prompt, **kw)
     Q.QUANTIZED.clear()
-    jm = thunder_ir.jit(model, transforms=[QuantizeWeights(bits=8)])
+    jm = thunder_ir.jit(model, transforms=[QuantizeWeights(bits=bits)])
     got = jm.generate(prompt, **kw)
     assert torch.equal(got, want)
-    assert thunder_ir.cache_misses(jm) >= 2  # the prefill and the decode step
+    assert thunder_ir.cache_misses(jm) == 2  # the prefill and every decode step
     linears = [mod.weight for mod in model.modules() if isinstance(mod, torch.nn.Linear)]
     assert all(id(w) in Q.QUANTIZED.entries for w in linears)  # every linear ran quantized
+
+
+def test_generate_tiers_up_with_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``generate()`` under tier-up: the decode program goes hot and its fused version is
+    swapped in (the module's tier-up applies to its generate steps), the quantized
+    linears stay kernel calls between Inductor's regions, and the greedy tokens stay the
+    dequantized model's."""
+    from thunder_ir.lowering import inductor_executor
+    from thunder_ir.lowering import tier_up as tu
+
+    transformers = pytest.importorskip("transformers")
+    if not inductor_executor.InductorExecutor().is_available():
+        pytest.skip("the Inductor executor needs a C++ compiler on the CPU")
+    monkeypatch.setenv(tu.AFTER_ENV, "0")
+    monkeypatch.delenv(tu.TIER_ENV, raising=False)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=128, max_position_embeddings=64, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.generation_config.pad_token_id = 0
+    ref = dequantized_copy(model, 8)
+    prompt = torch.randint(1, 128, (1, 5))
+    kw = {"max_new_tokens": 2 * tu.HOT_CALLS, "do_sample": False}
+    want = ref.generate(prompt, **kw)
+    jm = thunder_ir.jit(model, transforms=[QuantizeWeights(bits=8)])
+    for _ in range(3):
+        assert torch.equal(jm.generate(prompt, **kw), want)
+        status = thunder_ir.compile_status(jm, wait=None)
+        if status["swapped"]:
+            break
+    assert status["swapped"] >= 1 and status["failed"] == 0, status
+    assert torch.equal(jm.generate(prompt, **kw), want)
+    fused = str(thunder_ir.last_traces(jm._forward_jit)[-1])
+    assert "inductorFusion" in fused and "tir.int8_linear(" in fused
+    assert thunder_ir.cache_misses(jm) == 2
 
 
 def test_free_float_weights_keeps_generating() -> None:

@@ -174,6 +174,11 @@ class ThunderModule(torch.nn.Module):
             executors, transforms, remat, cache = self._compiled._options
             fwd = build(model.forward, type(self._compiled), executors=executors,
                         transforms=transforms, remat=remat, cache=cache)
+            own = self._compiled.tier_up
+            if own is not None:  # the decode steps tier up as the module's calls do
+                from thunder_ir.lowering.tier_up import TierUp
+
+                _compiled_of(fwd).policies.tier_up = TierUp(own.devices)
             self.__dict__["_forward_jit"] = fwd
         had, old = "forward" in model.__dict__, model.__dict__.get("forward")
         model.forward = fwd
