@@ -151,10 +151,15 @@ FUSIBLE_CALLS: frozenset[str] = frozenset(
     {
         runtime_callee("sdpa_forward_cpu"),
         runtime_callee("sdpa_backward_cpu"),
+        runtime_callee("sdpa_backward"),
     }
 )
 """Pure ``torch.call`` callees a region may hold: functions of ATen ops that ``make_fx``
-traces and Inductor runs as library kernels (CPU flash attention's forward and backward)."""
+traces and Inductor runs as library kernels (CPU flash attention's forward and backward;
+``sdpa_backward``, the backward that recomputes the forward's statistics, where the
+forward saved none: grouped-query attention in OLMoE and Jamba, whose key/value heads it
+repeats and whose gradients it sums back, or a mask that needs a gradient, through the
+math kernel's autograd, which ``make_fx`` traces too)."""
 
 
 def region_program(region: RegionOp) -> ModuleOp:
