@@ -787,3 +787,30 @@ def test_int8_storage_is_codes_and_scales_only() -> None:
     assert all(lin.weight.untyped_storage().nbytes() == 0 for lin in (m[0], m[2]))
     with torch.no_grad():
         torch.testing.assert_close(jm(x), ref(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_bfloat16_compute_within_its_stated_error(bits: int) -> None:
+    """``compute_dtype=torch.bfloat16`` against the float32 dequantized model: within
+    ``2^-7 sum_k |x_k| m_k`` per output (the activations, the scales and the kernel's
+    result rounded to bfloat16, 2^-9 each; ``m_k = |w_k|`` for int8, ``|code - 8| scale +
+    |zero|`` for int4, whose zero is rounded too)."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(128, 64, bias=False)
+    with torch.no_grad():
+        m.weight.mul_(torch.linspace(0.01, 10, 64)[:, None])
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits,
+                                                       compute_dtype=torch.bfloat16)])
+    if bits == 8:
+        mag = Q.int8_dequantize(*Q.int8_qparams(m.weight)).abs()
+    else:
+        codes, sz = Q.int4_qparams(m.weight, 32)
+        each = torch.stack([codes & 15, codes >> 4], dim=2).reshape(64, 128).float()
+        scale, zero = (sz[:, :, i].t().repeat_interleave(32, dim=1) for i in (0, 1))
+        mag = (each - 8).abs() * scale + zero.abs()
+    ref = dequantized_copy(m, bits)
+    with torch.no_grad():
+        for x in (torch.randn(1, 128), torch.randn(5, 128) * 100):
+            got, want = jm(x), ref(x)
+            assert got.dtype == torch.float32
+            assert bool(((got - want).abs() <= 2.0 ** -7 * (x.abs() @ mag.T)).all())
