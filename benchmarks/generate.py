@@ -26,14 +26,17 @@ replaced by its dequantized value (``eager dequantized int8``):
 * ``torchao int8`` and ``torchao int8 + torch.compile``: torchao's ``Int8WeightOnlyConfig``
   (same storage as ``QuantizeWeights(bits=8)``, bit for bit), where torchao imports.
 
-The linear weights' bytes are printed for each scheme (float32: the parameters; int8:
-the int8 storage and scales; int4: the packed codes, scales and zeros, and the CPU
-kernel's own copy of the codes).
+The bytes of each variant's linear weights are what it keeps (`linear_bytes`; the
+quantized thunder_ir variants call ``free_float_weights`` after their first run, as a
+user would, so only the quantized storage is left: int8 codes and scales; int4 the CPU
+kernel's packed codes, scales and zeros).
 
-Each variant runs ``--runs`` times (default 1, as the issue asks: the first run includes
-every compile); the table gives the total seconds of each run and the per-token
-milliseconds of the last run (its decode steps only: total minus the first token's time,
-over the new tokens after the first), and the compiles thunder_ir made. Usage::
+Each variant runs once (every compile; its tokens checked), then ``--runs - 1`` rounds
+(at least one) run every variant in turn, so that a change in the machine's load touches
+all of them alike; the table gives the first run's seconds and the median per-token
+milliseconds over the rounds (decode steps only: total minus the first token's time,
+over the new tokens after the first), with the minimum, and the load average before and
+after. Usage::
 
     python benchmarks/generate.py [--tokens 64] [--prompt 16] [--layers 2] [--embd 256]
                                   [--runs 1] [--no-compile] [--quantize 8 4]
@@ -46,6 +49,7 @@ import argparse
 import copy
 import os
 import platform
+import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -155,33 +159,54 @@ def main() -> None:
     refs: dict[str, torch.Tensor] = {}
     for bits in a.quantize:
         add_quantized(variants, jitted, model, bits, a.group_size, a.no_compile)
-    print(f"linear weight bytes: {weight_bytes(model, 32, a.group_size) / 2**20:.1f} MiB "
-          "float32" + "".join(f", {weight_bytes(model, b, a.group_size) / 2**20:.1f} MiB "
-                              f"int{b}" for b in a.quantize))
-    rows: dict[str, tuple[list[float], float]] = {}
+    print(f"load average before: {os.getloadavg()[0]:.1f}")
     run(model.generate, ids, a.tokens, False)  # a warm-up, so that eager's row is not a cold one
-    for name, (make, static) in variants.items():
-        gen = make()
-        totals, per_token = [], 0.0
+    gens: dict[str, Callable[..., torch.Tensor]] = {}
+    firsts: dict[str, float] = {}
+    per_tokens: dict[str, list[float]] = {}
+    sizes: dict[str, int] = {}
+
+    def timed(name: str) -> None:
+        out, total, first = run(gens[name], ids, a.tokens, variants[name][1])
         scheme = next((s for s in ("int8", "int4") if s in name), "float")
-        for _ in range(a.runs):
-            out, total, first = run(gen, ids, a.tokens, static)
-            ref = refs.setdefault(scheme, out)
-            if not torch.equal(out, ref):
-                if "torchao" not in name and "bf16" not in name:
-                    raise SystemExit(f"{name}: tokens differ from eager's")
+        ref = refs.setdefault(scheme, out)
+        if not torch.equal(out, ref):
+            if scheme == "float":
+                raise SystemExit(f"{name}: tokens differ from eager's")
+            if name not in firsts:
                 print(f"{name}: tokens differ from the dequantized model's (its kernels "
                       "or its bfloat16 activations round otherwise)")
-            totals.append(total)
-            per_token = (total - first) / max(a.tokens - 1, 1)
-        rows[name] = (totals, per_token)
+        firsts.setdefault(name, total)
+        per_tokens.setdefault(name, []).append((total - first) / max(a.tokens - 1, 1))
+
+    for name, (make, _) in variants.items():  # the first run of each: compiles, checks
+        gens[name] = make()
+        timed(name)
+        if name in jitted and ("int8" in name or "int4" in name):
+            from thunder_ir.transforms import free_float_weights
+
+            free_float_weights(jitted[name])  # (what the user would do: one copy kept)
+        sizes[name] = linear_bytes(getattr(gens[name], "__self__", None))
+        print(f"{name:<34} first run {firsts[name]:6.2f} s, linear weights "
+              f"{sizes[name] / 2**20:6.1f} MiB", flush=True)
+    per_tokens.clear()
+    for _ in range(max(a.runs - 1, 1)):  # then rounds, the variants interleaved
+        for name in variants:
+            timed(name)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    rows: dict[str, tuple[list[float], float]] = {}
+    eager_token = statistics.median(per_tokens["eager"])
+    print("\n| variant | per token, median (min) | vs eager fp32 | linear weight bytes |")
+    print("|---|---|---|---|")
+    for name in variants:
+        med = statistics.median(per_tokens[name])
+        rows[name] = ([firsts[name]], med)
         compiles = ""
         if name in jitted:
-            compiles = f"  ({thunder_ir.cache_misses(jitted[name].__dict__['_forward_jit'])}"\
-                       " programs compiled)"
-        runs = " ".join(f"{t:7.2f}" for t in totals)
-        print(f"{name:<22} total s: {runs}   per token {per_token * 1e3:7.2f} ms{compiles}",
-              flush=True)
+            compiles = f", {thunder_ir.cache_misses(jitted[name].__dict__['_forward_jit'])}"\
+                       " programs"
+        print(f"| {name}{compiles} | {med * 1e3:.2f} ms ({min(per_tokens[name]) * 1e3:.2f}) "
+              f"| {med / eager_token:.2f}x | {sizes[name] / 2**20:.1f} MiB |", flush=True)
 
     def ratio(name: str, ref_name: str) -> str:
         if name not in rows or ref_name not in rows:
@@ -205,24 +230,34 @@ def main() -> None:
                 print("  " + line)
 
 
-def weight_bytes(model: torch.nn.Module, bits: int, group_size: int) -> int:
-    """Bytes of the model's linear weights stored as ``bits`` (32: the float parameters;
-    8 and 4: what QuantizeWeights keeps, computed here with its scheme's functions)."""
+def linear_bytes(owner: Any) -> int:
+    """Bytes kept for the linear weights of the model behind ``owner`` (a model, or a
+    jitted one): a weight `QuantizeWeights` quantized counts as the storage kept for it
+    (``thunder_ir.dialects.quant.QUANTIZED``: int8 codes and scales; int4 the kernel's
+    packed codes, scales and zeros) plus what is left of its float storage (nothing after
+    ``free_float_weights``); a torchao weight as its ``qdata`` and ``scale``; any other as
+    its storage."""
     from thunder_ir.dialects import quant as Q
 
+    module = getattr(owner, "_model", owner)
+    if not isinstance(module, torch.nn.Module):
+        return 0
+
+    def nbytes(t: torch.Tensor) -> int:
+        return t.untyped_storage().nbytes() if t.device.type != "meta" else 0
+
     total = 0
-    for mod in model.modules():
-        if not isinstance(mod, torch.nn.Linear):
+    for mod in module.modules():
+        w = getattr(mod, "weight", None)
+        if not isinstance(mod, torch.nn.Linear) or not isinstance(w, torch.Tensor):
             continue
-        w = mod.weight
-        if bits == 32 or not Q.takes(bits, group_size, tuple(w.shape), w.dtype):
-            parts: tuple[torch.Tensor, ...] = (w,)
-        elif bits == 8:
-            parts = Q.int8_qparams(w)
+        kept = Q.QUANTIZED.entries.get(id(w))
+        if kept is not None and kept[0]() is w:
+            total += sum(nbytes(t) for t in kept[3]) + nbytes(w)
+        elif hasattr(w, "qdata"):
+            total += nbytes(w.qdata) + nbytes(w.scale)
         else:
-            codes, sz = Q.int4_qparams(w, group_size)
-            parts = (codes, sz, Q.int4_kernel_layout(codes))
-        total += sum(p.numel() * p.element_size() for p in parts)
+            total += nbytes(w)
     return total
 
 
