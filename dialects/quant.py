@@ -160,6 +160,13 @@ class Quantized:
         version = (src._version, src.data_ptr(), src.dtype, src.shape)
         if hit is not None and hit[0]() is src and hit[1] == version and hit[2] == key:
             return hit[3]
+        if src.numel() and not src.untyped_storage().nbytes():
+            raise RuntimeError(
+                f"QuantizeWeights: a {src.dtype} weight of shape {tuple(src.shape)} has no "
+                "float data any more (free_float_weights freed it), so it cannot be "
+                "quantized again (another scheme, another device, or data written to it): "
+                "call free_float_weights only after the model has run on the device, and "
+                "with the transform, it keeps")
         # Made outside inference mode and autocast: the same tensors serve every later
         # call, in any mode (a training step saves them for its backward).
         with torch.inference_mode(False), torch.no_grad(), \

@@ -139,3 +139,23 @@ def test_cuda_program_dequantizes_then_multiplies(bits: int) -> None:
             assert "torch.nn.functional.linear(" in cuda
             assert "convert_element_type" in cuda  # the codes made floats
             assert '"cuda:0 ' in cuda
+
+
+def test_freed_weight_is_not_quantized_again() -> None:
+    """After `free_float_weights`, a weight whose float data is gone cannot be quantized
+    again (here: another scheme on the same model): a clear error naming what to do, not a
+    read of freed memory (it crashed the process); the first scheme's program still runs."""
+    import thunder_ir
+    from thunder_ir.transforms import QuantizeWeights, free_float_weights
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        y = jm(x)
+        assert free_float_weights(jm) == (32 * 64 + 16 * 32) * 4
+        other = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=4)])
+        with pytest.raises(RuntimeError, match="free_float_weights freed it"):
+            other(x)
+        torch.testing.assert_close(jm(x), y, atol=0, rtol=0)
