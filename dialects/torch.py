@@ -111,6 +111,13 @@ indices' range; nor ``unbind``, whose results are views of its operand.) A fusio
 region may hold such a call (the Inductor executor's regions do:
 ``thunder_ir.lowering.traced_calls``)."""
 
+CHECKING_CALLEES: frozenset[str] = frozenset({"thunder_ir.runtime.namespace.setitem"})
+"""Functional calls that write into no operand, return fresh tensors and draw nothing, but
+raise eager's error on some values (`setitem` with a tensor index: an index out of
+range), so they are not ``pure`` (DCE must keep one whose result is unused). The fuse
+pass lets pure ops move across them (`thunder_ir.passes.fuse.only_checks`) but keeps
+them in order with every op that has effects."""
+
 RUNTIME_NAMESPACE = "thunder_ir.runtime.namespace"
 """The one module whose callables generated code calls besides torch's (as ``tir.<name>``):
 `thunder_ir.runtime.namespace`, where whoever defines such a callable registers it."""
@@ -708,7 +715,8 @@ def output_strides(fn: Operation) -> list[tuple[int, ...] | None] | None:
 
 Torch = Dialect("torch", [CallOp], [OutputStridesAttr])
 
-__all__ = ["OUTPUT_STRIDES", "PURE_CALLEES", "RUNTIME_NAMESPACE", "WRITTEN_OUTPUTS", "CallOp",
+__all__ = ["CHECKING_CALLEES", "OUTPUT_STRIDES", "PURE_CALLEES", "RUNTIME_NAMESPACE",
+           "WRITTEN_OUTPUTS", "CallOp",
            "MetaCall", "OutputStridesAttr", "Torch", "make_call", "meta_call", "meta_value",
            "name_callee",
            "output_strides", "resolve_callee", "runtime_callee", "set_output_strides",

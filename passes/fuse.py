@@ -30,7 +30,10 @@ Rules (see ``docs/fusion.md``):
   order emits every segment's ops before the op that closes it. But a draw a fusion
   executor makes (``fuses_draw``: its kernel calls eager's random op) changes only the
   generator: it cuts no segment, and each such draw reads the one before it (an
-  ordering edge), so the draws run in program order.
+  ordering edge), so the draws run in program order. And a call whose one effect is
+  raising eager's error on some values (`only_checks`: ``setitem`` with a tensor index,
+  a router's ``inv[perm] = arange``) cuts no segment either: pure ops move across it,
+  and it reads the last cut and draw before it and the next cut reads it (edges).
 * A region needs ``min_size`` ops that compute (views and copies, the ops whose trait is
   ``ViewLike``, such as reshape and broadcast, do not count); smaller groups stay unfused.
 * A region's inputs are the values defined outside and used inside; its outputs are the
@@ -72,6 +75,7 @@ from thunder_ir.dialects.ltorch_base import LtorchOp
 from thunder_ir.dialects.ltorch_core import JoinOp
 from thunder_ir.dialects.prims import ConstantOp
 from thunder_ir.dialects.program import program_functions
+from thunder_ir.dialects.torch import CHECKING_CALLEES, CallOp
 from thunder_ir.dialects.traits import Movement, ViewLike, computes_nothing, side_effect_free
 from thunder_ir.passes.context import resolve, spec_with_names
 
@@ -165,6 +169,13 @@ class _Groups:
         self.size[a] += self.size[b]
 
 
+def only_checks(op: Operation) -> bool:
+    """Whether ``op``'s one effect is raising eager's error on some values (a call of
+    `thunder_ir.dialects.torch.CHECKING_CALLEES`): it cuts no segment, so pure ops
+    (regions) move across it, while ops with effects keep their order with it (edges)."""
+    return isinstance(op, CallOp) and op.callee.data in CHECKING_CALLEES
+
+
 def may_view(op: Operation) -> bool:
     """Whether ``op``'s results may be views of its operand (eager returns a view):
     ``ViewLike`` ops but copies, and ``Movement`` ops (``getitem`` with basic indices,
@@ -238,6 +249,8 @@ def plan_groups(
     seg = [0] * n
     barriers = 0
     last_draw = -1
+    last_cut = -1
+    checks: list[int] = []
     for i, op in enumerate(ops):
         ps: list[int] = []
         for v in _uses_of(op):
@@ -246,7 +259,14 @@ def plan_groups(
                 ps.append(j)
         seg[i] = barriers
         if not is_const[i] and not side_effect_free(op):
-            if colors[i] < 0:
+            if colors[i] < 0 and only_checks(op):  # no cut: after the last effect
+                ps.extend(j for j in (last_cut, last_draw) if j >= 0 and j not in ps)
+                checks.append(i)
+                last_draw = i  # (a fused draw after it waits for it, as for a draw)
+            elif colors[i] < 0:  # a cut, after the checks before it
+                ps.extend(j for j in checks if j not in ps)
+                checks = []
+                last_cut = i
                 barriers += 1
             else:  # a draw a region makes: after the one before it, as an operand would
                 if last_draw >= 0 and last_draw not in ps:

@@ -478,3 +478,36 @@ def test_llama_mlp_and_block_train_like_eager() -> None:
         for n, p in model.named_parameters():
             torch.testing.assert_close(grads[n], p.grad, msg=n)
         assert _kernel_calls(str(thunder_ir.last_backward_traces(jm)[-1]))
+
+
+def test_a_check_cuts_no_segment_but_keeps_its_order_with_effects() -> None:
+    """A call whose one effect is raising eager's error (``setitem`` with a tensor
+    index, `passes.fuse.only_checks`): pure ops on both sides of it join one region, and
+    it stays between the draws around it."""
+    from thunder_ir.dialects.base import OperandRef
+    from thunder_ir.dialects.torch import CallOp, make_call, runtime_callee
+
+    idx_t = tensor_type((4,), torch.int64)
+
+    def build() -> ModuleOp:
+        p = Program("computation", [T, idx_t], ["x", "idx"])
+        P = p.emitter.ns(prims.OPS)
+        x, idx = p.args
+        u0 = P.bernoulli(shape=(4, 8), p=0.5, device="cpu", dtype=F32)
+        a = P.exp(x)
+        chk = p.emitter.insert(make_call(
+            runtime_callee("setitem"), [x, idx, a], [OperandRef(0), OperandRef(1),
+                                                     OperandRef(2)], result_types=[T]))
+        c = P.tanh(P.cos(a))  # after the check, independent of it
+        u1 = P.bernoulli(shape=(4, 8), p=0.5, device="cpu", dtype=F32)
+        return p.finish([c, P.mul(chk.results[0], P.add(u0, u1))])
+
+    before = build()
+    m = fuse(build(), min_size=1)
+    regs = regions(m)
+    assert any({"prims.exp", "prims.cos", "prims.tanh"} <= set(body_names(r)) for r in regs)
+    order = [type(op).__name__ for op in top_ops(m)
+             if isinstance(op, CallOp | prims.BernoulliOp)]
+    assert order == ["BernoulliOp", "CallOp", "BernoulliOp"], order
+    args = [*inputs((4, 8)), torch.tensor([3, 0, 2, 1])]
+    assert_same_values(before, m, args)
