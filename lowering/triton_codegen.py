@@ -78,6 +78,11 @@ _TL_DTYPE = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
              torch.float32: "tl.float32", torch.bool: "tl.int1", torch.int32: "tl.int32",
              torch.int64: "tl.int64"}
 
+BYTE_CODES = (torch.int8, torch.uint8)
+"""Dtypes a region reads only to convert them to floats: quantized weights' codes (the
+dequantization of `thunder_ir.dialects.quant` on devices without its kernels, int8 on
+CUDA: load, convert, scale in one kernel)."""
+
 
 class UnsupportedRegion(Exception):
     """The region holds something the Triton generator cannot schedule."""
@@ -178,6 +183,8 @@ def fusible(op: Operation) -> bool:
     """
     cls = type(op)
     types = [v.type for v in (*op.operands, *op.results)]
+    if cls is P.ConvertElementTypeOp and _tensor(op.operands[0]).dtype in BYTE_CODES:
+        return _tensor(op.results[0]).dtype in FLOAT_DTYPES and 0 not in _dims(types[0])
     for t in types:
         if isinstance(t, TensorType) and (t.dtype not in TENSOR_DTYPES or 0 in _dims(t)):
             return False
@@ -1075,6 +1082,6 @@ def _outer(v: SSAValue) -> str:
     return f"outer({id(v)})"
 
 
-__all__ = ["FLOAT_DTYPES", "MAX_REDUCTION", "Kernel", "Schedule", "TritonSource",
+__all__ = ["BYTE_CODES", "FLOAT_DTYPES", "MAX_REDUCTION", "Kernel", "Schedule", "TritonSource",
            "UnsupportedRegion", "fusible", "generate", "generate_block", "literal", "plan",
            "structural_key"]

@@ -159,3 +159,40 @@ def test_freed_weight_is_not_quantized_again() -> None:
         with pytest.raises(RuntimeError, match="free_float_weights freed it"):
             other(x)
         torch.testing.assert_close(jm(x), y, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_region_dequantizes_the_codes(dtype: torch.dtype) -> None:
+    """Where a quantized linear decomposes (CUDA int8; here an executor that does not
+    claim it, with Triton in its CPU interpreter), the Triton executor fuses the
+    dequantization into one region: the int8 codes loaded and converted, times the
+    scales; then ``linear``. Values: eager's on the dequantized model (bfloat16: within
+    its rounding; the interpreter rounds its stores toward zero)."""
+    import os
+
+    import thunder_ir
+    from thunder_ir.lowering.executors import get_executor
+    from thunder_ir.lowering.torch_executor import TorchExecutor
+    from thunder_ir.transforms import QuantizeWeights
+
+    pytest.importorskip("triton", reason="the Triton executor needs the triton package")
+    if os.environ.get("TRITON_INTERPRET") != "1" or not get_executor("triton").is_available():
+        pytest.skip("the Triton executor runs on the CPU only in its interpreter")
+    from test_quantize import dequantized_copy, mlp
+
+    m = mlp().to(dtype)
+    ref = dequantized_copy(m, 8)
+    torch_ex = TorchExecutor(claims=lambda op: getattr(op, "BITS", None) is None
+                             and getattr(type(op), "TORCH_FN", None) is not None)
+    jm = thunder_ir.jit(m, executors=["triton", torch_ex], transforms=[QuantizeWeights(bits=8)])
+    x = torch.randn(4, 64, dtype=dtype)
+    with torch.no_grad():
+        y, want = jm(x), ref(x)
+    if dtype == torch.float32:
+        assert torch.equal(y, want)
+    else:
+        torch.testing.assert_close(y, want, atol=2e-2, rtol=2e-2)
+    trace = str(thunder_ir.last_traces(jm)[-1])
+    assert trace.count("tir.quantize_int8(") == 2 and "int8_linear" not in trace
+    assert trace.count("= tritonFusion") == 2, trace
+    assert "prims.convert_element_type(t_0_weight_q" in trace
