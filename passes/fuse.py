@@ -36,6 +36,9 @@ Rules (see ``docs/fusion.md``):
   and it reads the last cut and draw before it and the next cut reads it (edges).
 * A region needs ``min_size`` ops that compute (views and copies, the ops whose trait is
   ``ViewLike``, such as reshape and broadcast, do not count); smaller groups stay unfused.
+  An orphan (a fusible op reading only arguments and constants, whose results only the
+  block returns: a batch norm's ``num_batches_tracked + 1``) joins the largest region of
+  its color and segment.
 * A region's inputs are the values defined outside and used inside; its outputs are the
   values defined inside and used outside (or returned). ``prims.constant`` numbers used
   inside are cloned into the region instead of being passed in.
@@ -326,8 +329,34 @@ def plan_groups(
         for m in members.values()
         if sum(1 for i in m if not computes_nothing(ops[i])) >= min_size
     ]
+    _adopt_orphans(out, colors, seg, preds, succs, is_const)
     out.sort(key=lambda m: m[0])
     return out, colors, preds
+
+
+def _adopt_orphans(groups: list[list[int]], colors: Sequence[int], seg: Sequence[int],
+                   preds: Sequence[Sequence[int]], succs: Sequence[Sequence[int]],
+                   is_const: Sequence[bool]) -> None:
+    """Puts each *orphan* into the largest group of its color and segment (in place): a
+    fusible op left out of every group that reads only arguments and constants and whose
+    results only the block returns (each batch norm's ``num_batches_tracked + 1``, a
+    kernel call of its own otherwise). No op of the block reaches it or is reached from
+    it, so the group stays acyclic; and it stays within its segment."""
+    if not groups:
+        return
+    host: dict[tuple[int, int], list[int]] = {}
+    for m in groups:
+        key = (colors[m[0]], seg[m[0]])
+        if key not in host or len(host[key]) < len(m):
+            host[key] = m
+    grouped = {i for m in groups for i in m}
+    for i, c in enumerate(colors):
+        if c < 0 or i in grouped or succs[i] or any(not is_const[p] for p in preds[i]):
+            continue
+        m = host.get((c, seg[i]))
+        if m is not None:
+            m.append(i)
+            m.sort()
 
 
 # --------------------------------------------------------------------------- rewriting
