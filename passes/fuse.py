@@ -353,10 +353,10 @@ def _adopt_orphans(groups: list[list[int]], colors: Sequence[int], seg: Sequence
     for i, c in enumerate(colors):
         if c < 0 or i in grouped or succs[i] or any(not is_const[p] for p in preds[i]):
             continue
-        m = host.get((c, seg[i]))
-        if m is not None:
-            m.append(i)
-            m.sort()
+        into = host.get((c, seg[i]))
+        if into is not None:
+            into.append(i)
+            into.sort()
 
 
 # --------------------------------------------------------------------------- rewriting
