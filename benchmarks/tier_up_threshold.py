@@ -11,8 +11,10 @@ over several sequence lengths in turn (a symbolic program from the second length
 
 Prints, per run: the steps at which its programs went hot, the step and the seconds (from
 the first step's start) at which the fused program was swapped in, the median unfused
-step (steps 2 to 8) and the median fused step after the swap, the kernels compiled and
-found in Inductor's cache::
+step (steps 2 to 8) and the median fused step after the swap, the kernels compiled,
+found in Inductor's FX graph cache (``cache_hits``) and loaded from thunder_ir's cache of
+compiled regions without any compile (``loaded``), and how many times the compile helper
+process was started (``helper_starts``)::
 
     python benchmarks/tier_up_threshold.py --after 0.5,default --cold --second
 """
@@ -43,6 +45,7 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
     from models import LlamaGPT
 
     import thunder_ir
+    from thunder_ir.lowering.tiered import helper_if_made
 
     hot: list[int] = []
 
@@ -85,12 +88,14 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
             break
     fused = [step(i + k) for k in range(20)]
     status = thunder_ir.compile_status(jm)
+    helper = helper_if_made()
     return {"after": a.after, "hot_steps": [h + 1 for h in hot],
             "swap_step": swap[0] if swap else None,
             "swap_s": round(swap[1], 1) if swap else None,
             "unfused_ms": round(statistics.median(times[1:8]) * 1e3, 2),
             "fused_ms": round(statistics.median(fused[5:]) * 1e3, 2),
             "compiled": status["compiled"], "cache_hits": status["cache_hits"],
+            "loaded": status["loaded"], "helper_starts": helper.starts if helper else 0,
             "programs": thunder_ir.cache_misses(jm)}
 
 

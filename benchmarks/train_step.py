@@ -32,6 +32,12 @@ every compile (torch.compile and the ``torch_compile`` executor).
 all variants alike: the steady-step ratios it prints are the ones to quote on a shared
 machine. It reports no first-step or memory figures (those need a process each).
 
+``--lengths 96,112,128`` gives each step the next of these sequence lengths, in turn
+(variable lengths: thunder_ir compiles a static program for the first and one symbolic
+program for the others; torch.compile marks the length dynamic). ``--interleaved`` then
+times a step of each length per variant and round, and waits for ``thunder_ir:auto``'s
+two fused programs before timing.
+
 ``--autocast bf16`` runs every variant's forward and loss under
 ``torch.autocast("cpu", torch.bfloat16)`` (eager autocast, torch.compile with autocast,
 thunder_ir with autocast).
@@ -87,6 +93,7 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
 
     torch.manual_seed(0)
     torch.set_flush_denormal(True)
+    a.seq = max(lengths(a))
     cfg = llama_config(a, vocab_size=4096)
     model = LlamaGPT(cfg)
     if variant in TIERED:
@@ -110,10 +117,15 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
         fn = model
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
-    tgt = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), generator=g)
+    data = [(torch.randint(0, cfg.vocab_size, (a.batch, n), generator=g),
+             torch.randint(0, cfg.vocab_size, (a.batch, n), generator=g))
+            for n in lengths(a)]
+    idx = data[-1][0]
+    turn = [0]
 
     def step() -> float:
+        idx, tgt = data[turn[0] % len(data)]  # (``--lengths``: the next length each step)
+        turn[0] += 1
         with autocast(a):
             logits = fn(idx)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
@@ -123,6 +135,11 @@ def build(variant: str, a: argparse.Namespace) -> tuple[Callable[[], float], Any
         return loss.item()
 
     return step, fn, idx
+
+
+def lengths(a: argparse.Namespace) -> list[int]:
+    """The sequence lengths a step takes in turn: ``--lengths``, else ``--seq`` alone."""
+    return [int(n) for n in a.lengths.split(",")] if a.lengths else [a.seq]
 
 
 def autocast(a: argparse.Namespace) -> Any:
@@ -140,15 +157,21 @@ TIERED = {"thunder_ir:tiered": True, "thunder_ir:auto": "auto"}
 """The variants whose fused kernels come in while they run (``jit(model, tiered=...)``)."""
 
 
-def _swapped(fn: Any) -> bool:
-    """Whether every kernel of a tiered variant is in (``thunder_ir:auto``: the fused
-    program is swapped in, or kept out)."""
+def _swapped(fn: Any, programs: int = 1) -> bool:
+    """Whether every kernel of a tiered variant is in (``thunder_ir:auto``: its
+    ``programs`` fused programs are swapped in, or one kept out)."""
     import thunder_ir
 
     status = thunder_ir.compile_status(fn)
     if fn._compiled.tier_up is not None:
-        return bool(status["swapped"] or status["kept"])
+        return bool(status["swapped"] >= programs or status["kept"])
     return bool(status["ready"])
+
+
+def _programs(a: argparse.Namespace) -> int:
+    """The programs a tiered variant swaps in: one per call structure (``--lengths``: the
+    first length's static program and one symbolic program for the others)."""
+    return 1 if len(lengths(a)) == 1 else 2
 
 
 def run_variant(variant: str, a: argparse.Namespace) -> dict:
@@ -165,7 +188,7 @@ def run_variant(variant: str, a: argparse.Namespace) -> dict:
         import thunder_ir
 
         swap_step = 1
-        while not _swapped(fn) and swap_step < 100_000:
+        while not _swapped(fn, _programs(a)) and swap_step < 100_000:
             step()
             swap_step += 1
         swap_s = time.perf_counter() - t
@@ -216,6 +239,8 @@ def main() -> None:
     ap.add_argument("--autocast", choices=("", "bf16", "fp16"), default="",
                     help="run forward and loss under torch.autocast('cpu', that dtype)")
     ap.add_argument("--remat", default="auto", help="thunder_ir's remat policy")
+    ap.add_argument("--lengths", default="",
+                    help="sequence lengths a step takes in turn (variable lengths)")
     ap.add_argument("--interleaved", action="store_true",
                     help="time all variants in one process, in turn (steady step only)")
     ap.add_argument("--cold", action="store_true",
@@ -230,7 +255,7 @@ def main() -> None:
         if a.variant in TIERED:  # the step once every kernel is in
             for _ in range(100_000):
                 step()
-                if _swapped(fn):
+                if _swapped(fn, _programs(a)):
                     break
         peak = step_peak_mib(step)
         print(json.dumps({"step_peak_mb": -1.0 if peak is None else peak}))
@@ -242,7 +267,8 @@ def main() -> None:
     import torch
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
-          f"Llama {a.layers} layers, n_embd {a.embd}, seq {a.seq}, batch {a.batch}; "
+          f"Llama {a.layers} layers, n_embd {a.embd}, seq {a.lengths or a.seq}, "
+          f"batch {a.batch}; "
           f"malloc {'pinned' if pinned else 'glibc defaults'}")
     if a.interleaved:
         interleaved(a)
@@ -251,7 +277,8 @@ def main() -> None:
     for v in a.variants.split(","):
         cmd = [sys.executable, __file__, "--variant", v, "--layers", str(a.layers), "--embd",
                str(a.embd), "--seq", str(a.seq), "--batch", str(a.batch), "--steps",
-               str(a.steps), "--remat", a.remat, "--autocast", a.autocast] + (
+               str(a.steps), "--remat", a.remat, "--autocast", a.autocast,
+               "--lengths", a.lengths] + (
                    ["--glibc-malloc-defaults"] if a.glibc_malloc_defaults else [])
         env = dict(os.environ)
         if a.cold:
@@ -304,16 +331,22 @@ def interleaved(a: argparse.Namespace) -> None:
     variants = a.variants.split(",")
     steps = {}
     for v in variants:
-        steps[v] = build(v, a)[0]
-        for _ in range(3):  # compile and warm up
+        steps[v], fn, _ = build(v, a)
+        for _ in range(3 * len(lengths(a))):  # compile and warm up
             steps[v]()
+        if v in TIERED:  # its fused programs are in
+            for _ in range(100_000):
+                if _swapped(fn, _programs(a)):
+                    break
+                steps[v]()
     times: dict[str, list[float]] = {v: [] for v in variants}
     faults = page_faults()
     for r in range(a.steps):
         for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-            t = time.perf_counter()
-            steps[v]()
-            times[v].append(time.perf_counter() - t)
+            for _ in lengths(a):  # (a step of each length, in turn)
+                t = time.perf_counter()
+                steps[v]()
+                times[v].append(time.perf_counter() - t)
     per_step = (page_faults() - faults) / (a.steps * len(variants))
     print(f"interleaved: {a.steps} rounds, median step; {per_step:.0f} page faults a step")
     report({v: {"step_ms": statistics.median(ts) * 1e3} for v, ts in times.items()},

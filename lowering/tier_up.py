@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from thunder_ir.lowering.tier_up_memory import prestart, remember, was_hot
+from thunder_ir.lowering.tier_up_memory import hot_note, prestart, remember, start_helper
 from thunder_ir.lowering.tiered import LOG, BackgroundCompiler, stop_idle_helper
 from thunder_ir.passes.context import compiling
 from thunder_ir.runtime.cache import Entry
@@ -205,8 +205,8 @@ _COUNTING, _PRIMING, _WAITING, _KEPT = COUNTING, PRIMING, WAITING, KEPT
 class Watch:
     """The function of a program that may tier up, until it does (see the module doc)."""
 
-    __slots__ = ("calls", "entry", "failed", "fused", "hot_s", "lock", "name", "program",
-                 "spent", "state", "tier", "unfused", "waited")
+    __slots__ = ("calls", "entry", "failed", "fused", "hot_s", "lock", "name", "noted",
+                 "program", "spent", "state", "tier", "unfused", "waited")
 
     def __init__(self, tier: TierUp, entry: Entry, fused: Callable[[], Entry], name: str
                  ) -> None:
@@ -216,9 +216,11 @@ class Watch:
         self.calls = 0
         self.spent = 0.0
         self.hot_s = hot_seconds()
-        if os.environ.get(AFTER_ENV) is None and was_hot(entry):  # (an earlier process's)
+        note = hot_note(entry) if os.environ.get(AFTER_ENV) is None else None
+        self.noted = note is not None
+        if note is not None:  # an earlier process's program: hot after HOT_CALLS calls
             self.hot_s = 0.0
-            prestart()
+            prestart(note)
         self.program: Entry | None = None
         self.failed = 0  # the background's failures when the fused program was made
         self.waited = 0  # calls since the fused program's first
@@ -265,6 +267,8 @@ class Watch:
             LOG.info("tiered: %s is hot (%d calls, %.1f s): lowering it with the Inductor "
                      "executor, whose kernels compile in the background",
                      self.name, self.calls, self.spent)
+            if not self.noted:  # (an earlier process's program: `prestart` decided)
+                start_helper()  # it imports Inductor while this lowers
             start = time.perf_counter()
             try:
                 self.program = self.fused()
@@ -291,7 +295,8 @@ class Watch:
         else:
             program, entry = self.program, self.entry
             if os.environ.get(AFTER_ENV) is None:  # hot by the default threshold: a
-                remember(entry)  # later process's program of this trace is hot at once
+                # later process's program of this trace is hot at once
+                remember(entry, kept=bg.unkept == 0)
             fn = program.fn
             if self.tier.cuda:  # launch-bound: replayed as a CUDA graph where that pays
                 from thunder_ir.lowering.cuda_graphs import maybe_graphed
@@ -340,7 +345,7 @@ def status_of(callables: list[Any], wait: float | None) -> dict[str, Any]:
         for b in backgrounds:
             b.wait(wait)
     out: dict[str, Any] = {"pending": 0, "compiled": 0, "failed": 0, "seconds": 0.0,
-                           "unfused": 0, "cache_hits": 0, "timings": []}
+                           "unfused": 0, "cache_hits": 0, "loaded": 0, "timings": []}
     for b in backgrounds:
         for k in out:
             out[k] += getattr(b.status, k)

@@ -68,6 +68,7 @@ from typing import Any
 
 import torch
 
+from thunder_ir.lowering import region_cache
 from thunder_ir.lowering.compile_helper import Compiled, Request, fx_cache_hits
 
 LOG = logging.getLogger("thunder_ir.tiered")
@@ -98,6 +99,9 @@ class Status:
         timings: ``(kernel, fused_ms, unfused_ms)`` of each region timed so far.
         cache_hits: kernels Inductor found in its FX graph cache (an earlier process, or
             an earlier compile of the same graph, compiled it: no code generation).
+        loaded: kernels loaded from thunder_ir's own cache of compiled regions
+            (`thunder_ir.lowering.region_cache`: an earlier process compiled them; no
+            helper, no trace, no compile). ``compiled - loaded`` were compiled here.
     """
 
     pending: int = 0
@@ -107,6 +111,7 @@ class Status:
     unfused: int = 0
     timings: list[tuple[str, float, float]] = field(default_factory=list)
     cache_hits: int = 0
+    loaded: int = 0
 
     @property
     def ready(self) -> bool:
@@ -171,6 +176,8 @@ class _Job:
     request: Request | None = None
     load: Callable[[Compiled], Callable[..., Any]] | None = None
     warm: Callable[[], None] | None = None  # what loading imports, while the helper works
+    modes: Any = None  # the global modes where it was asked (`region_cache.region_key`)
+    stored: Any = None  # `region_cache.lookup`'s answer once looked up (False: none)
 
 
 HELPER_ENV = "THUNDER_IR_TIERED_COMPILE"
@@ -197,12 +204,14 @@ class Helper:
         self.replies: dict[str, tuple[Compiled | None, str | None]] = {}  # by path
         self.sent: set[str] = set()
         self.owner = os.getpid()  # a forked child neither uses nor ends its parent's helper
+        self.starts = 0  # processes started
         _HELPERS.add(self)  # its files are removed at exit
 
     def start(self) -> subprocess.Popen[bytes]:
         if self.owner != os.getpid():
             raise OSError("the compile helper belongs to the parent of this forked process")
         if self.proc is None:
+            self.starts += 1
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "thunder_ir.lowering.compile_helper", str(self.owner)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
@@ -338,6 +347,9 @@ class BackgroundCompiler:
     _last_submit: float = 0.0
     _busy: bool = False  # a compile is running
     _exiting: bool = False  # the process is exiting: start nothing more
+    unkept: int = 0
+    """Kernels compiled that are not in the cache of compiled regions (compiled on this
+    thread, or the cache could not keep them)."""
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BackgroundCompiler:
         return BackgroundCompiler()  # a copy of a jitted callable compiles its own
@@ -354,6 +366,11 @@ class BackgroundCompiler:
         With a ``request`` (and the ``load`` of its artifact), the helper process
         compiles it instead, unless `HELPER_ENV` says ``thread`` or the helper failed
         to start (then ``compile()`` runs here)."""
+        modes = None
+        if request is not None:
+            from thunder_ir.dialects.modes import mode_key
+
+            modes = mode_key()
         with self._lock:
             self.status.pending += 1
             self._last_submit = time.monotonic()
@@ -362,7 +379,7 @@ class BackgroundCompiler:
                                                 daemon=True)
                 _COMPILERS.add(self)
                 self._thread.start()
-        self._queue.put(_Job(name, compile, done, request, load, warm))
+        self._queue.put(_Job(name, compile, done, request, load, warm, modes))
 
     def _run(self) -> None:
         try:
@@ -405,15 +422,22 @@ class BackgroundCompiler:
             self._lock.notify_all()
 
     def _compile(self, job: _Job) -> Callable[..., Any]:
-        """The job's kernel: compiled by the helper and loaded here (`TRACING` held only
-        for the load), or compiled on this thread."""
+        """The job's kernel: loaded from the cache of compiled regions
+        (`thunder_ir.lowering.region_cache`), or compiled by the helper and loaded here
+        (`TRACING` held only for the load) and kept in that cache, or compiled on this
+        thread."""
+        if job.request is not None and job.load is not None:
+            kernel = self._stored(job)
+            if kernel is not None:
+                return kernel
         if job.request is not None and job.load is not None and not _helper_failed:
             try:
                 helper = shared_helper()
                 with self._queue.mutex:  # the jobs queued behind it go to the helper too
                     waiting = list(self._queue.queue)
-                for j in (job, *waiting):
-                    if j.request is not None and j.load is not None:
+                for j in (job, *waiting):  # (those not kept in the cache)
+                    if j.request is not None and j.load is not None and (
+                            j is job or not _looked_up(j)):
                         helper.send(j.request)
                 if job.warm is not None:  # the imports of loading, while the helper works
                     with TRACING, contextlib.suppress(Exception):  # (the load reports it)
@@ -430,7 +454,10 @@ class BackgroundCompiler:
                 if compiled.cache_hit:
                     with self._lock:
                         self.status.cache_hits += 1
+                if not region_cache.store(job.request, job.modes, compiled):
+                    self.unkept += 1
                 return kernel
+        self.unkept += 1  # (compiled here: not kept for a later process)
         with TRACING:
             hits = fx_cache_hits()
             kernel = job.compile()
@@ -438,6 +465,30 @@ class BackgroundCompiler:
                 with self._lock:
                     self.status.cache_hits += 1
             return kernel
+
+    def _stored(self, job: _Job) -> Callable[..., Any] | None:
+        """The job's kernel loaded from the cache of compiled regions, or None (none
+        kept, or it did not load: that file is removed and the region compiles)."""
+        assert job.request is not None and job.load is not None
+        found = _looked_up(job)
+        job.stored = False
+        if not found:
+            return None
+        compiled, path = found
+        start = time.perf_counter()
+        try:
+            with TRACING:
+                kernel = job.load(compiled)
+        except Exception as e:  # a stale or damaged entry: compiled anew
+            LOG.info("tiered: %s: the kept kernel did not load (%s: %s); compiling it",
+                     job.name, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            region_cache.discard(path)
+            return None
+        with self._lock:
+            self.status.loaded += 1
+        LOG.info("tiered: %s loaded from the cache of compiled regions in %.2f s", job.name,
+                 time.perf_counter() - start)
+        return kernel
 
     def take_warnings(self) -> list[str]:
         """The failures not reported yet (the caller warns on its own thread)."""
@@ -457,6 +508,19 @@ class BackgroundCompiler:
                     return False
                 self._lock.wait(left)
         return True
+
+
+def _looked_up(job: _Job) -> Any:
+    """`region_cache.lookup` of a job's request, once (False: none kept)."""
+    if job.stored is None:
+        assert job.request is not None
+        try:
+            job.stored = region_cache.lookup(job.request, job.modes) or False
+        except Exception as e:  # (Inductor's loader missing, say): compiled as before
+            LOG.info("tiered: %s: the cache of compiled regions failed (%s: %s)", job.name,
+                     type(e).__name__, e)
+            job.stored = False
+    return job.stored
 
 
 def measured(name: str, fused: Callable[..., Any], unfused: Callable[..., Any],

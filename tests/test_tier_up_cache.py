@@ -5,15 +5,17 @@ run of the same script makes that program hot after `HOT_CALLS` calls instead of
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from thunder_ir.lowering import inductor_executor
+from thunder_ir.lowering import inductor_executor, region_cache
 from thunder_ir.lowering import tier_up as tu
 from thunder_ir.lowering import tier_up_memory as memory
 
@@ -22,9 +24,9 @@ needs_inductor = pytest.mark.skipif(
     reason="the Inductor executor needs a C++ compiler on the CPU")
 
 _SCRIPT = """
-import json, logging, re, sys, torch, thunder_ir
+import copy, json, logging, re, sys, torch, thunder_ir
 from torch import nn
-from thunder_ir.lowering import tier_up
+from thunder_ir.lowering import tier_up, tiered
 
 if sys.argv[1:] == ["quick"]:  # hot after HOT_CALLS calls, and remembered as hot
     tier_up.HOT_SECONDS = 0.0
@@ -42,17 +44,32 @@ log.setLevel(logging.INFO)
 log.addHandler(Hot())
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(32, 48), nn.GELU(), nn.LayerNorm(48), nn.Linear(48, 8))
+eager = copy.deepcopy(model)
 jm = thunder_ir.jit(model)
-x = torch.randn(16, 32)
-for step in range(1, 2001):
-    jm(x).square().mean().backward()
+lengths = (6, 9, 12)  # the first length's static program, then one symbolic program
+xs = {n: torch.randn(2, n, 32) for n in lengths}
+for step in range(1, 4001):
+    jm(xs[lengths[step % 3]]).square().mean().backward()
     status = thunder_ir.compile_status(jm)
-    if status["swapped"] or status["kept"]:
+    if status["swapped"] == 2 or status["kept"]:
         break
     if status["pending"]:
         thunder_ir.compile_status(jm, wait=None)
+worst = 0.0  # the fused programs against eager, every length: loss and gradients
+for n in lengths:
+    for m in (model, eager):
+        m.zero_grad()
+    got, want = jm(xs[n]).square().mean(), eager(xs[n]).square().mean()
+    got.backward()
+    want.backward()
+    worst = max(worst, (got - want).abs().item(), *[
+        (p.grad - q.grad).abs().max().item()
+        for p, q in zip(model.parameters(), eager.parameters(), strict=True)])
+helper = tiered.helper_if_made()
 status.pop("timings")
-print(json.dumps({"hot": hot, **status}))
+print(json.dumps({"hot": hot, "worst": worst, "starts": helper.starts if helper else 0,
+                  "fused": "inductorFusion" in str(thunder_ir.last_traces(jm)[-1]),
+                  **status}))
 """
 
 
@@ -65,20 +82,48 @@ def _run(cache: Path, *args: str) -> dict[str, object]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _damage(cache: Path) -> list[Path]:
+    """Damages two kept kernels: one file cut short (it no longer reads back whole), and
+    one whose envelope is whole but whose output code fails to load."""
+    files = sorted((cache / region_cache.REGIONS_DIR).rglob("*.bin"))
+    cut, bad = files[0], files[1]
+    cut.write_bytes(cut.read_bytes()[:-100])
+    head, _, rest = bad.read_bytes().partition(b"\n")
+    payload = pickle.loads(rest[65:])
+    payload["code"] = "raise ImportError('a stale kernel')\n"
+    body = pickle.dumps(payload)
+    bad.write_bytes(head + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+    return [cut, bad]
+
+
 @needs_inductor
-def test_a_second_run_is_hot_at_once_and_loads_its_kernels_from_the_cache(
-        tmp_path: Path) -> None:
+def test_a_second_run_loads_its_kernels_without_compiling(tmp_path: Path) -> None:
+    """A model trained over three lengths (a static program, then a symbolic one): the
+    first run compiles 4 kernels and keeps them; the second is hot after `HOT_CALLS`
+    calls of each program and loads every kernel from the cache of compiled regions
+    (`thunder_ir.lowering.region_cache`) without starting the compile helper; a third,
+    with two kept kernels damaged, compiles those two again. Every run's fused programs
+    give eager's loss and gradients at every length."""
     first = _run(tmp_path, "quick")
-    assert first["swapped"] == 1 and first["compiled"] == 2, first  # forward, backward
-    assert first["cache_hits"] == 0 and first["hot"] == [tu.HOT_CALLS], first
+    assert first["swapped"] == 2 and first["compiled"] == 4, first  # 2 programs x fwd/bwd
+    assert first["loaded"] == 0 and first["starts"] >= 1, first
+    assert first["hot"] == [tu.HOT_CALLS] * 2 and first["worst"] < 1e-5, first
     notes = list((tmp_path / memory.MEMORY_DIR).iterdir())
-    assert len(notes) == 1
+    assert len(notes) == 2
+    assert len(list((tmp_path / region_cache.REGIONS_DIR).rglob("*.bin"))) == 4
     # The default threshold (2 s of calls) would take thousands of these calls: the
-    # note makes it hot after HOT_CALLS, and every kernel is a hit of Inductor's cache.
+    # note makes each program hot after HOT_CALLS, and no kernel is compiled.
     second = _run(tmp_path)
-    assert second["swapped"] == 1 and second["hot"] == [tu.HOT_CALLS], second
-    assert second["cache_hits"] == second["compiled"] == 2, second
+    assert second["swapped"] == 2 and second["hot"] == [tu.HOT_CALLS] * 2, second
+    assert second["loaded"] == second["compiled"] == 4, second
+    assert second["starts"] == 0 and second["worst"] < 1e-5 and second["fused"], second
     assert list((tmp_path / memory.MEMORY_DIR).iterdir()) == notes
+    damaged = _damage(tmp_path)
+    third = _run(tmp_path)
+    assert third["swapped"] == 2 and third["compiled"] == 4 and third["loaded"] == 2, third
+    assert third["failed"] == 0 and third["worst"] < 1e-5, third
+    assert all(p.exists() for p in damaged)  # compiled anew, and kept again
+    assert len(list((tmp_path / region_cache.REGIONS_DIR).rglob("*.bin"))) == 4
 
 
 @needs_inductor

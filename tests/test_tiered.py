@@ -18,12 +18,20 @@ import torch
 from torch import nn
 
 import thunder_ir
-from thunder_ir.lowering import inductor_executor
+from thunder_ir.lowering import inductor_executor, region_cache
 from thunder_ir.lowering import tiered as tiering
 
 pytestmark = pytest.mark.skipif(
     not inductor_executor.InductorExecutor().is_available(),
     reason="the Inductor executor needs a C++ compiler on the CPU")
+
+
+@pytest.fixture(autouse=True)
+def _compiled_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the compile itself (in the helper, on the thread, at exit):
+    no kernel comes from the cache of compiled regions an earlier test filled
+    (tests/test_tier_up_cache.py tests that cache). Subprocesses inherit it."""
+    monkeypatch.setenv(region_cache.ENV, "0")
 
 
 def _model() -> nn.Module:

@@ -408,7 +408,9 @@ def compile_status(f: Any, wait: float | None = 0.0) -> dict[str, Any]:
     ``pending``, ``compiled`` and ``failed``, compile ``seconds``, ``ready`` (none
     pending), the compiled kernels kept ``unfused`` because their region ran faster
     without them, ``timings``: ``(kernel, fused_ms, unfused_ms)`` per region timed,
-    ``cache_hits``: the kernels Inductor loaded from its FX graph cache;
+    ``cache_hits``: the kernels Inductor loaded from its FX graph cache, ``loaded``:
+    the kernels loaded from thunder_ir's cache of compiled regions (an earlier process
+    compiled them: no compile at all, `thunder_ir.lowering.region_cache`);
     under ``tiered="auto"``, ``swapped``: the hot programs whose fused version replaced
     them, and ``kept``: why others kept their unfused version; ``static``: why a call
     structure compiles a program per size instead of one symbolic program for every size
