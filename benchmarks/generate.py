@@ -120,6 +120,8 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=32, help="int4 group size")
     ap.add_argument("--only-quantized", action="store_true",
                     help="of the float variants, eager and thunder_ir dynamic only")
+    ap.add_argument("--skip", nargs="*", default=[],
+                    help="leave out the variants whose names hold one of these words")
     a = ap.parse_args()
     warnings.filterwarnings("ignore")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
@@ -159,6 +161,8 @@ def main() -> None:
     refs: dict[str, torch.Tensor] = {}
     for bits in a.quantize:
         add_quantized(variants, jitted, model, bits, a.group_size, a.no_compile)
+    for name in [n for n in variants if any(w in n for w in a.skip)]:
+        del variants[name]
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     run(model.generate, ids, a.tokens, False)  # a warm-up, so that eager's row is not a cold one
     gens: dict[str, Callable[..., torch.Tensor]] = {}
