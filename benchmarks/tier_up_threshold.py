@@ -45,7 +45,7 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
     from models import LlamaGPT
 
     import thunder_ir
-    from thunder_ir.lowering.tiered import helper_if_made
+    from thunder_ir.lowering.tiered import helper_starts
 
     hot: list[int] = []
 
@@ -88,14 +88,13 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
             break
     fused = [step(i + k) for k in range(20)]
     status = thunder_ir.compile_status(jm)
-    helper = helper_if_made()
     return {"after": a.after, "hot_steps": [h + 1 for h in hot],
             "swap_step": swap[0] if swap else None,
             "swap_s": round(swap[1], 1) if swap else None,
             "unfused_ms": round(statistics.median(times[1:8]) * 1e3, 2),
             "fused_ms": round(statistics.median(fused[5:]) * 1e3, 2),
             "compiled": status["compiled"], "cache_hits": status["cache_hits"],
-            "loaded": status["loaded"], "helper_starts": helper.starts if helper else 0,
+            "loaded": status["loaded"], "helper_starts": helper_starts(),
             "programs": thunder_ir.cache_misses(jm)}
 
 

@@ -97,13 +97,14 @@ _KEPT = "kept "
 
 
 def start_helper() -> None:
-    """Starts the compile helper process now (it imports Inductor meanwhile), unless
+    """Starts the compile helper processes now (they import Inductor meanwhile), unless
     compiles run on a thread (``THUNDER_IR_TIERED_COMPILE=thread``)."""
-    from thunder_ir.lowering.tiered import HELPER_ENV, shared_helper
+    from thunder_ir.lowering.tiered import HELPER_ENV, helper_pool
 
     if os.environ.get(HELPER_ENV, "process") != "thread":
-        with contextlib.suppress(OSError):  # (a forked child: its parent's helper)
-            shared_helper().start()
+        with contextlib.suppress(OSError):  # (a forked child: its parent's helpers)
+            for helper in helper_pool():
+                helper.start()
 
 
 def prestart(note: str) -> None:

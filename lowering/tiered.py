@@ -205,6 +205,7 @@ class Helper:
         self.sent: set[str] = set()
         self.owner = os.getpid()  # a forked child neither uses nor ends its parent's helper
         self.starts = 0  # processes started
+        self.answered = 0  # requests answered since it started
         _HELPERS.add(self)  # its files are removed at exit
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -222,6 +223,7 @@ class Helper:
         with self.write:
             if request.path in self.sent:
                 return
+            _SENT_TO[request.path] = self
             try:
                 proc = self.start()
                 assert proc.stdin is not None
@@ -253,6 +255,8 @@ class Helper:
                     raise HelperError(f"the compile helper ended ({type(e).__name__}: {e})"
                                       ) from None
                 self.replies[got] = (done, err)
+        self.answered += 1
+        _SENT_TO.pop(path, None)
         if compiled is None:
             raise RuntimeError(f"in the compile helper: {error}")
         return compiled
@@ -282,6 +286,9 @@ class Helper:
             return
         proc, self.proc = self.proc, None
         self.sent.clear()
+        self.answered = 0
+        for path in [p for p, h in _SENT_TO.items() if h is self]:
+            del _SENT_TO[path]
         if proc is not None:
             if proc.poll() is None:
                 try:
@@ -298,40 +305,83 @@ class Helper:
 _HELPERS: weakref.WeakSet[Helper] = weakref.WeakSet()
 _helper_failed: list[str] = []  # why the helper could not serve (then threads compile)
 _SHARED: list[Helper] = []
+_SENT_TO: dict[str, Helper] = {}  # each request sent, by path: the helper compiling it
+
+WORKERS_ENV = "THUNDER_IR_COMPILE_WORKERS"
+"""How many compile helper processes compile a process's regions in parallel
+(`compile_workers`)."""
+MAX_WORKERS = 4
+"""At most this many helpers by default (each holds ~450 MiB)."""
+
+
+def compile_workers() -> int:
+    """The helpers of this process (`WORKERS_ENV`, else the cores this process may run
+    on, less the training loop's, at most `MAX_WORKERS`: 1 on 2 cores)."""
+    given = os.environ.get(WORKERS_ENV)
+    if given:
+        return max(1, int(given))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (not on Linux)
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cores - 1))
 
 
 def shared_helper() -> Helper:
-    """The process's one compile helper (made on first use; started on first request)."""
+    """The process's first compile helper (made on first use; started on first request)."""
+    return helper_pool()[0]
+
+
+def helper_pool() -> list[Helper]:
+    """The process's compile helpers, `compile_workers` of them (made on first use, each
+    started on its first request)."""
     if not _SHARED:
-        _SHARED.append(Helper())
-    return _SHARED[0]
+        _SHARED.extend(Helper() for _ in range(compile_workers()))
+    return _SHARED
+
+
+def helper_for(request: Request) -> Helper:
+    """The helper that compiles ``request``: the one it was sent to, else the one with
+    the fewest requests not yet answered (the first among equals)."""
+    sent = _SENT_TO.get(request.path)
+    if sent is not None:
+        return sent
+    pool = helper_pool()
+    return min(pool, key=lambda h: len(h.sent) - h.answered)
 
 
 def helper_if_made() -> Helper | None:
-    """The process's compile helper if a tiered compile has made it, else None."""
+    """The process's first compile helper if a tiered compile has made it, else None."""
     return _SHARED[0] if _SHARED else None
 
 
+def helper_starts() -> int:
+    """How many helper processes this process has started so far."""
+    return sum(h.starts for h in _SHARED)
+
+
 def end_helpers() -> None:
-    """Ends this process's compile helper (and removes its files): at exit, or when a
-    program wants the helper's resources back (compiles not yet done are lost; the
-    regions then stay unfused)."""
+    """Ends this process's compile helpers (and removes their files): at exit, or when a
+    program wants the helpers' resources back (compiles not yet done are lost; the
+    regions then stay unfused). A later compile makes a new pool (`helper_pool`)."""
     for helper in list(_HELPERS):
         if helper.owner == os.getpid():
             helper.kill()
             shutil.rmtree(helper.dir, ignore_errors=True)
+    _SHARED[:] = [h for h in _SHARED if h.owner != os.getpid()]  # (a fork: its parent's)
 
 
 def stop_idle_helper() -> None:
     """Ends the compile helper's process (its ~450 MiB) when no compiler of this process
     has a compile pending; a later request starts it again. Its files stay: kernels
     loaded from them keep their sources for tracebacks."""
-    helper = helper_if_made()
-    if helper is None or helper.proc is None:
+    running = [h for h in _SHARED if h.proc is not None]
+    if not running:
         return
     if all(c.status.pending == 0 for c in list(_COMPILERS)):
-        with helper.write:
-            helper.kill()
+        for helper in running:
+            with helper.write:
+                helper.kill()
         LOG.info("tiered: the compile helper ended (nothing pending)")
 
 
@@ -432,17 +482,16 @@ class BackgroundCompiler:
                 return kernel
         if job.request is not None and job.load is not None and not _helper_failed:
             try:
-                helper = shared_helper()
-                with self._queue.mutex:  # the jobs queued behind it go to the helper too
-                    waiting = list(self._queue.queue)
+                with self._queue.mutex:  # the jobs queued behind it go to the helpers
+                    waiting = list(self._queue.queue)  # too, each to the least busy
                 for j in (job, *waiting):  # (those not kept in the cache)
                     if j.request is not None and j.load is not None and (
                             j is job or not _looked_up(j)):
-                        helper.send(j.request)
+                        helper_for(j.request).send(j.request)
                 if job.warm is not None:  # the imports of loading, while the helper works
                     with TRACING, contextlib.suppress(Exception):  # (the load reports it)
                         job.warm()
-                compiled = helper.compile(job.request)
+                compiled = helper_for(job.request).compile(job.request)
             except HelperError as e:  # compile here from now on
                 if self._exiting:
                     raise _Exiting from None
@@ -579,6 +628,7 @@ def warn_failures(compiler: BackgroundCompiler, executor: str) -> None:
         warnings.warn(f"{executor}: {msg}", RuntimeWarning, stacklevel=3)
 
 
-__all__ = ["HELPER_ENV", "LOG", "TRACING", "BackgroundCompiler", "Helper", "HelperError",
-           "Status", "end_helpers", "helper_if_made", "measured", "shared_helper",
+__all__ = ["HELPER_ENV", "LOG", "MAX_WORKERS", "TRACING", "WORKERS_ENV", "BackgroundCompiler",
+           "Helper", "HelperError", "Status", "compile_workers", "end_helpers", "helper_for",
+           "helper_if_made", "helper_pool", "helper_starts", "measured", "shared_helper",
            "stop_idle_helper", "warn_failures"]

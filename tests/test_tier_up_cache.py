@@ -65,9 +65,8 @@ for n in lengths:
     worst = max(worst, (got - want).abs().item(), *[
         (p.grad - q.grad).abs().max().item()
         for p, q in zip(model.parameters(), eager.parameters(), strict=True)])
-helper = tiered.helper_if_made()
 status.pop("timings")
-print(json.dumps({"hot": hot, "worst": worst, "starts": helper.starts if helper else 0,
+print(json.dumps({"hot": hot, "worst": worst, "starts": tiered.helper_starts(),
                   "fused": "inductorFusion" in str(thunder_ir.last_traces(jm)[-1]),
                   **status}))
 """

@@ -30,8 +30,12 @@ pytestmark = pytest.mark.skipif(
 def _compiled_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about the compile itself (in the helper, on the thread, at exit):
     no kernel comes from the cache of compiled regions an earlier test filled
-    (tests/test_tier_up_cache.py tests that cache). Subprocesses inherit it."""
+    (tests/test_tier_up_cache.py tests that cache), and one helper compiles (unless a
+    test says otherwise). Subprocesses inherit it."""
     monkeypatch.setenv(region_cache.ENV, "0")
+    monkeypatch.setenv(tiering.WORKERS_ENV, "1")  # (one helper: the ones tests replace)
+    if tiering.helper_if_made() is not None and len(tiering.helper_pool()) != 1:
+        tiering.end_helpers()  # (made again at that size)
 
 
 def _model() -> nn.Module:
@@ -79,6 +83,37 @@ def test_results_before_and_after_the_swap_equal_the_unfused_programs() -> None:
     assert thunder_ir.cache_misses(tiered) == 1
     timed = thunder_ir.compile_status(tiered)["timings"]
     assert len(timed) >= 2 and all(f > 0 and u > 0 for _, f, u in timed)
+
+
+def test_two_helpers_compile_in_parallel_with_the_same_results(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``THUNDER_IR_COMPILE_WORKERS=2`` (a pool of two helper processes: by default the
+    cores less the training loop's, so 1 on 2 cores): the forward's and the backward's
+    regions go to different helpers at once, and the kernels give the values and
+    gradients of the unfused program, before and after the swap."""
+    monkeypatch.setenv(tiering.WORKERS_ENV, "2")
+    monkeypatch.setattr(tiering, "_helper_failed", [])
+    monkeypatch.delenv(tiering.HELPER_ENV, raising=False)
+    tiering.end_helpers()  # a pool of two, from here on
+    assert tiering.compile_workers() == 2 and len(tiering.helper_pool()) == 2
+    model = _model()
+    jm = thunder_ir.jit(model, tiered=True)
+    unfused, x, status = _first_step_then_wait(model, jm)
+    assert status["compiled"] >= 2 and status["failed"] == 0 and status["loaded"] == 0
+    assert [h.starts for h in tiering.helper_pool()] == [1, 1]  # both compiled one
+    for _ in range(2):  # fused now
+        _same(_step(jm, model, x), _step(unfused, model, x))
+    assert "inductorFusion0(" in str(thunder_ir.last_traces(jm)[-1])
+    assert not tiering._helper_failed
+    tiering.end_helpers()
+    monkeypatch.setenv(tiering.WORKERS_ENV, "1")
+
+
+def test_the_default_pool_leaves_the_training_loop_a_core(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(tiering.WORKERS_ENV)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+    assert tiering.compile_workers() == max(1, min(tiering.MAX_WORKERS, cores - 1))
 
 
 def test_a_swap_during_gradient_accumulation() -> None:
