@@ -464,6 +464,34 @@ def _has_outputs(members: Sequence[Operation]) -> bool:
     return any(u.operation not in inside for op in members for r in op.results for u in r.uses)
 
 
+def _copy_kept_views(block: Block, keep: set[Operation], term: Operation | None,
+                     executors: Sequence[Any]) -> None:
+    """Gives the fusible ops that read a returned view's chain (`returned_views`) a copy
+    of it, placed after the original (in place; views compute nothing), so they may share
+    a region with the op that made the chain's base instead of being cut there: Jamba's
+    convolution and SSM states, returned as views, cut its Mamba layers in three. The
+    originals stay out and make the returned views."""
+    copies: dict[Operation, Operation] = {}
+
+    def copy_of(v: SSAValue) -> SSAValue:
+        op = v.owner
+        if not isinstance(op, Operation) or op not in keep:
+            return v
+        new = copies.get(op)
+        if new is None:
+            mapping = {o: copy_of(o) for o in op.operands}
+            new = copies[op] = op.clone(value_mapper=mapping)
+            block.insert_op_after(new, op)
+        return new.results[op.results.index(v)]  # type: ignore[arg-type]
+
+    for op in list(block.ops):
+        if op is term or op in keep or not any(
+                isinstance(v.owner, Operation) and v.owner in keep for v in op.operands):
+            continue
+        if _color(op, executors) >= 0:
+            op.operands = [copy_of(v) for v in op.operands]
+
+
 def fuse_block(block: Block, executors: Sequence[Any], min_size: int = 2,
                n_returned: int | None = None) -> list[RegionOp]:
     """Forms the fusion regions of a straight-line block in place (see the module doc).
@@ -473,10 +501,15 @@ def fuse_block(block: Block, executors: Sequence[Any], min_size: int = 2,
     Returns:
         The new ``fusion.region`` ops, in program order.
     """
+    term = block.last_op if block.last_op is not None and block.last_op.has_trait(
+        IsTerminator) else None
+    keep = returned_views(term, n_returned)
+    if keep:
+        _copy_kept_views(block, keep, term, executors)
     ops = list(block.ops)
-    term = ops.pop() if ops and ops[-1].has_trait(IsTerminator) else None
-    groups, colors, preds = plan_groups(ops, executors, min_size,
-                                          returned_views(term, n_returned))
+    if term is not None:
+        ops.pop()
+    groups, colors, preds = plan_groups(ops, executors, min_size, keep)
     if not groups:
         return []
     # Regions that would return nothing (dead code) are left to DCE.

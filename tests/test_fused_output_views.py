@@ -53,6 +53,12 @@ def _view_of_cat(x: torch.Tensor) -> Any:
     return c, v, (v * 3).sum()
 
 
+def _state_view(x: torch.Tensor) -> Any:
+    h = (x * 2).exp()  # (Jamba's convolution state: a view returned, the chain read on)
+    c0, c1 = h.transpose(0, 1).chunk(2, dim=0)
+    return h, c0[..., -2:], (c0.sin() * c1).sum()
+
+
 FORMS: list[tuple[Callable[..., Any], tuple[int, ...], int]] = [
     (_slice_expand, (2, 3, 4, 5), 0),
     (_slice, (2, 3, 4, 5), 0),
@@ -60,6 +66,7 @@ FORMS: list[tuple[Callable[..., Any], tuple[int, ...], int]] = [
     (_view_then_reduce, (4, 5), 1),
     (_view_of_result, (4, 5), 1),
     (_view_of_cat, (4, 5), 1),
+    (_state_view, (4, 6), 1),
 ]
 
 
@@ -149,3 +156,17 @@ def test_returned_cat_is_fused() -> None:
             if not line.lstrip().startswith("#")]
     assert not any("cat(" in line for line in code), code
     assert any("= inductorFusion" in line for line in code), code
+
+
+def test_a_returned_views_chain_read_on_does_not_cut_the_region() -> None:
+    """The ops that read a returned view's chain read a copy of it inside their region
+    (`passes.fuse._copy_kept_views`): one region, the returned view still eager's."""
+    jf = thunder_ir.jit(_state_view, executors=["torch_compile"], tiered=False)
+    x = torch.randn(4, 6)
+    e, j = _state_view(x), jf(x)
+    for a, b in zip(e, j):
+        _same_layout(a, b)
+    assert j[1]._base is j[0] and e[1]._base is e[0]
+    code = [line for line in str(thunder_ir.last_traces(jf)[-1]).splitlines()
+            if not line.lstrip().startswith("#")]
+    assert sum("= inductorFusion" in line for line in code) == 1, code
