@@ -39,7 +39,9 @@ this module's kernels, which generated code calls as ``tir.quantize_int8`` and s
   counter, so an in-place update of the weight quantizes again); a cached call pays a
   dictionary look-up.
 * ``int8_linear`` is ``torch.ops.aten._weight_int8pack_mm`` (bfloat16 and float16
-  activations; on float32 ones `dequantized_mm`, a few rows at a time, is 3-4x faster);
+  activations; on float32 ones, 3-12x slower there, one row (a decode step) is
+  `thunder_ir.dialects.quant_cpu.FUSED`'s one-pass product that Inductor compiles per
+  weight shape, and more rows `dequantized_mm`, a block of rows at a time);
   ``int4_linear`` is
   ``aten._weight_int4pack_mm_for_cpu`` on the codes, kept in its packed layout.
   Elsewhere (another device, a dtype the kernel does not take) they dequantize and call
