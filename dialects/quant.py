@@ -222,6 +222,23 @@ def _quantize_int4(w: torch.Tensor, group_size: int, dtype: torch.dtype | None =
     return QUANTIZED.get(w, ("int4", group_size, dtype), make)  # type: ignore[no-any-return]
 
 
+def dequantize_kept(w: torch.Tensor) -> torch.Tensor | None:
+    """What the storage kept for ``w`` stands for (``q * scale``; int4's codes unpacked
+    from the CPU kernel's layout, then ``(code - 8) * scale + zero``), in ``w``'s dtype;
+    None where none is kept for ``w`` as it is now. Read from that storage alone, so it
+    also works after ``free_float_weights``."""
+    hit = QUANTIZED.entries.get(id(w))
+    version = (w._version, w.data_ptr(), w.dtype, w.shape)
+    if hit is None or hit[0]() is not w or hit[1] != version:
+        return None
+    key, kept = hit[2], hit[3]
+    with torch.no_grad():
+        if key[0] == "int8":
+            return int8_dequantize(*kept).to(w.dtype)
+        codes = int4_plain_layout(kept[0]) if kept[0].device.type == "cpu" else kept[0]
+        return int4_dequantize(codes, kept[1], key[1]).to(w.dtype)
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
 
@@ -477,4 +494,5 @@ Quant = Dialect("quant", QUANT_OPS, [])
 __all__ = ["FLOATS", "INT4_GROUP_SIZES", "QUANTIZED", "QUANT_OPS", "Int4LinearOp",
            "Int8LinearOp", "Quant", "QuantOp", "Quantized", "QuantizeInt4Op",
            "QuantizeInt8Op", "int4_dequantize", "int4_kernel_layout", "int4_plain_layout",
-           "int4_qparams", "dequantized_mm", "int8_dequantize", "int8_qparams", "quant_op", "takes"]
+           "int4_qparams", "dequantize_kept", "dequantized_mm", "int8_dequantize",
+           "int8_qparams", "quant_op", "takes"]

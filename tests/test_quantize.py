@@ -814,3 +814,28 @@ def test_bfloat16_compute_within_its_stated_error(bits: int) -> None:
             got, want = jm(x), ref(x)
             assert got.dtype == torch.float32
             assert bool(((got - want).abs() <= 2.0 ** -7 * (x.abs() @ mag.T)).all())
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_dequantized_state_dict_from_the_kept_storage(bits: int) -> None:
+    """`dequantized_state_dict` after `free_float_weights`: read from the quantized
+    storage alone (int4 unpacked from the kernel's layout), it is the dequantized model's
+    state, bit for bit; loaded into a fresh float model it computes the jitted one's
+    values; the biases are the model's."""
+    from thunder_ir.transforms import dequantized_state_dict, free_float_weights
+
+    m = mlp()
+    ref = dequantized_copy(m, bits)
+    jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=bits)])
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        y = jm(x)
+    assert free_float_weights(jm) > 0
+    sd = dequantized_state_dict(jm)
+    assert sd.keys() == ref.state_dict().keys()
+    for k, v in ref.state_dict().items():
+        assert sd[k].dtype == v.dtype and torch.equal(sd[k], v), k
+    fresh = mlp()
+    fresh.load_state_dict(sd)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(x), y, atol=1e-5, rtol=1e-5)

@@ -133,6 +133,28 @@ def free_float_weights(model: Any) -> int:
     return freed
 
 
+def dequantized_state_dict(model: Any) -> dict[str, Any]:
+    """The module's ``state_dict`` with every weight `QuantizeWeights` has quantized
+    given as what its quantized storage stands for (dequantized from that storage, the
+    int4 codes unpacked from the CPU kernel's layout; in the weight's dtype), the rest as
+    ``state_dict()`` gives it. It reads the quantized storage only, so it also works after
+    `free_float_weights`; loaded into a float copy of the model it gives the dequantized
+    model the jitted one computes (a weight tied to a module that reads it in float, such
+    as an embedding, is given dequantized under every name).
+
+    Args:
+        model: the jitted module or the module it wraps (after a call that quantized).
+    """
+    from thunder_ir.dialects.quant import dequantize_kept
+
+    module = getattr(model, "_model", model)
+    out: dict[str, Any] = {}
+    for name, t in module.state_dict(keep_vars=True).items():
+        deq = dequantize_kept(t)
+        out[name] = t.detach() if deq is None else deq
+    return out
+
+
 def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePass]]:
     out: dict[str, list[ModulePass]] = {s: [] for s in STAGES}
     for t in transforms or ():
@@ -141,5 +163,5 @@ def user_transforms(transforms: Sequence[Any] | None) -> dict[str, list[ModulePa
     return out
 
 
-__all__ = ["STAGES", "PatternsPass", "QuantizeWeights", "UserTransform", "free_float_weights",
-           "transform", "user_transforms"]
+__all__ = ["STAGES", "PatternsPass", "QuantizeWeights", "UserTransform",
+           "dequantized_state_dict", "free_float_weights", "transform", "user_transforms"]
