@@ -839,3 +839,31 @@ def test_dequantized_state_dict_from_the_kept_storage(bits: int) -> None:
     fresh.load_state_dict(sd)
     with torch.no_grad():
         torch.testing.assert_close(fresh(x), y, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_product_falls_back_where_inductor_cannot_compile(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Where Inductor cannot compile (no C++ compiler), the shape is remembered as
+    failed with a warning, and the float32 int8 linear dequantizes a block at a time:
+    the dequantized weight's values."""
+    import logging
+
+    import torch._inductor
+
+    from thunder_ir.dialects import quant_cpu
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(torch._inductor, "compile", fail)
+    fused = quant_cpu.FusedGemv()
+    q, s = Q.int8_qparams(torch.randn(512, 576))
+    x = torch.randn(1, 576)
+    with caplog.at_level(logging.WARNING, logger=quant_cpu.__name__):
+        assert fused.int8(x, q, s) is None
+    assert "no fused int8 product for a [512, 576] weight" in caplog.text
+    assert fused.kernels == {(512, 576, torch.get_num_threads()): None}
+    monkeypatch.setitem(quant_cpu.FUSED.kernels, (512, 576, torch.get_num_threads()), None)
+    want = torch.nn.functional.linear(x, Q.int8_dequantize(q, s))
+    torch.testing.assert_close(Q.Int8LinearOp.TORCH_FN(x, q, s, None), want,
+                               atol=1e-5, rtol=1e-5)
