@@ -13,8 +13,9 @@ Prints, per run: the steps at which its programs went hot, the step and the seco
 the first step's start) at which the fused program was swapped in, the median unfused
 step (steps 2 to 8) and the median fused step after the swap, the kernels compiled,
 found in Inductor's FX graph cache (``cache_hits``) and loaded from thunder_ir's cache of
-compiled regions without any compile (``loaded``), and how many times the compile helper
-process was started (``helper_starts``)::
+compiled regions without any compile (``loaded``), how many times the compile helper
+process was started (``helper_starts``) and the CPU seconds it spent (``helper_cpu_s``,
+its compilers included: about its wall time on an idle core)::
 
     python benchmarks/tier_up_threshold.py --after 0.5,default --cold --second
 """
@@ -45,7 +46,7 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
     from models import LlamaGPT
 
     import thunder_ir
-    from thunder_ir.lowering.tiered import helper_starts
+    from thunder_ir.lowering.tiered import helper_cpu_seconds, helper_starts
 
     hot: list[int] = []
 
@@ -95,6 +96,7 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
             "fused_ms": round(statistics.median(fused[5:]) * 1e3, 2),
             "compiled": status["compiled"], "cache_hits": status["cache_hits"],
             "loaded": status["loaded"], "helper_starts": helper_starts(),
+            "helper_cpu_s": round(helper_cpu_seconds(), 1),
             "programs": thunder_ir.cache_misses(jm)}
 
 

@@ -206,6 +206,7 @@ class Helper:
         self.owner = os.getpid()  # a forked child neither uses nor ends its parent's helper
         self.starts = 0  # processes started
         self.answered = 0  # requests answered since it started
+        self.cpu_s = 0.0  # CPU seconds of its ended processes (and their compilers)
         _HELPERS.add(self)  # its files are removed at exit
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -285,6 +286,8 @@ class Helper:
         if self.owner != os.getpid():
             return
         proc, self.proc = self.proc, None
+        if proc is not None:
+            self.cpu_s += _cpu_seconds(proc.pid)
         self.sent.clear()
         self.answered = 0
         for path in [p for p, h in _SENT_TO.items() if h is self]:
@@ -358,6 +361,24 @@ def helper_if_made() -> Helper | None:
 def helper_starts() -> int:
     """How many helper processes this process has started so far."""
     return sum(h.starts for h in _SHARED)
+
+
+def helper_cpu_seconds() -> float:
+    """The CPU seconds the helpers this process started have spent, with the compilers
+    they ran (Linux; ended and running helpers of the pool)."""
+    return sum(h.cpu_s + (_cpu_seconds(h.proc.pid) if h.proc is not None else 0.0)
+               for h in _SHARED)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU time, with its waited-for children's (0 where
+    ``/proc`` does not say)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
 
 
 def end_helpers() -> None:
@@ -630,5 +651,5 @@ def warn_failures(compiler: BackgroundCompiler, executor: str) -> None:
 
 __all__ = ["HELPER_ENV", "LOG", "MAX_WORKERS", "TRACING", "WORKERS_ENV", "BackgroundCompiler",
            "Helper", "HelperError", "Status", "compile_workers", "end_helpers", "helper_for",
-           "helper_if_made", "helper_pool", "helper_starts", "measured", "shared_helper",
-           "stop_idle_helper", "warn_failures"]
+           "helper_cpu_seconds", "helper_if_made", "helper_pool", "helper_starts", "measured",
+           "shared_helper", "stop_idle_helper", "warn_failures"]
