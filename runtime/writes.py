@@ -98,17 +98,41 @@ def with_bumps(modes: Sequence[int], storages: Sequence[int],
 def write_back(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
                modes: Sequence[int]) -> None:
     """Writes each value into its target, in order, each as its mode says (`PLAIN`...),
-    then bumps its version counter as many more times as the mode says."""
+    then bumps its version counter as many more times as the mode says. Consecutive
+    copies under no-grad are one ``torch._foreach_copy_`` (a batch norm's statistics: 3
+    a layer; a Python loop of copies cost ResNet's forward 60 µs a step), which copies in
+    order and bumps each target's version once, as ``copy_`` does."""
     grad = torch.is_grad_enabled()
+    run_t: list[torch.Tensor] = []
+    run_v: list[torch.Tensor] = []
+    bumps: list[tuple[torch.Tensor, int]] = []
     for t, v, code in zip(targets, values, modes, strict=True):
         mode = code & 3
-        if mode == JOIN and grad and v.requires_grad:
-            t.copy_(v)
+        if mode == QUIET or (mode == JOIN and grad and v.requires_grad):
+            _copy_all(run_t, run_v)
+            if mode == QUIET:
+                with torch.no_grad():
+                    t.data.copy_(v)
+            else:
+                t.copy_(v)
         else:
-            with torch.no_grad():
-                (t.data if mode == QUIET else t).copy_(v)
-        if code >> 2 and not t.is_inference():  # (an inference tensor has no counter)
-            _SET_VERSION((t,), (t._version + (code >> 2),))
+            run_t.append(t)
+            run_v.append(v)
+        if code >> 2:
+            bumps.append((t, code >> 2))
+    _copy_all(run_t, run_v)
+    for t, n in bumps:
+        if not t.is_inference():  # (an inference tensor has no counter)
+            _SET_VERSION((t,), (t._version + n,))
+
+
+def _copy_all(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    """Copies each value into its target under no-grad, in order; empties both lists."""
+    if targets:
+        with torch.no_grad():
+            torch._foreach_copy_(targets, values)
+        targets.clear()
+        values.clear()
 
 
 def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
