@@ -24,7 +24,7 @@ eager (steady step). ``--autocast bf16`` runs every forward and loss under
 Usage::
 
     python benchmarks/models.py [--families llama,bert,...] [--seconds 3] [--rounds 5]
-                                [--no-compile] [--autocast bf16] [--tiered]
+                                [--no-compile] [--autocast bf16] [--tiered] [--no-first]
     python benchmarks/models.py --moe [--families mixtral,qwen2_moe,olmoe] [--steps 20]
 
 ``--moe`` (issue 52) measures the mixture-of-experts families (``--families``: default
@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import platform
 import statistics
@@ -75,6 +76,9 @@ def _variant(name: str, model: Any) -> Any:
         return torch.compile(model)
     return model
 
+
+FIRST: list[bool] = [True]
+"""Whether the first calls are timed (``--no-first``: not)."""
 
 AUTOCAST: list[Any] = [None]
 """The dtype of ``--autocast`` (None: no autocast)."""
@@ -194,6 +198,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="steady-step time per variant")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    ap.add_argument("--no-first", action="store_true",
+                    help="steady steps only: leave the first calls (cold compiles) out")
     ap.add_argument("--tiered", action="store_true",
                     help="add jit(model, tiered=True), timed once its kernels are in")
     ap.add_argument("--autocast", choices=("", "bf16"), default="",
@@ -207,6 +213,7 @@ def main() -> None:
         moe_rows(families.split(","), a.steps, not a.no_compile)
         return
     AUTOCAST[0] = torch.bfloat16 if a.autocast == "bf16" else None
+    FIRST[0] = not a.no_first
     warnings.simplefilter("ignore")
     pinned = pin_malloc()
     variants = ["eager", "thunder_ir"] + (["thunder_ir:tiered"] if a.tiered else []) + (
@@ -332,7 +339,8 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
         return b()
 
     kw = inputs(L)
-    firsts = {v: first_calls(v, build, kw) for v in variants}
+    firsts = {v: first_calls(v, build, kw) if FIRST[0] else (math.nan, math.nan)
+              for v in variants}
     models = {v: build().train() for v in variants}
     fns = {v: _variant(v, models[v]) for v in variants}
     ref = None
@@ -370,7 +378,7 @@ def _row(family: str, variants: list[str], seconds: float, rounds: int) -> str:
     paired = sorted(t / e for t, e in zip(timings["thunder_ir"].rounds, timings["eager"].rounds))
     ratios = [f"step {timings['thunder_ir'].ms / timings['eager'].ms:.2f}x eager (per round "
               f"{statistics.median(paired):.2f}x, {paired[0]:.2f}-{paired[-1]:.2f})"]
-    if "torch.compile" in variants:
+    if "torch.compile" in variants and FIRST[0]:
         tc = firsts["torch.compile"]
         ratios.append(f"first fwd+bwd {tc[1] / firsts['thunder_ir'][1]:.0f}x shorter "
                       "than torch.compile")
