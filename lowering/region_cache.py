@@ -23,8 +23,9 @@ The key (`region_key`): the region's printed function, the op classes and runtim
 modules it calls, its inputs' metadata (sizes or size texts, strides or layout, dtypes,
 devices), its outputs' arity, the Inductor options, a symbolic region's program guards
 (its symbols' relations and ranges), the global modes where it was asked (`mode_key`),
-torch's version, a digest of thunder_ir's sources (`sources_digest`), the machine and
-its CPU's features, and the environment a compile reads (``TORCHINDUCTOR_*``, the compiler and
+torch's version, a digest of thunder_ir's sources (`sources_digest`) and of any other
+module whose ops or runtime functions the region calls (a user's extension), the machine
+and its CPU's features, and the environment a compile reads (``TORCHINDUCTOR_*``, the compiler and
 thread-count variables). A symbolic region keeps one file per kernel under its key; the
 kernel taken is one whose size checks hold at the asking call's sizes (compiled at other
 sizes it is the same kernel for every size where its checks hold, and it still checks
@@ -127,6 +128,19 @@ def _environment() -> str:
                        and k != "TORCHINDUCTOR_CACHE_DIR"))
 
 
+def _outside_sources(request: Request) -> tuple[str, ...]:
+    """A digest of each module outside thunder_ir whose op classes or runtime functions
+    the region calls (a user's extension: `thunder_ir.extend`), by its file's content."""
+    names = {spec.partition(":")[0] for spec in request.classes} | set(request.modules)
+    out = []
+    for name in sorted(n for n in names if n.partition(".")[0] != "thunder_ir"):
+        module = importlib.import_module(name)
+        path = getattr(module, "__file__", None)
+        data = Path(path).read_bytes() if path else repr(module).encode()
+        out.append(f"{name}:{hashlib.sha256(data).hexdigest()}")
+    return tuple(out)
+
+
 def region_key(request: Request, modes: Any) -> str:
     """The key of a region's compiled kernel (the module doc lists what it holds; a
     symbolic region's: not the sizes it was asked at, which its kernels' checks
@@ -136,7 +150,7 @@ def region_key(request: Request, modes: Any) -> str:
              repr(modes), request.source, request.function, request.classes,
              request.modules, tuple(repr(m) for m in request.inputs), request.single,
              repr(sorted((request.options or {}).items())),
-             None if symbols is None else tuple(symbols.guards))
+             None if symbols is None else tuple(symbols.guards), _outside_sources(request))
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:40]
 
 

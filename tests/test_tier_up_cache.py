@@ -184,3 +184,23 @@ def test_the_memory_is_keyed_by_the_program_and_found_in_inductors_cache_dir(
     assert not memory.was_hot(last)
     memory.remember(last)
     assert memory.was_hot(last)
+
+
+def test_the_region_key_holds_the_sources_of_a_users_extension(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A region that calls a runtime function of a module outside thunder_ir (a user's
+    extension) keys by that module's source: an edit is another key, not a stale kernel;
+    the same request and modes are the same key, other modes another."""
+    from thunder_ir.lowering.compile_helper import Request
+
+    module = tmp_path / "thunder_ir_test_user_ext.py"
+    module.write_text("def scale(x):\n    return x * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    request = Request("k", "def k(x):\n  return x\n", "k", (), ("thunder_ir_test_user_ext",),
+                      (), True, None, str(tmp_path / "k.py"))
+    modes = (True, False, False, "torch.float32", False, None)
+    key = region_cache.region_key(request, modes)
+    assert region_cache.region_key(request, modes) == key
+    assert region_cache.region_key(request, (False, *modes[1:])) != key
+    module.write_text("def scale(x):\n    return x * 3\n")
+    assert region_cache.region_key(request, modes) != key
