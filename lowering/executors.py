@@ -53,11 +53,15 @@ class Executor:
         version: free-form, shown by ``repr``.
         kernel_prefix: fusion regions of this executor are named ``<prefix><N>``
             (``nvFusion0``, ``tritonFusion1``).
+        adopts_orphans: its regions may take *orphans*, ops connected to nothing else
+            in the function (`thunder_ir.passes.fuse`): its kernels compute unrelated
+            values side by side (Inductor's graph may hold several).
     """
 
     name: str = "executor"
     version: str = "0"
     kernel_prefix: str = "fusion"
+    adopts_orphans: bool = False
 
     def is_available(self) -> bool:
         """True when this executor can run on this machine (package and device present)."""

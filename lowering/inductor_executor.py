@@ -262,6 +262,7 @@ class InductorExecutor(Executor):
     name = "torch_compile"
     version = torch.__version__
     kernel_prefix = "inductorFusion"
+    adopts_orphans = True  # (an Inductor graph computes unrelated values side by side)
 
     def __init__(self, options: dict[str, Any] | None = None, *, tiered: bool = False
                  ) -> None:

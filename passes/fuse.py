@@ -38,7 +38,7 @@ Rules (see ``docs/fusion.md``):
   ``ViewLike``, such as reshape and broadcast, do not count); smaller groups stay unfused.
   An orphan (a fusible op reading only arguments and constants, whose results only the
   block returns: a batch norm's ``num_batches_tracked + 1``) joins the largest region of
-  its color and segment.
+  its color and segment, where its executor ``adopts_orphans`` (Inductor's).
 * A region's inputs are the values defined outside and used inside; its outputs are the
   values defined inside and used outside (or returned). ``prims.constant`` numbers used
   inside are cloned into the region instead of being passed in.
@@ -329,19 +329,21 @@ def plan_groups(
         for m in members.values()
         if sum(1 for i in m if not computes_nothing(ops[i])) >= min_size
     ]
-    _adopt_orphans(out, colors, seg, preds, succs, is_const)
+    _adopt_orphans(out, [getattr(e, "adopts_orphans", False) for e in executors], colors,
+                   seg, preds, succs, is_const)
     out.sort(key=lambda m: m[0])
     return out, colors, preds
 
 
-def _adopt_orphans(groups: list[list[int]], colors: Sequence[int], seg: Sequence[int],
-                   preds: Sequence[Sequence[int]], succs: Sequence[Sequence[int]],
-                   is_const: Sequence[bool]) -> None:
-    """Puts each *orphan* into the largest group of its color and segment (in place): a
-    fusible op left out of every group that reads only arguments and constants and whose
-    results only the block returns (each batch norm's ``num_batches_tracked + 1``, a
-    kernel call of its own otherwise). No op of the block reaches it or is reached from
-    it, so the group stays acyclic; and it stays within its segment."""
+def _adopt_orphans(groups: list[list[int]], adopts: Sequence[bool], colors: Sequence[int],
+                   seg: Sequence[int], preds: Sequence[Sequence[int]],
+                   succs: Sequence[Sequence[int]], is_const: Sequence[bool]) -> None:
+    """Puts each *orphan* into the largest group of its color and segment (in place),
+    for the executors that take them (``adopts``, by color: `Executor.adopts_orphans`):
+    a fusible op left out of every group that reads only arguments and constants and
+    whose results only the block returns (each batch norm's ``num_batches_tracked + 1``,
+    a kernel call of its own otherwise). No op of the block reaches it or is reached
+    from it, so the group stays acyclic; and it stays within its segment."""
     if not groups:
         return
     host: dict[tuple[int, int], list[int]] = {}
@@ -351,7 +353,8 @@ def _adopt_orphans(groups: list[list[int]], colors: Sequence[int], seg: Sequence
             host[key] = m
     grouped = {i for m in groups for i in m}
     for i, c in enumerate(colors):
-        if c < 0 or i in grouped or succs[i] or any(not is_const[p] for p in preds[i]):
+        if c < 0 or not adopts[c] or i in grouped or succs[i] \
+                or any(not is_const[p] for p in preds[i]):
             continue
         into = host.get((c, seg[i]))
         if into is not None:
