@@ -41,11 +41,16 @@ the order the passes scheduled. Not tiered up: a speculative program that holds
 collectives (not handled: a call that breaks the speculation on one process runs a second
 program there, after the first may have started collectives).
 A program without collectives (a ``ddp`` module's inference program, ``no_sync``'s)
-tiers up on each process alone (`Watch`), as on one process.
+tiers up on each process alone (`Watch`), as on one process. A program swapped in by the
+default threshold is remembered as `Watch` remembers it
+(`thunder_ir.lowering.tier_up_memory`): in a later run of the script each process makes
+it hot after `HOT_CALLS` calls (hot is each process's own say; they still swap together)
+and loads its kernels from the cache of compiled regions.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 import weakref
@@ -55,7 +60,8 @@ from typing import Any
 import torch
 
 from thunder_ir.dialects.dist import CollectiveOp, communicate, process_group
-from thunder_ir.lowering.tier_up import HOT_CALLS, Watch, hot_seconds
+from thunder_ir.lowering.tier_up import AFTER_ENV, HOT_CALLS, Watch, hot_seconds
+from thunder_ir.lowering.tier_up_memory import hot_note, prestart, remember
 from thunder_ir.lowering.tiered import LOG, stop_idle_helper
 from thunder_ir.runtime.cache import Entry
 
@@ -186,6 +192,10 @@ class AgreedWatch:
         self.calls = 0
         self.spent = 0.0
         self.hot_s = hot_seconds()
+        note = hot_note(entry) if os.environ.get(AFTER_ENV) is None else None
+        if note is not None:  # an earlier run's program: hot after HOT_CALLS calls (each
+            self.hot_s = 0.0  # process decides alone; they swap together all the same)
+            prestart(note)
         self.program: Entry | None = None
         self.failed = False  # its lowering failed
         if ranks.mode not in (FUSED, KEPT):  # (later ones swap or keep at their first call)
@@ -249,6 +259,9 @@ class AgreedWatch:
                                             "group swapped")
             return self.unfused
         if entry.fn is self:
+            if os.environ.get(AFTER_ENV) is None:  # a later run's is hot at once
+                bg = self.ranks.tier.background
+                remember(entry, kept=bg is not None and bg.unkept == 0)
             entry.traces, entry.backward_traces = program.traces, program.backward_traces
             entry.fn = program.fn
             self.ranks.tier.swapped += 1
