@@ -204,3 +204,38 @@ def test_the_region_key_holds_the_sources_of_a_users_extension(
     assert region_cache.region_key(request, (False, *modes[1:])) != key
     module.write_text("def scale(x):\n    return x * 3\n")
     assert region_cache.region_key(request, modes) != key
+
+
+def test_a_symbolic_kernel_is_taken_where_its_checks_hold_and_a_damaged_file_is_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels of one symbolic region compiled on both sides of a size decision are kept
+    side by side; a lookup takes the one whose checks hold at the asking call's sizes
+    (none where neither does), and a file that does not read back whole is removed."""
+    from thunder_ir.lowering.compile_helper import Compiled, Request
+    from thunder_ir.lowering.symbolic_regions import SymbolicCall
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(region_cache.ENV, raising=False)
+
+    def request(s0: int) -> Request:
+        return Request("k", "def k(x):\n  return x\n", "k", (), (), (), True, None,
+                       str(tmp_path / f"k{s0}.py"), (),
+                       SymbolicCall((("s0", s0),), ("s0 >= 2",)))
+
+    modes = (True, False, False, "torch.float32", False, None)
+    for side, checks in (("small", ("s0 <= 4096",)), ("large", ("s0 > 4096", "s0 < 10**6"))):
+        code = tmp_path / f"{side}.py"
+        code.write_text(f"# {side}\n")
+        assert region_cache.store(request(7), modes,
+                                  Compiled(str(code), side, [], {}, [], [], checks))
+    found = region_cache.lookup(request(100), modes)
+    assert found is not None and found[0].key == "small"
+    assert Path(found[0].path).read_text() == "# small\n"  # written where it loads from
+    found = region_cache.lookup(request(5000), modes)
+    assert found is not None and found[0].key == "large" and found[0].checks[0] == "s0 > 4096"
+    assert region_cache.lookup(request(10**7), modes) is None
+    kept = found[1]
+    kept.write_bytes(kept.read_bytes()[:-1])  # cut short
+    assert region_cache.lookup(request(5000), modes) is None and not kept.exists()
+    monkeypatch.setenv(region_cache.ENV, "0")
+    assert region_cache.lookup(request(100), modes) is None
