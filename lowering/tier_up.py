@@ -26,8 +26,9 @@ to compile keeps the unfused program, with a warning. A program that holds colle
 the fused regions. A symbolic program (variable lengths) is lowered over its own
 symbols, so one fused program serves every size its shape guard admits
 (`TierUp.lowered`, `thunder_ir.lowering.symbolic_regions`). A program that tiered up in
-an earlier process (the same script run again) is hot after `HOT_CALLS` calls, and its
-kernels load from Inductor's on-disk cache (`thunder_ir.lowering.tier_up_memory`). Not
+an earlier process (the same script run again) is hot after `HOT_CALLS` calls
+(`thunder_ir.lowering.tier_up_memory`), and its kernels load from the cache of compiled
+regions without a compile (`thunder_ir.lowering.region_cache`). Not
 tiered up: a
 speculative program that holds collectives, tensors on several device types (CUDA
 programs tier up where a GPU is here: `tier_devices`; a launch-bound one may then replay

@@ -10,9 +10,12 @@ traced from), so a swap never changes a result beyond the fused kernel's roundin
 the Inductor executor's tests bound already.
 
 Where the compile runs: in a helper process (`Helper`,
-`thunder_ir.lowering.compile_helper`), shared by every tiered executor of the process.
-The background thread sends it each region's printed function and its inputs' metadata
-(`Request`; the requests queued behind the first go at once, so the helper works while
+`thunder_ir.lowering.compile_helper`; a pool of `compile_workers` of them, 1 on 2 cores),
+shared by every tiered executor of the process. A kernel an earlier process compiled is
+loaded from the cache of compiled regions instead (`thunder_ir.lowering.region_cache`),
+and each one the helper compiles is kept there. The background thread sends a helper
+each region's printed function and its inputs' metadata (`Request`; the requests queued
+behind the first go at once, each to the least busy helper, so the helpers work while
 this process loads), imports what loading needs meanwhile, and loads each finished
 kernel as Inductor loads a cached graph (its output code; `compile_helper.Compiled`).
 Tracing to an ATen graph and Inductor's
