@@ -28,12 +28,15 @@ def scatter_strided(base: torch.Tensor, src: torch.Tensor, base_strides: Sequenc
     """``base`` with ``src`` written into the elements of its view of ``size``, ``strides``
     and ``offset`` (relative to ``base``'s own, in eager's layout of ``base``: strides
     ``base_strides``): the functional form of a write through a view. Where ``base`` is
-    laid out so already (dense, at its storage's start) and no gradient is recorded, this
-    is ``as_strided_scatter`` (``base`` cloned, its strides kept), one functional op for a
-    fusion region to hold. (Not with gradients: torch 2.13's derivative of
-    ``as_strided_scatter`` gives ``base`` the cotangent inside the view, not outside.)"""
+    laid out so already (dense, at its storage's start), ``src`` has the view's sizes,
+    dtype and device (``copy_`` would broadcast and convert it) and no gradient is
+    recorded, this is ``as_strided_scatter`` (``base`` cloned, its strides kept), one
+    functional op for a fusion region to hold. (Not with gradients: torch 2.13's
+    derivative of ``as_strided_scatter`` gives ``base`` the cotangent inside the view,
+    not outside.)"""
     if tuple(base.stride()) == tuple(base_strides) and base.storage_offset() == 0 \
-            and _dense(base.shape, base_strides) and not (
+            and _dense(base.shape, base_strides) and tuple(src.shape) == tuple(size) \
+            and src.dtype == base.dtype and src.device == base.device and not (
                 torch.is_grad_enabled() and (base.requires_grad or src.requires_grad)):
         return torch.as_strided_scatter(base, src, tuple(size), tuple(strides), offset)
     out = torch.empty_strided(base.shape, tuple(base_strides), dtype=base.dtype,

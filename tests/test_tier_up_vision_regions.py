@@ -235,3 +235,22 @@ def test_batch_counts_join_the_region_and_train_as_eager() -> None:
     lines = [line for line in fwd.splitlines() if not line.lstrip().startswith("#")]
     assert [line for line in lines if "torch.add" in line] == [], fwd
     assert fwd.count("= inductorFusion") == 1, fwd
+
+
+@pytest.mark.parametrize("src", [torch.tensor([5.0]), torch.tensor(4), torch.arange(3.0)],
+                         ids=["broadcast", "int", "exact"])
+def test_write_through_a_view_as_eager(src: torch.Tensor) -> None:
+    """``scatter_strided``'s one-op form is taken only where ``copy_`` would neither
+    broadcast nor convert ``src``; values as eager's with and without a fusion region."""
+    def f(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y[:, 1].copy_(s)
+        return y + 1
+
+    x = torch.randn(3, 4)
+    want = f(x, src)
+    for executors in (None, ["torch_compile", *thunder_ir.get_default_executors()]):
+        if executors and not inductor_executor.InductorExecutor().is_available():
+            continue
+        got = thunder_ir.jit(f, executors=executors)(x, src)
+        assert torch.equal(got, want), (executors, got, want)
