@@ -21,6 +21,7 @@ cotangents.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,12 @@ class TrainingProgram:
     lazy_backward: Callable[[], Callable[..., Any]] | None = None
     """Makes ``backward`` in the form that reads each argument right before its first
     use (`print_python`'s ``lazy``): for residuals packed by saved-tensor hooks."""
+    kept_outputs: tuple[int, ...] | None = None
+    """Set on the form of the program `make_runner` applies with side outputs
+    (`with_side_outputs`): the outputs autograd sees, by their index among all
+    ``n_full_outputs`` (``n_outputs``, ``ct_outputs`` and ``nondiff_outputs`` then count
+    those alone)."""
+    n_full_outputs: int = 0
     _lazy: Callable[..., Any] | None = None
 
     def unpacking_backward(self) -> Callable[..., Any] | None:
@@ -91,10 +98,17 @@ class ThunderFunction(torch.autograd.Function):
     """One autograd node for a whole thunder_ir program."""
 
     @staticmethod
-    def forward(ctx: Any, prog: TrainingProgram, *inputs: Any) -> Any:  # type: ignore[override]
-        n_total = prog.n_outputs + prog.n_residuals
-        res = _as_tuple(prog.forward(*inputs), n_total)
-        outs, residuals = res[:prog.n_outputs], res[prog.n_outputs:]
+    def forward(ctx: Any, prog: TrainingProgram, side: list[Any] | None,  # type: ignore[override]
+                *inputs: Any) -> Any:
+        kept = prog.kept_outputs
+        if kept is None:
+            res = _as_tuple(prog.forward(*inputs), prog.n_outputs + prog.n_residuals)
+            outs, residuals = res[:prog.n_outputs], res[prog.n_outputs:]
+        else:  # the side outputs go to the caller through ``side``, not autograd
+            res = tuple(prog.forward(*inputs))
+            assert side is not None
+            side.append(res)
+            outs, residuals = tuple(map(res.__getitem__, kept)), res[prog.n_full_outputs:]
         ctx.prog = prog
         if prog.symbolic_outputs:  # the shapes of zero cotangents, this call's
             ctx.ct_shapes = [outs[i].shape for i in prog.ct_outputs]
@@ -120,7 +134,7 @@ class ThunderFunction(torch.autograd.Function):
                 "differentiating a gradient): its backward is a compiled program without "
                 "its own backward. Compute higher-order gradients without thunder_ir.jit.")
         prog: TrainingProgram = ctx.prog
-        result: list[Any] = [None] * (prog.n_inputs + 1)
+        result: list[Any] = [None] * (prog.n_inputs + 2)  # (prog, side, *inputs)
         present = [grads[i] is not None for i in prog.ct_outputs]
         if not any(present):
             return tuple(result)
@@ -159,7 +173,7 @@ class ThunderFunction(torch.autograd.Function):
         every = all(present)
         for pos, g, reach in zip(prog.grad_inputs, grads_in, prog.reaches):
             if reach and (every or any(present[j] for j in reach)):
-                result[pos + 1] = g
+                result[pos + 2] = g
         return tuple(result)
 
 
@@ -200,7 +214,8 @@ class ThunderFunctorchFunction(torch.autograd.Function):
     def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
         grads = grads[:ctx.prog.n_outputs]
         with torch.no_grad():
-            return ThunderFunction.backward(ctx, *grads)
+            result = ThunderFunction.backward(ctx, *grads)
+        return (result[0], *result[2:])  # (this forward takes no ``side``)
 
 
 def _differentiating_levels() -> int:
@@ -290,21 +305,37 @@ def _mark_nondiff(ctx: Any, prog: TrainingProgram, outs: tuple[Any, ...]) -> tup
     return outs
 
 
+def with_side_outputs(prog: TrainingProgram, side: Sequence[int]) -> TrainingProgram:
+    """``prog`` in the form whose ``side`` outputs (non-differentiable ones the caller only
+    copies into its tensors: a batch norm's running statistics) leave the forward by a
+    list the runner passes, not through the autograd node: autograd then neither marks
+    them non-differentiable nor wraps them (ResNet: 24 of its 26 outputs a call)."""
+    drop = set(side)
+    kept = tuple(i for i in range(prog.n_outputs) if i not in drop)
+    where = {i: k for k, i in enumerate(kept)}
+    return dataclasses.replace(
+        prog, n_outputs=len(kept), kept_outputs=kept, n_full_outputs=prog.n_outputs,
+        ct_outputs=[where[i] for i in prog.ct_outputs],
+        nondiff_outputs=[where[i] for i in prog.nondiff_outputs if i not in drop])
+
+
 def _direct_apply() -> Callable[..., Any] | None:
     """``ThunderFunction``'s C++ ``apply`` without ``Function.apply``'s Python steps (a
     quarter of a small program's cached call), or None where this torch lacks one of
     them. Its result is called only while no functorch transform is active, on inputs
-    with functorch's dead wrappers unwrapped: what ``Function.apply`` does then."""
+    with functorch's dead wrappers unwrapped: what ``Function.apply`` does then; under
+    a transform it applies ``full``, the program with all its outputs."""
     try:
         c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, ThunderFunction)
         from torch._functorch.utils import unwrap_dead_wrappers
         active = torch._C._are_functorch_transforms_active
     except (AttributeError, ImportError, KeyError):  # pragma: no cover - torch build
         return None
-    def run(prog: TrainingProgram, inputs: tuple[Any, ...]) -> Any:
+    def run(prog: TrainingProgram, full: TrainingProgram, side: list[Any] | None,
+            inputs: tuple[Any, ...]) -> Any:
         if active():
-            return _functorch_apply(prog, inputs)
-        return c_apply(prog, *unwrap_dead_wrappers(inputs))
+            return _functorch_apply(full, inputs)
+        return c_apply(prog, side, *unwrap_dead_wrappers(inputs))
 
     return run
 
@@ -312,20 +343,41 @@ def _direct_apply() -> Callable[..., Any] | None:
 _APPLY = _direct_apply()
 
 
-def make_runner(prog: TrainingProgram, enable_grad: bool = False) -> Callable[..., Any]:
+def make_runner(prog: TrainingProgram, enable_grad: bool = False,
+                side_outputs: Sequence[int] = ()) -> Callable[..., Any]:
     """A callable with the forward program's calling convention that records autograd.
 
     ``enable_grad``: record even when called with grad mode off (the traced code turned it
-    on itself, with ``torch.enable_grad()``)."""
+    on itself, with ``torch.enable_grad()``). ``side_outputs``: non-differentiable outputs
+    the caller only copies from (`with_side_outputs`), returned in their places but
+    without passing through the autograd node."""
     direct = _APPLY
     if direct is None:
         fn_apply = ThunderFunction.apply
 
         def run(*inputs: Any) -> Any:
-            return fn_apply(prog, *inputs)
+            return fn_apply(prog, None, *inputs)
+    elif side_outputs:
+        kept_prog = with_side_outputs(prog, side_outputs)
+        kept = kept_prog.kept_outputs
+        assert kept is not None
+        n_full = prog.n_outputs
+
+        def run(*inputs: Any) -> Any:
+            side: list[Any] = []
+            outs = direct(kept_prog, prog, side, inputs)
+            if not side:  # (under a functorch transform: all outputs, from autograd)
+                return outs
+            full = list(side[0][:n_full])
+            if len(kept) == 1:
+                full[kept[0]] = outs
+            else:
+                for i, o in zip(kept, outs):
+                    full[i] = o
+            return tuple(full)
     else:
         def run(*inputs: Any) -> Any:
-            return direct(prog, inputs)
+            return direct(prog, prog, None, inputs)
 
     if not enable_grad:
         return run
@@ -338,4 +390,4 @@ def make_runner(prog: TrainingProgram, enable_grad: bool = False) -> Callable[..
 
 
 __all__ = ["ThunderFunction", "ThunderFunctorchFunction", "TrainingProgram", "make_runner",
-           "Sequence"]
+           "Sequence", "with_side_outputs"]

@@ -306,7 +306,9 @@ def training_entry(traced: TracedProgram, program: CompiledProgram, traces: list
         tensor_residuals=all(isinstance(t, TensorType) for t in out_types[n_out:]),
         lazy_backward=bwd.lazy)
     return Entry(
-        fn=make_runner(prog, enable_grad=not torch.is_grad_enabled()), n_outputs=n_out,
+        fn=make_runner(prog, enable_grad=not torch.is_grad_enabled(),
+                       side_outputs=_side_outputs(traced, prog.nondiff_outputs)),
+        n_outputs=n_out,
         gather=program.gather,
         output_leaves=traced.output_leaves, output_spec=traced.output_spec,
         writebacks=_bind_writebacks(traced, state), traces=traces,
@@ -315,6 +317,20 @@ def training_entry(traced: TracedProgram, program: CompiledProgram, traces: list
         backward_traces=bwd_traces, replays=traced.replays, epilogue=traced.epilogue,
         speculative=traced.speculative, draws=traced.draws, symbols=traced.symbols,
         writeback_modes=traced.writeback_modes)
+
+
+def _side_outputs(traced: TracedProgram, nondiff: list[int]) -> list[int]:
+    """The non-differentiable outputs the call only copies into the caller's tensors (the
+    write-backs: a batch norm's running statistics), which the user never sees: they
+    need not pass through the autograd node (`thunder_ir.runtime.autograd.make_runner`).
+    None where Python state is written or built from the outputs (an epilogue, a
+    built value): those read the outputs autograd returns."""
+    if traced.epilogue or traced.symbols is not None or any(
+            kind == "build" for kind, _ in traced.output_leaves):
+        return []
+    seen = {v for kind, v in traced.output_leaves if kind == "out"}
+    written = {idx for idx, _ in traced.writebacks}
+    return [i for i in nondiff if i in written and i not in seen]
 
 
 def inference_entry(traced: TracedProgram, program: CompiledProgram, traces: list[Trace],
