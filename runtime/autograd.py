@@ -11,7 +11,10 @@ references first (``maybe_clear_saved_tensors``, which keeps them under
 Residuals that saved-tensor hooks packed (activation offloading) are unpacked one by one
 instead, as the lazy form of ``@backward`` first reads each (`_Unpacking`), so that they
 do not all come back at the backward's start.
-Outputs show ``grad_fn=<ThunderFunctionBackward>``.
+Outputs show ``grad_fn=<ThunderFunctionBackward>``. Side outputs (non-differentiable
+ones the call only copies into the caller's tensors: a batch norm's running statistics,
+`with_side_outputs`) do not pass through the node: the forward hands them to the runner
+through a list, so autograd neither marks nor wraps them (24 of ResNet's 26 outputs).
 
 Gradients are ``None`` where eager's are: autograd hands the backward ``None`` for outputs
 that did not reach the loss (grads are not materialized), and an input whose dependent

@@ -323,8 +323,8 @@ def _side_outputs(traced: TracedProgram, nondiff: list[int]) -> list[int]:
     """The non-differentiable outputs the call only copies into the caller's tensors (the
     write-backs: a batch norm's running statistics), which the user never sees: they
     need not pass through the autograd node (`thunder_ir.runtime.autograd.make_runner`).
-    None where Python state is written or built from the outputs (an epilogue, a
-    built value): those read the outputs autograd returns."""
+    None (empty) where Python state is written or built from the outputs (an epilogue,
+    a built value): those read the outputs autograd returns."""
     if traced.epilogue or traced.symbols is not None or any(
             kind == "build" for kind, _ in traced.output_leaves):
         return []
