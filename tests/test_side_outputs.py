@@ -106,3 +106,24 @@ def test_with_side_outputs_renumbers_the_kept_outputs() -> None:
     assert kept.kept_outputs == (0, 2, 3) and kept.n_full_outputs == 4
     assert kept.n_outputs == 3 and kept.ct_outputs == [0, 2]
     assert kept.nondiff_outputs == [1]
+
+
+def _counted_sin(x: torch.Tensor, buf: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        buf.add_(1)
+    return (x.sin() * 2).sum()
+
+
+def test_under_torch_func_grad_all_outputs_take_autograd() -> None:
+    """Under a functorch transform the program runs with all its outputs (the side ones
+    too) through autograd: gradients, the written argument and its version are eager's,
+    then the same for a plain call (side outputs)."""
+    seen = []
+    for fn in (_counted_sin, thunder_ir.jit(_counted_sin)):
+        buf = torch.zeros(3)
+        x = torch.randn(3, generator=torch.Generator().manual_seed(0))
+        g = torch.func.grad(fn)(x, buf)
+        x2 = x.clone().requires_grad_()
+        fn(x2, buf).backward()
+        seen.append((g, buf.clone(), buf._version, x2.grad))
+    _same(seen[0], seen[1])
