@@ -10,7 +10,7 @@ runs as it is in a fresh process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 import torch
@@ -78,11 +78,14 @@ _SET_VERSION = torch._C._autograd._unsafe_set_version_counter
 
 
 def with_bumps(modes: Sequence[int], storages: Sequence[int],
-               writes: Mapping[int, int]) -> list[int]:
+               writes: Mapping[int, int], unbumped: Set[int] = frozenset()) -> list[int]:
     """The write-backs' modes, each storage's first with the version bumps eager's writes
     made (``writes``: per storage, its in-place writes that bump the version) beyond the
     one each copy into it makes (``storages``: each write-back's), so that the caller's
-    version counter ends where eager's does (``x.add_(1); x.mul_(2)``: 2)."""
+    version counter ends where eager's does (``x.add_(1); x.mul_(2)``: 2). A storage in
+    ``unbumped`` (written by a kernel that bumps nothing: batch norm's running statistics)
+    may end with fewer bumps than copies: a negative count sets the counter back after the
+    copy."""
     out = list(modes)
     copies: dict[int, int] = {}
     for s, m in zip(storages, modes, strict=True):
@@ -93,15 +96,16 @@ def with_bumps(modes: Sequence[int], storages: Sequence[int],
             continue
         first.add(s)
         extra = writes.get(s, 0) - copies[s]
-        if extra > 0:
-            out[i] |= extra << 2
+        if extra > 0 or (extra < 0 and s in unbumped):
+            out[i] |= extra << 2  # negative: (-1 << 2) | mode keeps the mode in the low bits
     return out
 
 
 def write_back(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
                modes: Sequence[int]) -> None:
     """Writes each value into its target, in order, each as its mode says (`PLAIN`...),
-    then bumps its version counter as many more times as the mode says. Consecutive
+    then bumps its version counter as many more times as the mode says (sets it back, for
+    a negative count: a kernel that writes without a bump). Consecutive
     copies under no-grad are one ``torch._foreach_copy_`` (a batch norm's statistics: 3
     a layer; a Python loop of copies cost ResNet's forward 60 µs a step), which copies in
     order and bumps each target's version once, as ``copy_`` does."""

@@ -34,15 +34,9 @@ class _ConvBN(nn.Module):
         return (*out, self.bn.running_mean) if self.returns_stat else out
 
 
-_UNVERSIONED = ("bn.running_mean", "bn.running_var")
-"""Eager's batch-norm kernel writes the running statistics without bumping their version
-counters; thunder_ir's write-back (before and after side outputs) bumps each once: a
-known difference (issue 53's note), so their counters are not compared here."""
-
-
 def _state(m: nn.Module, v0: dict[str, int]) -> list[tuple[str, torch.Tensor, int]]:
     """Each buffer and parameter, and its version counter's moves since ``v0``."""
-    return [(n, t.detach().clone(), -1 if n in _UNVERSIONED else t._version - v0[n])
+    return [(n, t.detach().clone(), t._version - v0[n])
             for n, t in [*m.named_buffers(), *m.named_parameters()]]
 
 

@@ -344,3 +344,30 @@ def test_decompositions_train_as_eager() -> None:
         eager.zero_grad(set_to_none=True)
     fwd = str(thunder_ir.last_traces(jm)[-1])
     assert "tir.convolution(" not in fwd and "native_batch_norm(" not in fwd
+
+
+@pytest.mark.parametrize("rank", [4, 5])
+def test_batch_norm_keeps_a_channels_last_layout_as_eager(rank: int) -> None:
+    """A channels-last input's batch norm output (training and evaluation) and its input
+    gradient are channels-last in eager; the traced layout probe ran ``torch.batch_norm``,
+    which returns one tensor of the op's five, and fell back to contiguous."""
+    fmt = torch.channels_last if rank == 4 else torch.channels_last_3d
+    shape = (2, 3, 4, 4) if rank == 4 else (2, 3, 2, 4, 4)
+    torch.manual_seed(0)
+    e = nn.BatchNorm2d(3) if rank == 4 else nn.BatchNorm3d(3)
+    m = copy.deepcopy(e)
+    jm = thunder_ir.jit(m)
+    x = torch.randn(shape).to(memory_format=fmt).requires_grad_()
+    xj = x.detach().clone().requires_grad_()
+    y, yj = e(x), jm(xj)
+    assert yj.stride() == y.stride()
+    torch.testing.assert_close(yj, y)
+    y.square().sum().backward()
+    yj.square().sum().backward()
+    assert xj.grad is not None and x.grad is not None
+    assert xj.grad.stride() == x.grad.stride()
+    torch.testing.assert_close(xj.grad, x.grad)
+    e.eval()
+    m.eval()
+    with torch.no_grad():
+        assert jm(xj).stride() == e(x).stride()

@@ -215,6 +215,34 @@ def test_a_buffers_version_count_is_eagers() -> None:
     assert thunder_ir.cache_misses(jm) == 1
 
 
+@pytest.mark.parametrize("make,shape,channels_last,grad", [
+    (lambda: nn.BatchNorm1d(3), (4, 3), False, True),
+    (lambda: nn.BatchNorm2d(3), (2, 3, 4, 4), True, True),
+    (lambda: nn.BatchNorm1d(3, momentum=None), (4, 3), False, False),
+])
+def test_batch_norm_statistics_keep_their_version_as_eager(
+        make: Callable[[], nn.Module], shape: tuple[int, ...], channels_last: bool,
+        grad: bool) -> None:
+    """Eager's batch-norm kernel writes the running statistics without a version bump;
+    ``num_batches_tracked += 1`` bumps its own: the program's write-back ends the same."""
+    torch.manual_seed(0)
+    e, m = make(), make()
+    jm = thunder_ir.jit(m)
+    for _ in range(3):
+        x = torch.randn(shape)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        v0 = [b._version for b in m.buffers()]
+        w0 = [b._version for b in e.buffers()]
+        with torch.set_grad_enabled(grad):
+            torch.testing.assert_close(jm(x), e(x))
+        moved = [b._version - v for b, v in zip(m.buffers(), v0, strict=True)]
+        assert moved == [b._version - w for b, w in zip(e.buffers(), w0, strict=True)]
+        assert moved == [0, 0, 1]
+    for a, b in zip(m.buffers(), e.buffers(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_a_written_argument_saved_by_an_earlier_graph_raises_as_eager() -> None:
     """A graph built before the call saved ``x``; the call writes ``x`` twice: eager's
     backward of that graph raises naming the version it expected; so does this one,

@@ -116,6 +116,9 @@ class AliasTracking:
             written back without a bump.
         versioned: storages written otherwise, each with the number of such writes (the
             bumps of eager's version counter, `thunder_ir.runtime.writes.with_bumps`).
+        unbumped: storages written by an op whose eager kernel writes without bumping the
+            version counter (batch norm's running statistics, `UNBUMPED_WRITES`): their
+            write-back's copy is not counted either.
         joined: storages written with grad mode on with a value that requires grad, not
             through a detached alias: the caller's tensor takes the write's history (its
             write-back runs with grad mode on).
@@ -124,8 +127,8 @@ class AliasTracking:
     """
 
     __slots__ = ("arg_groups", "data_cuts", "forbidden", "joined", "layouts", "members",
-                 "not_views", "quiet", "renewed", "storage", "versioned", "view_meta",
-                 "view_parent", "written")
+                 "not_views", "quiet", "renewed", "storage", "unbumped", "versioned",
+                 "view_meta", "view_parent", "written")
 
     def __init__(self) -> None:
         self.storage: dict[SSAValue, int] = {}
@@ -140,6 +143,7 @@ class AliasTracking:
         self.data_cuts: set[SSAValue] = set()
         self.quiet: set[int] = set()
         self.versioned: dict[int, int] = {}
+        self.unbumped: set[int] = set()
         self.joined: set[int] = set()
         self.renewed: dict[SSAValue, SSAValue] = {}
 

@@ -43,6 +43,12 @@ DATA_ASSIGNMENT = ".data assignment"
 """`InPlace.assign`'s ``opname`` for ``t.data = new``."""
 
 
+UNBUMPED_WRITES = frozenset({"batch_norm"})
+"""The in-place writes whose eager kernel leaves the version counter as it was: the CPU and
+CUDA batch norm kernels write the running statistics through raw pointers
+(``torch.nn.BatchNorm*`` in training: ``running_mean._version`` stays put, while
+``num_batches_tracked += 1`` bumps its own)."""
+
 _QUIET_NOTE = (" through `.data`. Eager does not detect this (a write through `.data` does "
                "not bump the version counter) and its backward silently uses the written "
                "values; the program's backward cannot read them here (a saved result, or "
@@ -246,13 +252,16 @@ class InPlace(Writes):
     def _note_version(self, target: TensorProxy, opname: str) -> bool:
         """Notes whether the write bumps the written storage's version counter in eager
         (not through an ``x.data`` alias, nor by ``t.data = ...``: those are quiet, and
-        the result is True), counting the bumps."""
+        the result is True), counting the bumps. A write eager's kernel makes without a bump
+        (`UNBUMPED_WRITES`) is not quiet but counts none."""
         aliases = self.ctx.aliases
         root = target._base_proxy
         quiet = opname == DATA_ASSIGNMENT or (root is not None and aliases.cut_from_root(
             target._value, root._value) == "data")
         if quiet:
             aliases.quiet.add(target._storage)
+        elif opname in UNBUMPED_WRITES:
+            aliases.unbumped.add(target._storage)
         else:
             aliases.versioned[target._storage] = aliases.versioned.get(target._storage, 0) + 1
         return quiet

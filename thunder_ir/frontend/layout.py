@@ -710,13 +710,25 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
 
 def _asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool
                    ) -> tuple[Layout, ...] | None:
+    """Runs the op's eager reference on stand-ins, or its functional ``ref`` where eager's
+    call returns fewer tensors than the op (``torch.batch_norm`` returns the output, the op
+    also the statistics: a channels-last input's output is channels-last, the contiguous
+    fallback was wrong)."""
+    fn = type(op).ref if isinstance(op, ThunderOp) and hasattr(type(op), "ref") else None
+    want = len(_tensor_results(op))
     if fake:
         with fake_mode():
-            outs = _run(op, _operand_values(op, layouts, fake_stand_in))
+            stand_ins = _operand_values(op, layouts, fake_stand_in)
+            outs = _run(op, stand_ins)
+            if len(outs) != want and fn is not None:
+                outs = _run(op, stand_ins, fn)
     else:
         with symbols.stand_in_mode():
-            outs = _run(op, _operand_values(op, layouts, meta_stand_in))
-    if len(outs) == len(_tensor_results(op)):
+            stand_ins = _operand_values(op, layouts, meta_stand_in)
+            outs = _run(op, stand_ins)
+            if len(outs) != want and fn is not None:
+                outs = _run(op, stand_ins, fn)
+    if len(outs) == want:
         return tuple(layout_of_tensor(o) for o in outs)
     return None
 

@@ -584,7 +584,8 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                          and p._storage not in aliases.versioned else PLAIN)
             written_storages.append(p._storage)
             outputs.append(p._value)
-    modes = with_bumps(modes, written_storages, aliases.versioned)  # eager's version counts
+    # eager's version counts
+    modes = with_bumps(modes, written_storages, aliases.versioned, aliases.unbumped)
     epilogue = rec.epilogue() + rec.globals_written(ctx.reads.global_writes) + [
         Action(("obj", state[k.name]), "setattr", "data", rec.template(p, f"{k.name}.data"),
                f"{k.name}.data")  # `Module.to(dtype)` in forward: the tensor's new data
