@@ -26,6 +26,7 @@ CPU kernel's packing).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +46,7 @@ from xdsl.pattern_rewriter import (
 import thunder_ir.passes.quant_rules  # noqa: F401  (registers the ops' rules)
 from thunder_ir.dialects import quant as Q
 from thunder_ir.dialects.base import build
+from thunder_ir.dialects.location import location_text
 from thunder_ir.dialects.ltorch_nn import LinearOp
 from thunder_ir.dialects.types import TensorType
 
@@ -105,6 +107,9 @@ class QuantizeLinear(RewritePattern):
             qz = build(Q.QuantizeInt8Op, w, dtype=self.compute_dtype)
             lin = build(Q.Int8LinearOp, x, qz.results[0], qz.results[1], bias)
         else:
+            if self.compute_dtype is None and wt.dtype == torch.float32 \
+                    and str(wt.dev).startswith("cpu"):
+                _warn_int4_float32(location_text(op))
             qz = build(Q.QuantizeInt4Op, w, group_size=self.group_size,
                        dtype=self.compute_dtype)
             lin = build(Q.Int4LinearOp, x, qz.results[0], qz.results[1], bias,
@@ -114,6 +119,24 @@ class QuantizeLinear(RewritePattern):
             made.location = op.location
         qz.results[0].name_hint = f"{hint}_q" if hint else None
         rewriter.replace(op, new, [lin.results[0]])
+
+
+_WARNED_INT4_FLOAT32: set[str] = set()
+
+
+def _warn_int4_float32(at: str) -> None:
+    """Says once per process that int4 on float32 activations is slow on the CPU: torch's
+    int4 CPU kernel on float32 input measured about 7x eager's float32 decode step
+    (docs/quantization.md), on bfloat16 input 0.2x. ``at``: the first such linear's line."""
+    if _WARNED_INT4_FLOAT32:
+        return
+    _WARNED_INT4_FLOAT32.add(at)
+    warnings.warn(f"QuantizeWeights(bits=4) on float32 linears on the CPU (the linear at {at}) "
+                  "runs torch's int4 "
+                  "kernel on float32 activations, several times slower than eager's float32 "
+                  "linear (docs/quantization.md); QuantizeWeights(bits=4, compute_dtype="
+                  "torch.bfloat16) is fast (bfloat16 rounding of the activations), and "
+                  "bits=8 keeps float32 activations fast", UserWarning, stacklevel=2)
 
 
 @dataclass(frozen=True)

@@ -867,3 +867,32 @@ def test_fused_product_falls_back_where_inductor_cannot_compile(
     want = torch.nn.functional.linear(x, Q.int8_dequantize(q, s))
     torch.testing.assert_close(Q.Int8LinearOp.TORCH_FN(x, q, s, None), want,
                                atol=1e-5, rtol=1e-5)
+
+
+def test_int4_on_float32_activations_warns_once_naming_the_line() -> None:
+    """int4 on float32 linears on the CPU (torch's kernel: several times eager's time) warns
+    once per process with the user's line and what to do; bfloat16 compute and int8 do
+    not; the values are still the dequantized model's."""
+    import warnings
+
+    from thunder_ir.passes import quantize
+
+    quantize._WARNED_INT4_FLOAT32.clear()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    x = torch.randn(3, 64)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for bits, cd in [(8, None), (4, torch.bfloat16), (4, None), (4, None)]:
+            jm = thunder_ir.jit(copy.deepcopy(model), transforms=[
+                QuantizeWeights(bits=bits, compute_dtype=cd)])
+            with torch.no_grad():
+                y = jm(x)
+        msgs = [str(w.message) for w in seen if "QuantizeWeights(bits=4)" in str(w.message)]
+    assert len(msgs) == 1
+    assert "test_quantize.py" in msgs[0] and "compute_dtype=torch.bfloat16" in msgs[0]
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for lin in reference:
+            lin.weight.copy_(Q.int4_dequantize(*Q.int4_qparams(lin.weight, 32), 32))
+        torch.testing.assert_close(y, reference(x), atol=1e-4, rtol=1e-4)
