@@ -18,6 +18,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tier_up_support import run_until_swapped
 
 import thunder_ir
 from thunder_ir.dialects import quant as Q
@@ -532,15 +533,7 @@ def test_tier_up_keeps_the_kernels_and_trains_as_eager(monkeypatch: pytest.Monke
             if p.grad is not None:
                 torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
 
-    for _ in range(3 * tu.HOT_CALLS):
-        check()
-        status = thunder_ir.compile_status(jm)
-        if status["swapped"]:
-            break
-        if status["pending"]:
-            thunder_ir.compile_status(jm, wait=None)
-    status = thunder_ir.compile_status(jm)
-    assert status["swapped"] == 1 and status["failed"] == 0, status
+    run_until_swapped(jm, lambda _: check())
     check()
     fwd = str(thunder_ir.last_traces(jm)[-1])
     assert "inductorFusion" in fwd and fwd.count("tir.int8_linear(") == 2

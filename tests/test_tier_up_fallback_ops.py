@@ -7,11 +7,11 @@ so no region splits at one, and its values and gradients are eager's."""
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from tier_up_support import run_until_swapped
 from torch import nn
 
 import thunder_ir
@@ -84,15 +84,7 @@ def test_fallback_ops_sit_inside_the_tier_up_regions_and_train_as_eager(
             assert p.grad is not None and q.grad is not None
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-3)
 
-    for _ in range(3 * tu.HOT_CALLS):
-        check()
-        status: dict[str, Any] = thunder_ir.compile_status(jm)
-        if status["swapped"]:
-            break
-        if status["pending"]:
-            thunder_ir.compile_status(jm, wait=None)
-    status = thunder_ir.compile_status(jm)
-    assert status["swapped"] == 1 and status["failed"] == 0, status
+    run_until_swapped(jm, lambda _: check())
     check()  # the fused program, its kernels in
     fwd = str(thunder_ir.last_traces(jm)[-1])
     bwd = str(thunder_ir.last_backward_traces(jm)[-1])
@@ -151,15 +143,7 @@ def test_moe_routing_sits_inside_the_tier_up_regions_and_trains_as_eager(
             assert p.grad is not None and q.grad is not None
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
 
-    for _ in range(3 * tu.HOT_CALLS):
-        check()
-        status: dict[str, Any] = thunder_ir.compile_status(jm)
-        if status["swapped"]:
-            break
-        if status["pending"]:
-            thunder_ir.compile_status(jm, wait=None)
-    status = thunder_ir.compile_status(jm)
-    assert status["swapped"] == 1 and status["failed"] == 0, status
+    run_until_swapped(jm, lambda _: check())
     check()
     fwd = str(thunder_ir.last_traces(jm)[-1])
     bwd = str(thunder_ir.last_backward_traces(jm)[-1])

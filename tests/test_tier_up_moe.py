@@ -10,11 +10,11 @@ optimizer steps are eager's."""
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from tier_up_support import run_until_swapped
 from torch import nn
 
 import thunder_ir
@@ -103,15 +103,7 @@ def test_grouped_mm_experts_sit_inside_the_tier_up_regions_and_train_as_eager(
         for p, q in zip(model.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
 
-    for _ in range(3 * tu.HOT_CALLS):
-        step()
-        status: dict[str, Any] = thunder_ir.compile_status(jm)
-        if status["swapped"]:
-            break
-        if status["pending"]:
-            thunder_ir.compile_status(jm, wait=None)
-    status = thunder_ir.compile_status(jm)
-    assert status["swapped"] == 1 and status["failed"] == 0, status
+    run_until_swapped(jm, lambda _: step())
     for _ in range(2):
         step()  # the fused program, its kernels in (a new routing each step)
     fwd = str(thunder_ir.last_traces(jm)[-1])

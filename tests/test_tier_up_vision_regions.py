@@ -9,10 +9,10 @@ the generator's state after every call are eager's."""
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import torch
+from tier_up_support import run_until_swapped
 from torch import nn
 
 import thunder_ir
@@ -115,16 +115,7 @@ def test_index_and_drop_path_sit_in_one_region_with_eagers_draws(
         for p, q in zip(model.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
-    k = 0
-    for k in range(3 * tu.HOT_CALLS):
-        step(k)
-        status: dict[str, Any] = thunder_ir.compile_status(jm)
-        if status["swapped"]:
-            break
-        if status["pending"]:
-            thunder_ir.compile_status(jm, wait=None)
-    status = thunder_ir.compile_status(jm)
-    assert status["swapped"] == 1 and status["failed"] == 0, status
+    k = run_until_swapped(jm, step)
     for j in range(k + 1, k + 4):  # the fused program, its kernels in
         step(j)
     fwd = str(thunder_ir.last_traces(jm)[-1])
@@ -135,7 +126,8 @@ def test_index_and_drop_path_sit_in_one_region_with_eagers_draws(
     assert fwd.count("= inductorFusion") == 1, fwd
     # each kernel's first call timed it against its function (`tiered.measured`), both
     # from the generator's state at the call: the steps after it checked the state
-    assert thunder_ir.compile_status(jm)["timings"], status
+    status = thunder_ir.compile_status(jm)
+    assert status["timings"], status
 
 
 @needs_inductor
