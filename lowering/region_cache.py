@@ -164,9 +164,14 @@ def _holds(checks: tuple[str, ...], request: Request) -> bool:
         return True
     if request.symbols is None:
         return False
-    try:
-        return bool(eval(" and ".join(f"({c})" for c in checks),  # (its own text)
-                         {}, dict(request.symbols.hints)))
+    from thunder_ir.runtime.python_printer import load_python
+
+    hints = dict(request.symbols.hints)
+    reads = "".join(f"  {name} = H[{name!r}]\n" for name in hints if name.isidentifier())
+    source = "def holds(H):\n" + reads + "  return " + " and ".join(
+        f"({c})" for c in checks) + "\n"
+    try:  # (its own text, run where generated source runs: the printer's loader)
+        return bool(load_python(source, "holds", {})(hints))
     except Exception:
         return False
 
