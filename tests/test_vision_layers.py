@@ -371,3 +371,31 @@ def test_batch_norm_keeps_a_channels_last_layout_as_eager(rank: int) -> None:
     m.eval()
     with torch.no_grad():
         assert jm(xj).stride() == e(x).stride()
+
+
+_BN_LAYOUTS: dict[str, Callable[[], torch.Tensor]] = {
+    "transposed 3-d": lambda: torch.randn(2, 4, 4).transpose(1, 2),
+    "permuted to channels-last": lambda: torch.randn(2, 3, 3, 4).permute(0, 3, 1, 2),
+    "permuted otherwise": lambda: torch.randn(3, 2, 4, 3).permute(1, 2, 0, 3),
+    "channels-last slice": lambda: torch.randn(2, 4, 3, 6).to(
+        memory_format=torch.channels_last)[..., ::2],
+    "channels-last of unit dims": lambda: torch.randn(2, 4, 1, 1).to(
+        memory_format=torch.channels_last),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BN_LAYOUTS))
+def test_batch_norm_output_layout_is_eagers_for_any_input_layout(case: str) -> None:
+    """The kernel lays its output out in the input's suggested memory format (not the
+    input's own strides, as torch's meta kernel does): training and evaluation."""
+    torch.manual_seed(0)
+    x = _BN_LAYOUTS[case]()
+    e = nn.BatchNorm1d(4) if x.dim() == 3 else nn.BatchNorm2d(4)
+    m = copy.deepcopy(e)
+    jm = thunder_ir.jit(m)
+    for training in (True, False):
+        e.train(training)
+        m.train(training)
+        y, yj = e(x), jm(x)
+        assert yj.stride() == y.stride(), (case, training)
+        torch.testing.assert_close(yj, y)

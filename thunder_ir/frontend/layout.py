@@ -596,6 +596,8 @@ def fresh_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layou
             _all_contiguous(op, layouts) or _contiguous_kernel(op) or _in_order(op, layouts)):
         return [(contiguous_strides(r.type.sizes), 0) for r in op.results  # type: ignore[attr-defined]
                 if isinstance(r.type, TensorType)]
+    if op.name == "ltorch.native_batch_norm":
+        return batch_norm_layouts(op, layouts)
     if by_device is None and symbols.current() is not None:
         dense = permuted_dense(op, layouts)
         if dense is not None:
@@ -603,6 +605,45 @@ def fresh_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layou
     found = asked_layouts(op, layouts, fake=by_device is not None)
     return list(found) if found is not None else [contiguous_layout(t)
                                                   for t in _tensor_results(op)]
+
+
+_FORMAT_ORDER = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
+"""The dims of a channels-last layout of rank 4 and 5 (``channels_last``,
+``channels_last_3d``), outermost first."""
+
+
+def batch_norm_layouts(op: Operation, layouts: Sequence[Layout | None]) -> list[Layout]:
+    """Eager's layouts of ``ltorch.native_batch_norm``'s results: the CPU and CUDA kernels
+    allocate the output contiguous in the input's suggested memory format (channels-last
+    for a 4-d or 5-d input laid out so, contiguous for a contiguous one or any other
+    layout), the statistics contiguous. Torch's meta kernel keeps any input layout
+    (``empty_like``), and the probe of ``torch.batch_norm`` returns one tensor of the
+    op's five, so neither is asked."""
+    from torch._prims_common import suggest_memory_format
+
+    x = op.operands[0].type
+    assert isinstance(x, TensorType)
+    sizes, lay = x.sizes, layouts[0]
+    order = None
+    if lay is not None and x.rank in _FORMAT_ORDER:
+        hinted = [n if type(n) is int else symbols.hint(n) for n in sizes]
+        strides = [st if type(st) is int else symbols.hint(st) for st in lay[0]]
+        probe = torch.empty_strided(hinted, strides, device="meta")
+        if not probe.is_contiguous() and suggest_memory_format(probe) in (
+                torch.channels_last, torch.channels_last_3d):
+            order = _FORMAT_ORDER[x.rank]
+    if order is None:
+        out: Layout = (contiguous_strides(sizes), 0)
+    else:
+        dense: list[Any] = [0] * x.rank
+        step: Any = 1
+        for d in reversed(order):
+            dense[d] = step
+            n = sizes[d]
+            step = step * (max(n, 1) if type(n) is int else torch.sym_max(n, 1))
+        out = (tuple(dense), 0)
+    return [out] + [(contiguous_strides(r.type.sizes), 0) for r in op.results[1:]  # type: ignore[attr-defined]
+                    if isinstance(r.type, TensorType)]
 
 
 def permuted_dense(op: Operation, layouts: Sequence[Layout | None]) -> Layout | None:
@@ -710,25 +751,13 @@ def asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool = 
 
 def _asked_layouts(op: Operation, layouts: Sequence[Layout | None], fake: bool
                    ) -> tuple[Layout, ...] | None:
-    """Runs the op's eager reference on stand-ins, or its functional ``ref`` where eager's
-    call returns fewer tensors than the op (``torch.batch_norm`` returns the output, the op
-    also the statistics: a channels-last input's output is channels-last, the contiguous
-    fallback was wrong)."""
-    fn = type(op).ref if isinstance(op, ThunderOp) and hasattr(type(op), "ref") else None
-    want = len(_tensor_results(op))
     if fake:
         with fake_mode():
-            stand_ins = _operand_values(op, layouts, fake_stand_in)
-            outs = _run(op, stand_ins)
-            if len(outs) != want and fn is not None:
-                outs = _run(op, stand_ins, fn)
+            outs = _run(op, _operand_values(op, layouts, fake_stand_in))
     else:
         with symbols.stand_in_mode():
-            stand_ins = _operand_values(op, layouts, meta_stand_in)
-            outs = _run(op, stand_ins)
-            if len(outs) != want and fn is not None:
-                outs = _run(op, stand_ins, fn)
-    if len(outs) == want:
+            outs = _run(op, _operand_values(op, layouts, meta_stand_in))
+    if len(outs) == len(_tensor_results(op)):
         return tuple(layout_of_tensor(o) for o in outs)
     return None
 
