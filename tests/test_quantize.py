@@ -767,11 +767,12 @@ def test_int8_storage_is_codes_and_scales_only() -> None:
     m = mlp()
     ref = dequantized_copy(m, 8)
     jm = thunder_ir.jit(m, transforms=[QuantizeWeights(bits=8)])
-    before = len(Q.QUANTIZED)
     x = torch.randn(1, 64)
     with torch.no_grad():
         jm(x)
-    assert len(Q.QUANTIZED) == before + 2
+    # (not a count of entries: the process-wide table drops a dead weight's entry whenever
+    # it is next touched, so the count depends on earlier tests' garbage)
+    assert all(id(lin.weight) in Q.QUANTIZED.entries for lin in (m[0], m[2]))
     for lin in (m[0], m[2]):
         n, k = lin.weight.shape
         kept = Q.QUANTIZED.entries[id(lin.weight)][3]
