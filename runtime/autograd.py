@@ -25,13 +25,14 @@ cotangents.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from thunder_ir.runtime.autograd_fallback import GradHandle
+from thunder_ir.runtime.origins import Captured, StateEntry
 
 
 @dataclass
@@ -322,12 +323,46 @@ def with_side_outputs(prog: TrainingProgram, side: Sequence[int]) -> TrainingPro
         nondiff_outputs=[where[i] for i in prog.nondiff_outputs if i not in drop])
 
 
+def per_call_inputs(origins: Sequence[Any], state: Mapping[str, Any]) -> tuple[int, ...]:
+    """The program inputs that may be a different object on each call (an argument, a
+    tensor read from the module on each call), or that are bound but are functorch
+    wrappers (which may have died since): those a call unwraps if dead, as
+    ``Function.apply`` does. A bound parameter, buffer or captured tensor that is a plain
+    tensor stays that very object, never a wrapper (ResNet: 2 of its 53 inputs)."""
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    out = []
+    for i, kind in enumerate(origins):
+        bound = (state.get(kind.name) if type(kind) is StateEntry
+                 else kind.tensor if type(kind) is Captured else None)
+        if not isinstance(bound, torch.Tensor) or wrapped(bound):
+            out.append(i)
+    return tuple(out)
+
+
+def _unwrap_some(inputs: tuple[Any, ...], which: tuple[int, ...]) -> tuple[Any, ...]:
+    """``inputs`` with the dead functorch wrappers among those at ``which`` unwrapped."""
+    out: list[Any] | None = None
+    for i in which:
+        x = inputs[i]
+        if isinstance(x, torch.Tensor):
+            y = _unwrap_if_dead(x)
+            if y is not x:
+                if out is None:
+                    out = list(inputs)
+                out[i] = y
+    return inputs if out is None else tuple(out)
+
+
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
 def _direct_apply() -> Callable[..., Any] | None:
     """``ThunderFunction``'s C++ ``apply`` without ``Function.apply``'s Python steps (a
     quarter of a small program's cached call), or None where this torch lacks one of
     them. Its result is called only while no functorch transform is active, on inputs
-    with functorch's dead wrappers unwrapped: what ``Function.apply`` does then; under
-    a transform it applies ``full``, the program with all its outputs."""
+    with functorch's dead wrappers unwrapped (those at ``which``, where given: the
+    others are plain bound tensors, `per_call_inputs`): what ``Function.apply`` does
+    then; under a transform it applies ``full``, the program with all its outputs."""
     try:
         c_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, ThunderFunction)
         from torch._functorch.utils import unwrap_dead_wrappers
@@ -335,10 +370,12 @@ def _direct_apply() -> Callable[..., Any] | None:
     except (AttributeError, ImportError, KeyError):  # pragma: no cover - torch build
         return None
     def run(prog: TrainingProgram, full: TrainingProgram, side: list[Any] | None,
-            inputs: tuple[Any, ...]) -> Any:
+            inputs: tuple[Any, ...], which: tuple[int, ...] | None = None) -> Any:
         if active():
             return _functorch_apply(full, inputs)
-        return c_apply(prog, side, *unwrap_dead_wrappers(inputs))
+        if which is None:
+            return c_apply(prog, side, *unwrap_dead_wrappers(inputs))
+        return c_apply(prog, side, *_unwrap_some(inputs, which))
 
     return run
 
@@ -347,13 +384,15 @@ _APPLY = _direct_apply()
 
 
 def make_runner(prog: TrainingProgram, enable_grad: bool = False,
-                side_outputs: Sequence[int] = ()) -> Callable[..., Any]:
+                side_outputs: Sequence[int] = (),
+                per_call: tuple[int, ...] | None = None) -> Callable[..., Any]:
     """A callable with the forward program's calling convention that records autograd.
 
     ``enable_grad``: record even when called with grad mode off (the traced code turned it
     on itself, with ``torch.enable_grad()``). ``side_outputs``: non-differentiable outputs
     the caller only copies from (`with_side_outputs`), returned in their places but
-    without passing through the autograd node."""
+    without passing through the autograd node. ``per_call``: the inputs that may be dead
+    functorch wrappers (`per_call_inputs`; None: any)."""
     direct = _APPLY
     if direct is None:
         fn_apply = ThunderFunction.apply
@@ -368,7 +407,7 @@ def make_runner(prog: TrainingProgram, enable_grad: bool = False,
 
         def run(*inputs: Any) -> Any:
             side: list[Any] = []
-            outs = direct(kept_prog, prog, side, inputs)
+            outs = direct(kept_prog, prog, side, inputs, per_call)
             if not side:  # (under a functorch transform: all outputs, from autograd)
                 return outs
             full = list(side[0][:n_full])
@@ -380,7 +419,7 @@ def make_runner(prog: TrainingProgram, enable_grad: bool = False,
             return tuple(full)
     else:
         def run(*inputs: Any) -> Any:
-            return direct(prog, prog, None, inputs)
+            return direct(prog, prog, None, inputs, per_call)
 
     if not enable_grad:
         return run
@@ -393,4 +432,4 @@ def make_runner(prog: TrainingProgram, enable_grad: bool = False,
 
 
 __all__ = ["ThunderFunction", "ThunderFunctorchFunction", "TrainingProgram", "make_runner",
-           "Sequence", "with_side_outputs"]
+           "Sequence", "per_call_inputs", "with_side_outputs"]

@@ -23,8 +23,9 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from thunder_ir.runtime.origins import Origin
+from thunder_ir.runtime.origins import Captured, Origin
 from thunder_ir.runtime.pystate import build, object_key, plain_object
+from thunder_ir.runtime.writes import PLAIN, WritePlan
 
 CACHE_CAPACITY = 64
 """Programs kept per jitted callable; the least recently used goes first."""
@@ -145,9 +146,19 @@ class Entry:
     """Per write-back, how it writes (`thunder_ir.runtime.writes.write_back`); empty when
     every one is a plain copy under no-grad."""
 
+    write_plan: WritePlan | None = field(default=None, init=False, repr=False)
+    """How the write-backs run (`thunder_ir.runtime.writes.WritePlan`), made from
+    ``writebacks`` and ``writeback_modes`` (None: no write-back)."""
+
     def __post_init__(self) -> None:
         self.after = bool(self.writebacks or self.replays or self.epilogue or any(
             kind == "build" for kind, _ in self.output_leaves))
+        if self.writebacks:
+            kinds = [kind for _, kind in self.writebacks]
+            fixed = [k.tensor for k in kinds] if all(  # type: ignore[union-attr]
+                type(k) is Captured for k in kinds) else None
+            self.write_plan = WritePlan(self.writeback_modes or (PLAIN,) * len(kinds),
+                                        fixed)
 
 
 @dataclass

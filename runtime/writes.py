@@ -133,6 +133,62 @@ def write_back(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor],
             _SET_VERSION((t,), (t._version + n,))
 
 
+class WritePlan:
+    """A program's write-backs as they run on each call: where every one is a copy under
+    no-grad (`PLAIN`, or `JOIN` while its value does not require grad or grad mode is
+    off; with or without extra bumps: a batch norm's running statistics and counters),
+    one ``torch._foreach_copy_`` and one call that sets the version counters the copies
+    must not have bumped (or bump more), with the targets fixed where they are the
+    module's own tensors (``fixed``); otherwise `write_back`, mode by mode."""
+
+    __slots__ = ("bump_at", "bump_by", "fixed", "fixed_bumped", "join_at", "modes", "simple")
+
+    def __init__(self, modes: Sequence[int], fixed: Sequence[torch.Tensor] | None = None
+                 ) -> None:
+        self.modes = tuple(modes)
+        self.simple = all(m & 3 != QUIET for m in self.modes)
+        self.join_at = tuple(i for i, m in enumerate(self.modes) if m & 3 == JOIN)
+        self.bump_at = tuple(i for i, m in enumerate(self.modes) if m >> 2)
+        self.bump_by = tuple(self.modes[i] >> 2 for i in self.bump_at)
+        self.fixed = list(fixed) if fixed is not None else None
+        """The targets, where every one is a bound tensor (the same each call)."""
+        self.fixed_bumped: tuple[torch.Tensor, ...] | None = None
+        if self.fixed is not None and all(not self.fixed[i].is_inference()
+                                          for i in self.bump_at):
+            self.fixed_bumped = tuple(self.fixed[i] for i in self.bump_at)
+
+    def __call__(self, targets: list[torch.Tensor] | None, values: list[torch.Tensor]
+                 ) -> None:
+        """Writes ``values`` into ``targets`` (None: the fixed ones)."""
+        if targets is None:
+            targets = self.fixed
+            assert targets is not None
+        grad = _grad_enabled()
+        if not self.simple or (grad and self.join_at and any(
+                [values[i].requires_grad for i in self.join_at])):
+            write_back(targets, values, self.modes)
+            return
+        _set_grad(False)
+        try:
+            torch._foreach_copy_(targets, values)
+        finally:
+            _set_grad(grad)
+        if not self.bump_at:
+            return
+        bumped = self.fixed_bumped
+        by = self.bump_by
+        if bumped is None or targets is not self.fixed:
+            pairs = [(targets[i], n) for i, n in zip(self.bump_at, by)
+                     if not targets[i].is_inference()]  # (an inference tensor has none)
+            bumped = tuple(t for t, _ in pairs)
+            by = tuple(n for _, n in pairs)
+        _SET_VERSION(bumped, tuple([t._version + n for t, n in zip(bumped, by)]))
+
+
+_grad_enabled = torch.is_grad_enabled
+_set_grad = torch._C._set_grad_enabled
+
+
 def _copy_all(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
     """Copies each value into its target under no-grad, in order; empties both lists."""
     if targets:
@@ -154,5 +210,5 @@ def resized(x: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     return flat[:n].reshape(tuple(size))
 
 
-__all__ = ["JOIN", "PLAIN", "QUIET", "resized", "scatter_strided", "setitem", "strided_view",
-           "with_bumps", "write_back"]
+__all__ = ["JOIN", "PLAIN", "QUIET", "WritePlan", "resized", "scatter_strided", "setitem",
+           "strided_view", "with_bumps", "write_back"]

@@ -284,7 +284,7 @@ class Compiler:
 def training_entry(traced: TracedProgram, program: CompiledProgram, traces: list[Trace],
                    bwd_traces: list[Trace], state: dict[str, torch.Tensor]) -> Entry:
     """The entry of a training program (``@forward`` and ``@backward``)."""
-    from thunder_ir.runtime.autograd import TrainingProgram, make_runner
+    from thunder_ir.runtime.autograd import TrainingProgram, make_runner, per_call_inputs
 
     fwd, bwd = program[FORWARD], program[BACKWARD]
     fwd_fn, fwd_op, bwd_fn = fwd.fn, fwd.op, bwd.fn
@@ -307,7 +307,8 @@ def training_entry(traced: TracedProgram, program: CompiledProgram, traces: list
         lazy_backward=bwd.lazy)
     return Entry(
         fn=make_runner(prog, enable_grad=not torch.is_grad_enabled(),
-                       side_outputs=_side_outputs(traced, prog.nondiff_outputs)),
+                       side_outputs=_side_outputs(traced, prog.nondiff_outputs),
+                       per_call=per_call_inputs(traced.input_kinds, state)),
         n_outputs=n_out,
         gather=program.gather,
         output_leaves=traced.output_leaves, output_spec=traced.output_spec,

@@ -29,7 +29,6 @@ from thunder_ir.runtime.origins import ArgLeaf, ArgPath, ModuleTensor
 from thunder_ir.runtime.pystate import apply as apply_epilogue
 from thunder_ir.runtime.pystate import resolve, written_before
 from thunder_ir.runtime.speculation import SpeculationFailed
-from thunder_ir.runtime.writes import write_back
 from thunder_ir.stages.compiler import Compiler
 from thunder_ir.stages.keyer import Keyer
 from thunder_ir.stages.policies import NOT_TAKEN, FastPath, Policies
@@ -252,18 +251,15 @@ class Dispatcher:
         outs_t = outs if entry.n_outputs != 1 else (outs,)
         for i, name, args, kwargs in entry.replays:  # x.t_() on an argument: its layout
             getattr(leaves[i], name)(*args, **kwargs)
-        if entry.writebacks:
-            targets = [leaves[kind.index] if type(kind) is ArgLeaf else
-                       resolve(leaves[kind.leaf], kind.steps) if type(kind) is ArgPath
-                       else kind.read() if type(kind) is ModuleTensor  # (rebound state)
-                       else kind.tensor  # type: ignore[union-attr]
-                       for _, kind in entry.writebacks]
-            values = [outs_t[idx] for idx, _ in entry.writebacks]
-            if entry.writeback_modes:
-                write_back(targets, values, entry.writeback_modes)
-            else:
-                with torch.no_grad():  # one call for all (batch norm: 3 per layer), in order
-                    torch._foreach_copy_(targets, values)
+        plan = entry.write_plan
+        if plan is not None:  # (batch norm: one copy for all, in order; `WritePlan`)
+            targets = None if plan.fixed is not None else [
+                leaves[kind.index] if type(kind) is ArgLeaf else
+                resolve(leaves[kind.leaf], kind.steps) if type(kind) is ArgPath
+                else kind.read() if type(kind) is ModuleTensor  # (rebound state)
+                else kind.tensor  # type: ignore[union-attr]
+                for _, kind in entry.writebacks]
+            plan(targets, [outs_t[idx] for idx, _ in entry.writebacks])
         if entry.epilogue:  # writes to Python objects, replayed with real tensors
             guard = self.guards[0] if entry.writes_symbolic_ints else None
             quiet = guard is not None and guard.unchanged()
