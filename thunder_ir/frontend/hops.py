@@ -16,7 +16,9 @@ checks it on every call. Gradients are thunder_ir's own, of the traced computati
 ``torch.vmap`` (``torch.func.vmap``, however it was imported, and a function it wrapped
 before the trace) called inside traced code (``associative_scan``'s generic mode wraps its
 combine function in it) maps the function over the batch dimension one slice at a time
-and stacks the results: eager's values and gradients, one traced call per slice. torch's
+and stacks the results: eager's values and gradients, one traced call per slice; an
+elementwise function is called once more on the whole batch instead and the other
+slices are not traced (`thunder_ir.frontend.vmap_batch`, which says when). torch's
 own checks of ``in_dims``/``out_dims`` run (eager's errors); a function that draws random
 numbers gets eager's error under ``randomness="error"`` and is refused under ``"same"``
 and ``"different"`` (slice by slice would not draw eager's numbers). Results are stacked
@@ -41,6 +43,7 @@ from thunder_ir.frontend.errors import ThunderTraceError, user_location, where
 from thunder_ir.frontend.proxy import TensorProxy
 from thunder_ir.frontend.table import register_handlers, traces_python
 from thunder_ir.frontend.takeover import while_traced
+from thunder_ir.frontend.vmap_batch import batch_elementwise, ops_after
 
 HOP_MODULES = {
     "cond": ("torch._higher_order_ops.cond", "cond_op"),
@@ -113,6 +116,7 @@ def _loop_map(func: Callable[..., Any], in_dims: Any, out_dims: Any, randomness:
     ctx = current()
     results = []
     mapped: set[Any] = set()  # the first call's slices: what depends on the batch
+    whole: list[Any] | None = None  # the results' leaves from one call on the batch
     for i in range(max(n, 1)):
         # An empty batch (eager maps no example): the function on one example of zeros
         # (a sum over the empty dimension: the input's zero gradient flows) gives the
@@ -123,8 +127,15 @@ def _loop_map(func: Callable[..., Any], in_dims: Any, out_dims: Any, randomness:
             mapped = {x._value for x, d in zip(sliced, flat_dims, strict=True)
                       if d is not None and isinstance(x, TensorProxy)}
         start = ctx.build.block.last_op
+        writes = len(ctx.aliases.written)
         results.append(func(*pytree.tree_unflatten(sliced, spec), **kwargs))
         _check_draws(ctx, start, randomness)
+        if i == 0 and len(ctx.aliases.written) == writes:  # an elementwise function: once
+            whole = batch_elementwise(ctx, func, ops_after(ctx.build.block, start),
+                                      sliced, flat_args, flat_dims, spec, kwargs,
+                                      results[0], n)
+            if whole is not None:
+                break
     leaves, out_spec = pytree.tree_flatten(results[0])
     odims = _out_dims(results[0], out_dims, out_spec, name)
     out = []
@@ -143,6 +154,9 @@ def _loop_map(func: Callable[..., Any], in_dims: Any, out_dims: Any, randomness:
             sizes = list(leaf.shape)
             sizes.insert(d if d >= 0 else d + leaf.dim() + 1, n)
             out.append(leaf.expand(sizes))
+        elif whole is not None:
+            assert whole[j] is not None, "a result that depends on the batch, batched"
+            out.append(whole[j].movedim(0, d))
         else:
             stacked = torch.stack([pytree.tree_leaves(r)[j] for r in results])
             out.append((stacked if n else stacked.narrow(0, 0, 0)).movedim(0, d))
