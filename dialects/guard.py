@@ -200,15 +200,22 @@ class StateMetaOp(GuardOp):
     of every parameter and buffer (the prologue's globals ``p0``, ``p1``... in ``names``'
     order): shape, dtype, device, requires_grad and layout of each, spliced into the key
     as ``5 * len(names)`` elements. One op for the whole state, so that a module of many
-    parameters costs one op to build and copy."""
+    parameters costs one op to build and copy. With ``checked``, the reads are
+    ``*_state()``: the same elements, which a C check of the tensors spares reading
+    again while none changed."""
 
     name = "guard.state_meta"
 
     names = prop_def(ArrayAttr[StringAttr])
     exact = opt_prop_def(UnitAttr)
+    checked = opt_prop_def(UnitAttr)
+    """The reads come from ``_state()`` (`thunder_ir.runtime.c_guards.StateMeta`: the
+    same tuple, read again only where a C check of the tensors' metadata fails)."""
     state = result_def(ValueType)
 
     def python(self, operands: Sequence[str]) -> list[str]:
+        if self.checked is not None and self.exact is None:
+            return ["*_state()"]
         return [", ".join(m.format(f"p{i}") for i in range(len(self.names.data))
                           for m in _meta(self))]
 

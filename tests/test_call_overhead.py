@@ -6,6 +6,9 @@ and compares the next calls with eager's (values, gradients, buffers, version co
 - the inputs a call unwraps if they are dead functorch wrappers (`per_call_inputs`): an
   argument and a buffer that are dead wrappers;
 - the write-backs as one plan (`thunder_ir.runtime.writes.WritePlan`);
+- the parameters' and buffers' metadata and the module guard's dict versions, checked
+  in C once Dynamo is imported (`thunder_ir.runtime.c_guards`): every change a program
+  depends on, made after they took over, against eager.
 """
 
 from __future__ import annotations
@@ -111,3 +114,143 @@ def test_write_plan_joins_a_value_that_requires_grad() -> None:
     assert t.requires_grad and t.grad_fn is not None
     t.sum().backward()
     assert w.grad is not None and w.grad.tolist() == [1.0, 1.0]
+
+
+# ---- the checks made in C: the state's metadata (StateMeta), the module guard's dicts
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.fc2 = nn.Linear(8, 3)
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.bn(self.fc1(x)).relu()) * self.scale
+
+
+def _pair() -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    a = _Net()
+    torch.manual_seed(0)
+    return a, _Net()
+
+
+def _same_call(jm: Any, m: nn.Module, ref: nn.Module, x: torch.Tensor, what: str) -> None:
+    """One call of each, compared: output (value, whether it requires grad), then the
+    gradients (None where eager's is), the buffers and their version counters."""
+    for p, q in zip(m.parameters(), ref.parameters(), strict=True):
+        p.grad = q.grad = None
+    got, want = jm(x), ref(x)
+    torch.testing.assert_close(got, want, msg=what)
+    assert got.requires_grad == want.requires_grad, what
+    if want.requires_grad:
+        got.square().sum().backward()
+        want.square().sum().backward()
+    for (k, p), (_, q) in zip(m.named_parameters(), ref.named_parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None), f"{what}: {k}'s grad"
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, msg=f"{what}: {k}'s grad")
+    for (k, b), (_, c) in zip(m.named_buffers(), ref.named_buffers(), strict=True):
+        torch.testing.assert_close(b, c, msg=f"{what}: {k}")
+        assert b._version - c._version == _VERSIONS[k], f"{what}: {k}'s version"
+
+
+_VERSIONS: dict[str, int] = {}
+
+
+def _c_checks(jm: Any) -> tuple[Any, list[Any]]:
+    """The module guard's C check, and the prologues' state checks (white box: the test
+    must exercise them)."""
+    compiled = jm._compiled
+    states = [p.fn.__globals__.get("_state") for p in compiled.prologues.values()]
+    return compiled.guards[0].cheap, [s for s in states if s is not None]
+
+
+def test_each_change_after_the_c_checks_took_over_takes_eagers_path() -> None:
+    """Once the C checks stand in for the Python reads (the guard's dict versions, the
+    parameters' and buffers' metadata), each change a cached program depends on is
+    seen on the next call: requires_grad, dtype, shape, strides, a replaced parameter or
+    buffer, a plain attribute, training mode, module hooks added and removed (with a
+    handle, and written into the hook dict directly), a global hook, grad and inference
+    mode. Every call is compared with eager's, ten calls after each change (the C
+    checks are made again in between)."""
+    import torch._dynamo  # (the C checks start once Dynamo is imported)
+
+    from thunder_ir.runtime.c_guards import ready
+
+    assert ready()
+    m, ref = _pair()
+    jm = thunder_ir.jit(m)
+    gen = torch.Generator().manual_seed(1)
+    dtype = [torch.float32]
+    handles: dict[str, Any] = {}
+
+    def both(f: Any) -> Any:
+        return lambda: (f(m), f(ref))
+
+    def with_data(path: str, make: Any) -> Any:
+        value = make()
+
+        def change(net: nn.Module) -> None:
+            net.get_parameter(path).data = value.clone()
+        return change
+
+    def hook(net: nn.Module) -> None:
+        handles[str(id(net))] = net.fc1.register_forward_hook(lambda mod, i, o: o * 2)
+
+    def unhook(net: nn.Module) -> None:
+        handles.pop(str(id(net))).remove()
+
+    def global_hook() -> None:
+        handles["global"] = torch.nn.modules.module.register_module_forward_hook(
+            lambda mod, i, o: o + 1 if isinstance(mod, nn.Linear) else o)
+
+    phases: list[tuple[str, Any]] = [
+        ("requires_grad", both(lambda n: n.fc1.weight.requires_grad_(False))),
+        ("requires_grad back", both(lambda n: n.fc1.weight.requires_grad_(True))),
+        ("strides", both(lambda n: setattr(n.fc1.weight, "data",
+                                           n.fc1.weight.data.t().contiguous().t()))),
+        ("shape", lambda: [both(with_data("fc2.weight", lambda: torch.randn(
+            5, 8, generator=gen)))(), both(with_data("fc2.bias", lambda: torch.randn(
+                5, generator=gen)))()]),
+        ("replaced parameter", lambda: [
+            setattr(n.fc2, "weight", nn.Parameter(w.clone()))
+            for w in [torch.randn(5, 8, generator=gen)] for n in (m, ref)]),
+        ("replaced buffer", lambda: [
+            n.bn.register_buffer("running_var", v.clone())
+            for v in [torch.rand(8, generator=gen) + 0.5] for n in (m, ref)]),
+        ("attribute", both(lambda n: setattr(n, "scale", 2.5))),
+        ("hook", both(hook)),
+        ("hook removed", both(unhook)),
+        ("hook dict written", both(lambda n: n.bn._forward_hooks.__setitem__(
+            10**9, lambda mod, i, o: o - 1))),
+        ("hook dict entry deleted", both(lambda n: n.bn._forward_hooks.pop(10**9))),
+        ("global hook", global_hook),
+        ("global hook removed", lambda: handles.pop("global").remove()),
+        ("eval", both(lambda n: n.eval())),
+        ("train", both(lambda n: n.train())),
+        ("dtype", lambda: [both(lambda n: n.double())(), dtype.__setitem__(0, torch.float64)]),
+    ]
+    x = torch.randn(6, 4, generator=gen)
+    v0 = {k: b._version - c._version for (k, b), (_, c) in
+          zip(m.named_buffers(), ref.named_buffers(), strict=True)}
+    _VERSIONS.clear()
+    _VERSIONS.update(v0)
+    for i in range(12):
+        _same_call(jm, m, ref, x, f"warm-up call {i}")
+    cheap, states = _c_checks(jm)
+    assert cheap is not None and states and all(s.memo is not None for s in states)
+    for what, change in phases:
+        change()
+        for i in range(10):
+            _same_call(jm, m, ref, x.to(dtype[0]), f"{what}, call {i}")
+    for mode in (torch.no_grad, torch.inference_mode):  # and back, each ten calls
+        for i in range(10):
+            with mode():
+                _same_call(jm, m, ref, x.to(dtype[0]), f"{mode.__name__}, call {i}")
+            _same_call(jm, m, ref, x.to(dtype[0]), f"after {mode.__name__}, call {i}")
+    cheap, states = _c_checks(jm)
+    assert cheap is not None and any(s.memo is not None and s.memo[2] is not None
+                                     for s in states)  # (one manager per thread state)
