@@ -48,6 +48,7 @@ _BUILTINS: dict[str, str] = {
     "remat-split": "thunder_ir.passes.autodiff:RematSplitPass",
     "restride-outputs": "thunder_ir.passes.restride:RestrideOutputsPass",
     "join-padded-sums": "thunder_ir.passes.padded_sums:JoinPaddedSumsPass",
+    "flatten-cat-chains": "thunder_ir.passes.cat_chains:FlattenCatChainsPass",
     "ddp-allreduce": "thunder_ir.passes.ddp:DDPAllReducePass",
     "fsdp-grad-scale": "thunder_ir.passes.fsdp:FSDPGradScalePass",
     "fsdp-zero3": "thunder_ir.passes.fsdp:Zero3Pass",

@@ -195,7 +195,8 @@ def test_a_pass_that_reports_no_change_left_the_ir_as_it_was(
         out = jf(arg)
         torch.testing.assert_close(out, _markers_and_dead_code(arg))
     assert set(seen) == {"decompose-for-grad", "strip-autograd", "decompose-ltorch", "dce",
-                         "restride-outputs", "lower-claimed", "join-padded-sums"} \
+                         "restride-outputs", "lower-claimed", "join-padded-sums",
+                         "flatten-cat-chains"} \
         and all(False in s for s in seen.values()), seen
 
 

@@ -5,10 +5,13 @@ over one module of named functions, each registered by name (``thunder-ir-opt -p
 any of them)::
 
     >>> print(pipeline_spec(jit_pipeline(JitOptions(executors=("torch",)))))
-    strip-autograd,claim,decompose-ltorch,cse,dce,restride-outputs,
-    lower-claimed{executors="torch"},lower-to-torch
+    flatten-cat-chains{keep_gradients=false},strip-autograd,claim,decompose-ltorch,cse,dce,
+    restride-outputs,lower-claimed{executors="torch"},lower-to-torch
 
-(one line; ``claim``'s default executors are ``("torch",)``). Code generation comes after
+(one line; ``claim``'s default executors are ``("torch",)``). ``flatten-cat-chains`` comes
+first: a buffer written slice by slice (``x[:, t] = v`` in a loop) becomes one ``cat`` of
+its slices (`thunder_ir.passes.cat_chains`; when training, it keeps every value that may
+have a gradient). Code generation comes after
 (`thunder_ir.lowering.codegen.generate`, which returns the typed `CompiledProgram`; its
 trace is ``del-last-used``, and ``thunder-ir-opt -p ...,del-last-used`` runs it as a pass).
 
@@ -36,6 +39,7 @@ from thunder_ir.passes.autodiff import (
     DecomposeForGradPass,
     RematSplitPass,
 )
+from thunder_ir.passes.cat_chains import FlattenCatChainsPass
 from thunder_ir.passes.claim import ClaimPass
 from thunder_ir.passes.cse_dce import CSEPass, DCEPass
 from thunder_ir.passes.decompose_ltorch import DecomposeLtorchPass
@@ -79,7 +83,8 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
     ``options``."""
     ex = tuple(options.executors)
     user = options.user
-    passes: list[ModulePass] = _user(user.get("ltorch", ()))
+    passes: list[ModulePass] = [FlattenCatChainsPass(keep_gradients=options.training),
+                                *_user(user.get("ltorch", ()))]
     if options.training:
         passes += [DecomposeForGradPass(ex),
                    AutodiffPass(tuple(options.requires_grad), ex),

@@ -58,6 +58,21 @@ _QUIET_NOTE = (" through `.data`. Eager does not detect this (a write through `.
                "the write after the backward.")
 
 
+def reads(new: SSAValue, old: SSAValue) -> bool:
+    """Whether the op that made ``new`` reads ``old``, or a slice of it (``x[index] = v``
+    rebuilds ``x`` as a ``cat`` of ``x``'s slices around ``v``,
+    `thunder_ir.frontend.setitem`): then ``old``'s gradient flows through ``new``'s own
+    backward (zero on the written box, as eager's ``CopySlices`` gives), and the write
+    needs no ``overwrite`` function to give ``old`` a zero gradient."""
+    from thunder_ir.dialects.ltorch_core import GetitemOp
+
+    op = new.owner
+    if not isinstance(op, Operation):
+        return False
+    return any(v is old or (isinstance(v.owner, GetitemOp) and v.owner.input is old)
+               for v in op.operands)
+
+
 class InPlace(Writes):
     """The in-place writes of one trace (see the module doc): ``ctx`` is the trace."""
 
@@ -202,8 +217,7 @@ class InPlace(Writes):
                     raise RuntimeError(VIEW_OF_LEAF + f"\n  at {where(ctx.loc)}")
                 # an argument that is not a leaf: its new history is the program's (its
                 # write-back runs with grad mode on, `thunder_ir.runtime.writes.JOIN`)
-            if torch.is_grad_enabled() and (new not in ctx.active or not (
-                    isinstance(new.owner, Operation) and old in new.owner.operands)):
+            if torch.is_grad_enabled() and (new not in ctx.active or not reads(new, old)):
                 new = self.overwrites(old, new)
         if torch.is_grad_enabled() and new in ctx.active and not quiet \
                 and (target._base_proxy is None or target._value in ctx.active):
