@@ -35,6 +35,19 @@ Nothing here can break a callable: a file that does not read back whole (its dig
 was written by another format, or whose kernel fails to load is ignored and removed, and
 the region compiles anew; a folder that cannot be written keeps nothing.
 ``THUNDER_IR_REGION_CACHE=0`` (`ENV`) turns the cache off.
+
+Size: the kept files are at most `MAX_MB` MiB together (``THUNDER_IR_REGION_CACHE_MB``,
+`SIZE_ENV`). Each `store` that adds a file then removes the least recently used ones
+(`evict`): a file's modification time is when it was written or last loaded (`lookup`
+sets it on every hit), the oldest go first, the file just written stays. Several
+processes may share the folder (data-parallel ranks, two runs of a script): files are
+written whole under a temporary name and renamed (never seen cut short); a file that
+another process removes is either read whole (removing a file another holds open
+leaves its content readable) or not found (the region then compiles, as for a file
+never kept); removals of a file already gone are ignored; a folder emptied by an
+eviction while another process stores into it is made again. What Inductor keeps
+beside it (the kernels' C++ in its code cache) is Inductor's and is not evicted here
+(a loaded kernel whose C++ is gone compiles it again).
 """
 
 from __future__ import annotations
@@ -47,6 +60,7 @@ import os
 import pickle
 import platform
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +72,14 @@ from thunder_ir.lowering.tier_up_memory import inductor_cache_dir
 ENV = "THUNDER_IR_REGION_CACHE"
 """``0``: kernels are neither looked up in nor kept in this cache (each process compiles
 its own, as before it existed)."""
+SIZE_ENV = "THUNDER_IR_REGION_CACHE_MB"
+"""The cache's size cap in MiB (`MAX_MB` by default; a float: ``0.5``)."""
+MAX_MB = 256.0
+"""The default size cap: a kernel's file is 15-200 KiB (its output code and constants),
+so thousands of kernels; Inductor's own caches beside it are not capped."""
+STALE_TMP_S = 3600.0
+"""A temporary file older than this is a write that never finished (its process died):
+an eviction removes it."""
 REGIONS_DIR = "thunder_ir_regions"
 """The folder of the cache, inside Inductor's cache directory."""
 FORMAT = 1
@@ -208,11 +230,7 @@ def lookup(request: Request, modes: Any) -> tuple[Compiled, Path] | None:
     load); None where none is kept (or none whose checks hold at these sizes)."""
     if os.environ.get(ENV) == "0":
         return None
-    folder = _folder(region_key(request, modes))
-    try:
-        files = sorted(folder.iterdir())
-    except OSError:
-        return None
+    files = entries(_folder(region_key(request, modes)))
     for path in files:
         if path.suffix != ".bin":
             continue
@@ -224,6 +242,8 @@ def lookup(request: Request, modes: Any) -> tuple[Compiled, Path] | None:
                 f.write(payload["code"])
         except OSError:
             return None
+        with contextlib.suppress(OSError):  # used now: the last to be evicted (gone
+            os.utime(path)  # meanwhile, or not ours to touch: nothing)
         return Compiled(request.path, payload["key"], payload["linemap"], payload["attrs"],
                         payload["realign"], payload["mutated"], tuple(payload["checks"]),
                         False), path
@@ -243,20 +263,90 @@ def store(request: Request, modes: Any, compiled: Compiled) -> bool:
                              "realign": compiled.realign, "mutated": compiled.mutated,
                              "checks": tuple(compiled.checks)})
         folder = _folder(region_key(request, modes))
-        folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(repr(tuple(compiled.checks)).encode()).hexdigest()[:16]
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        fd, tmp = _temporary(folder)
     except Exception:
         return False
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(_MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
         os.replace(tmp, folder / f"{name}.bin")  # whole or not at all
-        return True
     except Exception:
         discard(tmp)
         return False
+    with contextlib.suppress(Exception):  # (a cap that cannot be kept keeps the file)
+        evict(limit_bytes(), keep=folder / f"{name}.bin")
+    return True
 
 
-__all__ = ["ENV", "FORMAT", "LOADER_MODULES", "REGIONS_DIR", "discard", "lookup", "region_key",
+def _temporary(folder: Path) -> tuple[int, str]:
+    """A new temporary file in ``folder`` (made if missing; made again if another
+    process's `evict` removed it, emptied, between the two)."""
+    for _ in range(3):
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            return tempfile.mkstemp(dir=folder, suffix=".tmp")
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(folder)
+
+
+def entries(folder: Path) -> list[Path]:
+    """The files under one key's folder, by name (none where it is missing)."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
+
+
+def limit_bytes() -> int:
+    """The size cap in bytes: `SIZE_ENV` in MiB, or `MAX_MB`."""
+    value = os.environ.get(SIZE_ENV)
+    try:
+        mb = MAX_MB if value is None else float(value)
+    except ValueError:
+        mb = MAX_MB
+    return max(0, int(mb * 2**20))
+
+
+def evict(limit: int, keep: Path | None = None) -> int:
+    """Removes the least recently used kept files (the oldest modification time: written
+    or last loaded) until those left take at most ``limit`` bytes, never ``keep`` (the
+    file just written), and temporary files older than `STALE_TMP_S`, and the folders
+    left empty; returns the bytes removed. Safe beside other processes that store, look
+    up or evict in the same folder (the module doc)."""
+    root = Path(inductor_cache_dir()) / REGIONS_DIR
+    files: list[tuple[float, int, Path]] = []
+    now = time.time()
+    try:
+        folders = list(root.iterdir())
+    except OSError:
+        return 0
+    for folder in folders:
+        for path in entries(folder):
+            try:
+                st = path.stat()
+            except OSError:  # (removed meanwhile)
+                continue
+            if path.suffix == ".tmp" and now - st.st_mtime > STALE_TMP_S:
+                discard(path)
+            elif path.suffix == ".bin":
+                files.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in files)
+    removed = 0
+    for _, size, path in sorted(files, key=lambda f: f[0]):
+        if total <= limit:
+            break
+        if keep is not None and path == keep:
+            continue
+        discard(path)
+        total -= size
+        removed += size
+        with contextlib.suppress(OSError):  # (only where empty: another's file stays)
+            path.parent.rmdir()
+    return removed
+
+
+__all__ = ["ENV", "FORMAT", "LOADER_MODULES", "MAX_MB", "REGIONS_DIR", "SIZE_ENV", "STALE_TMP_S",
+           "discard", "entries", "evict", "limit_bytes", "lookup", "region_key",
            "sources_digest", "store", "warm"]
