@@ -281,8 +281,8 @@ class StateGuard:
     the first write it sees puts the check above back."""
 
     __slots__ = ("always", "calm", "cheap", "describe", "dicts", "epoch", "hook_count",
-                 "hook_versions", "hooks", "keep", "lists", "name", "render", "tok", "tokens",
-                 "unguarded", "versions")
+                 "hook_versions", "hooks", "keep", "lists", "name", "others", "plain_lists",
+                 "render", "tok", "tokens", "unguarded", "versions")
 
     def __init__(self, name: str,
                  describe: Callable[[list[Any], list[Any], list[Any]], Hashable],
@@ -294,6 +294,8 @@ class StateGuard:
         self.dicts: list[Any] = []
         self.hooks: list[Any] = []
         self.lists: list[tuple[list[Any], tuple[Any, ...]]] = []
+        self.plain_lists: tuple[tuple[list[Any], list[Any], list[type]], ...] = ()
+        self.others: tuple[tuple[list[Any], tuple[Any, ...]], ...] = ()
         self.versions: Any = None
         self.hook_versions: Any = None
         self.hook_count = 0
@@ -318,7 +320,7 @@ class StateGuard:
         if cheap is not None:
             if cheap[0].check(cheap[1]):  # no dict written since the last Python check
                 if self.lists and self._lists_moved():
-                    return self.refresh()
+                    return self.refresh()  # a list changed in place (self.coefs[0] = 10.0)
                 return self.tok
             self.cheap = None
             self.calm = 0
@@ -342,9 +344,24 @@ class StateGuard:
         return self.tok
 
     def _lists_moved(self) -> bool:
-        """Whether a watched list's items changed in place (lists have no version)."""
+        """Whether a watched list's items changed in place (lists have no version): a
+        list of ints, strings, bools and Nones by its items' types, then its items
+        (two C compares: ``config.hidden_sizes``), any other item by `value_key`."""
+        for lst, copy, kinds in self.plain_lists:
+            if list(map(type, lst)) != kinds or lst != copy:  # (types first: no __eq__)
+                return True
         return any(len(lst) != len(items) or any(
-            value_key(x, []) != y for x, y in zip(lst, items)) for lst, items in self.lists)
+            value_key(x, []) != y for x, y in zip(lst, items)) for lst, items in self.others)
+
+    def _split_lists(self) -> None:
+        """Sorts the watched lists as they were fingerprinted (`_lists_moved`)."""
+        plain, others = [], []
+        for lst, items in self.lists:
+            if all(type(y) is tuple and len(y) == 2 and y[0] in _PLAIN_ITEMS for y in items):
+                plain.append((lst, [y[1] for y in items], [y[0] for y in items]))
+            else:
+                others.append((lst, items))
+        self.plain_lists, self.others = tuple(plain), tuple(others)
 
     def source(self) -> str:
         """The guard as readable Python: what the program's validity rests on."""
@@ -379,6 +396,7 @@ class StateGuard:
         self.lists = []
         stopped, self.unguarded = self.unguarded, []
         fp = self.describe(dicts, keep, hooks)
+        self._split_lists()
         if self.unguarded and self.unguarded != stopped:
             shown_paths = ", ".join(self.unguarded[:4]) + (
                 f" and {len(self.unguarded) - 4} more" if len(self.unguarded) > 4 else "")
@@ -402,6 +420,10 @@ class StateGuard:
 
 
 _Handles = torch.utils.hooks.RemovableHandle
+
+_PLAIN_ITEMS = frozenset({int, str, bool, type(None)})
+"""The item types a watched list is compared by (`StateGuard._lists_moved`): their
+``==`` is their value's, without a user's ``__eq__``."""
 
 CALM_CALLS = 8
 """Calls in a row whose Python check found no watched dict written before a guard makes

@@ -254,3 +254,48 @@ def test_each_change_after_the_c_checks_took_over_takes_eagers_path() -> None:
     cheap, states = _c_checks(jm)
     assert cheap is not None and any(s.memo is not None and s.memo[2] is not None
                                      for s in states)  # (one manager per thread state)
+
+
+class _Lists(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.sizes = [2, 3]
+        self.names = ["a", "b"]
+        self.gains = [0.5, 2.0]
+        self.steps = [4]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.lin(x)[:, :self.sizes[0]] * self.sizes[1] * self.gains[0]
+        return y + 1 if self.names[1] == "b" else y - 1, torch.arange(self.steps[0])
+
+
+def test_lists_changed_in_place_are_seen_by_the_guard() -> None:
+    """Lists of ints and strings are compared by their items' types and values, others
+    by `value_key` (floats by ``repr``: ``-0.0`` is not ``0.0``): an item changed in
+    place, to a value of another type that compares equal (``4.0`` and ``True`` for
+    ``4`` and ``1``: ``arange``'s dtype), or a float's sign, takes eager's path on the
+    next call, after the C checks took over."""
+    import torch._dynamo  # (the C checks start once Dynamo is imported)
+
+    torch.manual_seed(0)
+    m = _Lists()
+    torch.manual_seed(0)
+    ref = _Lists()
+    jm = thunder_ir.jit(m)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(2))
+    changes = [lambda n: n.sizes.__setitem__(0, 3), lambda n: n.sizes.__setitem__(1, True),
+               lambda n: n.names.__setitem__(1, "c"), lambda n: n.gains.__setitem__(0, -0.0),
+               lambda n: n.gains.__setitem__(0, 0.0), lambda n: n.sizes.append(7),
+               lambda n: n.steps.__setitem__(0, 4.0), lambda n: n.steps.__setitem__(0, 4),
+               lambda n: n.steps.__setitem__(0, True)]
+    for k, change in enumerate([None, *changes]):
+        if change is not None:
+            change(m)
+            change(ref)
+        for i in range(10):
+            got, want = jm(x), ref(x)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g, w, msg=f"change {k}, call {i}")
+                assert [str(v) for v in g.flatten()] == [str(v) for v in w.flatten()]
+    assert jm._compiled.guards[0].cheap is not None
