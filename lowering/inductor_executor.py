@@ -356,6 +356,10 @@ class InductorExecutor(Executor):
         # (`thunder_ir.lowering.symbolic_regions`); else a symbol per dimension.
         plan = symbolic_plan([v.type for v in region.operands], symbols.current()) \
             if dynamic else None
+        if not dynamic:  # each variant is keyed by its inputs' strides (``kernel`` below)
+            # and their sizes are the program's: Inductor's checks of both on every call
+            # (``assert_size_stride`` per input: ResNet's step made 132) check nothing more
+            options = {**(options or {}), "size_asserts": False}
 
         def otherwise(sig: Any, depth: int) -> Callable[..., Any]:
             """What a symbolic kernel of variant ``sig`` runs where its checks fail:

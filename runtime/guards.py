@@ -336,7 +336,7 @@ class StateGuard:
             self.epoch = _Handles.next_id  # handles made elsewhere: our hooks are as they were
             self.hook_count = sum(map(len, hooks))
         self.calm += 1
-        if self.calm >= CALM_CALLS and ready():
+        if self.calm >= CALM_CALLS and len(self.dicts) + len(hooks) >= MIN_DICTS and ready():
             dicts = (*self.dicts, *hooks)
             manager = dicts_manager(dicts)
             self.cheap = None if manager is None else (manager, dicts)
@@ -428,6 +428,9 @@ _PLAIN_ITEMS = frozenset({int, str, bool, type(None)})
 CALM_CALLS = 8
 """Calls in a row whose Python check found no watched dict written before a guard makes
 its C check (`StateGuard.cheap`)."""
+MIN_DICTS = 16
+"""A guard of fewer dicts (a module's globals) keeps the Python check: its sum costs
+less than the C call."""
 
 
 # ---- the state groups
