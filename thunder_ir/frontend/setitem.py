@@ -10,7 +10,9 @@ is the program's own VJPs (``cat``'s and ``getitem``'s: the gradient of ``x`` wi
 box zeroed, and the box's gradient summed to the value's shape, as eager's
 ``CopySlices`` gives). A Python loop that fills a buffer a step at a time (RWKV's CPU
 path: ``output[:, t] = ...``) stays one fusible program instead of an opaque call per
-step, each recorded by torch's autograd. A value that shares ``x``'s storage is read
+step, each recorded by torch's autograd; the pipeline's first pass
+(`thunder_ir.passes.cat_chains`) then makes the chain of rebuilds one ``cat`` of the
+written slices. A value that shares ``x``'s storage is read
 before the write (eager's result wherever eager's element-by-element copy does not read
 what it wrote), and refused as eager refuses it: both dense, their memory ranges
 intersecting without coinciding (``x[1:] = x[:-1]``).
