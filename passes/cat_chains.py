@@ -63,12 +63,16 @@ def _static(t: object) -> TensorType | None:
 
 
 def _cat_dim(op: Operation | None) -> int | None:
-    """The dim of an ``ltorch.cat`` of static sizes (None: not one)."""
+    """The dim of an ``ltorch.cat`` of static sizes whose operands all have its rank
+    (None: not one)."""
     if not isinstance(op, C.CatOp):
         return None
     t = _static(op.results[0].type)
     if t is None or not t.sizes:
         return None
+    if not all((o := _static(x.type)) is not None and len(o.sizes) == len(t.sizes)
+               for x in op.operands):
+        return None  # (cat takes a 1-d empty tensor among others of any rank)
     d = 0 if op.dim is None else from_attr(op.dim)
     return d % len(t.sizes) if type(d) is int and -len(t.sizes) <= d < len(t.sizes) else None
 

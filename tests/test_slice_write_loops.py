@@ -198,3 +198,14 @@ def test_a_long_loop_and_boxes_along_other_dims() -> None:
     for name in (returned[0], returned[2], returned[3]):
         line = lines[name]
         assert "ltorch.cat(" in line and line.split("]")[0].count(",") == 47, line
+
+
+def test_a_cat_with_a_legacy_empty_operand() -> None:
+    """``cat`` takes a 1-d empty tensor among operands of another rank (a key/value cache
+    started empty, Falcon's): such a ``cat`` is left as it is."""
+    def f(k: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        cache = torch.cat([torch.empty(0), k], dim=1)
+        cache[:, 0] = w
+        return torch.cat([cache[:, :2], cache[:, 2:] * 2], dim=1)
+
+    check_against_eager(f, K, W)
