@@ -10,7 +10,10 @@ width 64; docs/fusion.md), the fused forward ran at 1.44x torch.compile's until 
 
 The rewrite: the operands of an ``ltorch.cat`` along ``d`` are expanded, through
 
-* an ``ltorch.cat`` along the same ``d`` (its operands, restricted to the range used), and
+* an ``ltorch.cat`` along the same ``d`` that only such ``cat``s read, directly or through
+  such slices (its operands, restricted to the range used; a buffer also read elsewhere,
+  between two writes, stays a piece: it is computed anyway, and flattening through it
+  would copy its pieces into every later buffer, ``O(T²)`` operands), and
 * an ``ltorch.getitem`` that is a slice of step 1 along ``d`` only (``x[:, a:b]``: every
   other dimension kept whole, no tensor, int or ``None`` index), the same range of ``x``,
 
@@ -19,7 +22,7 @@ is not a whole value is one new ``getitem`` slice. The ``cat`` becomes one ``cat
 those pieces: the last write's ``cat`` of a loop that filled ``x[:, 0] ... x[:, T-1]``
 becomes ``cat([v0, ..., v(T-1)], 1)``, and the intermediate buffers, no longer read, are
 erased, so the gradient is one ``split``. A buffer read between the writes keeps its own
-(``cat``) value for that read.
+(``cat``) value for that read, and the writes after it are a chain from it.
 
 Exactness: the new ``cat`` holds element for element the values the old one held (each
 piece is the same range of the same value: slices and ``cat`` only move elements), of the
@@ -103,18 +106,39 @@ def slice_along(op: Operation | None) -> tuple[int, int, SSAValue] | None:
     return d, a, op.input
 
 
-def _pieces(v: SSAValue, d: int, end: int) -> list[Piece] | None:
-    """``v[..., 0:end]`` along ``d`` as pieces of values that are neither a ``cat`` along
-    ``d`` nor a slice along ``d`` (None: more than `MAX_PIECES`)."""
+def _only_joined(v: SSAValue, d: int) -> bool:
+    """Whether ``v`` is read only by ``cat``s along ``d``, directly or through slices
+    along ``d`` that only such ``cat``s read: a buffer of a chain that nothing else
+    reads, which dies once the ``cat``s reading it are flattened. (One read elsewhere, a
+    buffer read between the writes, keeps it alive: flattening through it would copy its
+    pieces into every later buffer, ``O(T²)`` operands for a loop that reads each step.)"""
+    for use in v.uses:
+        user = use.operation
+        if _cat_dim(user) == d:
+            continue
+        found = slice_along(user)
+        if found is None or found[0] != d or not all(
+                _cat_dim(u.operation) == d for u in user.results[0].uses):
+            return False
+    return True
+
+
+def _pieces(root: SSAValue, d: int, end: int) -> list[Piece] | None:
+    """``root[..., 0:end]`` along ``d`` as pieces: through ``root``'s own operands, slices
+    along ``d`` and the ``cat``s along ``d`` that only the chain reads (`_only_joined`),
+    down to other values. None: nothing to flatten (no such ``cat`` met, no pieces
+    merged), or more than `MAX_PIECES` pieces."""
     out: list[Piece] = []
-    stack: list[Piece] = [(v, 0, end)]
+    stack: list[Piece] = [(root, 0, end)]
+    flattened = False
     while stack:
         v, lo, hi = stack.pop()
         if hi <= lo:
             continue
         op = v.owner if isinstance(v.owner, Operation) else None
-        if _cat_dim(op) == d:
+        if _cat_dim(op) == d and (v is root or _only_joined(v, d)):
             assert op is not None
+            flattened |= v is not root
             parts: list[Piece] = []
             at = 0
             for x in op.operands:
@@ -125,16 +149,17 @@ def _pieces(v: SSAValue, d: int, end: int) -> list[Piece] | None:
             stack.extend(reversed(parts))
             continue
         found = slice_along(op)
-        if found is not None and found[0] == d:
+        if found is not None and found[0] == d and v is not root:
             stack.append((found[2], lo + found[1], hi + found[1]))
             continue
         if out and out[-1][0] is v and out[-1][2] == lo:
             out[-1] = (v, out[-1][1], hi)
+            flattened = True
         else:
             out.append((v, lo, hi))
             if len(out) > MAX_PIECES:
                 return None
-    return out
+    return out if flattened else None
 
 
 def _piece_value(p: Piece, d: int, before: Operation, block: Block) -> SSAValue:
@@ -180,9 +205,8 @@ def _flatten(op: C.CatOp, block: Block, keep_gradients: bool) -> bool:
     assert isinstance(t, TensorType)
     pieces = _pieces(op.results[0], d, t.sizes[d])
     olds = list(op.operands)
-    if not pieces or (len(pieces) == len(olds)
-                      and all(p[0] is o for p, o in zip(pieces, olds, strict=True))):
-        return False  # (the operands themselves, whole: nothing to flatten)
+    if not pieces:
+        return False
     for v, _, _ in pieces:
         vt = v.type
         if not (isinstance(vt, TensorType) and vt.dtype == t.dtype and vt.dev == t.dev

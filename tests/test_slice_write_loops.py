@@ -67,6 +67,12 @@ def test_reads_between_the_writes() -> None:
         return out, acc
 
     check_against_eager(f, K, W)
+    jf = thunder_ir.jit(f)
+    jf(K, W)
+    # each buffer is read: the next write stays a cat around one slice of it (flattening
+    # through it would copy its pieces into every later buffer, O(T²) operands)
+    cats = [line.split("]")[0] for line in _flattened(jf).splitlines() if "ltorch.cat(" in line]
+    assert len(cats) == K.shape[1] and max(c.count(",") for c in cats) <= 2, cats
 
 
 def test_overlapping_and_repeated_writes() -> None:
