@@ -9,8 +9,9 @@ of each setting a fresh Inductor cache directory, and ``--second`` runs each set
 in a process sharing it (a second run of the same script). ``--lengths 96,112,128`` trains
 over several sequence lengths in turn (a symbolic program from the second length on).
 
-Prints, per run: the steps at which its programs went hot, the step and the seconds (from
-the first step's start) at which the fused program was swapped in, the median unfused
+Prints, per run: the steps at which its programs went hot and at which each swapped in
+its fused program, the step and the seconds (from the first step's start) at which the
+last fused program was swapped in, the median unfused
 step (steps 2 to 8) and the median fused step after the swap, the kernels compiled,
 found in Inductor's FX graph cache (``cache_hits``) and loaded from thunder_ir's cache of
 compiled regions without any compile (``loaded``), how many times the compile helper
@@ -49,11 +50,14 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
     from thunder_ir.lowering.tiered import helper_cpu_seconds, helper_starts
 
     hot: list[int] = []
+    swaps: list[int] = []
 
     class Hot(logging.Handler):  # the step at which the program went hot
         def emit(self, record: logging.LogRecord) -> None:
             if " is hot (" in record.getMessage():
                 hot.append(len(times))
+            elif "the fused program runs from this call on" in record.getMessage():
+                swaps.append(len(times))
 
     log = logging.getLogger("thunder_ir.tiered")
     log.setLevel(logging.INFO)
@@ -90,6 +94,7 @@ def run_one(a: argparse.Namespace) -> dict[str, object]:
     fused = [step(i + k) for k in range(20)]
     status = thunder_ir.compile_status(jm)
     return {"after": a.after, "hot_steps": [h + 1 for h in hot],
+            "swap_steps": [h + 1 for h in swaps],
             "swap_step": swap[0] if swap else None,
             "swap_s": round(swap[1], 1) if swap else None,
             "unfused_ms": round(statistics.median(times[1:8]) * 1e3, 2),

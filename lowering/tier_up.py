@@ -3,7 +3,9 @@
 A jitted callable whose default executors include no fusion executor (CPU, where the
 Inductor executor's compile costs seconds) runs each program unfused, as compiled on its
 first call. `Watch` times the program's calls; once they have taken `HOT_SECONDS`
-(``THUNDER_IR_TIER_UP_AFTER``) over at least `HOT_CALLS` calls, the program is hot:
+(``THUNDER_IR_TIER_UP_AFTER``) over at least `HOT_CALLS` calls, the program is hot (and
+once it swaps, so are the callable's other programs that have run their share beside
+it, `SIBLING_SHARE`: a model's static and symbolic programs at several lengths):
 
 1. the same trace (trace 0, the prologue included) is lowered again with a tiered
    Inductor executor (`thunder_ir.lowering.tiered`), on the calling thread, at that
@@ -48,6 +50,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -72,6 +75,16 @@ after about six seconds of training. The Inductor compile it starts takes 5-25 s
 other core (docs/fusion.md)."""
 HOT_CALLS = 8
 """...over at least this many calls (a single long call does not make a program hot)."""
+SIBLING_SHARE = 0.25
+"""When a program that went hot by its own calls swaps in its fused version, each other
+program of the same callable that is still timed (its sibling: a model's static program
+for its first length and its symbolic one for the others) goes hot at its own next
+call, where it has run at least `HOT_CALLS` calls for at least this share of the first
+one's time (`joins`): its kernels compile next, on the helper still running, instead
+of after its own `HOT_SECONDS` (docs/fusion.md, "The threshold, measured"). Not at the
+first one's hot: its swap waits for every pending kernel, so a sibling's compile then
+would delay it. A program run rarely beside it (an evaluation program, a last short
+batch) keeps its own threshold."""
 MIN_OPS = 10
 """A program of fewer ops in its final forward (and backward) never tiers up: fusing a
 handful of ops does not pay for the compile, and the watch would cost a short program's
@@ -85,6 +98,12 @@ def hot_seconds() -> float:
 
 
 _INDUCTOR: list[bool] = []
+
+
+def joins(calls: int, spent: float, hot_spent: float) -> bool:
+    """Whether a sibling that has run ``calls`` calls for ``spent`` seconds goes hot with
+    a program that went hot after ``hot_spent`` seconds of its own (`SIBLING_SHARE`)."""
+    return calls >= HOT_CALLS and spent >= SIBLING_SHARE * hot_spent
 
 
 def _inductor_available() -> bool:
@@ -132,6 +151,8 @@ class TierUp:
         """Programs whose fused version was swapped in."""
         self.kept: list[str] = []
         """Why programs kept their unfused version."""
+        self.watches: weakref.WeakSet[Watch] = weakref.WeakSet()
+        """The callable's programs that are timed on their own (`Watch`), for `siblings`."""
 
     def context(self) -> Any:
         """The compile context with the tiered Inductor executor first (made once)."""
@@ -195,6 +216,17 @@ class TierUp:
         watch = watch_for(self, entry, fused, name)
         if watch is not None:
             entry.fn = watch
+            if isinstance(watch, Watch):  # (an `AgreedWatch`'s callable swaps as a whole)
+                self.watches.add(watch)
+
+    def siblings(self, hot: Watch) -> list[Watch]:
+        """Makes the callable's other timed programs that `joins` ``hot`` (which went hot
+        by its own calls and just swapped) hot at their next call; returns them."""
+        out = [w for w in list(self.watches) if w is not hot and w.state == _COUNTING
+               and not w.joined and joins(w.calls, w.spent, hot.spent)]
+        for w in out:
+            w.joined, w.hot_s = True, 0.0
+        return out
 
 
 COUNTING, PRIMING, WAITING, KEPT = 0, 1, 2, 3
@@ -206,8 +238,8 @@ _COUNTING, _PRIMING, _WAITING, _KEPT = COUNTING, PRIMING, WAITING, KEPT
 class Watch:
     """The function of a program that may tier up, until it does (see the module doc)."""
 
-    __slots__ = ("calls", "entry", "failed", "fused", "hot_s", "lock", "name", "noted",
-                 "program", "spent", "state", "tier", "unfused", "waited")
+    __slots__ = ("__weakref__", "calls", "entry", "failed", "fused", "hot_s", "joined", "lock",
+                 "name", "noted", "program", "spent", "state", "tier", "unfused", "waited")
 
     def __init__(self, tier: TierUp, entry: Entry, fused: Callable[[], Entry], name: str
                  ) -> None:
@@ -219,6 +251,7 @@ class Watch:
         self.hot_s = hot_seconds()
         note = hot_note(entry) if os.environ.get(AFTER_ENV) is None else None
         self.noted = note is not None
+        self.joined = False  # hot because a sibling was (`TierUp.siblings`)
         if note is not None:  # an earlier process's program: hot after HOT_CALLS calls
             self.hot_s = 0.0
             prestart(note)
@@ -265,9 +298,10 @@ class Watch:
                 LOG.info("tiered: %s is hot, but deterministic algorithms are on: it "
                          "stays unfused", self.name)
                 return
-            LOG.info("tiered: %s is hot (%d calls, %.1f s): lowering it with the Inductor "
-                     "executor, whose kernels compile in the background",
-                     self.name, self.calls, self.spent)
+            LOG.info("tiered: %s is hot (%d calls, %.1f s%s): lowering it with the "
+                     "Inductor executor, whose kernels compile in the background",
+                     self.name, self.calls, self.spent,
+                     "; another program of its callable was" if self.joined else "")
             if not self.noted:  # (an earlier process's program: `prestart` decided)
                 start_helper()  # it imports Inductor while this lowers
             start = time.perf_counter()
@@ -312,6 +346,14 @@ class Watch:
             self.state = _KEPT
             LOG.info("tiered: %s: the fused program runs from this call on (%d calls "
                      "after it was hot)", self.name, self.waited)
+            if not self.joined and not self.noted:  # (hot by its own calls)
+                joined = self.tier.siblings(self)
+                for w in joined:
+                    LOG.info("tiered: %s goes hot with it (%d calls, %.1f s)", w.name,
+                             w.calls, w.spent)
+                if joined:  # the helper compiles theirs next, without a new start
+                    self.program = None
+                    return fn
         self.program = None
         stop_idle_helper()
         return fn
@@ -357,5 +399,5 @@ def status_of(callables: list[Any], wait: float | None) -> dict[str, Any]:
 
 
 __all__ = ["AFTER_ENV", "COUNTING", "HOT_CALLS", "HOT_SECONDS", "KEPT", "MIN_OPS", "PRIMING",
-           "TIER_ENV", "WAITING", "TierUp", "Watch", "hot_seconds", "program_device",
-           "status_of", "tier_devices"]
+           "SIBLING_SHARE", "TIER_ENV", "WAITING", "TierUp", "Watch", "hot_seconds", "joins",
+           "program_device", "status_of", "tier_devices"]

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 import torch
+from tier_up_support import run_until_swapped
 from torch import nn
 
 import thunder_ir
-from thunder_ir.lowering import inductor_executor
+from thunder_ir.lowering import inductor_executor, tiered
 from thunder_ir.lowering import symbolic_regions as sr
 from thunder_ir.lowering import tier_up as tu
 
@@ -49,7 +50,12 @@ def _programs(jm: Any) -> list[Any]:
 @needs_inductor
 def test_a_variable_length_training_program_swaps_in_one_fused_program(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tu.AFTER_ENV, "0")
+    """The first length's static program and the symbolic one of the others both swap:
+    the symbolic one made hot by hand, the static one goes hot once it has swapped, as
+    its sibling (`tier_up.SIBLING_SHARE`), its kernels compiled by the same helper; a
+    program called fewer than `HOT_CALLS` times (an evaluation under ``no_grad``) does
+    not."""
+    monkeypatch.setenv(tu.AFTER_ENV, "3600")  # hot only where made so
     monkeypatch.delenv(tu.TIER_ENV, raising=False)
     torch.manual_seed(0)
     model = _Tagger()
@@ -60,10 +66,10 @@ def test_a_variable_length_training_program_swaps_in_one_fused_program(
     lengths = (5, 7, 9, 12)
     steps = [0]
 
-    def step() -> None:
-        n = lengths[steps[0] % len(lengths)]
+    def step(n: int | None = None) -> None:
+        n = lengths[steps[0] % len(lengths)] if n is None else n
         steps[0] += 1
-        x, y = torch.randn(3, n, 32), torch.randn(3, n, 8)
+        x, y = torch.randn(32, n, 32), torch.randn(32, n, 8)
         losses = []
         for m, o in ((jm, opt), (ref, opt_ref)):
             o.zero_grad()
@@ -77,29 +83,41 @@ def test_a_variable_length_training_program_swaps_in_one_fused_program(
         opt.step()
         opt_ref.step()
 
-    # The first length's static program and the symbolic one of the others: both swap.
-    for _ in range(12 * tu.HOT_CALLS):
+    for _ in range(2 * tu.HOT_CALLS):  # 12 timed calls of the symbolic program
         step()
-        status = thunder_ir.compile_status(jm)
-        if status["swapped"] == 2:
-            break
-        if status["pending"]:
-            thunder_ir.compile_status(jm, wait=None)
+    for _ in range(8 * tu.HOT_CALLS):  # the static one's time well over its share
+        step(lengths[0])
+    for _ in range(tu.HOT_CALLS // 2):  # rarely: evaluation
+        x = torch.randn(32, lengths[0], 32)
+        with torch.no_grad():
+            torch.testing.assert_close(jm(x), ref(x), rtol=1e-5, atol=1e-6)
+    watches = list(jm._compiled.tier_up.watches)
+    assert len(watches) == 3 and all(w.state == tu.COUNTING for w in watches)
+    rare = next(w for w in watches if w.calls < tu.HOT_CALLS)
+    symbolic_watch = next(w for w in watches if w.entry.shape_guard is not None
+                          and w is not rare)
+    static = next(w for w in watches if w is not symbolic_watch and w is not rare)
+    symbolic_watch.hot_s = 0.0  # hot at its next call
+    starts = tiered.helper_starts()
+    run_until_swapped(jm, lambda _: step(), 12 * tu.HOT_CALLS, programs=2)
+    assert static.joined and not symbolic_watch.joined, (static.calls, static.spent)
+    assert rare.state == tu.COUNTING and not rare.joined
+    assert tiered.helper_starts() - starts <= 1  # (kept up for the sibling's kernels)
     status = thunder_ir.compile_status(jm)
     assert status["swapped"] == 2 and status["failed"] == 0 and not status["kept"], status
     compiled = status["compiled"]
     assert compiled == 4, status  # each program's forward and backward region, once
     programs = _programs(jm)
-    assert len(programs) == 2 and thunder_ir.cache_misses(jm) == 2
-    symbolic = [e for e in programs if e.shape_guard is not None]
-    assert len(symbolic) == 1
+    assert len(programs) == 3 and thunder_ir.cache_misses(jm) == 3  # (and the evaluation)
+    symbolic = [e for e in programs if e.shape_guard is not None and e is not rare.entry]
+    assert len(symbolic) == 1 and symbolic[0] is symbolic_watch.entry
     for _ in range(2 * len(lengths)):  # every length again: no compile, no program more
         step()
     if steps[0] % len(lengths) == 1:  # (the first length's static program ran last)
         step()
     status = thunder_ir.compile_status(jm)
     assert status["compiled"] == compiled and status["pending"] == 0, status
-    assert thunder_ir.cache_misses(jm) == 2
+    assert thunder_ir.cache_misses(jm) == 3
     assert steps[0] % len(lengths) != 1  # the last call ran the symbolic program
     assert jm._compiled.cache.last is symbolic[0]
     forward = str(thunder_ir.last_traces(jm)[-1])
@@ -165,3 +183,12 @@ def test_a_kernel_whose_decision_fails_gets_another_compiled_for_the_other_side(
         compile_fx.compile_fx_inner = inner
     assert thunder_ir.cache_misses(jf) == 2  # the first length's program, the symbolic one
     assert len(compiles) == 3  # the first program's kernel, then one per decision
+
+
+def test_a_sibling_goes_hot_with_a_hot_program_where_it_has_run_its_share() -> None:
+    """`tier_up.joins`: at least `HOT_CALLS` calls, for at least `SIBLING_SHARE` of the
+    hot program's seconds."""
+    hot = 2.0
+    assert tu.joins(tu.HOT_CALLS, tu.SIBLING_SHARE * hot, hot)
+    assert not tu.joins(tu.HOT_CALLS - 1, 10 * hot, hot)  # few calls, however long
+    assert not tu.joins(100 * tu.HOT_CALLS, 0.99 * tu.SIBLING_SHARE * hot, hot)
