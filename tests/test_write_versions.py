@@ -262,3 +262,122 @@ def test_a_written_argument_saved_by_an_earlier_graph_raises_as_eager() -> None:
             y.sum().backward()
         msgs.append(str(err.value).split("Hint")[0])
     assert msgs[0] == msgs[1] and "is at version 2" in msgs[0]
+
+
+# ---------------------------------------- a written argument that did not require grad
+
+
+def _grad_add(b: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    b.add_(k)
+    return b * 2
+
+
+def _grad_add_mul(b: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    b.add_(k)
+    b.mul_(k)  # b is no leaf now: eager writes it again
+    return b * 2
+
+
+def _grad_add_view_mul(b: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    b.add_(k)
+    b[1:].mul_(k[1:])
+    return b * 2
+
+
+def _grad_add_transpose(b: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    b.add_(k)
+    b.t_()
+    return b * 2
+
+
+GRAD_WRITES = [_grad_add, _grad_add_mul, _grad_add_view_mul, _grad_add_transpose]
+
+
+def _grad_written(impl: Callable[..., Any], b: torch.Tensor, k: torch.Tensor,
+                  state: Callable[[], torch.Tensor]) -> tuple[Any, ...]:
+    """One call writing ``b`` (an argument, or a buffer ``state()``) with ``k``, which
+    requires grad: the output, ``b``'s autograd state and version count, ``k``'s gradient
+    through the output, then through ``b`` itself."""
+    v0 = state()._version
+    out = impl(b, k) if b is not None else impl(k)
+    written = state()
+    facts = (out.requires_grad, out.grad_fn is not None, written.requires_grad,
+             written.is_leaf, written.grad_fn is not None, written._version - v0,
+             written.stride())
+    out.sum().backward(retain_graph=True)  # (eager's earlier nodes may have saved tensors)
+    through_out = k.grad.clone()
+    k.grad = None
+    (written * written).sum().backward(retain_graph=True)
+    through_b = k.grad.clone()
+    k.grad = None
+    return facts, out.detach().clone(), written.detach().clone(), through_out, through_b
+
+
+@pytest.mark.parametrize("fn", GRAD_WRITES, ids=lambda f: f.__name__)
+def test_an_argument_without_grad_written_with_grad_twice(fn: Callable[..., Any]) -> None:
+    """``b.add_(k); b.mul_(k)`` with ``b`` not requiring grad and ``k`` requiring it: the
+    first write makes ``b`` a non-leaf, which eager then writes again (was refused as a
+    leaf that requires grad). Values, ``b``'s autograd state and version count, and ``k``'s
+    gradients through the output and through ``b`` are eager's, over two calls (the second
+    call's ``b`` is a non-leaf from the first's graph)."""
+    got = []
+    for impl in (fn, thunder_ir.jit(fn)):
+        b = torch.ones(3, 3) if fn is _grad_add_transpose else torch.ones(3)
+        k = torch.full(b.shape, 2.0, requires_grad=True)
+        got.append([_grad_written(impl, b, k, lambda b=b: b) for _ in range(2)])
+    for e, j in zip(*got, strict=True):
+        assert j[0] == e[0]
+        for a, x in zip(j[1:], e[1:], strict=True):
+            torch.testing.assert_close(a, x)
+
+
+class _GradBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("b", torch.ones(3))
+
+    def forward(self, k: torch.Tensor) -> torch.Tensor:
+        self.b.add_(k)
+        self.b.mul_(k)
+        return self.b * 2
+
+
+def test_a_buffer_written_with_grad_twice_is_eagers() -> None:
+    """The same two writes to a module's buffer: the buffer ends a non-leaf with a
+    ``grad_fn``, eager's values and gradients, over two calls."""
+    got = []
+    for jit in (False, True):
+        m = _GradBuffer()
+        impl = thunder_ir.jit(m) if jit else m
+        k = torch.full((3,), 2.0, requires_grad=True)
+        got.append([_grad_written(impl, None, k, lambda m=m: m.b) for _ in range(2)])
+    for e, j in zip(*got, strict=True):
+        assert j[0] == e[0]
+        for a, x in zip(j[1:], e[1:], strict=True):
+            torch.testing.assert_close(a, x)
+
+
+def _no_grad_then_grad(w: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        w.mul_(2)
+    w.add_(1)
+    return w
+
+
+def _leaf_transpose(w: torch.Tensor) -> torch.Tensor:
+    w.t_()
+    return w
+
+
+@pytest.mark.parametrize("fn", [_no_grad_then_grad, _leaf_transpose],
+                         ids=lambda f: f.__name__)
+def test_a_leaf_that_requires_grad_still_refuses_a_write(fn: Callable[..., Any]) -> None:
+    """A leaf that requires grad stays one after a write under no-grad: eager's error, and
+    the caller's tensor as it was."""
+    for impl in (fn, thunder_ir.jit(fn)):
+        w = torch.ones(2, 2, requires_grad=True)
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being "
+                                               "used in an in-place operation"):
+            impl(w)
+        if impl is not fn:
+            assert torch.equal(w.detach(), torch.ones(2, 2)) and w._version == 0

@@ -73,6 +73,18 @@ def reads(new: SSAValue, old: SSAValue) -> bool:
                for v in op.operands)
 
 
+def grad_leaf(ctx: TraceContext, p: TensorProxy) -> bool:
+    """Whether proxy ``p`` is, in eager, a leaf that requires grad, which an in-place op may
+    not write while grad mode is on: a program input (an argument, parameter, buffer or
+    captured tensor) whose tensor requires grad and has no ``grad_fn``. One that does not
+    require grad is a leaf no longer once written with a value that does (its proxy's
+    value is then active): eager writes it again as a non-leaf."""
+    if id(p) not in ctx.autograd.leaf_proxies:
+        return False
+    real = argument_tensor(ctx, p)
+    return real is None or (real.requires_grad and real.grad_fn is None)
+
+
 class InPlace(Writes):
     """The in-place writes of one trace (see the module doc): ``ctx`` is the trace."""
 
@@ -209,8 +221,7 @@ class InPlace(Writes):
             if not torch.is_grad_enabled():
                 new = self.keep_identity(old, new)
             elif old in ctx.autograd.nonleaf_inputs or id(target) in ctx.autograd.leaf_proxies:
-                real = argument_tensor(ctx, target)  # an argument itself
-                if real is None or real.grad_fn is None:
+                if grad_leaf(ctx, target):  # an argument itself
                     raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                        f"in-place operation.\n  at {where(ctx.loc)}")
                 if views_a_leaf(ctx, target):  # an argument w[1:] of a leaf w
@@ -371,10 +382,10 @@ class InPlace(Writes):
                 "grad is not supported by thunder_ir (eager keeps its autograd history with "
                 f"the new shape). Use `{name[:-1]}` out of place.")
         if old in ctx.active:  # eager's refusals
-            if root is None and id(target) in ctx.autograd.leaf_proxies:
+            if root is None and grad_leaf(ctx, target):
                 raise RuntimeError("a leaf Variable that requires grad is being used in an "
                                    f"in-place operation.\n  at {where(ctx.loc)}")
-            if root is not None and id(root) in ctx.autograd.leaf_proxies:
+            if root is not None and grad_leaf(ctx, root):
                 raise RuntimeError("a view of a leaf Variable that requires grad is being used "
                                    f"in an in-place operation.\n  at {where(ctx.loc)}")
         t = new.type
