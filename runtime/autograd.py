@@ -8,6 +8,9 @@ through its tensors. Its backward runs the generated backward program, handing i
 residuals in one list that the program empties, and lets autograd release its own
 references first (``maybe_clear_saved_tensors``, which keeps them under
 ``retain_graph=True``): each residual is freed right after its last use in ``@backward``.
+A program that saves no residual reads nothing back, so a second backward through its
+node runs (``out.backward()`` then a backward through a written argument), as through
+eager's nodes that saved nothing.
 Residuals that saved-tensor hooks packed (activation offloading) are unpacked one by one
 instead, as the lazy form of ``@backward`` first reads each (`_Unpacking`), so that they
 do not all come back at the backward's start.
@@ -146,8 +149,11 @@ class ThunderFunction(torch.autograd.Function):
         # go by the node unless the graph is retained: the generated backward empties the
         # list, so each residual is freed after its last use, as eager's nodes free theirs.
         hooked = ctx.layout is None and getattr(ctx, "hooked", False)
-        if hooked:  # packed by saved-tensor hooks: each unpacked when first read
-            args: list[Any] = _Unpacking(ctx._raw_saved_tensors)
+        args: list[Any]
+        if not prog.n_residuals:  # nothing saved: another backward through the node runs,
+            args, hooked = [], False  # as eager's nodes that saved nothing do
+        elif hooked:  # packed by saved-tensor hooks: each unpacked when first read
+            args = _Unpacking(ctx._raw_saved_tensors)
         else:
             try:
                 args = list(ctx.saved_tensors) if ctx.layout is None else _unpack_mixed(ctx)

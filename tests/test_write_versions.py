@@ -381,3 +381,23 @@ def test_a_leaf_that_requires_grad_still_refuses_a_write(fn: Callable[..., Any])
             impl(w)
         if impl is not fn:
             assert torch.equal(w.detach(), torch.ones(2, 2)) and w._version == 0
+
+
+def test_a_second_backward_through_a_node_that_saved_nothing_runs_as_eager() -> None:
+    """``b.add_(k); return b * 2``: the output's backward, then one through ``b`` without
+    ``retain_graph``: eager's nodes saved nothing, so both run; so does the program's
+    node, which saved no residual (was "backward through the graph a second time"). A
+    program that saved one still raises eager's error (`test_training`)."""
+    got = []
+    for impl in (_grad_add, thunder_ir.jit(_grad_add)):
+        for _ in range(2):
+            b, k = torch.ones(3), torch.full((3,), 2.0, requires_grad=True)
+            out = impl(b, k)
+            out.sum().backward()
+            first = k.grad.clone()
+            b.sum().backward()
+            got.append((out.detach(), b.detach(), first, k.grad, b._version))
+    for j, e in zip(got[2:], got[:2], strict=True):
+        assert j[4] == e[4]
+        for a, x in zip(j[:4], e[:4], strict=True):
+            torch.testing.assert_close(a, x)
