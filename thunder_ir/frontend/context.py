@@ -62,7 +62,7 @@ from thunder_ir.frontend.autocast import (
     opaque_call_differs,
 )
 from thunder_ir.frontend.autocast import probe as autocast_probe
-from thunder_ir.frontend.builder import Builder
+from thunder_ir.frontend.builder import Builder, differentiable
 from thunder_ir.frontend.eager_autograd import EagerAutograd
 from thunder_ir.frontend.errors import (
     DATA_HINT,
@@ -527,6 +527,17 @@ def _inlining() -> set[Any]:
     return s
 
 
+FACTORIES = frozenset([
+    torch.zeros, torch.ones, torch.empty, torch.full, torch.rand, torch.randn, torch.randint,
+    torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor, torch.zeros_like,
+    torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like, torch.randn_like,
+    torch.randint_like, torch.empty_strided, torch.randperm, torch.scalar_tensor,
+    torch.Tensor.new_zeros, torch.Tensor.new_ones, torch.Tensor.new_empty,
+    torch.Tensor.new_full, torch.Tensor.new_tensor])
+"""Torch calls that make a new tensor and take ``requires_grad=``: with it true, the new
+tensor is an autograd leaf (`TraceMode._grad_factory`)."""
+
+
 class TraceMode(TorchFunctionMode):
     """Routes every torch call made while tracing to its handler."""
 
@@ -552,6 +563,8 @@ class TraceMode(TorchFunctionMode):
 
     def _dispatch(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         ctx = self.ctx
+        if func in FACTORIES and kwargs.get("requires_grad"):
+            return self._grad_factory(func, args, kwargs)
         h = (ctx.handlers.get(func) if ctx.handlers else None) or HANDLERS.get(func)
         args, kwargs = python_numbers(args, kwargs)
         if _functorch_active():  # (transforms outside the jitted call were set aside)
@@ -592,6 +605,22 @@ class TraceMode(TorchFunctionMode):
         if _any_autocast():
             return self._under_autocast(func, None, args, kwargs)
         return fallback(ctx, func, args, kwargs)
+
+    def _grad_factory(self, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """A factory called with ``requires_grad=True`` (``torch.zeros(3,
+        requires_grad=True)``): eager's new leaf, as the factory without it followed by
+        ``requires_grad_()`` (`GradTracking.set_requires_grad`), whatever the grad mode."""
+        ctx = self.ctx
+        out = self._dispatch(func, args, {k: v for k, v in kwargs.items()
+                                          if k != "requires_grad"})
+        ctx.loc = user_location()
+        if not is_proxy(out):
+            return out  # (not reached: each factory makes a traced tensor)
+        if not differentiable(out._value):
+            raise RuntimeError("Only Tensors of floating point and complex dtype can require "
+                               f"gradients\n  at {where(ctx.loc)}")
+        ctx.grad.set_requires_grad(out, True)
+        return out
 
     def _under_autocast(self, func: Any, h: Any, args: Sequence[Any],
                         kwargs: dict[str, Any]) -> Any:

@@ -41,6 +41,8 @@ class EagerAutograd:
         grad_leaves: tensors made while traced that user code made require grad
             (`GradTracking.set_requires_grad`): eager's leaves, not computed from a tensor
             that requires grad.
+        grad_leaf_sites: per proxy id, such a leaf's proxy (kept alive) and the user's
+            line that made it: it may not leave the function (`GradTracking.check_leaf`).
         saved, saved_operands: which ops' backwards saved which values (`note_saved`), and
             which operands of each: an in-place write to a saved value makes eager's
             backward through that op raise, and so does thunder_ir's. Read them after
@@ -50,8 +52,9 @@ class EagerAutograd:
             the write, eager's memory then).
     """
 
-    __slots__ = ("_unresolved", "active", "grad_leaves", "inference", "leaf_proxies",
-                 "nonleaf_inputs", "pending", "saved", "saved_operands", "saved_written")
+    __slots__ = ("_unresolved", "active", "grad_leaf_sites", "grad_leaves", "inference",
+                 "leaf_proxies", "nonleaf_inputs", "pending", "saved", "saved_operands",
+                 "saved_written")
 
     def __init__(self) -> None:
         self.active: set[SSAValue] = set()
@@ -60,6 +63,7 @@ class EagerAutograd:
         self.leaf_proxies: set[int] = set()
         self.nonleaf_inputs: set[SSAValue] = set()
         self.grad_leaves: set[SSAValue] = set()
+        self.grad_leaf_sites: dict[int, tuple[Any, str]] = {}
         self.saved: dict[SSAValue, list[Operation]] = {}
         self.saved_operands: dict[Operation, tuple[int, ...]] = {}
         self.saved_written: list[tuple[Operation, SSAValue]] = []

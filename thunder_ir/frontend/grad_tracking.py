@@ -23,7 +23,7 @@ from thunder_ir.dialects.ltorch_scan import CumsumOp
 from thunder_ir.dialects.traits import has_no_derivative
 from thunder_ir.dialects.types import TensorType
 from thunder_ir.frontend.builder import Grads, differentiable
-from thunder_ir.frontend.errors import ThunderTraceError, dtype_name, where
+from thunder_ir.frontend.errors import Refused, ThunderTraceError, dtype_name, where
 from thunder_ir.frontend.proxy import TensorProxy
 
 if TYPE_CHECKING:
@@ -168,11 +168,33 @@ class GradTracking(Grads):
             ctx.aliases.layouts[leaf] = layout
             ctx.aliases.rebind(target, leaf)
             ctx.autograd.grad_leaves.add(leaf)
+            ctx.autograd.grad_leaf_sites[id(target)] = (target, ctx.loc)
         else:
             ctx.active.discard(v)
             ctx.autograd.grad_leaves.discard(v)
+            ctx.autograd.grad_leaf_sites.pop(id(target), None)
         with torch._C.DisableTorchFunction():
             torch.Tensor.requires_grad.__set__(target, flag)  # type: ignore[attr-defined]
+
+    def check_leaf(self, p: Any, what: str) -> None:
+        """Raises a clear error if ``p`` is a tensor made while traced and made to require
+        grad (``torch.zeros(..., requires_grad=True)``, ``t.requires_grad_()``) and it
+        leaves the function (``what``: returned, or where user code stored it). Eager
+        returns a new leaf on each call that the other results depend on through autograd
+        (the loss's backward fills its ``.grad``); the program's results cannot depend on
+        a tensor it makes itself, so it would come back as a non-leaf (or not requiring
+        grad) whose ``.grad`` stays None."""
+        site = self.ctx.autograd.grad_leaf_sites.get(id(p))
+        if site is None or site[0] is not p:
+            return
+        raise Refused(
+            f"{where(site[1])}: a tensor made inside the jitted function with "
+            f"requires_grad=True (a new autograd leaf on each call) is {what}; thunder_ir "
+            "does not support that yet: the function's other results cannot depend on it "
+            "through autograd, so its .grad would not be filled by backward. Create the "
+            "tensor outside the jitted function and pass it in as an argument (or make it "
+            "a parameter of the module); a tensor made inside that requires grad and is "
+            "only used inside is supported.")
 
     def set_grad_enabled(self, mode: bool) -> None:
         """Grad mode switches for real while user code runs; each op reads it. Turned on,

@@ -354,6 +354,7 @@ class Recorder:
         if t in SYMBOLIC_NUMBERS or t is torch.SymBool:
             return self._symbolic(v)
         if is_proxy(v):
+            self.ctx.grad.check_leaf(v, f"stored in {where}")
             src = self.sources.get(id(v))
             if src is not None:
                 return ("ref", src)

@@ -545,6 +545,7 @@ def trace_program(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str,
                    if isinstance(k, ArgLeaf)}
     rec.begin(outputs, _known_tensors(ctx, state or {}))
     for leaf in leaves:
+        ctx.grad.check_leaf(leaf, "returned")
         returned = _returned_argument(ctx, leaf, arg_proxies) if is_proxy(leaf) else None
         if returned is not None:
             out_leaves.append(returned)
