@@ -14,7 +14,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from tier_up_support import run_until_swapped
+from tier_up_support import run_until_swapped, sgd_step_as_eager
 from torch import nn
 
 import thunder_ir
@@ -82,28 +82,9 @@ def test_grouped_mm_experts_sit_inside_the_tier_up_regions_and_train_as_eager(
     model = Experts()
     ref = copy.deepcopy(model)
     jm = thunder_ir.jit(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(1)
-
-    def step() -> None:
-        x = torch.randn(12, 16, generator=gen)
-        opt.zero_grad()
-        ref_opt.zero_grad()
-        loss, want = jm(x), ref(x)
-        torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
-        loss.backward()
-        want.backward()
-        for (n, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
-            assert (p.grad is None) == (q.grad is None), n
-            if q.grad is not None:
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
-        opt.step()
-        ref_opt.step()
-        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
-            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
-
-    run_until_swapped(jm, lambda _: step())
+    step = sgd_step_as_eager(jm, model, ref, lambda: torch.randn(12, 16, generator=gen), lr=0.1)
+    run_until_swapped(jm, step)
     for _ in range(2):
         step()  # the fused program, its kernels in (a new routing each step)
     fwd = str(thunder_ir.last_traces(jm)[-1])

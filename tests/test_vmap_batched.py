@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from tier_up_support import run_until_swapped
+from tier_up_support import run_until_swapped, sgd_step_as_eager
 from torch import nn
 
 import thunder_ir
@@ -131,28 +131,9 @@ def test_a_selective_scan_trains_as_eager_forced_hot(monkeypatch: pytest.MonkeyP
     model = SelectiveScan()
     ref = copy.deepcopy(model)
     jm = thunder_ir.jit(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(1)
-
-    def step() -> None:
-        x = torch.randn(2, 8, 8, generator=gen)
-        opt.zero_grad()
-        ref_opt.zero_grad()
-        loss, want = jm(x), ref(x)
-        torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-6)
-        loss.backward()
-        want.backward()
-        for (n, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
-            assert (p.grad is None) == (q.grad is None), n
-            if q.grad is not None:
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
-        opt.step()
-        ref_opt.step()
-        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
-            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
-
-    run_until_swapped(jm, lambda _: step())
+    step = sgd_step_as_eager(jm, model, ref, lambda: torch.randn(2, 8, 8, generator=gen), lr=0.01)
+    run_until_swapped(jm, step)
     for _ in range(2):
         step()  # the fused program, its kernels in
     assert model.unused.grad is None and model.frozen.grad is None
