@@ -44,36 +44,34 @@ def tensors_manager(tensors: Sequence[torch.Tensor]) -> Any:
     dispatch keys (as the thread's dispatch state shows them), dtype, device,
     ``requires_grad``, sizes and strides are what they are now; None where torch has no
     manager or cannot build one for these tensors."""
-    if RootGuardManager is None:
-        return None
-    try:
-        root = RootGuardManager()
-        kind = _kind()
-        for i, t in enumerate(tensors):
-            m = root.tuple_getitem_manager(i, f"p{i}", t, kind)
-            m.add_tensor_match_guard(t, list(t.shape), list(t.stride()), f"p{i}", [f"p{i}"],
-                                     None, type(t), torch._C._dispatch_keys(t))
-        if not root.check(tuple(tensors)):
-            return None
-    except Exception:  # a torch without these entry points, or a tensor they refuse
-        return None
-    return root
+    def guard(m: Any, t: torch.Tensor, name: str) -> None:
+        m.add_tensor_match_guard(t, list(t.shape), list(t.stride()), name, [name], None,
+                                 type(t), torch._C._dispatch_keys(t))
+
+    return _manager(tensors, "p", guard)
 
 
 def dicts_manager(dicts: Sequence[dict[Any, Any]]) -> Any:
     """A manager whose ``check(tuple(dicts))`` is True while no dict of ``dicts`` was
     written since (each one's version as now); None where torch has none."""
+    return _manager(dicts, "d", lambda m, d, name: m.add_dict_version_guard(d, [name], None))
+
+
+def _manager(items: Sequence[Any], prefix: str, guard: Callable[[Any, Any, str], None]
+             ) -> Any:
+    """A root manager over the tuple ``items``, ``guard(manager, item, name)`` adding each
+    item's check; None where torch has none, cannot build it, or it fails at once."""
     if RootGuardManager is None:
         return None
     try:
         root = RootGuardManager()
         kind = _kind()
-        for i, d in enumerate(dicts):
-            m = root.tuple_getitem_manager(i, f"d{i}", d, kind)
-            m.add_dict_version_guard(d, [f"d{i}"], None)
-        if not root.check(tuple(dicts)):
+        for i, item in enumerate(items):
+            guard(root.tuple_getitem_manager(i, f"{prefix}{i}", item, kind), item,
+                  f"{prefix}{i}")
+        if not root.check(tuple(items)):
             return None
-    except Exception:  # a torch without these entry points
+    except Exception:  # a torch without these entry points, or an item they refuse
         return None
     return root
 
