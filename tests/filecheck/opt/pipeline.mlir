@@ -40,4 +40,4 @@ func.func @block(%x: !prims.tensor<4x8xf32, cpu>, %b: !prims.tensor<8xf32, cpu>,
 // PY-LTORCH: ltorch.add(x, b, alpha=1)
 // PY-LTORCH: ltorch.linear(
 
-// UNKNOWN: thunder-ir-opt: unknown pass 'cs'. Did you mean 'cse'? Available passes: autodiff, canonicalize, claim, cse, dce, ddp-allreduce, decompose-for-grad, decompose-ltorch, del-last-used, fsdp-grad-scale, fsdp-zero3, fuse, join-padded-sums, lower-claimed, lower-to-torch, quantize-weights, remat-split, restride-outputs, schedule-collectives, strip-autograd
+// UNKNOWN: thunder-ir-opt: unknown pass 'cs'. Did you mean 'cse'? Available passes: autodiff, canonicalize, claim, cse, dce, ddp-allreduce, decompose-for-grad, decompose-ltorch, del-last-used, flatten-cat-chains, fsdp-grad-scale, fsdp-zero3, fuse, join-padded-sums, lower-claimed, lower-to-torch, quantize-weights, remat-split, restride-outputs, schedule-collectives, strip-autograd
