@@ -109,7 +109,8 @@ def test_unknown_pass_lists_the_available_ones() -> None:
     msg = str(e.value)
     assert "unknown pass 'cs'" in msg and "Did you mean 'cse'" in msg
     assert ("autodiff, canonicalize, claim, cse, dce, ddp-allreduce, decompose-for-grad, "
-            "decompose-ltorch, del-last-used, fsdp-grad-scale, fsdp-zero3, fuse, "
+            "decompose-ltorch, del-last-used, flatten-cat-chains, fsdp-grad-scale, fsdp-zero3, "
+            "fuse, "
             "join-padded-sums, lower-claimed, lower-to-torch, quantize-weights, remat-split, "
             "restride-outputs, schedule-collectives, strip-autograd") in msg
 

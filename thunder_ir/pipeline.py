@@ -9,8 +9,9 @@ any of them)::
     restride-outputs,lower-claimed{executors="torch"},lower-to-torch
 
 (one line; ``claim``'s default executors are ``("torch",)``). ``flatten-cat-chains`` comes
-first: a buffer written slice by slice (``x[:, t] = v`` in a loop) becomes one ``cat`` of
-its slices (`thunder_ir.passes.cat_chains`; when training, it keeps every value that may
+first (after the user's passes on the ltorch program, which see it as traced): a buffer
+written slice by slice (``x[:, t] = v`` in a loop) becomes one ``cat`` of its slices
+(`thunder_ir.passes.cat_chains`; when training, it keeps every value that may
 have a gradient). Code generation comes after
 (`thunder_ir.lowering.codegen.generate`, which returns the typed `CompiledProgram`; its
 trace is ``del-last-used``, and ``thunder-ir-opt -p ...,del-last-used`` runs it as a pass).
@@ -83,8 +84,9 @@ def jit_pipeline(options: JitOptions) -> tuple[ModulePass, ...]:
     ``options``."""
     ex = tuple(options.executors)
     user = options.user
-    passes: list[ModulePass] = [FlattenCatChainsPass(keep_gradients=options.training),
-                                *_user(user.get("ltorch", ()))]
+    # (user passes on the ltorch program see it as traced: ``last_traces(jf)[1]`` is theirs)
+    passes: list[ModulePass] = [*_user(user.get("ltorch", ())),
+                                FlattenCatChainsPass(keep_gradients=options.training)]
     if options.training:
         passes += [DecomposeForGradPass(ex),
                    AutodiffPass(tuple(options.requires_grad), ex),
